@@ -1,0 +1,203 @@
+"""The nemesis: injects the faults a scenario asks for, on a seeded schedule, then heals.
+
+Fault names (``--faults all|none|a,b,c``):
+  partition  a random split of the nodes into two sides
+  oneway     one directed link cut
+  isolate    one node cut off from all others
+  bridge     two sides that only a middle node can reach
+  slow       extra latency and jitter on a node's links
+  stall      a link that holds its bytes for a while, then releases them
+  reset      every connection between two nodes reset
+  refuse     the next connects to a node refused
+  crash      a node loses power (unsynced disk state lost or torn), restarts later
+  pause      a node stops (SIGSTOP) and resumes later
+  fsync      a node's next fsyncs fail with EIO
+  enospc     a node's writes fail with ENOSPC for a while
+  skew       a node's wall clock jumps by up to +-10 s
+Each fault is undone after a random hold; ``heal_all`` ends every fault at once (the heal
+phase every run ends with).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import random
+
+from sim.world import World
+
+FAULTS: tuple[str, ...] = (
+    "partition",
+    "oneway",
+    "isolate",
+    "bridge",
+    "slow",
+    "stall",
+    "reset",
+    "refuse",
+    "crash",
+    "pause",
+    "fsync",
+    "enospc",
+    "skew",
+)
+
+
+def parse_faults(spec: str) -> tuple[str, ...]:
+    """``all``, ``none`` or a comma list of fault names; ValueError names an unknown one."""
+    if spec == "all":
+        return FAULTS
+    if spec in ("none", ""):
+        return ()
+    names = tuple(name.strip() for name in spec.split(",") if name.strip())
+    unknown = [name for name in names if name not in FAULTS]
+    if unknown:
+        raise ValueError(f"unknown fault {unknown[0]!r}; choose from {', '.join(FAULTS)}")
+    return names
+
+
+class Nemesis:
+    """Applies faults to the named processes of a world until told to stop."""
+
+    def __init__(
+        self,
+        world: World,
+        targets: list[str],
+        faults: tuple[str, ...],
+        *,
+        interval_s: tuple[float, float] = (1.0, 4.0),
+        hold_s: tuple[float, float] = (0.5, 6.0),
+    ) -> None:
+        self.world = world
+        self.targets = targets
+        self.faults = faults
+        self.interval_s = interval_s
+        self.hold_s = hold_s
+        self.rng: random.Random = world.random("nemesis")
+        self.injected = 0
+        self._down: list[str] = []
+
+    async def run(self, until_s: float) -> None:
+        """Inject faults until virtual time ``until_s``."""
+        loop = self.world.loop
+        if not self.faults:
+            await asyncio.sleep(max(0.0, until_s - loop.time()))
+            return
+        while loop.time() < until_s:
+            await asyncio.sleep(self.rng.uniform(*self.interval_s))
+            if loop.time() >= until_s:
+                break
+            fault = self.rng.choice(self.faults)
+            hold = self.rng.uniform(*self.hold_s)
+            self.injected += 1
+            self._inject(fault, min(hold, max(0.0, until_s - loop.time())))
+
+    def _alive(self) -> list[str]:
+        procs = self.world.processes
+        return [name for name in self.targets if procs[name].alive and not procs[name].paused]
+
+    def _later(self, delay_s: float, callback, *args) -> None:  # type: ignore[no-untyped-def]
+        self.world.loop.call_later(delay_s, callback, *args)
+
+    def _inject(self, fault: str, hold_s: float) -> None:
+        net = self.world.network
+        rng = self.rng
+        nodes = list(self.targets)
+        trace = self.world.trace
+        if fault == "partition":
+            rng.shuffle(nodes)
+            cut = rng.randint(1, len(nodes) - 1)
+            net.partition(nodes[:cut], nodes[cut:])
+            self._later(hold_s, net.heal)
+        elif fault == "oneway":
+            src, dst = rng.sample(nodes, 2)
+            net.block(src, dst)
+            trace.event("oneway", src=src, dst=dst)
+            self._later(hold_s, net.heal)
+        elif fault == "isolate":
+            net.isolate(rng.choice(nodes))
+            self._later(hold_s, net.heal)
+        elif fault == "bridge" and len(nodes) >= 3:
+            rng.shuffle(nodes)
+            middle = nodes[0]
+            rest = nodes[1:]
+            cut = rng.randint(1, len(rest) - 1)
+            net.bridge(rest[:cut], middle, rest[cut:])
+            self._later(hold_s, net.heal)
+        elif fault == "slow":
+            node = rng.choice(nodes)
+            extra, jitter = rng.uniform(0.005, 0.2), rng.uniform(0.0, 0.1)
+            for other in nodes:
+                if other != node:
+                    net.slow(node, other, extra, jitter)
+                    net.slow(other, node, extra, jitter)
+            trace.event("slow", node=node, extra_us=int(extra * 1e6))
+            self._later(hold_s, net.heal)
+        elif fault == "stall":
+            src, dst = rng.sample(nodes, 2)
+            net.stall(src, dst, hold_s)
+        elif fault == "reset":
+            a, b = rng.sample(nodes, 2)
+            net.reset(a, b)
+        elif fault == "refuse":
+            node = rng.choice(nodes)
+            count = rng.randint(1, 5)
+            net.refuse(node, count)
+            trace.event("refuse", node=node, count=count)
+        elif fault == "crash":
+            alive = self._alive()
+            if alive:
+                node = rng.choice(alive)
+                self.world.processes[node].crash()
+                self._down.append(node)
+                self._later(hold_s, self._restart, node)
+        elif fault == "pause":
+            alive = self._alive()
+            if alive:
+                node = rng.choice(alive)
+                self.world.processes[node].pause()
+                self._later(hold_s, self._resume, node)
+        elif fault == "fsync":
+            node = rng.choice(nodes)
+            count = rng.randint(1, 3)
+            self.world.processes[node].disk.fail_fsyncs(count)
+            trace.event("fsync-fail", node=node, count=count)
+        elif fault == "enospc":
+            node = rng.choice(nodes)
+            self.world.processes[node].disk.fail_writes(errno.ENOSPC)
+            trace.event("enospc", node=node)
+            self._later(hold_s, self._disk_ok, node)
+        elif fault == "skew":
+            node = rng.choice(nodes)
+            self.world.processes[node].skew_clock(rng.randint(-10_000, 10_000))
+
+    def _restart(self, node: str) -> None:
+        process = self.world.processes[node]
+        if node in self._down:
+            self._down.remove(node)
+        if not process.alive:
+            process.restart()
+
+    def _resume(self, node: str) -> None:
+        process = self.world.processes[node]
+        if process.alive and process.paused:
+            process.resume()
+
+    def _disk_ok(self, node: str) -> None:
+        self.world.processes[node].disk.fail_writes(None)
+
+    def heal_all(self) -> None:
+        """End every fault now: links healed, nodes resumed and restarted, disks healthy."""
+        self.world.network.heal()
+        for name in self.targets:
+            process = self.world.processes[name]
+            process.disk.fail_writes(None)
+            process.disk.fail_fsyncs(0)
+            if process.alive and process.paused:
+                process.resume()
+            if not process.alive:
+                process.restart()
+            if process.skew_ms:
+                process.skew_clock(0)
+        self._down.clear()
+        self.world.trace.event("heal-all")

@@ -1,0 +1,49 @@
+"""What one simulated run is given and what it reports.
+
+Every scenario takes a RunConfig and returns a RunResult whose ``summary`` is the one line the
+CLI prints: ``seed=N ok ... digest=HEX speed=Xx`` or ``seed=N VIOLATION <invariant>: <detail>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """One run: scenario, seed, size, fault mix, optional planted bug, optional trace file."""
+
+    scenario: str
+    seed: int
+    duration_s: float = 30.0
+    faults: tuple[str, ...] = ()
+    bug: str | None = None
+    nodes: int = 6
+    trace_path: str | None = None
+
+
+@dataclass(slots=True)
+class RunResult:
+    """The verdict of one run and the figures that describe it."""
+
+    seed: int
+    violation: str | None
+    digest: str
+    virtual_s: float
+    wall_s: float
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None
+
+    @property
+    def speed(self) -> float:
+        """Virtual seconds simulated per wall-clock second."""
+        return self.virtual_s / self.wall_s if self.wall_s > 0 else float("inf")
+
+    def summary(self) -> str:
+        if self.violation is not None:
+            return f"seed={self.seed} VIOLATION {self.violation} digest={self.digest}"
+        figures = " ".join(f"{key}={value}" for key, value in self.stats.items())
+        return f"seed={self.seed} ok {figures} digest={self.digest} speed={self.speed:.0f}x"

@@ -1,0 +1,29 @@
+"""Scenarios the simulator can run, by name, with the planted bugs each understands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sim.run import RunConfig, RunResult
+from sim.scenarios import echo
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A named workload plus its checkers."""
+
+    name: str
+    summary: str
+    run: Callable[[RunConfig], RunResult]
+    bugs: dict[str, str]
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "echo": Scenario(
+        "echo",
+        "nodes echo messages over simulated TCP and log them to the simulated disk",
+        echo.run_echo,
+        echo.BUGS,
+    ),
+}

@@ -1,0 +1,55 @@
+"""Same seed, same code => byte-identical trace; another seed => another trace."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from sim.nemesis import FAULTS
+from sim.run import RunConfig
+from sim.scenarios.echo import run_echo
+
+
+def echo(seed: int, **kwargs: object) -> str:
+    result = run_echo(RunConfig("echo", seed, duration_s=30, faults=FAULTS, **kwargs))  # type: ignore[arg-type]
+    assert result.ok, result.summary()
+    return result.digest
+
+
+def test_same_seed_same_digest_with_all_faults() -> None:
+    assert echo(11) == echo(11)
+
+
+def test_different_seed_different_digest() -> None:
+    assert echo(11) != echo(12)
+
+
+def test_trace_file_is_byte_identical_across_processes(tmp_path: Path) -> None:
+    """Two separate interpreters (different PYTHONHASHSEED) write the same trace bytes."""
+    bin_dir = Path(sys.executable).parent
+    traces = []
+    for i, hash_seed in enumerate(("1", "2")):
+        path = tmp_path / f"trace{i}.jsonl"
+        result = subprocess.run(
+            [
+                str(bin_dir / "kraft-sim"),
+                "run",
+                "--scenario",
+                "echo",
+                "--seed",
+                "5",
+                "--duration",
+                "20",
+                "--trace",
+                str(path),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={"PYTHONHASHSEED": hash_seed, "PATH": str(bin_dir)},
+        )
+        assert result.returncode == 0, result.stderr
+        traces.append(path.read_bytes())
+    assert traces[0] == traces[1]
+    assert b'"kind":"crash"' in traces[0] or b'"kind":"partition"' in traces[0]

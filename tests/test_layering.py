@@ -1,0 +1,61 @@
+"""The dependency rule: log <- raft <- metadata <- broker <- kraft; sim on top, never imported."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ("log", "raft", "metadata", "broker", "kraft")
+PACKAGES = (*LAYERS, "sim")
+
+
+def imported_packages(source: str) -> list[tuple[int, str]]:
+    """(line, top-level package) of every absolute import of one of our packages."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            if top in PACKAGES:
+                found.append((node.lineno, top))
+    return found
+
+
+def layering_violations(root: Path) -> list[str]:
+    """Every import in a production package of a higher layer or of the simulator."""
+    problems = []
+    for package in LAYERS:
+        rank = LAYERS.index(package)
+        for path in sorted((root / package).rglob("*.py")):
+            for line, top in imported_packages(path.read_text()):
+                if top == "sim" or LAYERS.index(top) > rank:
+                    where = path.relative_to(root)
+                    problems.append(f"{where}:{line} ({package}) imports {top}")
+    return problems
+
+
+def test_production_code_follows_the_dependency_rule() -> None:
+    assert layering_violations(ROOT) == []
+
+
+def test_every_layer_is_a_package() -> None:
+    for package in PACKAGES:
+        assert (ROOT / package / "__init__.py").is_file(), package
+
+
+def test_checker_reports_an_upward_import_and_a_sim_import(tmp_path: Path) -> None:
+    for package in LAYERS:
+        (tmp_path / package).mkdir()
+    (tmp_path / "log" / "bad.py").write_text("import raft.core\n")
+    (tmp_path / "broker" / "worse.py").write_text("from sim.world import World\n")
+    (tmp_path / "kraft" / "fine.py").write_text("from broker import x\nimport log\n")
+    assert layering_violations(tmp_path) == [
+        "log/bad.py:1 (log) imports raft",
+        "broker/worse.py:1 (broker) imports sim",
+    ]
