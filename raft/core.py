@@ -1,0 +1,801 @@
+"""The KRaft consensus core: a pure state machine, in the style of etcd's raft.
+
+Inputs: ``step(Inbound)`` for a request or response from a peer, ``tick(now_ms)`` for time,
+``propose(records)`` on the leader, ``flushed(offset)`` when the driver has synced the log.
+Output: ``ready()`` hands over the work to do, in this order: persist the quorum state, send
+messages, flush the log. The core never blocks and never does I/O of its own, except
+appending to / reading from / truncating its log object, whose durability the driver owns.
+
+Roles (KIP-595 and KIP-996): unattached, follower, prospective (pre-vote), candidate, leader,
+resigned; an observer (a node that is not a voter) is unattached or follower and never votes
+or stands for election. The state diagram and the invariants are in docs/raft.md.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from log.clock import WallClock
+from log.records import Record
+from raft.control import leader_change_record
+from raft.messages import (
+    NO_LEADER,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    Errors,
+    FetchRequest,
+    FetchResponse,
+    Inbound,
+    Outbound,
+    Request,
+    RequestFailed,
+    VoteRequest,
+    VoteResponse,
+)
+from raft.progress import ReplicaProgress, majority, quorum_offset
+from raft.quorum_state import QuorumState
+from raft.replicated_log import ReplicatedLog
+
+# Planted bugs the core understands (off unless a simulation asks for them).
+CORE_BUGS = {
+    "vote-without-log-check": "a voter grants its vote without checking the candidate's log",
+    "hw-from-previous-epoch": "a new leader exposes its whole log as committed on election, "
+    "before an entry of its own epoch (the LeaderChange record) is replicated",
+    "no-check-quorum": "a leader that no longer hears from a majority never resigns",
+    "truncate-to-leader-offset": "a diverging follower truncates to the leader's epoch end "
+    "offset without capping it at its own end offset for that epoch",
+    "ack-before-fsync": "a follower acknowledges (fetches on) and a leader counts its own "
+    "entries before they are flushed",
+}
+
+RETRY_BACKOFF_MS = 100
+BEGIN_QUORUM_RETRY_MS = 500
+MAX_PROPOSAL_RECORDS = 10_000
+
+
+class Role(enum.Enum):
+    UNATTACHED = "unattached"
+    FOLLOWER = "follower"
+    PROSPECTIVE = "prospective"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+    RESIGNED = "resigned"
+
+
+class NotLeaderError(Exception):
+    """A proposal reached a node that is not the leader; says who is, if known."""
+
+    def __init__(self, leader_id: int, epoch: int) -> None:
+        super().__init__(f"not the leader (leader {leader_id}, epoch {epoch})")
+        self.leader_id = leader_id
+        self.epoch = epoch
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    """Timeouts in ms; the defaults are Kafka's."""
+
+    election_timeout_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    election_backoff_max_ms: int = 1000
+    request_timeout_ms: int = 2000
+    fetch_max_wait_ms: int = 500
+    fetch_max_bytes: int = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RoleChanged:
+    role: Role
+    epoch: int
+    leader_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class HighWatermarkAdvanced:
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class Truncated:
+    from_offset: int
+    to_offset: int
+
+
+Event = RoleChanged | HighWatermarkAdvanced | Truncated
+
+
+@dataclass(slots=True)
+class Ready:
+    """Work for the driver: persist ``state`` first, then send, then flush if asked."""
+
+    state: QuorumState | None = None
+    messages: list[Outbound] = field(default_factory=list)
+    flush: bool = False
+    events: list[Event] = field(default_factory=list)
+
+    def empty(self) -> bool:
+        return self.state is None and not self.messages and not self.flush and not self.events
+
+
+@dataclass(slots=True)
+class _Parked:
+    """A Fetch the leader holds until it has something new to say (long polling)."""
+
+    src: int
+    request: FetchRequest
+    reply_to: object
+    deadline_ms: int
+
+
+class RaftCore:
+    """One node's consensus state machine."""
+
+    def __init__(
+        self,
+        node_id: int,
+        voters: Sequence[int],
+        log: ReplicatedLog,
+        state: QuorumState,
+        *,
+        rng: random.Random,
+        clock: WallClock,
+        now_ms: int,
+        config: RaftConfig | None = None,
+        bugs: frozenset[str] = frozenset(),
+    ) -> None:
+        unknown = bugs - CORE_BUGS.keys()
+        assert not unknown, f"unknown planted bugs {sorted(unknown)}"
+        self.node_id = node_id
+        self.voters = tuple(sorted(voters))
+        self.is_voter = node_id in self.voters
+        self.log = log
+        self.rng = rng
+        self.clock = clock
+        self.config = config or RaftConfig()
+        self.bugs = bugs
+        self.now_ms = now_ms
+        self.epoch = state.leader_epoch
+        self.leader_id = state.leader_id
+        self.voted_id = state.voted_id
+        self.role = Role.UNATTACHED
+        self.high_watermark = 0
+        # What the driver has synced: at start-up the driver flushes before building the core.
+        self.flushed_offset = log.end_offset()
+        self._ready = Ready()
+        self._correlation = 0
+        self._inflight: dict[int, tuple[int, Request, int]] = {}
+        self._election_deadline_ms = 0
+        self._fetch_deadline_ms = 0
+        self._fetch_correlation: int | None = None
+        self._fetch_backoff_until_ms = 0
+        self._bootstrap_index = 0
+        self._votes: dict[int, bool] = {}
+        self._progress: dict[int, ReplicaProgress] = {}
+        self._epoch_start_offset = 0
+        self._leader_since_ms = 0
+        self._begin_epoch_sent_ms: dict[int, int] = {}
+        self._parked: dict[int, _Parked] = {}
+        if self.leader_id == node_id and self.is_voter:
+            # A leader that restarts must not lead the same epoch again: it may have lost
+            # entries it never flushed. Resign and let a new epoch start.
+            self._become_resigned()
+        elif self.leader_id != NO_LEADER:
+            self._become_follower(self.epoch, self.leader_id, persist=False)
+        else:
+            self._become_unattached(self.epoch, self.voted_id, persist=False)
+
+    # ---- driver interface ---------------------------------------------------------------
+    def ready(self) -> Ready:
+        """Take the accumulated work; the driver must do it in the documented order."""
+        ready, self._ready = self._ready, Ready()
+        return ready
+
+    def next_deadline_ms(self) -> int:
+        """When ``tick`` next has something to do (the driver may tick earlier)."""
+        role = self.role
+        deadlines = [
+            sent + self.config.request_timeout_ms for _, _, sent in self._inflight.values()
+        ]
+        if role is Role.LEADER:
+            # Check quorum and BeginQuorumEpoch retries are looked at on this period.
+            deadlines.append(self.now_ms + BEGIN_QUORUM_RETRY_MS)
+            deadlines.extend(p.deadline_ms for p in self._parked.values())
+        elif role is Role.FOLLOWER:
+            deadlines.append(self._fetch_deadline_ms)
+        elif self.is_voter:
+            deadlines.append(self._election_deadline_ms)
+        if role is not Role.LEADER and self._fetch_correlation is None:
+            fetching = role is Role.FOLLOWER or not self.is_voter
+            if fetching and self._fetch_backoff_until_ms > self.now_ms:
+                deadlines.append(self._fetch_backoff_until_ms)
+        return max(min(deadlines, default=self.now_ms + BEGIN_QUORUM_RETRY_MS), self.now_ms + 1)
+
+    def tick(self, now_ms: int) -> None:
+        """Advance time: elections, fetch timeouts, check quorum, long-poll expiry."""
+        self.now_ms = max(self.now_ms, now_ms)
+        self._expire_requests()
+        role = self.role
+        if role is Role.LEADER:
+            self._leader_tick()
+        elif role is Role.FOLLOWER:
+            if self.now_ms < self._fetch_deadline_ms:
+                self._maybe_fetch()
+            elif self.is_voter:
+                self._start_prospective()
+            else:
+                self._become_unattached(self.epoch, NO_LEADER)
+        elif not self.is_voter:
+            self._maybe_fetch()
+        elif self.now_ms >= self._election_deadline_ms:
+            if role is Role.CANDIDATE:
+                self._start_prospective()
+            elif role is Role.PROSPECTIVE:
+                self._end_prospective()
+            else:
+                self._start_prospective()
+
+    def flushed(self, offset: int) -> None:
+        """The driver synced the log up to ``offset``."""
+        self.flushed_offset = max(self.flushed_offset, min(offset, self.log.end_offset()))
+        if self.role is Role.LEADER:
+            self._update_high_watermark()
+        else:
+            self._maybe_fetch()
+
+    def propose(self, records: Sequence[Record]) -> int:
+        """Append records as leader; returns the offset of the last one."""
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_id, self.epoch)
+        assert 0 < len(records) <= MAX_PROPOSAL_RECORDS
+        _first, last = self.log.append_as_leader(records, self.epoch)
+        self._ready.flush = True
+        self._answer_parked()
+        return last
+
+    def step(self, message: Inbound) -> None:
+        """Handle one request or response."""
+        body = message.body
+        if isinstance(body, VoteRequest):
+            self._on_vote_request(message, body)
+        elif isinstance(body, FetchRequest):
+            self._on_fetch_request(message, body)
+        elif isinstance(body, BeginQuorumEpochRequest):
+            self._on_begin_quorum_epoch(message, body)
+        elif isinstance(body, EndQuorumEpochRequest):
+            self._on_end_quorum_epoch(message, body)
+        else:
+            entry = self._inflight.pop(message.correlation_id, None)
+            if entry is None or entry[0] != message.src:
+                return  # late, duplicated or unsolicited: the request was already settled
+            request = entry[1]
+            if isinstance(body, VoteResponse) and isinstance(request, VoteRequest):
+                self._on_vote_response(message.src, request, body)
+            elif isinstance(request, FetchRequest):
+                self._on_fetch_response(message.correlation_id, request, body)
+            elif isinstance(body, (BeginQuorumEpochResponse, EndQuorumEpochResponse)):
+                self._maybe_higher_epoch(body.leader_epoch, body.leader_id)
+            elif isinstance(body, RequestFailed):
+                return
+
+    def resign(self) -> None:
+        """Graceful shutdown of a leader: hand over leadership (EndQuorumEpoch)."""
+        if self.role is Role.LEADER:
+            self._become_resigned()
+
+    def describe(self) -> dict[int, ReplicaProgress]:
+        """The leader's view of every replica (DescribeQuorum); empty on other nodes."""
+        return dict(self._progress) if self.role is Role.LEADER else {}
+
+    # ---- plumbing -----------------------------------------------------------------------
+    def _send(self, dst: int, body: Request) -> int:
+        self._correlation += 1
+        self._inflight[self._correlation] = (dst, body, self.now_ms)
+        self._ready.messages.append(Outbound(dst, body, correlation_id=self._correlation))
+        return self._correlation
+
+    def _reply(self, message: Inbound, body: object) -> None:
+        self._ready.messages.append(
+            Outbound(message.src, body, reply_to=message.reply_to)  # type: ignore[arg-type]
+        )
+
+    def _persist(self) -> None:
+        self._ready.state = QuorumState(self.epoch, self.leader_id, self.voted_id)
+
+    def _event(self, event: Event) -> None:
+        self._ready.events.append(event)
+
+    def _expire_requests(self) -> None:
+        limit = self.now_ms - self.config.request_timeout_ms
+        for correlation, (_dst, _request, sent_ms) in list(self._inflight.items()):
+            if sent_ms <= limit:
+                del self._inflight[correlation]
+                if correlation == self._fetch_correlation:
+                    self._fetch_correlation = None
+
+    def _random_election_timeout(self) -> int:
+        timeout = self.config.election_timeout_ms
+        return timeout + self.rng.randint(0, timeout)
+
+    def _up_to_date(self, last_epoch: int, last_offset: int) -> bool:
+        if "vote-without-log-check" in self.bugs:
+            return True
+        return (last_epoch, last_offset) >= (self.log.last_fetched_epoch(), self.log.end_offset())
+
+    def _durable_end(self) -> int:
+        if "ack-before-fsync" in self.bugs:
+            return self.log.end_offset()
+        return min(self.flushed_offset, self.log.end_offset())
+
+    # ---- transitions ------------------------------------------------------------------
+    def _set_role(self, role: Role) -> None:
+        if self.role is Role.LEADER and role is not Role.LEADER:
+            self._release_parked(Errors.NOT_LEADER_OR_FOLLOWER)
+            self._progress = {}
+        self.role = role
+        self._votes = {}
+        self._fetch_correlation = None
+        self._event(RoleChanged(role, self.epoch, self.leader_id))
+
+    def _become_unattached(
+        self, epoch: int, voted_id: int, *, persist: bool = True, backoff: bool = False
+    ) -> None:
+        changed = (epoch, voted_id, NO_LEADER) != (self.epoch, self.voted_id, self.leader_id)
+        self.epoch, self.voted_id, self.leader_id = epoch, voted_id, NO_LEADER
+        self._set_role(Role.UNATTACHED)
+        if backoff:
+            delay = self.rng.randint(0, self.config.election_backoff_max_ms)
+        else:
+            delay = self._random_election_timeout()
+        self._election_deadline_ms = self.now_ms + delay
+        if persist and changed:
+            self._persist()
+        if not self.is_voter:
+            self._maybe_fetch()
+
+    def _become_follower(
+        self, epoch: int, leader_id: int, *, persist: bool = True, fetch: bool = True
+    ) -> None:
+        if epoch != self.epoch:
+            self.voted_id = NO_LEADER
+        self.epoch, self.leader_id = epoch, leader_id
+        self._set_role(Role.FOLLOWER)
+        self._fetch_deadline_ms = self.now_ms + self.config.fetch_timeout_ms
+        self._fetch_backoff_until_ms = 0
+        if persist:
+            self._persist()
+        if fetch:
+            self._maybe_fetch()
+
+    def _maybe_higher_epoch(self, epoch: int, leader_id: int) -> bool:
+        """Step down to a newer epoch seen in any message; True if it did."""
+        if epoch <= self.epoch:
+            return False
+        if leader_id not in (NO_LEADER, self.node_id):
+            self.voted_id = NO_LEADER
+            self._become_follower(epoch, leader_id)
+        else:
+            self._become_unattached(epoch, NO_LEADER)
+        return True
+
+    def _start_prospective(self) -> None:
+        """KIP-996 pre-vote: ask for votes for epoch+1 without changing any stored state."""
+        if not self.is_voter:
+            return
+        self._set_role(Role.PROSPECTIVE)
+        self._election_deadline_ms = self.now_ms + self._random_election_timeout()
+        self._votes[self.node_id] = True
+        if self._tally():
+            return
+        self._request_votes(pre_vote=True)
+
+    def _end_prospective(self) -> None:
+        """A pre-vote that did not win: back to the leader we knew, or wait and retry."""
+        if self.leader_id not in (NO_LEADER, self.node_id):
+            self._become_follower(self.epoch, self.leader_id, persist=False)
+        else:
+            self._become_unattached(self.epoch, self.voted_id, backoff=True)
+
+    def _become_candidate(self) -> None:
+        self.epoch += 1
+        self.voted_id = self.node_id
+        self.leader_id = NO_LEADER
+        self._set_role(Role.CANDIDATE)
+        self._persist()
+        self._election_deadline_ms = self.now_ms + self._random_election_timeout()
+        self._votes[self.node_id] = True
+        if self._tally():
+            return
+        self._request_votes(pre_vote=False)
+
+    def _request_votes(self, *, pre_vote: bool) -> None:
+        candidate_epoch = self.epoch + 1 if pre_vote else self.epoch
+        request = VoteRequest(
+            candidate_epoch=candidate_epoch,
+            candidate_id=self.node_id,
+            last_offset_epoch=self.log.last_fetched_epoch(),
+            last_offset=self.log.end_offset(),
+            pre_vote=pre_vote,
+        )
+        for voter in self.voters:
+            if voter != self.node_id:
+                self._send(voter, request)
+
+    def _tally(self) -> bool:
+        """Advance the election if this round has a majority; True if it did."""
+        granted = sum(1 for ok in self._votes.values() if ok)
+        if granted < majority(len(self.voters)):
+            return False
+        if self.role is Role.PROSPECTIVE:
+            self._become_candidate()
+        elif self.role is Role.CANDIDATE:
+            self._become_leader()
+        return True
+
+    def _become_leader(self) -> None:
+        granting = tuple(sorted(v for v, ok in self._votes.items() if ok))
+        self.leader_id = self.node_id
+        self._set_role(Role.LEADER)
+        self._persist()
+        self._leader_since_ms = self.now_ms
+        self._progress = {
+            voter: ReplicaProgress(voter, last_fetch_ms=self.now_ms) for voter in self.voters
+        }
+        self._epoch_start_offset = self.log.end_offset()
+        record = leader_change_record(self.node_id, self.voters, granting, self.clock.now_ms())
+        self.log.append_as_leader([record], self.epoch, control=True)
+        self._ready.flush = True
+        if "hw-from-previous-epoch" in self.bugs and self._epoch_start_offset > self.high_watermark:
+            self.high_watermark = self._epoch_start_offset
+            self._event(HighWatermarkAdvanced(self.high_watermark))
+        self._begin_epoch_sent_ms = {}
+        self._send_begin_quorum_epoch()
+
+    def _become_resigned(self) -> None:
+        self.leader_id = self.node_id
+        self.voted_id = self.node_id if self.voted_id == NO_LEADER else self.voted_id
+        preferred = tuple(
+            replica
+            for replica, _ in sorted(
+                ((p.replica_id, p.end_offset) for p in self._progress.values()),
+                key=lambda item: (-item[1], item[0]),
+            )
+            if replica != self.node_id
+        )
+        self._set_role(Role.RESIGNED)
+        self._election_deadline_ms = self.now_ms + self._random_election_timeout()
+        request = EndQuorumEpochRequest(self.epoch, self.node_id, preferred)
+        for voter in self.voters:
+            if voter != self.node_id:
+                self._send(voter, request)
+
+    # ---- leader --------------------------------------------------------------------------
+    def _send_begin_quorum_epoch(self) -> None:
+        for voter in self.voters:
+            if voter == self.node_id or self._progress[voter].end_offset >= 0:
+                continue
+            sent = self._begin_epoch_sent_ms.get(voter)
+            if sent is None or self.now_ms - sent >= BEGIN_QUORUM_RETRY_MS:
+                self._begin_epoch_sent_ms[voter] = self.now_ms
+                self._send(voter, BeginQuorumEpochRequest(self.epoch, self.node_id))
+
+    def _leader_tick(self) -> None:
+        if "no-check-quorum" not in self.bugs:
+            window = self.config.fetch_timeout_ms
+            heard = sum(
+                1
+                for voter in self.voters
+                if voter == self.node_id
+                or self.now_ms - self._progress[voter].last_fetch_ms < window
+            )
+            if heard < majority(len(self.voters)) and self.now_ms - self._leader_since_ms >= window:
+                self._become_resigned()
+                return
+        self._send_begin_quorum_epoch()
+        for parked in list(self._parked.values()):
+            if self.now_ms >= parked.deadline_ms:
+                self._answer_fetch(parked, force=True)
+
+    def _update_high_watermark(self) -> None:
+        ends = [
+            self._durable_end() if voter == self.node_id else self._progress[voter].end_offset
+            for voter in self.voters
+        ]
+        candidate = quorum_offset(ends)
+        if candidate <= self.high_watermark:
+            return
+        if candidate <= self._epoch_start_offset:
+            return  # nothing of this epoch is committed yet (Raft's figure-8 rule)
+        self.high_watermark = candidate
+        self._event(HighWatermarkAdvanced(candidate))
+        self._answer_parked()
+
+    def _on_fetch_request(self, message: Inbound, request: FetchRequest) -> None:
+        def error(code: int) -> None:
+            self._reply(message, FetchResponse(code, self.epoch, self._leader_hint()))
+
+        if request.current_leader_epoch < self.epoch:
+            error(Errors.FENCED_LEADER_EPOCH)
+            return
+        if request.current_leader_epoch > self.epoch:
+            error(Errors.UNKNOWN_LEADER_EPOCH)
+            return
+        if self.role is not Role.LEADER:
+            error(Errors.NOT_LEADER_OR_FOLLOWER)
+            return
+        if request.fetch_offset > 0 or request.last_fetched_epoch > 0:
+            epoch, end = self.log.end_offset_for_epoch(request.last_fetched_epoch)
+            if epoch != request.last_fetched_epoch or request.fetch_offset > end:
+                self._reply(
+                    message,
+                    FetchResponse(
+                        Errors.NONE,
+                        self.epoch,
+                        self.node_id,
+                        high_watermark=self.high_watermark,
+                        diverging_epoch=epoch,
+                        diverging_end_offset=max(end, 0),
+                    ),
+                )
+                return
+        progress = self._progress.get(message.src)
+        if progress is None:
+            progress = self._progress[message.src] = ReplicaProgress(message.src)
+        progress.end_offset = request.fetch_offset
+        progress.last_fetch_ms = self.now_ms
+        if request.fetch_offset >= self.high_watermark:
+            progress.last_caught_up_ms = self.now_ms
+        if message.src in self.voters:
+            self._update_high_watermark()
+        previous = self._parked.pop(message.src, None)
+        if previous is not None:
+            self._answer_fetch(previous, force=True)
+        parked = _Parked(
+            message.src,
+            request,
+            message.reply_to,
+            self.now_ms + min(request.max_wait_ms, self.config.fetch_max_wait_ms),
+        )
+        if not self._answer_fetch(parked, force=request.max_wait_ms <= 0):
+            self._parked[message.src] = parked
+
+    def _answer_fetch(self, parked: _Parked, *, force: bool) -> bool:
+        """Answer a fetch if there is news (records or a new HW) or ``force``; True if sent."""
+        request = parked.request
+        progress = self._progress[parked.src]
+        max_bytes = min(request.max_bytes, self.config.fetch_max_bytes)
+        records = self.log.read(request.fetch_offset, max_bytes)
+        if not records and not force and progress.last_sent_high_watermark == self.high_watermark:
+            return False
+        progress.last_sent_high_watermark = self.high_watermark
+        self._ready.messages.append(
+            Outbound(
+                parked.src,
+                FetchResponse(
+                    Errors.NONE,
+                    self.epoch,
+                    self.node_id,
+                    high_watermark=self.high_watermark,
+                    log_start_offset=self.log.start_offset(),
+                    records=records,
+                ),
+                reply_to=parked.reply_to,
+            )
+        )
+        return True
+
+    def _answer_parked(self) -> None:
+        for src, parked in list(self._parked.items()):
+            if self._answer_fetch(parked, force=False):
+                del self._parked[src]
+
+    def _release_parked(self, code: int) -> None:
+        for parked in self._parked.values():
+            self._ready.messages.append(
+                Outbound(
+                    parked.src,
+                    FetchResponse(code, self.epoch, self._leader_hint()),
+                    reply_to=parked.reply_to,
+                )
+            )
+        self._parked = {}
+
+    def _leader_hint(self) -> int:
+        return self.leader_id if self.role in (Role.LEADER, Role.FOLLOWER) else NO_LEADER
+
+    # ---- follower and observer -----------------------------------------------------------
+    def _fetch_target(self) -> int | None:
+        if self.role is Role.FOLLOWER:
+            return self.leader_id
+        if self.is_voter:
+            return None
+        # An observer that knows no leader asks the voters in turn who leads.
+        target = self.voters[self._bootstrap_index % len(self.voters)]
+        self._bootstrap_index += 1
+        return target
+
+    def _maybe_fetch(self) -> None:
+        if self._fetch_correlation is not None or self.now_ms < self._fetch_backoff_until_ms:
+            return
+        if self.role is not Role.FOLLOWER and self.is_voter:
+            return
+        if self._durable_end() < self.log.end_offset():
+            return  # fetching on acknowledges what we have: only once it is flushed
+        target = self._fetch_target()
+        if target is None:
+            return
+        request = FetchRequest(
+            replica_id=self.node_id,
+            current_leader_epoch=self.epoch,
+            fetch_offset=self.log.end_offset(),
+            last_fetched_epoch=self.log.last_fetched_epoch(),
+            max_wait_ms=self.config.fetch_max_wait_ms if self.role is Role.FOLLOWER else 0,
+            max_bytes=self.config.fetch_max_bytes,
+        )
+        self._fetch_correlation = self._send(target, request)
+
+    def _on_fetch_response(self, correlation: int, request: FetchRequest, response: object) -> None:
+        if correlation != self._fetch_correlation:
+            return
+        self._fetch_correlation = None
+        if request.fetch_offset != self.log.end_offset():
+            # The log moved since we asked (a truncation, or records from another answer):
+            # this answer is about an offset we no longer fetch from.
+            self._maybe_fetch()
+            return
+        if not isinstance(response, FetchResponse) or response.error_code != Errors.NONE:
+            if isinstance(response, FetchResponse):
+                if self._maybe_higher_epoch(response.leader_epoch, response.leader_id):
+                    return
+                if (
+                    not self.is_voter
+                    and response.leader_epoch == self.epoch
+                    and response.leader_id not in (NO_LEADER, self.node_id)
+                    and self.role is not Role.FOLLOWER
+                ):
+                    self._become_follower(response.leader_epoch, response.leader_id)
+                    return
+            self._fetch_backoff_until_ms = self.now_ms + RETRY_BACKOFF_MS
+            if not self.is_voter and self.role is Role.FOLLOWER:
+                self._become_unattached(self.epoch, NO_LEADER)
+            return
+        if self._maybe_higher_epoch(response.leader_epoch, response.leader_id):
+            return
+        if self.role is not Role.FOLLOWER:
+            if self.is_voter or response.leader_id == NO_LEADER:
+                return
+            # Process these records before the next fetch goes out.
+            self._become_follower(response.leader_epoch, response.leader_id, fetch=False)
+        self._fetch_deadline_ms = self.now_ms + self.config.fetch_timeout_ms
+        if response.diverging_epoch >= 0 or response.diverging_end_offset >= 0:
+            self._truncate_on_divergence(response)
+        elif response.records:
+            self.log.append_as_follower(response.records)
+            self._ready.flush = True
+        high_watermark = min(response.high_watermark, self.log.end_offset())
+        if high_watermark > self.high_watermark:
+            self.high_watermark = high_watermark
+            self._event(HighWatermarkAdvanced(high_watermark))
+        self._maybe_fetch()
+
+    def _truncate_on_divergence(self, response: FetchResponse) -> None:
+        end = self.log.end_offset()
+        if "truncate-to-leader-offset" in self.bugs:
+            target = min(response.diverging_end_offset, end)
+        else:
+            local_epoch, local_end = self.log.end_offset_for_epoch(response.diverging_epoch)
+            target = min(response.diverging_end_offset, local_end if local_epoch >= 0 else 0)
+            target = min(target, end)
+        target = max(target, self.log.start_offset())
+        if target < end:
+            self.log.truncate_to(target)
+            self.flushed_offset = min(self.flushed_offset, target)
+            self._event(Truncated(end, target))
+
+    # ---- elections -----------------------------------------------------------------------
+    def _on_vote_request(self, message: Inbound, request: VoteRequest) -> None:
+        def answer(granted: bool, code: int = Errors.NONE) -> None:
+            self._reply(message, VoteResponse(code, self.epoch, self._leader_hint(), granted))
+
+        if not self.is_voter or request.candidate_id not in self.voters:
+            answer(False, Errors.INCONSISTENT_VOTER_SET)
+            return
+        if request.candidate_epoch < self.epoch:
+            answer(False, Errors.FENCED_LEADER_EPOCH)
+            return
+        up_to_date = self._up_to_date(request.last_offset_epoch, request.last_offset)
+        if request.pre_vote:
+            # Reject while we still hear from a live leader: a partitioned node rejoining must
+            # not disrupt a working quorum (KIP-996).
+            hearing_leader = (
+                self.role is Role.FOLLOWER and self.now_ms < self._fetch_deadline_ms
+            ) or self.role is Role.LEADER
+            answer(up_to_date and not hearing_leader)
+            return
+        if request.candidate_epoch > self.epoch:
+            self._become_unattached(request.candidate_epoch, NO_LEADER)
+        can_vote = self.leader_id == NO_LEADER and self.voted_id in (
+            NO_LEADER,
+            request.candidate_id,
+        )
+        granted = can_vote and up_to_date
+        if granted and self.voted_id == NO_LEADER:
+            self.voted_id = request.candidate_id
+            self._persist()
+            if self.role is Role.PROSPECTIVE:
+                self._set_role(Role.UNATTACHED)
+            self._election_deadline_ms = self.now_ms + self._random_election_timeout()
+        answer(granted)
+
+    def _on_vote_response(self, src: int, request: VoteRequest, response: VoteResponse) -> None:
+        if self._maybe_higher_epoch(response.leader_epoch, response.leader_id):
+            return
+        if (
+            self.role in (Role.PROSPECTIVE, Role.UNATTACHED)
+            and response.leader_epoch == self.epoch
+            and response.leader_id not in (NO_LEADER, self.node_id)
+        ):
+            # Someone still follows a leader of our epoch: rejoin it (KIP-996).
+            self._become_follower(self.epoch, response.leader_id)
+            return
+        expected = Role.PROSPECTIVE if request.pre_vote else Role.CANDIDATE
+        round_epoch = self.epoch + 1 if request.pre_vote else self.epoch
+        if self.role is not expected or request.candidate_epoch != round_epoch:
+            return
+        self._votes[src] = response.vote_granted
+        if response.vote_granted:
+            self._tally()
+            return
+        rejected = sum(1 for ok in self._votes.values() if not ok)
+        if rejected >= majority(len(self.voters)) and self.role is Role.PROSPECTIVE:
+            self._end_prospective()
+
+    def _on_begin_quorum_epoch(self, message: Inbound, request: BeginQuorumEpochRequest) -> None:
+        if request.leader_epoch < self.epoch:
+            self._reply(
+                message,
+                BeginQuorumEpochResponse(
+                    Errors.FENCED_LEADER_EPOCH, self.epoch, self._leader_hint()
+                ),
+            )
+            return
+        if request.leader_epoch == self.epoch and self.role is Role.LEADER:
+            # Two leaders in one epoch cannot happen; refuse rather than follow.
+            self._reply(
+                message,
+                BeginQuorumEpochResponse(Errors.INVALID_REQUEST, self.epoch, self.node_id),
+            )
+            return
+        if not (
+            self.role is Role.FOLLOWER
+            and self.epoch == request.leader_epoch
+            and self.leader_id == request.leader_id
+        ):
+            self._become_follower(request.leader_epoch, request.leader_id)
+        self._reply(message, BeginQuorumEpochResponse(Errors.NONE, self.epoch, self.leader_id))
+
+    def _on_end_quorum_epoch(self, message: Inbound, request: EndQuorumEpochRequest) -> None:
+        if request.leader_epoch < self.epoch:
+            self._reply(
+                message,
+                EndQuorumEpochResponse(Errors.FENCED_LEADER_EPOCH, self.epoch, self._leader_hint()),
+            )
+            return
+        follows_it = self.leader_id == request.leader_id or request.leader_epoch > self.epoch
+        if self.is_voter and follows_it and self.role is not Role.LEADER:
+            self._become_unattached(
+                request.leader_epoch,
+                self.voted_id if request.leader_epoch == self.epoch else NO_LEADER,
+            )
+            # The backoff shortcut: the preferred successor stands at once, the others wait
+            # in proportion to how far down the list they are.
+            successors = request.preferred_successors
+            if self.node_id in successors:
+                position = successors.index(self.node_id)
+                step = self.config.election_backoff_max_ms // max(1, len(successors))
+                self._election_deadline_ms = self.now_ms + position * step
+        self._reply(message, EndQuorumEpochResponse(Errors.NONE, self.epoch, self._leader_hint()))

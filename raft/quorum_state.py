@@ -1,0 +1,76 @@
+"""The ``quorum-state`` file: the election state a voter must never forget.
+
+Raft's safety rests on a voter never voting twice in one epoch and never going back to an
+older epoch, so (epoch, votedId, leaderId) is written atomically (temp file, fsync, rename,
+directory fsync) before any message that depends on it leaves the node. The format is
+Kafka's: a JSON object with ``data_version`` 1.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from log.fs import FileSystem, read_all, write_atomic
+
+FILE_NAME = "quorum-state"
+
+
+class QuorumStateError(Exception):
+    """The quorum-state file exists but cannot be trusted."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumState:
+    """The persisted election state; -1 means none."""
+
+    leader_epoch: int = 0
+    leader_id: int = -1
+    voted_id: int = -1
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "leaderEpoch": self.leader_epoch,
+                "leaderId": self.leader_id,
+                "votedId": self.voted_id,
+                "data_version": 1,
+            },
+            sort_keys=True,
+        ).encode()
+
+    @staticmethod
+    def decode(data: bytes, path: str = FILE_NAME) -> QuorumState:
+        try:
+            obj = json.loads(data)
+            if obj.get("data_version") not in (0, 1):
+                raise QuorumStateError(f"{path}: unknown data_version {obj.get('data_version')}")
+            return QuorumState(
+                leader_epoch=int(obj["leaderEpoch"]),
+                leader_id=int(obj.get("leaderId", -1)),
+                voted_id=int(obj.get("votedId", -1)),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise QuorumStateError(f"{path}: corrupt quorum state ({error})") from None
+
+
+def load(fs: FileSystem, directory: str) -> QuorumState:
+    """The stored state, or the initial one when the file does not exist yet."""
+    path = f"{directory}/{FILE_NAME}"
+    if not fs.exists(path):
+        return QuorumState()
+    return QuorumState.decode(read_all(fs, path), path)
+
+
+async def store(fs: FileSystem, directory: str, state: QuorumState, *, sync: bool = True) -> None:
+    """Durably replace the stored state (``sync=False`` only for the planted bug)."""
+    path = f"{directory}/{FILE_NAME}"
+    if sync:
+        await write_atomic(fs, path, state.encode())
+        return
+    handle = fs.open(path)
+    try:
+        handle.truncate(0)
+        handle.pwrite(0, state.encode())
+    finally:
+        handle.close()
