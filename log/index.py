@@ -1,0 +1,338 @@
+"""Sparse per-segment indexes: OffsetIndex (.index) and TimeIndex (.timeindex).
+
+On-disk layout, big-endian, exactly Kafka's:
+- ``.index``: 8-byte entries, relativeOffset u32 (offset - segment base) + position u32;
+- ``.timeindex``: 12-byte entries, timestamp i64 + relativeOffset u32.
+
+Differences from Kafka, both deliberate:
+- Files are appended, not preallocated and mmapped: the FileSystem seam has no mmap, and an
+  appended file is always exactly ``entries * entry_size`` long, so there is nothing to trim
+  on roll and a reader never confuses preallocated zeros with entries. ``segment.index.bytes``
+  still bounds the entries (``is_full`` rolls the segment, as in Kafka).
+- Entries are kept in memory (two compact arrays, 8 or 12 bytes per entry, loaded lazily on
+  first use, as Kafka's LazyIndex) and written to the file in batches (``write_pending``).
+  Index files are derived data: recovery rebuilds the indexes of every segment it rescans,
+  and the Log fsyncs a segment's index files before its recovery point passes the segment,
+  so a lost tail of index writes costs a rebuild, never a wrong answer.
+
+Invariants (asserted on append, checked on load): offsets strictly increase, positions
+strictly increase, timestamps strictly increase in the time index.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from bisect import bisect_left, bisect_right
+
+from log.fs import FileHandle, FileSystem
+
+OFFSET_ENTRY_SIZE = 8
+TIME_ENTRY_SIZE = 12
+NO_TIMESTAMP = -1
+REL_OFFSET_MAX = (1 << 31) - 1  # Kafka keeps relative offsets in a signed int
+_PENDING_FLUSH_BYTES = 4096
+_OFFSET_ENTRY = struct.Struct(">II")
+_TIME_ENTRY = struct.Struct(">qI")
+_BIG_ENDIAN_HOST = sys.byteorder == "big"
+
+
+class CorruptIndexError(Exception):
+    """An index file's contents cannot be right; the segment rebuilds it from the log."""
+
+
+class OffsetIndex:
+    """Maps offsets to file positions in one segment; lookups binary-search in memory."""
+
+    __slots__ = (
+        "_handle",
+        "_loaded",
+        "_pending",
+        "_positions",
+        "_rel_offsets",
+        "_written",
+        "base_offset",
+        "max_entries",
+        "path",
+    )
+
+    def __init__(self, fs: FileSystem, path: str, base_offset: int, max_index_size: int) -> None:
+        """Open (creating if missing) the index of the segment starting at ``base_offset``."""
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max(1, max_index_size // OFFSET_ENTRY_SIZE)
+        self._handle: FileHandle = fs.open(path, create=True)
+        self._rel_offsets = array("I")
+        self._positions = array("I")
+        self._pending = bytearray()
+        self._written = 0
+        self._loaded = False
+
+    # ---- loading ------------------------------------------------------------------------
+    def file_entries(self) -> int:
+        """Entries in the file (O(1)); CorruptIndexError if its size is not a multiple of 8."""
+        size = self._handle.size()
+        if size % OFFSET_ENTRY_SIZE:
+            raise CorruptIndexError(f"{self.path}: size {size} is not a multiple of 8")
+        return size // OFFSET_ENTRY_SIZE
+
+    def load(self, log_size: int) -> None:
+        """Read the file into memory and check it against a log of ``log_size`` bytes."""
+        if self._loaded:
+            return
+        count = self.file_entries()
+        raw = array("I")
+        raw.frombytes(self._handle.pread(0, count * OFFSET_ENTRY_SIZE))
+        if len(raw) != 2 * count:
+            raise CorruptIndexError(f"{self.path}: short read")
+        if not _BIG_ENDIAN_HOST:
+            raw.byteswap()
+        rel_offsets, positions = raw[0::2], raw[1::2]
+        previous_rel, previous_pos = -1, -1
+        for index in range(count):  # bounded by the file size
+            rel, pos = rel_offsets[index], positions[index]
+            if rel <= previous_rel or pos <= previous_pos:
+                raise CorruptIndexError(f"{self.path}: entry {index} is not increasing")
+            if rel > REL_OFFSET_MAX or pos >= log_size:
+                raise CorruptIndexError(f"{self.path}: entry {index} ({rel}, {pos}) out of range")
+            previous_rel, previous_pos = rel, pos
+        self._rel_offsets, self._positions = rel_offsets, positions
+        self._written = count
+        self._pending = bytearray()
+        self._loaded = True
+
+    def reset(self) -> None:
+        """Empty the index (before a rebuild)."""
+        self._handle.truncate(0)
+        self._rel_offsets = array("I")
+        self._positions = array("I")
+        self._pending = bytearray()
+        self._written = 0
+        self._loaded = True
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    # ---- queries ------------------------------------------------------------------------
+    @property
+    def entries(self) -> int:
+        assert self._loaded, self.path
+        return len(self._rel_offsets)
+
+    def is_full(self) -> bool:
+        return len(self._rel_offsets) >= self.max_entries
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last entry, or the base offset when empty (as Kafka)."""
+        assert self._loaded, self.path
+        return self.base_offset + self._rel_offsets[-1] if self._rel_offsets else self.base_offset
+
+    def entry(self, n: int) -> tuple[int, int]:
+        """The n-th entry as (absolute offset, position)."""
+        assert self._loaded, self.path
+        return self.base_offset + self._rel_offsets[n], self._positions[n]
+
+    def lookup(self, target_offset: int) -> tuple[int, int]:
+        """The entry with the largest offset <= target, or (base_offset, 0) if none is."""
+        assert self._loaded, self.path
+        relative = target_offset - self.base_offset
+        if relative < 0:
+            return self.base_offset, 0
+        index = bisect_right(self._rel_offsets, min(relative, 0xFFFFFFFF)) - 1
+        if index < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._rel_offsets[index], self._positions[index]
+
+    # ---- mutation -----------------------------------------------------------------------
+    def append(self, offset: int, position: int) -> None:
+        """Add an entry; offsets and positions must exceed the last entry's."""
+        assert self._loaded, self.path
+        relative = offset - self.base_offset
+        assert 0 <= relative <= REL_OFFSET_MAX, (self.path, offset)
+        assert 0 <= position <= 0xFFFFFFFF, (self.path, position)
+        if self._rel_offsets:
+            assert relative > self._rel_offsets[-1], (self.path, offset, self.last_offset)
+            assert position > self._positions[-1], (self.path, position)
+        self._rel_offsets.append(relative)
+        self._positions.append(position)
+        self._pending += _OFFSET_ENTRY.pack(relative, position)
+        if len(self._pending) >= _PENDING_FLUSH_BYTES:
+            self.write_pending()
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= ``offset``."""
+        assert self._loaded, self.path
+        keep = bisect_left(self._rel_offsets, max(0, offset - self.base_offset))
+        _truncate_arrays(keep, self._rel_offsets, self._positions)
+        self._pending, self._written = _truncate_file(
+            self._handle, keep, self._written, self._pending, OFFSET_ENTRY_SIZE
+        )
+
+    def write_pending(self) -> None:
+        """Write buffered entries to the file (page cache; fsync is separate)."""
+        if self._pending:
+            self._handle.pwrite(self._written * OFFSET_ENTRY_SIZE, self._pending)
+            self._written += len(self._pending) // OFFSET_ENTRY_SIZE
+            self._pending = bytearray()
+
+    async def fsync(self) -> None:
+        self.write_pending()
+        await self._handle.fsync()
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+class TimeIndex:
+    """Maps timestamps to offsets in one segment: entries only when the max timestamp grows."""
+
+    __slots__ = (
+        "_handle",
+        "_loaded",
+        "_pending",
+        "_rel_offsets",
+        "_timestamps",
+        "_written",
+        "base_offset",
+        "max_entries",
+        "path",
+    )
+
+    def __init__(self, fs: FileSystem, path: str, base_offset: int, max_index_size: int) -> None:
+        """Open (creating if missing) the time index of the segment at ``base_offset``."""
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max(1, max_index_size // TIME_ENTRY_SIZE)
+        self._handle: FileHandle = fs.open(path, create=True)
+        self._timestamps = array("q")
+        self._rel_offsets = array("I")
+        self._pending = bytearray()
+        self._written = 0
+        self._loaded = False
+
+    def file_entries(self) -> int:
+        """Entries in the file (O(1)); CorruptIndexError if its size is not a multiple of 12."""
+        size = self._handle.size()
+        if size % TIME_ENTRY_SIZE:
+            raise CorruptIndexError(f"{self.path}: size {size} is not a multiple of 12")
+        return size // TIME_ENTRY_SIZE
+
+    def load(self, last_offset: int) -> None:
+        """Read the file into memory; entries must lie in [base, ``last_offset``]."""
+        if self._loaded:
+            return
+        count = self.file_entries()
+        data = self._handle.pread(0, count * TIME_ENTRY_SIZE)
+        if len(data) != count * TIME_ENTRY_SIZE:
+            raise CorruptIndexError(f"{self.path}: short read")
+        timestamps, rel_offsets = array("q"), array("I")
+        previous_ts, previous_rel = NO_TIMESTAMP, -1
+        for index, (timestamp, rel) in enumerate(_TIME_ENTRY.iter_unpack(data)):
+            if timestamp <= previous_ts or rel < previous_rel:
+                raise CorruptIndexError(f"{self.path}: entry {index} is not increasing")
+            if self.base_offset + rel > last_offset:
+                raise CorruptIndexError(f"{self.path}: entry {index} points past the log end")
+            timestamps.append(timestamp)
+            rel_offsets.append(rel)
+            previous_ts, previous_rel = timestamp, rel
+        self._timestamps, self._rel_offsets = timestamps, rel_offsets
+        self._written = count
+        self._pending = bytearray()
+        self._loaded = True
+
+    def reset(self) -> None:
+        """Empty the index (before a rebuild)."""
+        self._handle.truncate(0)
+        self._timestamps = array("q")
+        self._rel_offsets = array("I")
+        self._pending = bytearray()
+        self._written = 0
+        self._loaded = True
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    @property
+    def entries(self) -> int:
+        assert self._loaded, self.path
+        return len(self._timestamps)
+
+    def is_full(self) -> bool:
+        return len(self._timestamps) >= self.max_entries
+
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry, or (NO_TIMESTAMP, base) when empty."""
+        assert self._loaded, self.path
+        if not self._timestamps:
+            return NO_TIMESTAMP, self.base_offset
+        return self._timestamps[-1], self.base_offset + self._rel_offsets[-1]
+
+    def entry(self, n: int) -> tuple[int, int]:
+        assert self._loaded, self.path
+        return self._timestamps[n], self.base_offset + self._rel_offsets[n]
+
+    def lookup(self, target_timestamp: int) -> tuple[int, int]:
+        """The entry with the largest timestamp <= target, or (NO_TIMESTAMP, base) if none."""
+        assert self._loaded, self.path
+        index = bisect_right(self._timestamps, target_timestamp) - 1
+        if index < 0:
+            return NO_TIMESTAMP, self.base_offset
+        return self._timestamps[index], self.base_offset + self._rel_offsets[index]
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        """Add (timestamp, offset) if the timestamp exceeds the last entry's (Kafka's rule)."""
+        assert self._loaded, self.path
+        if self._timestamps and timestamp <= self._timestamps[-1]:
+            return
+        if timestamp < 0:
+            return
+        relative = offset - self.base_offset
+        assert 0 <= relative <= REL_OFFSET_MAX, (self.path, offset)
+        if self._rel_offsets:
+            assert relative >= self._rel_offsets[-1], (self.path, offset)
+        self._timestamps.append(timestamp)
+        self._rel_offsets.append(relative)
+        self._pending += _TIME_ENTRY.pack(timestamp, relative)
+        if len(self._pending) >= _PENDING_FLUSH_BYTES:
+            self.write_pending()
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= ``offset``."""
+        assert self._loaded, self.path
+        keep = bisect_left(self._rel_offsets, max(0, offset - self.base_offset))
+        _truncate_arrays(keep, self._timestamps, self._rel_offsets)
+        self._pending, self._written = _truncate_file(
+            self._handle, keep, self._written, self._pending, TIME_ENTRY_SIZE
+        )
+
+    def write_pending(self) -> None:
+        if self._pending:
+            self._handle.pwrite(self._written * TIME_ENTRY_SIZE, self._pending)
+            self._written += len(self._pending) // TIME_ENTRY_SIZE
+            self._pending = bytearray()
+
+    async def fsync(self) -> None:
+        self.write_pending()
+        await self._handle.fsync()
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def _truncate_arrays(keep: int, *arrays: array) -> None:
+    for values in arrays:
+        del values[keep:]
+
+
+def _truncate_file(
+    handle: FileHandle, keep: int, written: int, pending: bytearray, entry_size: int
+) -> tuple[bytearray, int]:
+    """Cut the on-disk entries and the write buffer to ``keep`` entries in total."""
+    if keep < written:
+        handle.truncate(keep * entry_size)
+        return bytearray(), keep
+    return pending[: (keep - written) * entry_size], written

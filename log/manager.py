@@ -1,0 +1,348 @@
+"""LogManager: every partition log in one or more log dirs, plus the background tasks.
+
+Each log dir holds partition dirs ``<topic>-<partition>/`` and the per-dir checkpoints
+(recovery-point-offset-checkpoint, log-start-offset-checkpoint,
+replication-offset-checkpoint). A ``.kafka_cleanshutdown`` marker written by ``shutdown`` and
+removed (durably) at load tells the next start-up it may skip recovery, exactly as in Kafka;
+without it every log is revalidated from its checkpointed recovery point.
+
+Scheduled tasks (seed 002's table, Kafka's periods and key names), asyncio tasks on the
+running loop, started by ``start()`` and stopped by ``shutdown()``:
+- kafka-log-retention   every log.retention.check.interval.ms (300 s): deleteOldSegments;
+- kafka-log-flusher     every log.flush.scheduler.interval.ms (Long.MAX: off): flush logs
+                        whose flush.ms elapsed;
+- kafka-recovery-point-checkpoint  every log.flush.offset.checkpoint.interval.ms (60 s);
+- kafka-log-start-offset-checkpoint every log.flush.start.offset.checkpoint.interval.ms (60 s).
+High watermarks belong to the replica manager, which calls checkpoint_high_watermarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+
+from log.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    CheckpointError,
+    OffsetCheckpointFile,
+    TopicPartition,
+)
+from log.config import LONG_MAX, LogConfig, LogManagerConfig
+from log.errors import RecordError
+from log.fs import write_atomic
+from log.log import Log
+from log.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+HighWatermarkProvider = Callable[[TopicPartition], int | None]
+
+
+def parse_topic_partition(name: str) -> TopicPartition | None:
+    """``<topic>-<partition>`` -> (topic, partition), None for any other name."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        return None
+    return topic, int(partition)
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    if not topic or "/" in topic or any(c.isspace() for c in topic) or partition < 0:
+        raise ValueError(f"invalid topic partition {topic!r}-{partition}")
+    return f"{topic}-{partition}"
+
+
+class LogManager:
+    """Owns the logs of this broker (Kafka's LogManager)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        log_dirs: list[str],
+        default_config: LogConfig,
+        *,
+        manager_config: LogManagerConfig | None = None,
+        topic_configs: Mapping[str, LogConfig] | None = None,
+        high_watermark_provider: HighWatermarkProvider | None = None,
+    ) -> None:
+        """No I/O here: ``await load_logs()`` (or ``startup()``) reads the dirs."""
+        if not log_dirs:
+            raise ValueError("at least one log dir is needed")
+        if len(set(log_dirs)) != len(log_dirs):
+            raise ValueError(f"duplicate log dirs in {log_dirs}")
+        self.runtime = runtime
+        self.fs = runtime.fs
+        self.log_dirs = list(log_dirs)
+        self.default_config = default_config
+        self.manager_config = manager_config or LogManagerConfig()
+        self.topic_configs: dict[str, LogConfig] = dict(topic_configs or {})
+        self.high_watermark_provider = high_watermark_provider
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, str] = {}
+        self._dir_locks = {d: asyncio.Lock() for d in self.log_dirs}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._create_lock = asyncio.Lock()
+        self._loaded = False
+        self.had_clean_shutdown: dict[str, bool] = {}
+
+    # ---- loading ------------------------------------------------------------------------
+    @property
+    def recovered_from_unclean_shutdown(self) -> bool:
+        """True if some log dir lacked the clean shutdown marker at load."""
+        return not all(self.had_clean_shutdown.values())
+
+    async def load_logs(self) -> None:
+        """Load every partition dir of every log dir, recovering after an unclean shutdown."""
+        assert not self._loaded, "load_logs twice"
+        fs = self.fs
+        for log_dir in self.log_dirs:
+            fs.mkdir(log_dir)
+            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+            marker_present = clean = fs.exists(marker)
+            if not clean:
+                logger.warning("%s: no clean shutdown marker, recovering its logs", log_dir)
+            try:
+                recovery_points = self._checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT).read()
+            except CheckpointError as exc:
+                # Safe fallback: recovering from offset 0 only costs time.
+                logger.warning("%s; recovering all logs in %s from offset 0", exc, log_dir)
+                recovery_points = {}
+                clean = False
+            self.had_clean_shutdown[log_dir] = clean
+            log_starts = self._checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT).read()
+            for name in fs.list_dir(log_dir):
+                path = os.path.join(log_dir, name)
+                tp = parse_topic_partition(name)
+                if tp is None or not fs.is_dir(path):
+                    continue
+                if tp in self._logs:
+                    raise RuntimeError(
+                        f"duplicate log directories for {tp}: {self._logs[tp].dir_path}, {path}"
+                    )
+                self._logs[tp] = await Log.open(
+                    self.runtime,
+                    path,
+                    self.topic_configs.get(tp[0], self.default_config),
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=log_starts.get(tp, 0),
+                    had_clean_shutdown=clean,
+                    checkpoint_hook=self._on_log_offsets_changed,
+                )
+                self._dir_of[tp] = log_dir
+            if marker_present:
+                fs.remove(marker)
+            # Also makes the marker's removal durable before any new write can follow it.
+            await self._write_dir_checkpoints(log_dir)
+        self._loaded = True
+
+    async def startup(self) -> None:
+        """load_logs() then start()."""
+        await self.load_logs()
+        self.start()
+
+    def start(self) -> None:
+        """Start the scheduled tasks on the running loop."""
+        assert self._loaded, "start before load_logs"
+        assert not self._tasks, "started twice"
+        config = self.manager_config
+        loop = asyncio.get_running_loop()
+        schedule = [
+            ("kafka-log-retention", config.retention_check_interval_ms, self.cleanup_logs),
+            ("kafka-log-flusher", config.flush_scheduler_interval_ms, self.flush_dirty_logs),
+            (
+                "kafka-recovery-point-checkpoint",
+                config.flush_offset_checkpoint_interval_ms,
+                self.checkpoint_log_recovery_offsets,
+            ),
+            (
+                "kafka-log-start-offset-checkpoint",
+                config.flush_start_offset_checkpoint_interval_ms,
+                self.checkpoint_log_start_offsets,
+            ),
+        ]
+        for name, period_ms, task in schedule:
+            if period_ms >= LONG_MAX:
+                continue  # Kafka's "never"
+            self._tasks.append(
+                loop.create_task(self._run_periodically(name, period_ms, task), name=name)
+            )
+
+    async def _run_periodically(
+        self, name: str, period_ms: int, task: Callable[[], Awaitable[object]]
+    ) -> None:
+        await asyncio.sleep(self.manager_config.initial_task_delay_ms / 1000)
+        while True:  # ends when shutdown cancels the task
+            try:
+                await task()
+            except (OSError, RecordError, CheckpointError):
+                # A failing disk takes its logs offline; the task keeps serving the others.
+                logger.exception("scheduled task %s failed", name)
+            await asyncio.sleep(period_ms / 1000)
+
+    async def shutdown(self) -> None:
+        """Stop the tasks, close every log (flushing it), write the checkpoints and, per
+        dir where every log closed cleanly, the clean shutdown marker."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        for log_dir in self.log_dirs:
+            all_closed = True
+            for tp in self._partitions_in(log_dir):
+                try:
+                    await self._logs[tp].close()
+                except OSError:
+                    logger.exception("could not close the log of %s", tp)
+                    all_closed = False
+            try:
+                await self._write_dir_checkpoints(log_dir)
+                if all_closed:
+                    await write_atomic(self.fs, os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
+            except OSError:
+                logger.exception("%s: could not write checkpoints at shutdown", log_dir)
+
+    # ---- logs ---------------------------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[tuple[TopicPartition, Log]]:
+        """Every log, sorted by (topic, partition)."""
+        return sorted(self._logs.items(), key=lambda item: item[0])
+
+    def log_dir_of(self, topic: str, partition: int) -> str | None:
+        return self._dir_of.get((topic, partition))
+
+    async def get_or_create_log(
+        self, topic: str, partition: int, config: LogConfig | None = None
+    ) -> Log:
+        """The partition's log, created (in the log dir with the fewest logs) if missing."""
+        tp = (topic, partition)
+        async with self._create_lock:
+            existing = self._logs.get(tp)
+            if existing is not None:
+                return existing
+            if config is not None:
+                self.topic_configs[topic] = config
+            counts = {d: 0 for d in self.log_dirs}
+            for log_dir in self._dir_of.values():
+                counts[log_dir] += 1
+            log_dir = min(self.log_dirs, key=lambda d: counts[d])  # ties: first listed
+            log = await Log.open(
+                self.runtime,
+                os.path.join(log_dir, partition_dir_name(topic, partition)),
+                config or self.topic_configs.get(topic, self.default_config),
+                had_clean_shutdown=True,
+                checkpoint_hook=self._on_log_offsets_changed,
+            )
+            self._logs[tp] = log
+            self._dir_of[tp] = log_dir
+            return log
+
+    async def delete_log(self, topic: str, partition: int) -> None:
+        """Close the partition's log and remove its directory (durably)."""
+        tp = (topic, partition)
+        log = self._logs.pop(tp, None)
+        if log is None:
+            return
+        log_dir = self._dir_of.pop(tp)
+        try:
+            await log.close()
+        except OSError:
+            logger.exception("closing %s before deletion failed", tp)
+        fs = self.fs
+        for name in fs.list_dir(log.dir_path):
+            fs.remove(os.path.join(log.dir_path, name))
+        fs.remove_dir(log.dir_path)
+        await fs.fsync_dir(log_dir)
+        await self._write_dir_checkpoints(log_dir)
+
+    def update_config(self, topic: str, config: LogConfig) -> None:
+        """Apply a topic config change to its existing logs and future ones."""
+        self.topic_configs[topic] = config
+        for (log_topic, _), log in self.all_logs():
+            if log_topic == topic:
+                log.update_config(config)
+
+    # ---- scheduled work -----------------------------------------------------------------
+    async def cleanup_logs(self) -> int:
+        """Retention for every online log; returns the number of segments deleted."""
+        total = 0
+        for tp, log in self.all_logs():
+            if not log.is_online:
+                continue
+            high_watermark = None
+            if self.high_watermark_provider is not None:
+                high_watermark = self.high_watermark_provider(tp)
+            total += await log.delete_old_segments(high_watermark=high_watermark)
+        return total
+
+    async def flush_dirty_logs(self) -> None:
+        """Flush every online log whose flush.ms has elapsed since its last flush."""
+        now_ms = self.runtime.clock.now_ms()
+        for tp, log in self.all_logs():
+            if log.is_online and now_ms - log.last_flush_ms >= log.config.flush_ms:
+                try:
+                    await log.flush()
+                except OSError:
+                    logger.exception("flushing %s failed", tp)
+
+    async def checkpoint_log_recovery_offsets(self) -> None:
+        for log_dir in self.log_dirs:
+            await self._write_offsets(log_dir, RECOVERY_POINT_CHECKPOINT, "recovery_point")
+
+    async def checkpoint_log_start_offsets(self) -> None:
+        for log_dir in self.log_dirs:
+            await self._write_offsets(log_dir, LOG_START_OFFSET_CHECKPOINT, "log_start_offset")
+
+    async def checkpoint_high_watermarks(
+        self, high_watermarks: Mapping[TopicPartition, int]
+    ) -> None:
+        """Write replication-offset-checkpoint of every log dir from the caller's map."""
+        unknown = sorted(tp for tp in high_watermarks if tp not in self._dir_of)
+        if unknown:
+            raise ValueError(f"high watermarks for partitions not hosted here: {unknown}")
+        for log_dir in self.log_dirs:
+            offsets = {tp: o for tp, o in high_watermarks.items() if self._dir_of[tp] == log_dir}
+            async with self._dir_locks[log_dir]:
+                await self._checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT).write(offsets)
+
+    def read_high_watermarks(self) -> dict[TopicPartition, int]:
+        """The replication-offset-checkpoint entries of every log dir."""
+        result: dict[TopicPartition, int] = {}
+        for log_dir in self.log_dirs:
+            result.update(self._checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT).read())
+        return result
+
+    # ---- helpers ------------------------------------------------------------------------
+    def _checkpoint(self, log_dir: str, name: str) -> OffsetCheckpointFile:
+        return OffsetCheckpointFile(self.fs, os.path.join(log_dir, name))
+
+    def _partitions_in(self, log_dir: str) -> list[TopicPartition]:
+        return sorted(tp for tp, d in self._dir_of.items() if d == log_dir)
+
+    async def _write_offsets(self, log_dir: str, name: str, attribute: str) -> None:
+        async with self._dir_locks[log_dir]:
+            offsets = {
+                tp: getattr(self._logs[tp], attribute) for tp in self._partitions_in(log_dir)
+            }
+            await self._checkpoint(log_dir, name).write(offsets)
+
+    async def _write_dir_checkpoints(self, log_dir: str) -> None:
+        await self._write_offsets(log_dir, RECOVERY_POINT_CHECKPOINT, "recovery_point")
+        await self._write_offsets(log_dir, LOG_START_OFFSET_CHECKPOINT, "log_start_offset")
+
+    async def _on_log_offsets_changed(self, log: Log) -> None:
+        """A log truncated or moved its start offset: checkpoint its dir now, so a crash
+        cannot pair a stale (too high) recovery point or too low start with the new data."""
+        for tp, candidate in self._logs.items():
+            if candidate is log:
+                await self._write_dir_checkpoints(self._dir_of[tp])
+                return

@@ -1,0 +1,554 @@
+"""LogSegment: one ``<baseOffset:020d>.log`` file plus its offset and time indexes.
+
+A segment only ever grows at the end (append) or shrinks from the end (truncate_to, recover);
+its batches are whole Kafka v2 batches whose offsets increase. Reads find a position through
+the sparse offset index and a short scan of batch headers (baseOffset, batchLength,
+lastOffsetDelta): never per-record work, never a CRC on the read path (the CRC was checked
+when the batch was appended or recovered).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from log.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchHeader, validate_batch
+from log.errors import CorruptRecordError, RecordError
+from log.fs import FileHandle, FileSystem
+from log.index import (
+    NO_TIMESTAMP,
+    REL_OFFSET_MAX,
+    CorruptIndexError,
+    OffsetIndex,
+    TimeIndex,
+)
+
+logger = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+
+_BATCH_LENGTH_MIN = BATCH_HEADER_SIZE - LOG_OVERHEAD
+_BASE_AND_LENGTH = struct.Struct(">qi")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_LAST_OFFSET_DELTA_AT = 23
+_MAX_TIMESTAMP_AT = 35
+_SCAN_CHUNK_BYTES = 64 * 1024
+_RECOVER_CHUNK_BYTES = 1024 * 1024
+
+
+def segment_path(dir_path: str, base_offset: int, suffix: str) -> str:
+    """``dir/<baseOffset:020d><suffix>``, Kafka's file naming."""
+    return os.path.join(dir_path, f"{base_offset:020d}{suffix}")
+
+
+def parse_base_offset(name: str) -> int | None:
+    """The base offset a segment file name encodes, or None if it is not one."""
+    stem = name.split(".", 1)[0]
+    if len(stem) != 20 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLocation:
+    """Where a batch sits in a segment, from its header alone."""
+
+    position: int
+    base_offset: int
+    last_offset: int
+    size: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRead:
+    """Whole batches read from one segment; ``records`` is empty when none fit the limits."""
+
+    records: memoryview
+    position: int
+    first_offset: int
+    next_offset: int
+
+
+class LogSegment:
+    """A segment file with its indexes; Kafka's LogSegment."""
+
+    __slots__ = (
+        "_bytes_since_last_index_entry",
+        "_max_timestamp",
+        "_next_offset",
+        "_offset_of_max_timestamp",
+        "_rolling_based_timestamp",
+        "_size",
+        "base_offset",
+        "created_ms",
+        "deleted",
+        "dir_path",
+        "fs",
+        "index_interval_bytes",
+        "log",
+        "offset_index",
+        "roll_jitter_ms",
+        "time_index",
+    )
+
+    def __init__(
+        self,
+        fs: FileSystem,
+        dir_path: str,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_size: int,
+        roll_jitter_ms: int,
+        created_ms: int,
+        create: bool,
+    ) -> None:
+        """Open the segment's files; ``create`` starts a fresh, empty segment (replacing any
+        leftover files of that name, as Kafka's roll does)."""
+        assert base_offset >= 0, base_offset
+        self.fs = fs
+        self.dir_path = dir_path
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.roll_jitter_ms = roll_jitter_ms
+        self.created_ms = created_ms
+        self.deleted = False
+        index_path = segment_path(dir_path, base_offset, INDEX_SUFFIX)
+        time_index_path = segment_path(dir_path, base_offset, TIME_INDEX_SUFFIX)
+        indexes_missing = not (fs.exists(index_path) and fs.exists(time_index_path))
+        self.log: FileHandle = fs.open(
+            segment_path(dir_path, base_offset, LOG_SUFFIX), create=create
+        )
+        self.offset_index = OffsetIndex(fs, index_path, base_offset, max_index_size)
+        self.time_index = TimeIndex(fs, time_index_path, base_offset, max_index_size)
+        self._size = self.log.size()
+        self._bytes_since_last_index_entry = 0
+        self._rolling_based_timestamp: int | None = None
+        self._next_offset: int | None = None
+        self._max_timestamp: int | None = None  # None: not loaded yet
+        self._offset_of_max_timestamp = base_offset
+        if create:
+            self.log.truncate(0)
+            self._size = 0
+            self.offset_index.reset()
+            self.time_index.reset()
+            self._max_timestamp = NO_TIMESTAMP
+            self._next_offset = base_offset
+        elif indexes_missing or not self._indexes_look_sane():
+            logger.warning("rebuilding missing or corrupt indexes of %s", self.log.path)
+            self.rebuild_indexes()
+
+    # ---- properties ---------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """Bytes in the .log file."""
+        return self._size
+
+    @property
+    def next_offset(self) -> int:
+        """One past the last offset in the segment (base_offset when empty)."""
+        if self._next_offset is None:
+            self._next_offset = self._read_next_offset()
+        return self._next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest batch maxTimestamp in the segment, NO_TIMESTAMP when none has one."""
+        if self._max_timestamp is None:
+            self._load_largest_timestamp()
+        assert self._max_timestamp is not None
+        return self._max_timestamp
+
+    @property
+    def largest_timestamp(self) -> int:
+        """What retention.ms compares against: the max timestamp, or the creation time when
+        no batch carries one (Kafka uses the file's mtime, which the seam does not expose)."""
+        timestamp = self.max_timestamp
+        return timestamp if timestamp >= 0 else self.created_ms
+
+    # ---- index maintenance --------------------------------------------------------------
+    def _indexes_look_sane(self) -> bool:
+        """Kafka's cheap start-up sanityCheck: sizes are whole entries, the last offset index
+        entry lies inside the log. Full checks happen when an index is first loaded."""
+        try:
+            entries = self.offset_index.file_entries()
+            self.time_index.file_entries()
+        except CorruptIndexError:
+            return False
+        return entries == 0 or self._size > 0
+
+    def _ensure_indexes(self) -> None:
+        if self.offset_index.loaded and self.time_index.loaded:
+            return
+        try:
+            self.offset_index.load(self._size)
+            self.time_index.load(self.base_offset + REL_OFFSET_MAX)
+        except CorruptIndexError as exc:
+            logger.warning("%s; rebuilding the indexes of %s", exc, self.log.path)
+            self.rebuild_indexes()
+
+    def rebuild_indexes(self) -> None:
+        """Recreate both indexes from the batches in the log (no CRC checks: the log itself
+        is trusted here; recover() is the path that distrusts it)."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._max_timestamp = NO_TIMESTAMP
+        self._offset_of_max_timestamp = self.base_offset
+        self._bytes_since_last_index_entry = 0
+        next_offset = self.base_offset
+        for batch in self._scan(0):
+            self._index_batch(batch.position, batch.size, batch.last_offset, batch.max_timestamp)
+            next_offset = batch.last_offset + 1
+        self._next_offset = next_offset
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+
+    def _index_batch(self, position: int, size: int, last_offset: int, max_timestamp: int) -> None:
+        """Kafka's per-batch index rule: an entry once more than index.interval.bytes were
+        appended since the previous one, keyed by the batch's last offset."""
+        assert self._max_timestamp is not None
+        if max_timestamp > self._max_timestamp:
+            self._max_timestamp = max_timestamp
+            self._offset_of_max_timestamp = last_offset
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            # A full index stays sparse rather than failing the append; the next append rolls.
+            if not self.offset_index.is_full():
+                self.offset_index.append(last_offset, position)
+            if not self.time_index.is_full():
+                self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += size
+
+    # ---- append -------------------------------------------------------------------------
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= REL_OFFSET_MAX
+
+    def append(
+        self, data: bytes | bytearray | memoryview, batches: list[tuple[int, int, int]]
+    ) -> int:
+        """Write ``data`` (whole batches) at the end; ``batches`` gives each batch's (size,
+        last offset, max timestamp) for the indexes. Returns the position written at.
+
+        On a write error the file is cut back to its old size and the OSError propagates,
+        so a failed append leaves no partial batch behind.
+        """
+        self._ensure_indexes()
+        assert batches, "empty append"
+        last_offset = batches[-1][1]
+        assert self.can_convert_to_relative_offset(last_offset), (self.base_offset, last_offset)
+        assert last_offset >= self.next_offset, (last_offset, self.next_offset)
+        if self._max_timestamp is None:
+            self._load_largest_timestamp()
+        position = self._size
+        try:
+            written_at = self.log.append(data)
+        except OSError:
+            self._cut_back(position)
+            raise
+        assert written_at == position, (written_at, position)
+        if position == 0:
+            self._rolling_based_timestamp = max(b[2] for b in batches)
+        self._size = position + len(data)
+        for size, batch_last_offset, max_timestamp in batches:
+            self._index_batch(position, size, batch_last_offset, max_timestamp)
+            position += size
+        assert position == self._size, (position, self._size)
+        self._next_offset = last_offset + 1
+        return written_at
+
+    def _cut_back(self, size: int) -> None:
+        try:
+            self.log.truncate(size)
+        except OSError:
+            logger.exception("could not cut %s back to %d bytes", self.log.path, size)
+            raise
+
+    # ---- roll ---------------------------------------------------------------------------
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """Kafka's rule: measured in record time from the first batch's timestamp when there
+        is one, else in wall-clock time since the segment was created."""
+        if self._rolling_based_timestamp is None and self._size > 0:
+            first = next(self._scan(0), None)
+            self._rolling_based_timestamp = first.max_timestamp if first else None
+        if self._rolling_based_timestamp is not None and self._rolling_based_timestamp >= 0:
+            return message_timestamp - self._rolling_based_timestamp
+        return now_ms - self.created_ms
+
+    def should_roll(
+        self,
+        *,
+        segment_bytes: int,
+        segment_ms: int,
+        messages_size: int,
+        max_timestamp_in_messages: int,
+        max_offset_in_messages: int,
+        now_ms: int,
+    ) -> bool:
+        """Kafka's shouldRoll: full by bytes, old by segment.ms (minus jitter), a full index,
+        or an offset whose relative value would not fit the index."""
+        self._ensure_indexes()
+        # Cheapest checks first: this runs on every append.
+        return (
+            self._size > segment_bytes - messages_size
+            or not 0 <= max_offset_in_messages - self.base_offset <= REL_OFFSET_MAX
+            or self.offset_index.is_full()
+            or self.time_index.is_full()
+            or (
+                self._size > 0
+                and self.time_waited_for_roll(now_ms, max_timestamp_in_messages)
+                > segment_ms - self.roll_jitter_ms
+            )
+        )
+
+    def on_become_inactive(self) -> None:
+        """Final time index entry (so retention sees the true max) and buffered entries out."""
+        self._ensure_indexes()
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self._offset_of_max_timestamp)
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+
+    # ---- read ---------------------------------------------------------------------------
+    def _scan(self, position: int, end: int | None = None) -> Iterator[BatchLocation]:
+        """Headers of whole batches from ``position`` (a batch boundary) up to ``end``."""
+        end = self._size if end is None else end
+        chunk = b""
+        chunk_position = position
+        while position < end:  # bounded: position grows by >= BATCH_HEADER_SIZE per pass
+            at = position - chunk_position
+            if len(chunk) - at < BATCH_HEADER_SIZE:
+                chunk = self.log.pread(position, min(_SCAN_CHUNK_BYTES, end - position))
+                chunk_position, at = position, 0
+                if len(chunk) < BATCH_HEADER_SIZE:
+                    return  # a torn tail; recovery deals with it
+            base_offset, batch_length = _BASE_AND_LENGTH.unpack_from(chunk, at)
+            if batch_length < _BATCH_LENGTH_MIN:
+                raise CorruptRecordError(
+                    f"{self.log.path}: batch at {position} has length {batch_length}"
+                )
+            size = batch_length + LOG_OVERHEAD
+            if position + size > end:
+                return
+            (delta,) = _INT32.unpack_from(chunk, at + _LAST_OFFSET_DELTA_AT)
+            (max_timestamp,) = _INT64.unpack_from(chunk, at + _MAX_TIMESTAMP_AT)
+            yield BatchLocation(position, base_offset, base_offset + delta, size, max_timestamp)
+            position += size
+
+    def translate_offset(self, offset: int) -> BatchLocation | None:
+        """The first batch whose last offset is >= ``offset`` (None if there is none)."""
+        self._ensure_indexes()
+        _, position = self.offset_index.lookup(offset)
+        for batch in self._scan(position):
+            if batch.last_offset >= offset:
+                return batch
+        return None
+
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        *,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> SegmentRead | None:
+        """Whole batches from the one holding ``start_offset``, at most ``max_size`` bytes
+        (but the first batch whole when ``min_one_message``, as Kafka does) and only batches
+        that end below ``max_offset``. None if the segment has nothing at/after the offset."""
+        first = self.translate_offset(start_offset)
+        if first is None:
+            return None
+        if max_offset is not None and first.last_offset >= max_offset:
+            return SegmentRead(memoryview(b""), first.position, first.base_offset, start_offset)
+        if first.size > max_size:
+            if not min_one_message:
+                return SegmentRead(memoryview(b""), first.position, first.base_offset, start_offset)
+            data = self.log.pread(first.position, first.size)
+            assert len(data) == first.size, (self.log.path, first)
+            return SegmentRead(
+                memoryview(data), first.position, first.base_offset, first.last_offset + 1
+            )
+        view = memoryview(
+            self.log.pread(first.position, min(max_size, self._size - first.position))
+        )
+        cut = 0
+        next_offset = start_offset
+        limit = len(view)
+        while limit - cut >= BATCH_HEADER_SIZE:  # bounded by the bytes read
+            base_offset, batch_length = _BASE_AND_LENGTH.unpack_from(view, cut)
+            size = batch_length + LOG_OVERHEAD
+            if batch_length < _BATCH_LENGTH_MIN or cut + size > limit:
+                break
+            (delta,) = _INT32.unpack_from(view, cut + _LAST_OFFSET_DELTA_AT)
+            if max_offset is not None and base_offset + delta >= max_offset:
+                break
+            cut += size
+            next_offset = base_offset + delta + 1
+        assert cut > 0, (self.log.path, first)
+        return SegmentRead(view[:cut], first.position, first.base_offset, next_offset)
+
+    def _read_next_offset(self) -> int:
+        self._ensure_indexes()
+        _last_indexed, position = self.offset_index.lookup(self.base_offset + REL_OFFSET_MAX)
+        next_offset = self.base_offset
+        for batch in self._scan(position):
+            next_offset = batch.last_offset + 1
+        return next_offset
+
+    def _load_largest_timestamp(self) -> None:
+        """Kafka's loadLargestTimestamp: the last time index entry, then a scan of the
+        batches after the offset index entry that precedes it."""
+        self._ensure_indexes()
+        timestamp, offset = self.time_index.last_entry()
+        _, position = self.offset_index.lookup(offset)
+        for batch in self._scan(position):
+            if batch.max_timestamp > timestamp:
+                timestamp, offset = batch.max_timestamp, batch.last_offset
+        self._max_timestamp = timestamp
+        self._offset_of_max_timestamp = offset
+
+    def find_offset_by_timestamp(self, timestamp: int) -> BatchLocation | None:
+        """The first batch whose max timestamp is >= ``timestamp``."""
+        self._ensure_indexes()
+        _, offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(offset)
+        for batch in self._scan(position):
+            if batch.max_timestamp >= timestamp:
+                return batch
+        return None
+
+    # ---- recovery and truncation --------------------------------------------------------
+    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+        """Revalidate every batch (CRC, offsets), cut the log at the first bad or torn one,
+        rebuild both indexes; returns the number of bytes cut."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._max_timestamp = NO_TIMESTAMP
+        self._offset_of_max_timestamp = self.base_offset
+        self._bytes_since_last_index_entry = 0
+        file_size = self.log.size()
+        position = 0
+        next_offset = self.base_offset
+        buf = b""
+        buf_position = 0
+        while position < file_size:  # bounded: each pass consumes a batch or stops
+            at = position - buf_position
+            if len(buf) - at < LOG_OVERHEAD:
+                buf = self.log.pread(position, min(_RECOVER_CHUNK_BYTES, file_size - position))
+                buf_position, at = position, 0
+                if len(buf) < LOG_OVERHEAD:
+                    break
+            (batch_length,) = _INT32.unpack_from(buf, at + 8)
+            size = batch_length + LOG_OVERHEAD
+            if batch_length < _BATCH_LENGTH_MIN or position + size > file_size:
+                break
+            if at + size > len(buf):
+                buf = self.log.pread(
+                    position, max(size, min(_RECOVER_CHUNK_BYTES, file_size - position))
+                )
+                buf_position, at = position, 0
+                if len(buf) < size:
+                    break
+            try:
+                header = validate_batch(buf, at)
+            except RecordError as exc:
+                logger.warning("%s: invalid batch at %d: %s", self.log.path, position, exc)
+                break
+            if header.base_offset < next_offset or not self.can_convert_to_relative_offset(
+                header.last_offset
+            ):
+                logger.warning(
+                    "%s: batch at %d has offsets %d..%d, expected >= %d",
+                    self.log.path,
+                    position,
+                    header.base_offset,
+                    header.last_offset,
+                    next_offset,
+                )
+                break
+            self._index_batch(position, size, header.last_offset, header.max_timestamp)
+            if on_batch is not None:
+                on_batch(header)
+            next_offset = header.last_offset + 1
+            position += size
+        truncated = file_size - position
+        if truncated:
+            logger.warning(
+                "%s: truncating %d invalid bytes at %d", self.log.path, truncated, position
+            )
+            self.log.truncate(position)
+        self._size = position
+        self._next_offset = next_offset
+        self._rolling_based_timestamp = None
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+        return truncated
+
+    def truncate_to(self, offset: int, now_ms: int) -> int:
+        """Drop every batch whose last offset is >= ``offset``; returns bytes removed."""
+        first = self.translate_offset(offset)
+        if first is None:
+            return 0
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        removed = self._size - first.position
+        self.log.truncate(first.position)
+        self._size = first.position
+        self._bytes_since_last_index_entry = 0
+        self._next_offset = None
+        self._max_timestamp = None
+        if self._size == 0:
+            self.created_ms = now_ms
+            self._rolling_based_timestamp = None
+        assert self.next_offset <= max(offset, self.base_offset), (self.next_offset, offset)
+        return removed
+
+    # ---- durability and lifecycle -------------------------------------------------------
+    async def flush(self, *, include_indexes: bool) -> None:
+        """fsync the log file (and the index files when asked); OSError on failure."""
+        await self.log.fsync()
+        if include_indexes:
+            self._ensure_indexes()
+            await self.offset_index.fsync()
+            await self.time_index.fsync()
+
+    def write_pending_index_entries(self) -> None:
+        if self.offset_index.loaded:
+            self.offset_index.write_pending()
+        if self.time_index.loaded:
+            self.time_index.write_pending()
+
+    def rename_to_deleted(self) -> None:
+        """Kafka's first deletion step: ``.deleted`` names, so a restart finishes the job."""
+        for suffix in SEGMENT_SUFFIXES:
+            path = segment_path(self.dir_path, self.base_offset, suffix)
+            if self.fs.exists(path):
+                self.fs.rename(path, path + DELETED_SUFFIX)
+        self.deleted = True
+
+    def delete_files(self) -> None:
+        """Close the handles and remove the (renamed) files."""
+        self.close()
+        for suffix in SEGMENT_SUFFIXES:
+            path = segment_path(self.dir_path, self.base_offset, suffix)
+            if self.deleted:
+                path += DELETED_SUFFIX
+            if self.fs.exists(path):
+                self.fs.remove(path)
+
+    def close(self) -> None:
+        """Close the three handles (writes of buffered index entries are the caller's)."""
+        self.log.close()
+        self.offset_index.close()
+        self.time_index.close()
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.dir_path!r}, base={self.base_offset}, size={self._size})"

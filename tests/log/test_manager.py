@@ -1,0 +1,304 @@
+"""LogManager: loading, the clean shutdown marker, recovery, checkpoints, placement across
+log dirs, leftover cleanup, and the scheduled tasks (run in virtual time)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import selectors
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+from log.batch import encode_batch
+from log.checkpoint import CheckpointError, OffsetCheckpointFile
+from log.config import LogConfig, LogManagerConfig
+from log.fs import read_all
+from log.manager import CLEAN_SHUTDOWN_FILE, LogManager, parse_topic_partition
+from log.records import Record
+from log.runtime import Runtime
+from sim.disk import SimDisk
+
+NOW_MS = 1_700_000_000_000
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = NOW_MS
+
+    def now_ms(self) -> int:
+        return self.now
+
+
+class _VirtualSelector(selectors.DefaultSelector):
+    loop: VirtualTimeLoop
+
+    def select(self, timeout: float | None = None):  # type: ignore[override]
+        if timeout is None:
+            raise RuntimeError("virtual loop would block forever")
+        self.loop.virtual_now += max(0.0, timeout)
+        return super().select(0)
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    def __init__(self) -> None:
+        self.virtual_now = 0.0
+        selector = _VirtualSelector()
+        selector.loop = self
+        super().__init__(selector)
+
+    def time(self) -> float:
+        return self.virtual_now
+
+
+def run_virtual(coro: Coroutine[Any, Any, Any]) -> Any:
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def batch(ts: int = NOW_MS) -> bytes:
+    return encode_batch([Record(b"k", b"v" * 40, ts)])
+
+
+class Node:
+    """A disk plus the runtime of its current incarnation."""
+
+    def __init__(self, dirs: list[str] | None = None, **config: Any) -> None:
+        self.disk = SimDisk(random.Random(3))
+        self.clock = FakeClock()
+        self.dirs = dirs or ["/data"]
+        self.config = LogConfig(**{"file_delete_delay_ms": 0, **config})
+
+    def manager(self, **kwargs: Any) -> LogManager:
+        runtime = Runtime(self.disk.fs(), self.clock, random.Random(5))
+        return LogManager(runtime, self.dirs, self.config, **kwargs)
+
+
+def test_partition_dir_names_parse_like_kafka() -> None:
+    assert parse_topic_partition("orders-3") == ("orders", 3)
+    assert parse_topic_partition("my-topic-12") == ("my-topic", 12)
+    assert parse_topic_partition("__cluster_metadata-0") == ("__cluster_metadata", 0)
+    assert parse_topic_partition("orders") is None
+    assert parse_topic_partition("orders-0.abc-delete") is None
+
+
+def test_clean_shutdown_writes_marker_and_restart_skips_recovery() -> None:
+    async def run() -> None:
+        node = Node()
+        manager = node.manager()
+        await manager.startup()
+        assert manager.recovered_from_unclean_shutdown  # fresh dir: no marker yet
+        log = await manager.get_or_create_log("orders", 0)
+        for _ in range(5):
+            log.append_as_leader(batch(), 1)
+        await manager.shutdown()
+        fs = node.disk.fs()
+        assert fs.exists(f"/data/{CLEAN_SHUTDOWN_FILE}")
+        assert OffsetCheckpointFile(fs, "/data/recovery-point-offset-checkpoint").read() == {
+            ("orders", 0): 5
+        }
+        node.disk.crash()  # everything above was synced: a crash now changes nothing
+        restarted = node.manager()
+        await restarted.load_logs()
+        assert not restarted.recovered_from_unclean_shutdown
+        assert not node.disk.fs().exists(f"/data/{CLEAN_SHUTDOWN_FILE}")
+        reloaded = restarted.get_log("orders", 0)
+        assert reloaded is not None and reloaded.log_end_offset == 5
+        # The marker's removal is durable: a crash now means recovery next time.
+        node.disk.crash()
+        again = node.manager()
+        await again.load_logs()
+        assert again.recovered_from_unclean_shutdown
+
+    asyncio.run(run())
+
+
+def test_unclean_restart_recovers_torn_tail_from_the_recovery_point() -> None:
+    async def run() -> None:
+        node = Node(segment_bytes=300)
+        manager = node.manager()
+        await manager.load_logs()
+        log = await manager.get_or_create_log("orders", 0)
+        for _ in range(6):
+            log.append_as_leader(batch(), 1)
+        await log.flush()
+        await manager.checkpoint_log_recovery_offsets()
+        for _ in range(3):
+            log.append_as_leader(batch(), 1)
+        active = log.active_segment.log
+        active.append(batch()[:50])  # a torn write in flight
+        node.disk.crash()
+        restarted = node.manager()
+        await restarted.load_logs()
+        assert restarted.recovered_from_unclean_shutdown
+        recovered = restarted.get_log("orders", 0)
+        assert recovered is not None
+        assert 6 <= recovered.log_end_offset <= 9
+        assert recovered.recovery_point == recovered.log_end_offset
+
+    asyncio.run(run())
+
+
+def test_logs_are_spread_over_log_dirs_and_found_again() -> None:
+    async def run() -> None:
+        node = Node(dirs=["/d1", "/d2"])
+        manager = node.manager()
+        await manager.load_logs()
+        for partition in range(4):
+            await manager.get_or_create_log("t", partition)
+        assert [manager.log_dir_of("t", p) for p in range(4)] == ["/d1", "/d2", "/d1", "/d2"]
+        await manager.shutdown()
+        restarted = node.manager()
+        await restarted.load_logs()
+        assert [tp for tp, _ in restarted.all_logs()] == [("t", p) for p in range(4)]
+        assert restarted.log_dir_of("t", 3) == "/d2"
+
+    asyncio.run(run())
+
+
+def test_high_watermark_checkpoint_round_trips_per_dir() -> None:
+    async def run() -> None:
+        node = Node(dirs=["/d1", "/d2"])
+        manager = node.manager()
+        await manager.load_logs()
+        await manager.get_or_create_log("a", 0)
+        await manager.get_or_create_log("a", 1)
+        await manager.checkpoint_high_watermarks({("a", 0): 7, ("a", 1): 3})
+        assert manager.read_high_watermarks() == {("a", 0): 7, ("a", 1): 3}
+        assert read_all(node.disk.fs(), "/d2/replication-offset-checkpoint") == b"0\n1\na 1 3\n"
+        with pytest.raises(ValueError):
+            await manager.checkpoint_high_watermarks({("b", 0): 1})
+
+    asyncio.run(run())
+
+
+def test_corrupt_recovery_point_checkpoint_means_full_recovery() -> None:
+    async def run() -> None:
+        node = Node()
+        manager = node.manager()
+        await manager.load_logs()
+        log = await manager.get_or_create_log("a", 0)
+        log.append_as_leader(batch(), 0)
+        await manager.shutdown()
+        fs = node.disk.fs()
+        fs.open("/data/recovery-point-offset-checkpoint").pwrite(0, b"0\n9\n")
+        restarted = node.manager()
+        await restarted.load_logs()
+        assert restarted.had_clean_shutdown == {"/data": False}
+        reloaded = restarted.get_log("a", 0)
+        assert reloaded is not None and reloaded.log_end_offset == 1
+
+    asyncio.run(run())
+
+
+def test_corrupt_log_start_offset_checkpoint_refuses_to_guess() -> None:
+    async def run() -> None:
+        node = Node()
+        manager = node.manager()
+        await manager.load_logs()
+        await manager.get_or_create_log("a", 0)
+        await manager.shutdown()
+        node.disk.fs().open("/data/log-start-offset-checkpoint").pwrite(0, b"0\n1\na zero 5\n")
+        with pytest.raises(CheckpointError) as info:
+            await node.manager().load_logs()
+        assert info.value.path == "/data/log-start-offset-checkpoint"
+        assert info.value.line_number == 3
+
+    asyncio.run(run())
+
+
+def test_load_removes_leftover_and_orphaned_files() -> None:
+    async def run() -> None:
+        node = Node()
+        manager = node.manager()
+        await manager.load_logs()
+        log = await manager.get_or_create_log("a", 0)
+        log.append_as_leader(batch(), 0)
+        await manager.shutdown()
+        fs = node.disk.fs()
+        for name in [
+            "00000000000000000007.log.deleted",
+            "00000000000000000007.index.cleaned",
+            "00000000000000000009.log.swap",
+            "leader-epoch-checkpoint.tmp",
+            "00000000000000000042.index",
+        ]:
+            fs.open(f"/data/a-0/{name}").close()
+        restarted = node.manager()
+        await restarted.load_logs()
+        assert fs.list_dir("/data/a-0") == [
+            "00000000000000000000.index",
+            "00000000000000000000.log",
+            "00000000000000000000.timeindex",
+            "leader-epoch-checkpoint",
+        ]
+
+    asyncio.run(run())
+
+
+def test_delete_records_and_truncation_checkpoint_the_dir_at_once() -> None:
+    async def run() -> None:
+        node = Node(segment_bytes=300)
+        manager = node.manager()
+        await manager.load_logs()
+        log = await manager.get_or_create_log("a", 0)
+        for _ in range(10):
+            log.append_as_leader(batch(), 0)
+        await log.delete_records(4)
+        fs = node.disk.fs()
+        assert OffsetCheckpointFile(fs, "/data/log-start-offset-checkpoint").read() == {("a", 0): 4}
+        await log.flush()
+        await log.truncate_to(6)
+        assert OffsetCheckpointFile(fs, "/data/recovery-point-offset-checkpoint").read() == {
+            ("a", 0): 6
+        }
+
+    asyncio.run(run())
+
+
+def test_scheduled_tasks_run_retention_and_checkpoints_in_virtual_time() -> None:
+    async def run() -> None:
+        node = Node(segment_bytes=200, retention_ms=60_000)
+        manager = node.manager(manager_config=LogManagerConfig(flush_scheduler_interval_ms=1000))
+        await manager.startup()
+        log = await manager.get_or_create_log("a", 0)
+        log.update_config(LogConfig(segment_bytes=200, retention_ms=60_000, flush_ms=5_000))
+        for _ in range(6):
+            log.append_as_leader(batch(NOW_MS), 0)
+        node.clock.now += 120_000
+        fs = node.disk.fs()
+        checkpoint = OffsetCheckpointFile(fs, "/data/recovery-point-offset-checkpoint")
+        await asyncio.sleep(29)  # the initial task delay is 30 s
+        assert len(log.segments) > 1
+        assert checkpoint.read() == {}  # written at load, before the log existed
+        await asyncio.sleep(2)  # the flusher (flush.ms elapsed) and retention have run
+        assert log.recovery_point == log.log_end_offset == 6
+        await asyncio.sleep(60)  # the next recovery-point checkpoint sees the flush
+        assert checkpoint.read() == {("a", 0): 6}
+        assert log.log_start_offset == 6  # retention removed every expired segment
+        assert len(log.segments) == 1
+        await manager.shutdown()
+
+    run_virtual(run())
+
+
+def test_delete_log_removes_its_directory() -> None:
+    async def run() -> None:
+        node = Node()
+        manager = node.manager()
+        await manager.load_logs()
+        log = await manager.get_or_create_log("gone", 0)
+        log.append_as_leader(batch(), 0)
+        await manager.delete_log("gone", 0)
+        assert manager.get_log("gone", 0) is None
+        assert not node.disk.fs().exists("/data/gone-0")
+        assert (
+            OffsetCheckpointFile(node.disk.fs(), "/data/recovery-point-offset-checkpoint").read()
+            == {}
+        )
+
+    asyncio.run(run())
