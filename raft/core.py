@@ -111,15 +111,23 @@ Event = RoleChanged | HighWatermarkAdvanced | Truncated
 
 @dataclass(slots=True)
 class Ready:
-    """Work for the driver: persist ``state`` first, then send, then flush if asked."""
+    """Work for the driver: persist ``state`` first, then send, then truncate the log (and
+    call ``truncated``), then flush it (and call ``flushed``) if asked."""
 
     state: QuorumState | None = None
     messages: list[Outbound] = field(default_factory=list)
+    truncate_to: int | None = None
     flush: bool = False
     events: list[Event] = field(default_factory=list)
 
     def empty(self) -> bool:
-        return self.state is None and not self.messages and not self.flush and not self.events
+        return (
+            self.state is None
+            and not self.messages
+            and self.truncate_to is None
+            and not self.flush
+            and not self.events
+        )
 
 
 @dataclass(slots=True)
@@ -180,6 +188,7 @@ class RaftCore:
         self._leader_since_ms = 0
         self._begin_epoch_sent_ms: dict[int, int] = {}
         self._parked: dict[int, _Parked] = {}
+        self._truncating = False
         if self.leader_id == node_id and self.is_voter:
             # A leader that restarts must not lead the same epoch again: it may have lost
             # entries it never flushed. Resign and let a new epoch start.
@@ -194,6 +203,10 @@ class RaftCore:
         """Take the accumulated work; the driver must do it in the documented order."""
         ready, self._ready = self._ready, Ready()
         return ready
+
+    def has_ready(self) -> bool:
+        """True if ``ready`` would hand over any work."""
+        return not self._ready.empty()
 
     def next_deadline_ms(self) -> int:
         """When ``tick`` next has something to do (the driver may tick earlier)."""
@@ -238,6 +251,12 @@ class RaftCore:
                 self._end_prospective()
             else:
                 self._start_prospective()
+
+    def truncated(self, offset: int) -> None:
+        """The driver cut the log back to ``offset`` as asked."""
+        assert self.log.end_offset() == offset, (self.log.end_offset(), offset)
+        self._truncating = False
+        self._maybe_fetch()
 
     def flushed(self, offset: int) -> None:
         """The driver synced the log up to ``offset``."""
@@ -623,6 +642,8 @@ class RaftCore:
             return
         if self.role is not Role.FOLLOWER and self.is_voter:
             return
+        if self._truncating:
+            return  # the driver is still cutting the log back
         if self._durable_end() < self.log.end_offset():
             return  # fetching on acknowledges what we have: only once it is flushed
         target = self._fetch_target()
@@ -672,7 +693,8 @@ class RaftCore:
             self._become_follower(response.leader_epoch, response.leader_id, fetch=False)
         self._fetch_deadline_ms = self.now_ms + self.config.fetch_timeout_ms
         if response.diverging_epoch >= 0 or response.diverging_end_offset >= 0:
-            self._truncate_on_divergence(response)
+            if self._truncate_on_divergence(response):
+                return
         elif response.records:
             self.log.append_as_follower(response.records)
             self._ready.flush = True
@@ -682,7 +704,8 @@ class RaftCore:
             self._event(HighWatermarkAdvanced(high_watermark))
         self._maybe_fetch()
 
-    def _truncate_on_divergence(self, response: FetchResponse) -> None:
+    def _truncate_on_divergence(self, response: FetchResponse) -> bool:
+        """Ask the driver to cut the log where it stops matching the leader's; True if so."""
         end = self.log.end_offset()
         if "truncate-to-leader-offset" in self.bugs:
             target = min(response.diverging_end_offset, end)
@@ -691,10 +714,13 @@ class RaftCore:
             target = min(response.diverging_end_offset, local_end if local_epoch >= 0 else 0)
             target = min(target, end)
         target = max(target, self.log.start_offset())
-        if target < end:
-            self.log.truncate_to(target)
-            self.flushed_offset = min(self.flushed_offset, target)
-            self._event(Truncated(end, target))
+        if target >= end:
+            return False
+        self._truncating = True
+        self._ready.truncate_to = target
+        self.flushed_offset = min(self.flushed_offset, target)
+        self._event(Truncated(end, target))
+        return True
 
     # ---- elections -----------------------------------------------------------------------
     def _on_vote_request(self, message: Inbound, request: VoteRequest) -> None:

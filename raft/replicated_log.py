@@ -45,8 +45,8 @@ class ReplicatedLog(Protocol):
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Whole batches from ``offset``; at least one batch if any, else up to max_bytes."""
 
-    def truncate_to(self, offset: int) -> None:
-        """Drop everything at and after ``offset`` (a batch boundary)."""
+    async def truncate_to(self, offset: int) -> None:
+        """Drop everything at and after ``offset`` (a batch boundary), durably."""
 
     async def flush(self) -> int:
         """Make the whole log durable; returns the end offset it covered."""
@@ -119,7 +119,11 @@ class MemoryLog:
             out += data
         return bytes(out)
 
-    def truncate_to(self, offset: int) -> None:
+    async def truncate_to(self, offset: int) -> None:
+        self.truncate_now(offset)
+
+    def truncate_now(self, offset: int) -> None:
+        """The synchronous truncation (tests drive the core without an event loop)."""
         while self._batches and self._batches[-1][0] >= offset:
             self._batches.pop()
         assert self.end_offset() <= offset, "truncation inside a batch"

@@ -6,6 +6,7 @@ Exit codes: 0 every run passed, 1 a run found a violation, 2 usage error.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -45,14 +46,24 @@ def _parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
         p.add_argument("--nodes", type=int, default=6, help="simulated nodes (default 6)")
+        p.add_argument("--voters", type=int, default=3, help="raft voters (default 3)")
+        p.add_argument("--observers", type=int, default=0, help="raft observers (default 0)")
         p.add_argument("--duration", type=float, default=30.0, help="virtual seconds of faults")
         p.add_argument("--faults", default="all", help="all, none, or a comma list")
         p.add_argument("--bug", default=None, help="a planted bug (see `kraft-sim bugs`)")
+        p.add_argument(
+            "--trace",
+            metavar="DIR",
+            default=None,
+            help="add each run's Parquet trace to DIR/runs/run_id=<id>/ (docs/traces.md)",
+        )
 
     run = sub.add_parser("run", help="run one seed and print its summary line")
     common(run)
     run.add_argument("--seed", type=int, required=True)
-    run.add_argument("--trace", default=None, help="write the event trace (JSON lines) here")
+    run.add_argument(
+        "--trace-jsonl", metavar="FILE", default=None, help="write the event trace as JSON lines"
+    )
 
     sweep = sub.add_parser("sweep", help="run a range of seeds in parallel processes")
     common(sweep)
@@ -70,6 +81,13 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         raise ValueError(f"unknown bug {args.bug!r} for scenario {args.scenario}")
     if args.nodes < 2:
         raise ValueError("--nodes must be at least 2")
+    if not 1 <= args.voters <= 9 or not 0 <= args.observers <= 9:
+        raise ValueError("--voters must be 1-9 and --observers 0-9")
+    if args.trace is not None:
+        if os.path.exists(args.trace) and not os.path.isdir(args.trace):
+            raise ValueError(f"--trace takes a directory; {args.trace} is a file")
+        if importlib.util.find_spec("pyarrow") is None:
+            raise ValueError("--trace needs pyarrow: pip install 'kraft-py[spark]'")
     return RunConfig(
         scenario=args.scenario,
         seed=seed,
@@ -77,6 +95,9 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         faults=parse_faults(args.faults),
         bug=args.bug,
         nodes=args.nodes,
+        voters=args.voters,
+        observers=args.observers,
+        trace_dir=args.trace,
     )
 
 
@@ -123,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kraft-sim: {error}", file=sys.stderr)
         return 2
     if args.command == "run":
-        result = run_config(replace(base, trace_path=args.trace))
+        result = run_config(replace(base, trace_path=args.trace_jsonl))
         print(result.summary())
         return 0 if result.ok else 1
     return _sweep(args, base)

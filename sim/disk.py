@@ -110,6 +110,12 @@ class SimDisk:
         self._locks = {}
         self.incarnation += 1
 
+    def process_exited(self) -> None:
+        """The process died but the machine did not: its unsynced writes stay in the page
+        cache, but its open handles die with it."""
+        self._locks = {}
+        self.incarnation += 1
+
     # ---- helpers used by SimFile -------------------------------------------------------
     def _check_write(self, path: str) -> None:
         if self._write_errno is not None:

@@ -10,6 +10,7 @@ Fault names (``--faults all|none|a,b,c``):
   reset      every connection between two nodes reset
   refuse     the next connects to a node refused
   crash      a node loses power (unsynced disk state lost or torn), restarts later
+  crash-quorum  a majority of the nodes lose power at once, restart later
   pause      a node stops (SIGSTOP) and resumes later
   fsync      a node's next fsyncs fail with EIO
   enospc     a node's writes fail with ENOSPC for a while
@@ -36,6 +37,7 @@ FAULTS: tuple[str, ...] = (
     "reset",
     "refuse",
     "crash",
+    "crash-quorum",
     "pause",
     "fsync",
     "enospc",
@@ -151,6 +153,13 @@ class Nemesis:
                 self.world.processes[node].crash()
                 self._down.append(node)
                 self._later(hold_s, self._restart, node)
+        elif fault == "crash-quorum":
+            alive = self._alive()
+            rng.shuffle(alive)
+            for node in alive[: len(nodes) // 2 + 1]:
+                self.world.processes[node].crash()
+                self._down.append(node)
+                self._later(rng.uniform(0.1, hold_s), self._restart, node)
         elif fault == "pause":
             alive = self._alive()
             if alive:

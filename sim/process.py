@@ -91,21 +91,32 @@ class SimProcess:
         return self.main_task
 
     def _main_done(self, task: asyncio.Task) -> None:
-        if task.cancelled() or task is not self.main_task:
+        if task.cancelled() or task is not self.main_task or not self.alive:
             return
         error = task.exception()
-        if error is not None:
+        if isinstance(error, OSError):
+            # A node that halts on an I/O error (Kafka does, on a failed log flush) is doing
+            # its job: the process exits, and the heal phase restarts it.
+            self._stop("exit", error)
+        elif error is not None:
             self.world.process_failed(self, error)
 
     def crash(self) -> None:
         """Power cut: tasks cancelled, sockets reset, unsynced disk state lost or torn."""
         assert self.alive, f"{self.name} is not running"
+        self._stop("crash", None)
+
+    def _stop(self, kind: str, error: BaseException | None) -> None:
         self.alive = False
         self.paused = False
         parked, self.parked = self.parked, []
-        self.disk.crash()
+        if kind == "crash":
+            self.disk.crash()
+        else:
+            self.disk.process_exited()
         self.world.network.process_crashed(self)
-        self.world.trace.event("crash", node=self.name, incarnation=self.incarnation)
+        fields = {} if error is None else {"error": repr(error)}
+        self.world.trace.event(kind, node=self.name, incarnation=self.incarnation, **fields)
         for task, incarnation in list(self._tasks.items()):
             if incarnation == self.incarnation:
                 task.cancel()

@@ -11,7 +11,11 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
-    """One run: scenario, seed, size, fault mix, optional planted bug, optional trace file."""
+    """One run: scenario, seed, size, fault mix, optional planted bug, optional traces.
+
+    ``trace_path`` is a JSON-lines file; ``trace_dir`` a Parquet trace directory
+    (sim/tracefmt.py) that many runs share.
+    """
 
     scenario: str
     seed: int
@@ -19,7 +23,10 @@ class RunConfig:
     faults: tuple[str, ...] = ()
     bug: str | None = None
     nodes: int = 6
+    voters: int = 3
+    observers: int = 0
     trace_path: str | None = None
+    trace_dir: str | None = None
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,6 +26,9 @@ class Trace:
         self._out = out
         self._hash = hashlib.blake2b(digest_size=16)
         self.events: list[dict[str, Any]] | None = [] if keep else None
+        # A subscriber (the Parquet trace writer) sees every event after it is hashed; what
+        # it adds to its own copy, such as wall-clock time, never reaches the digest.
+        self.sink: Callable[[dict[str, Any]], None] | None = None
         self.count = 0
 
     def now_us(self) -> int:
@@ -41,6 +45,8 @@ class Trace:
             self._out.write(line + "\n")
         if self.events is not None:
             self.events.append(record)
+        if self.sink is not None:
+            self.sink(record)
 
     def mix(self, *values: int | str) -> None:
         """Fold low-level facts (a delivery) into the digest without writing an event."""

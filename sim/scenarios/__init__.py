@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.run import RunConfig, RunResult
-from sim.scenarios import echo
+from sim.scenarios import echo, raft
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,5 +25,11 @@ SCENARIOS: dict[str, Scenario] = {
         "nodes echo messages over simulated TCP and log them to the simulated disk",
         echo.run_echo,
         echo.BUGS,
+    ),
+    "raft": Scenario(
+        "raft",
+        "a KRaft quorum (--voters, --observers) proposing records under faults",
+        raft.run_raft,
+        raft.BUGS,
     ),
 }

@@ -91,13 +91,16 @@ async def _node(
             f"durability: {name} recovered {recovered} records, "
             f"but {shared.synced[name]} were fsynced"
         )
+    # What this node had acknowledged as durable before it went down: the trace carries it
+    # so the trace analysis can re-derive the durability verdict on its own.
+    synced_before = shared.synced.get(name, 0)
     log = fs.open(LOG_PATH)
     await log.fsync()
     if shared.bug != "skip-dir-fsync":
         await fs.fsync_dir("/data")
         await fs.fsync_dir("/")
     shared.synced[name] = recovered
-    trace.event("recovered", node=name, records=recovered)
+    trace.event("recovered", node=name, records=recovered, synced=synced_before)
     written = recovered
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -146,6 +149,15 @@ async def _node(
                 stale[1].transport.abort()
             continue
         if reply != peer.encode() + b"|" + request:
+            # The history records what came back, so the analysis sees the mismatch too.
+            trace.event(
+                "op",
+                node=name,
+                type="ok",
+                f="echo",
+                key=peer,
+                value=reply.decode(errors="replace").rstrip("\n"),
+            )
             shared.fail(f"echo: {name} sent {request!r} to {peer} and got {reply!r}")
             return
         shared.ops_ok += 1
@@ -170,9 +182,16 @@ def run_echo(config: RunConfig) -> RunResult:
     """Run the echo scenario once and judge it."""
     if config.bug is not None and config.bug not in BUGS:
         raise ValueError(f"unknown bug {config.bug!r} for scenario echo")
+    writer = None
+    if config.trace_dir is not None:
+        from sim.tracefmt import ParquetTraceWriter  # pyarrow only when a trace is asked for
+
+        writer = ParquetTraceWriter(config.trace_dir, config)
     started = time.perf_counter()
     out = open(config.trace_path, "w") if config.trace_path else None  # noqa: SIM115
     world = World(config.seed, trace_out=out)
+    if writer is not None:
+        writer.attach(world.trace)
     shared = Shared(bug=config.bug)
     names = [f"n{i}" for i in range(1, config.nodes + 1)]
     for name in names:
@@ -211,7 +230,7 @@ def run_echo(config: RunConfig) -> RunResult:
         world.close()
         if out is not None:
             out.close()
-    return RunResult(
+    result = RunResult(
         seed=config.seed,
         violation=shared.violation,
         digest=digest,
@@ -224,3 +243,6 @@ def run_echo(config: RunConfig) -> RunResult:
             "deliveries": world.network.deliveries,
         },
     )
+    if writer is not None:
+        writer.commit(result)
+    return result

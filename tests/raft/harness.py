@@ -112,7 +112,7 @@ class CoreCluster:
         """Lose everything not flushed or persisted, then restart."""
         log = self.logs[node]
         if log.end_offset() > self.flushed[node]:
-            log.truncate_to(self.flushed[node])
+            log.truncate_now(self.flushed[node])
         self.pool = [m for m in self.pool if m.dst != node and m.message.src != node]
         self._boot(node)
 
@@ -133,6 +133,9 @@ class CoreCluster:
                 else:
                     message = Inbound(node, out.body, reply_to=out.correlation_id)
                 self.pool.append(InFlight(out.dst, message))
+            if ready.truncate_to is not None:
+                self.logs[node].truncate_now(ready.truncate_to)
+                core.truncated(ready.truncate_to)
             if ready.flush or "ack-before-fsync" in self.bugs:
                 self.flushed[node] = self.logs[node].end_offset()
                 core.flushed(self.flushed[node])

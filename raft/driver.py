@@ -1,0 +1,378 @@
+"""The asyncio driver of the Raft core: the only place consensus touches time, disk and network.
+
+It feeds the core (requests from the listener, responses from peers, ticks, proposals, flush
+completions) and carries out its Ready in order: persist the quorum state, then send, then
+flush. Flushes are group commits: appends made while an fsync is running go out together in
+the next one. Committed batches are delivered to listeners in order, exactly once per
+process incarnation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from log.batch import decode_batch, iter_batches
+from log.records import Record
+from log.runtime import Runtime
+from raft import codec, quorum_state, wire
+from raft.core import (
+    CORE_BUGS,
+    Event,
+    HighWatermarkAdvanced,
+    NotLeaderError,
+    RaftConfig,
+    RaftCore,
+    Role,
+)
+from raft.messages import Errors, Inbound, Outbound, Request, Response
+from raft.replicated_log import ReplicatedLog
+from raft.transport import PeerConnection
+
+DRIVER_BUGS = {
+    "state-not-fsynced": "the quorum state (epoch, vote) is written but not fsynced before "
+    "the vote it records is sent",
+}
+BUGS = {**CORE_BUGS, **DRIVER_BUGS}
+RAFT_API_KEYS = (52, 53, 54, 1)  # Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch
+API_VERSIONS_KEY = 18
+DESCRIBE_QUORUM_KEY = 55
+MAX_READ_BYTES = 8 * 1024 * 1024
+
+
+class ProposalLost(Exception):
+    """A proposal's offset was committed with another leader's record: it did not happen."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedBatch:
+    """A batch of the replicated log below the high watermark."""
+
+    base_offset: int
+    epoch: int
+    is_control: bool
+    records: tuple[Record, ...]
+
+
+class RaftListener(Protocol):
+    """What the state machine above the quorum hears."""
+
+    def handle_commit(self, batch: CommittedBatch) -> None:
+        """A batch became committed; batches come in offset order, each once."""
+
+    def handle_event(self, event: Event) -> None:
+        """The core changed role, advanced its high watermark, or truncated its log."""
+
+
+@dataclass(frozen=True, slots=True)
+class RaftNodeConfig:
+    """Who we are and who the voters are (controller.quorum.voters)."""
+
+    node_id: int
+    voters: dict[int, tuple[str, int]]
+    cluster_id: str
+    metadata_dir: str
+    raft: RaftConfig = field(default_factory=RaftConfig)
+    bugs: frozenset[str] = frozenset()
+
+
+class RaftNode:
+    """One quorum member (or observer) running on asyncio."""
+
+    def __init__(self, runtime: Runtime, config: RaftNodeConfig, log: ReplicatedLog) -> None:
+        unknown = config.bugs - BUGS.keys()
+        assert not unknown, f"unknown planted bugs {sorted(unknown)}"
+        self.runtime = runtime
+        self.config = config
+        self.log = log
+        self.core: RaftCore | None = None
+        self._listeners: list[RaftListener] = []
+        self._peers: dict[int, PeerConnection] = {}
+        self._wake = asyncio.Event()
+        self._flush_wanted = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._applied = 0
+        self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    async def start(self) -> None:
+        """Load persisted state, make the recovered log durable, and start the loops."""
+        fs = self.runtime.fs
+        fs.mkdir(self.config.metadata_dir)
+        state = quorum_state.load(fs, self.config.metadata_dir)
+        flushed = await self.log.flush()
+        loop = asyncio.get_running_loop()
+        self.core = RaftCore(
+            self.config.node_id,
+            list(self.config.voters),
+            self.log,
+            state,
+            rng=self.runtime.rng,
+            clock=self.runtime.clock,
+            now_ms=self._now_ms(),
+            config=self.config.raft,
+            bugs=self.config.bugs & CORE_BUGS.keys(),
+        )
+        self.core.flushed(flushed)
+        for peer_id, address in sorted(self.config.voters.items()):
+            if peer_id == self.config.node_id:
+                continue
+            peer = PeerConnection(
+                peer_id,
+                address,
+                deliver=self._deliver_response,
+                rng=self.runtime.rng,
+                client_id=f"raft-client-{self.config.node_id}",
+            )
+            peer.start()
+            self._peers[peer_id] = peer
+        self._tasks = [loop.create_task(self._run()), loop.create_task(self._flusher())]
+
+    async def wait(self) -> None:
+        """Run until closed; re-raises whatever killed the node's loops (a bug, or a disk
+        that went offline), so the process fails loudly instead of going quiet."""
+        await asyncio.gather(*self._tasks)
+
+    async def close(self) -> None:
+        """Stop the loops and connections (a leader resigns first: see ``resign``)."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for peer in self._peers.values():
+            await peer.close()
+
+    async def resign(self) -> None:
+        """Graceful leader shutdown: send EndQuorumEpoch to hand leadership over."""
+        assert self.core is not None
+        self.core.resign()
+        await self._process_ready()
+
+    def add_listener(self, listener: RaftListener) -> None:
+        self._listeners.append(listener)
+
+    # ---- views ---------------------------------------------------------------------------
+    @property
+    def role(self) -> Role:
+        assert self.core is not None
+        return self.core.role
+
+    @property
+    def epoch(self) -> int:
+        assert self.core is not None
+        return self.core.epoch
+
+    @property
+    def leader_id(self) -> int:
+        assert self.core is not None
+        return self.core.leader_id
+
+    @property
+    def high_watermark(self) -> int:
+        assert self.core is not None
+        return self.core.high_watermark
+
+    # ---- proposals ---------------------------------------------------------------------
+    def propose(self, records: Sequence[Record]) -> int:
+        """Append records as leader; the offset of the last one. NotLeaderError otherwise."""
+        assert self.core is not None
+        offset = self.core.propose(records)
+        self._wake.set()
+        return offset
+
+    async def propose_and_wait(self, records: Sequence[Record]) -> int:
+        """Propose and wait until committed; ProposalLost if another leader's record won."""
+        offset = self.propose(records)
+        assert self.core is not None
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiters[offset] = (self.core.epoch, future)
+        try:
+            return await future
+        finally:
+            self._waiters.pop(offset, None)
+
+    # ---- the loop ----------------------------------------------------------------------
+    def _now_ms(self) -> int:
+        return int(asyncio.get_running_loop().time() * 1000)
+
+    async def _run(self) -> None:
+        core = self.core
+        assert core is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            core.tick(self._now_ms())
+            now = loop.time()
+            for peer in self._peers.values():
+                peer.expire(now)
+            await self._process_ready()
+            delay_s = (core.next_deadline_ms() - self._now_ms()) / 1000
+            self._wake.clear()
+            if self._has_work():
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=max(delay_s, 0.001))
+
+    def _has_work(self) -> bool:
+        assert self.core is not None
+        return self.core.has_ready()
+
+    async def _process_ready(self) -> None:
+        core = self.core
+        assert core is not None
+        ready = core.ready()
+        if ready.state is not None:
+            sync = "state-not-fsynced" not in self.config.bugs
+            await quorum_state.store(
+                self.runtime.fs, self.config.metadata_dir, ready.state, sync=sync
+            )
+        for message in ready.messages:
+            self._send(message)
+        if ready.truncate_to is not None:
+            await self.log.truncate_to(ready.truncate_to)
+            core.truncated(ready.truncate_to)
+        if ready.flush:
+            self._flush_wanted.set()
+        for event in ready.events:
+            self._on_event(event)
+
+    def _send(self, message: Outbound) -> None:
+        if message.reply_to is not None:
+            future: asyncio.Future = message.reply_to
+            if not future.done():
+                future.set_result(message.body)
+            return
+        peer = self._peers.get(message.dst)
+        if peer is None:
+            return
+        peer.send(
+            message.correlation_id,
+            message.body,  # type: ignore[arg-type]
+            cluster_id=self.config.cluster_id,
+            src_id=self.config.node_id,
+            timeout_s=self.config.raft.request_timeout_ms / 1000,
+        )
+
+    def _deliver_response(self, peer_id: int, correlation_id: int, body: Response) -> None:
+        assert self.core is not None
+        self.core.step(Inbound(peer_id, body, correlation_id=correlation_id))
+        self._wake.set()
+
+    async def _flusher(self) -> None:
+        core = self.core
+        assert core is not None
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            flushed = await self.log.flush()
+            core.flushed(flushed)
+            self._wake.set()
+
+    def _on_event(self, event: Event) -> None:
+        for listener in self._listeners:
+            listener.handle_event(event)
+        if isinstance(event, HighWatermarkAdvanced):
+            self._deliver_committed(event.high_watermark)
+
+    def _deliver_committed(self, high_watermark: int) -> None:
+        while self._applied < high_watermark:
+            data = self.log.read(self._applied, MAX_READ_BYTES)
+            if not data:
+                return
+            for position, _header in iter_batches(data):
+                header, records = decode_batch(data, position)
+                if header.base_offset >= high_watermark:
+                    return
+                batch = CommittedBatch(
+                    header.base_offset,
+                    header.partition_leader_epoch,
+                    header.is_control,
+                    tuple(records),
+                )
+                for listener in self._listeners:
+                    listener.handle_commit(batch)
+                self._settle_waiters(header.base_offset, header.next_offset, batch.epoch)
+                self._applied = header.next_offset
+
+    def _settle_waiters(self, base: int, end: int, epoch: int) -> None:
+        for offset in [o for o in self._waiters if base <= o < end]:
+            proposed_epoch, future = self._waiters.pop(offset)
+            if future.done():
+                continue
+            if proposed_epoch == epoch:
+                future.set_result(offset)
+            else:
+                future.set_exception(ProposalLost(f"offset {offset} holds epoch {epoch}"))
+
+    # ---- the server side ---------------------------------------------------------------
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer requests from one inbound connection, one at a time and in order (Kafka)."""
+        try:
+            while True:
+                frame = await wire.read_frame(reader)
+                try:
+                    header, entity = wire.decode_request(frame)
+                except wire.FrameError:
+                    return  # unparseable: Kafka closes the connection
+                response = await self._handle(header, entity)
+                writer.write(wire.encode_response(header, response))
+                await writer.drain()
+        except (OSError, asyncio.IncompleteReadError, wire.FrameError):
+            pass
+        finally:
+            writer.transport.abort()
+
+    async def _handle(self, header: wire.RequestHeader, entity: object) -> object:
+        api_key, version = header.api_key, header.api_version
+        if api_key == API_VERSIONS_KEY:
+            return codec.api_versions_response(version)
+        if api_key == DESCRIBE_QUORUM_KEY:
+            return self._describe_quorum(version)
+        if api_key not in RAFT_API_KEYS:
+            return codec.error_response(api_key, version, Errors.INVALID_REQUEST)
+        try:
+            src, body, cluster_id = codec.decode_raft_request(entity)
+        except ValueError:
+            return codec.error_response(api_key, version, Errors.INVALID_REQUEST)
+        if cluster_id is not None and cluster_id != self.config.cluster_id:
+            return codec.error_response(api_key, version, Errors.INCONSISTENT_CLUSTER_ID)
+        answer = await self.ask(src, body)
+        return codec.encode_raft_response(answer, api_key=api_key, api_version=version)
+
+    async def ask(self, src: int, body: Request) -> Response:
+        """Hand a request to the core and wait for its answer (which may be long-polled)."""
+        assert self.core is not None
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.core.step(Inbound(src, body, reply_to=future))
+        self._wake.set()
+        return await future
+
+    def _describe_quorum(self, version: int) -> object:
+        core = self.core
+        assert core is not None
+        progress = core.describe()
+        voters = [p for i, p in sorted(progress.items()) if i in core.voters]
+        observers = [p for i, p in sorted(progress.items()) if i not in core.voters]
+        return codec.describe_quorum_response(
+            leader_id=core.leader_id,
+            leader_epoch=core.epoch,
+            high_watermark=core.high_watermark,
+            voters=voters,
+            observers=observers,
+            now_ms=self.runtime.clock.now_ms(),
+            api_version=version,
+        )
+
+
+__all__ = [
+    "BUGS",
+    "CommittedBatch",
+    "NotLeaderError",
+    "ProposalLost",
+    "RaftListener",
+    "RaftNode",
+    "RaftNodeConfig",
+]

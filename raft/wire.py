@@ -1,0 +1,372 @@
+"""Kafka protocol framing and request/response headers, on top of kio's schemas.
+
+Every connection carries size-delimited frames: a 4-byte big-endian length, then a header, then
+the body. Which header version goes with a body is not in the frame, so both ends derive it
+from the body's schema: flexible API versions (KIP-482, tagged fields) use request header v2
+and response header v1, older ones request header v1 and response header v0. ApiVersions is
+the exception on the response side: its response header is always v0, because a client that
+does not yet know which versions the server speaks must be able to read the answer (KIP-511).
+
+Everything here is sans-I/O except :func:`read_frame`, so the simulator and the real server
+share it. Header and body decoding errors surface as :class:`FrameError` carrying what the
+server needs to answer: the header when it could be parsed, and the Kafka error code to use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, is_dataclass
+from functools import cache
+from typing import Any, get_args, get_origin
+
+from kio.index import KioIndexError, load_request_schema, load_response_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+
+MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes default
+API_VERSIONS_KEY = 18
+UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
+
+_LENGTH = struct.Struct(">i")
+# What kio's native readers raise on bad input: its own errors, ValueError for invalid varints,
+# error codes and UTF-8, KeyError for a tagged field the schema does not know.
+_DECODE_ERRORS = (SerialError, ValueError, KeyError, IndexError, OverflowError)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """The request header fields, independent of header version (v1 and v2 share them)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+class FrameError(Exception):
+    """A frame that cannot be accepted.
+
+    ``header`` is set when the request header parsed, so the server can still answer (Kafka
+    answers an unsupported version with an error response rather than closing the connection).
+    ``error_code`` is the Kafka error such an answer carries: UNSUPPORTED_VERSION for an API
+    key or version we cannot decode, INVALID_REQUEST for a malformed frame.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        header: RequestHeader | None = None,
+        error_code: int = INVALID_REQUEST,
+    ) -> None:
+        super().__init__(message)
+        self.header = header
+        self.error_code = error_code
+
+
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
+    """The next frame's payload (without its length prefix).
+
+    The length is checked before reading so a corrupt or hostile prefix cannot make us buffer
+    gigabytes. EOF, clean or mid-frame, propagates as ``asyncio.IncompleteReadError``.
+    """
+    (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+    if length < 0 or length > max_bytes:
+        raise FrameError(f"frame length {length} outside [0, {max_bytes}]")
+    return await reader.readexactly(length)
+
+
+def _frame(*parts: tuple[type[Any], object]) -> bytes:
+    """Serialize entities back to back behind a length prefix."""
+    buffer = io.BytesIO()
+    buffer.seek(_LENGTH.size)
+    for entity_type, entity in parts:
+        entity_writer(entity_type)(buffer, entity)
+    length = buffer.tell() - _LENGTH.size
+    buffer.seek(0)
+    buffer.write(_LENGTH.pack(length))
+    return buffer.getvalue()
+
+
+def _check_body(header: RequestHeader, body: object) -> type[Any]:
+    """The body's schema class, refusing a body that does not match the header."""
+    body_type: type[Any] = type(body)
+    if (body_type.__api_key__, body_type.__version__) != (header.api_key, header.api_version):
+        raise ValueError(
+            f"{body_type.__name__} v{body_type.__version__} does not match header "
+            f"api {header.api_key} v{header.api_version}"
+        )
+    return body_type
+
+
+def encode_request(header: RequestHeader, body: object) -> bytes:
+    """The whole request frame, length prefix included."""
+    body_type = _check_body(header, body)
+    header_type = RequestHeaderV2 if body_type.__flexible__ else RequestHeaderV1
+    kio_header = header_type(
+        request_api_key=header.api_key,
+        request_api_version=header.api_version,
+        correlation_id=header.correlation_id,
+        client_id=header.client_id,
+    )
+    return _frame((header_type, kio_header), (body_type, body))
+
+
+def decode_request(
+    frame: bytes, supported: Mapping[int, tuple[int, int]] | None = None
+) -> tuple[RequestHeader, object]:
+    """The header and kio body entity of a request frame's payload (as read_frame returns it).
+
+    The v1 header is a prefix of the v2 header (client_id stays a non-compact string even in
+    v2), so the header is parsed before knowing the API; only then does the schema say whether
+    tagged header fields follow. That order also covers ApiVersions requests of a version we
+    do not know: the header still parses and the server can answer with its versions.
+    ``supported`` (api key -> (min, max)) additionally refuses versions kio knows but the
+    server does not serve, with UNSUPPORTED_VERSION. Trailing bytes are refused: they mean
+    the peer and we disagree about the schema.
+    """
+    frame = bytes(frame)  # kio's native readers want a read-only buffer
+    try:
+        raw, offset = entity_reader(RequestHeaderV1)(frame, 0)
+    except _DECODE_ERRORS as error:
+        raise FrameError(f"malformed request header: {error}") from error
+    header = RequestHeader(
+        raw.request_api_key, raw.request_api_version, raw.correlation_id, raw.client_id
+    )
+    key, version = header.api_key, header.api_version
+    if supported is not None:
+        low, high = supported.get(key, (0, -1))
+        if not low <= version <= high:
+            raise FrameError(
+                f"api {key} v{version} outside the served range [{low}, {high}]",
+                header=header,
+                error_code=UNSUPPORTED_VERSION,
+            )
+    try:
+        body_type: type[Any] = load_request_schema(key, version)
+    except KioIndexError as error:
+        raise FrameError(
+            f"unknown api {key} v{version}", header=header, error_code=UNSUPPORTED_VERSION
+        ) from error
+    try:
+        if body_type.__flexible__:
+            _, offset = entity_reader(RequestHeaderV2)(frame, 0)
+        body, size = _read_body(body_type, frame, offset)
+    except _DECODE_ERRORS as error:
+        raise FrameError(
+            f"malformed api {key} v{version} request: {error}", header=header
+        ) from error
+    if offset + size != len(frame):
+        raise FrameError(
+            f"{len(frame) - offset - size} trailing bytes after api {key} v{version} request",
+            header=header,
+        )
+    return header, body
+
+
+def _response_header_type(api_key: int, flexible: bool) -> type[Any]:
+    """Response header v1 for flexible bodies, v0 otherwise and always for ApiVersions."""
+    return ResponseHeaderV1 if flexible and api_key != API_VERSIONS_KEY else ResponseHeaderV0
+
+
+def encode_response(header: RequestHeader, body: object) -> bytes:
+    """The whole response frame answering ``header``, length prefix included.
+
+    The body's own version decides the header version, not ``header.api_version``: an
+    UNSUPPORTED_VERSION answer to ApiVersions is a v0 body whatever version was asked for.
+    """
+    body_type: type[Any] = type(body)
+    if body_type.__api_key__ != header.api_key:
+        raise ValueError(f"{body_type.__name__} does not answer api {header.api_key}")
+    header_type = _response_header_type(header.api_key, body_type.__flexible__)
+    kio_header = header_type(correlation_id=header.correlation_id)
+    return _frame((header_type, kio_header), (body_type, body))
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, object]:
+    """(correlation id, kio body entity) of a response frame's payload.
+
+    The caller knows which request the frame answers (by correlation id order), hence the api
+    and version. An ApiVersions response carrying an error is read as v0, as Kafka's clients
+    do, because that is how servers answer a version they do not speak.
+    """
+    frame = bytes(frame)
+    try:
+        body_type: type[Any] = load_response_schema(api_key, api_version)
+        header_type = _response_header_type(api_key, body_type.__flexible__)
+        kio_header, offset = entity_reader(header_type)(frame, 0)
+        if api_key == API_VERSIONS_KEY and frame[offset : offset + 2] != b"\0\0":
+            body_type = load_response_schema(api_key, 0)
+        body, size = _read_body(body_type, frame, offset)
+    except KioIndexError as error:
+        raise ValueError(f"unknown api {api_key} v{api_version}") from error
+    except _DECODE_ERRORS as error:
+        raise FrameError(f"malformed api {api_key} v{api_version} response: {error}") from error
+    if offset + size != len(frame):
+        raise FrameError(f"trailing bytes after api {api_key} v{api_version} response")
+    return kio_header.correlation_id, body
+
+
+# ---------------------------------------------------------------- structural pre-check
+#
+# kio 0.6.5's native reader reserves memory for an array from its declared length before
+# reading any element: a frame claiming 2**32 elements aborts the whole process ("memory
+# allocation failed"), which no except clause can catch. So every body is first walked here,
+# in Python, against its schema: lengths are checked against the bytes actually present and
+# only a structurally sound body reaches kio, whose allocations then follow real counts.
+
+_FIXED_SIZES = {
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "float64": 8,
+    "uuid": 16,
+}
+_LEGACY_LENGTH = {"string": struct.Struct(">h"), "bytes": _LENGTH, "records": _LENGTH}
+
+
+class _Malformed(ValueError):
+    """The body does not fit its schema."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """How one field is laid out: a fixed size, a length-prefixed blob, an array, an entity."""
+
+    size: int = 0  # fixed-size primitive
+    blob: str = ""  # kafka type of a length-prefixed primitive
+    item: _Shape | None = None  # array of these
+    entity: type[Any] | None = None
+    nullable_entity: bool = False
+
+
+def _shape(field_type: Any, kafka_type: str | None, tagged: bool) -> _Shape:
+    if get_origin(field_type) is types.UnionType:
+        inner = next(arg for arg in get_args(field_type) if arg is not type(None))
+        shape = _shape(inner, kafka_type, tagged)
+        # kio marks a nullable struct with an int8 (KIP-893), except as a tagged field.
+        return _Shape(entity=shape.entity, nullable_entity=not tagged) if shape.entity else shape
+    if get_origin(field_type) is tuple:
+        return _Shape(item=_shape(get_args(field_type)[0], kafka_type, tagged=False))
+    if is_dataclass(field_type):
+        return _Shape(entity=field_type)
+    if kafka_type in _FIXED_SIZES:
+        return _Shape(size=_FIXED_SIZES[kafka_type])
+    if kafka_type in _LEGACY_LENGTH:
+        return _Shape(blob=kafka_type)
+    raise TypeError(f"no layout known for kafka type {kafka_type!r}")
+
+
+@cache
+def _layout(entity_type: type[Any]) -> tuple[list[_Shape], dict[int, _Shape]]:
+    """(untagged field shapes in order, tagged field shapes by tag) of an entity type."""
+    untagged, tagged = [], {}
+    for item in fields(entity_type):
+        tag = item.metadata.get("tag")
+        shape = _shape(item.type, item.metadata.get("kafka_type"), tag is not None)
+        if tag is None:
+            untagged.append(shape)
+        else:
+            tagged[tag] = shape
+    return untagged, tagged
+
+
+def _uvarint(data: bytes, pos: int, limit: int) -> tuple[int, int]:
+    value = shift = 0
+    while shift <= 28:
+        if pos >= limit:
+            raise _Malformed("varint runs past the end")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    raise _Malformed("varint longer than 5 bytes")
+
+
+def _length(
+    data: bytes, pos: int, limit: int, flexible: bool, legacy: struct.Struct
+) -> tuple[int, int]:
+    """(length or -1 for null, position after the prefix), refusing lengths past ``limit``."""
+    if flexible:
+        length, pos = _uvarint(data, pos, limit)
+        length -= 1
+    else:
+        if pos + legacy.size > limit:
+            raise _Malformed("length prefix runs past the end")
+        (length,) = legacy.unpack_from(data, pos)
+        pos += legacy.size
+    if length > limit - pos:
+        raise _Malformed(f"length {length} exceeds the {limit - pos} bytes left")
+    return length, pos
+
+
+def _walk_value(shape: _Shape, flexible: bool, data: bytes, pos: int, limit: int) -> int:
+    if shape.size:
+        pos += shape.size
+    elif shape.blob:
+        length, pos = _length(data, pos, limit, flexible, _LEGACY_LENGTH[shape.blob])
+        pos += max(length, 0)
+    elif shape.item is not None:
+        count, pos = _length(data, pos, limit, flexible, _LENGTH)
+        if shape.item.size:
+            pos += max(count, 0) * shape.item.size
+        else:
+            for _ in range(count):
+                pos = _walk_value(shape.item, flexible, data, pos, limit)
+    else:
+        assert shape.entity is not None
+        if shape.nullable_entity:
+            pos += 1
+            if pos <= limit and data[pos - 1] == 0xFF:
+                return pos
+        pos = _walk_entity(shape.entity, data, pos, limit)
+    if pos > limit:
+        raise _Malformed("field runs past the end")
+    return pos
+
+
+def _walk_entity(entity_type: type[Any], data: bytes, pos: int, limit: int) -> int:
+    """The position after one entity, checking every length on the way."""
+    flexible = entity_type.__flexible__
+    untagged, tagged = _layout(entity_type)
+    for shape in untagged:
+        pos = _walk_value(shape, flexible, data, pos, limit)
+    if flexible:
+        count, pos = _uvarint(data, pos, limit)
+        for _ in range(count):
+            tag, pos = _uvarint(data, pos, limit)
+            size, pos = _uvarint(data, pos, limit)
+            end = pos + size
+            if end > limit:
+                raise _Malformed(f"tagged field {tag} runs past the end")
+            if tag in tagged:
+                _walk_value(tagged[tag], flexible, data, pos, end)
+            pos = end
+    return pos
+
+
+def _read_body(body_type: type[Any], frame: bytes, offset: int) -> tuple[Any, int]:
+    """kio's reading of a body, after the structural pre-check made it safe to run."""
+    _walk_entity(body_type, frame, offset, len(frame))
+    return entity_reader(body_type)(frame, offset)

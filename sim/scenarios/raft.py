@@ -1,0 +1,367 @@
+"""The raft scenario: a KRaft quorum (plus observers) under faults, checked continuously.
+
+Each voter runs the real RaftNode (driver, transport over simulated TCP, metadata log on the
+simulated disk). Whoever leads proposes records and waits for them to commit. The checker
+listens to every node incarnation and holds the quorum to Raft's invariants:
+- election safety: at most one leader per epoch;
+- leader completeness: a new leader's log holds every committed record;
+- state machine safety: no two nodes commit different records at one offset, and each
+  incarnation applies offsets in order, each once;
+- committed records are never lost: no truncation below a node's high watermark, and every
+  acknowledged proposal is in the final committed log at its offset;
+- high watermark monotone per node incarnation;
+- bounded dual leadership (what check quorum buys): a running leader that no longer has a
+  quorum gives up within fetch.timeout plus slack, so two running leaders never coexist
+  for longer than that;
+- liveness: after the heal phase a single leader exists and a fresh proposal commits on
+  every live node within 10 virtual seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from log.batch import decode_batch, iter_batches
+from log.records import Record
+from log.runtime import Runtime
+from raft.core import HighWatermarkAdvanced, NotLeaderError, Role, RoleChanged, Truncated
+from raft.disk_log import DiskLog
+from raft.driver import BUGS, CommittedBatch, ProposalLost, RaftNode, RaftNodeConfig
+from sim.nemesis import Nemesis
+from sim.process import SimProcess
+from sim.run import RunConfig, RunResult
+from sim.trace import Trace
+from sim.world import World
+
+PORT = 9093
+CLUSTER_ID = "kraft-sim-cluster-000A"
+METADATA_DIR = "/data/__cluster_metadata-0"
+HEAL_BOUND_S = 10.0
+# fetch.timeout (2 s) for a leader to notice, one check period (0.5 s), and slack.
+DUAL_LEADER_BOUND_S = 3.5
+PROPOSERS = 3
+
+
+def _read_all(log: DiskLog) -> dict[int, tuple[int, bytes | None]]:
+    """offset -> (epoch, value) of every record in a log."""
+    entries: dict[int, tuple[int, bytes | None]] = {}
+    offset = log.start_offset()
+    for _ in range(100_000):
+        data = log.read(offset, 1 << 20)
+        if not data:
+            break
+        for position, _header in iter_batches(data):
+            header, records = decode_batch(data, position)
+            for record in records:
+                entries[header.base_offset + (record.offset_delta or 0)] = (
+                    header.partition_leader_epoch,
+                    record.value,
+                )
+            offset = header.next_offset
+    return entries
+
+
+@dataclass(slots=True)
+class Checker:
+    """Raft's invariants over every node incarnation of one run."""
+
+    trace: Trace
+    loop: asyncio.AbstractEventLoop
+    violation: str | None = None
+    leaders: dict[int, str] = field(default_factory=dict)
+    committed: dict[int, tuple[int, bytes | None]] = field(default_factory=dict)
+    acked: dict[int, bytes] = field(default_factory=dict)
+    leading: dict[str, int] = field(default_factory=dict)
+    dual_since: dict[str, float] = field(default_factory=dict)
+    max_commit: int = 0
+
+    def fail(self, message: str) -> None:
+        if self.violation is None:
+            self.violation = message
+            self.trace.event("violation", detail=message)
+
+    def listener(self, process: SimProcess, log: DiskLog) -> NodeListener:
+        return NodeListener(self, process, process.incarnation, log)
+
+    def check_dual_leadership(self, processes: dict[str, SimProcess]) -> None:
+        """Called periodically: how long has a stale leader kept running beside a newer one?"""
+        now = self.loop.time()
+        running = {
+            name: epoch
+            for name, epoch in self.leading.items()
+            if processes[name].alive and not processes[name].paused
+        }
+        newest = max(running.values(), default=None)
+        for name, epoch in running.items():
+            if newest is not None and epoch < newest:
+                since = self.dual_since.setdefault(name, now)
+                if now - since > DUAL_LEADER_BOUND_S:
+                    self.fail(
+                        f"check-quorum: {name} still leads epoch {epoch} {now - since:.1f}s "
+                        f"after epoch {newest} elected another leader"
+                    )
+            else:
+                self.dual_since.pop(name, None)
+        for name in list(self.dual_since):
+            if name not in running:
+                del self.dual_since[name]
+
+
+@dataclass(slots=True)
+class NodeListener:
+    """One incarnation of one node, reporting to the checker."""
+
+    checker: Checker
+    process: SimProcess
+    incarnation: int
+    log: DiskLog
+    high_watermark: int = 0
+    applied: int = 0
+
+    def handle_event(self, event: object) -> None:
+        checker, name = self.checker, self.process.name
+        if self.process.incarnation != self.incarnation:
+            return  # a crashed incarnation unwinding
+        if isinstance(event, RoleChanged):
+            if event.role is Role.LEADER:
+                checker.leading[name] = event.epoch
+            else:
+                checker.leading.pop(name, None)
+            checker.trace.event(
+                f"became-{event.role.value}", node=name, epoch=event.epoch, leader=event.leader_id
+            )
+            if event.role is Role.LEADER:
+                self._became_leader(event.epoch)
+        elif isinstance(event, HighWatermarkAdvanced):
+            if event.high_watermark < self.high_watermark:
+                checker.fail(
+                    f"hw-monotone: {name} went from {self.high_watermark} back to "
+                    f"{event.high_watermark}"
+                )
+            self.high_watermark = event.high_watermark
+        elif isinstance(event, Truncated):
+            checker.trace.event(
+                "truncation", node=name, from_offset=event.from_offset, to_offset=event.to_offset
+            )
+            if event.to_offset < self.high_watermark:
+                checker.fail(
+                    f"committed-lost: {name} truncated to {event.to_offset} below its high "
+                    f"watermark {self.high_watermark}"
+                )
+
+    def _became_leader(self, epoch: int) -> None:
+        checker, name = self.checker, self.process.name
+        previous = checker.leaders.setdefault(epoch, name)
+        if previous != name:
+            checker.fail(f"election-safety: {previous} and {name} both led epoch {epoch}")
+            return
+        entries = _read_all(self.log)
+        for offset in sorted(checker.committed):
+            if entries.get(offset) != checker.committed[offset]:
+                checker.fail(
+                    f"leader-completeness: {name} leads epoch {epoch} without committed "
+                    f"offset {offset} ({checker.committed[offset]} vs {entries.get(offset)})"
+                )
+                return
+
+    def handle_commit(self, batch: CommittedBatch) -> None:
+        checker, name = self.checker, self.process.name
+        if self.process.incarnation != self.incarnation:
+            return
+        if batch.base_offset != self.applied:
+            checker.fail(
+                f"apply-order: {name} applied offset {batch.base_offset} after {self.applied}"
+            )
+        for index, record in enumerate(batch.records):
+            offset = batch.base_offset + (record.offset_delta or index)
+            entry = (batch.epoch, record.value)
+            known = checker.committed.setdefault(offset, entry)
+            if known != entry:
+                checker.fail(
+                    f"state-machine-safety: offset {offset} committed as {known} and as "
+                    f"{entry} on {name}"
+                )
+            self.applied = offset + 1
+            checker.max_commit = max(checker.max_commit, offset)
+
+
+@dataclass(slots=True)
+class Cluster:
+    """The simulated processes and their current RaftNodes."""
+
+    world: World
+    config: RunConfig
+    checker: Checker
+    voters: list[str]
+    observers: list[str]
+    nodes: dict[str, RaftNode] = field(default_factory=dict)
+    ops: int = 0
+    ops_ok: int = 0
+
+    def node_id(self, name: str) -> int:
+        return int(name[1:])
+
+    def raft_config(self, name: str) -> RaftNodeConfig:
+        return RaftNodeConfig(
+            node_id=self.node_id(name),
+            voters={self.node_id(v): (v, PORT) for v in self.voters},
+            cluster_id=CLUSTER_ID,
+            metadata_dir=METADATA_DIR,
+            bugs=frozenset({self.config.bug}) if self.config.bug else frozenset(),
+        )
+
+    async def main(self, runtime: Runtime, process: SimProcess) -> None:
+        log = await DiskLog.open(runtime, METADATA_DIR)
+        node = RaftNode(runtime, self.raft_config(process.name), log)
+        node.add_listener(self.checker.listener(process, log))
+        await node.start()
+        self.nodes[process.name] = node
+        await asyncio.start_server(node.serve, None, PORT)
+        if process.name in self.voters:
+            proposers = [
+                asyncio.get_running_loop().create_task(self._propose(runtime, process, node, i))
+                for i in range(PROPOSERS)
+            ]
+            await asyncio.gather(node.wait(), *proposers)
+        else:
+            await node.wait()
+
+    async def _propose(
+        self, runtime: Runtime, process: SimProcess, node: RaftNode, lane: int
+    ) -> None:
+        trace, rng, seq = self.world.trace, runtime.rng, 0
+        while True:
+            await asyncio.sleep(rng.uniform(0.02, 0.2))
+            if node.role is not Role.LEADER:
+                continue
+            seq += 1
+            value = f"{process.name}.{process.incarnation}.{lane}.{seq}"
+            self.ops += 1
+            trace.event("op", node=process.name, type="invoke", f="append", value=value)
+            record = Record(None, value.encode(), runtime.clock.now_ms())
+            try:
+                offset = await asyncio.wait_for(node.propose_and_wait([record]), 5.0)
+            except (NotLeaderError, ProposalLost) as error:
+                trace.event(
+                    "op",
+                    node=process.name,
+                    type="fail",
+                    f="append",
+                    value=value,
+                    error=type(error).__name__,
+                )
+                continue
+            except TimeoutError:
+                trace.event("op", node=process.name, type="info", f="append", value=value)
+                continue
+            self.ops_ok += 1
+            self.checker.acked[offset] = value.encode()
+            trace.event("op", node=process.name, type="ok", f="append", value=value, offset=offset)
+
+    def live(self) -> list[str]:
+        procs = self.world.processes
+        return [n for n in self.voters + self.observers if procs[n].alive and n in self.nodes]
+
+    async def heal_check(self) -> None:
+        """After healing: one leader, and a fresh proposal committed on every live node."""
+        loop = self.world.loop
+        deadline = loop.time() + HEAL_BOUND_S
+        target: int | None = None
+        while loop.time() < deadline and self.checker.violation is None:
+            await asyncio.sleep(0.1)
+            leaders = [
+                n
+                for n in self.voters
+                if n in self.nodes
+                and self.world.processes[n].alive
+                and self.nodes[n].role is Role.LEADER
+            ]
+            if target is None:
+                if len(leaders) == 1:
+                    try:
+                        target = self.nodes[leaders[0]].propose([Record(None, b"heal", 0)])
+                    except NotLeaderError:
+                        continue
+                continue
+            if all(self.nodes[n].high_watermark > target for n in self.live()):
+                return
+            if leaders and self.nodes[leaders[0]].high_watermark <= target and len(leaders) == 1:
+                continue
+        if self.checker.violation is None:
+            detail = "no single leader" if target is None else f"offset {target} not everywhere"
+            self.checker.fail(f"liveness: {detail} within {HEAL_BOUND_S:.0f}s of healing")
+
+
+def run_raft(config: RunConfig) -> RunResult:
+    """Run the raft scenario once and judge it."""
+    if config.bug is not None and config.bug not in BUGS:
+        raise ValueError(f"unknown bug {config.bug!r} for scenario raft")
+    writer = None
+    if config.trace_dir is not None:
+        from sim.tracefmt import ParquetTraceWriter  # pyarrow only when a trace is asked for
+
+        writer = ParquetTraceWriter(config.trace_dir, config)
+    started = time.perf_counter()
+    out = open(config.trace_path, "w") if config.trace_path else None  # noqa: SIM115
+    world = World(config.seed, trace_out=out)
+    if writer is not None:
+        writer.attach(world.trace)
+    checker = Checker(world.trace, world.loop)
+    voters = [f"n{i}" for i in range(1, config.voters + 1)]
+    observers = [f"n{100 + i}" for i in range(config.observers)]
+    cluster = Cluster(world, config, checker, voters, observers)
+    for name in voters + observers:
+        process = world.add_process(name)
+        process.start(lambda rt, p=process: cluster.main(rt, p))
+    nemesis = Nemesis(world, voters + observers, config.faults)
+
+    async def watch() -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            checker.check_dual_leadership(world.processes)
+
+    async def drive() -> None:
+        watcher = world.loop.create_task(watch())
+        await nemesis.run(config.duration_s)
+        nemesis.heal_all()
+        world.trace.event("heal-start")
+        await cluster.heal_check()
+        watcher.cancel()
+        for offset, value in sorted(checker.acked.items()):
+            if checker.committed.get(offset, (None, None))[1] != value:
+                checker.fail(
+                    f"acked-lost: acknowledged {value!r} at offset {offset} is not committed there"
+                )
+                break
+
+    try:
+        world.run(drive())
+        if world.failures and checker.violation is None:
+            where, error = world.failures[0]
+            checker.fail(f"crash-free: {where} raised {error!r}")
+        virtual_s = world.loop.time()
+        world.trace.event("verdict", ok=checker.violation is None, violation=checker.violation)
+        digest = world.trace.digest()
+    finally:
+        world.close()
+        if out is not None:
+            out.close()
+    result = RunResult(
+        seed=config.seed,
+        violation=checker.violation,
+        digest=digest,
+        virtual_s=virtual_s,
+        wall_s=time.perf_counter() - started,
+        stats={
+            "ops": cluster.ops,
+            "ok": cluster.ops_ok,
+            "committed": len(checker.committed),
+            "epochs": len(checker.leaders),
+            "faults": nemesis.injected,
+        },
+    )
+    if writer is not None:
+        writer.commit(result)
+    return result

@@ -1,0 +1,67 @@
+"""Seed sweeps through the real CLI. CI runs a representative slice; the full sweeps are
+marked slow: `./scripts/test.sh -m slow`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+KRAFT_SIM = str(Path(sys.executable).parent / "kraft-sim")
+
+
+def sweep(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [KRAFT_SIM, "sweep", "--jobs", "2", "--quiet", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_echo_sweep_slice_is_clean() -> None:
+    result = sweep("--scenario", "echo", "--seeds", "1-12", "--duration", "30")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "seeds=12 failed=0 first_failing=none"
+
+
+def test_echo_sweep_finds_a_planted_bug_and_names_the_seed() -> None:
+    result = sweep(
+        "--scenario", "echo", "--seeds", "1-6", "--duration", "60", "--bug", "ack-before-fsync"
+    )
+    assert result.returncode == 1
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("seeds=6 failed=")
+    assert "first_failing=none" not in last
+
+
+@pytest.mark.slow
+def test_echo_full_sweep_is_clean() -> None:
+    result = sweep("--scenario", "echo", "--seeds", "1-200", "--duration", "60")
+    assert result.returncode == 0, result.stdout
+
+
+def test_raft_sweep_slice_is_clean_with_every_fault() -> None:
+    result = sweep(
+        "--scenario",
+        "raft",
+        "--voters",
+        "3",
+        "--observers",
+        "1",
+        "--seeds",
+        "1-4",
+        "--duration",
+        "20",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "seeds=4 failed=0 first_failing=none"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("voters", ["3", "5"])
+def test_raft_full_sweep_is_clean(voters: str) -> None:
+    result = sweep("--scenario", "raft", "--voters", voters, "--seeds", "1-500")
+    assert result.returncode == 0, result.stdout
