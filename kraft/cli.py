@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import os
 import sys
 import uuid
 
