@@ -18,6 +18,7 @@ import types
 import uuid
 from dataclasses import MISSING, Field, fields, is_dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any, get_args, get_origin
 
 from kio.index import KioIndexError, load_payload_module, load_response_schema
@@ -41,13 +42,18 @@ from raft.messages import (
     VoteResponse,
 )
 from raft.progress import ReplicaProgress
+from raft.wire import API_VERSIONS_KEY
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
 METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's Uuid.METADATA_TOPIC_ID, AAAAAAAAAAAAAAAAAAAAAQ
 
-FETCH, API_VERSIONS_KEY, VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH = 1, 18, 52, 53, 54
-DESCRIBE_QUORUM, FETCH_SNAPSHOT = 55, 59
+FETCH = 1
+VOTE = 52
+BEGIN_QUORUM_EPOCH = 53
+END_QUORUM_EPOCH = 54
+DESCRIBE_QUORUM = 55
+FETCH_SNAPSHOT = 59
 
 # The newest versions kio has that Kafka 3.9/4.x KRaft speaks, down to the oldest that still
 # carries what Raft needs (Fetch v12 introduced last_fetched_epoch and diverging_epoch).
@@ -92,6 +98,7 @@ _ZERO_BY_KAFKA_TYPE: dict[str, object] = {
 # ---------------------------------------------------------------- generic entity building
 
 
+@cache
 def _schema(api_key: int, api_version: int, entity_type: EntityType) -> types.ModuleType:
     """The kio module holding one version's request or response entities."""
     low, high = API_VERSIONS.get(api_key, (0, -1))
@@ -122,12 +129,21 @@ def _make(entity_type: Any, values: dict[str, object]) -> Any:
     accepted version may carry, and guard the few drops that would change meaning.
     """
     kwargs = {}
-    for item in fields(entity_type):
-        if item.name in values:
-            kwargs[item.name] = values[item.name]
-        elif item.default is MISSING and item.default_factory is MISSING:
-            kwargs[item.name] = _zero(item)
+    for name, required in _fields(entity_type):
+        if name in values:
+            kwargs[name] = values[name]
+        elif required is not None:
+            kwargs[name] = _zero(required)
     return entity_type(**kwargs)
+
+
+@cache
+def _fields(entity_type: Any) -> tuple[tuple[str, Field[Any] | None], ...]:
+    """(name, the field if it has no default) of each field, looked up once per type."""
+    return tuple(
+        (item.name, item if item.default is MISSING and item.default_factory is MISSING else None)
+        for item in fields(entity_type)
+    )
 
 
 def _topics(module: Any, topic_class: str, partition_class: str, partition: dict) -> tuple:
@@ -256,6 +272,9 @@ def encode_raft_request(
     request_class = getattr(module, type(body).__name__)
     entity = _make(request_class, top | {"cluster_id": cluster_id, "topics": topics})
     return api_key, version, entity
+
+
+# Each decoder turns (request entity, its metadata partition) into (sender id, core message).
 
 
 def _decode_vote(_request: Any, partition: Any) -> tuple[int, Request]:
@@ -397,14 +416,6 @@ def encode_raft_response(body: Response, *, api_key: int, api_version: int) -> o
     return _make(getattr(module, type(body).__name__), top)
 
 
-def _leader(partition: Any) -> tuple[int, int]:
-    """(leader epoch, leader id) of a partition whose current_leader may be absent."""
-    leader = getattr(partition, "current_leader", None)
-    if leader is None:
-        return -1, -1
-    return leader.leader_epoch, leader.leader_id
-
-
 def decode_raft_response(entity: object) -> Response:
     """The core response for a KRaft response entity.
 
@@ -414,6 +425,8 @@ def decode_raft_response(entity: object) -> Response:
     """
     response: Any = entity
     api_key, _version = _api(response)
+    if api_key not in _RESPONSE_KEYS.values():
+        raise ValueError(f"api {api_key} is not a raft core response")
     if response.error_code != Errors.NONE:
         return RequestFailed(int(response.error_code))
     topics = response.responses if api_key == FETCH else response.topics
@@ -427,10 +440,13 @@ def decode_raft_response(entity: object) -> Response:
         return BeginQuorumEpochResponse(error_code, partition.leader_epoch, partition.leader_id)
     if api_key == END_QUORUM_EPOCH:
         return EndQuorumEpochResponse(error_code, partition.leader_epoch, partition.leader_id)
+    # current_leader is a tagged struct: kio fills in the schema's defaults when it is absent.
+    leader = partition.current_leader
     if api_key == FETCH:
         return FetchResponse(
             error_code,
-            *_leader(partition),
+            leader.leader_epoch,
+            leader.leader_id,
             high_watermark=partition.high_watermark,
             log_start_offset=partition.log_start_offset,
             records=bytes(partition.records or b""),
@@ -439,17 +455,16 @@ def decode_raft_response(entity: object) -> Response:
             snapshot_end_offset=partition.snapshot_id.end_offset,
             snapshot_epoch=partition.snapshot_id.epoch,
         )
-    if api_key == FETCH_SNAPSHOT:
-        return FetchSnapshotResponse(
-            error_code,
-            *_leader(partition),
-            snapshot_end_offset=partition.snapshot_id.end_offset,
-            snapshot_epoch=partition.snapshot_id.epoch,
-            size=partition.size,
-            position=partition.position,
-            unaligned_records=bytes(partition.unaligned_records or b""),
-        )
-    raise ValueError(f"api {api_key} is not a raft core response")
+    return FetchSnapshotResponse(
+        error_code,
+        leader.leader_epoch,
+        leader.leader_id,
+        snapshot_end_offset=partition.snapshot_id.end_offset,
+        snapshot_epoch=partition.snapshot_id.epoch,
+        size=partition.size,
+        position=partition.position,
+        unaligned_records=bytes(partition.unaligned_records),
+    )
 
 
 # ---------------------------------------------------------------- driver-answered APIs

@@ -37,9 +37,7 @@ DRIVER_BUGS = {
     "the vote it records is sent",
 }
 BUGS = {**CORE_BUGS, **DRIVER_BUGS}
-RAFT_API_KEYS = (52, 53, 54, 1)  # Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch
-API_VERSIONS_KEY = 18
-DESCRIBE_QUORUM_KEY = 55
+RAFT_API_KEYS = (codec.VOTE, codec.BEGIN_QUORUM_EPOCH, codec.END_QUORUM_EPOCH, codec.FETCH)
 MAX_READ_BYTES = 8 * 1024 * 1024
 
 
@@ -314,10 +312,20 @@ class RaftNode:
             while True:
                 frame = await wire.read_frame(reader)
                 try:
-                    header, entity = wire.decode_request(frame)
-                except wire.FrameError:
-                    return  # unparseable: Kafka closes the connection
-                response = await self._handle(header, entity)
+                    header, entity = wire.decode_request(frame, supported=codec.API_VERSIONS)
+                except wire.FrameError as error:
+                    if error.header is None or error.header.api_key != wire.API_VERSIONS_KEY:
+                        return  # unparseable or unsupported: Kafka closes the connection
+                    # A client asking for an ApiVersions version we lack gets a v0 answer
+                    # listing what we have, so it can retry with one of those (KIP-511).
+                    header = error.header
+                    response: object = codec.api_versions_response(
+                        0, error_code=wire.UNSUPPORTED_VERSION
+                    )
+                else:
+                    response = await self._handle(header, entity)
+                if response is None:
+                    return
                 writer.write(wire.encode_response(header, response))
                 await writer.drain()
         except (OSError, asyncio.IncompleteReadError, wire.FrameError):
@@ -325,14 +333,16 @@ class RaftNode:
         finally:
             writer.transport.abort()
 
-    async def _handle(self, header: wire.RequestHeader, entity: object) -> object:
+    async def _handle(self, header: wire.RequestHeader, entity: object) -> object | None:
+        """The response entity, or None to close the connection (as Kafka does for a
+        request it cannot serve)."""
         api_key, version = header.api_key, header.api_version
-        if api_key == API_VERSIONS_KEY:
+        if api_key == wire.API_VERSIONS_KEY:
             return codec.api_versions_response(version)
-        if api_key == DESCRIBE_QUORUM_KEY:
+        if api_key == codec.DESCRIBE_QUORUM:
             return self._describe_quorum(version)
         if api_key not in RAFT_API_KEYS:
-            return codec.error_response(api_key, version, Errors.INVALID_REQUEST)
+            return None
         try:
             src, body, cluster_id = codec.decode_raft_request(entity)
         except ValueError:

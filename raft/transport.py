@@ -122,7 +122,9 @@ class PeerConnection:
             self._flush_writes()
             try:
                 await self._read_responses(reader)
-            except (OSError, asyncio.IncompleteReadError, wire.FrameError):
+            except (OSError, asyncio.IncompleteReadError, wire.FrameError, ValueError):
+                # A broken connection or an answer we cannot use (wrong partition, bad
+                # frame): drop the connection; its requests fail and the core retries.
                 pass
             finally:
                 self._writer = None

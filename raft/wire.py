@@ -10,6 +10,8 @@ does not yet know which versions the server speaks must be able to read the answ
 Everything here is sans-I/O except :func:`read_frame`, so the simulator and the real server
 share it. Header and body decoding errors surface as :class:`FrameError` carrying what the
 server needs to answer: the header when it could be parsed, and the Kafka error code to use.
+Bodies are checked structurally before kio reads them (see "structural pre-check" below),
+because kio trusts declared array lengths with its allocations.
 """
 
 from __future__ import annotations
@@ -260,6 +262,7 @@ class _Shape:
 
 
 def _shape(field_type: Any, kafka_type: str | None, tagged: bool) -> _Shape:
+    """The layout of a field from its annotation and kafka_type, as kio's writer derives it."""
     if get_origin(field_type) is types.UnionType:
         inner = next(arg for arg in get_args(field_type) if arg is not type(None))
         shape = _shape(inner, kafka_type, tagged)
@@ -291,6 +294,7 @@ def _layout(entity_type: type[Any]) -> tuple[list[_Shape], dict[int, _Shape]]:
 
 
 def _uvarint(data: bytes, pos: int, limit: int) -> tuple[int, int]:
+    """(unsigned varint, position after it); at most 5 bytes, like kio's reader."""
     value = shift = 0
     while shift <= 28:
         if pos >= limit:
@@ -322,6 +326,7 @@ def _length(
 
 
 def _walk_value(shape: _Shape, flexible: bool, data: bytes, pos: int, limit: int) -> int:
+    """The position after one field value; flexible versions use compact lengths."""
     if shape.size:
         pos += shape.size
     elif shape.blob:

@@ -54,19 +54,27 @@ def play(cluster: CoreCluster, script: list[tuple[str, int]]) -> None:
 
 
 def heals(cluster: CoreCluster, seed: int) -> None:
+    """Once the network is healthy, some leader gets a fresh proposal committed everywhere.
+
+    A proposal made just as leadership changes may legitimately be superseded, so a few
+    rounds are allowed; each round is a fresh proposal by whoever leads then.
+    """
     rng = random.Random(seed)
     cluster.isolated = set()
-    target = None
-    for _ in range(400):
-        cluster.run(1, rng)
-        if cluster.leader() is not None:
-            target = cluster.propose()
-            break
-    assert target is not None, "no leader after healing"
-    cluster.run(40, rng)
-    assert target in cluster.acked
-    for node in cluster.node_ids:
-        assert cluster.cores[node].high_watermark > target
+    for _ in range(10):
+        target = None
+        for _ in range(400):
+            cluster.run(1, rng)
+            if cluster.leader() is not None:
+                target = cluster.propose()
+                break
+        assert target is not None, "no leader after healing"
+        cluster.run(40, rng)
+        if target in cluster.acked:
+            for node in cluster.node_ids:
+                assert cluster.cores[node].high_watermark > target
+            return
+    raise AssertionError("no proposal committed within 10 rounds after healing")
 
 
 @settings(max_examples=150, deadline=None)
