@@ -6,22 +6,13 @@ Errors are one line on stderr and a non-zero exit: 1 for a failed operation, 2 f
 from __future__ import annotations
 
 import argparse
-import base64
+import asyncio
+import logging
 import sys
-import uuid
 
-
-def random_uuid() -> str:
-    """A cluster or directory id as Kafka prints them: 16 random bytes, URL-safe base64.
-
-    Like Kafka's Uuid.randomUuid it never returns the zero id or an id starting with '-'
-    (which would read as a command-line flag).
-    """
-    while True:
-        raw = uuid.uuid4().bytes
-        text = base64.urlsafe_b64encode(raw).decode().rstrip("=")
-        if raw != bytes(16) and not text.startswith("-"):
-            return text
+from kraft.config import ConfigError, load_config
+from kraft.storage import StorageError, format_dirs, random_uuid
+from log.fs import RealFileSystem
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,11 +27,40 @@ def _parser() -> argparse.ArgumentParser:
     start = sub.add_parser("start", help="run a broker, a controller, or both")
     start.add_argument("config", help="server.properties")
     sub.add_parser("random-uuid", help="print a new cluster id")
+    quorum = sub.add_parser("describe-quorum", help="show the metadata quorum's state")
+    quorum.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    quorum.add_argument("--replication", action="store_true", help="per-replica offsets")
     dump = sub.add_parser("dump-log", help="print the batches of log, index and timeindex files")
     dump.add_argument("files", nargs="+")
     dump.add_argument("--print-records", action="store_true")
     dump.add_argument("--index-sanity-check", action="store_true")
     return parser
+
+
+def _describe_quorum(address: str, replication: bool) -> int:
+    from kraft.quorum_tool import describe_quorum, format_replication, format_status
+
+    controllers = []
+    for item in address.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit():
+            print(f"kraft-server describe-quorum: {item!r} is not HOST:PORT", file=sys.stderr)
+            return 2
+        controllers.append((host, int(port)))
+    problems = []
+    for host, port in controllers:  # the leader answers; the others say they are not it
+        try:
+            status = asyncio.run(describe_quorum(host, port))
+        except (OSError, TimeoutError) as error:
+            problems.append(f"{host}:{port} unreachable ({error})")
+            continue
+        if status.error_code != 0:
+            problems.append(f"{host}:{port} is not the leader (error {status.error_code})")
+            continue
+        print(format_replication(status) if replication else format_status(status))
+        return 0
+    print(f"kraft-server describe-quorum: no leader found: {'; '.join(problems)}", file=sys.stderr)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "random-uuid":
         print(random_uuid())
         return 0
+    if args.command == "describe-quorum":
+        return _describe_quorum(args.bootstrap_controller, args.replication)
     if args.command == "dump-log":
         from log.dump import dump_files
 
@@ -58,12 +80,33 @@ def main(argv: list[str] | None = None) -> int:
             index_sanity_check=args.index_sanity_check,
             out=sys.stdout,
         )
-    print(
-        f"kraft-server {args.command}: not yet available (the metadata quorum and the "
-        "broker land with issues #5 and #6)",
-        file=sys.stderr,
-    )
-    return 2
+    try:
+        config = load_config(args.config)
+        if args.command == "format":
+            formatted = asyncio.run(
+                format_dirs(
+                    RealFileSystem(),
+                    config,
+                    args.cluster_id,
+                    ignore_formatted=args.ignore_formatted,
+                )
+            )
+            for directory in formatted:
+                print(
+                    f"Formatting {directory} with metadata.version 1 and cluster.id "
+                    f"{args.cluster_id}"
+                )
+            return 0
+        from kraft.server import serve
+
+        logging.basicConfig(
+            level=logging.INFO,
+            format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)",
+        )
+        return asyncio.run(serve(config))
+    except (ConfigError, StorageError) as error:
+        print(f"kraft-server {args.command}: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from raft.core import (
     Role,
 )
 from raft.messages import Errors, Inbound, Outbound, Request, Response
+from raft.progress import ReplicaProgress
 from raft.replicated_log import ReplicatedLog
 from raft.transport import PeerConnection
 
@@ -93,6 +94,7 @@ class RaftNode:
         self._flush_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._applied = 0
+        self._inbound: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -143,6 +145,12 @@ class RaftNode:
                 await task
         for peer in self._peers.values():
             await peer.close()
+        # End inbound connections before the loop goes: their handlers then finish
+        # normally instead of being cancelled mid-read.
+        handlers = list(self._inbound.items())
+        for _task, writer in handlers:
+            writer.transport.abort()
+        await asyncio.gather(*(task for task, _ in handlers), return_exceptions=True)
 
     async def resign(self) -> None:
         """Graceful leader shutdown: send EndQuorumEpoch to hand leadership over."""
@@ -308,6 +316,9 @@ class RaftNode:
     # ---- the server side ---------------------------------------------------------------
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Answer requests from one inbound connection, one at a time and in order (Kafka)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._inbound[task] = writer
         try:
             while True:
                 frame = await wire.read_frame(reader)
@@ -331,6 +342,7 @@ class RaftNode:
         except (OSError, asyncio.IncompleteReadError, wire.FrameError):
             pass
         finally:
+            self._inbound.pop(task, None)
             writer.transport.abort()
 
     async def _handle(self, header: wire.RequestHeader, entity: object) -> object | None:
@@ -363,9 +375,28 @@ class RaftNode:
     def _describe_quorum(self, version: int) -> object:
         core = self.core
         assert core is not None
-        progress = core.describe()
-        voters = [p for i, p in sorted(progress.items()) if i in core.voters]
-        observers = [p for i, p in sorted(progress.items()) if i not in core.voters]
+        if core.role is not Role.LEADER:
+            return codec.error_response(
+                codec.DESCRIBE_QUORUM, version, Errors.NOT_LEADER_OR_FOLLOWER
+            )
+        now_ms, wall_ms = self._now_ms(), self.runtime.clock.now_ms()
+
+        def on_wall_clock(progress: ReplicaProgress) -> ReplicaProgress:
+            # The core keeps loop-clock times; DescribeQuorum speaks epoch milliseconds.
+            if progress.replica_id == core.node_id:
+                return ReplicaProgress(progress.replica_id, self.log.end_offset(), wall_ms, wall_ms)
+            return ReplicaProgress(
+                progress.replica_id,
+                progress.end_offset,
+                -1 if progress.last_fetch_ms < 0 else wall_ms - (now_ms - progress.last_fetch_ms),
+                -1
+                if progress.last_caught_up_ms < 0
+                else wall_ms - (now_ms - progress.last_caught_up_ms),
+            )
+
+        progress = {i: on_wall_clock(p) for i, p in sorted(core.describe().items())}
+        voters = [p for i, p in progress.items() if i in core.voters]
+        observers = [p for i, p in progress.items() if i not in core.voters]
         return codec.describe_quorum_response(
             leader_id=core.leader_id,
             leader_epoch=core.epoch,

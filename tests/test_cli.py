@@ -21,7 +21,7 @@ def test_console_script_help_exits_zero(script: str) -> None:
 
 
 def test_random_uuid_is_kafka_style() -> None:
-    from kraft.cli import random_uuid
+    from kraft.storage import random_uuid
 
     ids = {random_uuid() for _ in range(200)}
     assert len(ids) == 200

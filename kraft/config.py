@@ -1,0 +1,168 @@
+"""The server configuration: Kafka's own keys from server.properties, validated by pydantic.
+
+A bad value fails start-up with one line that names the key, so an operator can fix the file
+without reading a stack trace. Keys we do not know are kept (Kafka warns about them too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kraft.properties import parse_properties
+
+Role = Literal["broker", "controller"]
+
+
+class ConfigError(ValueError):
+    """server.properties is missing, unreadable or invalid; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One listener: a name (PLAINTEXT, CONTROLLER...) and where it binds."""
+
+    name: str
+    host: str
+    port: int
+
+
+def parse_endpoints(text: str) -> list[Endpoint]:
+    """``NAME://host:port,...`` (an empty host means all interfaces, as in Kafka)."""
+    endpoints = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, rest = item.partition("://")
+        host, colon, port = rest.rpartition(":")
+        if not sep or not colon or not port.isdigit() or not name:
+            raise ValueError(f"{item!r} is not NAME://host:port")
+        endpoints.append(Endpoint(name.upper(), host.strip("[]"), int(port)))
+    return endpoints
+
+
+def parse_voters(text: str) -> dict[int, tuple[str, int]]:
+    """``id@host:port,...`` as in controller.quorum.voters."""
+    voters: dict[int, tuple[str, int]] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        node, at, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not at or not colon or not node.isdigit() or not port.isdigit():
+            raise ValueError(f"{item!r} is not id@host:port")
+        voters[int(node)] = (host.strip("[]"), int(port))
+    return voters
+
+
+class ServerConfig(BaseModel):
+    """The keys kraft-py uses, under their Kafka names (aliases)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow", frozen=True)
+
+    process_roles: frozenset[Role] = Field(alias="process.roles")
+    node_id: int = Field(alias="node.id", ge=0)
+    controller_quorum_voters: dict[int, tuple[str, int]] = Field(alias="controller.quorum.voters")
+    listeners: list[Endpoint] = Field(alias="listeners")
+    advertised_listeners: list[Endpoint] | None = Field(default=None, alias="advertised.listeners")
+    controller_listener_names: list[str] = Field(alias="controller.listener.names")
+    log_dirs: list[str] = Field(alias="log.dirs")
+    metadata_log_dir: str | None = Field(default=None, alias="metadata.log.dir")
+    election_timeout_ms: int = Field(
+        default=1000, alias="controller.quorum.election.timeout.ms", gt=0
+    )
+    fetch_timeout_ms: int = Field(default=2000, alias="controller.quorum.fetch.timeout.ms", gt=0)
+    election_backoff_max_ms: int = Field(
+        default=1000, alias="controller.quorum.election.backoff.max.ms", gt=0
+    )
+    request_timeout_ms: int = Field(
+        default=2000, alias="controller.quorum.request.timeout.ms", gt=0
+    )
+    max_idle_interval_ms: int = Field(default=500, alias="metadata.max.idle.interval.ms", ge=0)
+
+    @field_validator("process_roles", mode="before")
+    @classmethod
+    def _roles(cls, value: object) -> object:
+        if isinstance(value, str):
+            roles = [r.strip() for r in value.split(",") if r.strip()]
+            if not roles:
+                raise ValueError("must name broker, controller or both")
+            return roles
+        return value
+
+    @field_validator("controller_quorum_voters", mode="before")
+    @classmethod
+    def _voters(cls, value: object) -> object:
+        return parse_voters(value) if isinstance(value, str) else value
+
+    @field_validator("listeners", "advertised_listeners", mode="before")
+    @classmethod
+    def _endpoints(cls, value: object) -> object:
+        return parse_endpoints(value) if isinstance(value, str) else value
+
+    @field_validator("controller_listener_names", "log_dirs", mode="before")
+    @classmethod
+    def _list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @property
+    def metadata_dir(self) -> str:
+        """Where __cluster_metadata-0 and quorum-state live (metadata.log.dir or log.dirs[0])."""
+        return self.metadata_log_dir or self.log_dirs[0]
+
+    @property
+    def all_dirs(self) -> list[str]:
+        dirs = list(self.log_dirs)
+        if self.metadata_dir not in dirs:
+            dirs.append(self.metadata_dir)
+        return dirs
+
+    def controller_endpoint(self) -> Endpoint:
+        """The listener this node's quorum RPCs are served on."""
+        for endpoint in self.listeners:
+            if endpoint.name in self.controller_listener_names:
+                return endpoint
+        raise ConfigError(
+            "controller.listener.names: none of "
+            f"{','.join(self.controller_listener_names)} is in listeners"
+        )
+
+
+def load_config(path: str) -> ServerConfig:
+    """Read and validate server.properties; ConfigError with one line on any problem."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise ConfigError(f"{path}: {error.strerror}") from None
+    try:
+        props = parse_properties(text, path)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    return config_from_properties(props, path)
+
+
+def config_from_properties(
+    props: dict[str, str], source: str = "server.properties"
+) -> ServerConfig:
+    """Validate parsed properties; relative log dirs are taken as given (cwd-relative)."""
+    try:
+        config = ServerConfig.model_validate(props)
+    except ValidationError as error:
+        first = error.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) if first["loc"] else "?"
+        key = _kafka_key(key)
+        raise ConfigError(f"{source}: {key}: {first['msg']}") from None
+    if "controller" in config.process_roles:
+        if config.node_id not in config.controller_quorum_voters:
+            raise ConfigError(
+                f"{source}: controller.quorum.voters: node.id {config.node_id} is a controller "
+                "but not one of the voters"
+            )
+        config.controller_endpoint()
+    return config
+
+
+def _kafka_key(field_name: str) -> str:
+    info = ServerConfig.model_fields.get(field_name)
+    return info.alias if info is not None and info.alias else field_name
