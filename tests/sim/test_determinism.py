@@ -68,3 +68,15 @@ def test_trace_file_is_byte_identical_across_processes(tmp_path: Path) -> None:
     }
     kinds = {json.loads(line)["kind"] for line in traces[0].splitlines()}
     assert kinds & fault_kinds, "the run should have injected faults"
+
+
+def test_raft_scenario_same_seed_same_digest() -> None:
+    from sim.scenarios.raft import run_raft
+
+    def digest() -> str:
+        config = RunConfig("raft", 7, duration_s=15, faults=FAULTS, voters=3, observers=1)
+        result = run_raft(config)
+        assert result.ok, result.summary()
+        return result.digest
+
+    assert digest() == digest()
