@@ -25,6 +25,7 @@ from metadata.records import NO_OP, encode_record
 from raft.core import Event, NotLeaderError, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import CommittedBatch, RaftNode, RaftNodeConfig
+from raft.snapshot import SnapshotId
 
 logger = logging.getLogger("kraft.server")
 METADATA_PARTITION_DIR = "__cluster_metadata-0"
@@ -38,6 +39,14 @@ class _RoleLogger:
 
     def handle_commit(self, batch: CommittedBatch) -> None:
         return None
+
+    def handle_load_snapshot(self, snapshot: SnapshotId, records: list[Record]) -> None:
+        logger.info(
+            "[RaftManager id=%d] Loaded snapshot %s (%d records)",
+            self._node_id,
+            snapshot.file_name,
+            len(records),
+        )
 
     def handle_event(self, event: Event) -> None:
         if isinstance(event, RoleChanged):

@@ -30,6 +30,8 @@ from raft.messages import (
     Errors,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     Inbound,
     Outbound,
     Request,
@@ -40,6 +42,7 @@ from raft.messages import (
 from raft.progress import ReplicaProgress, majority, quorum_offset
 from raft.quorum_state import QuorumState
 from raft.replicated_log import ReplicatedLog
+from raft.snapshot import SnapshotId
 
 # Planted bugs the core understands (off unless a simulation asks for them).
 CORE_BUGS = {
@@ -54,6 +57,8 @@ CORE_BUGS = {
 }
 
 RETRY_BACKOFF_MS = 100
+SNAPSHOT_NOT_FOUND = 98
+SNAPSHOT_CHUNK_BYTES = 1024 * 1024
 BEGIN_QUORUM_RETRY_MS = 500
 MAX_PROPOSAL_RECORDS = 10_000
 
@@ -111,12 +116,15 @@ Event = RoleChanged | HighWatermarkAdvanced | Truncated
 
 @dataclass(slots=True)
 class Ready:
-    """Work for the driver: persist ``state`` first, then send, then truncate the log (and
-    call ``truncated``), then flush it (and call ``flushed``) if asked."""
+    """Work for the driver, in this order: persist ``state``; send ``messages``; truncate the
+    log (then call ``truncated``); write downloaded snapshot chunks and install a complete
+    snapshot (then call ``snapshot_installed``); flush the log (then call ``flushed``)."""
 
     state: QuorumState | None = None
     messages: list[Outbound] = field(default_factory=list)
     truncate_to: int | None = None
+    snapshot_chunks: list[tuple[SnapshotId, int, bytes]] = field(default_factory=list)
+    install_snapshot: SnapshotId | None = None
     flush: bool = False
     events: list[Event] = field(default_factory=list)
 
@@ -125,6 +133,8 @@ class Ready:
             self.state is None
             and not self.messages
             and self.truncate_to is None
+            and not self.snapshot_chunks
+            and self.install_snapshot is None
             and not self.flush
             and not self.events
         )
@@ -171,7 +181,9 @@ class RaftCore:
         self.leader_id = state.leader_id
         self.voted_id = state.voted_id
         self.role = Role.UNATTACHED
-        self.high_watermark = 0
+        snapshot = log.latest_snapshot()
+        # A snapshot holds only committed records: its end is a high watermark we know.
+        self.high_watermark = snapshot.end_offset if snapshot is not None else 0
         # What the driver has synced: at start-up the driver flushes before building the core.
         self.flushed_offset = log.end_offset()
         self._ready = Ready()
@@ -179,6 +191,9 @@ class RaftCore:
         self._inflight: dict[int, tuple[int, Request, int]] = {}
         self._election_deadline_ms = 0
         self._fetch_deadline_ms = 0
+        # Last time the leader showed it is alive (a fetch answered, BeginQuorumEpoch): what
+        # a pre-vote is judged by, not merely being in the follower role.
+        self._leader_contact_ms = -(10**12)
         self._fetch_correlation: int | None = None
         self._fetch_backoff_until_ms = 0
         self._bootstrap_index = 0
@@ -189,6 +204,9 @@ class RaftCore:
         self._begin_epoch_sent_ms: dict[int, int] = {}
         self._parked: dict[int, _Parked] = {}
         self._truncating = False
+        # A snapshot download in progress: (id, next position), and whether it is installing.
+        self._download: tuple[SnapshotId, int] | None = None
+        self._installing = False
         if self.leader_id == node_id and self.is_voter:
             # A leader that restarts must not lead the same epoch again: it may have lost
             # entries it never flushed. Resign and let a new epoch start.
@@ -258,6 +276,17 @@ class RaftCore:
         self._truncating = False
         self._maybe_fetch()
 
+    def snapshot_installed(self, snapshot: SnapshotId) -> None:
+        """The driver published a downloaded snapshot and restarted the log at its end."""
+        assert self.log.end_offset() == snapshot.end_offset
+        self._download = None
+        self._installing = False
+        self.flushed_offset = snapshot.end_offset
+        if snapshot.end_offset > self.high_watermark:
+            self.high_watermark = snapshot.end_offset
+            self._event(HighWatermarkAdvanced(snapshot.end_offset))
+        self._maybe_fetch()
+
     def flushed(self, offset: int) -> None:
         """The driver synced the log up to ``offset``."""
         self.flushed_offset = max(self.flushed_offset, min(offset, self.log.end_offset()))
@@ -287,6 +316,8 @@ class RaftCore:
             self._on_begin_quorum_epoch(message, body)
         elif isinstance(body, EndQuorumEpochRequest):
             self._on_end_quorum_epoch(message, body)
+        elif isinstance(body, FetchSnapshotRequest):
+            self._on_fetch_snapshot_request(message, body)
         else:
             entry = self._inflight.pop(message.correlation_id, None)
             if entry is None or entry[0] != message.src:
@@ -296,6 +327,8 @@ class RaftCore:
                 self._on_vote_response(message.src, request, body)
             elif isinstance(request, FetchRequest):
                 self._on_fetch_response(message.correlation_id, request, body)
+            elif isinstance(request, FetchSnapshotRequest):
+                self._on_fetch_snapshot_response(message.correlation_id, request, body)
             elif isinstance(body, (BeginQuorumEpochResponse, EndQuorumEpochResponse)):
                 self._maybe_higher_epoch(body.leader_epoch, body.leader_id)
             elif isinstance(body, RequestFailed):
@@ -335,6 +368,8 @@ class RaftCore:
                 del self._inflight[correlation]
                 if correlation == self._fetch_correlation:
                     self._fetch_correlation = None
+                    if not self._installing:
+                        self._download = None  # a lost chunk: start again from a Fetch
 
     def _random_election_timeout(self) -> int:
         timeout = self.config.election_timeout_ms
@@ -358,6 +393,8 @@ class RaftCore:
         self.role = role
         self._votes = {}
         self._fetch_correlation = None
+        if not self._installing:
+            self._download = None
         self._event(RoleChanged(role, self.epoch, self.leader_id))
 
     def _become_unattached(
@@ -546,8 +583,21 @@ class RaftCore:
         if self.role is not Role.LEADER:
             error(Errors.NOT_LEADER_OR_FOLLOWER)
             return
-        if request.fetch_offset > 0 or request.last_fetched_epoch > 0:
+        snapshot = self.log.latest_snapshot()
+        start = self.log.start_offset()
+        at_snapshot = (
+            snapshot is not None
+            and request.fetch_offset == snapshot.end_offset == start
+            and request.last_fetched_epoch == snapshot.epoch
+        )
+        if request.fetch_offset < start and snapshot is not None:
+            self._reply_snapshot_id(message, snapshot)
+            return
+        if not at_snapshot and (request.fetch_offset > 0 or request.last_fetched_epoch > 0):
             epoch, end = self.log.end_offset_for_epoch(request.last_fetched_epoch)
+            if snapshot is not None and (epoch < 0 or end < start):
+                self._reply_snapshot_id(message, snapshot)  # it diverges below our log
+                return
             if epoch != request.last_fetched_epoch or request.fetch_offset > end:
                 self._reply(
                     message,
@@ -581,6 +631,57 @@ class RaftCore:
         )
         if not self._answer_fetch(parked, force=request.max_wait_ms <= 0):
             self._parked[message.src] = parked
+
+    def _reply_snapshot_id(self, message: Inbound, snapshot: SnapshotId) -> None:
+        self._reply(
+            message,
+            FetchResponse(
+                Errors.NONE,
+                self.epoch,
+                self.node_id,
+                high_watermark=self.high_watermark,
+                log_start_offset=self.log.start_offset(),
+                snapshot_end_offset=snapshot.end_offset,
+                snapshot_epoch=snapshot.epoch,
+            ),
+        )
+
+    def _on_fetch_snapshot_request(self, message: Inbound, request: FetchSnapshotRequest) -> None:
+        def answer(code: int, **fields: object) -> None:
+            self._reply(
+                message,
+                FetchSnapshotResponse(code, self.epoch, self._leader_hint(), **fields),  # type: ignore[arg-type]
+            )
+
+        if request.current_leader_epoch < self.epoch:
+            answer(Errors.FENCED_LEADER_EPOCH)
+            return
+        if request.current_leader_epoch > self.epoch:
+            answer(Errors.UNKNOWN_LEADER_EPOCH)
+            return
+        if self.role is not Role.LEADER:
+            answer(Errors.NOT_LEADER_OR_FOLLOWER)
+            return
+        snapshot = SnapshotId(request.snapshot_end_offset, request.snapshot_epoch)
+        try:
+            size = self.log.snapshot_size(snapshot)
+            chunk = self.log.read_snapshot_chunk(
+                snapshot, request.position, min(request.max_bytes, SNAPSHOT_CHUNK_BYTES)
+            )
+        except OSError:
+            answer(SNAPSHOT_NOT_FOUND)
+            return
+        progress = self._progress.get(message.src)
+        if progress is not None:
+            progress.last_fetch_ms = self.now_ms
+        answer(
+            Errors.NONE,
+            snapshot_end_offset=snapshot.end_offset,
+            snapshot_epoch=snapshot.epoch,
+            size=size,
+            position=request.position,
+            unaligned_records=chunk,
+        )
 
     def _answer_fetch(self, parked: _Parked, *, force: bool) -> bool:
         """Answer a fetch if there is news (records or a new HW) or ``force``; True if sent."""
@@ -642,8 +743,8 @@ class RaftCore:
             return
         if self.role is not Role.FOLLOWER and self.is_voter:
             return
-        if self._truncating:
-            return  # the driver is still cutting the log back
+        if self._truncating or self._download is not None:
+            return  # the driver is still cutting the log back, or a snapshot is coming
         if self._durable_end() < self.log.end_offset():
             return  # fetching on acknowledges what we have: only once it is flushed
         target = self._fetch_target()
@@ -692,6 +793,15 @@ class RaftCore:
             # Process these records before the next fetch goes out.
             self._become_follower(response.leader_epoch, response.leader_id, fetch=False)
         self._fetch_deadline_ms = self.now_ms + self.config.fetch_timeout_ms
+        self._leader_contact_ms = self.now_ms
+        if response.snapshot_end_offset >= 0:
+            # Our fetch offset is below the leader's log: download its snapshot instead.
+            self._download = (
+                SnapshotId(response.snapshot_end_offset, response.snapshot_epoch),
+                0,
+            )
+            self._fetch_snapshot_chunk()
+            return
         if response.diverging_epoch >= 0 or response.diverging_end_offset >= 0:
             if self._truncate_on_divergence(response):
                 return
@@ -703,6 +813,62 @@ class RaftCore:
             self.high_watermark = high_watermark
             self._event(HighWatermarkAdvanced(high_watermark))
         self._maybe_fetch()
+
+    def _fetch_snapshot_chunk(self) -> None:
+        assert self._download is not None
+        snapshot, position = self._download
+        target = self.leader_id if self.role is Role.FOLLOWER else None
+        if target is None or target == NO_LEADER:
+            self._download = None
+            return
+        self._fetch_correlation = self._send(
+            target,
+            FetchSnapshotRequest(
+                replica_id=self.node_id,
+                current_leader_epoch=self.epoch,
+                snapshot_end_offset=snapshot.end_offset,
+                snapshot_epoch=snapshot.epoch,
+                position=position,
+                max_bytes=SNAPSHOT_CHUNK_BYTES,
+            ),
+        )
+
+    def _on_fetch_snapshot_response(
+        self, correlation: int, request: FetchSnapshotRequest, response: object
+    ) -> None:
+        if correlation != self._fetch_correlation or self._download is None:
+            return
+        self._fetch_correlation = None
+        snapshot, position = self._download
+        ok = (
+            isinstance(response, FetchSnapshotResponse)
+            and response.error_code == Errors.NONE
+            and response.position == position == request.position
+            and (response.snapshot_end_offset, response.snapshot_epoch)
+            == (snapshot.end_offset, snapshot.epoch)
+            and (bool(response.unaligned_records) or position >= response.size)
+        )
+        if not ok:
+            # Start over from a fresh Fetch: the leader may have moved or made a newer one.
+            self._download = None
+            if isinstance(response, FetchSnapshotResponse) and self._maybe_higher_epoch(
+                response.leader_epoch, response.leader_id
+            ):
+                return
+            self._fetch_backoff_until_ms = self.now_ms + RETRY_BACKOFF_MS
+            return
+        assert isinstance(response, FetchSnapshotResponse)
+        self._fetch_deadline_ms = self.now_ms + self.config.fetch_timeout_ms
+        data = response.unaligned_records
+        self._ready.snapshot_chunks.append((snapshot, position, data))
+        position += len(data)
+        if position >= response.size:
+            self._ready.install_snapshot = snapshot
+            self._installing = True
+            self._download = (snapshot, position)
+            return
+        self._download = (snapshot, position)
+        self._fetch_snapshot_chunk()
 
     def _truncate_on_divergence(self, response: FetchResponse) -> bool:
         """Ask the driver to cut the log where it stops matching the leader's; True if so."""
@@ -738,7 +904,8 @@ class RaftCore:
             # Reject while we still hear from a live leader: a partitioned node rejoining must
             # not disrupt a working quorum (KIP-996).
             hearing_leader = (
-                self.role is Role.FOLLOWER and self.now_ms < self._fetch_deadline_ms
+                self.role is Role.FOLLOWER
+                and self.now_ms - self._leader_contact_ms < self.config.fetch_timeout_ms
             ) or self.role is Role.LEADER
             answer(up_to_date and not hearing_leader)
             return
@@ -802,6 +969,7 @@ class RaftCore:
             and self.leader_id == request.leader_id
         ):
             self._become_follower(request.leader_epoch, request.leader_id)
+        self._leader_contact_ms = self.now_ms
         self._reply(message, BeginQuorumEpochResponse(Errors.NONE, self.epoch, self.leader_id))
 
     def _on_end_quorum_epoch(self, message: Inbound, request: EndQuorumEpochRequest) -> None:

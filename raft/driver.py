@@ -30,7 +30,8 @@ from raft.core import (
 )
 from raft.messages import Errors, Inbound, Outbound, Request, Response
 from raft.progress import ReplicaProgress
-from raft.replicated_log import ReplicatedLog
+from raft.replicated_log import DurableLog
+from raft.snapshot import SnapshotId, encode_snapshot
 from raft.transport import PeerConnection
 
 DRIVER_BUGS = {
@@ -38,7 +39,13 @@ DRIVER_BUGS = {
     "the vote it records is sent",
 }
 BUGS = {**CORE_BUGS, **DRIVER_BUGS}
-RAFT_API_KEYS = (codec.VOTE, codec.BEGIN_QUORUM_EPOCH, codec.END_QUORUM_EPOCH, codec.FETCH)
+RAFT_API_KEYS = (
+    codec.VOTE,
+    codec.BEGIN_QUORUM_EPOCH,
+    codec.END_QUORUM_EPOCH,
+    codec.FETCH,
+    codec.FETCH_SNAPSHOT,
+)
 MAX_READ_BYTES = 8 * 1024 * 1024
 
 
@@ -65,6 +72,9 @@ class RaftListener(Protocol):
     def handle_event(self, event: Event) -> None:
         """The core changed role, advanced its high watermark, or truncated its log."""
 
+    def handle_load_snapshot(self, snapshot: SnapshotId, records: list[Record]) -> None:
+        """Replace the state with a snapshot's; commits resume at ``snapshot.end_offset``."""
+
 
 @dataclass(frozen=True, slots=True)
 class RaftNodeConfig:
@@ -81,7 +91,7 @@ class RaftNodeConfig:
 class RaftNode:
     """One quorum member (or observer) running on asyncio."""
 
-    def __init__(self, runtime: Runtime, config: RaftNodeConfig, log: ReplicatedLog) -> None:
+    def __init__(self, runtime: Runtime, config: RaftNodeConfig, log: DurableLog) -> None:
         unknown = config.bugs - BUGS.keys()
         assert not unknown, f"unknown planted bugs {sorted(unknown)}"
         self.runtime = runtime
@@ -117,6 +127,9 @@ class RaftNode:
             bugs=self.config.bugs & CORE_BUGS.keys(),
         )
         self.core.flushed(flushed)
+        snapshot = self.log.latest_snapshot()
+        if snapshot is not None:
+            self._load_snapshot(snapshot, self.log.load_snapshot(snapshot))
         for peer_id, address in sorted(self.config.voters.items()):
             if peer_id == self.config.node_id:
                 continue
@@ -182,6 +195,26 @@ class RaftNode:
         assert self.core is not None
         return self.core.high_watermark
 
+    # ---- snapshots ----------------------------------------------------------------------
+    async def snapshot(self, end_offset: int, records: Sequence[Record]) -> SnapshotId:
+        """Store the state machine's state as of ``end_offset`` (all it has applied) as a
+        snapshot; the log before it may then be deleted."""
+        latest = self.log.latest_snapshot()
+        if end_offset > self._applied or (latest is not None and end_offset <= latest.end_offset):
+            raise ValueError(
+                f"snapshot end {end_offset} must be above {latest} and at most the applied "
+                f"offset {self._applied}"
+            )
+        snapshot = SnapshotId(end_offset, self.log.epoch_for_offset(end_offset - 1))
+        data = encode_snapshot(records, self.runtime.clock.now_ms())
+        await self.log.save_snapshot(snapshot, data)
+        return snapshot
+
+    def _load_snapshot(self, snapshot: SnapshotId, records: list[Record]) -> None:
+        for listener in self._listeners:
+            listener.handle_load_snapshot(snapshot, records)
+        self._applied = snapshot.end_offset
+
     # ---- proposals ---------------------------------------------------------------------
     def propose(self, records: Sequence[Record]) -> int:
         """Append records as leader; the offset of the last one. NotLeaderError otherwise."""
@@ -240,6 +273,12 @@ class RaftNode:
         if ready.truncate_to is not None:
             await self.log.truncate_to(ready.truncate_to)
             core.truncated(ready.truncate_to)
+        for snapshot, position, data in ready.snapshot_chunks:
+            self.log.write_snapshot_chunk(snapshot, position, data)
+        if ready.install_snapshot is not None:
+            records = await self.log.install_snapshot(ready.install_snapshot)
+            core.snapshot_installed(ready.install_snapshot)
+            self._load_snapshot(ready.install_snapshot, records)
         if ready.flush:
             self._flush_wanted.set()
         for event in ready.events:

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from log.batch import encode_batch, iter_batches, validate_batch
 from log.records import Record
+from raft.snapshot import SnapshotId
 
 
 class LogAppendError(Exception):
@@ -50,6 +51,35 @@ class ReplicatedLog(Protocol):
 
     async def flush(self) -> int:
         """Make the whole log durable; returns the end offset it covered."""
+
+    def latest_snapshot(self) -> SnapshotId | None:
+        """The newest complete snapshot (it holds everything below the log start)."""
+
+    def snapshot_size(self, snapshot: SnapshotId) -> int:
+        """Bytes in a snapshot file (OSError if it is gone)."""
+
+    def read_snapshot_chunk(self, snapshot: SnapshotId, position: int, max_bytes: int) -> bytes:
+        """Raw bytes of a snapshot file, for FetchSnapshot."""
+
+
+class DurableLog(ReplicatedLog, Protocol):
+    """What the driver needs beyond the core's view: making, loading and installing
+    snapshots, and the epoch of an offset (a snapshot's id carries it)."""
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch of the record at ``offset``."""
+
+    def write_snapshot_chunk(self, snapshot: SnapshotId, position: int, data: bytes) -> None:
+        """Store a downloaded chunk of a snapshot that is not complete yet."""
+
+    async def install_snapshot(self, snapshot: SnapshotId) -> list[Record]:
+        """Publish a downloaded snapshot, restart the log at its end; its records."""
+
+    async def save_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
+        """Publish a snapshot made here and delete the log before it."""
+
+    def load_snapshot(self, snapshot: SnapshotId) -> list[Record]:
+        """A complete snapshot's records."""
 
 
 class MemoryLog:
@@ -132,3 +162,12 @@ class MemoryLog:
 
     async def flush(self) -> int:
         return self.end_offset()
+
+    def latest_snapshot(self) -> SnapshotId | None:
+        return None
+
+    def snapshot_size(self, snapshot: SnapshotId) -> int:
+        raise FileNotFoundError(snapshot.file_name)
+
+    def read_snapshot_chunk(self, snapshot: SnapshotId, position: int, max_bytes: int) -> bytes:
+        raise FileNotFoundError(snapshot.file_name)

@@ -29,6 +29,7 @@ from log.runtime import Runtime
 from raft.core import HighWatermarkAdvanced, NotLeaderError, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import BUGS, CommittedBatch, ProposalLost, RaftNode, RaftNodeConfig
+from raft.snapshot import SnapshotId
 from sim.nemesis import Nemesis
 from sim.process import SimProcess
 from sim.run import RunConfig, RunResult
@@ -42,11 +43,18 @@ HEAL_BOUND_S = 10.0
 # fetch.timeout (2 s) for a leader to notice, one check period (0.5 s), and slack.
 DUAL_LEADER_BOUND_S = 3.5
 PROPOSERS = 3
+SNAPSHOT_EVERY_RECORDS = 40
+SNAPSHOT_CHECK_S = 2.0
 
 
 def _read_all(log: DiskLog) -> dict[int, tuple[int, bytes | None]]:
-    """offset -> (epoch, value) of every record in a log."""
+    """offset -> (epoch, value) of every record a node holds: its snapshot, then its log."""
     entries: dict[int, tuple[int, bytes | None]] = {}
+    snapshot = log.latest_snapshot()
+    if snapshot is not None:
+        for record in log.load_snapshot(snapshot):
+            offset_text, _, epoch_text = (record.key or b"").decode().partition(":")
+            entries[int(offset_text)] = (int(epoch_text), record.value)
     offset = log.start_offset()
     for _ in range(100_000):
         data = log.read(offset, 1 << 20)
@@ -119,6 +127,9 @@ class NodeListener:
     log: DiskLog
     high_watermark: int = 0
     applied: int = 0
+    # The replicated state: every committed record (offset, epoch, value), in order.
+    state: list[tuple[int, int, bytes | None]] = field(default_factory=list)
+    snapshots_loaded: int = 0
 
     def handle_event(self, event: object) -> None:
         checker, name = self.checker, self.process.name
@@ -184,7 +195,38 @@ class NodeListener:
                     f"{entry} on {name}"
                 )
             self.applied = offset + 1
+            self.state.append((offset, batch.epoch, record.value))
             checker.max_commit = max(checker.max_commit, offset)
+
+    def snapshot_records(self) -> list[Record]:
+        """The state as snapshot records: key "offset:epoch", the record's value."""
+        return [Record(f"{o}:{e}".encode(), v, 0) for o, e, v in self.state]
+
+    def handle_load_snapshot(self, snapshot: SnapshotId, records: list[Record]) -> None:
+        checker, name = self.checker, self.process.name
+        if self.process.incarnation != self.incarnation:
+            return
+        state = []
+        for record in records:
+            offset_text, _, epoch_text = (record.key or b"").decode().partition(":")
+            state.append((int(offset_text), int(epoch_text), record.value))
+        if [o for o, _, _ in state] != list(range(snapshot.end_offset)):
+            checker.fail(f"snapshot: {name} loaded {snapshot} without every offset below its end")
+            return
+        for offset, epoch, value in state:
+            known = checker.committed.setdefault(offset, (epoch, value))
+            if known != (epoch, value):
+                checker.fail(
+                    f"snapshot: {name} loaded {snapshot} with {(epoch, value)} at offset {offset}, "
+                    f"committed as {known}"
+                )
+                return
+        self.state = state
+        self.applied = snapshot.end_offset
+        self.snapshots_loaded += 1
+        checker.trace.event(
+            "snapshot-loaded", node=name, end_offset=snapshot.end_offset, epoch=snapshot.epoch
+        )
 
 
 @dataclass(slots=True)
@@ -215,18 +257,33 @@ class Cluster:
     async def main(self, runtime: Runtime, process: SimProcess) -> None:
         log = await DiskLog.open(runtime, METADATA_DIR)
         node = RaftNode(runtime, self.raft_config(process.name), log)
-        node.add_listener(self.checker.listener(process, log))
+        listener = self.checker.listener(process, log)
+        node.add_listener(listener)
         await node.start()
         self.nodes[process.name] = node
         await asyncio.start_server(node.serve, None, PORT)
+        loop = asyncio.get_running_loop()
+        work = [loop.create_task(self._snapshots(node, listener))]
         if process.name in self.voters:
-            proposers = [
-                asyncio.get_running_loop().create_task(self._propose(runtime, process, node, i))
-                for i in range(PROPOSERS)
+            work += [
+                loop.create_task(self._propose(runtime, process, node, i)) for i in range(PROPOSERS)
             ]
-            await asyncio.gather(node.wait(), *proposers)
-        else:
-            await node.wait()
+        await asyncio.gather(node.wait(), *work)
+
+    async def _snapshots(self, node: RaftNode, listener: NodeListener) -> None:
+        """Each node snapshots its own state now and then; the log before it goes."""
+        while True:
+            await asyncio.sleep(SNAPSHOT_CHECK_S)
+            latest = node.log.latest_snapshot()
+            since = listener.applied - (latest.end_offset if latest is not None else 0)
+            if since >= SNAPSHOT_EVERY_RECORDS:
+                snapshot = await node.snapshot(listener.applied, listener.snapshot_records())
+                self.world.trace.event(
+                    "snapshot",
+                    node=listener.process.name,
+                    end_offset=snapshot.end_offset,
+                    epoch=snapshot.epoch,
+                )
 
     async def _propose(
         self, runtime: Runtime, process: SimProcess, node: RaftNode, lane: int
