@@ -129,9 +129,15 @@ class CoreCluster:
                 self._check_event(node, event)
             for out in ready.messages:
                 if out.reply_to is not None:
-                    message = Inbound(node, out.body, correlation_id=out.reply_to)
+                    # An answer goes back on the requester's connection, which died with
+                    # the incarnation that sent the request.
+                    incarnation, correlation = out.reply_to
+                    if incarnation != self.incarnation[out.dst]:
+                        continue
+                    message = Inbound(node, out.body, correlation_id=correlation)
                 else:
-                    message = Inbound(node, out.body, reply_to=out.correlation_id)
+                    token = (self.incarnation[node], out.correlation_id)
+                    message = Inbound(node, out.body, reply_to=token)
                 self.pool.append(InFlight(out.dst, message))
             if ready.truncate_to is not None:
                 self.logs[node].truncate_now(ready.truncate_to)
