@@ -4,6 +4,7 @@ Fault names (``--faults all|none|a,b,c``):
   partition  a random split of the nodes into two sides
   oneway     one directed link cut
   isolate    one node cut off from all others
+  isolate-leader  the node the scenario says leads cut off from all others
   bridge     two sides that only a middle node can reach
   slow       extra latency and jitter on a node's links
   stall      a link that holds its bytes for a while, then releases them
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import random
+from collections.abc import Callable
 
 from sim.world import World
 
@@ -31,6 +33,7 @@ FAULTS: tuple[str, ...] = (
     "partition",
     "oneway",
     "isolate",
+    "isolate-leader",
     "bridge",
     "slow",
     "stall",
@@ -69,6 +72,7 @@ class Nemesis:
         *,
         interval_s: tuple[float, float] = (1.0, 4.0),
         hold_s: tuple[float, float] = (0.5, 6.0),
+        leader: Callable[[], str | None] | None = None,
     ) -> None:
         self.world = world
         self.targets = targets
@@ -77,6 +81,7 @@ class Nemesis:
         self.hold_s = hold_s
         self.rng: random.Random = world.random("nemesis")
         self.injected = 0
+        self._leader = leader
         self._down: list[str] = []
 
     async def run(self, until_s: float) -> None:
@@ -106,35 +111,38 @@ class Nemesis:
         rng = self.rng
         nodes = list(self.targets)
         trace = self.world.trace
+        # Each network fault undoes only its own cuts, so overlapping faults compose
+        # (a node isolated while the leader is cut off too, say).
         if fault == "partition":
             rng.shuffle(nodes)
             cut = rng.randint(1, len(nodes) - 1)
-            net.partition(nodes[:cut], nodes[cut:])
-            self._later(hold_s, net.heal)
+            self._later(hold_s, net.restore, net.partition(nodes[:cut], nodes[cut:]))
         elif fault == "oneway":
             src, dst = rng.sample(nodes, 2)
-            net.block(src, dst)
             trace.event("oneway", src=src, dst=dst)
-            self._later(hold_s, net.heal)
+            self._later(hold_s, net.restore, net.block(src, dst))
         elif fault == "isolate":
-            net.isolate(rng.choice(nodes))
-            self._later(hold_s, net.heal)
+            self._later(hold_s, net.restore, net.isolate(rng.choice(nodes)))
+        elif fault == "isolate-leader":
+            leader = self._leader() if self._leader is not None else None
+            if leader is not None:
+                self._later(hold_s, net.restore, net.isolate(leader))
         elif fault == "bridge" and len(nodes) >= 3:
             rng.shuffle(nodes)
             middle = nodes[0]
             rest = nodes[1:]
             cut = rng.randint(1, len(rest) - 1)
-            net.bridge(rest[:cut], middle, rest[cut:])
-            self._later(hold_s, net.heal)
+            self._later(hold_s, net.restore, net.bridge(rest[:cut], middle, rest[cut:]))
         elif fault == "slow":
             node = rng.choice(nodes)
             extra, jitter = rng.uniform(0.005, 0.2), rng.uniform(0.0, 0.1)
-            for other in nodes:
-                if other != node:
-                    net.slow(node, other, extra, jitter)
-                    net.slow(other, node, extra, jitter)
+            links = [(node, o) for o in nodes if o != node] + [
+                (o, node) for o in nodes if o != node
+            ]
+            for src, dst in links:
+                net.slow(src, dst, extra, jitter)
             trace.event("slow", node=node, extra_us=int(extra * 1e6))
-            self._later(hold_s, net.heal)
+            self._later(hold_s, self._unslow, links)
         elif fault == "stall":
             src, dst = rng.sample(nodes, 2)
             net.stall(src, dst, hold_s)
@@ -179,6 +187,10 @@ class Nemesis:
         elif fault == "skew":
             node = rng.choice(nodes)
             self.world.processes[node].skew_clock(rng.randint(-10_000, 10_000))
+
+    def _unslow(self, links: list[tuple[str, str]]) -> None:
+        for src, dst in links:
+            self.world.network.unslow(src, dst)
 
     def _restart(self, node: str) -> None:
         process = self.world.processes[node]

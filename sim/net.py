@@ -241,42 +241,62 @@ class SimNetwork:
     def reachable(self, src: str, dst: str) -> bool:
         return (src, dst) not in self._cut
 
-    def block(self, src: str, dst: str) -> None:
-        """Cut the directed link src -> dst (a one-way partition)."""
+    def block(self, src: str, dst: str) -> list[tuple[str, str]]:
+        """Cut the directed link src -> dst (a one-way partition); the cuts it added."""
+        if (src, dst) in self._cut:
+            return []
         self._cut.add((src, dst))
+        return [(src, dst)]
 
-    def partition(self, *groups: Iterable[str]) -> None:
-        """Cut every link between hosts of different groups, both ways."""
+    def partition(self, *groups: Iterable[str]) -> list[tuple[str, str]]:
+        """Cut every link between hosts of different groups, both ways; the cuts it added
+        (``restore`` them to end just this partition while others go on)."""
         sets = [list(g) for g in groups]
+        added = []
         for i, group in enumerate(sets):
             for other in sets[i + 1 :]:
                 for a in group:
                     for b in other:
-                        self._cut.add((a, b))
-                        self._cut.add((b, a))
+                        added += self.block(a, b) + self.block(b, a)
         self._trace.event("partition", groups=[sorted(g) for g in sets])
+        return added
 
-    def isolate(self, host: str) -> None:
+    def isolate(self, host: str) -> list[tuple[str, str]]:
         """Cut a host off from every other host."""
-        self.partition([host], [h for h in self.hosts if h != host])
+        return self.partition([host], [h for h in self.hosts if h != host])
 
-    def bridge(self, left: Iterable[str], middle: str, right: Iterable[str]) -> None:
+    def bridge(
+        self, left: Iterable[str], middle: str, right: Iterable[str]
+    ) -> list[tuple[str, str]]:
         """Cut ``left`` from ``right``; ``middle`` still talks to both."""
-        self.partition(list(left), list(right))
+        return self.partition(list(left), list(right))
+
+    def restore(self, cuts: list[tuple[str, str]]) -> None:
+        """Undo the given cuts (one partition ending) and let waiting bytes flow."""
+        for cut in cuts:
+            self._cut.discard(cut)
+        self._trace.event("restore", links=len(cuts))
+        self._repump()
+
+    def _repump(self) -> None:
+        for a, b in self._conns.values():
+            for tr in (a, b):
+                if tr.out is not None and tr.out.queue:
+                    self._schedule_pump(tr.out)
 
     def heal(self) -> None:
         """Remove every cut and let waiting bytes flow."""
         self._cut.clear()
         self._slow.clear()
         self._trace.event("heal")
-        for a, b in self._conns.values():
-            for tr in (a, b):
-                if tr.out is not None and tr.out.queue:
-                    self._schedule_pump(tr.out)
+        self._repump()
 
     def slow(self, src: str, dst: str, extra_s: float, jitter_s: float) -> None:
         """Add latency (plus uniform jitter) to the directed link src -> dst."""
         self._slow[(src, dst)] = (extra_s, jitter_s)
+
+    def unslow(self, src: str, dst: str) -> None:
+        self._slow.pop((src, dst), None)
 
     def stall(self, src: str, dst: str, duration_s: float) -> None:
         """Hold every byte on src -> dst for ``duration_s``, then let them through."""
@@ -286,10 +306,7 @@ class SimNetwork:
 
     def _end_stall(self, src: str, dst: str) -> None:
         self._cut.discard((src, dst))
-        for a, b in self._conns.values():
-            for tr in (a, b):
-                if tr.out is not None and tr.out.queue:
-                    self._schedule_pump(tr.out)
+        self._repump()
 
     def refuse(self, host: str, count: int) -> None:
         """Refuse the next ``count`` connects to ``host``."""

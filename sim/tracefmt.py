@@ -223,6 +223,12 @@ def _int_or_none(value: Any) -> int | None:
     return value
 
 
+def _int_list(value: Any) -> bool:
+    return isinstance(value, list | tuple) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    )
+
+
 @dataclass(slots=True)
 class _Columns:
     """Column-wise rows of one table, appended as events arrive."""
@@ -293,6 +299,8 @@ class ParquetTraceWriter:
         node = frame["node"]
         value = record.get("value")
         values = record.get("values")
+        if values is None and _int_list(value):
+            value, values = None, value  # a list of integers is a multi-valued argument/result
         value_int = _int_or_none(value)
         rest = {k: v for k, v in record.items() if k not in _FRAME_FIELDS and k not in _OP_FIELDS}
         process = record.get("process")

@@ -40,8 +40,9 @@ def test_kraft_sim_usage_errors_exit_2_with_one_line() -> None:
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "kraft-sim: unknown fault 'nope'; choose from partition, oneway, isolate, bridge, "
-        "slow, stall, reset, refuse, crash, crash-quorum, pause, fsync, enospc, skew"
+        "kraft-sim: unknown fault 'nope'; choose from partition, oneway, isolate, "
+        "isolate-leader, bridge, slow, stall, reset, refuse, crash, crash-quorum, pause, "
+        "fsync, enospc, skew"
     ]
 
 

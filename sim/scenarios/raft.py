@@ -372,7 +372,16 @@ def run_raft(config: RunConfig) -> RunResult:
     for name in voters + observers:
         process = world.add_process(name)
         process.start(lambda rt, p=process: cluster.main(rt, p))
-    nemesis = Nemesis(world, voters + observers, config.faults)
+
+    def leader() -> str | None:
+        leading = [
+            n
+            for n, node in cluster.nodes.items()
+            if node.role is Role.LEADER and world.processes[n].alive
+        ]
+        return leading[0] if len(leading) == 1 else None
+
+    nemesis = Nemesis(world, voters + observers, config.faults, leader=leader)
 
     async def watch() -> None:
         while True:

@@ -1,0 +1,504 @@
+"""What a run is checked for, re-derived from its history and node events alone.
+
+Two kinds of checks, each a plain function over pandas frames that Spark applies as a
+grouped map (so one Spark task holds one key, or one run):
+
+- per key: the operations on one key must be linearizable against the scenario's model
+  (``check_key``; Spark groups by run and key, P-compositionality makes that sound), and
+  the history must be well formed (no completion without an invoke);
+- per run: node-event checks (``RUN_CHECKS``): no simulated process crashed with an
+  exception; election safety (one leader per epoch); high watermarks never move back;
+  no committed offset lost to a truncation or recovery, and no leader elected without
+  the committed log; plus a scenario's own checks (echo: liveness after the heal).
+
+The simulator's own verdict (the run table's ``outcome``) is never read here.
+
+Adding a scenario: register a ``ScenarioChecks`` in ``SCENARIOS`` with the models covering
+its functions and any run checks of its own; the generic Raft checks apply to every
+scenario and are silent when its events carry no Raft vocabulary (docs/traces.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import pyarrow as pa
+
+from sim.analysis.history import INDETERMINATE, latest_us, op_value, pair_operations, records
+from sim.analysis.linearizability import MAX_STEPS, explain, search
+from sim.analysis.models import EchoModel, Model, Operation, TopicModel
+from sim.analysis.stats import ROLE_PREFIX
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+# The echo scenario's heal bound (sim.scenarios.echo.HEAL_BOUND_S; a test keeps them equal).
+# Not imported: that would load every scenario, and the raft stack, into each Spark worker.
+ECHO_HEAL_BOUND_S = 10.0
+
+# A key with more observed operations than this is not searched (verdict "unknown"): the
+# search's memo keys are bitsets over a key's operations, so memory grows with its square.
+MAX_OPS_PER_KEY = 20_000
+
+# Events after which a node's log ends at ``offset_to``: a protocol truncation (the raft core
+# says "truncation") or a restart's recovery.
+TRUNCATING_KINDS = frozenset({"truncate", "truncation", "recovered"})
+
+KEY_RESULT_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string()),
+        pa.field("key", pa.string()),
+        pa.field("model", pa.string()),
+        pa.field("ops", pa.int64()),
+        pa.field("result", pa.string()),
+        pa.field("steps", pa.int64()),
+        pa.field("message", pa.string()),
+        pa.field("counterexample", pa.string()),
+    ]
+)
+VIOLATION_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string()),
+        pa.field("check", pa.string()),
+        pa.field("node", pa.string()),
+        pa.field("time_virtual_us", pa.int64()),
+        pa.field("message", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken invariant of one run."""
+
+    check: str
+    message: str
+    time_virtual_us: int | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunData:
+    """What a run check sees: one run's operations and node events, in trace order."""
+
+    run_id: str
+    scenario: str | None
+    ops: pd.DataFrame
+    events: pd.DataFrame
+
+
+RunCheck = Callable[[RunData], list[Violation]]
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioChecks:
+    """A scenario's models (each covers the functions it names) and its own run checks."""
+
+    models: tuple[Callable[[], Model], ...] = ()
+    run_checks: tuple[RunCheck, ...] = ()
+
+    def model_for(self, f: str) -> Model | None:
+        for factory in self.models:
+            model = factory()
+            if f in model.functions:
+                return model
+        return None
+
+
+# ---- per key: linearizability -------------------------------------------------------------
+
+
+_OPERATION_COLUMNS = (
+    "index",
+    "process",
+    "f",
+    "status",
+    "value_in",
+    "value_in_text",
+    "values_in",
+    "value_out",
+    "value_out_text",
+    "values_out",
+    "error",
+    "invoke_us",
+    "complete_us",
+    "invoke_seq",
+    "complete_seq",
+)
+
+
+def _operations(ops: pd.DataFrame, model: Model) -> list[Operation]:
+    observed: list[Operation] = []
+    ordered = ops.sort_values("invoke_seq", kind="stable")
+    for row in records(ordered, _OPERATION_COLUMNS):
+        known = row.status not in INDETERMINATE
+        op = Operation(
+            id=len(observed),
+            index=int(row.index),
+            process=str(row.process),
+            f=str(row.f),
+            input=op_value(row.value_in, row.value_in_text, row.values_in),
+            output=op_value(row.value_out, row.value_out_text, row.values_out) if known else None,
+            status=row.status,
+            error=row.error,
+            invoke_us=int(row.invoke_us),
+            complete_us=int(row.complete_us) if known and row.complete_us is not None else None,
+            invoke_seq=int(row.invoke_seq),
+            complete_seq=int(row.complete_seq) if known and row.complete_seq is not None else None,
+        )
+        if model.observes(op):
+            observed.append(op)
+    return observed
+
+
+def check_key(
+    ops: pd.DataFrame, scenario: str | None, max_steps: int = MAX_STEPS
+) -> list[dict[str, Any]]:
+    """Check one key of one run: well-formedness, then each model over its functions."""
+    if ops.empty:
+        return []
+    run_id = str(ops["run_id"].iloc[0])
+    key = ops["key"].iloc[0]
+    key = None if key is None or pd.isna(key) else str(key)
+    results: list[dict[str, Any]] = []
+    orphans = ops[ops["status"] == "orphan"]
+    for row in records(orphans, ("index", "process", "f")):
+        results.append(
+            {
+                "run_id": run_id,
+                "key": key,
+                "model": "history",
+                "ops": 1,
+                "result": "violation",
+                "steps": 0,
+                "message": (
+                    f"history: #{row.index} {row.process} {row.f} completed "
+                    "with no open invoke of that function and key"
+                ),
+                "counterexample": None,
+            }
+        )
+    spec = SCENARIOS.get(scenario or "", ScenarioChecks())
+    checked = ops[ops["status"] != "orphan"]
+    model_of = {f: spec.model_for(str(f)) for f in checked["f"].unique()}
+    by_model: dict[str, tuple[Model, list[int]]] = {}
+    for position, f in enumerate(checked["f"]):
+        model = model_of[f]
+        if model is not None:
+            by_model.setdefault(model.name, (model, []))[1].append(position)
+    for name, (model, positions) in sorted(by_model.items()):
+        operations = _operations(checked.iloc[positions], model)
+        row = {"run_id": run_id, "key": key, "model": name, "ops": len(operations)}
+        if len(operations) > MAX_OPS_PER_KEY:
+            results.append(
+                {
+                    **row,
+                    "result": "unknown",
+                    "steps": 0,
+                    "message": f"{len(operations)} operations on one key exceed the bound",
+                    "counterexample": None,
+                }
+            )
+            continue
+        outcome = search(model, operations, max_steps)
+        message = counterexample = None
+        if outcome.verdict == "violation":
+            found = explain(model, operations, max_steps)
+            if found is not None:
+                message = found.message(key)
+                counterexample = json.dumps(found.to_dict(), default=str)
+            else:
+                message = f"linearizability ({name}) key {key}: no linearization"
+        elif outcome.verdict == "unknown":
+            message = f"search gave up after {outcome.steps} steps"
+        results.append(
+            {
+                **row,
+                "result": outcome.verdict,
+                "steps": outcome.steps,
+                "message": message,
+                "counterexample": counterexample,
+            }
+        )
+    return results
+
+
+def check_key_history_rows(history: pd.DataFrame) -> list[dict[str, Any]]:
+    """``check_key`` on the raw history rows of one key of one run (with a scenario column).
+
+    A completion repeats its invoke's key, so a key's rows pair among themselves.
+    """
+    if history.empty:
+        return []
+    scenario = history["scenario"].iloc[0] if "scenario" in history else None
+    return check_key(pair_operations(history.drop(columns=["scenario"], errors="ignore")), scenario)
+
+
+def check_key_history(history: pd.DataFrame) -> pd.DataFrame:
+    """Spark grouped map over (run_id, key): ``check_key_history_rows`` as a frame."""
+    return pd.DataFrame(check_key_history_rows(history), columns=KEY_RESULT_SCHEMA.names)
+
+
+# ---- per run: node events -----------------------------------------------------------------
+
+
+def _log(value: str | None) -> str:
+    return "" if value is None else str(value)
+
+
+def _int(value: float | int | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def check_crash_free(run: RunData) -> list[Violation]:
+    """A simulated process's code raised (``process-failed``) or the loop reported an error."""
+    found = []
+    for event in records(run.events, ("kind", "node", "time_virtual_us", "detail")):
+        if event.kind in ("process-failed", "loop-error"):
+            detail = json.loads(event.detail) if isinstance(event.detail, str) else {}
+            where = event.node or "loop"
+            found.append(
+                Violation(
+                    "crash-free",
+                    f"crash-free: {where} raised {detail.get('error', '?')}",
+                    int(event.time_virtual_us),
+                    event.node,
+                )
+            )
+    return found
+
+
+def check_election_safety(run: RunData) -> list[Violation]:
+    """At most one node becomes leader of a log in any one epoch."""
+    leaders = run.events[run.events["kind"] == f"{ROLE_PREFIX}leader"]
+    found = []
+    seen: dict[tuple[str, int], str] = {}
+    for event in records(leaders, ("node", "time_virtual_us", "log", "epoch")):
+        epoch = _int(event.epoch)
+        if epoch is None:
+            continue
+        slot = (_log(event.log), epoch)
+        first = seen.setdefault(slot, event.node)
+        if first != event.node:
+            log = f" of log {slot[0]}" if slot[0] else ""
+            found.append(
+                Violation(
+                    "election-safety",
+                    f"election-safety: {first} and {event.node} both became leader{log} "
+                    f"in epoch {epoch}",
+                    int(event.time_virtual_us),
+                    event.node,
+                )
+            )
+    return found
+
+
+def check_high_watermarks(run: RunData) -> list[Violation]:
+    """A node's HW never moves back within an incarnation; a leader's never below a committed one.
+
+    The committed offset of a log is the highest HW any of its leaders has reported; a
+    later leader reporting less has lost committed entries (or is exposing a stale HW).
+    """
+    found = []
+    role: dict[tuple[str, str], str] = {}  # (node, log) -> role
+    node_hw: dict[tuple[str, str, int], int] = {}
+    committed: dict[str, int] = {}
+    columns = ("kind", "node", "time_virtual_us", "log", "incarnation", "epoch")
+    for event in records(run.events, (*columns, "offset_high_watermark")):
+        kind, node, log = event.kind, event.node, _log(event.log)
+        if kind.startswith(ROLE_PREFIX):
+            role[(node, log)] = kind[len(ROLE_PREFIX) :]
+        elif kind == "crash":
+            for slot in [slot for slot in role if slot[0] == node]:
+                del role[slot]
+        hw = _int(event.offset_high_watermark)
+        if hw is None or node is None:
+            continue
+        at = int(event.time_virtual_us)
+        incarnation = _int(event.incarnation) or 0
+        previous = node_hw.get((node, log, incarnation))
+        if previous is not None and hw < previous:
+            found.append(
+                Violation(
+                    "high-watermark",
+                    f"high-watermark: {node} moved its HW{_of(log)} back from {previous} to {hw}",
+                    at,
+                    node,
+                )
+            )
+        node_hw[(node, log, incarnation)] = max(hw, previous or hw)
+        if role.get((node, log)) == "leader":
+            if hw < committed.get(log, hw):
+                found.append(
+                    Violation(
+                        "high-watermark",
+                        f"high-watermark: leader {node} (epoch {_int(event.epoch)}) reported "
+                        f"HW {hw}{_of(log)} below the committed offset {committed[log]}",
+                        at,
+                        node,
+                    )
+                )
+            committed[log] = max(committed.get(log, hw), hw)
+    return found
+
+
+def _of(log: str) -> str:
+    return f" of log {log}" if log else ""
+
+
+def check_committed_offsets(run: RunData) -> list[Violation]:
+    """No committed offset is lost: not by a truncation or recovery, nor by a new leader.
+
+    A node's committed offset is what it itself acknowledged: an explicit durable claim an
+    event carries (``offset_committed``, e.g. echo's fsynced records), else the HW it
+    reported in this incarnation. A ``truncate`` or ``recovered`` event whose ``offset_to``
+    is below it lost committed entries. A ``became-leader`` event whose ``offset_end``
+    is below the log's committed offset (the highest leader HW) elected a leader without
+    them (leader completeness).
+    """
+    found = []
+    node_hw: dict[tuple[str, str], tuple[int, int]] = {}  # (node, log) -> (incarnation, hw)
+    claimed: dict[tuple[str, str], int] = {}
+    role: dict[tuple[str, str], str] = {}
+    cluster: dict[str, int] = {}
+    columns = ("kind", "node", "time_virtual_us", "log", "incarnation", "epoch")
+    offsets = ("offset_committed", "offset_to", "offset_high_watermark", "offset_end")
+    for event in records(run.events, (*columns, *offsets)):
+        kind, node, log = event.kind, event.node, _log(event.log)
+        if node is None:
+            continue
+        at = int(event.time_virtual_us)
+        incarnation = _int(event.incarnation) or 0
+        if kind.startswith(ROLE_PREFIX):
+            role[(node, log)] = kind[len(ROLE_PREFIX) :]
+        claim = _int(event.offset_committed)
+        if kind in TRUNCATING_KINDS:
+            to = _int(event.offset_to)
+            if to is not None:
+                if claim is not None:
+                    bound = claim
+                else:
+                    hw_incarnation, hw = node_hw.get((node, log), (incarnation, 0))
+                    bound = max(
+                        claimed.get((node, log), 0), hw if hw_incarnation == incarnation else 0
+                    )
+                if to < bound:
+                    verb = "recovered" if kind == "recovered" else "truncated"
+                    found.append(
+                        Violation(
+                            "committed-offset-lost",
+                            f"committed-offset-lost: {node} {verb}{_of(log)} to offset {to}, "
+                            f"below offset {bound} it had committed",
+                            at,
+                            node,
+                        )
+                    )
+        elif claim is not None:
+            claimed[(node, log)] = max(claimed.get((node, log), 0), claim)
+        hw = _int(event.offset_high_watermark)
+        if hw is not None:
+            node_hw[(node, log)] = (incarnation, hw)
+            if role.get((node, log)) == "leader":
+                cluster[log] = max(cluster.get(log, 0), hw)
+        end = _int(event.offset_end)
+        if kind == f"{ROLE_PREFIX}leader" and end is not None and end < cluster.get(log, 0):
+            found.append(
+                Violation(
+                    "committed-offset-lost",
+                    f"committed-offset-lost: {node} became leader{_of(log)} in epoch "
+                    f"{_int(event.epoch)} with log end {end}, below the committed offset "
+                    f"{cluster[log]}",
+                    at,
+                    node,
+                )
+            )
+    return found
+
+
+def check_echo_liveness(run: RunData) -> list[Violation]:
+    """After ``heal-all``, within the heal bound every node completes and serves an echo.
+
+    A run that ended before the bound elapsed (stopped early by another failure) is not
+    judged: its history cannot show whether progress would have come.
+    """
+    heals = run.events[run.events["kind"] == "heal-all"]
+    if heals.empty:
+        return []
+    healed_at = int(heals["time_virtual_us"].iloc[-1])
+    deadline = healed_at + round(ECHO_HEAL_BOUND_S * 1_000_000)
+    nodes = sorted(set(run.events.loc[run.events["kind"] == "start", "node"].dropna()))
+    ops = run.ops
+    acked = ops[(ops["status"] == "ok") & ops["complete_us"].notna()]
+    acked = acked[(acked["complete_us"] >= healed_at) & (acked["complete_us"] <= deadline)]
+    completed, served = set(acked["node"]), set(acked["key"])
+    stuck = [n for n in nodes if n not in completed or n not in served]
+    if not stuck:
+        return []
+    last = max(int(run.events["time_virtual_us"].max()), latest_us(ops))
+    if last < deadline:
+        return []
+    return [
+        Violation(
+            "liveness",
+            f"liveness: {','.join(stuck)} made no progress within "
+            f"{ECHO_HEAL_BOUND_S:.0f}s of healing",
+            deadline,
+            None,
+        )
+    ]
+
+
+GENERIC_RUN_CHECKS: tuple[RunCheck, ...] = (
+    check_crash_free,
+    check_election_safety,
+    check_high_watermarks,
+    check_committed_offsets,
+)
+
+SCENARIOS: dict[str, ScenarioChecks] = {
+    "echo": ScenarioChecks(models=(EchoModel,), run_checks=(check_echo_liveness,)),
+    # The raft scenario is judged by the generic node-event checks; its history (proposals
+    # and reads of the replicated log) gets a model when it records one.
+    "raft": ScenarioChecks(),
+    # Topic create/delete/create-partitions, one topic per key (models.TopicModel).
+    "metadata": ScenarioChecks(models=(TopicModel,)),
+}
+
+
+def check_run(run: RunData) -> list[Violation]:
+    """Every generic and scenario-specific run check of one run."""
+    spec = SCENARIOS.get(run.scenario or "", ScenarioChecks())
+    found: list[Violation] = []
+    for check in (*GENERIC_RUN_CHECKS, *spec.run_checks):
+        found.extend(check(run))
+    return found
+
+
+def run_data(ops: pd.DataFrame, events: pd.DataFrame) -> RunData:
+    """Bundle one run's frames (events sorted into trace order)."""
+    frames = [frame for frame in (ops, events) if not frame.empty]
+    run_id = str(frames[0]["run_id"].iloc[0]) if frames else ""
+    scenario = None
+    for frame in frames:
+        if "scenario" in frame:
+            scenario = frame["scenario"].iloc[0]
+            break
+    return RunData(
+        run_id=run_id,
+        scenario=scenario,
+        ops=ops,
+        events=events.sort_values("seq", kind="stable").reset_index(drop=True),
+    )
+
+
+def key_results(history: DataFrame) -> DataFrame:
+    """Spark: ``check_key`` for every (run, key) of a history with a scenario column."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return history.groupBy("run_id", "key").applyInPandas(
+        check_key_history, from_arrow_schema(KEY_RESULT_SCHEMA)
+    )

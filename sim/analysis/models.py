@@ -1,0 +1,190 @@
+"""Sequential specifications the linearizability search checks one key's operations against.
+
+A model is a pure state machine over hashable states: ``step(state, op)`` says whether ``op``
+could have returned what it returned in ``state``, and what the state is afterwards. An
+operation whose outcome is unknown (``not op.determinate``: info or pending) must be
+accepted from any state, since nothing was observed. ``observes(op)`` picks the operations
+the search must place: by default acknowledged ones and those of unknown outcome; a failed
+operation definitely did not take effect, so it is left out, unless its error is itself an
+observation (``TopicModel``: "already exists" says the topic existed).
+
+Scenarios choose models per function name in ``sim.analysis.checks.SCENARIOS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+State = Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One paired operation of one key, as the search sees it."""
+
+    id: int
+    index: int
+    process: str
+    f: str
+    input: Any
+    output: Any
+    status: str
+    error: str | None
+    invoke_us: int
+    complete_us: int | None
+    invoke_seq: int
+    complete_seq: int | None
+
+    @property
+    def determinate(self) -> bool:
+        """True when the operation's completion was observed (its return bounds the search)."""
+        return self.status in ("ok", "fail")
+
+    def describe(self) -> str:
+        """``p n1:2 #17 write(3) -> ok [1.2045s, 1.2071s]`` (virtual seconds)."""
+        shown = "?" if self.output is None and not self.determinate else repr(self.output)
+        if self.status == "fail":
+            shown = f"fail {self.error or ''}".strip()
+        end = "..." if self.complete_us is None else f"{self.complete_us / 1e6:.4f}s"
+        argument = "" if self.input is None else repr(self.input)
+        return (
+            f"#{self.index} {self.process} {self.f}({argument}) -> {shown} "
+            f"[{self.invoke_us / 1e6:.4f}s, {end}]"
+        )
+
+
+class Model:
+    """Base class: subclasses define ``name``, ``functions``, ``init`` and ``step``."""
+
+    name = "model"
+    functions: frozenset[str] = frozenset()
+
+    def init(self) -> State:
+        raise NotImplementedError
+
+    def step(self, state: State, op: Operation) -> tuple[bool, State]:
+        raise NotImplementedError
+
+    def observes(self, op: Operation) -> bool:
+        """Whether the search must place ``op`` (failed operations did not happen)."""
+        return op.status != "fail"
+
+    def describe_state(self, state: State) -> str:
+        return repr(state)
+
+
+class EchoModel(Model):
+    """An echo has no state: an acknowledged echo returns exactly the value it sent."""
+
+    name = "echo"
+    functions = frozenset({"echo"})
+
+    def init(self) -> State:
+        return None
+
+    def step(self, state: State, op: Operation) -> tuple[bool, State]:
+        return (not op.determinate or op.output == op.input), state
+
+    def describe_state(self, state: State) -> str:
+        return "(stateless)"
+
+
+class RegisterModel(Model):
+    """A read/write/compare-and-set register; ``cas`` takes ``(expected, new)``."""
+
+    name = "register"
+    functions = frozenset({"read", "write", "cas"})
+
+    def __init__(self, initial: Any = None) -> None:
+        self.initial = initial
+
+    def init(self) -> State:
+        return self.initial
+
+    def step(self, state: State, op: Operation) -> tuple[bool, State]:
+        if op.f == "read":
+            return (not op.determinate or op.output == state), state
+        if op.f == "write":
+            return True, op.input
+        if op.f == "cas":
+            expected, new = op.input
+            if not op.determinate:
+                # Unknown outcome: it took effect only if it could have.
+                return True, new if state == expected else state
+            return state == expected, new
+        raise ValueError(f"register: unknown function {op.f!r}")
+
+
+class SetModel(Model):
+    """A grow-only set: ``add(v)`` and ``read -> (v, ...)`` of every element."""
+
+    name = "set"
+    functions = frozenset({"add", "read"})
+
+    def init(self) -> State:
+        return frozenset()
+
+    def step(self, state: State, op: Operation) -> tuple[bool, State]:
+        assert isinstance(state, frozenset)
+        if op.f == "add":
+            return True, state | {op.input}
+        if op.f == "read":
+            return (not op.determinate or frozenset(op.output) == state), state
+        raise ValueError(f"set: unknown function {op.f!r}")
+
+    def describe_state(self, state: State) -> str:
+        assert isinstance(state, frozenset)
+        return "{" + ", ".join(repr(v) for v in sorted(state, key=repr)) + "}"
+
+
+# Kafka error codes that are observations of a topic's state, not "nothing happened".
+_TOPIC_ERRORS = {
+    "TOPIC_ALREADY_EXISTS": ("create",),
+    "UNKNOWN_TOPIC_OR_PARTITION": ("delete", "create-partitions"),
+    "INVALID_PARTITIONS": ("create-partitions",),
+}
+
+
+class TopicModel(Model):
+    """One topic of the metadata log: absent, or present with N partitions.
+
+    ``create(n)`` succeeds only on an absent topic; ``delete`` only on a present one;
+    ``create-partitions(n)`` (the new total) only when present with fewer than n. The
+    errors in ``_TOPIC_ERRORS`` are definite answers and are checked like acknowledgements;
+    other errors (NOT_CONTROLLER, ...) mean the request was not applied.
+    """
+
+    name = "topic"
+    functions = frozenset({"create", "delete", "create-partitions"})
+
+    def init(self) -> State:
+        return None
+
+    def observes(self, op: Operation) -> bool:
+        if op.status != "fail":
+            return True
+        return op.f in _TOPIC_ERRORS.get(op.error or "", ())
+
+    def step(self, state: State, op: Operation) -> tuple[bool, State]:
+        partitions = state
+        failed = op.status == "fail"
+        unknown = op.status in ("info", "pending")
+        if op.f == "create":
+            if partitions is None:
+                return (not failed), op.input
+            return (failed or unknown), partitions
+        if op.f == "delete":
+            if partitions is not None:
+                return (not failed), None
+            return (failed or unknown), None
+        if op.f == "create-partitions":
+            assert partitions is None or isinstance(partitions, int)
+            if partitions is not None and op.input > partitions:
+                return (not failed), op.input
+            return (failed or unknown), partitions
+        raise ValueError(f"topic: unknown function {op.f!r}")
+
+    def describe_state(self, state: State) -> str:
+        return "absent" if state is None else f"{state} partitions"
