@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -133,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         _fix_hash_seed()
     args = _parser().parse_args(argv)
+    # Node code logs recoveries and disk failures; in a simulation the trace records what
+    # matters, so only errors reach the terminal.
+    logging.basicConfig(level=logging.ERROR)
     if args.command == "bugs":
         for name, scenario in sorted(SCENARIOS.items()):
             for bug, what in sorted(scenario.bugs.items()):

@@ -56,8 +56,13 @@ def _norm(path: str) -> str:
 class SimDisk:
     """The disk of one simulated node; survives the node's crashes, unlike its processes."""
 
-    def __init__(self, rng: random.Random, *, fsync_latency_s: float = 0.0) -> None:
+    def __init__(
+        self, rng: random.Random, *, fsync_latency_s: tuple[float, float] = (0.0, 0.0)
+    ) -> None:
         self._rng = rng
+        # Each fsync takes a seeded time in this range: a real device's sync is never free,
+        # and the window it opens (written, acknowledged, not yet durable) is where
+        # durability bugs live.
         self.fsync_latency_s = fsync_latency_s
         self.incarnation = 0
         self._inodes: dict[int, _Inode] = {}
@@ -122,8 +127,9 @@ class SimDisk:
             raise OSError(self._write_errno, "simulated write failure", path)
 
     async def _sync_point(self, path: str, incarnation: int) -> None:
-        if self.fsync_latency_s:
-            await asyncio.sleep(self.fsync_latency_s)
+        low, high = self.fsync_latency_s
+        if high > 0:
+            await asyncio.sleep(self._rng.uniform(low, high))
         if incarnation != self.incarnation:
             raise OSError(errno.EBADF, "node crashed during fsync", path)
         if self._fsync_failures_left:

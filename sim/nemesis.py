@@ -11,7 +11,8 @@ Fault names (``--faults all|none|a,b,c``):
   reset      every connection between two nodes reset
   refuse     the next connects to a node refused
   crash      a node loses power (unsynced disk state lost or torn), restarts later
-  crash-quorum  a majority of the nodes lose power at once, restart later
+  crash-quorum  a majority of the nodes, or (one time in three) all of them, lose power at
+             once (a correlated power failure), restart later
   pause      a node stops (SIGSTOP) and resumes later
   fsync      a node's next fsyncs fail with EIO
   enospc     a node's writes fail with ENOSPC for a while
@@ -164,7 +165,8 @@ class Nemesis:
         elif fault == "crash-quorum":
             alive = self._alive()
             rng.shuffle(alive)
-            for node in alive[: len(nodes) // 2 + 1]:
+            count = len(alive) if rng.random() < 1 / 3 else len(nodes) // 2 + 1
+            for node in alive[:count]:
                 self.world.processes[node].crash()
                 self._down.append(node)
                 self._later(rng.uniform(0.1, hold_s), self._restart, node)

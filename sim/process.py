@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 # 2026-01-01T00:00:00Z: virtual time 0 on every simulated wall clock.
 EPOCH_MS = 1_767_225_600_000
+# A datacenter SSD's fdatasync: 0.2 to 4 ms.
+FSYNC_LATENCY_S = (0.0002, 0.004)
 
 Main = Callable[[Runtime], Coroutine[Any, Any, Any]]
 
@@ -51,7 +53,9 @@ class SimProcess:
         self.paused = False
         self.skew_ms = 0
         self.parked: list[tuple[Callable[..., Any], tuple, contextvars.Context]] = []
-        self.disk = SimDisk(random.Random(f"disk/{world.seed}/{name}"))
+        self.disk = SimDisk(
+            random.Random(f"disk/{world.seed}/{name}"), fsync_latency_s=FSYNC_LATENCY_S
+        )
         self.clock = SimClock(world.loop, self)
         self.main_task: asyncio.Task | None = None
         self._main: Main | None = None

@@ -8,8 +8,10 @@ microseconds unless a name says otherwise.
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,10 +23,11 @@ from sim.analysis.history import latest_us, pair_operations, records
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-# Faults that last: (opening event kind -> fault name). Network cuts all end at ``heal``;
-# a crash ends when the node starts again, a pause at resume. ``enospc`` has no traced end,
-# so its window closes at ``heal-all`` (an upper bound). ``heal-all`` ends everything.
-NETWORK_FAULTS = {"partition": "partition", "oneway": "oneway", "slow": "slow"}
+# Faults that last. A partition (isolate, bridge and isolate-leader are partitions too) or
+# a one-way cut ends with the ``restore`` of exactly the links it cut; ``heal`` ends every
+# network fault. A crash ends when the node starts again, a pause at resume. ``slow`` and
+# ``enospc`` have no traced end, so their windows close at the next ``heal``/``heal-all``
+# (an upper bound). ``heal-all`` ends everything.
 NODE_FAULTS = {"crash": "crash", "pause": "pause", "enospc": "enospc"}
 NODE_FAULT_ENDS = {"start": "crash", "restart": "crash", "resume": "pause"}
 # Faults that are instants: they show in the fault mix but label no operation.
@@ -64,40 +67,114 @@ def _run_end_us(events: pd.DataFrame, ops: pd.DataFrame | None = None) -> int:
     return end if ops is None else max(end, latest_us(ops))
 
 
+Window = tuple[str, str | None, str, int, int]  # fault, node, target, start_us, end_us
+
+
+@dataclass(slots=True)
+class _Cut:
+    """An open network fault: the directed links it cut that were not cut already."""
+
+    fault: str
+    node: str | None
+    target: str
+    start_us: int
+    links: frozenset[tuple[str, str]]
+
+
+class _NetworkReplay:
+    """Replays the simulated network's cut set, so each ``restore`` finds its fault.
+
+    A ``restore`` event says only how many links it restored. The network cuts a link only
+    if it is not cut already and restores exactly what a fault cut, so replaying the cut
+    set gives each open fault its link count, and a restore ends the open fault with that
+    count (the earliest, if two match; the earliest of all, if none does).
+    """
+
+    def __init__(self, rows: list[Window]) -> None:
+        self.rows = rows
+        self.cut: set[tuple[str, str]] = set()
+        self.open: list[_Cut] = []
+        self.stalls: list[tuple[int, str, str]] = []  # (end_us, src, dst), a min-heap
+
+    def advance(self, at: int) -> None:
+        while self.stalls and self.stalls[0][0] <= at:
+            _, src, dst = heapq.heappop(self.stalls)
+            self.cut.discard((src, dst))
+
+    def cut_links(self, fault: str, node: str | None, target: str, at: int, links: set) -> None:
+        added = frozenset(links - self.cut)
+        self.cut |= added
+        self.open.append(_Cut(fault, node, target, at, added))
+
+    def restore(self, count: int, at: int) -> None:
+        if not self.open:
+            return
+        cut = next((c for c in self.open if len(c.links) == count), self.open[0])
+        self.open.remove(cut)
+        self.cut -= cut.links
+        self.rows.append((cut.fault, cut.node, cut.target, cut.start_us, at))
+
+    def stall(self, src: str, dst: str, at: int, duration_us: int) -> None:
+        self.cut.add((src, dst))
+        heapq.heappush(self.stalls, (at + duration_us, src, dst))
+        self.rows.append(("stall", None, f"{src}->{dst}", at, at + duration_us))
+
+    def heal(self, at: int) -> None:
+        for cut in self.open:
+            self.rows.append((cut.fault, cut.node, cut.target, cut.start_us, at))
+        self.open.clear()
+        self.cut.clear()
+
+
+def _partition_links(groups: list[list[str]]) -> set[tuple[str, str]]:
+    links = set()
+    for i, group in enumerate(groups):
+        for other in groups[i + 1 :]:
+            for a in group:
+                for b in other:
+                    links |= {(a, b), (b, a)}
+    return links
+
+
 def fault_windows(events: pd.DataFrame) -> pd.DataFrame:
     """Every fault of one run as [start_us, end_us) (instants have start == end)."""
     run_id = events["run_id"].iloc[0] if not events.empty else None
     end_of_run = _run_end_us(events)
-    rows: list[tuple[str, str | None, str, int, int]] = []
-    network: list[tuple[str, str | None, str, int]] = []
+    rows: list[Window] = []
+    network = _NetworkReplay(rows)
     per_node: dict[tuple[str, str], tuple[str, int]] = {}
-
-    def close_network(at: int) -> None:
-        rows.extend((fault, node, target, start, at) for fault, node, target, start in network)
-        network.clear()
 
     def close_node(fault: str, node: str, at: int) -> None:
         opened = per_node.pop((fault, node), None)
         if opened is not None:
             rows.append((fault, node, opened[0], opened[1], at))
 
+    def close_all(at: int) -> None:
+        network.heal(at)
+        for fault, name in [slot for slot in per_node if slot[0] in ("slow", "enospc")]:
+            close_node(fault, name, at)
+
     columns = ("kind", "node", "time_virtual_us", "detail")
     for event in records(_events_in_order(events), columns):
         kind, node, at = event.kind, event.node, int(event.time_virtual_us)
+        network.advance(at)
         detail = _detail(event.detail)
-        if kind in NETWORK_FAULTS:
-            if kind == "partition":
-                target = " | ".join(",".join(group) for group in detail.get("groups", []))
-            elif kind == "oneway":
-                target = f"{detail.get('src')}->{detail.get('dst')}"
-            else:
-                target = str(node)
-            network.append((NETWORK_FAULTS[kind], node, target, at))
-        elif kind == "heal":
-            close_network(at)
+        if kind == "partition":
+            groups = detail.get("groups", [])
+            target = " | ".join(",".join(group) for group in groups)
+            network.cut_links("partition", node, target, at, _partition_links(groups))
+        elif kind == "oneway":
+            src, dst = detail.get("src"), detail.get("dst")
+            network.cut_links("oneway", node, f"{src}->{dst}", at, {(src, dst)})
+        elif kind == "restore":
+            network.restore(int(detail.get("links", 0)), at)
         elif kind == "stall":
-            target = f"{detail.get('src')}->{detail.get('dst')}"
-            rows.append(("stall", None, target, at, at + int(detail.get("duration_us", 0))))
+            network.stall(detail["src"], detail["dst"], at, int(detail.get("duration_us", 0)))
+        elif kind == "heal":
+            close_all(at)
+        elif kind == "slow" and node is not None:
+            close_node("slow", node, at)
+            per_node[("slow", node)] = (node, at)
         elif kind in NODE_FAULTS and node is not None:
             close_node(NODE_FAULTS[kind], node, at)
             per_node[(NODE_FAULTS[kind], node)] = (node, at)
@@ -111,10 +188,10 @@ def fault_windows(events: pd.DataFrame) -> pd.DataFrame:
             target = node if node is not None else f"{detail.get('a')}-{detail.get('b')}"
             rows.append((POINT_FAULTS[kind], node, target, at, at))
         elif kind == "heal-all":
-            close_network(at)
+            close_all(at)
             for fault, name in list(per_node):
                 close_node(fault, name, at)
-    close_network(end_of_run)
+    network.heal(end_of_run)
     for fault, name in list(per_node):
         close_node(fault, name, end_of_run)
     frame = pd.DataFrame(rows, columns=["fault", "node", "target", "start_us", "end_us"])

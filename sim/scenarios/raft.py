@@ -40,8 +40,10 @@ PORT = 9093
 CLUSTER_ID = "kraft-sim-cluster-000A"
 METADATA_DIR = "/data/__cluster_metadata-0"
 HEAL_BOUND_S = 10.0
-# fetch.timeout (2 s) for a leader to notice, one check period (0.5 s), and slack.
-DUAL_LEADER_BOUND_S = 3.5
+# A cut-off leader resigns within fetch.timeout (2 s) plus one check period (0.5 s) of
+# losing its quorum, while a successor needs fetch.timeout plus an election: honest overlap
+# stays under a second. Without check quorum it lasts as long as the partition.
+DUAL_LEADER_BOUND_S = 1.5
 PROPOSERS = 3
 SNAPSHOT_EVERY_RECORDS = 40
 SNAPSHOT_CHECK_S = 2.0
@@ -84,6 +86,11 @@ class Checker:
     leading: dict[str, int] = field(default_factory=dict)
     dual_since: dict[str, float] = field(default_factory=dict)
     max_commit: int = 0
+    # The largest epoch each node has acted in (every role change carries a persisted epoch).
+    epochs: dict[str, int] = field(default_factory=dict)
+
+    def max_epoch(self, node: str) -> int:
+        return self.epochs.get(node, 0)
 
     def fail(self, message: str) -> None:
         if self.violation is None:
@@ -131,11 +138,21 @@ class NodeListener:
     state: list[tuple[int, int, bytes | None]] = field(default_factory=list)
     snapshots_loaded: int = 0
 
+    def live(self) -> bool:
+        """False for a crashed incarnation whose tasks are still unwinding."""
+        return self.process.alive and self.process.incarnation == self.incarnation
+
     def handle_event(self, event: object) -> None:
         checker, name = self.checker, self.process.name
-        if self.process.incarnation != self.incarnation:
-            return  # a crashed incarnation unwinding
+        if not self.live():
+            return
         if isinstance(event, RoleChanged):
+            if event.epoch < checker.max_epoch(name):
+                checker.fail(
+                    f"epoch-durable: {name} is back at epoch {event.epoch} after acting in "
+                    f"epoch {checker.max_epoch(name)} (its quorum-state was lost)"
+                )
+            checker.epochs[name] = max(event.epoch, checker.max_epoch(name))
             if event.role is Role.LEADER:
                 checker.leading[name] = event.epoch
             else:
@@ -179,7 +196,7 @@ class NodeListener:
 
     def handle_commit(self, batch: CommittedBatch) -> None:
         checker, name = self.checker, self.process.name
-        if self.process.incarnation != self.incarnation:
+        if not self.live():
             return
         if batch.base_offset != self.applied:
             checker.fail(
@@ -204,7 +221,7 @@ class NodeListener:
 
     def handle_load_snapshot(self, snapshot: SnapshotId, records: list[Record]) -> None:
         checker, name = self.checker, self.process.name
-        if self.process.incarnation != self.incarnation:
+        if not self.live():
             return
         state = []
         for record in records:
@@ -255,6 +272,8 @@ class Cluster:
         )
 
     async def main(self, runtime: Runtime, process: SimProcess) -> None:
+        # The previous incarnation's node is dead: nothing may reach it from now on.
+        self.nodes.pop(process.name, None)
         log = await DiskLog.open(runtime, METADATA_DIR)
         node = RaftNode(runtime, self.raft_config(process.name), log)
         listener = self.checker.listener(process, log)
@@ -289,6 +308,8 @@ class Cluster:
         self, runtime: Runtime, process: SimProcess, node: RaftNode, lane: int
     ) -> None:
         trace, rng, seq = self.world.trace, runtime.rng, 0
+        # Each lane is one client process of the history: one operation at a time.
+        client = f"{process.name}:{process.incarnation}:{lane}"
         while True:
             await asyncio.sleep(rng.uniform(0.02, 0.2))
             if node.role is not Role.LEADER:
@@ -296,7 +317,9 @@ class Cluster:
             seq += 1
             value = f"{process.name}.{process.incarnation}.{lane}.{seq}"
             self.ops += 1
-            trace.event("op", node=process.name, type="invoke", f="append", value=value)
+            trace.event(
+                "op", node=process.name, process=client, type="invoke", f="append", value=value
+            )
             record = Record(None, value.encode(), runtime.clock.now_ms())
             try:
                 offset = await asyncio.wait_for(node.propose_and_wait([record]), 5.0)
@@ -304,6 +327,7 @@ class Cluster:
                 trace.event(
                     "op",
                     node=process.name,
+                    process=client,
                     type="fail",
                     f="append",
                     value=value,
@@ -311,11 +335,21 @@ class Cluster:
                 )
                 continue
             except TimeoutError:
-                trace.event("op", node=process.name, type="info", f="append", value=value)
+                trace.event(
+                    "op", node=process.name, process=client, type="info", f="append", value=value
+                )
                 continue
             self.ops_ok += 1
             self.checker.acked[offset] = value.encode()
-            trace.event("op", node=process.name, type="ok", f="append", value=value, offset=offset)
+            trace.event(
+                "op",
+                node=process.name,
+                process=client,
+                type="ok",
+                f="append",
+                value=value,
+                offset=offset,
+            )
 
     def live(self) -> list[str]:
         procs = self.world.processes
