@@ -27,6 +27,7 @@ from raft.core import (
     RaftConfig,
     RaftCore,
     Role,
+    RoleChanged,
 )
 from raft.messages import Errors, Inbound, Outbound, Request, Response
 from raft.progress import ReplicaProgress
@@ -51,6 +52,11 @@ MAX_READ_BYTES = 8 * 1024 * 1024
 
 class ProposalLost(Exception):
     """A proposal's offset was committed with another leader's record: it did not happen."""
+
+
+class LeadershipLost(NotLeaderError):
+    """This node stopped leading before the proposal committed: it may or may not commit
+    under the next leader (the outcome is unknown, as for Kafka's NOT_CONTROLLER)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +111,7 @@ class RaftNode:
         self._tasks: list[asyncio.Task] = []
         self._applied = 0
         self._inbound: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        self._asks: dict[asyncio.Future, None] = {}
         self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -163,6 +170,9 @@ class RaftNode:
         handlers = list(self._inbound.items())
         for _task, writer in handlers:
             writer.transport.abort()
+        for future in list(self._asks):  # a long-polled Fetch nobody will answer now
+            if not future.done():
+                future.set_exception(ConnectionAbortedError("node closing"))
         await asyncio.gather(*(task for task, _ in handlers), return_exceptions=True)
 
     async def resign(self) -> None:
@@ -321,6 +331,11 @@ class RaftNode:
             listener.handle_event(event)
         if isinstance(event, HighWatermarkAdvanced):
             self._deliver_committed(event.high_watermark)
+        elif isinstance(event, RoleChanged) and event.role is not Role.LEADER:
+            for offset, (_epoch, future) in list(self._waiters.items()):
+                if not future.done():
+                    future.set_exception(LeadershipLost(event.leader_id, event.epoch))
+                del self._waiters[offset]
 
     def _deliver_committed(self, high_watermark: int) -> None:
         while self._applied < high_watermark:
@@ -343,8 +358,13 @@ class RaftNode:
                 self._applied = header.next_offset
 
     def _settle_waiters(self, base: int, end: int, epoch: int) -> None:
-        for offset in [o for o in self._waiters if base <= o < end]:
-            proposed_epoch, future = self._waiters.pop(offset)
+        if not self._waiters:
+            return
+        for offset in range(base, end):
+            entry = self._waiters.pop(offset, None)
+            if entry is None:
+                continue
+            proposed_epoch, future = entry
             if future.done():
                 continue
             if proposed_epoch == epoch:
@@ -407,9 +427,13 @@ class RaftNode:
         """Hand a request to the core and wait for its answer (which may be long-polled)."""
         assert self.core is not None
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.core.step(Inbound(src, body, reply_to=future))
-        self._wake.set()
-        return await future
+        self._asks[future] = None
+        try:
+            self.core.step(Inbound(src, body, reply_to=future))
+            self._wake.set()
+            return await future
+        finally:
+            self._asks.pop(future, None)
 
     def _describe_quorum(self, version: int) -> object:
         core = self.core

@@ -52,11 +52,15 @@ class PeerConnection:
         self._writer: asyncio.StreamWriter | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._closing = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def close(self) -> None:
+        # Python 3.11's wait_for can turn a cancellation into the inner connect error; the
+        # flag makes the loop stop anyway.
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -104,7 +108,7 @@ class PeerConnection:
 
     async def _run(self) -> None:
         backoff = BACKOFF_MIN_S
-        while True:
+        while not self._closing:
             if not self._pending:
                 self._wake.clear()
                 await self._wake.wait()
@@ -114,9 +118,14 @@ class PeerConnection:
                 )
             except OSError:
                 self._fail_all(Errors.BROKER_NOT_AVAILABLE)
+                if self._closing:
+                    return
                 await asyncio.sleep(backoff * (0.8 + 0.4 * self._rng.random()))
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
                 continue
+            if self._closing:  # connected just as close() cancelled us
+                writer.transport.abort()
+                return
             backoff = BACKOFF_MIN_S
             self._writer = writer
             self._flush_writes()

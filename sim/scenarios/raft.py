@@ -28,7 +28,14 @@ from log.records import Record
 from log.runtime import Runtime
 from raft.core import HighWatermarkAdvanced, NotLeaderError, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
-from raft.driver import BUGS, CommittedBatch, ProposalLost, RaftNode, RaftNodeConfig
+from raft.driver import (
+    BUGS,
+    CommittedBatch,
+    LeadershipLost,
+    ProposalLost,
+    RaftNode,
+    RaftNodeConfig,
+)
 from raft.snapshot import SnapshotId
 from sim.nemesis import Nemesis
 from sim.process import SimProcess
@@ -323,6 +330,12 @@ class Cluster:
             record = Record(None, value.encode(), runtime.clock.now_ms())
             try:
                 offset = await asyncio.wait_for(node.propose_and_wait([record]), 5.0)
+            except (LeadershipLost, TimeoutError):
+                # It may still commit under the next leader: the outcome is unknown.
+                trace.event(
+                    "op", node=process.name, process=client, type="info", f="append", value=value
+                )
+                continue
             except (NotLeaderError, ProposalLost) as error:
                 trace.event(
                     "op",
@@ -332,11 +345,6 @@ class Cluster:
                     f="append",
                     value=value,
                     error=type(error).__name__,
-                )
-                continue
-            except TimeoutError:
-                trace.event(
-                    "op", node=process.name, process=client, type="info", f="append", value=value
                 )
                 continue
             self.ops_ok += 1

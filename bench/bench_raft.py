@@ -1,0 +1,463 @@
+"""Raft benchmark: a three-voter kraft-py quorum on loopback with real fsync, against PySyncObj.
+
+Run: ``.venv/bin/python bench/bench_raft.py [--duration S] [--in-flight N] [--latency N]``.
+
+kraft-py: node 1 runs in this process (proposals need the leader's ``RaftNode``; there is no
+client propose RPC) on 127.0.0.1, nodes 2 and 3 are ``kraft-server start`` processes
+(controller role) on 127.0.0.2 and 127.0.0.3, formatted with the same cluster id and given a
+5 s election timeout so node 1 wins the first election. Every node fsyncs (fdatasync, group
+commit) its metadata log before the offsets count towards the high watermark. One run prints
+1. throughput: committed 100-byte records/s with ``--in-flight`` concurrent
+   ``propose_and_wait`` calls refilled as they complete, for ``--duration`` seconds, one
+   record per proposal; then, as a second figure, batched: 100 records per proposal with
+   ``--in-flight``/100 proposals in flight (the same records in flight);
+2. latency: p50/p99 commit latency of ``--latency`` proposals of one record, one at a time
+   (fewer if they take more than 10 s; the table gives the count).
+
+PySyncObj (PyPI): three ``SyncObj`` processes on 127.0.0.1 with its file journal, the only
+durability it offers (an mmap written per entry, never msync'ed or fsynced: survives a process
+crash, not a power cut); log compaction is pushed past the run so it does not interfere. The
+proposing node gets the short election timeout and runs the same two measurements, with
+``callback=`` calls kept in flight by a semaphore and ``sync=True`` calls one at a time. It
+runs twice, with ``appendEntriesUseBatch`` on (its default, tuned for throughput) and off
+(tuned for single-request latency); its best figure of each kind is the baseline.
+
+The run ends with the ratios against issue #5's targets (throughput >= 5x PySyncObj's best,
+p50 commit latency <= 2 ms) and the disk's own fdatasync latency, the floor under any commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.synchronize import Event as EventType
+from pathlib import Path
+
+from pysyncobj import SyncObj, SyncObjConf, replicated
+
+from kraft.storage import random_uuid
+from log.records import Record
+from log.runtime import real_runtime
+from raft.core import RaftConfig, Role
+from raft.disk_log import DiskLog
+from raft.driver import RaftNode, RaftNodeConfig
+
+BIN = Path(sys.executable).parent
+VALUE = b"x" * 100
+BATCH_RECORDS = 100
+NODES = (1, 2, 3)
+FOLLOWER_ELECTION_TIMEOUT_MS = 5000
+DEADLINE_S = 30.0  # bound on every wait: leader election, draining, process exits
+LATENCY_BUDGET_S = 10.0  # the sequential run stops early past this (PySyncObj batching: ~100 ms)
+TARGET_THROUGHPUT_RATIO = 5.0
+TARGET_P50_MS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The command line: seconds per throughput run, proposals in flight, proposals timed."""
+
+    duration: float
+    in_flight: int
+    latency: int
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """One system's measurements; ``batched`` is committed records/s at 100 per proposal."""
+
+    name: str
+    throughput: float
+    latencies_ms: list[float]
+    batched: float | None = None
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def batched_in_flight(args: Config) -> int:
+    """Batched proposals in flight: as many records in flight as in the one-record run."""
+    return max(1, args.in_flight // BATCH_RECORDS)
+
+
+def free_port(hosts: list[str]) -> int:
+    """A port that is free on every one of ``hosts`` (the voters share one port number)."""
+    for _ in range(100):
+        with socket.socket() as sock:
+            sock.bind((hosts[0], 0))
+            port = sock.getsockname()[1]
+        try:
+            for host in hosts[1:]:
+                with socket.socket() as sock:
+                    sock.bind((host, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no port free on all of {hosts}")
+
+
+def free_ports(host: str, count: int) -> list[int]:
+    """``count`` distinct free ports on ``host`` (bound together, so none repeats)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in socks]
+
+
+def fdatasync_ms(directory: str, count: int = 200) -> list[float]:
+    """Latencies of a 100-byte append + fdatasync on the benchmark's disk: the commit floor."""
+    path = os.path.join(directory, "fsync-probe")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        latencies = []
+        for _ in range(count):
+            os.write(fd, VALUE)
+            start = time.perf_counter()
+            os.fdatasync(fd)
+            latencies.append((time.perf_counter() - start) * 1000)
+        return latencies
+    finally:
+        os.close(fd)
+        os.remove(path)
+
+
+# ---- kraft-py -------------------------------------------------------------------------------
+def start_kraft_followers(
+    root: Path, port: int, cluster_id: str, procs: list[subprocess.Popen]
+) -> None:
+    """Format nodes 2 and 3, then start them as ``kraft-server start`` controller processes
+    (added to ``procs`` as they start, so the caller can stop whatever did)."""
+    voters = ",".join(f"{i}@127.0.0.{i}:{port}" for i in NODES)
+    configs = []
+    for i in NODES[1:]:
+        config = root / f"controller{i}.properties"
+        config.write_text(
+            "process.roles=controller\n"
+            f"node.id={i}\n"
+            f"controller.quorum.voters={voters}\n"
+            f"listeners=CONTROLLER://127.0.0.{i}:{port}\n"
+            "controller.listener.names=CONTROLLER\n"
+            f"log.dirs={root / f'data{i}'}\n"
+            f"controller.quorum.election.timeout.ms={FOLLOWER_ELECTION_TIMEOUT_MS}\n"
+        )
+        subprocess.run(
+            [str(BIN / "kraft-server"), "format", "-t", cluster_id, "-c", str(config)],
+            check=True,
+            capture_output=True,
+            timeout=DEADLINE_S,
+        )
+        configs.append(config)
+    for i, config in zip(NODES[1:], configs, strict=True):
+        with open(root / f"node{i}.log", "w") as out:
+            procs.append(
+                subprocess.Popen(
+                    [str(BIN / "kraft-server"), "start", str(config)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+
+
+def stop_processes(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def wait_for_leadership(node: RaftNode) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while node.role is not Role.LEADER:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"node 1 not leader after {DEADLINE_S}s (leader {node.leader_id})")
+        await asyncio.sleep(0.05)
+
+
+async def kraft_throughput(
+    node: RaftNode, records_per_proposal: int, in_flight: int, duration_s: float
+) -> float:
+    """Committed records/s with ``in_flight`` proposals outstanding for ``duration_s``
+    (the ones still in flight at the end are waited for and counted, time included)."""
+    records = [Record(None, VALUE, int(time.time() * 1000))] * records_per_proposal
+    loop = asyncio.get_running_loop()
+    committed = 0
+    stop_at = loop.time() + duration_s
+
+    async def proposer() -> None:
+        nonlocal committed
+        while loop.time() < stop_at:
+            await node.propose_and_wait(records)
+            committed += records_per_proposal
+
+    start = loop.time()
+    await asyncio.wait_for(
+        asyncio.gather(*(proposer() for _ in range(in_flight))), duration_s + DEADLINE_S
+    )
+    return committed / (loop.time() - start)
+
+
+async def kraft_latencies(node: RaftNode, count: int) -> list[float]:
+    record = [Record(None, VALUE, int(time.time() * 1000))]
+    latencies: list[float] = []
+    stop_at = time.perf_counter() + LATENCY_BUDGET_S
+    while len(latencies) < count and time.perf_counter() < stop_at:
+        start = time.perf_counter()
+        await asyncio.wait_for(node.propose_and_wait(record), DEADLINE_S)
+        latencies.append((time.perf_counter() - start) * 1000)
+    return latencies
+
+
+async def run_kraft_node(
+    root: Path, port: int, cluster_id: str, followers: list[subprocess.Popen], args: Config
+) -> Figures:
+    runtime = real_runtime()
+    metadata_dir = str(root / "data1" / "__cluster_metadata-0")
+    log = await DiskLog.open(runtime, metadata_dir)
+    node = RaftNode(
+        runtime,
+        RaftNodeConfig(
+            node_id=1,
+            voters={i: (f"127.0.0.{i}", port) for i in NODES},
+            cluster_id=cluster_id,
+            metadata_dir=metadata_dir,
+            raft=RaftConfig(),
+        ),
+        log,
+    )
+    await node.start()
+    server = await asyncio.start_server(node.serve, "127.0.0.1", port)
+    try:
+        await wait_for_leadership(node)
+        single = await kraft_throughput(node, 1, args.in_flight, args.duration)
+        batched = await kraft_throughput(
+            node, BATCH_RECORDS, batched_in_flight(args), args.duration
+        )
+        latencies = await kraft_latencies(node, args.latency)
+    finally:
+        server.close()
+        # Followers first, then a pause for their parked Fetch requests to expire: close()
+        # waits for inbound handlers, and one parked in a long poll would wait forever.
+        # (resign() would release them too, but its EndQuorumEpoch then sets the peer
+        # connections reconnecting to the stopped followers while close() cancels them.)
+        await asyncio.to_thread(stop_processes, followers)
+        await asyncio.sleep(node.config.raft.fetch_max_wait_ms / 1000 + 0.2)
+        await node.close()
+        await log.close()
+    return Figures("kraft-py", single, latencies, batched)
+
+
+def bench_kraft(root: Path, args: Config) -> Figures:
+    port = free_port([f"127.0.0.{i}" for i in NODES])
+    cluster_id = random_uuid()
+    procs: list[subprocess.Popen] = []
+    try:
+        start_kraft_followers(root, port, cluster_id, procs)
+        return asyncio.run(run_kraft_node(root, port, cluster_id, procs, args))
+    finally:
+        stop_processes(procs)
+
+
+# ---- PySyncObj ------------------------------------------------------------------------------
+class Sink(SyncObj):
+    """The replicated state machine: counts the records applied."""
+
+    def __init__(self, self_address: str, others: list[str], conf: SyncObjConf) -> None:
+        super().__init__(self_address, others, conf)
+        self._records = 0
+
+    @replicated
+    def append(self, value: bytes) -> int:
+        self._records += 1
+        return self._records
+
+
+def pysyncobj_throughput(sink: Sink, in_flight: int, duration_s: float) -> float:
+    """Committed records/s with ``in_flight`` callback calls outstanding for ``duration_s``."""
+    slots = threading.Semaphore(in_flight)
+    outcome = {"ok": 0, "failed": 0}
+
+    def on_result(_result: object, error: int) -> None:  # runs on SyncObj's tick thread
+        outcome["ok" if error == 0 else "failed"] += 1
+        slots.release()
+
+    start = time.perf_counter()
+    stop_at = start + duration_s
+    while time.perf_counter() < stop_at:
+        if slots.acquire(timeout=1.0):
+            sink.append(VALUE, callback=on_result)
+    drain_until = time.perf_counter() + DEADLINE_S
+    for _ in range(in_flight):
+        if not slots.acquire(timeout=max(0.0, drain_until - time.perf_counter())):
+            raise RuntimeError("PySyncObj calls still in flight after the drain deadline")
+    if outcome["failed"]:
+        raise RuntimeError(f"{outcome['failed']} PySyncObj calls failed")
+    return outcome["ok"] / (time.perf_counter() - start)
+
+
+def pysyncobj_node(
+    index: int,
+    ports: list[int],
+    journal_dir: str,
+    use_batch: bool,
+    args: Config,
+    results: multiprocessing.Queue,
+    stop: EventType,
+) -> None:
+    """One PySyncObj node (a process); node 0 proposes and puts its figures on ``results``."""
+    addresses = [f"127.0.0.1:{port}" for port in ports]
+    proposer = index == 0
+    conf = SyncObjConf(
+        journalFile=os.path.join(journal_dir, f"node{index}.journal"),
+        appendEntriesUseBatch=use_batch,
+        logCompactionMinEntries=10**9,
+        logCompactionMinTime=10**6,
+        raftMinTimeout=0.4 if proposer else FOLLOWER_ELECTION_TIMEOUT_MS / 1000,
+        raftMaxTimeout=1.4 if proposer else FOLLOWER_ELECTION_TIMEOUT_MS / 1000 + 1,
+        connectionTimeout=FOLLOWER_ELECTION_TIMEOUT_MS / 1000 + 2,
+    )
+    sink = Sink(addresses[index], addresses[:index] + addresses[index + 1 :], conf)
+    try:
+        if not proposer:
+            stop.wait(timeout=10 * DEADLINE_S)
+            return
+        deadline = time.monotonic() + DEADLINE_S
+        while not (sink._isLeader() and sink.isReady()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not leader after {DEADLINE_S}s: {sink._getLeader()}")
+            time.sleep(0.05)
+        throughput = pysyncobj_throughput(sink, args.in_flight, args.duration)
+        latencies: list[float] = []
+        stop_at = time.perf_counter() + LATENCY_BUDGET_S
+        while len(latencies) < args.latency and time.perf_counter() < stop_at:
+            start = time.perf_counter()
+            sink.append(VALUE, sync=True, timeout=DEADLINE_S)
+            latencies.append((time.perf_counter() - start) * 1000)
+        results.put((throughput, latencies))  # plain values: this module is __mp_main__ here
+    finally:
+        sink.destroy_synchronous()
+
+
+def bench_pysyncobj(root: Path, use_batch: bool, args: Config) -> Figures:
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    stop = context.Event()
+    ports = free_ports("127.0.0.1", len(NODES))
+    journal_dir = root / f"pysyncobj-batch-{use_batch}"
+    journal_dir.mkdir()
+    procs = [
+        context.Process(
+            target=pysyncobj_node,
+            args=(index, ports, str(journal_dir), use_batch, args, results, stop),
+        )
+        for index in range(len(NODES))
+    ]
+    try:
+        for proc in procs:
+            proc.start()
+        budget = 3 * DEADLINE_S + args.duration + LATENCY_BUDGET_S
+        deadline = time.monotonic() + budget
+        while True:
+            try:
+                throughput, latencies = results.get(timeout=1.0)
+                break
+            except queue.Empty:
+                failed = [proc.exitcode for proc in procs if proc.exitcode not in (None, 0)]
+                if failed:  # its traceback is on stderr
+                    raise RuntimeError(f"a PySyncObj node failed (exit code {failed[0]})") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"PySyncObj gave no result in {budget:.0f}s") from None
+        return Figures(f"PySyncObj (batch {'on' if use_batch else 'off'})", throughput, latencies)
+    finally:
+        stop.set()
+        for proc in procs:
+            proc.join(timeout=DEADLINE_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+# ---- report ---------------------------------------------------------------------------------
+def report(kraft: Figures, baselines: list[Figures], fsync_ms: list[float]) -> None:
+    print(
+        f"{'':24} {'records/s':>10} {'batched rec/s':>14} {'p50 ms':>8} {'p99 ms':>8} {'timed':>6}"
+    )
+    for figures in [kraft, *baselines]:
+        batched = "-" if figures.batched is None else f"{figures.batched:.0f}"
+        print(
+            f"{figures.name:24} {figures.throughput:10.0f} {batched:>14} "
+            f"{percentile(figures.latencies_ms, 0.5):8.2f} "
+            f"{percentile(figures.latencies_ms, 0.99):8.2f} {len(figures.latencies_ms):6}"
+        )
+    print(
+        f"disk floor, 100-byte append + fdatasync here: p50 {percentile(fsync_ms, 0.5):.2f} ms, "
+        f"p99 {percentile(fsync_ms, 0.99):.2f} ms"
+    )
+    best = max(baselines, key=lambda f: f.throughput)
+    ratio = kraft.throughput / best.throughput
+    verdict = "met" if ratio >= TARGET_THROUGHPUT_RATIO else "MISSED"
+    print(
+        f"throughput kraft-py / {best.name}, one record per proposal: {ratio:.2f}x "
+        f"(target >= {TARGET_THROUGHPUT_RATIO:g}x: {verdict})"
+    )
+    assert kraft.batched is not None
+    print(
+        f"  (kraft-py at {BATCH_RECORDS} records per proposal / the same PySyncObj figure, "
+        f"not like for like: {kraft.batched / best.throughput:.2f}x)"
+    )
+    fastest = min(baselines, key=lambda f: percentile(f.latencies_ms, 0.5))
+    p50 = percentile(kraft.latencies_ms, 0.5)
+    baseline_p50 = percentile(fastest.latencies_ms, 0.5)
+    verdict = "met" if p50 <= TARGET_P50_MS else "MISSED"
+    print(
+        f"p50 commit latency kraft-py {p50:.2f} ms / {fastest.name} {baseline_p50:.2f} ms: "
+        f"{p50 / baseline_p50:.2f}x (target <= {TARGET_P50_MS:g} ms: {verdict})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per throughput run")
+    parser.add_argument("--in-flight", type=int, default=2000, help="concurrent proposals")
+    parser.add_argument("--latency", type=int, default=500, help="sequential proposals timed")
+    parsed = parser.parse_args()
+    args = Config(parsed.duration, parsed.in_flight, parsed.latency)
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, 3 voters on loopback, "
+        f"{len(VALUE)}-byte records; throughput: {args.in_flight} proposals in flight for "
+        f"{args.duration:g} s, batched: {batched_in_flight(args)} of {BATCH_RECORDS} records; "
+        f"latency: {args.latency} proposals one at a time"
+    )
+    print(
+        "durability: kraft-py fdatasyncs its log on every voter before an offset counts "
+        "(group commit); PySyncObj file journal (mmap, never msync/fsync: it has no such option)"
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-raft-") as tmp:
+        root = Path(tmp)
+        fsync_ms = fdatasync_ms(tmp)
+        kraft = bench_kraft(root, args)
+        baselines = [bench_pysyncobj(root, use_batch, args) for use_batch in (True, False)]
+    report(kraft, baselines, fsync_ms)
+
+
+if __name__ == "__main__":
+    main()
