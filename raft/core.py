@@ -52,8 +52,8 @@ CORE_BUGS = {
     "no-check-quorum": "a leader that no longer hears from a majority never resigns",
     "truncate-to-leader-offset": "a diverging follower truncates to the leader's epoch end "
     "offset without capping it at its own end offset for that epoch",
-    "ack-before-fsync": "a follower acknowledges (fetches on) and a leader counts its own "
-    "entries before they are flushed",
+    "ack-before-fsync": "the metadata log is flushed lazily like a data log (every second), "
+    "while followers acknowledge (fetch on) and the leader counts its own entries at once",
 }
 
 RETRY_BACKOFF_MS = 100

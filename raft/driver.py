@@ -35,6 +35,7 @@ from raft.replicated_log import DurableLog
 from raft.snapshot import SnapshotId, encode_snapshot
 from raft.transport import PeerConnection
 
+LAZY_FLUSH_S = 1.0  # the data-log habit the ack-before-fsync bug brings to the metadata log
 DRIVER_BUGS = {
     "state-not-fsynced": "the quorum state (epoch, vote) is written but not fsynced before "
     "the vote it records is sent",
@@ -321,6 +322,8 @@ class RaftNode:
         assert core is not None
         while True:
             await self._flush_wanted.wait()
+            if "ack-before-fsync" in self.config.bugs:
+                await asyncio.sleep(LAZY_FLUSH_S)
             self._flush_wanted.clear()
             flushed = await self.log.flush()
             core.flushed(flushed)

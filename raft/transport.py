@@ -118,6 +118,11 @@ class PeerConnection:
                 )
             except OSError:
                 self._fail_all(Errors.BROKER_NOT_AVAILABLE)
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # Python 3.11's wait_for can report a cancellation as the inner connect
+                    # error; swallowing it here would leave this loop running forever.
+                    raise asyncio.CancelledError from None
                 if self._closing:
                     return
                 await asyncio.sleep(backoff * (0.8 + 0.4 * self._rng.random()))

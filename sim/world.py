@@ -17,6 +17,8 @@ from sim.net import SimNetwork
 from sim.process import SimProcess
 from sim.trace import Trace
 
+CLOSE_TIMEOUT_S = 60.0
+
 
 class ProcessFailed(RuntimeError):
     """A simulated process's main task raised: a bug in the code under test."""
@@ -83,7 +85,9 @@ class World:
             loop.unpark(process.parked)
             process.parked = []
         if pending:
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            # Bounded in virtual time: a task that ignores its cancellation must not hang
+            # the simulator (it shows up as a "Task was destroyed but it is pending" warning).
+            loop.run_until_complete(asyncio.wait(pending, timeout=CLOSE_TIMEOUT_S))
         loop.close()
 
     def __enter__(self) -> World:
