@@ -83,7 +83,7 @@ class CrashRun:
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
-        self.disk = SimDisk(random.Random(seed + 1_000_000), fsync_latency_s=0.001)
+        self.disk = SimDisk(random.Random(seed + 1_000_000), fsync_latency_s=(0.001, 0.001))
         self.clock = Clock()
         self.history: list[Appended] = []
         self.durable_offset = 0
