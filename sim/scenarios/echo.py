@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import time
 from dataclasses import dataclass, field
 
 import crc32c
 
 from log.fs import FileSystem
 from log.runtime import Runtime
+from sim.harness import ScenarioRun
 from sim.nemesis import Nemesis
 from sim.process import SimProcess
 from sim.run import RunConfig, RunResult
 from sim.trace import Trace
-from sim.world import World
 
 PORT = 7000
 LOG_PATH = "/data/echo.log"
@@ -180,18 +179,8 @@ async def _node(
 
 def run_echo(config: RunConfig) -> RunResult:
     """Run the echo scenario once and judge it."""
-    if config.bug is not None and config.bug not in BUGS:
-        raise ValueError(f"unknown bug {config.bug!r} for scenario echo")
-    writer = None
-    if config.trace_dir is not None:
-        from sim.tracefmt import ParquetTraceWriter  # pyarrow only when a trace is asked for
-
-        writer = ParquetTraceWriter(config.trace_dir, config)
-    started = time.perf_counter()
-    out = open(config.trace_path, "w") if config.trace_path else None  # noqa: SIM115
-    world = World(config.seed, trace_out=out)
-    if writer is not None:
-        writer.attach(world.trace)
+    run = ScenarioRun(config, BUGS)
+    world = run.world
     shared = Shared(bug=config.bug)
     names = [f"n{i}" for i in range(1, config.nodes + 1)]
     for name in names:
@@ -218,31 +207,14 @@ def run_echo(config: RunConfig) -> RunResult:
                 f"{HEAL_BOUND_S:.0f}s of healing"
             )
 
-    try:
-        world.run(drive())
-        if world.failures and shared.violation is None:
-            where, error = world.failures[0]
-            shared.fail(f"crash-free: {where} raised {error!r}")
-        virtual_s = world.loop.time()
-        world.trace.event("verdict", ok=shared.violation is None, violation=shared.violation)
-        digest = world.trace.digest()
-    finally:
-        world.close()
-        if out is not None:
-            out.close()
-    result = RunResult(
-        seed=config.seed,
-        violation=shared.violation,
-        digest=digest,
-        virtual_s=virtual_s,
-        wall_s=time.perf_counter() - started,
-        stats={
+    return run.finish(
+        drive(),
+        lambda: shared.violation,
+        shared.fail,
+        lambda: {
             "ops": shared.ops,
             "ok": shared.ops_ok,
             "faults": nemesis.injected,
             "deliveries": world.network.deliveries,
         },
     )
-    if writer is not None:
-        writer.commit(result)
-    return result

@@ -20,7 +20,6 @@ listens to every node incarnation and holds the quorum to Raft's invariants:
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 
 from log.batch import decode_batch, iter_batches
@@ -37,6 +36,7 @@ from raft.driver import (
     RaftNodeConfig,
 )
 from raft.snapshot import SnapshotId
+from sim.harness import ScenarioRun
 from sim.nemesis import Nemesis
 from sim.process import SimProcess
 from sim.run import RunConfig, RunResult
@@ -395,18 +395,8 @@ class Cluster:
 
 def run_raft(config: RunConfig) -> RunResult:
     """Run the raft scenario once and judge it."""
-    if config.bug is not None and config.bug not in BUGS:
-        raise ValueError(f"unknown bug {config.bug!r} for scenario raft")
-    writer = None
-    if config.trace_dir is not None:
-        from sim.tracefmt import ParquetTraceWriter  # pyarrow only when a trace is asked for
-
-        writer = ParquetTraceWriter(config.trace_dir, config)
-    started = time.perf_counter()
-    out = open(config.trace_path, "w") if config.trace_path else None  # noqa: SIM115
-    world = World(config.seed, trace_out=out)
-    if writer is not None:
-        writer.attach(world.trace)
+    run = ScenarioRun(config, BUGS)
+    world = run.world
     checker = Checker(world.trace, world.loop)
     voters = [f"n{i}" for i in range(1, config.voters + 1)]
     observers = [f"n{100 + i}" for i in range(config.observers)]
@@ -444,25 +434,11 @@ def run_raft(config: RunConfig) -> RunResult:
                 )
                 break
 
-    try:
-        world.run(drive())
-        if world.failures and checker.violation is None:
-            where, error = world.failures[0]
-            checker.fail(f"crash-free: {where} raised {error!r}")
-        virtual_s = world.loop.time()
-        world.trace.event("verdict", ok=checker.violation is None, violation=checker.violation)
-        digest = world.trace.digest()
-    finally:
-        world.close()
-        if out is not None:
-            out.close()
-    result = RunResult(
-        seed=config.seed,
-        violation=checker.violation,
-        digest=digest,
-        virtual_s=virtual_s,
-        wall_s=time.perf_counter() - started,
-        stats={
+    return run.finish(
+        drive(),
+        lambda: checker.violation,
+        checker.fail,
+        lambda: {
             "ops": cluster.ops,
             "ok": cluster.ops_ok,
             "committed": len(checker.committed),
@@ -470,6 +446,3 @@ def run_raft(config: RunConfig) -> RunResult:
             "faults": nemesis.injected,
         },
     )
-    if writer is not None:
-        writer.commit(result)
-    return result
