@@ -50,8 +50,8 @@ CORE_BUGS = {
     "hw-from-previous-epoch": "a new leader exposes its whole log as committed on election, "
     "before an entry of its own epoch (the LeaderChange record) is replicated",
     "no-check-quorum": "a leader that no longer hears from a majority never resigns",
-    "truncate-to-leader-offset": "a diverging follower truncates to the leader's epoch end "
-    "offset without capping it at its own end offset for that epoch",
+    "no-truncate-on-divergence": "a follower told its log diverges (divergingEpoch) does not "
+    "truncate and simply fetches again",
     "ack-before-fsync": "the metadata log is flushed lazily like a data log (every second), "
     "while followers acknowledge (fetch on) and the leader counts its own entries at once",
 }
@@ -873,12 +873,11 @@ class RaftCore:
     def _truncate_on_divergence(self, response: FetchResponse) -> bool:
         """Ask the driver to cut the log where it stops matching the leader's; True if so."""
         end = self.log.end_offset()
-        if "truncate-to-leader-offset" in self.bugs:
-            target = min(response.diverging_end_offset, end)
-        else:
-            local_epoch, local_end = self.log.end_offset_for_epoch(response.diverging_epoch)
-            target = min(response.diverging_end_offset, local_end if local_epoch >= 0 else 0)
-            target = min(target, end)
+        if "no-truncate-on-divergence" in self.bugs:
+            return False
+        local_epoch, local_end = self.log.end_offset_for_epoch(response.diverging_epoch)
+        target = min(response.diverging_end_offset, local_end if local_epoch >= 0 else 0)
+        target = min(target, end)
         target = max(target, self.log.start_offset())
         if target >= end:
             return False
