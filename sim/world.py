@@ -20,10 +20,6 @@ from sim.trace import Trace
 CLOSE_TIMEOUT_S = 60.0
 
 
-class ProcessFailed(RuntimeError):
-    """A simulated process's main task raised: a bug in the code under test."""
-
-
 class World:
     """Owns the loop and everything simulated on it."""
 

@@ -363,6 +363,16 @@ class Cluster:
         procs = self.world.processes
         return [n for n in self.voters + self.observers if procs[n].alive and n in self.nodes]
 
+    def leaders(self) -> list[str]:
+        """Running voters that believe they lead."""
+        return [
+            n
+            for n in self.voters
+            if n in self.nodes
+            and self.world.processes[n].alive
+            and self.nodes[n].role is Role.LEADER
+        ]
+
     async def heal_check(self) -> None:
         """After healing: one leader, and a fresh proposal committed on every live node."""
         loop = self.world.loop
@@ -370,13 +380,7 @@ class Cluster:
         target: int | None = None
         while loop.time() < deadline and self.checker.violation is None:
             await asyncio.sleep(0.1)
-            leaders = [
-                n
-                for n in self.voters
-                if n in self.nodes
-                and self.world.processes[n].alive
-                and self.nodes[n].role is Role.LEADER
-            ]
+            leaders = self.leaders()
             if target is None:
                 if len(leaders) == 1:
                     try:
@@ -386,8 +390,6 @@ class Cluster:
                 continue
             if all(self.nodes[n].high_watermark > target for n in self.live()):
                 return
-            if leaders and self.nodes[leaders[0]].high_watermark <= target and len(leaders) == 1:
-                continue
         if self.checker.violation is None:
             detail = "no single leader" if target is None else f"offset {target} not everywhere"
             self.checker.fail(f"liveness: {detail} within {HEAL_BOUND_S:.0f}s of healing")
@@ -406,11 +408,7 @@ def run_raft(config: RunConfig) -> RunResult:
         process.start(lambda rt, p=process: cluster.main(rt, p))
 
     def leader() -> str | None:
-        leading = [
-            n
-            for n, node in cluster.nodes.items()
-            if node.role is Role.LEADER and world.processes[n].alive
-        ]
+        leading = cluster.leaders()
         return leading[0] if len(leading) == 1 else None
 
     nemesis = Nemesis(world, voters + observers, config.faults, leader=leader)
