@@ -590,7 +590,14 @@ class RaftCore:
             and request.fetch_offset == snapshot.end_offset == start
             and request.last_fetched_epoch == snapshot.epoch
         )
-        if request.fetch_offset < start and snapshot is not None:
+        if snapshot is not None and (
+            request.fetch_offset < start
+            or (request.fetch_offset == start and request.last_fetched_epoch != snapshot.epoch)
+            or request.last_fetched_epoch < snapshot.epoch
+        ):
+            # Kafka's rule: below our log start, or from an epoch older than our snapshot,
+            # the epoch cache cannot say where the fetcher diverges (those epochs were
+            # deleted with the log), so the fetcher gets the snapshot instead.
             self._reply_snapshot_id(message, snapshot)
             return
         if not at_snapshot and (request.fetch_offset > 0 or request.last_fetched_epoch > 0):

@@ -65,3 +65,25 @@ def test_raft_sweep_slice_is_clean_with_every_fault() -> None:
 def test_raft_full_sweep_is_clean(voters: str) -> None:
     result = sweep("--scenario", "raft", "--voters", voters, "--seeds", "1-500")
     assert result.returncode == 0, result.stdout
+
+
+# Seeds that once found a real bug, replayed forever (ARCHITECTURE: every bug becomes a seed).
+RAFT_REGRESSION_SEEDS = {
+    # A follower with uncommitted entries of an epoch older than the leader's snapshot was
+    # told "diverging at the log start" instead of being sent the snapshot, kept a stale
+    # entry below it, and applied it as committed.
+    275: "--voters 3",
+}
+
+
+@pytest.mark.parametrize("seed", sorted(RAFT_REGRESSION_SEEDS))
+def test_raft_regression_seed_stays_clean(seed: int) -> None:
+    args = RAFT_REGRESSION_SEEDS[seed].split()
+    result = subprocess.run(
+        [KRAFT_SIM, "run", "--scenario", "raft", "--seed", str(seed), "--duration", "30", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith(f"seed={seed} ok ")
