@@ -253,7 +253,13 @@ class RaftNode:
         core = self.core
         assert core is not None
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
         while True:
+            if task.cancelling():
+                # Python 3.11's wait_for (below) can swallow a cancellation that races with
+                # a wake-up; without this the loop would outlive close() and hang shutdown.
+                raise asyncio.CancelledError
             core.tick(self._now_ms())
             now = loop.time()
             for peer in self._peers.values():
