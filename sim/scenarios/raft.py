@@ -10,6 +10,9 @@ listens to every node incarnation and holds the quorum to Raft's invariants:
 - committed records are never lost: no truncation below a node's high watermark, and every
   acknowledged proposal is in the final committed log at its offset;
 - high watermark monotone per node incarnation;
+- committed means stored on a majority: when a leader advances its high watermark, the
+  entry below it is in the logs of a majority of voters (those the checker cannot read,
+  being down, count in the leader's favour);
 - bounded dual leadership (what check quorum buys): a running leader that no longer has a
   quorum gives up within fetch.timeout plus slack, so two running leaders never coexist
   for longer than that;
@@ -95,6 +98,9 @@ class Checker:
     max_commit: int = 0
     # The largest epoch each node has acted in (every role change carries a persisted epoch).
     epochs: dict[str, int] = field(default_factory=dict)
+    # Each voter's log as of its latest incarnation, and whether that incarnation runs.
+    voter_logs: dict[str, DiskLog] = field(default_factory=dict)
+    voter_alive: dict[str, SimProcess] = field(default_factory=dict)
 
     def max_epoch(self, node: str) -> int:
         return self.epochs.get(node, 0)
@@ -103,6 +109,27 @@ class Checker:
         if self.violation is None:
             self.violation = message
             self.trace.event("violation", detail=message)
+
+    def check_majority(self, leader: str, high_watermark: int) -> None:
+        """The entry just below a leader's new high watermark must sit on a majority."""
+        offset = high_watermark - 1
+        if offset < 0 or leader not in self.voter_logs:
+            return
+        epoch = self.voter_logs[leader].epoch_for_offset(offset)
+        holding = unknown = 0
+        for name, log in self.voter_logs.items():
+            if not self.voter_alive[name].alive:
+                unknown += 1
+            elif log.end_offset() > offset and (
+                log.start_offset() > offset or log.epoch_for_offset(offset) == epoch
+            ):
+                holding += 1
+        if holding + unknown <= len(self.voter_logs) // 2:
+            self.fail(
+                f"committed-majority: {leader} advanced its high watermark to {high_watermark} "
+                f"but offset {offset} (epoch {epoch}) is on only {holding} of "
+                f"{len(self.voter_logs)} voters"
+            )
 
     def listener(self, process: SimProcess, log: DiskLog) -> NodeListener:
         return NodeListener(self, process, process.incarnation, log)
@@ -176,6 +203,8 @@ class NodeListener:
                     f"{event.high_watermark}"
                 )
             self.high_watermark = event.high_watermark
+            if name in checker.leading:
+                checker.check_majority(name, event.high_watermark)
         elif isinstance(event, Truncated):
             checker.trace.event(
                 "truncation", node=name, from_offset=event.from_offset, to_offset=event.to_offset
@@ -284,6 +313,9 @@ class Cluster:
         log = await DiskLog.open(runtime, METADATA_DIR)
         node = RaftNode(runtime, self.raft_config(process.name), log)
         listener = self.checker.listener(process, log)
+        if process.name in self.voters:
+            self.checker.voter_logs[process.name] = log
+            self.checker.voter_alive[process.name] = process
         node.add_listener(listener)
         await node.start()
         self.nodes[process.name] = node
