@@ -21,7 +21,7 @@ from kraft.config import ServerConfig
 from kraft.storage import check_and_lock
 from log.records import Record
 from log.runtime import Runtime, real_runtime
-from metadata.records import NO_OP, encode_record
+from metadata.records import NoOp, encode_record
 from raft.core import Event, NotLeaderError, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import CommittedBatch, RaftNode, RaftNodeConfig
@@ -70,7 +70,7 @@ async def _heartbeat_records(node: RaftNode, runtime: Runtime, interval_ms: int)
     """The active controller appends a NoOp record when idle (KIP-835)."""
     if interval_ms <= 0:
         return
-    value = encode_record(NO_OP, 0)
+    value = encode_record(NoOp())
     while True:
         await asyncio.sleep(interval_ms / 1000)
         if node.role is Role.LEADER:

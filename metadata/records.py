@@ -1,41 +1,316 @@
-"""Metadata record values: msgpack maps ``{type, version, ...fields}`` (ARCHITECTURE).
+"""Metadata records: the values of ``__cluster_metadata``, msgpack maps ``{type, version, ...}``.
 
-Only the NoOp record exists so far: the active controller appends one every
-``metadata.max.idle.interval.ms`` (KIP-835) so the high watermark, and with it every
-observer's view of the quorum's liveness, keeps moving when nothing else happens.
-The full record set arrives with the QuorumController (issue #6).
+Each record is a frozen dataclass whose fields are exactly its version's fields; the codec
+(:func:`encode_record` / :func:`decode_record`) turns one into the msgpack value of a v2 batch
+record and back. The set mirrors Kafka's metadata records (RegisterBrokerRecord,
+PartitionChangeRecord, ...) under snake_case names. Unknown types and versions fail loudly with
+the offset: a broker that silently skipped a record would serve a different image than its
+peers.
+
+Conventions shared with the image (metadata/image.py):
+- topic ids are ``uuid.UUID`` (16 raw bytes on the wire);
+- ``PartitionChange`` fields set to ``None`` mean "unchanged"; a leader of ``NO_LEADER`` (-1)
+  means the partition has no leader;
+- ``Config.value`` of ``None`` deletes the key (back to its default).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import functools
+import types
+import typing
+import uuid
+from typing import Any, ClassVar
 
 import msgpack
+
+NO_LEADER = -1
+TOPIC_RESOURCE = 2  # Kafka's ConfigResource.Type ids
+BROKER_RESOURCE = 4
+METADATA_VERSION_FEATURE = "metadata.version"
 
 
 class MetadataRecordError(ValueError):
     """A record value that is not a known {type, version} map."""
 
 
-NO_OP = "NoOp"
-KNOWN_VERSIONS = {NO_OP: 0}
+@dataclasses.dataclass(frozen=True, slots=True)
+class Listener:
+    """One advertised endpoint of a broker (or controller)."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: int = 0  # PLAINTEXT
 
 
-def encode_record(record_type: str, version: int, **fields: Any) -> bytes:
+@dataclasses.dataclass(frozen=True, slots=True)
+class FeatureRange:
+    """A feature a broker supports: [min_version, max_version]."""
+
+    name: str
+    min_version: int
+    max_version: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RegisterBroker:
+    TYPE: ClassVar[str] = "RegisterBroker"
+    VERSION: ClassVar[int] = 0
+    broker_id: int
+    incarnation_id: uuid.UUID
+    broker_epoch: int  # the offset of this record: unique per registration
+    listeners: tuple[Listener, ...]
+    features: tuple[FeatureRange, ...]
+    rack: str | None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UnregisterBroker:
+    TYPE: ClassVar[str] = "UnregisterBroker"
+    VERSION: ClassVar[int] = 0
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FenceBroker:
+    TYPE: ClassVar[str] = "FenceBroker"
+    VERSION: ClassVar[int] = 0
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UnfenceBroker:
+    TYPE: ClassVar[str] = "UnfenceBroker"
+    VERSION: ClassVar[int] = 0
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerRegistrationChange:
+    TYPE: ClassVar[str] = "BrokerRegistrationChange"
+    VERSION: ClassVar[int] = 0
+    broker_id: int
+    broker_epoch: int
+    fenced: bool | None = None
+    in_controlled_shutdown: bool | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Topic:
+    TYPE: ClassVar[str] = "Topic"
+    VERSION: ClassVar[int] = 0
+    name: str
+    topic_id: uuid.UUID
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Partition:
+    TYPE: ClassVar[str] = "Partition"
+    VERSION: ClassVar[int] = 0
+    topic_id: uuid.UUID
+    partition_id: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionChange:
+    """A change to one partition. Applying it bumps the partition epoch; a leader change (or
+    an explicit ``bump_leader_epoch``) also bumps the leader epoch."""
+
+    TYPE: ClassVar[str] = "PartitionChange"
+    VERSION: ClassVar[int] = 0
+    topic_id: uuid.UUID
+    partition_id: int
+    isr: tuple[int, ...] | None = None
+    leader: int | None = None
+    replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
+    bump_leader_epoch: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RemoveTopic:
+    TYPE: ClassVar[str] = "RemoveTopic"
+    VERSION: ClassVar[int] = 0
+    topic_id: uuid.UUID
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Config:
+    TYPE: ClassVar[str] = "Config"
+    VERSION: ClassVar[int] = 0
+    resource_type: int  # TOPIC_RESOURCE or BROKER_RESOURCE
+    resource_name: str  # topic name, broker id as text, or "" for the cluster default
+    name: str
+    value: str | None  # None deletes the key
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FeatureLevel:
+    TYPE: ClassVar[str] = "FeatureLevel"
+    VERSION: ClassVar[int] = 0
+    name: str
+    feature_level: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProducerIds:
+    """The controller handed out [previous next_producer_id, next_producer_id)."""
+
+    TYPE: ClassVar[str] = "ProducerIds"
+    VERSION: ClassVar[int] = 0
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NoOp:
+    """Appended when idle (KIP-835) so the high watermark keeps moving."""
+
+    TYPE: ClassVar[str] = "NoOp"
+    VERSION: ClassVar[int] = 0
+
+
+MetadataRecord = (
+    RegisterBroker
+    | UnregisterBroker
+    | FenceBroker
+    | UnfenceBroker
+    | BrokerRegistrationChange
+    | Topic
+    | Partition
+    | PartitionChange
+    | RemoveTopic
+    | Config
+    | FeatureLevel
+    | ProducerIds
+    | NoOp
+)
+RECORD_TYPES: dict[str, type[Any]] = {
+    cls.TYPE: cls
+    for cls in (
+        RegisterBroker,
+        UnregisterBroker,
+        FenceBroker,
+        UnfenceBroker,
+        BrokerRegistrationChange,
+        Topic,
+        Partition,
+        PartitionChange,
+        RemoveTopic,
+        Config,
+        FeatureLevel,
+        ProducerIds,
+        NoOp,
+    )
+}
+
+
+def encode_record(record: MetadataRecord) -> bytes:
     """The msgpack value of one metadata record."""
-    if KNOWN_VERSIONS.get(record_type) != version:
-        raise MetadataRecordError(f"unknown record {record_type} v{version}")
-    return msgpack.packb({"type": record_type, "version": version, **fields})
+    fields = {f.name: _encode_value(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    return msgpack.packb({"type": record.TYPE, "version": record.VERSION, **fields})
 
 
-def decode_record(value: bytes, offset: int) -> dict[str, Any]:
-    """Parse a record value; unknown types or versions fail loudly with the offset."""
+def decode_record(value: bytes, offset: int) -> MetadataRecord:
+    """Parse a record value; unknown types, versions or fields fail loudly with the offset."""
     try:
-        record = msgpack.unpackb(value)
-    except (ValueError, msgpack.UnpackException) as error:
+        raw = msgpack.unpackb(value)
+    except (ValueError, TypeError, msgpack.UnpackException) as error:
         raise MetadataRecordError(f"offset {offset}: undecodable record ({error})") from None
-    if not isinstance(record, dict) or KNOWN_VERSIONS.get(record.get("type")) != record.get(
-        "version"
-    ):
-        raise MetadataRecordError(f"offset {offset}: unknown record {record!r:.80}")
-    return record
+    try:
+        return _decode_record(raw)
+    except _FieldError as error:
+        raise MetadataRecordError(f"offset {offset}: {error}") from None
+
+
+class _FieldError(Exception):
+    """A decoded map that does not match its schema (the offset is added by the caller)."""
+
+
+def _encode_value(value: Any) -> Any:
+    if isinstance(value, uuid.UUID):
+        return value.bytes
+    if isinstance(value, tuple):
+        return [_encode_value(item) for item in value]
+    if isinstance(value, Listener | FeatureRange):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return value
+
+
+def _decode_record(raw: Any) -> MetadataRecord:
+    if not isinstance(raw, dict):
+        raise _FieldError(f"record is not a map: {raw!r:.80}")
+    record_type, version = raw.get("type"), raw.get("version")
+    cls = RECORD_TYPES.get(record_type) if isinstance(record_type, str) else None
+    if cls is None:
+        raise _FieldError(f"unknown record type {record_type!r:.80}")
+    if type(version) is not int or version != cls.VERSION:
+        raise _FieldError(f"unknown version {version!r:.20} of {record_type}")
+    fields = {k: v for k, v in raw.items() if k not in ("type", "version")}
+    return _decode_fields(cls, fields, record_type)
+
+
+def _decode_fields(cls: type[Any], raw: dict[str, Any], where: str) -> Any:
+    """Build ``cls`` from a map holding exactly its fields (those with defaults optional)."""
+    hints = _field_types(cls)
+    unknown = raw.keys() - hints.keys()
+    if unknown:
+        raise _FieldError(f"{where}: unknown fields {sorted(map(str, unknown))}")
+    values = {}
+    for field in dataclasses.fields(cls):
+        if field.name in raw:
+            values[field.name] = _decode_value(
+                hints[field.name], raw[field.name], f"{where}.{field.name}"
+            )
+        elif field.default is dataclasses.MISSING:
+            raise _FieldError(f"{where}: missing field {field.name}")
+    return cls(**values)
+
+
+def _decode_value(hint: Any, raw: Any, where: str) -> Any:
+    """The field value for ``raw`` checked against the field's type ``hint``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is types.UnionType:  # ``X | None``: the only unions records use
+        if raw is None:
+            return None
+        (inner,) = (arg for arg in args if arg is not type(None))
+        return _decode_value(inner, raw, where)
+    if origin is tuple:
+        if not isinstance(raw, list):
+            raise _FieldError(f"{where}: expected a list, got {raw!r:.80}")
+        return tuple(_decode_value(args[0], item, f"{where}[{i}]") for i, item in enumerate(raw))
+    if hint is uuid.UUID:
+        if not isinstance(raw, bytes) or len(raw) != 16:
+            raise _FieldError(f"{where}: expected 16 uuid bytes, got {raw!r:.80}")
+        return uuid.UUID(bytes=raw)
+    if hint is Listener or hint is FeatureRange:
+        if not isinstance(raw, dict):
+            raise _FieldError(f"{where}: expected a map, got {raw!r:.80}")
+        return _decode_fields(hint, raw, where)
+    # bool is an int subclass: compare exact types so True never passes for 1, or 1 for True.
+    if type(raw) is not hint:
+        raise _FieldError(f"{where}: expected {hint.__name__}, got {raw!r:.80}")
+    return raw
+
+
+@functools.cache
+def _field_types(cls: type[Any]) -> dict[str, Any]:
+    """Field name -> resolved type (the module uses postponed annotations)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}

@@ -1,0 +1,83 @@
+"""MetadataImage: the cluster as of one offset of ``__cluster_metadata``.
+
+An image is immutable: replaying records goes through a MetadataDelta (metadata/delta.py) that
+produces the next image, so a published image can be read by request handlers while the next
+one is being built. Dicts inside an image are never mutated after construction (a delta copies
+what it changes), which keeps unchanged parts shared between successive images.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Mapping
+
+from metadata.records import FeatureRange, Listener
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    incarnation_id: uuid.UUID
+    epoch: int
+    listeners: tuple[Listener, ...]
+    features: tuple[FeatureRange, ...]
+    rack: str | None
+    fenced: bool
+    in_controlled_shutdown: bool
+
+    def listener(self, name: str) -> Listener | None:
+        return next((item for item in self.listeners if item.name == name), None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionRegistration:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int  # NO_LEADER (-1) when offline
+    leader_epoch: int
+    partition_epoch: int
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    topic_id: uuid.UUID
+    partitions: Mapping[int, PartitionRegistration]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicsImage:
+    by_id: Mapping[uuid.UUID, TopicImage] = dataclasses.field(default_factory=dict)
+    by_name: Mapping[str, uuid.UUID] = dataclasses.field(default_factory=dict)
+
+    def get(self, name: str) -> TopicImage | None:
+        topic_id = self.by_name.get(name)
+        return None if topic_id is None else self.by_id[topic_id]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClusterImage:
+    brokers: Mapping[int, BrokerRegistration] = dataclasses.field(default_factory=dict)
+
+    def unfenced(self) -> list[BrokerRegistration]:
+        return [b for _, b in sorted(self.brokers.items()) if not b.fenced]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetadataImage:
+    """Everything the metadata log says, as of ``offset`` (the next offset to apply)."""
+
+    offset: int = 0
+    epoch: int = 0  # leader epoch of the last applied batch
+    features: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    cluster: ClusterImage = dataclasses.field(default_factory=ClusterImage)
+    topics: TopicsImage = dataclasses.field(default_factory=TopicsImage)
+    # (resource_type, resource_name) -> {key: value}
+    configs: Mapping[tuple[int, str], Mapping[str, str]] = dataclasses.field(default_factory=dict)
+    next_producer_id: int = 0
+
+
+EMPTY = MetadataImage()

@@ -1,0 +1,283 @@
+"""Hypothesis strategies for metadata records: any record (for the codec) and legal histories.
+
+A legal history is generated from a small model of its own (plain dicts of brokers, topics and
+partitions), not from MetadataDelta, so the delta's rules are checked against an independent
+statement of what is legal.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from hypothesis import strategies as st
+
+from metadata.image import MetadataImage
+from metadata.records import (
+    BROKER_RESOURCE,
+    NO_LEADER,
+    TOPIC_RESOURCE,
+    BrokerRegistrationChange,
+    Config,
+    FeatureLevel,
+    FeatureRange,
+    FenceBroker,
+    Listener,
+    MetadataRecord,
+    NoOp,
+    Partition,
+    PartitionChange,
+    ProducerIds,
+    RegisterBroker,
+    RemoveTopic,
+    Topic,
+    UnfenceBroker,
+    UnregisterBroker,
+)
+
+INT32 = st.integers(-(2**31), 2**31 - 1)
+INT64 = st.integers(-(2**63), 2**63 - 1)
+uuids = st.builds(uuid.UUID, int=st.integers(0, 2**128 - 1))
+ints = st.lists(INT32, max_size=5).map(tuple)
+listeners = st.builds(Listener, st.text(max_size=8), st.text(max_size=8), INT32, INT32)
+feature_ranges = st.builds(FeatureRange, st.text(max_size=8), INT32, INT32)
+
+any_record: st.SearchStrategy[MetadataRecord] = st.one_of(
+    st.builds(
+        RegisterBroker,
+        INT32,
+        uuids,
+        INT64,
+        st.lists(listeners, max_size=3).map(tuple),
+        st.lists(feature_ranges, max_size=3).map(tuple),
+        st.none() | st.text(max_size=8),
+        st.booleans(),
+        st.booleans(),
+    ),
+    st.builds(UnregisterBroker, INT32, INT64),
+    st.builds(FenceBroker, INT32, INT64),
+    st.builds(UnfenceBroker, INT32, INT64),
+    st.builds(
+        BrokerRegistrationChange, INT32, INT64, st.none() | st.booleans(), st.none() | st.booleans()
+    ),
+    st.builds(Topic, st.text(max_size=20), uuids),
+    st.builds(Partition, uuids, INT32, ints, ints, INT32, INT32, INT32, ints, ints),
+    st.builds(
+        PartitionChange,
+        uuids,
+        INT32,
+        st.none() | ints,
+        st.none() | INT32,
+        st.none() | ints,
+        st.none() | ints,
+        st.none() | ints,
+        st.booleans(),
+    ),
+    st.builds(RemoveTopic, uuids),
+    st.builds(Config, INT32, st.text(max_size=8), st.text(max_size=8), st.none() | st.text()),
+    st.builds(FeatureLevel, st.text(max_size=8), INT32),
+    st.builds(ProducerIds, INT32, INT64, INT64),
+    st.just(NoOp()),
+)
+
+BROKER_IDS = range(4)
+TOPIC_NAMES = ("a", "b", "c")
+CONFIG_KEYS = ("retention.ms", "cleanup.policy")
+
+
+@dataclass
+class Model:
+    """What a legal next record may refer to."""
+
+    brokers: dict[int, tuple[int, bool, bool]] = field(default_factory=dict)  # epoch, flags
+    topics: dict[str, uuid.UUID] = field(default_factory=dict)
+    partitions: dict[uuid.UUID, dict[int, tuple[tuple[int, ...], tuple[int, ...], int]]] = field(
+        default_factory=dict
+    )
+    next_producer_id: int = 0
+    epoch_counter: int = 0
+
+
+@st.composite
+def legal_record(draw: st.DrawFn, model: Model) -> MetadataRecord:
+    """One record legal after the model's history; updates the model."""
+    kinds = ["register", "feature", "noop"]
+    if model.brokers:
+        kinds += ["unregister", "broker_change", "producer_ids", "broker_config"]
+    if len(model.topics) < len(TOPIC_NAMES):
+        kinds.append("topic")
+    if model.topics:
+        kinds += ["partition", "partition_change", "remove_topic", "topic_config"]
+    kind = draw(st.sampled_from(kinds))
+    if kind == "register":
+        model.epoch_counter += 1
+        broker_id = draw(st.sampled_from(BROKER_IDS))
+        fenced, shutdown = draw(st.booleans()), draw(st.booleans())
+        model.brokers[broker_id] = (model.epoch_counter, fenced, shutdown)
+        return RegisterBroker(
+            broker_id,
+            draw(uuids),
+            model.epoch_counter,
+            (Listener("PLAINTEXT", "localhost", 9092 + broker_id),),
+            (FeatureRange("metadata.version", 1, 1),),
+            draw(st.none() | st.sampled_from(("r1", "r2"))),
+            fenced,
+            shutdown,
+        )
+    if kind == "unregister":
+        broker_id = draw(st.sampled_from(sorted(model.brokers)))
+        epoch, _, _ = model.brokers.pop(broker_id)
+        return UnregisterBroker(broker_id, epoch)
+    if kind == "broker_change":
+        return draw(_broker_change(model))
+    if kind == "producer_ids":
+        broker_id = draw(st.sampled_from(sorted(model.brokers)))
+        model.next_producer_id += draw(st.integers(1, 1000))
+        return ProducerIds(broker_id, model.brokers[broker_id][0], model.next_producer_id)
+    if kind == "noop":
+        return NoOp()
+    if kind == "feature":
+        return FeatureLevel(
+            draw(st.sampled_from(("metadata.version", "x"))), draw(st.integers(0, 3))
+        )
+    if kind == "broker_config":
+        name = str(draw(st.sampled_from(sorted(model.brokers))))
+        return _config(draw, BROKER_RESOURCE, draw(st.sampled_from((name, ""))))
+    if kind == "topic":
+        name = draw(st.sampled_from([n for n in TOPIC_NAMES if n not in model.topics]))
+        topic_id = draw(uuids.filter(lambda u: u not in model.partitions))
+        model.topics[name] = topic_id
+        model.partitions[topic_id] = {}
+        return Topic(name, topic_id)
+    name = draw(st.sampled_from(sorted(model.topics)))
+    topic_id = model.topics[name]
+    partitions = model.partitions[topic_id]
+    if kind == "topic_config":
+        return _config(draw, TOPIC_RESOURCE, name)
+    if kind == "remove_topic":
+        del model.topics[name]
+        del model.partitions[topic_id]
+        return RemoveTopic(topic_id)
+    if kind == "partition" or not partitions:
+        partition_id = len(partitions)
+        replicas, isr, leader = draw(_assignment())
+        epochs = draw(st.tuples(st.integers(0, 5), st.integers(0, 5)))
+        partitions[partition_id] = (replicas, isr, leader)
+        return Partition(topic_id, partition_id, replicas, isr, leader, *epochs)
+    partition_id = draw(st.sampled_from(sorted(partitions)))
+    replicas, isr, leader = partitions[partition_id]
+    change = draw(st.sampled_from(("isr", "leader", "reassign", "bump")))
+    if change == "bump":
+        return PartitionChange(topic_id, partition_id, bump_leader_epoch=True)
+    if change == "reassign":
+        replicas, isr, leader = draw(_assignment())
+        partitions[partition_id] = (replicas, isr, leader)
+        return PartitionChange(topic_id, partition_id, isr, leader, replicas)
+    if change == "isr":
+        isr = tuple(draw(st.lists(st.sampled_from(replicas), unique=True)))
+        new_leader = leader if leader in isr or leader == NO_LEADER else NO_LEADER
+        partitions[partition_id] = (replicas, isr, new_leader)
+        return PartitionChange(
+            topic_id, partition_id, isr=isr, leader=None if new_leader == leader else new_leader
+        )
+    new_leader = draw(st.sampled_from((NO_LEADER, *isr)))
+    partitions[partition_id] = (replicas, isr, new_leader)
+    return PartitionChange(topic_id, partition_id, leader=new_leader)
+
+
+@st.composite
+def _broker_change(draw: st.DrawFn, model: Model) -> MetadataRecord:
+    broker_id = draw(st.sampled_from(sorted(model.brokers)))
+    epoch, fenced, shutdown = model.brokers[broker_id]
+    moves = {  # (fenced, shutdown) -> legal next states
+        (True, False): [(False, False), (True, True)],
+        (False, False): [(True, False), (False, True)],
+        (False, True): [(True, True)],
+        (True, True): [],
+    }[(fenced, shutdown)]
+    if not moves:  # only re-registration brings it back
+        return BrokerRegistrationChange(broker_id, epoch)
+    to_fenced, to_shutdown = draw(st.sampled_from(moves))
+    model.brokers[broker_id] = (epoch, to_fenced, to_shutdown)
+    if to_shutdown == shutdown and draw(st.booleans()):
+        return FenceBroker(broker_id, epoch) if to_fenced else UnfenceBroker(broker_id, epoch)
+    if not shutdown and to_shutdown and to_fenced:
+        return BrokerRegistrationChange(broker_id, epoch, True, True)
+    if to_shutdown != shutdown:
+        return BrokerRegistrationChange(broker_id, epoch, in_controlled_shutdown=True)
+    return BrokerRegistrationChange(broker_id, epoch, fenced=to_fenced)
+
+
+@st.composite
+def _assignment(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    replicas = tuple(draw(st.lists(st.sampled_from(BROKER_IDS), min_size=1, unique=True)))
+    isr = tuple(draw(st.lists(st.sampled_from(replicas), unique=True)))
+    leader = draw(st.sampled_from((NO_LEADER, *isr)))
+    return replicas, isr, leader
+
+
+def _config(draw: st.DrawFn, resource_type: int, resource_name: str) -> Config:
+    value = draw(st.none() | st.sampled_from(("1", "2", "delete")))
+    return Config(resource_type, resource_name, draw(st.sampled_from(CONFIG_KEYS)), value)
+
+
+@st.composite
+def legal_history(draw: st.DrawFn, max_batches: int = 12) -> list[list[MetadataRecord]]:
+    """Batches of records, each legal after those before it."""
+    model = Model()
+    batch_sizes = draw(st.lists(st.integers(1, 6), min_size=1, max_size=max_batches))
+    return [[draw(legal_record(model)) for _ in range(size)] for size in batch_sizes]
+
+
+def illegal_for(image: MetadataImage) -> st.SearchStrategy[MetadataRecord]:
+    """Records that are illegal on top of ``image``, whatever it holds."""
+    unknown_id = uuids.filter(lambda u: u not in image.topics.by_id)
+    stranger = 100  # never a broker or a replica in generated histories
+    options: list[st.SearchStrategy[MetadataRecord]] = [
+        st.builds(
+            Partition, unknown_id, st.integers(0, 3), st.just((1,)), st.just((1,)), st.just(1)
+        ),
+        st.builds(PartitionChange, unknown_id, st.integers(0, 3), leader=st.just(NO_LEADER)),
+        st.builds(RemoveTopic, unknown_id),
+        st.builds(FenceBroker, st.just(stranger), INT32),
+        st.builds(UnfenceBroker, st.just(stranger), INT32),
+        st.builds(UnregisterBroker, st.just(stranger), INT32),
+        st.builds(BrokerRegistrationChange, st.just(stranger), INT32, st.booleans()),
+        st.builds(
+            Partition,
+            st.just(uuid.UUID(int=0)),
+            st.just(0),
+            st.just(()),
+            st.just(()),
+            st.just(NO_LEADER),
+        ),
+        st.just(ProducerIds(0, 0, image.next_producer_id)),
+        st.builds(FeatureLevel, st.text(max_size=3), st.integers(-5, -1)),
+        st.builds(Config, st.just(TOPIC_RESOURCE), st.just("zz"), st.just("k"), st.just("v")),
+    ]
+    for broker_id, broker in image.cluster.brokers.items():
+        stale = broker.epoch + 1000
+        options.append(
+            st.sampled_from(
+                [
+                    FenceBroker(broker_id, stale),
+                    UnregisterBroker(broker_id, stale),
+                    BrokerRegistrationChange(broker_id, stale, fenced=not broker.fenced),
+                    (FenceBroker if broker.fenced else UnfenceBroker)(broker_id, broker.epoch),
+                ]
+            )
+        )
+    for name, topic_id in image.topics.by_name.items():
+        options.append(st.sampled_from([Topic(name, uuid.UUID(int=0)), Topic("new", topic_id)]))
+        for partition_id in image.topics.by_id[topic_id].partitions:
+            options.append(
+                st.sampled_from(
+                    [
+                        Partition(topic_id, partition_id, (1,), (1,), 1),
+                        PartitionChange(topic_id, partition_id, leader=stranger),
+                        PartitionChange(topic_id, partition_id, isr=(stranger,)),
+                        PartitionChange(topic_id, partition_id, replicas=()),
+                    ]
+                )
+            )
+    return st.one_of(options)
