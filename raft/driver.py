@@ -402,7 +402,7 @@ class RaftNode:
                         0, error_code=wire.UNSUPPORTED_VERSION
                     )
                 else:
-                    response = await self._handle(header, entity)
+                    response = await self.handle_request(header, entity)
                 if response is None:
                     return
                 writer.write(wire.encode_response(header, response))
@@ -413,9 +413,10 @@ class RaftNode:
             self._inbound.pop(task, None)
             writer.transport.abort()
 
-    async def _handle(self, header: wire.RequestHeader, entity: object) -> object | None:
+    async def handle_request(self, header: wire.RequestHeader, entity: object) -> object | None:
         """The response entity, or None to close the connection (as Kafka does for a
-        request it cannot serve)."""
+        request it cannot serve). Public so a controller listener that also serves the
+        controller's APIs can hand the quorum's requests here."""
         api_key, version = header.api_key, header.api_version
         if api_key == wire.API_VERSIONS_KEY:
             return codec.api_versions_response(version)

@@ -124,7 +124,10 @@ def encode_request(header: RequestHeader, body: object) -> bytes:
 
 
 def decode_request(
-    frame: bytes, supported: Mapping[int, tuple[int, int]] | None = None
+    frame: bytes,
+    supported: Mapping[int, tuple[int, int]] | None = None,
+    *,
+    allow_trailing: bool = False,
 ) -> tuple[RequestHeader, object]:
     """The header and kio body entity of a request frame's payload (as read_frame returns it).
 
@@ -133,8 +136,10 @@ def decode_request(
     tagged header fields follow. That order also covers ApiVersions requests of a version we
     do not know: the header still parses and the server can answer with its versions.
     ``supported`` (api key -> (min, max)) additionally refuses versions kio knows but the
-    server does not serve, with UNSUPPORTED_VERSION. Trailing bytes are refused: they mean
-    the peer and we disagree about the schema.
+    server does not serve, with UNSUPPORTED_VERSION. Trailing bytes are refused between
+    our own nodes (they mean the peer and we disagree about the schema); client listeners
+    pass ``allow_trailing`` because Kafka's brokers ignore them and librdkafka 2.16 sends
+    three after an all-topics Metadata v12 body.
     """
     frame = bytes(frame)  # kio's native readers want a read-only buffer
     try:
@@ -167,7 +172,7 @@ def decode_request(
         raise FrameError(
             f"malformed api {key} v{version} request: {error}", header=header
         ) from error
-    if offset + size != len(frame):
+    if offset + size != len(frame) and not allow_trailing:
         raise FrameError(
             f"{len(frame) - offset - size} trailing bytes after api {key} v{version} request",
             header=header,

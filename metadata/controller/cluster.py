@@ -1,0 +1,203 @@
+"""Broker lifecycle on the controller: registration, heartbeats, fencing, controlled shutdown.
+
+A broker registers (RegisterBroker; it starts fenced), then heartbeats. The controller unfences
+it once it is caught up to its own registration record, fences it when its session expires or
+it asks to be fenced, and walks it through controlled shutdown: first its leaderships move
+away and it leaves the ISRs, then, once it leads nothing, it is fenced and told to shut down.
+The states and their legal transitions are metadata.delta.BrokerState; Kafka's names for the
+same machine (BrokerHeartbeatManager) are FENCED, UNFENCED, CONTROLLED_SHUTDOWN, SHUTDOWN_NOW.
+
+The broker epoch is the offset of the broker's RegisterBroker record, so a request carrying an
+epoch is tied to exactly one registration: anything from an older incarnation is stale.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from metadata.controller.context import ControllerContext, ControllerResult
+from metadata.controller.election import broker_leaving, broker_returning, leads_anything
+from metadata.delta import BrokerState
+from metadata.image import BrokerRegistration, MetadataImage
+from metadata.records import (
+    METADATA_VERSION_FEATURE,
+    BrokerRegistrationChange,
+    FeatureRange,
+    FenceBroker,
+    Listener,
+    MetadataRecord,
+    RegisterBroker,
+    UnfenceBroker,
+    UnregisterBroker,
+)
+from raft.entities import make, response_module
+
+BROKER_REGISTRATION = 62
+BROKER_HEARTBEAT = 63
+UNREGISTER_BROKER = 64
+UNFENCE_BEFORE_CAUGHT_UP = "unfence-before-caught-up"
+
+
+# ---- BrokerRegistration ------------------------------------------------------------------------
+
+
+def broker_registration(
+    ctx: ControllerContext, request: Any, api_version: int, next_offset: int
+) -> ControllerResult:
+    """Register a broker incarnation; ``next_offset`` is where the RegisterBroker record will
+    land, which becomes the broker epoch."""
+    module = response_module(BROKER_REGISTRATION, api_version)
+
+    def answer(code: ErrorCode, epoch: int = -1) -> Any:
+        return make(module.BrokerRegistrationResponse, {"error_code": code, "broker_epoch": epoch})
+
+    if request.cluster_id != ctx.config.cluster_id:
+        return ControllerResult((), answer(ErrorCode.inconsistent_cluster_id))
+    features = tuple(
+        FeatureRange(f.name, f.min_supported_version, f.max_supported_version)
+        for f in request.features
+    )
+    if not _supports_metadata_version(ctx.image, features):
+        return ControllerResult((), answer(ErrorCode.unsupported_version))
+    existing = ctx.image.cluster.brokers.get(request.broker_id)
+    if existing is not None and existing.incarnation_id == request.incarnation_id:
+        return ControllerResult((), answer(ErrorCode.none, existing.epoch))  # a retry
+    record = RegisterBroker(
+        broker_id=request.broker_id,
+        incarnation_id=request.incarnation_id,
+        broker_epoch=next_offset,
+        listeners=tuple(
+            Listener(item.name, item.host, item.port, item.security_protocol)
+            for item in request.listeners
+        ),
+        features=features,
+        rack=request.rack,
+        fenced=True,
+    )
+    records: list[MetadataRecord] = [record]
+    if existing is not None:
+        # A new incarnation: the old one is gone without a controlled shutdown (Kafka's
+        # handleBrokerUncleanShutdown), so its leaderships and ISR places go too.
+        records.extend(broker_leaving(ctx, request.broker_id))
+    return ControllerResult(tuple(records), answer(ErrorCode.none, next_offset))
+
+
+def _supports_metadata_version(image: MetadataImage, features: tuple[FeatureRange, ...]) -> bool:
+    level = image.features.get(METADATA_VERSION_FEATURE)
+    supported = next((f for f in features if f.name == METADATA_VERSION_FEATURE), None)
+    if level is None or supported is None:
+        return True  # nothing finalized yet, or a broker that does not say
+    return supported.min_version <= level <= supported.max_version
+
+
+# ---- BrokerHeartbeat ---------------------------------------------------------------------------
+
+
+def broker_heartbeat(
+    ctx: ControllerContext, committed: MetadataImage, request: Any, api_version: int
+) -> ControllerResult:
+    """Move the broker along its state machine as the heartbeat asks; ``committed`` is the
+    committed image, which must also show it leading nothing before it may shut down."""
+    module = response_module(BROKER_HEARTBEAT, api_version)
+    broker = ctx.image.cluster.brokers.get(request.broker_id)
+    if broker is None or broker.epoch != request.broker_epoch:
+        response = make(
+            module.BrokerHeartbeatResponse,
+            {"error_code": ErrorCode.stale_broker_epoch, "is_fenced": True},
+        )
+        return ControllerResult((), response)
+    caught_up = request.current_metadata_offset >= broker.epoch
+    records = _heartbeat_records(ctx, committed, broker, request, caught_up)
+    fenced, shutting_down = _state_after(broker, records)
+    response = make(
+        module.BrokerHeartbeatResponse,
+        {
+            "error_code": ErrorCode.none,
+            "is_caught_up": caught_up,
+            "is_fenced": fenced,
+            "should_shut_down": fenced and shutting_down,
+        },
+    )
+    return ControllerResult(tuple(records), response)
+
+
+def _heartbeat_records(
+    ctx: ControllerContext,
+    committed: MetadataImage,
+    broker: BrokerRegistration,
+    request: Any,
+    caught_up: bool,
+) -> list[MetadataRecord]:
+    broker_id, epoch = broker.broker_id, broker.epoch
+    state = BrokerState.of(broker)
+    leads_nothing = not leads_anything(ctx.image, broker_id) and not leads_anything(
+        committed, broker_id
+    )
+    if state is BrokerState.FENCED:
+        if request.want_shut_down:
+            return [BrokerRegistrationChange(broker_id, epoch, in_controlled_shutdown=True)]
+        # The planted bug trusts the first heartbeat: no want_fence or offset check.
+        if UNFENCE_BEFORE_CAUGHT_UP in ctx.bugs or (not request.want_fence and caught_up):
+            return [UnfenceBroker(broker_id, epoch), *broker_returning(ctx, broker_id)]
+    elif state is BrokerState.ACTIVE:
+        if request.want_fence:
+            return [FenceBroker(broker_id, epoch), *broker_leaving(ctx, broker_id)]
+        if request.want_shut_down:
+            records: list[MetadataRecord] = [
+                BrokerRegistrationChange(broker_id, epoch, in_controlled_shutdown=True),
+                *broker_leaving(ctx, broker_id),
+            ]
+            if leads_nothing:
+                records.append(FenceBroker(broker_id, epoch))  # nothing to move: stop now
+            return records
+    elif state is BrokerState.CONTROLLED_SHUTDOWN and (request.want_fence or leads_nothing):
+        return [FenceBroker(broker_id, epoch), *broker_leaving(ctx, broker_id)]
+    return []
+
+
+def _state_after(broker: BrokerRegistration, records: list[MetadataRecord]) -> tuple[bool, bool]:
+    """(fenced, in controlled shutdown) once ``records`` are applied."""
+    fenced, shutting_down = broker.fenced, broker.in_controlled_shutdown
+    for record in records:
+        if isinstance(record, FenceBroker):
+            fenced = True
+        elif isinstance(record, UnfenceBroker):
+            fenced = False
+        elif isinstance(record, BrokerRegistrationChange):
+            fenced = fenced if record.fenced is None else record.fenced
+            if record.in_controlled_shutdown is not None:
+                shutting_down = record.in_controlled_shutdown
+    return fenced, shutting_down
+
+
+# ---- fencing and unregistration -----------------------------------------------------------------
+
+
+def fence_broker(ctx: ControllerContext, broker_id: int) -> list[MetadataRecord]:
+    """Fence a broker whose session expired, moving its leaderships and ISR places away."""
+    broker = ctx.image.cluster.brokers[broker_id]
+    assert not broker.fenced, f"broker {broker_id} is already fenced"
+    return [FenceBroker(broker_id, broker.epoch), *broker_leaving(ctx, broker_id)]
+
+
+def unregister_broker(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
+    """Forget a broker (kafka-cluster.sh unregister): it leaves every ISR and leadership."""
+    module = response_module(UNREGISTER_BROKER, api_version)
+    broker = ctx.image.cluster.brokers.get(request.broker_id)
+    if broker is None:
+        response = make(
+            module.UnregisterBrokerResponse,
+            {
+                "error_code": ErrorCode.broker_id_not_registered,
+                "error_message": f"Broker ID {request.broker_id} is not currently registered",
+            },
+        )
+        return ControllerResult((), response)
+    records = [
+        *broker_leaving(ctx, broker.broker_id),
+        UnregisterBroker(broker.broker_id, broker.epoch),
+    ]
+    response = make(module.UnregisterBrokerResponse, {"error_code": ErrorCode.none})
+    return ControllerResult(tuple(records), response)

@@ -1,0 +1,86 @@
+"""What every request handler works from: the controller's configuration, its working image,
+its randomness, and the two shapes handlers return (a result, or an error for one resource)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from metadata.config_defs import CLUSTER_DEFAULT
+from metadata.image import MetadataImage
+from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataRecord
+from raft.core import MAX_PROPOSAL_RECORDS
+
+# Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: one admin operation is one atomic batch,
+# so it may not hold more records than a single proposal can.
+MAX_RECORDS_PER_USER_OP = MAX_PROPOSAL_RECORDS
+UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """The controller's static settings (server.properties); defaults are Kafka's."""
+
+    node_id: int
+    cluster_id: str
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    session_timeout_ms: int = 9000  # broker.session.timeout.ms
+    max_idle_interval_ms: int = 500  # metadata.max.idle.interval.ms
+    unclean_leader_election_enable: bool = False
+    controller_listener: str = "CONTROLLER"
+    # Written by the first controller to become active on an empty metadata log.
+    bootstrap_records: tuple[MetadataRecord, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControllerContext:
+    """The state one request is handled against."""
+
+    image: MetadataImage
+    config: ControllerConfig
+    rng: random.Random
+    bugs: frozenset[str] = frozenset()
+
+    def is_usable(self, broker_id: int) -> bool:
+        """Whether the broker may lead or join an ISR: registered, unfenced, and not in
+        controlled shutdown (Kafka's ClusterControlManager.isActive)."""
+        broker = self.image.cluster.brokers.get(broker_id)
+        return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
+
+    def unclean_enabled(self, topic: str) -> bool:
+        """unclean.leader.election.enable for ``topic``: its own config, the cluster-wide
+        dynamic default, or the static one."""
+        for resource in ((TOPIC_RESOURCE, topic), (BROKER_RESOURCE, CLUSTER_DEFAULT)):
+            value = self.image.configs.get(resource, {}).get(UNCLEAN_LEADER_ELECTION)
+            if value is not None:
+                return value.strip().lower() == "true"
+        return self.config.unclean_leader_election_enable
+
+    def new_uuid(self) -> uuid.UUID:
+        """A random (version 4) uuid from the injected Random, so runs replay exactly."""
+        return uuid.UUID(int=self.rng.getrandbits(128), version=4)
+
+    def with_image(self, image: MetadataImage) -> ControllerContext:
+        return dataclasses.replace(self, image=image)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControllerResult:
+    """A handled request: the records to commit (as one batch) and the response to send
+    once they have."""
+
+    records: tuple[MetadataRecord, ...]
+    response: object
+
+
+class ApiError(Exception):
+    """A request (or one resource of it) refused with a Kafka error code and message."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message

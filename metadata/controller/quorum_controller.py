@@ -1,0 +1,379 @@
+"""The QuorumController: the active controller of the metadata quorum.
+
+It is active while this node is the Raft leader of epoch E *and* the committed image has
+reached epoch E, i.e. the LeaderChange record of E has been applied, so every record of earlier
+epochs is in the image (Kafka's claim rule). While active it keeps a working image: the
+committed image plus its own proposed-but-uncommitted records. Each request is validated
+against the working image, and its records are replayed into it and proposed in one
+synchronous step, so the next request already sees them; the response goes out only once they
+commit. Losing leadership fails every pending request with NOT_CONTROLLER (the outcome is
+unknown to the client, which retries with the next controller) and drops the working image:
+the next active controller rebuilds its state from the log alone.
+
+Broker sessions (last heartbeat times) are the one thing kept outside the log, and only while
+active; an activation gives every registered broker a fresh session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from kio.schema.errors import ErrorCode
+
+from log.records import Record
+from log.runtime import Runtime
+from metadata.controller.cluster import (
+    BROKER_HEARTBEAT,
+    BROKER_REGISTRATION,
+    UNFENCE_BEFORE_CAUGHT_UP,
+    UNREGISTER_BROKER,
+    broker_heartbeat,
+    broker_registration,
+    fence_broker,
+    unregister_broker,
+)
+from metadata.controller.configs import (
+    ALTER_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+    alter_configs,
+    incremental_alter_configs,
+)
+from metadata.controller.context import ControllerConfig, ControllerContext, ControllerResult
+from metadata.controller.election import LEADER_OUTSIDE_ISR
+from metadata.controller.partitions import (
+    ALTER_PARTITION,
+    ELECT_LEADERS,
+    alter_partition,
+    elect_leaders,
+)
+from metadata.controller.producer_ids import ALLOCATE_PRODUCER_IDS, allocate_producer_ids
+from metadata.controller.refusals import refusal
+from metadata.controller.topics import (
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    create_partitions,
+    create_topics,
+    delete_topics,
+)
+from metadata.delta import MetadataDelta
+from metadata.image import MetadataImage
+from metadata.loader import MetadataLoader
+from metadata.records import METADATA_VERSION_FEATURE, MetadataRecord, NoOp, encode_record
+from raft.core import MAX_PROPOSAL_RECORDS, Event, NotLeaderError, Role, RoleChanged
+from raft.driver import CommittedBatch, RaftNode
+from raft.snapshot import SnapshotId
+
+__all__ = ["CONTROLLER_BUGS", "ControllerConfig", "QuorumController"]
+
+logger = logging.getLogger("metadata.controller")
+
+ANSWER_BEFORE_COMMIT = "answer-before-commit"
+CONTROLLER_BUGS = {
+    ANSWER_BEFORE_COMMIT: "the controller answers a request once its records are proposed, "
+    "before they commit",
+    UNFENCE_BEFORE_CAUGHT_UP: "a broker is unfenced on its first heartbeat, whatever its "
+    "metadata offset",
+    LEADER_OUTSIDE_ISR: "elections pick the first live replica, ignoring the ISR",
+}
+
+Handler = Callable[[ControllerContext, Any, int], ControllerResult]
+
+
+class _NotController(Exception):
+    """A pending request's records may not commit: leadership moved."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    last_offset: int
+    done: asyncio.Future[None]
+
+
+class QuorumController:
+    """Serves the controller APIs on the active controller; NOT_CONTROLLER elsewhere."""
+
+    SUPPORTED_APIS: ClassVar[dict[int, tuple[int, int]]] = {
+        CREATE_TOPICS: (2, 7),
+        DELETE_TOPICS: (1, 6),
+        ALTER_CONFIGS: (0, 2),
+        CREATE_PARTITIONS: (0, 3),
+        ELECT_LEADERS: (0, 2),
+        INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        ALTER_PARTITION: (2, 3),
+        BROKER_REGISTRATION: (0, 4),
+        BROKER_HEARTBEAT: (0, 2),
+        UNREGISTER_BROKER: (0, 0),
+        ALLOCATE_PRODUCER_IDS: (0, 0),
+    }
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        raft: RaftNode,
+        loader: MetadataLoader,
+        config: ControllerConfig,
+        bugs: frozenset[str] = frozenset(),
+    ) -> None:
+        unknown = bugs - CONTROLLER_BUGS.keys()
+        assert not unknown, f"unknown planted bugs {sorted(unknown)}"
+        self.runtime = runtime
+        self.raft = raft
+        self.loader = loader
+        self.config = config
+        self.bugs = bugs
+        self._handlers: dict[int, Handler] = {
+            CREATE_TOPICS: create_topics,
+            DELETE_TOPICS: delete_topics,
+            ALTER_CONFIGS: alter_configs,
+            CREATE_PARTITIONS: create_partitions,
+            ELECT_LEADERS: elect_leaders,
+            INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
+            ALTER_PARTITION: alter_partition,
+            BROKER_REGISTRATION: self._register,
+            BROKER_HEARTBEAT: self._heartbeat,
+            UNREGISTER_BROKER: self._unregister,
+            ALLOCATE_PRODUCER_IDS: allocate_producer_ids,
+        }
+        assert self._handlers.keys() == self.SUPPORTED_APIS.keys()
+        self._active = False
+        self._closed = False
+        self._epoch = -1
+        self._working: MetadataImage | None = None
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._sessions: dict[int, float] = {}  # broker id -> loop time of its last heartbeat
+        self._last_write_s = 0.0
+        self._timer: asyncio.Task[None] | None = None
+        raft.add_listener(self)
+        loader.add_publisher(self)
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    # ---- requests ----------------------------------------------------------------------------
+    async def handle(self, api_key: int, api_version: int, request: object) -> object:
+        """The kio response to one controller request, sent once its records commit."""
+        low, high = self.SUPPORTED_APIS[api_key]
+        if not low <= api_version <= high:
+            raise ValueError(f"api {api_key} v{api_version} is outside [{low}, {high}]")
+        if not self._active:
+            return refusal(api_key, api_version, request, ErrorCode.not_controller)
+        result = self._handlers[api_key](self._context(), request, api_version)
+        if not result.records:
+            return result.response
+        try:
+            last_offset = self._propose(result.records)
+        except NotLeaderError:
+            self._deactivate()
+            return refusal(api_key, api_version, request, ErrorCode.not_controller)
+        if ANSWER_BEFORE_COMMIT in self.bugs:
+            return result.response
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(last_offset, done))
+        try:
+            await done
+        except _NotController:
+            return refusal(api_key, api_version, request, ErrorCode.not_controller)
+        return result.response
+
+    def _context(self) -> ControllerContext:
+        assert self._working is not None
+        return ControllerContext(self._working, self.config, self.runtime.rng, self.bugs)
+
+    def _register(self, ctx: ControllerContext, request: Any, version: int) -> ControllerResult:
+        # The broker epoch is the offset its RegisterBroker record lands at: the working
+        # image's offset, since everything this controller proposed is in that image (the
+        # raft log's own end may still lag: proposals of one loop turn are appended together).
+        result = broker_registration(ctx, request, version, ctx.image.offset)
+        if result.records:
+            self._sessions[request.broker_id] = asyncio.get_running_loop().time()
+        return result
+
+    def _heartbeat(self, ctx: ControllerContext, request: Any, version: int) -> ControllerResult:
+        broker = ctx.image.cluster.brokers.get(request.broker_id)
+        if broker is not None and broker.epoch == request.broker_epoch:
+            self._sessions[broker.broker_id] = asyncio.get_running_loop().time()
+        return broker_heartbeat(ctx, self.loader.image, request, version)
+
+    def _unregister(self, ctx: ControllerContext, request: Any, version: int) -> ControllerResult:
+        self._sessions.pop(request.broker_id, None)
+        return unregister_broker(ctx, request, version)
+
+    def _propose(self, records: Sequence[MetadataRecord]) -> int:
+        """Replay ``records`` into the working image and append them (NotLeaderError if no
+        longer leader); the offset of the last. Records beyond one proposal's limit go in
+        several batches: only the bounded admin operations need a single atomic batch."""
+        assert self._working is not None
+        next_offset = self._working.offset
+        delta = MetadataDelta(self._working)
+        for record in records:
+            delta.replay(record)  # a record illegal here is a controller bug: fail loudly
+        now_ms = self.runtime.clock.now_ms()
+        values = [Record(None, encode_record(record), now_ms) for record in records]
+        last_offset = next_offset - 1
+        for start in range(0, len(values), MAX_PROPOSAL_RECORDS):
+            last_offset = self.raft.propose(values[start : start + MAX_PROPOSAL_RECORDS])
+        assert last_offset == next_offset + len(records) - 1, (
+            f"records proposed at {next_offset} ended at {last_offset}: something else wrote "
+            "to the metadata log"
+        )
+        self._working = delta.apply(last_offset + 1, self._epoch)
+        self._last_write_s = asyncio.get_running_loop().time()
+        return last_offset
+
+    # ---- RaftListener --------------------------------------------------------------------------
+    def handle_commit(self, batch: CommittedBatch) -> None:
+        """Committed records reach the controller through the loader's images instead."""
+
+    def handle_load_snapshot(self, snapshot: SnapshotId, records: list[Record]) -> None:
+        """Snapshots reach the controller through the loader's images instead."""
+
+    def handle_event(self, event: Event) -> None:
+        if isinstance(event, RoleChanged):
+            if event.role is not Role.LEADER or event.epoch != self._epoch:
+                self._deactivate()
+            self._maybe_activate()
+
+    # ---- MetadataPublisher ---------------------------------------------------------------------
+    def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
+        if self._active:
+            if from_snapshot or after.epoch != self._epoch:
+                self._deactivate()  # another leader's records: ours will not commit
+            else:
+                self._committed(after)
+        self._maybe_activate()
+
+    def _committed(self, image: MetadataImage) -> None:
+        assert self._working is not None
+        while self._pending and self._pending[0].last_offset < image.offset:
+            pending = self._pending.popleft()
+            if not pending.done.done():
+                pending.done.set_result(None)
+        if image.offset >= self._working.offset:
+            self._working = image  # the same state, now committed
+
+    # ---- activation ----------------------------------------------------------------------------
+    def _maybe_activate(self) -> None:
+        raft = self.raft
+        if self._active or self._closed or raft.core is None or raft.role is not Role.LEADER:
+            return
+        image = self.loader.image
+        if image.epoch != raft.epoch:
+            return  # our LeaderChange has not been applied yet
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._active = True
+        self._epoch = raft.epoch
+        self._working = image
+        self._sessions = {broker_id: now for broker_id in image.cluster.brokers}
+        self._last_write_s = now
+        logger.info(
+            "[QuorumController id=%d] Becoming the active controller at epoch %d (offset %d)",
+            self.config.node_id,
+            self._epoch,
+            image.offset,
+        )
+        if METADATA_VERSION_FEATURE not in image.features and self.config.bootstrap_records:
+            try:
+                self._propose(self.config.bootstrap_records)
+            except NotLeaderError:
+                self._deactivate()
+                return
+        self._timer = loop.create_task(self._run_timer())
+        self._timer.add_done_callback(self._timer_done)
+
+    def _deactivate(self) -> None:
+        if not self._active:
+            return
+        logger.info(
+            "[QuorumController id=%d] No longer the active controller (epoch %d)",
+            self.config.node_id,
+            self._epoch,
+        )
+        self._active = False
+        self._working = None
+        self._sessions = {}
+        pending, self._pending = self._pending, collections.deque()
+        for item in pending:
+            if not item.done.done():
+                item.done.set_exception(_NotController())
+        timer, self._timer = self._timer, None
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+
+    # ---- timers --------------------------------------------------------------------------------
+    async def _run_timer(self) -> None:
+        """Fence brokers whose session expired; write a NoOp when idle (KIP-835)."""
+        loop = asyncio.get_running_loop()
+        session_s = self.config.session_timeout_ms / 1000
+        idle_s = self.config.max_idle_interval_ms / 1000
+        while self._active:
+            now = loop.time()
+            try:
+                self._fence_expired(now, session_s)
+                if idle_s > 0 and now - self._last_write_s >= idle_s:
+                    self._propose([NoOp()])
+            except NotLeaderError:
+                self._deactivate()
+                return
+            # A session that starts while we sleep expires no earlier than now + session_s.
+            deadlines = [now + session_s]
+            deadlines.extend(seen + session_s for seen in self._expirable_sessions())
+            if idle_s > 0:
+                deadlines.append(self._last_write_s + idle_s)
+            await asyncio.sleep(max(min(deadlines) - loop.time(), 0.001))
+
+    def _timer_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            logger.error(
+                "[QuorumController id=%d] The controller timer failed",
+                self.config.node_id,
+                exc_info=task.exception(),
+            )
+
+    def _expirable_sessions(self) -> list[float]:
+        assert self._working is not None
+        brokers = self._working.cluster.brokers
+        return [
+            seen
+            for broker_id, seen in self._sessions.items()
+            if broker_id in brokers and not brokers[broker_id].fenced
+        ]
+
+    def _fence_expired(self, now: float, session_s: float) -> None:
+        """Fence every unfenced broker not heard from within the session timeout, one
+        proposal each (each sees the leaderships the previous one moved)."""
+        while True:
+            assert self._working is not None
+            brokers = self._working.cluster.brokers
+            expired = [
+                broker_id
+                for broker_id, broker in sorted(brokers.items())
+                if not broker.fenced
+                and now - self._sessions.setdefault(broker_id, now) >= session_s
+            ]
+            if not expired:
+                return
+            logger.info(
+                "[QuorumController id=%d] Fencing broker %d: no heartbeat for %d ms",
+                self.config.node_id,
+                expired[0],
+                int((now - self._sessions[expired[0]]) * 1000),
+            )
+            self._propose(fence_broker(self._context(), expired[0]))
+
+    async def close(self) -> None:
+        """Stop: pending requests fail with NOT_CONTROLLER."""
+        self._closed = True
+        timer = self._timer
+        self._deactivate()
+        if timer is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await timer

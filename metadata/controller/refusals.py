@@ -1,0 +1,115 @@
+"""Whole-request refusals (NOT_CONTROLLER above all) in each API's own shape.
+
+APIs with a top-level error code carry it there; the admin APIs report errors per resource,
+so a refusal names every resource of the request with the same error, as Kafka's
+ControllerApis does when the controller moved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from metadata.controller.cluster import BROKER_HEARTBEAT, BROKER_REGISTRATION, UNREGISTER_BROKER
+from metadata.controller.configs import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from metadata.controller.partitions import ALTER_PARTITION, ELECT_LEADERS
+from metadata.controller.producer_ids import ALLOCATE_PRODUCER_IDS
+from metadata.controller.topics import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
+from raft.entities import has_field, make, response_module
+
+Refusal = Callable[[Any, Any, ErrorCode], object]
+
+
+def refusal(api_key: int, api_version: int, request: Any, code: ErrorCode) -> object:
+    """A response refusing all of ``request`` with ``code``."""
+    module = response_module(api_key, api_version)
+    return _REFUSALS[api_key](module, request, code)
+
+
+def _create_topics(module: Any, request: Any, code: ErrorCode) -> object:
+    topics = tuple(
+        make(module.CreatableTopicResult, {"name": t.name, "error_code": code})
+        for t in request.topics
+    )
+    return make(module.CreateTopicsResponse, {"topics": topics})
+
+
+def _delete_topics(module: Any, request: Any, code: ErrorCode) -> object:
+    if hasattr(request, "topic_names"):
+        wanted = [(name, None) for name in request.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    results = tuple(
+        make(module.DeletableTopicResult, {"name": name, "topic_id": topic_id, "error_code": code})
+        for name, topic_id in wanted
+    )
+    return make(module.DeleteTopicsResponse, {"responses": results})
+
+
+def _create_partitions(module: Any, request: Any, code: ErrorCode) -> object:
+    results = tuple(
+        make(module.CreatePartitionsTopicResult, {"name": t.name, "error_code": code})
+        for t in request.topics
+    )
+    return make(module.CreatePartitionsResponse, {"results": results})
+
+
+def _alter_configs(module: Any, request: Any, code: ErrorCode) -> object:
+    results = tuple(
+        make(
+            module.AlterConfigsResourceResponse,
+            {
+                "error_code": code,
+                "resource_type": r.resource_type,
+                "resource_name": r.resource_name,
+            },
+        )
+        for r in request.resources
+    )
+    response_type = getattr(module, "AlterConfigsResponse", None)
+    if response_type is None:
+        response_type = module.IncrementalAlterConfigsResponse
+    return make(response_type, {"responses": results})
+
+
+def _elect_leaders(module: Any, request: Any, code: ErrorCode) -> object:
+    if has_field(module.ElectLeadersResponse, "error_code"):
+        return make(module.ElectLeadersResponse, {"error_code": code})
+    results = tuple(  # v0 has no top-level error code: refuse each partition
+        make(
+            module.ReplicaElectionResult,
+            {
+                "topic": t.topic,
+                "partition_result": tuple(
+                    make(module.PartitionResult, {"partition_id": p, "error_code": code})
+                    for p in t.partitions
+                ),
+            },
+        )
+        for t in request.topic_partitions or ()
+    )
+    return make(module.ElectLeadersResponse, {"replica_election_results": results})
+
+
+def _top_level(response_name: str) -> Refusal:
+    def refuse(module: Any, _request: Any, code: ErrorCode) -> object:
+        return make(getattr(module, response_name), {"error_code": code})
+
+    return refuse
+
+
+_REFUSALS: dict[int, Refusal] = {
+    CREATE_TOPICS: _create_topics,
+    DELETE_TOPICS: _delete_topics,
+    CREATE_PARTITIONS: _create_partitions,
+    ALTER_CONFIGS: _alter_configs,
+    INCREMENTAL_ALTER_CONFIGS: _alter_configs,
+    ELECT_LEADERS: _elect_leaders,
+    ALTER_PARTITION: _top_level("AlterPartitionResponse"),
+    ALLOCATE_PRODUCER_IDS: _top_level("AllocateProducerIdsResponse"),
+    BROKER_REGISTRATION: _top_level("BrokerRegistrationResponse"),
+    BROKER_HEARTBEAT: _top_level("BrokerHeartbeatResponse"),
+    UNREGISTER_BROKER: _top_level("UnregisterBrokerResponse"),
+}

@@ -1,0 +1,399 @@
+"""CreateTopics, DeleteTopics and CreatePartitions: validation, placement, records.
+
+Validation follows Kafka's ReplicationControlManager in order and in wording: topic name,
+existence, configs, then partitions / replication factor / manual assignments. Each topic of a
+request succeeds or fails on its own; the records of the topics that succeed are written
+together as one batch (all or nothing on disk), and ``validate_only`` answers as if they had
+been written without writing anything.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from metadata.config_defs import check_config, topic_config_values
+from metadata.controller.context import (
+    MAX_RECORDS_PER_USER_OP,
+    ApiError,
+    ControllerContext,
+    ControllerResult,
+)
+from metadata.controller.placement import PlacementError, place_replicas
+from metadata.image import TopicImage
+from metadata.records import TOPIC_RESOURCE, Config, MetadataRecord, Partition, RemoveTopic, Topic
+from raft.entities import make, response_module
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+CREATE_PARTITIONS = 37
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+DUPLICATE_TOPIC = "Duplicate topic name."
+TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."
+
+
+def validate_topic_name(name: str) -> None:
+    """ApiError(INVALID_TOPIC_EXCEPTION) unless ``name`` is legal (Kafka's Topic.validate)."""
+    if not name:
+        problem = "Topic name is illegal, it can't be empty"
+    elif name in (".", ".."):
+        problem = 'Topic name cannot be "." or ".."'
+    elif len(name) > MAX_TOPIC_NAME_LENGTH:
+        problem = (
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
+            f"characters, topic name: {name}"
+        )
+    elif not _LEGAL_TOPIC_NAME.fullmatch(name):
+        problem = (
+            f'Topic name "{name}" is illegal, it contains a character other than ASCII '
+            "alphanumerics, '.', '_' and '-'"
+        )
+    else:
+        return
+    raise ApiError(ErrorCode.invalid_topic_exception, problem)
+
+
+def _collision_key(name: str) -> str:
+    """Kafka's metric names turn '.' into '_': two topics equal after that would collide."""
+    return name.replace(".", "_")
+
+
+# ---- CreateTopics ------------------------------------------------------------------------------
+
+
+def create_topics(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
+    """Create the requested topics (or, with validate_only, check that they could be)."""
+    module = response_module(CREATE_TOPICS, api_version)
+    counts = Counter(topic.name for topic in request.topics)
+    collisions = {_collision_key(name): name for name in ctx.image.topics.by_name}
+    records: list[MetadataRecord] = []
+    results = []
+    for topic in request.topics:
+        try:
+            if counts[topic.name] > 1:
+                raise ApiError(ErrorCode.invalid_request, DUPLICATE_TOPIC)
+            created, values = _create_topic(ctx, topic, collisions, module)
+            if len(records) + len(created) > MAX_RECORDS_PER_USER_OP:
+                raise ApiError(ErrorCode.policy_violation, TOO_MANY_RECORDS)
+        except ApiError as error:
+            values = {"name": topic.name, "error_code": error.code, "error_message": error.message}
+        else:
+            records.extend(created)
+            collisions[_collision_key(topic.name)] = topic.name
+        results.append(make(module.CreatableTopicResult, values))
+    response = make(module.CreateTopicsResponse, {"topics": tuple(results)})
+    return ControllerResult(() if request.validate_only else tuple(records), response)
+
+
+def _create_topic(
+    ctx: ControllerContext, topic: Any, collisions: Mapping[str, str], module: Any
+) -> tuple[list[MetadataRecord], dict[str, object]]:
+    """(records, result values) for one topic of a CreateTopics request; ApiError if refused."""
+    validate_topic_name(topic.name)
+    if topic.name in ctx.image.topics.by_name:
+        raise ApiError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
+    configs = _topic_configs(topic.configs)
+    colliding = collisions.get(_collision_key(topic.name))
+    if colliding is not None:
+        raise ApiError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic '{topic.name}' collides with existing topic: {colliding}",
+        )
+    if topic.assignments:
+        replica_lists = _manual_assignment(ctx, topic)
+    else:
+        replica_lists = _automatic_assignment(ctx, topic.num_partitions, topic.replication_factor)
+    topic_id = ctx.new_uuid()
+    records: list[MetadataRecord] = [Topic(topic.name, topic_id)]
+    records.extend(Config(TOPIC_RESOURCE, topic.name, k, v) for k, v in configs.items())
+    records.extend(
+        _new_partition(ctx, topic_id, index, replicas)
+        for index, replicas in enumerate(replica_lists)
+    )
+    values: dict[str, object] = {
+        "name": topic.name,
+        "topic_id": topic_id,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "num_partitions": len(replica_lists),
+        "replication_factor": len(replica_lists[0]),
+    }
+    if hasattr(module, "CreatableTopicConfigs"):  # v5+: the topic's effective configs
+        all_configs = {**ctx.image.configs, (TOPIC_RESOURCE, topic.name): configs}
+        values["configs"] = tuple(
+            make(
+                module.CreatableTopicConfigs,
+                {
+                    "name": c.definition.name,
+                    "value": c.value,
+                    "read_only": False,
+                    "config_source": int(c.source),
+                    "is_sensitive": False,
+                },
+            )
+            for c in topic_config_values(all_configs, topic.name)
+        )
+    return records, values
+
+
+def _topic_configs(configs: Iterable[Any]) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for config in configs:
+        if config.value is None:
+            raise ApiError(
+                ErrorCode.invalid_config,
+                f"Null value not supported for topic configs: {config.name}",
+            )
+        problem = check_config(TOPIC_RESOURCE, config.name, config.value)
+        if problem is not None:
+            raise ApiError(ErrorCode.invalid_config, problem)
+        result[config.name] = config.value
+    return result
+
+
+def _automatic_assignment(
+    ctx: ControllerContext, num_partitions: int, replication_factor: int
+) -> list[tuple[int, ...]]:
+    if replication_factor < -1 or replication_factor == 0:
+        raise ApiError(
+            ErrorCode.invalid_replication_factor,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        )
+    if num_partitions < -1 or num_partitions == 0:
+        raise ApiError(
+            ErrorCode.invalid_partitions,
+            "Number of partitions was set to an invalid non-positive value.",
+        )
+    if replication_factor == -1:
+        replication_factor = ctx.config.default_replication_factor
+    if num_partitions == -1:
+        num_partitions = ctx.config.num_partitions
+    if num_partitions >= MAX_RECORDS_PER_USER_OP:
+        raise ApiError(ErrorCode.policy_violation, TOO_MANY_RECORDS)
+    return _place(ctx, num_partitions, replication_factor, 0)
+
+
+def _place(
+    ctx: ControllerContext, num_partitions: int, replication_factor: int, start_partition: int
+) -> list[tuple[int, ...]]:
+    usable = [b for b in ctx.image.cluster.unfenced() if not b.in_controlled_shutdown]
+    try:
+        return place_replicas(usable, num_partitions, replication_factor, ctx.rng, start_partition)
+    except PlacementError as error:
+        raise ApiError(
+            ErrorCode.invalid_replication_factor,
+            f"Unable to replicate the partition {replication_factor} time(s): {error}",
+        ) from None
+
+
+def _manual_assignment(ctx: ControllerContext, topic: Any) -> list[tuple[int, ...]]:
+    if topic.replication_factor != -1:
+        raise ApiError(
+            ErrorCode.invalid_request,
+            "A manual partition assignment was specified, but replication factor was not "
+            "set to -1.",
+        )
+    if topic.num_partitions != -1:
+        raise ApiError(
+            ErrorCode.invalid_request,
+            "A manual partition assignment was specified, but numPartitions was not set to -1.",
+        )
+    if len(topic.assignments) >= MAX_RECORDS_PER_USER_OP:
+        raise ApiError(ErrorCode.policy_violation, TOO_MANY_RECORDS)
+    by_index: dict[int, tuple[int, ...]] = {}
+    replication_factor: int | None = None
+    for assignment in topic.assignments:
+        index = assignment.partition_index
+        if index in by_index:
+            raise ApiError(
+                ErrorCode.invalid_replica_assignment,
+                f"Found multiple manual partition assignments for partition {index}",
+            )
+        replicas = tuple(assignment.broker_ids)
+        _validate_replicas(ctx, index, replicas, replication_factor)
+        replication_factor = len(replicas)
+        by_index[index] = replicas
+    if sorted(by_index) != list(range(len(by_index))):
+        raise ApiError(
+            ErrorCode.invalid_replica_assignment,
+            "partitions should be a consecutive 0-based integer sequence",
+        )
+    return [by_index[index] for index in range(len(by_index))]
+
+
+def _validate_replicas(
+    ctx: ControllerContext, index: int, replicas: tuple[int, ...], replication_factor: int | None
+) -> None:
+    """Kafka's validateManualPartitionAssignment, plus: some replica must be usable."""
+    if not replicas:
+        raise ApiError(
+            ErrorCode.invalid_replica_assignment,
+            "The manual partition assignment includes an empty replica list.",
+        )
+    seen: set[int] = set()
+    for broker_id in replicas:
+        if broker_id not in ctx.image.cluster.brokers:
+            raise ApiError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes broker {broker_id}, but no broker "
+                "with that ID was found.",
+            )
+        if broker_id in seen:
+            raise ApiError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes the broker {broker_id} more than once.",
+            )
+        seen.add(broker_id)
+    if replication_factor is not None and len(replicas) != replication_factor:
+        raise ApiError(
+            ErrorCode.invalid_replica_assignment,
+            f"The manual partition assignment includes a partition with {len(replicas)} "
+            "replica(s), but this is not consistent with previous partitions, which have "
+            f"{replication_factor} replica(s).",
+        )
+    if not any(ctx.is_usable(broker_id) for broker_id in replicas):
+        raise ApiError(
+            ErrorCode.invalid_replica_assignment,
+            f"All brokers specified in the manual partition assignment for partition {index} "
+            "are fenced or in controlled shutdown.",
+        )
+
+
+def _new_partition(
+    ctx: ControllerContext, topic_id: uuid.UUID, index: int, replicas: tuple[int, ...]
+) -> Partition:
+    """A new partition: its usable replicas form the ISR, the first of them leads."""
+    isr = tuple(r for r in replicas if ctx.is_usable(r))
+    assert isr, "placement and manual validation only produce partitions with a usable replica"
+    return Partition(topic_id, index, replicas, isr, isr[0])
+
+
+# ---- DeleteTopics ------------------------------------------------------------------------------
+
+
+def delete_topics(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
+    """Remove topics named by name (v1-v5) or by name or id (v6)."""
+    module = response_module(DELETE_TOPICS, api_version)
+    if hasattr(request, "topic_names"):
+        wanted = [(name, None) for name in request.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    names = Counter(name for name, _ in wanted if name is not None)
+    ids = Counter(topic_id for _, topic_id in wanted if topic_id is not None)
+    records: list[MetadataRecord] = []
+    results = []
+    removed: set[uuid.UUID] = set()
+    for name, topic_id in wanted:
+        values: dict[str, object] = {"name": name, "topic_id": topic_id}
+        try:
+            topic = _topic_to_delete(ctx, name, topic_id, names, ids)
+        except ApiError as error:
+            values |= {"error_code": error.code, "error_message": error.message}
+        else:
+            if topic.topic_id not in removed:  # named twice, by name and by id: remove once
+                removed.add(topic.topic_id)
+                records.append(RemoveTopic(topic.topic_id))
+            values = {"name": topic.name, "topic_id": topic.topic_id, "error_code": ErrorCode.none}
+        results.append(make(module.DeletableTopicResult, values))
+    response = make(module.DeleteTopicsResponse, {"responses": tuple(results)})
+    return ControllerResult(tuple(records), response)
+
+
+def _topic_to_delete(
+    ctx: ControllerContext,
+    name: str | None,
+    topic_id: uuid.UUID | None,
+    names: Counter[str],
+    ids: Counter[uuid.UUID],
+) -> TopicImage:
+    topics = ctx.image.topics
+    if topic_id == uuid.UUID(int=0):
+        topic_id = None
+    if name is not None and topic_id is not None:
+        raise ApiError(
+            ErrorCode.invalid_request, "You may not specify both topic name and topic id."
+        )
+    if topic_id is not None:
+        if ids[topic_id] > 1:
+            raise ApiError(ErrorCode.invalid_request, "Duplicate topic id.")
+        found = topics.by_id.get(topic_id)
+        if found is None:
+            raise ApiError(ErrorCode.unknown_topic_id)
+        return found
+    if name is None:
+        raise ApiError(ErrorCode.invalid_request, "Neither topic name nor id were specified.")
+    if names[name] > 1:
+        raise ApiError(ErrorCode.invalid_request, DUPLICATE_TOPIC)
+    found_by_name = topics.get(name)
+    if found_by_name is None:
+        raise ApiError(ErrorCode.unknown_topic_or_partition)
+    return found_by_name
+
+
+# ---- CreatePartitions --------------------------------------------------------------------------
+
+
+def create_partitions(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
+    """Grow topics to the requested partition counts."""
+    module = response_module(CREATE_PARTITIONS, api_version)
+    counts = Counter(topic.name for topic in request.topics)
+    records: list[MetadataRecord] = []
+    results = []
+    for topic in request.topics:
+        try:
+            if counts[topic.name] > 1:
+                raise ApiError(ErrorCode.invalid_request, DUPLICATE_TOPIC)
+            created = _grow_topic(ctx, topic)
+            if len(records) + len(created) > MAX_RECORDS_PER_USER_OP:
+                raise ApiError(ErrorCode.policy_violation, TOO_MANY_RECORDS)
+        except ApiError as error:
+            values = {"name": topic.name, "error_code": error.code, "error_message": error.message}
+        else:
+            records.extend(created)
+            values = {"name": topic.name, "error_code": ErrorCode.none}
+        results.append(make(module.CreatePartitionsTopicResult, values))
+    response = make(module.CreatePartitionsResponse, {"results": tuple(results)})
+    return ControllerResult(() if request.validate_only else tuple(records), response)
+
+
+def _grow_topic(ctx: ControllerContext, request: Any) -> list[MetadataRecord]:
+    topic = ctx.image.topics.get(request.name)
+    if topic is None:
+        raise ApiError(ErrorCode.unknown_topic_or_partition)
+    current = len(topic.partitions)
+    if request.count == current:
+        raise ApiError(ErrorCode.invalid_partitions, f"Topic already has {current} partition(s).")
+    if request.count < current:
+        raise ApiError(
+            ErrorCode.invalid_partitions,
+            f"The topic {topic.name} currently has {current} partition(s); {request.count} "
+            "would not be an increase.",
+        )
+    added = request.count - current
+    if added >= MAX_RECORDS_PER_USER_OP:
+        raise ApiError(ErrorCode.policy_violation, TOO_MANY_RECORDS)
+    replication_factor = len(topic.partitions[0].replicas)
+    if request.assignments is None:
+        replica_lists = _place(ctx, added, replication_factor, current)
+    else:
+        if len(request.assignments) != added:
+            raise ApiError(
+                ErrorCode.invalid_replica_assignment,
+                f"Attempted to add {added} additional partition(s), but only "
+                f"{len(request.assignments)} assignment(s) were specified.",
+            )
+        replica_lists = []
+        for offset, assignment in enumerate(request.assignments):
+            replicas = tuple(assignment.broker_ids)
+            _validate_replicas(ctx, current + offset, replicas, replication_factor)
+            replica_lists.append(replicas)
+    return [
+        _new_partition(ctx, topic.topic_id, current + offset, replicas)
+        for offset, replicas in enumerate(replica_lists)
+    ]

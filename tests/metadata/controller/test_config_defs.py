@@ -1,0 +1,108 @@
+"""Config definitions: Kafka's keys, defaults and refusals, worded as Kafka words them."""
+
+from __future__ import annotations
+
+import pytest
+
+from metadata.config_defs import (
+    BROKER_DYNAMIC_CONFIGS,
+    TOPIC_CONFIGS,
+    ConfigSource,
+    ConfigType,
+    check_config,
+    topic_config_values,
+)
+from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
+
+
+def test_every_default_passes_its_own_validation() -> None:
+    for resource_type, defs in (
+        (TOPIC_RESOURCE, TOPIC_CONFIGS),
+        (BROKER_RESOURCE, BROKER_DYNAMIC_CONFIGS),
+    ):
+        for name, definition in defs.items():
+            if definition.default is not None:
+                assert check_config(resource_type, name, definition.default) is None, name
+
+
+def test_kafka_defaults_and_types_of_well_known_topic_configs() -> None:
+    assert TOPIC_CONFIGS["retention.ms"].default == "604800000"
+    assert TOPIC_CONFIGS["segment.bytes"].default == "1073741824"
+    assert TOPIC_CONFIGS["cleanup.policy"].type is ConfigType.LIST
+    assert TOPIC_CONFIGS["min.insync.replicas"].type is ConfigType.INT
+    assert TOPIC_CONFIGS["unclean.leader.election.enable"].type is ConfigType.BOOLEAN
+    assert TOPIC_CONFIGS["min.cleanable.dirty.ratio"].type is ConfigType.DOUBLE
+
+
+def test_unknown_keys_are_refused_by_name() -> None:
+    assert check_config(TOPIC_RESOURCE, "x", "1") == "Unknown topic config name: x"
+    assert check_config(BROKER_RESOURCE, "x", "1") == "Unknown broker config name: x"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "reason"),
+    [
+        ("cleanup.policy", "foo", "String must be one of: compact, delete"),
+        ("retention.ms", "abc", "Not a number of type LONG"),
+        ("retention.ms", "-2", "Value must be at least -1"),
+        ("segment.bytes", "13", "Value must be at least 14"),
+        ("segment.bytes", str(2**31), "Not a number of type INT"),
+        ("segment.ms", "0", "Value must be at least 1"),
+        ("min.insync.replicas", "0", "Value must be at least 1"),
+        ("preallocate", "yes", "Expected value to be either true or false"),
+        ("min.cleanable.dirty.ratio", "1.5", "Value must be no more than 1"),
+        (
+            "compression.type",
+            "brotli",
+            "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer",
+        ),
+        ("message.timestamp.type", "Now", "String must be one of: CreateTime, LogAppendTime"),
+    ],
+)
+def test_bad_values_get_kafkas_message(name: str, value: str, reason: str) -> None:
+    assert check_config(TOPIC_RESOURCE, name, value) == (
+        f"Invalid value {value} for configuration {name}: {reason}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("cleanup.policy", "compact,delete"),
+        ("cleanup.policy", "compact"),
+        ("retention.ms", "-1"),
+        ("segment.bytes", "14"),
+        ("preallocate", "TRUE"),
+        ("min.cleanable.dirty.ratio", "0.01"),
+        ("compression.gzip.level", "-1"),
+        ("retention.bytes", "-1"),
+    ],
+)
+def test_good_values_pass(name: str, value: str) -> None:
+    assert check_config(TOPIC_RESOURCE, name, value) is None
+
+
+def test_deleting_a_known_key_is_always_allowed() -> None:
+    assert check_config(TOPIC_RESOURCE, "retention.ms", None) is None
+    assert check_config(BROKER_RESOURCE, "log.retention.ms", None) is None
+
+
+def test_effective_values_prefer_topic_then_cluster_default_then_kafka_default() -> None:
+    configs = {
+        (TOPIC_RESOURCE, "t"): {"retention.ms": "1000"},
+        (BROKER_RESOURCE, ""): {"log.segment.bytes": "2048", "log.retention.ms": "5"},
+    }
+    values = {v.definition.name: v for v in topic_config_values(configs, "t")}
+    assert (values["retention.ms"].value, values["retention.ms"].source) == (
+        "1000",
+        ConfigSource.TOPIC_CONFIG,
+    )
+    assert (values["segment.bytes"].value, values["segment.bytes"].source) == (
+        "2048",
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+    )
+    assert (values["segment.ms"].value, values["segment.ms"].source) == (
+        "604800000",
+        ConfigSource.DEFAULT_CONFIG,
+    )
+    assert list(values) == sorted(TOPIC_CONFIGS)
