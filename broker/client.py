@@ -1,0 +1,160 @@
+"""The client side of one Kafka-protocol connection: pipelined requests, matched answers.
+
+Requests are written as they come, each with the next correlation id, and answers are
+matched to them by that id (a Kafka server answers one connection's requests in order, but
+matching by id catches a server that does not). Any failure, a reset, an unreadable or
+unexpected answer, or a request timing out, closes the whole connection and fails every
+request still waiting, as Kafka's NetworkClient does: after a timeout the connection's
+position in the response stream is unknown, so it cannot be trusted for the next answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from raft import wire
+
+MAX_IN_FLIGHT = 100
+_CORRELATION_ID_LIMIT = 2**31
+
+
+class ConnectionClosed(ConnectionError):
+    """The connection is closed; a request sent on it has no answer and may or may not have
+    been processed by the server."""
+
+
+@dataclass(slots=True)
+class _InFlight:
+    api_key: int
+    api_version: int
+    answer: asyncio.Future[object]
+
+
+class KafkaConnection:
+    """One connection to a Kafka-protocol server; ``connect`` then ``request``."""
+
+    def __init__(self, client_id: str | None, *, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+        self.client_id = client_id
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._in_flight: dict[int, _InFlight] = {}
+        self._next_correlation_id = 0
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether the connection can no longer carry requests (or never connected)."""
+        return self._closed or self._writer is None
+
+    async def connect(self, host: str, port: int, timeout_s: float) -> None:
+        """Open the TCP connection; OSError (TimeoutError included) when that fails."""
+        assert self._writer is None and not self._closed, "connect once per KafkaConnection"
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port), timeout=timeout_s
+            )
+        except OSError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # Python 3.11's wait_for can report a cancellation as the connect error;
+                # the caller asked to stop, not to retry.
+                raise asyncio.CancelledError from None
+            raise
+        if self._closed:  # closed while connecting
+            writer.transport.abort()
+            raise ConnectionClosed("closed while connecting")
+        self._writer = writer
+        self._reader_task = asyncio.get_running_loop().create_task(self._read_answers(reader))
+
+    async def request(self, entity: object, timeout_s: float) -> object:
+        """The response entity answering ``entity`` (a kio request of any API and version).
+
+        ConnectionClosed when the connection fails first; TimeoutError (the connection is
+        then closed) when no answer comes within ``timeout_s``.
+        """
+        body: Any = entity
+        api_key, api_version = int(body.__api_key__), int(body.__version__)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._slots.acquire()
+                answer = self._send(api_key, api_version, entity)
+                if self._writer is not None:
+                    await self._writer.drain()
+                return await answer
+        except TimeoutError:
+            self._fail(f"api {api_key} v{api_version} request timed out after {timeout_s}s")
+            raise TimeoutError(
+                f"no answer to api {api_key} v{api_version} in {timeout_s}s"
+            ) from None
+        except ConnectionClosed:
+            raise
+        except OSError as error:
+            self._fail(f"write failed: {error!r}")
+            raise ConnectionClosed(f"write failed: {error!r}") from error
+
+    def _send(self, api_key: int, api_version: int, entity: object) -> asyncio.Future[object]:
+        """Write one request (a slot already taken) and return the future of its answer."""
+        if self.closed:
+            self._slots.release()
+            raise ConnectionClosed("connection is closed")
+        assert self._writer is not None
+        correlation_id = self._next_correlation_id
+        header = wire.RequestHeader(api_key, api_version, correlation_id, self.client_id)
+        try:
+            frame = wire.encode_request(header, entity)
+        except Exception:
+            self._slots.release()
+            raise
+        self._next_correlation_id = (correlation_id + 1) % _CORRELATION_ID_LIMIT
+        answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._in_flight[correlation_id] = _InFlight(api_key, api_version, answer)
+        self._writer.write(frame)
+        return answer
+
+    async def _read_answers(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                frame = await wire.read_frame(reader)
+                correlation_id = int.from_bytes(frame[:4], "big", signed=True)
+                in_flight = self._in_flight.get(correlation_id)
+                if in_flight is None:
+                    self._fail(f"answer with unknown correlation id {correlation_id}")
+                    return
+                # Decoded before it leaves the table, so an unreadable answer fails its
+                # request together with the rest.
+                _cid, response = wire.decode_response(
+                    in_flight.api_key, in_flight.api_version, frame
+                )
+                del self._in_flight[correlation_id]
+                self._slots.release()
+                if not in_flight.answer.done():  # its caller may have been cancelled
+                    in_flight.answer.set_result(response)
+        except (OSError, asyncio.IncompleteReadError, wire.FrameError, ValueError) as error:
+            self._fail(f"read failed: {error!r}")
+
+    def _fail(self, reason: str) -> None:
+        """Close the connection and fail every request still waiting for an answer."""
+        self._closed = True
+        if self._writer is not None:
+            self._writer.transport.abort()
+        in_flight, self._in_flight = self._in_flight, {}
+        for item in in_flight.values():
+            self._slots.release()
+            if not item.answer.done():
+                item.answer.set_exception(ConnectionClosed(reason))
+                # A request whose caller already gave up would log "exception never
+                # retrieved"; mark it seen.
+                item.answer.exception()
+
+    async def close(self) -> None:
+        """Close the connection; waiting requests fail with ConnectionClosed."""
+        self._fail("closed by the client")
+        task = self._reader_task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,144 @@
+"""DescribeConfigs answers, read from one published MetadataImage and the config definitions.
+
+Every described config says where its value comes from, in Kafka's ConfigSource ids. A topic
+config is the topic's override (TOPIC_CONFIG, Kafka's DYNAMIC_TOPIC_CONFIG), else the
+cluster-wide dynamic default of its broker synonym (DYNAMIC_DEFAULT_BROKER_CONFIG, e.g.
+log.retention.ms for retention.ms), else the definition's default (DEFAULT_CONFIG), the same
+resolution as metadata.config_defs.topic_config_values. A broker config is the broker's own
+dynamic value (DYNAMIC_BROKER_CONFIG), else the cluster-wide one set on broker "", else the
+default. With synonyms requested, each entry lists every source that has a value, winner
+first, as Kafka's brokers do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.topic_names import topic_name_error
+from metadata.config_defs import (
+    BROKER_DYNAMIC_CONFIGS,
+    CLUSTER_DEFAULT,
+    TOPIC_CONFIGS,
+    ConfigDef,
+    ConfigSource,
+    ConfigType,
+)
+from metadata.image import MetadataImage
+from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
+from raft.entities import make, response_module
+
+DESCRIBE_CONFIGS = 32
+UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
+
+# Where a described value may come from, highest priority first: the config map it is read
+# from, whether it is keyed by the broker synonym of a topic config, and the source it reports.
+Layer = tuple[Mapping[str, str], bool, ConfigSource]
+
+
+def describe_configs_response(image: MetadataImage, request: Any, node_id: int) -> object:
+    """The DescribeConfigsResponse (of the request's version) for ``request``, answered by
+    broker ``node_id`` (which describes its own broker configs and the cluster defaults)."""
+    module: Any = response_module(DESCRIBE_CONFIGS, int(request.__version__))
+    results = tuple(_describe(module, image, request, item, node_id) for item in request.resources)
+    return make(module.DescribeConfigsResponse, {"throttle_time": timedelta(0), "results": results})
+
+
+def _describe(module: Any, image: MetadataImage, request: Any, item: Any, node_id: int) -> Any:
+    """One resource's result: its configs, or an error code and Kafka's message."""
+    kind, name = int(item.resource_type), item.resource_name
+    cluster: Layer = (
+        image.configs.get((BROKER_RESOURCE, CLUSTER_DEFAULT), {}),
+        True,
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+    )
+    only_set = False
+    if kind == TOPIC_RESOURCE:
+        problem = topic_name_error(name)
+        if problem is not None:
+            return _error(module, item, ErrorCode.invalid_topic_exception, problem)
+        if image.topics.get(name) is None:
+            return _error(module, item, ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_MESSAGE)
+        own = image.configs.get((TOPIC_RESOURCE, name), {})
+        layers = [(own, False, ConfigSource.TOPIC_CONFIG), cluster]
+        definitions = TOPIC_CONFIGS
+    elif kind == BROKER_RESOURCE:
+        definitions = BROKER_DYNAMIC_CONFIGS
+        if name == CLUSTER_DEFAULT:
+            layers, only_set = [(cluster[0], False, cluster[2])], True  # Kafka lists what is set
+        elif name == str(node_id):
+            own = image.configs.get((BROKER_RESOURCE, name), {})
+            layers = [
+                (own, False, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                (cluster[0], False, cluster[2]),
+            ]
+        else:
+            message = (
+                f"Unexpected broker id, expected {node_id} or empty string, but received {name}"
+            )
+            return _error(module, item, ErrorCode.invalid_request, message)
+    else:
+        return _error(module, item, ErrorCode.invalid_request, f"Unsupported resource type: {kind}")
+    wanted = set(item.configuration_keys or ())
+    entries = (
+        _entry(module, request, definition, layers)
+        for config_name, definition in sorted(definitions.items())
+        if not wanted or config_name in wanted
+    )
+    configs = tuple(
+        e for e in entries if not only_set or e.config_source != ConfigSource.DEFAULT_CONFIG
+    )
+    values = {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "resource_type": item.resource_type,
+        "resource_name": name,
+        "configs": configs,
+    }
+    return make(module.DescribeConfigsResult, values)
+
+
+def _entry(module: Any, request: Any, definition: ConfigDef, layers: list[Layer]) -> Any:
+    """One config: its effective value and source, synonyms and docs when asked for."""
+    sources: list[tuple[str, str | None, ConfigSource]] = []
+    for values, by_synonym, source in layers:
+        key = definition.broker_synonym if by_synonym else definition.name
+        if key is not None and key in values:
+            sources.append((key, values[key], source))
+    if definition.default is not None:
+        sources.append((definition.name, definition.default, ConfigSource.DEFAULT_CONFIG))
+    sensitive = definition.type is ConfigType.PASSWORD
+    _, value, source = sources[0] if sources else ("", None, ConfigSource.DEFAULT_CONFIG)
+    synonyms = tuple(
+        make(
+            module.DescribeConfigsSynonym,
+            {"name": key, "value": None if sensitive else v, "source": s},
+        )
+        for key, v, s in sources
+    )
+    include_doc = getattr(request, "include_documentation", False)
+    values = {
+        "name": definition.name,
+        "value": None if sensitive else value,
+        "read_only": False,
+        "config_source": source,
+        "is_sensitive": sensitive,
+        "synonyms": synonyms if request.include_synonyms else (),
+        "config_type": int(definition.type),
+        "documentation": definition.doc if include_doc else None,
+    }
+    return make(module.DescribeConfigsResourceResult, values)
+
+
+def _error(module: Any, item: Any, code: ErrorCode, message: str) -> Any:
+    values = {
+        "error_code": code,
+        "error_message": message,
+        "resource_type": item.resource_type,
+        "resource_name": item.resource_name,
+        "configs": (),
+    }
+    return make(module.DescribeConfigsResult, values)

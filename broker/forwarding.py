@@ -1,0 +1,88 @@
+"""Answers a broker gives in the controller's place when a forwarded request gets no answer.
+
+The admin APIs a broker forwards (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
+IncrementalAlterConfigs, ElectLeaders) report errors per item, so "the controller did not
+answer in time" has to be spelled out for every topic or resource of the request, as Kafka's
+``AbstractRequest.getErrorResponse`` does. The response has the request's version.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from raft.entities import make, response_module
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+ALTER_CONFIGS = 33
+CREATE_PARTITIONS = 37
+ELECT_LEADERS = 43
+INCREMENTAL_ALTER_CONFIGS = 44
+FORWARDED_APIS = frozenset(
+    {
+        CREATE_TOPICS,
+        DELETE_TOPICS,
+        ALTER_CONFIGS,
+        CREATE_PARTITIONS,
+        ELECT_LEADERS,
+        INCREMENTAL_ALTER_CONFIGS,
+    }
+)
+
+
+def forwarded_error_response(request: object, error_code: int, message: str | None) -> object:
+    """The response to ``request`` (a forwarded API) failing every item with ``error_code``."""
+    body: Any = request
+    api_key, version = int(body.__api_key__), int(body.__version__)
+    module: Any = response_module(api_key, version)
+    error = {"error_code": ErrorCode(error_code), "error_message": message}
+    if api_key == CREATE_TOPICS:
+        topics = tuple(
+            make(module.CreatableTopicResult, error | {"name": t.name}) for t in body.topics
+        )
+        return make(module.CreateTopicsResponse, {"topics": topics})
+    if api_key == DELETE_TOPICS:
+        if hasattr(body, "topics"):  # v6+: by name or by id
+            named = [{"name": t.name, "topic_id": t.topic_id} for t in body.topics]
+        else:
+            named = [{"name": name} for name in body.topic_names]
+        results = tuple(make(module.DeletableTopicResult, error | n) for n in named)
+        return make(module.DeleteTopicsResponse, {"responses": results})
+    if api_key == CREATE_PARTITIONS:
+        results = tuple(
+            make(module.CreatePartitionsTopicResult, error | {"name": t.name}) for t in body.topics
+        )
+        return make(module.CreatePartitionsResponse, {"results": results})
+    if api_key in (ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS):
+        responses = tuple(
+            make(
+                module.AlterConfigsResourceResponse,
+                error | {"resource_type": r.resource_type, "resource_name": r.resource_name},
+            )
+            for r in body.resources
+        )
+        top = (
+            "AlterConfigsResponse"
+            if api_key == ALTER_CONFIGS
+            else "IncrementalAlterConfigsResponse"
+        )
+        return make(getattr(module, top), {"responses": responses})
+    if api_key == ELECT_LEADERS:
+        results = tuple(
+            make(
+                module.ReplicaElectionResult,
+                {
+                    "topic": t.topic,
+                    "partition_result": tuple(
+                        make(module.PartitionResult, error | {"partition_id": p})
+                        for p in t.partitions
+                    ),
+                },
+            )
+            for t in body.topic_partitions or ()
+        )
+        values = {"error_code": ErrorCode(error_code), "replica_election_results": results}
+        return make(module.ElectLeadersResponse, values)
+    raise ValueError(f"api {api_key} is not forwarded to the controller")

@@ -1,0 +1,111 @@
+"""The broker's client-facing request handlers (Kafka's KafkaApis), for the metadata plane.
+
+Reads (ApiVersions, Metadata, DescribeCluster, DescribeConfigs) are answered from the latest
+published MetadataImage, taken once per request so one answer never mixes two images. Writes
+to cluster metadata (topics, partitions, configs, leader elections) are the controller's:
+they are forwarded unchanged through the controller channel and its answer is passed back,
+NOT_CONTROLLER included (clients retry it); only when no controller answers in time does the
+broker answer for it, with REQUEST_TIMED_OUT.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from kio.schema.errors import ErrorCode
+
+from broker import forwarding
+from broker.cluster_metadata import (
+    DESCRIBE_CLUSTER,
+    METADATA,
+    describe_cluster_response,
+    metadata_response,
+    random_live_broker,
+)
+from broker.controller_channel import ControllerSender
+from broker.describe_configs import DESCRIBE_CONFIGS, describe_configs_response
+from broker.network import api_versions_response
+from metadata.image import MetadataImage
+from raft import wire
+
+logger = logging.getLogger("broker.kafka_apis")
+
+FORWARD_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default
+
+
+class KafkaApis:
+    """Answers one broker listener's requests; ``handle`` is a network.Handler."""
+
+    SUPPORTED_APIS: ClassVar[dict[int, tuple[int, int]]] = {
+        wire.API_VERSIONS_KEY: (0, 4),
+        METADATA: (0, 12),
+        forwarding.CREATE_TOPICS: (2, 7),
+        forwarding.DELETE_TOPICS: (1, 6),
+        DESCRIBE_CONFIGS: (1, 4),
+        forwarding.ALTER_CONFIGS: (0, 2),
+        forwarding.CREATE_PARTITIONS: (0, 3),
+        forwarding.ELECT_LEADERS: (0, 2),
+        forwarding.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        DESCRIBE_CLUSTER: (0, 1),
+    }
+
+    def __init__(
+        self,
+        node_id: int,
+        cluster_id: str,
+        listener_name: str,
+        image: Callable[[], MetadataImage],
+        channel: ControllerSender,
+        rng: random.Random,
+        *,
+        forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
+    ) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.listener_name = listener_name
+        self._image = image
+        self._channel = channel
+        self._rng = rng
+        self._forward_timeout_s = forward_timeout_ms / 1000
+
+    async def handle(self, header: wire.RequestHeader, request: object) -> object | None:
+        """The response entity for a decoded request, None to close the connection."""
+        api_key = header.api_key
+        if api_key in forwarding.FORWARDED_APIS:
+            return await self._forward(request)
+        image = self._image()
+        body: Any = request
+        if api_key == wire.API_VERSIONS_KEY:
+            return api_versions_response(header.api_version, self.SUPPORTED_APIS)
+        if api_key == METADATA:
+            controller_id = random_live_broker(image, self.listener_name, self._rng)
+            return metadata_response(
+                image, body, self.listener_name, self.cluster_id, controller_id
+            )
+        if api_key == DESCRIBE_CLUSTER:
+            controller_id = random_live_broker(image, self.listener_name, self._rng)
+            return describe_cluster_response(
+                image, body, self.listener_name, self.cluster_id, controller_id
+            )
+        if api_key == DESCRIBE_CONFIGS:
+            return describe_configs_response(image, body, self.node_id)
+        return None  # not served here: Kafka closes the connection
+
+    async def _forward(self, request: object) -> object:
+        try:
+            return await self._channel.send(request, self._forward_timeout_s)
+        except OSError as error:
+            body: Any = request
+            logger.warning(
+                "[KafkaApis id=%d] No controller answered api %d: %r",
+                self.node_id,
+                body.__api_key__,
+                error,
+            )
+            message = f"No controller answered within {self._forward_timeout_s}s"
+            return forwarding.forwarded_error_response(
+                request, ErrorCode.request_timed_out, message
+            )

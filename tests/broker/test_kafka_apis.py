@@ -1,0 +1,400 @@
+"""broker/kafka_apis.py with a hand-built image and a fake controller.
+
+Every answer goes through the wire codec (encode, then decode as a client would), so a
+response a version cannot carry fails here rather than in a client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+
+from broker import forwarding
+from broker.kafka_apis import KafkaApis
+from metadata.config_defs import TOPIC_CONFIGS, ConfigSource, ConfigType
+from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
+from raft import wire
+from raft.entities import make, request_module
+from tests.broker.fakes import AUDIT_ID, LISTENER, ORDERS_ID, FakeController, cluster_image
+
+METADATA, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS = 3, 60, 32
+
+
+def apis(controller: FakeController | None = None, seed: int = 0) -> KafkaApis:
+    controller = controller or FakeController(cluster_image())
+    return KafkaApis(
+        1, "cluster-a", LISTENER, lambda: controller.image, controller, random.Random(seed)
+    )
+
+
+def ask(handler: KafkaApis, api_key: int, version: int, values: dict[str, object]) -> Any:
+    """Build a request of (api, version) from ``values``, answer it, and return the answer
+    as a client decodes it."""
+    module: Any = request_module(api_key, version)
+    request_class = next(getattr(module, name) for name in dir(module) if name.endswith("Request"))
+    request = make(request_class, values)
+    header = wire.RequestHeader(api_key, version, 5, "client")
+    response = asyncio.run(handler.handle(header, request))
+    assert response is not None
+    _cid, decoded = wire.decode_response(
+        api_key, version, wire.encode_response(header, response)[4:]
+    )
+    return decoded
+
+
+def metadata_topic(version: int, name: str | None, topic_id: uuid.UUID | None = None) -> Any:
+    module: Any = request_module(METADATA, version)
+    return make(module.MetadataRequestTopic, {"name": name, "topic_id": topic_id})
+
+
+# ---- ApiVersions --------------------------------------------------------------------------
+
+
+def test_api_versions_lists_every_served_api() -> None:
+    response = ask(
+        apis(),
+        wire.API_VERSIONS_KEY,
+        3,
+        {"client_software_name": "x", "client_software_version": "1"},
+    )
+    listed = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    assert listed == KafkaApis.SUPPORTED_APIS
+    assert response.error_code == ErrorCode.none
+
+
+# ---- Metadata -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", range(13))
+def test_metadata_lists_every_topic_when_asked_for_all(version: int) -> None:
+    everything: object = () if version == 0 else None  # v0 has no null list
+    response = ask(apis(), METADATA, version, {"topics": everything})
+    assert [t.name for t in response.topics] == ["audit", "orders"]
+    assert [(b.node_id, b.port) for b in response.brokers] == [(1, 9092), (2, 9092)]
+    if version >= 1:
+        assert response.controller_id in (1, 2)
+    if version >= 2:
+        assert response.cluster_id == "cluster-a"
+    if version >= 10:
+        assert [t.topic_id for t in response.topics] == [AUDIT_ID, ORDERS_ID]
+
+
+@pytest.mark.parametrize("version", range(1, 13))
+def test_metadata_with_an_empty_topic_list_lists_no_topics(version: int) -> None:
+    response = ask(apis(), METADATA, version, {"topics": ()})
+    assert response.topics == ()
+    assert len(response.brokers) == 2
+
+
+@pytest.mark.parametrize("version", [0, 5, 7, 12])
+def test_metadata_partitions_carry_leaders_replicas_and_offline_replicas(version: int) -> None:
+    response = ask(apis(), METADATA, version, {"topics": (metadata_topic(version, "orders"),)})
+    (topic,) = response.topics
+    assert topic.error_code == ErrorCode.none
+    healthy, leaderless = topic.partitions
+    assert (healthy.error_code, healthy.partition_index, healthy.leader_id) == (
+        ErrorCode.none,
+        0,
+        1,
+    )
+    assert (healthy.replica_nodes, healthy.isr_nodes) == ((1, 2), (1, 2))
+    assert leaderless.error_code == ErrorCode.leader_not_available
+    assert leaderless.leader_id == -1
+    assert (leaderless.replica_nodes, leaderless.isr_nodes) == ((3, 2), (3,))
+    if version >= 5:
+        assert healthy.offline_replicas == ()
+        assert leaderless.offline_replicas == (3,)  # broker 3 is fenced
+    if version >= 7:
+        assert (healthy.leader_epoch, leaderless.leader_epoch) == (4, 2)
+
+
+def test_metadata_reports_a_leader_without_this_listener_as_listener_not_found() -> None:
+    response = ask(apis(), METADATA, 12, {"topics": (metadata_topic(12, "audit"),)})
+    (partition,) = response.topics[0].partitions
+    assert partition.error_code == ErrorCode.listener_not_found
+    assert partition.leader_id == -1
+    assert partition.offline_replicas == (4,)
+
+
+def test_metadata_errors_for_unknown_and_illegal_topic_names_without_creating_them() -> None:
+    controller = FakeController(cluster_image())
+    names = ["missing", "bad name!", "orders"]
+    response = ask(
+        apis(controller),
+        METADATA,
+        9,
+        {"topics": tuple(metadata_topic(9, n) for n in names), "allow_auto_topic_creation": True},
+    )
+    assert [(t.name, t.error_code) for t in response.topics] == [
+        ("missing", ErrorCode.unknown_topic_or_partition),
+        ("bad name!", ErrorCode.invalid_topic_exception),
+        ("orders", ErrorCode.none),
+    ]
+    assert controller.requests == []
+
+
+def test_metadata_v12_looks_topics_up_by_id() -> None:
+    unknown = uuid.UUID(int=0xDEAD)
+    topics = (metadata_topic(12, None, ORDERS_ID), metadata_topic(12, None, unknown))
+    response = ask(apis(), METADATA, 12, {"topics": topics})
+    found, missing = response.topics
+    assert (found.name, found.topic_id, found.error_code) == ("orders", ORDERS_ID, ErrorCode.none)
+    assert (missing.name, missing.topic_id, missing.error_code) == (
+        None,
+        unknown,
+        ErrorCode.unknown_topic_id,
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    version=st.integers(min_value=1, max_value=12),
+    names=st.lists(st.text(alphabet="ab.-_ !", min_size=0, max_size=6), max_size=5),
+)
+def test_metadata_answers_every_requested_name_in_order(version: int, names: list[str]) -> None:
+    response = ask(
+        apis(), METADATA, version, {"topics": tuple(metadata_topic(version, n) for n in names)}
+    )
+    assert [t.name for t in response.topics] == names
+    for topic in response.topics:
+        assert topic.error_code in (
+            ErrorCode.unknown_topic_or_partition,
+            ErrorCode.invalid_topic_exception,
+        )
+        assert topic.partitions == ()
+
+
+def test_controller_id_is_a_random_reachable_broker() -> None:
+    seen = {ask(apis(seed=seed), METADATA, 12, {"topics": ()}).controller_id for seed in range(20)}
+    assert seen == {1, 2}
+
+
+# ---- DescribeCluster ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_describe_cluster_lists_live_brokers(version: int) -> None:
+    response = ask(
+        apis(), DESCRIBE_CLUSTER, version, {"include_cluster_authorized_operations": False}
+    )
+    assert response.error_code == ErrorCode.none
+    assert response.cluster_id == "cluster-a"
+    assert [(b.broker_id, b.host, b.port, b.rack) for b in response.brokers] == [
+        (1, "127.0.0.1", 9092, "rack-1"),
+        (2, "127.0.0.1", 9092, "rack-0"),
+    ]
+    assert response.controller_id in (1, 2)
+
+
+def test_describe_cluster_refuses_controller_endpoints() -> None:
+    values = {"include_cluster_authorized_operations": False, "endpoint_type": 2}
+    response = ask(apis(), DESCRIBE_CLUSTER, 1, values)
+    assert response.error_code == ErrorCode.unsupported_endpoint_type
+    assert response.brokers == ()
+
+
+# ---- DescribeConfigs ----------------------------------------------------------------------
+
+
+def describe(
+    version: int, *resources: tuple[int, str, tuple[str, ...] | None], **flags: bool
+) -> Any:
+    module: Any = request_module(DESCRIBE_CONFIGS, version)
+    items = tuple(
+        make(
+            module.DescribeConfigsResource,
+            {"resource_type": t, "resource_name": n, "configuration_keys": k},
+        )
+        for t, n, k in resources
+    )
+    return ask(apis(), DESCRIBE_CONFIGS, version, {"resources": items, **flags})
+
+
+def by_name(result: Any) -> dict[str, Any]:
+    return {c.name: c for c in result.configs}
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+def test_describe_topic_configs_reports_overrides_and_defaults(version: int) -> None:
+    response = describe(version, (TOPIC_RESOURCE, "audit", None))
+    (result,) = response.results
+    assert result.error_code == ErrorCode.none
+    configs = by_name(result)
+    assert set(configs) == set(TOPIC_CONFIGS)
+    assert (configs["retention.ms"].value, configs["retention.ms"].config_source) == (
+        "1000",
+        ConfigSource.TOPIC_CONFIG,
+    )
+    cleanup = configs["cleanup.policy"]
+    assert (cleanup.value, cleanup.config_source) == ("delete", ConfigSource.DEFAULT_CONFIG)
+    assert not cleanup.read_only
+    segment = configs["segment.bytes"]  # from the cluster-wide log.segment.bytes
+    assert (segment.value, segment.config_source) == (
+        "2000000",
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+    )
+    if version >= 3:
+        assert cleanup.config_type == ConfigType.LIST
+        assert cleanup.documentation is None
+
+
+def test_describe_configs_filters_keys_and_adds_synonyms_and_documentation() -> None:
+    response = describe(
+        4,
+        (TOPIC_RESOURCE, "audit", ("retention.ms",)),
+        include_synonyms=True,
+        include_documentation=True,
+    )
+    (entry,) = response.results[0].configs
+    assert entry.name == "retention.ms"
+    assert entry.documentation == TOPIC_CONFIGS["retention.ms"].doc
+    synonyms = [(s.name, s.value, s.source) for s in entry.synonyms]
+    assert synonyms[0] == ("retention.ms", "1000", ConfigSource.TOPIC_CONFIG)
+    assert ("log.retention.ms", "7000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG) in synonyms
+    assert synonyms[-1][2] == ConfigSource.DEFAULT_CONFIG
+
+
+def test_describe_configs_errors_per_resource() -> None:
+    response = describe(
+        4,
+        (TOPIC_RESOURCE, "missing", None),
+        (TOPIC_RESOURCE, "bad/name", None),
+        (BROKER_RESOURCE, "2", None),
+        (8, "1", None),
+        (TOPIC_RESOURCE, "orders", ("retention.ms",)),
+    )
+    codes = [(r.resource_name, r.error_code) for r in response.results]
+    assert codes == [
+        ("missing", ErrorCode.unknown_topic_or_partition),
+        ("bad/name", ErrorCode.invalid_topic_exception),
+        ("2", ErrorCode.invalid_request),
+        ("1", ErrorCode.invalid_request),
+        ("orders", ErrorCode.none),
+    ]
+    assert response.results[0].error_message == "This server does not host this topic-partition."
+    assert (
+        response.results[2].error_message
+        == "Unexpected broker id, expected 1 or empty string, but received 2"
+    )
+
+
+def test_describe_broker_configs_resolve_own_then_cluster_then_default() -> None:
+    response = describe(4, (BROKER_RESOURCE, "1", None), (BROKER_RESOURCE, "", None))
+    own, cluster = (by_name(r) for r in response.results)
+    assert (own["log.retention.ms"].value, own["log.retention.ms"].config_source) == (
+        "5000",
+        ConfigSource.DYNAMIC_BROKER_CONFIG,
+    )
+    assert (own["log.segment.bytes"].value, own["log.segment.bytes"].config_source) == (
+        "2000000",
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+    )
+    assert own["compression.type"].config_source == ConfigSource.DEFAULT_CONFIG
+    assert {name: c.value for name, c in cluster.items()} == {
+        "log.retention.ms": "7000",
+        "log.segment.bytes": "2000000",
+    }
+
+
+# ---- forwarding ---------------------------------------------------------------------------
+
+
+def test_create_topics_is_forwarded_and_the_controllers_answer_passed_back() -> None:
+    controller = FakeController(cluster_image())
+    module: Any = request_module(forwarding.CREATE_TOPICS, 7)
+    topics = tuple(
+        make(module.CreatableTopic, {"name": n, "num_partitions": 3, "replication_factor": 1})
+        for n in ("new", "orders")
+    )
+    response = ask(apis(controller), forwarding.CREATE_TOPICS, 7, {"topics": topics})
+    assert [(t.name, t.error_code) for t in response.topics] == [
+        ("new", ErrorCode.none),
+        ("orders", ErrorCode.topic_already_exists),
+    ]
+    assert controller.requests[0].topics == topics  # the same entity, unchanged
+    assert len(controller.image.topics.get("new").partitions) == 3
+
+
+def forwarded_request(api_key: int, version: int) -> dict[str, object]:
+    """Values for a request of every forwarded API naming topic "t" (or its partition 0)."""
+    module: Any = request_module(api_key, version)
+    if api_key == forwarding.CREATE_TOPICS:
+        return {
+            "topics": (
+                make(
+                    module.CreatableTopic,
+                    {"name": "t", "num_partitions": 1, "replication_factor": 1},
+                ),
+            )
+        }
+    if api_key == forwarding.DELETE_TOPICS:
+        if version >= 6:
+            return {
+                "topics": (
+                    make(module.DeleteTopicState, {"name": "t", "topic_id": uuid.UUID(int=0)}),
+                )
+            }
+        return {"topic_names": ("t",)}
+    if api_key == forwarding.CREATE_PARTITIONS:
+        return {
+            "topics": (
+                make(module.CreatePartitionsTopic, {"name": "t", "count": 2, "assignments": None}),
+            )
+        }
+    if api_key == forwarding.ELECT_LEADERS:
+        return {
+            "topic_partitions": (make(module.TopicPartitions, {"topic": "t", "partitions": (0,)}),)
+        }
+    return {
+        "resources": (
+            make(
+                module.AlterConfigsResource, {"resource_type": TOPIC_RESOURCE, "resource_name": "t"}
+            ),
+        )
+    }
+
+
+def item_codes(response: Any) -> list[int]:
+    for field in ("topics", "responses", "results"):
+        if hasattr(response, field):
+            return [int(item.error_code) for item in getattr(response, field)]
+    return [
+        int(p.error_code) for r in response.replica_election_results for p in r.partition_result
+    ]
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version"),
+    [
+        (key, v)
+        for key, (low, high) in sorted(KafkaApis.SUPPORTED_APIS.items())
+        if key in forwarding.FORWARDED_APIS
+        for v in range(low, high + 1)
+    ],
+)
+def test_a_forward_nobody_answers_times_out_for_every_item(api_key: int, version: int) -> None:
+    controller = FakeController(cluster_image())
+    controller.failure = TimeoutError("no controller")
+    response = ask(apis(controller), api_key, version, forwarded_request(api_key, version))
+    assert item_codes(response) == [ErrorCode.request_timed_out]
+    assert len(controller.requests) == 1
+
+
+def test_not_controller_from_the_controller_is_passed_on() -> None:
+    controller = FakeController(cluster_image())
+    request = make(
+        request_module(forwarding.INCREMENTAL_ALTER_CONFIGS, 1).IncrementalAlterConfigsRequest,
+        forwarded_request(44, 1),
+    )
+    controller.canned = forwarding.forwarded_error_response(request, ErrorCode.not_controller, None)
+    response = ask(
+        apis(controller), forwarding.INCREMENTAL_ALTER_CONFIGS, 1, forwarded_request(44, 1)
+    )
+    assert item_codes(response) == [ErrorCode.not_controller]
