@@ -936,9 +936,12 @@ class RaftCore:
         if (
             self.role in (Role.PROSPECTIVE, Role.UNATTACHED)
             and response.leader_epoch == self.epoch
-            and response.leader_id not in (NO_LEADER, self.node_id)
+            and response.leader_id not in (NO_LEADER, self.node_id, self.leader_id)
         ):
-            # Someone still follows a leader of our epoch: rejoin it (KIP-996).
+            # Someone follows a leader of our epoch we did not know: rejoin it (KIP-996).
+            # A hint naming the leader we just timed out on proves nothing (the peer may be
+            # about to time out too); rejoining it would have two followers of a dead leader
+            # bounce each other back forever, one fetch timeout apart.
             self._become_follower(self.epoch, response.leader_id)
             return
         expected = Role.PROSPECTIVE if request.pre_vote else Role.CANDIDATE
