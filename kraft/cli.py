@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import logging
 import sys
+import time
 
 from kraft.config import ConfigError, load_config
 from kraft.storage import StorageError, format_dirs, random_uuid
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                     config,
                     args.cluster_id,
                     ignore_formatted=args.ignore_formatted,
+                    timestamp_ms=int(time.time() * 1000),
                 )
             )
             for directory in formatted:

@@ -78,6 +78,21 @@ class ServerConfig(BaseModel):
         default=2000, alias="controller.quorum.request.timeout.ms", gt=0
     )
     max_idle_interval_ms: int = Field(default=500, alias="metadata.max.idle.interval.ms", ge=0)
+    snapshot_max_bytes: int = Field(
+        default=20 * 1024 * 1024, alias="metadata.log.max.record.bytes.between.snapshots", gt=0
+    )
+    snapshot_max_interval_ms: int = Field(
+        default=3_600_000, alias="metadata.log.max.snapshot.interval.ms", ge=0
+    )
+    heartbeat_interval_ms: int = Field(default=2000, alias="broker.heartbeat.interval.ms", gt=0)
+    session_timeout_ms: int = Field(default=9000, alias="broker.session.timeout.ms", gt=0)
+    num_partitions: int = Field(default=1, alias="num.partitions", gt=0)
+    default_replication_factor: int = Field(default=1, alias="default.replication.factor", gt=0)
+    unclean_leader_election_enable: bool = Field(
+        default=False, alias="unclean.leader.election.enable"
+    )
+    broker_rack: str | None = Field(default=None, alias="broker.rack")
+    inter_broker_listener_name: str = Field(default="PLAINTEXT", alias="inter.broker.listener.name")
 
     @field_validator("process_roles", mode="before")
     @classmethod
@@ -117,6 +132,20 @@ class ServerConfig(BaseModel):
         if self.metadata_dir not in dirs:
             dirs.append(self.metadata_dir)
         return dirs
+
+    def broker_endpoints(self) -> list[Endpoint]:
+        """The listeners that serve Kafka clients: all but the controller listeners."""
+        return [e for e in self.listeners if e.name not in self.controller_listener_names]
+
+    def advertised_broker_endpoints(self) -> list[Endpoint]:
+        """What the broker registers: advertised.listeners (else listeners), minus the
+        controller listeners; an empty host advertises localhost, as a client can dial it."""
+        endpoints = self.advertised_listeners or self.listeners
+        return [
+            Endpoint(e.name, e.host or "localhost", e.port)
+            for e in endpoints
+            if e.name not in self.controller_listener_names
+        ]
 
     def controller_endpoint(self) -> Endpoint:
         """The listener this node's quorum RPCs are served on."""
@@ -160,6 +189,15 @@ def config_from_properties(
                 "but not one of the voters"
             )
         config.controller_endpoint()
+    if "broker" in config.process_roles:
+        names = [e.name for e in config.broker_endpoints()]
+        if not names:
+            raise ConfigError(f"{source}: listeners: a broker needs a non-controller listener")
+        if config.inter_broker_listener_name not in names:
+            raise ConfigError(
+                f"{source}: inter.broker.listener.name: {config.inter_broker_listener_name} "
+                f"is not one of the broker listeners {','.join(names)}"
+            )
     return config
 
 

@@ -11,6 +11,7 @@ import base64
 import os
 import uuid
 
+from kraft.bootstrap import write_bootstrap
 from kraft.config import ServerConfig
 from kraft.properties import format_properties, parse_properties
 from log.fs import FileSystem, read_all, write_atomic
@@ -57,9 +58,15 @@ def read_meta(fs: FileSystem, directory: str) -> dict[str, str] | None:
 
 
 async def format_dirs(
-    fs: FileSystem, config: ServerConfig, cluster_id: str, *, ignore_formatted: bool
+    fs: FileSystem,
+    config: ServerConfig,
+    cluster_id: str,
+    *,
+    ignore_formatted: bool,
+    timestamp_ms: int = 0,
 ) -> list[str]:
-    """Write meta.properties into every dir; returns the dirs it formatted."""
+    """Write meta.properties into every dir, and the bootstrap metadata into the metadata
+    dir; returns the dirs it formatted."""
     check_cluster_id(cluster_id)
     formatted = []
     for directory in config.all_dirs:
@@ -82,6 +89,8 @@ async def format_dirs(
             "node.id": str(config.node_id),
             "directory.id": random_uuid(),
         }
+        if directory == config.metadata_dir:
+            await write_bootstrap(fs, directory, timestamp_ms)
         await write_atomic(
             fs, os.path.join(directory, META_PROPERTIES), format_properties(props).encode()
         )

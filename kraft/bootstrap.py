@@ -1,0 +1,43 @@
+"""bootstrap.checkpoint: the metadata a new cluster starts from (Kafka's bootstrap snapshot).
+
+``kraft-server format`` writes it next to meta.properties in the metadata log dir: today one
+FeatureLevel record fixing ``metadata.version``. The first controller to become active on an
+empty metadata log writes these records before anything else, so every node's image carries
+the version the cluster was formatted with. The file uses the snapshot layout (header
+control record, the records, footer), so the same CRC-checked reader loads it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from log.fs import FileSystem, read_all, write_atomic
+from log.records import Record
+from metadata.records import (
+    METADATA_VERSION_FEATURE,
+    FeatureLevel,
+    MetadataRecord,
+    decode_record,
+    encode_record,
+)
+from raft.snapshot import decode_snapshot, encode_snapshot
+
+BOOTSTRAP_FILE = "bootstrap.checkpoint"
+METADATA_VERSION = 1  # the only metadata.version kraft-py has so far
+
+
+async def write_bootstrap(fs: FileSystem, directory: str, timestamp_ms: int) -> None:
+    """Write the bootstrap records atomically (temp file, fsync, rename)."""
+    record = FeatureLevel(METADATA_VERSION_FEATURE, METADATA_VERSION)
+    data = encode_snapshot([Record(None, encode_record(record), timestamp_ms)], timestamp_ms)
+    await write_atomic(fs, os.path.join(directory, BOOTSTRAP_FILE), data)
+
+
+def read_bootstrap(fs: FileSystem, directory: str) -> list[MetadataRecord]:
+    """The bootstrap records, or the default set when the file is absent (a directory
+    formatted before bootstrap files existed). A corrupt file raises SnapshotError."""
+    path = os.path.join(directory, BOOTSTRAP_FILE)
+    if not fs.exists(path):
+        return [FeatureLevel(METADATA_VERSION_FEATURE, METADATA_VERSION)]
+    records = decode_snapshot(read_all(fs, path), BOOTSTRAP_FILE)
+    return [decode_record(r.value or b"", index) for index, r in enumerate(records)]

@@ -1,0 +1,303 @@
+"""One kraft-py node, assembled from its configuration: controller, broker, or both.
+
+Every node replicates ``__cluster_metadata`` through a RaftNode (a voter when it is a
+controller, an observer when it is only a broker) and replays it with a MetadataLoader into
+published images. A controller also runs the QuorumController and serves the controller
+listener (the quorum's RPCs plus the controller APIs); a broker registers and heartbeats with
+the active controller and, once unfenced, opens its client listeners (Kafka opens them only
+when the broker can serve: a client never sees a broker that has not caught up).
+
+The same assembly runs under ``kraft-server start`` and inside the simulator: everything it
+touches goes through the Runtime and asyncio, and hosts are whatever the listeners say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from collections.abc import Sequence
+
+from broker.controller_channel import ControllerChannel
+from broker.kafka_apis import KafkaApis
+from broker.lifecycle import BrokerLifecycleManager, BrokerState
+from broker.network import api_versions_response, serve_connection
+from kraft.bootstrap import read_bootstrap
+from kraft.config import ServerConfig
+from log.records import Record
+from log.runtime import Runtime
+from metadata.controller.quorum_controller import (
+    CONTROLLER_BUGS,
+    ControllerConfig,
+    QuorumController,
+)
+from metadata.loader import MetadataLoader, MetadataPublisher
+from metadata.records import Listener
+from raft import codec, wire
+from raft.core import Event, RaftConfig, Role, RoleChanged, Truncated
+from raft.disk_log import DiskLog
+from raft.driver import BUGS as RAFT_BUGS
+from raft.driver import CommittedBatch, RaftNode, RaftNodeConfig
+from raft.snapshot import SnapshotId
+
+logger = logging.getLogger("kraft.node")
+METADATA_PARTITION_DIR = "__cluster_metadata-0"
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
+
+
+class _RoleLogger:
+    """Logs the quorum's role changes the way operators read Kafka's."""
+
+    def __init__(self, node_id: int) -> None:
+        self._node_id = node_id
+
+    def handle_commit(self, batch: CommittedBatch) -> None:
+        return None
+
+    def handle_load_snapshot(self, snapshot: SnapshotId, records: list[Record]) -> None:
+        logger.info(
+            "[RaftManager id=%d] Loaded snapshot %s (%d records)",
+            self._node_id,
+            snapshot.file_name,
+            len(records),
+        )
+
+    def handle_event(self, event: Event) -> None:
+        if isinstance(event, RoleChanged):
+            logger.info(
+                "[RaftManager id=%d] Completed transition to %s(epoch=%d, leaderId=%d)",
+                self._node_id,
+                event.role.value.capitalize(),
+                event.epoch,
+                event.leader_id,
+            )
+        elif isinstance(event, Truncated):
+            logger.warning(
+                "[RaftManager id=%d] Truncated the metadata log from %d to %d",
+                self._node_id,
+                event.from_offset,
+                event.to_offset,
+            )
+
+
+class KraftNode:
+    """A running node; ``start``, then ``wait`` or ``shutdown``."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        config: ServerConfig,
+        cluster_id: str,
+        *,
+        bugs: frozenset[str] = frozenset(),
+        publishers: Sequence[MetadataPublisher] = (),
+    ) -> None:
+        self.runtime = runtime
+        self.config = config
+        self.cluster_id = cluster_id
+        self.bugs = bugs
+        self._publishers = tuple(publishers)
+        self.metadata_dir = os.path.join(config.metadata_dir, METADATA_PARTITION_DIR)
+        self.is_controller = "controller" in config.process_roles
+        self.is_broker = "broker" in config.process_roles
+        self.log: DiskLog | None = None
+        self.raft: RaftNode | None = None
+        self.loader: MetadataLoader | None = None
+        self.controller: QuorumController | None = None
+        self.lifecycle: BrokerLifecycleManager | None = None
+        self.apis: KafkaApis | None = None
+        self._channel: ControllerChannel | None = None
+        self._servers: list[asyncio.AbstractServer] = []
+        self._tasks: list[asyncio.Task] = []
+        self._closed = False
+        # When the broker opened its listeners: its broker epoch, its replayed metadata
+        # offset, and the (want_fence, offset) of the heartbeat the controller unfenced.
+        self.lifecycle_ready: asyncio.Future[tuple[int, int, tuple[bool, int] | None]] | None = None
+
+    # ---- start -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        runtime, config = self.runtime, self.config
+        self.log = await DiskLog.open(runtime, self.metadata_dir)
+        raft = RaftNode(
+            runtime,
+            RaftNodeConfig(
+                node_id=config.node_id,
+                voters=config.controller_quorum_voters,
+                cluster_id=self.cluster_id,
+                metadata_dir=self.metadata_dir,
+                raft=RaftConfig(
+                    election_timeout_ms=config.election_timeout_ms,
+                    fetch_timeout_ms=config.fetch_timeout_ms,
+                    election_backoff_max_ms=config.election_backoff_max_ms,
+                    request_timeout_ms=config.request_timeout_ms,
+                ),
+                bugs=self.bugs & RAFT_BUGS.keys(),
+            ),
+            self.log,
+        )
+        self.raft = raft
+        self.loader = MetadataLoader(
+            snapshotter=raft.snapshot,
+            max_bytes_between_snapshots=config.snapshot_max_bytes,
+            max_interval_ms=config.snapshot_max_interval_ms,
+            now_ms=runtime.clock.now_ms,
+        )
+        for publisher in self._publishers:
+            self.loader.add_publisher(publisher)
+        raft.add_listener(self.loader)
+        raft.add_listener(_RoleLogger(config.node_id))
+        if self.is_controller:
+            self.controller = QuorumController(
+                runtime,
+                raft,
+                self.loader,
+                ControllerConfig(
+                    node_id=config.node_id,
+                    cluster_id=self.cluster_id,
+                    num_partitions=config.num_partitions,
+                    default_replication_factor=config.default_replication_factor,
+                    session_timeout_ms=config.session_timeout_ms,
+                    max_idle_interval_ms=config.max_idle_interval_ms,
+                    unclean_leader_election_enable=config.unclean_leader_election_enable,
+                    bootstrap_records=tuple(read_bootstrap(runtime.fs, config.metadata_dir)),
+                ),
+                bugs=self.bugs & CONTROLLER_BUGS.keys(),
+            )
+        await raft.start()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(raft.wait()))
+        if self.is_controller:
+            endpoint = config.controller_endpoint()
+            self._servers.append(
+                await asyncio.start_server(
+                    self._serve_controller, endpoint.host or None, endpoint.port
+                )
+            )
+            logger.info(
+                "[ControllerServer id=%d] Serving %s://%s:%d (cluster %s, metadata log end %d)",
+                config.node_id,
+                endpoint.name,
+                endpoint.host,
+                endpoint.port,
+                self.cluster_id,
+                self.log.end_offset(),
+            )
+        if self.is_broker:
+            self.lifecycle_ready = loop.create_future()
+            self._tasks.append(loop.create_task(self._run_broker()))
+
+    async def _run_broker(self) -> None:
+        """Register, wait to be unfenced, then open the client listeners."""
+        runtime, config = self.runtime, self.config
+        assert self.loader is not None
+        incarnation = uuid.UUID(int=runtime.rng.getrandbits(128), version=4)
+        self._channel = ControllerChannel(
+            config.controller_quorum_voters, f"broker-{config.node_id}", runtime.rng
+        )
+        listeners = tuple(
+            Listener(e.name, e.host, e.port) for e in config.advertised_broker_endpoints()
+        )
+        loader = self.loader
+        self.lifecycle = BrokerLifecycleManager(
+            runtime,
+            config.node_id,
+            self.cluster_id,
+            incarnation,
+            listeners,
+            config.broker_rack,
+            self._channel,
+            metadata_offset=lambda: loader.image.offset,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+        )
+        self.apis = KafkaApis(
+            config.node_id,
+            self.cluster_id,
+            config.inter_broker_listener_name,
+            lambda: loader.image,
+            self._channel,
+            runtime.rng,
+        )
+        await self.lifecycle.start()
+        await self.lifecycle.wait_for_state(BrokerState.RUNNING)
+        assert self.lifecycle_ready is not None
+        self.lifecycle_ready.set_result(
+            (self.lifecycle.broker_epoch, loader.image.offset, self.lifecycle.unfenced_by)
+        )
+        for endpoint in config.broker_endpoints():
+            self._servers.append(
+                await asyncio.start_server(self._serve_broker, endpoint.host or None, endpoint.port)
+            )
+            logger.info(
+                "[BrokerServer id=%d] Serving %s://%s:%d",
+                config.node_id,
+                endpoint.name,
+                endpoint.host,
+                endpoint.port,
+            )
+
+    # ---- listeners --------------------------------------------------------------------------
+    def _controller_apis(self) -> dict[int, tuple[int, int]]:
+        assert self.controller is not None
+        return codec.API_VERSIONS | self.controller.SUPPORTED_APIS
+
+    async def _serve_controller(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await serve_connection(reader, writer, self._handle_controller, self._controller_apis())
+
+    async def _handle_controller(self, header: wire.RequestHeader, request: object) -> object:
+        raft, controller = self.raft, self.controller
+        assert raft is not None and controller is not None
+        if header.api_key == wire.API_VERSIONS_KEY:
+            return api_versions_response(header.api_version, self._controller_apis())
+        if header.api_key in controller.SUPPORTED_APIS:
+            return await controller.handle(header.api_key, header.api_version, request)
+        return await raft.handle_request(header, request)
+
+    async def _serve_broker(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        assert self.apis is not None
+        await serve_connection(reader, writer, self.apis.handle, self.apis.SUPPORTED_APIS)
+
+    # ---- run and stop ---------------------------------------------------------------------
+    async def wait(self) -> None:
+        """Until a fatal error in the quorum loop or the broker's start-up (re-raised)."""
+        await asyncio.gather(*self._tasks)
+
+    async def shutdown(self) -> None:
+        """Controlled shutdown: a broker first moves its leadership away, a leading
+        controller hands the quorum over with EndQuorumEpoch; then everything closes."""
+        if self.lifecycle is not None and self.lifecycle.state is BrokerState.RUNNING:
+            await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
+        if self.raft is not None and self.raft.core is not None and self.raft.role is Role.LEADER:
+            await self.raft.resign()
+            await asyncio.sleep(0.05)  # let EndQuorumEpoch reach the peers' sockets
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop everything; safe to call again."""
+        if self._closed:
+            return
+        self._closed = True
+        for server in self._servers:
+            server.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.lifecycle is not None:
+            await self.lifecycle.close()
+        if self._channel is not None:
+            await self._channel.close()
+        if self.controller is not None:
+            await self.controller.close()
+        if self.loader is not None:
+            await self.loader.close()
+        if self.raft is not None and self.raft.core is not None:
+            await self.raft.close()
+        if self.log is not None:
+            await self.log.close()
