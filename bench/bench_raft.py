@@ -3,9 +3,10 @@
 Run: ``.venv/bin/python bench/bench_raft.py [--duration S] [--in-flight N] [--latency N]``.
 
 kraft-py: node 1 runs in this process (proposals need the leader's ``RaftNode``; there is no
-client propose RPC) on 127.0.0.1, nodes 2 and 3 are ``kraft-server start`` processes
-(controller role) on 127.0.0.2 and 127.0.0.3, formatted with the same cluster id and given a
-5 s election timeout so node 1 wins the first election. Every node fsyncs (fdatasync, group
+client propose RPC) on 127.0.0.1, nodes 2 and 3 are follower processes running the same
+RaftNode as a ``kraft-server`` controller (without the metadata layers, which would refuse
+the benchmark's values) on 127.0.0.2 and 127.0.0.3, given a 5 s election timeout so node 1
+wins the first election. Every node fsyncs (fdatasync, group
 commit) its metadata log before the offsets count towards the high watermark. One run prints
 1. throughput: committed 100-byte records/s with ``--in-flight`` concurrent
    ``propose_and_wait`` calls refilled as they complete, for ``--duration`` seconds, one
@@ -140,37 +141,56 @@ def fdatasync_ms(directory: str, count: int = 200) -> list[float]:
 def start_kraft_followers(
     root: Path, port: int, cluster_id: str, procs: list[subprocess.Popen]
 ) -> None:
-    """Format nodes 2 and 3, then start them as ``kraft-server start`` controller processes
-    (added to ``procs`` as they start, so the caller can stop whatever did)."""
-    voters = ",".join(f"{i}@127.0.0.{i}:{port}" for i in NODES)
-    configs = []
+    """Start nodes 2 and 3 as follower processes (added to ``procs`` as they start, so the
+    caller can stop whatever did). Each runs the RaftNode that kraft-server's controller
+    runs, on its own DiskLog, without the metadata layers above it: the benchmark's
+    100-byte values are not metadata records, and the figure is the quorum's."""
     for i in NODES[1:]:
-        config = root / f"controller{i}.properties"
-        config.write_text(
-            "process.roles=controller\n"
-            f"node.id={i}\n"
-            f"controller.quorum.voters={voters}\n"
-            f"listeners=CONTROLLER://127.0.0.{i}:{port}\n"
-            "controller.listener.names=CONTROLLER\n"
-            f"log.dirs={root / f'data{i}'}\n"
-            f"controller.quorum.election.timeout.ms={FOLLOWER_ELECTION_TIMEOUT_MS}\n"
-        )
-        subprocess.run(
-            [str(BIN / "kraft-server"), "format", "-t", cluster_id, "-c", str(config)],
-            check=True,
-            capture_output=True,
-            timeout=DEADLINE_S,
-        )
-        configs.append(config)
-    for i, config in zip(NODES[1:], configs, strict=True):
         with open(root / f"node{i}.log", "w") as out:
             procs.append(
                 subprocess.Popen(
-                    [str(BIN / "kraft-server"), "start", str(config)],
+                    [
+                        sys.executable,
+                        __file__,
+                        "--follower",
+                        str(i),
+                        "--port",
+                        str(port),
+                        "--cluster-id",
+                        cluster_id,
+                        "--dir",
+                        str(root / f"data{i}"),
+                    ],
                     stdout=out,
                     stderr=subprocess.STDOUT,
                 )
             )
+
+
+async def serve_follower(node_id: int, port: int, cluster_id: str, directory: str) -> None:
+    """One follower voter until SIGTERM: the quorum member a controller process runs."""
+    runtime = real_runtime()
+    metadata_dir = os.path.join(directory, "__cluster_metadata-0")
+    log = await DiskLog.open(runtime, metadata_dir)
+    node = RaftNode(
+        runtime,
+        RaftNodeConfig(
+            node_id=node_id,
+            voters={i: (f"127.0.0.{i}", port) for i in NODES},
+            cluster_id=cluster_id,
+            metadata_dir=metadata_dir,
+            raft=RaftConfig(election_timeout_ms=FOLLOWER_ELECTION_TIMEOUT_MS),
+        ),
+        log,
+    )
+    await node.start()
+    server = await asyncio.start_server(node.serve, f"127.0.0.{node_id}", port)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    server.close()
+    await node.close()
+    await log.close()
 
 
 def stop_processes(procs: list[subprocess.Popen]) -> None:
@@ -439,7 +459,14 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per throughput run")
     parser.add_argument("--in-flight", type=int, default=2000, help="concurrent proposals")
     parser.add_argument("--latency", type=int, default=500, help="sequential proposals timed")
+    parser.add_argument("--follower", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--cluster-id", help=argparse.SUPPRESS)
+    parser.add_argument("--dir", help=argparse.SUPPRESS)
     parsed = parser.parse_args()
+    if parsed.follower is not None:
+        asyncio.run(serve_follower(parsed.follower, parsed.port, parsed.cluster_id, parsed.dir))
+        return
     args = Config(parsed.duration, parsed.in_flight, parsed.latency)
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, 3 voters on loopback, "

@@ -61,6 +61,7 @@ SNAPSHOT_NOT_FOUND = 98
 SNAPSHOT_CHUNK_BYTES = 1024 * 1024
 BEGIN_QUORUM_RETRY_MS = 500
 MAX_PROPOSAL_RECORDS = 10_000
+HIGH_WATERMARK_LINGER_MS = 2
 
 
 class Role(enum.Enum):
@@ -225,6 +226,18 @@ class RaftCore:
     def has_ready(self) -> bool:
         """True if ``ready`` would hand over any work."""
         return not self._ready.empty()
+
+    def has_ready_io(self) -> bool:
+        """True if ``ready`` holds work the driver must await: the quorum state to persist,
+        a truncation, snapshot chunks or an install. The rest (messages, a flush request,
+        events) it can carry out on the spot."""
+        ready = self._ready
+        return (
+            ready.state is not None
+            or ready.truncate_to is not None
+            or bool(ready.snapshot_chunks)
+            or ready.install_snapshot is not None
+        )
 
     def next_deadline_ms(self) -> int:
         """When ``tick`` next has something to do (the driver may tick earlier)."""
@@ -552,9 +565,10 @@ class RaftCore:
                 self._become_resigned()
                 return
         self._send_begin_quorum_epoch()
-        for parked in list(self._parked.values()):
+        for src, parked in list(self._parked.items()):
             if self.now_ms >= parked.deadline_ms:
                 self._answer_fetch(parked, force=True)
+                del self._parked[src]
 
     def _update_high_watermark(self) -> None:
         ends = [
@@ -691,12 +705,20 @@ class RaftCore:
         )
 
     def _answer_fetch(self, parked: _Parked, *, force: bool) -> bool:
-        """Answer a fetch if there is news (records or a new HW) or ``force``; True if sent."""
+        """Answer a fetch if there are records for it or ``force``; True if sent.
+
+        A new high watermark alone is news too, but not urgent: the fetch is then held for
+        HIGH_WATERMARK_LINGER_MS, so records proposed in reaction to the commit (the next
+        proposal, usually within a millisecond) go out with it in one answer instead of
+        waiting for the fetch this answer would prompt (a round trip per commit saved)."""
         request = parked.request
         progress = self._progress[parked.src]
         max_bytes = min(request.max_bytes, self.config.fetch_max_bytes)
         records = self.log.read(request.fetch_offset, max_bytes)
-        if not records and not force and progress.last_sent_high_watermark == self.high_watermark:
+        if not records and not force:
+            if progress.last_sent_high_watermark != self.high_watermark:
+                linger_until = self.now_ms + HIGH_WATERMARK_LINGER_MS
+                parked.deadline_ms = min(parked.deadline_ms, linger_until)
             return False
         progress.last_sent_high_watermark = self.high_watermark
         self._ready.messages.append(

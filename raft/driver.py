@@ -3,8 +3,14 @@
 It feeds the core (requests from the listener, responses from peers, ticks, proposals, flush
 completions) and carries out its Ready in order: persist the quorum state, then send, then
 flush. Flushes are group commits: appends made while an fsync is running go out together in
-the next one. Committed batches are delivered to listeners in order, exactly once per
-process incarnation.
+the next one. Proposals are group-appended the same way: those made within one event-loop
+turn become one record batch (see ``batch_accumulator``). Committed batches are delivered to
+listeners in order, exactly once per process incarnation.
+
+Latency is mostly loop turns, so work that needs no awaiting (sending, asking for a flush,
+delivering events) is carried out where the core produced it (a peer's answer, a request, a
+flush completion, the appended proposals) rather than by waking the main loop; the main
+loop keeps time, and whatever must await (the quorum state, truncation, snapshots).
 """
 
 from __future__ import annotations
@@ -15,12 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from log.batch import decode_batch, iter_batches
+from log.batch import decode_batch, iter_batches, validate_batch
 from log.records import Record
 from log.runtime import Runtime
 from raft import codec, quorum_state, wire
+from raft.batch_accumulator import BatchAccumulator
 from raft.core import (
     CORE_BUGS,
+    MAX_PROPOSAL_RECORDS,
     Event,
     HighWatermarkAdvanced,
     NotLeaderError,
@@ -49,6 +57,43 @@ RAFT_API_KEYS = (
     codec.FETCH_SNAPSHOT,
 )
 MAX_READ_BYTES = 8 * 1024 * 1024
+# Half of max.message.bytes (1 MiB): accumulated proposals stay well inside what the log takes.
+MAX_BATCH_BYTES = 512 * 1024
+
+
+class _DirectReply:
+    """Answers a request on its connection the moment the core replies: a long-polled Fetch
+    completed mid-turn (records appended, the high watermark moved) goes out in that turn
+    instead of after the connection's handler is next scheduled. ``done`` then lets the
+    handler read the connection's next request, so requests stay answered in order."""
+
+    __slots__ = ("done", "header", "writer")
+
+    def __init__(
+        self, writer: asyncio.StreamWriter, header: wire.RequestHeader, done: asyncio.Future
+    ) -> None:
+        self.writer = writer
+        self.header = header
+        self.done = done
+
+    def __call__(self, body: Response) -> None:
+        if self.done.done():
+            return
+        header = self.header
+        try:
+            entity = codec.encode_raft_response(
+                body, api_key=header.api_key, api_version=header.api_version
+            )
+            frame = wire.encode_response(header, entity)
+        except Exception as exc:
+            self.done.set_exception(exc)
+            return
+        if not self.writer.is_closing():
+            self.writer.write(frame)
+        self.done.set_result(None)
+
+
+_WRITTEN = object()  # what a request answered through a _DirectReply returns to ``serve``
 
 
 class ProposalLost(Exception):
@@ -114,6 +159,16 @@ class RaftNode:
         self._inbound: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._asks: dict[asyncio.Future, None] = {}
         self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
+        self._accumulator = BatchAccumulator(
+            max_batch_records=MAX_PROPOSAL_RECORDS, max_batch_bytes=MAX_BATCH_BYTES
+        )
+        self._drain_scheduled = False
+        # Readies being carried out (the main loop, or resign, may be awaiting inside one):
+        # while any is, later work waits for the main loop, so the order of Readies holds.
+        self._processing = 0
+        self._failure: BaseException | None = None
+        self._wake_at_ms = 0  # when the main loop next ticks the core, unless woken
+        self._closing = False
 
     # ---- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
@@ -159,6 +214,7 @@ class RaftNode:
 
     async def close(self) -> None:
         """Stop the loops and connections (a leader resigns first: see ``resign``)."""
+        self._closing = True
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -179,6 +235,7 @@ class RaftNode:
     async def resign(self) -> None:
         """Graceful leader shutdown: send EndQuorumEpoch to hand leadership over."""
         assert self.core is not None
+        self._drain()
         self.core.resign()
         await self._process_ready()
 
@@ -228,11 +285,65 @@ class RaftNode:
 
     # ---- proposals ---------------------------------------------------------------------
     def propose(self, records: Sequence[Record]) -> int:
-        """Append records as leader; the offset of the last one. NotLeaderError otherwise."""
-        assert self.core is not None
-        offset = self.core.propose(records)
-        self._wake.set()
+        """Append records as leader; the offset of the last one. NotLeaderError otherwise.
+
+        The records join the batch appended at the end of this event-loop turn; their
+        offsets are fixed now. If leadership is lost before then they are dropped, and
+        anyone waiting for them gets LeadershipLost, as for records appended and then lost.
+        """
+        core = self.core
+        assert core is not None
+        if core.role is not Role.LEADER:
+            raise NotLeaderError(core.leader_id, core.epoch)
+        assert 0 < len(records) <= MAX_PROPOSAL_RECORDS
+        accumulator = self._accumulator
+        if not accumulator.empty() and accumulator.epoch != core.epoch:
+            # Leadership was lost and won again since: those records are dropped. (Within
+            # one epoch only draining appends on a leader, so the log end is still the base.)
+            self._drain()
+        offset = accumulator.add(records, core.epoch, self.log.end_offset)
+        if offset is None:  # this proposal must be its own batch: append it now, in order
+            self._drain()
+            offset = core.propose(records)
+            self._pump()
+            return offset
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            asyncio.get_running_loop().call_soon(self._drain_at_turn_end)
         return offset
+
+    def _drain_at_turn_end(self) -> None:
+        self._drain_scheduled = False
+        if self._closing or self._failure is not None:
+            return
+        try:
+            self._drain()
+        except Exception as exc:  # a disk that failed the append: the node stops, loudly
+            self._fail(exc)
+            return
+        self._pump()
+
+    def _drain(self) -> None:
+        """Append the accumulated proposals, if this node still leads the epoch and log they
+        were accepted for; otherwise drop them and fail their waiters."""
+        accumulator = self._accumulator
+        if accumulator.empty():
+            return
+        core = self.core
+        assert core is not None
+        epoch, base, end = accumulator.epoch, accumulator.base, accumulator.end
+        batches = accumulator.take()
+        if core.role is not Role.LEADER or core.epoch != epoch or self.log.end_offset() != base:
+            lost = LeadershipLost(core.leader_id, core.epoch)
+            for offset in [o for o in self._waiters if base <= o < end]:
+                proposed_epoch, future = self._waiters[offset]
+                if proposed_epoch == epoch:
+                    del self._waiters[offset]
+                    if not future.done():
+                        future.set_exception(lost)
+            return
+        for batch in batches:
+            core.propose(batch)
 
     async def propose_and_wait(self, records: Sequence[Record]) -> int:
         """Propose and wait until committed; ProposalLost if another leader's record won."""
@@ -260,12 +371,15 @@ class RaftNode:
                 # Python 3.11's wait_for (below) can swallow a cancellation that races with
                 # a wake-up; without this the loop would outlive close() and hang shutdown.
                 raise asyncio.CancelledError
+            if self._failure is not None:
+                raise self._failure
             core.tick(self._now_ms())
             now = loop.time()
             for peer in self._peers.values():
                 peer.expire(now)
             await self._process_ready()
-            delay_s = (core.next_deadline_ms() - self._now_ms()) / 1000
+            self._wake_at_ms = core.next_deadline_ms()
+            delay_s = (self._wake_at_ms - self._now_ms()) / 1000
             self._wake.clear()
             if self._has_work():
                 continue
@@ -276,36 +390,77 @@ class RaftNode:
         assert self.core is not None
         return self.core.has_ready()
 
+    def _fail(self, exc: BaseException) -> None:
+        """Work carried out outside the main loop failed: the main loop re-raises it, so
+        ``wait`` reports it as it would any failure of the loop itself."""
+        if self._failure is None:
+            self._failure = exc
+        self._wake.set()
+
+    def _pump(self) -> None:
+        """Carry out the core's new work at once if none of it needs awaiting and no other
+        Ready is being carried out; otherwise leave it to the main loop."""
+        core = self.core
+        assert core is not None
+        if self._closing:
+            return  # the loops are gone: nothing is carried out any more
+        if self._processing > 0 or core.has_ready_io():
+            self._wake.set()
+            return
+        if core.has_ready():
+            self._processing += 1
+            try:
+                ready = core.ready()
+                for message in ready.messages:
+                    self._send(message)
+                if ready.flush:
+                    self._flush_wanted.set()
+                for event in ready.events:
+                    self._on_event(event)
+            except Exception as exc:
+                self._fail(exc)
+                return
+            finally:
+                self._processing -= 1
+        if core.next_deadline_ms() < self._wake_at_ms:
+            self._wake.set()  # the core wants a tick sooner than the main loop planned
+
     async def _process_ready(self) -> None:
         core = self.core
         assert core is not None
-        ready = core.ready()
-        if ready.state is not None:
-            sync = "state-not-fsynced" not in self.config.bugs
-            await quorum_state.store(
-                self.runtime.fs, self.config.metadata_dir, ready.state, sync=sync
-            )
-        for message in ready.messages:
-            self._send(message)
-        if ready.truncate_to is not None:
-            await self.log.truncate_to(ready.truncate_to)
-            core.truncated(ready.truncate_to)
-        for snapshot, position, data in ready.snapshot_chunks:
-            self.log.write_snapshot_chunk(snapshot, position, data)
-        if ready.install_snapshot is not None:
-            records = await self.log.install_snapshot(ready.install_snapshot)
-            core.snapshot_installed(ready.install_snapshot)
-            self._load_snapshot(ready.install_snapshot, records)
-        if ready.flush:
-            self._flush_wanted.set()
-        for event in ready.events:
-            self._on_event(event)
+        self._processing += 1
+        try:
+            ready = core.ready()
+            if ready.state is not None:
+                sync = "state-not-fsynced" not in self.config.bugs
+                await quorum_state.store(
+                    self.runtime.fs, self.config.metadata_dir, ready.state, sync=sync
+                )
+            for message in ready.messages:
+                self._send(message)
+            if ready.truncate_to is not None:
+                await self.log.truncate_to(ready.truncate_to)
+                core.truncated(ready.truncate_to)
+            for snapshot, position, data in ready.snapshot_chunks:
+                self.log.write_snapshot_chunk(snapshot, position, data)
+            if ready.install_snapshot is not None:
+                records = await self.log.install_snapshot(ready.install_snapshot)
+                core.snapshot_installed(ready.install_snapshot)
+                self._load_snapshot(ready.install_snapshot, records)
+            if ready.flush:
+                self._flush_wanted.set()
+            for event in ready.events:
+                self._on_event(event)
+        finally:
+            self._processing -= 1
 
     def _send(self, message: Outbound) -> None:
-        if message.reply_to is not None:
-            future: asyncio.Future = message.reply_to
-            if not future.done():
-                future.set_result(message.body)
+        reply = message.reply_to
+        if reply is not None:
+            if isinstance(reply, _DirectReply):
+                reply(message.body)  # type: ignore[arg-type]
+            elif not reply.done():
+                reply.set_result(message.body)
             return
         peer = self._peers.get(message.dst)
         if peer is None:
@@ -319,9 +474,11 @@ class RaftNode:
         )
 
     def _deliver_response(self, peer_id: int, correlation_id: int, body: Response) -> None:
-        assert self.core is not None
-        self.core.step(Inbound(peer_id, body, correlation_id=correlation_id))
-        self._wake.set()
+        core = self.core
+        assert core is not None
+        core.tick(self._now_ms())
+        core.step(Inbound(peer_id, body, correlation_id=correlation_id))
+        self._pump()
 
     async def _flusher(self) -> None:
         core = self.core
@@ -333,7 +490,7 @@ class RaftNode:
             self._flush_wanted.clear()
             flushed = await self.log.flush()
             core.flushed(flushed)
-            self._wake.set()
+            self._pump()
 
     def _on_event(self, event: Event) -> None:
         for listener in self._listeners:
@@ -351,19 +508,24 @@ class RaftNode:
             data = self.log.read(self._applied, MAX_READ_BYTES)
             if not data:
                 return
-            for position, _header in iter_batches(data):
-                header, records = decode_batch(data, position)
+            for position, header in iter_batches(data):
                 if header.base_offset >= high_watermark:
-                    return
-                batch = CommittedBatch(
-                    header.base_offset,
-                    header.partition_leader_epoch,
-                    header.is_control,
-                    tuple(records),
+                    return  # not committed yet: judged by the header, before any decoding
+                if self._listeners:
+                    header, records = decode_batch(data, position)
+                    batch = CommittedBatch(
+                        header.base_offset,
+                        header.partition_leader_epoch,
+                        header.is_control,
+                        tuple(records),
+                    )
+                    for listener in self._listeners:
+                        listener.handle_commit(batch)
+                else:  # nobody to hand records to: the CRC check is all that is owed
+                    validate_batch(data, position)
+                self._settle_waiters(
+                    header.base_offset, header.next_offset, header.partition_leader_epoch
                 )
-                for listener in self._listeners:
-                    listener.handle_commit(batch)
-                self._settle_waiters(header.base_offset, header.next_offset, batch.epoch)
                 self._applied = header.next_offset
 
     def _settle_waiters(self, base: int, end: int, epoch: int) -> None:
@@ -402,10 +564,11 @@ class RaftNode:
                         0, error_code=wire.UNSUPPORTED_VERSION
                     )
                 else:
-                    response = await self.handle_request(header, entity)
+                    response = await self._answer(header, entity, writer)
                 if response is None:
                     return
-                writer.write(wire.encode_response(header, response))
+                if response is not _WRITTEN:
+                    writer.write(wire.encode_response(header, response))
                 await writer.drain()
         except (OSError, asyncio.IncompleteReadError, wire.FrameError):
             pass
@@ -417,6 +580,13 @@ class RaftNode:
         """The response entity, or None to close the connection (as Kafka does for a
         request it cannot serve). Public so a controller listener that also serves the
         controller's APIs can hand the quorum's requests here."""
+        return await self._answer(header, entity, None)
+
+    async def _answer(
+        self, header: wire.RequestHeader, entity: object, writer: asyncio.StreamWriter | None
+    ) -> object | None:
+        """``handle_request``; given the connection's ``writer``, a quorum request's answer
+        is written there directly (see _DirectReply) and ``_WRITTEN`` returned."""
         api_key, version = header.api_key, header.api_version
         if api_key == wire.API_VERSIONS_KEY:
             return codec.api_versions_response(version)
@@ -430,20 +600,31 @@ class RaftNode:
             return codec.error_response(api_key, version, Errors.INVALID_REQUEST)
         if cluster_id is not None and cluster_id != self.config.cluster_id:
             return codec.error_response(api_key, version, Errors.INCONSISTENT_CLUSTER_ID)
-        answer = await self.ask(src, body)
-        return codec.encode_raft_response(answer, api_key=api_key, api_version=version)
+        if writer is None:
+            answer = await self.ask(src, body)
+            return codec.encode_raft_response(answer, api_key=api_key, api_version=version)
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        await self._step_request(src, body, _DirectReply(writer, header, done), done)
+        return _WRITTEN
 
     async def ask(self, src: int, body: Request) -> Response:
         """Hand a request to the core and wait for its answer (which may be long-polled)."""
-        assert self.core is not None
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._asks[future] = None
+        return await self._step_request(src, body, future, future)
+
+    async def _step_request(
+        self, src: int, body: Request, reply_to: object, done: asyncio.Future
+    ) -> object:
+        core = self.core
+        assert core is not None
+        self._asks[done] = None
         try:
-            self.core.step(Inbound(src, body, reply_to=future))
-            self._wake.set()
-            return await future
+            core.tick(self._now_ms())
+            core.step(Inbound(src, body, reply_to=reply_to))
+            self._pump()
+            return await done
         finally:
-            self._asks.pop(future, None)
+            self._asks.pop(done, None)
 
     def _describe_quorum(self, version: int) -> object:
         core = self.core
