@@ -49,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--nodes", type=int, default=6, help="simulated nodes (default 6)")
         p.add_argument("--voters", type=int, default=3, help="raft voters (default 3)")
         p.add_argument("--observers", type=int, default=0, help="raft observers (default 0)")
+        p.add_argument(
+            "--controllers", type=int, default=3, help="metadata scenario: controllers (default 3)"
+        )
+        p.add_argument(
+            "--brokers", type=int, default=3, help="metadata scenario: brokers (default 3)"
+        )
         p.add_argument("--duration", type=float, default=30.0, help="virtual seconds of faults")
         p.add_argument("--faults", default="all", help="all, none, or a comma list")
         p.add_argument("--bug", default=None, help="a planted bug (see `kraft-sim bugs`)")
@@ -84,6 +90,8 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         raise ValueError("--nodes must be at least 2")
     if not 1 <= args.voters <= 9 or not 0 <= args.observers <= 9:
         raise ValueError("--voters must be 1-9 and --observers 0-9")
+    if not 1 <= args.controllers <= 9 or not 1 <= args.brokers <= 9:
+        raise ValueError("--controllers and --brokers must be 1-9")
     if args.trace is not None:
         if os.path.exists(args.trace) and not os.path.isdir(args.trace):
             raise ValueError(f"--trace takes a directory; {args.trace} is a file")
@@ -98,6 +106,8 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         nodes=args.nodes,
         voters=args.voters,
         observers=args.observers,
+        controllers=args.controllers,
+        brokers=args.brokers,
         trace_dir=args.trace,
     )
 

@@ -25,6 +25,8 @@ class RunConfig:
     nodes: int = 6
     voters: int = 3
     observers: int = 0
+    controllers: int = 3
+    brokers: int = 3
     trace_path: str | None = None
     trace_dir: str | None = None
 

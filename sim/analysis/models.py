@@ -151,13 +151,15 @@ class TopicModel(Model):
     """One topic of the metadata log: absent, or present with N partitions.
 
     ``create(n)`` succeeds only on an absent topic; ``delete`` only on a present one;
-    ``create-partitions(n)`` (the new total) only when present with fewer than n. The
+    ``create-partitions(n)`` (the new total) only when present with fewer than n; ``read``
+    returns the partition count, or None for an absent topic (the metadata scenario reads
+    every topic once at the end, from the healed cluster's image). The
     errors in ``_TOPIC_ERRORS`` are definite answers and are checked like acknowledgements;
     other errors (NOT_CONTROLLER, ...) mean the request was not applied.
     """
 
     name = "topic"
-    functions = frozenset({"create", "delete", "create-partitions"})
+    functions = frozenset({"create", "delete", "create-partitions", "read"})
 
     def init(self) -> State:
         return None
@@ -179,6 +181,8 @@ class TopicModel(Model):
             if partitions is not None:
                 return (not failed), None
             return (failed or unknown), None
+        if op.f == "read":
+            return (not op.determinate or op.output == partitions), partitions
         if op.f == "create-partitions":
             assert partitions is None or isinstance(partitions, int)
             if partitions is not None and op.input > partitions:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.run import RunConfig, RunResult
-from sim.scenarios import echo, raft
+from sim.scenarios import echo, metadata, raft
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,5 +31,11 @@ SCENARIOS: dict[str, Scenario] = {
         "a KRaft quorum (--voters, --observers) proposing records under faults",
         raft.run_raft,
         raft.BUGS,
+    ),
+    "metadata": Scenario(
+        "metadata",
+        "controllers (--controllers) and brokers (--brokers) serving admin clients under faults",
+        metadata.run_metadata,
+        metadata.BUGS,
     ),
 }

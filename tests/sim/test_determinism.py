@@ -80,3 +80,15 @@ def test_raft_scenario_same_seed_same_digest() -> None:
         return result.digest
 
     assert digest() == digest()
+
+
+def test_metadata_scenario_same_seed_same_digest() -> None:
+    from sim.scenarios.metadata import run_metadata
+
+    def digest() -> str:
+        config = RunConfig("metadata", 5, duration_s=10, faults=FAULTS)
+        result = run_metadata(config)
+        assert result.ok, result.summary()
+        return result.digest
+
+    assert digest() == digest()

@@ -1,0 +1,91 @@
+"""The metadata scenario's admin client: one Kafka admin request per operation, one topic each.
+
+The workload speaks the Kafka protocol to brokers exactly as a real admin client does (the
+broker forwards to the active controller), so the simulator exercises the same path as
+kafka-python or librdkafka. Each call returns a Kafka error name ("NONE" on success), which
+the history records and the topic model reads (sim/analysis/models.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.create_partitions.v3.request import (
+    CreatePartitionsRequest,
+    CreatePartitionsTopic,
+)
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1.request import (
+    AlterableConfig,
+    AlterConfigsResource,
+    IncrementalAlterConfigsRequest,
+)
+from kio.schema.types import TopicName
+from kio.static.primitive import i8, i16, i32, i32Timedelta
+
+from broker.client import KafkaConnection
+
+TOPIC_RESOURCE = 2
+SET = 0
+_TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=5))
+
+
+def _name(code: int) -> str:
+    return ErrorCode(code).name.upper()
+
+
+async def create_topic(
+    conn: KafkaConnection, topic: str, partitions: int, replication: int, timeout_s: float
+) -> str:
+    request = CreateTopicsRequest(
+        topics=(
+            CreatableTopic(
+                name=TopicName(topic),
+                num_partitions=i32(partitions),
+                replication_factor=i16(replication),
+                assignments=(),
+                configs=(),
+            ),
+        ),
+        timeout=_TIMEOUT,
+        validate_only=False,
+    )
+    response = await conn.request(request, timeout_s)
+    return _name(response.topics[0].error_code)  # type: ignore[attr-defined]
+
+
+async def delete_topic(conn: KafkaConnection, topic: str, timeout_s: float) -> str:
+    request = DeleteTopicsRequest(
+        topics=(DeleteTopicState(name=TopicName(topic), topic_id=None),), timeout=_TIMEOUT
+    )
+    response = await conn.request(request, timeout_s)
+    return _name(response.responses[0].error_code)  # type: ignore[attr-defined]
+
+
+async def create_partitions(conn: KafkaConnection, topic: str, count: int, timeout_s: float) -> str:
+    request = CreatePartitionsRequest(
+        topics=(CreatePartitionsTopic(name=TopicName(topic), count=i32(count), assignments=None),),
+        timeout=_TIMEOUT,
+        validate_only=False,
+    )
+    response = await conn.request(request, timeout_s)
+    return _name(response.results[0].error_code)  # type: ignore[attr-defined]
+
+
+async def alter_topic_config(
+    conn: KafkaConnection, topic: str, key: str, value: str, timeout_s: float
+) -> str:
+    request = IncrementalAlterConfigsRequest(
+        resources=(
+            AlterConfigsResource(
+                resource_type=i8(TOPIC_RESOURCE),
+                resource_name=topic,
+                configs=(AlterableConfig(name=key, config_operation=i8(SET), value=value),),
+            ),
+        ),
+        validate_only=False,
+    )
+    response = await conn.request(request, timeout_s)
+    return _name(response.responses[0].error_code)  # type: ignore[attr-defined]
