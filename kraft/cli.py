@@ -14,6 +14,7 @@ import time
 from kraft.config import ConfigError, load_config
 from kraft.storage import StorageError, format_dirs, random_uuid
 from log.fs import RealFileSystem
+from raft.snapshot import SnapshotError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)",
         )
         return asyncio.run(serve(config))
-    except (ConfigError, StorageError) as error:
+    except (ConfigError, StorageError, SnapshotError) as error:
         print(f"kraft-server {args.command}: {error}", file=sys.stderr)
         return 1
 

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from kraft.bootstrap import BOOTSTRAP_FILE, METADATA_VERSION, read_bootstrap
 from kraft.config import ConfigError, config_from_properties, load_config
 from kraft.properties import parse_properties
 from kraft.storage import StorageError, format_dirs, random_uuid
 from log.fs import RealFileSystem
+from metadata.records import METADATA_VERSION_FEATURE, FeatureLevel
+from raft.snapshot import SnapshotError
 
 BIN = Path(sys.executable).parent
 BASE = {
@@ -52,6 +55,11 @@ def test_shipped_default_config_is_the_single_node_combined_server() -> None:
         ("listeners", "localhost:9092", "listeners"),
         ("controller.quorum.voters", "2@localhost:9093", "node.id 1 is a controller but not"),
         ("controller.listener.names", "NOPE", "controller.listener.names: none of NOPE"),
+        ("broker.session.timeout.ms", "0", "broker.session.timeout.ms: Input should be greater"),
+        ("num.partitions", "-1", "num.partitions: Input should be greater than 0"),
+        ("unclean.leader.election.enable", "maybe", "unclean.leader.election.enable"),
+        ("inter.broker.listener.name", "EXTERNAL", "inter.broker.listener.name: EXTERNAL"),
+        ("listeners", "CONTROLLER://localhost:9093", "a broker needs a non-controller listener"),
     ],
 )
 def test_bad_values_fail_with_one_line_naming_the_key(key: str, value: str, message: str) -> None:
@@ -85,6 +93,22 @@ def test_format_refuses_formatted_dirs_foreign_clusters_and_bad_ids(tmp_path: Pa
         asyncio.run(format_dirs(fs, config, "not-a-uuid", ignore_formatted=True))
     assert (tmp_path / "d" / "meta.properties").read_text() == before
     assert f"cluster.id={cluster}" in before and "node.id=1" in before
+    # The bootstrap metadata sits beside meta.properties in the metadata dir.
+    assert read_bootstrap(fs, str(tmp_path / "d")) == [
+        FeatureLevel(METADATA_VERSION_FEATURE, METADATA_VERSION)
+    ]
+
+
+def test_a_corrupt_bootstrap_file_is_refused(tmp_path: Path) -> None:
+    config = config_from_properties({**BASE, "log.dirs": str(tmp_path / "d")})
+    fs = RealFileSystem()
+    asyncio.run(format_dirs(fs, config, random_uuid(), ignore_formatted=False))
+    path = tmp_path / "d" / BOOTSTRAP_FILE
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotError):
+        read_bootstrap(fs, str(tmp_path / "d"))
 
 
 def test_cli_reports_config_errors_in_one_line(tmp_path: Path) -> None:
