@@ -22,6 +22,9 @@ from broker.client import ConnectionClosed, KafkaConnection
 
 logger = logging.getLogger("broker.controller_channel")
 
+# Kafka's socket.connection.setup.timeout.ms is 10 s; a controller channel fails over
+# faster, since another voter may be the one to answer.
+CONNECT_TIMEOUT_S = 2.0
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 1.0
 _NOT_CONTROLLER = ErrorCode.not_controller
@@ -133,14 +136,22 @@ class ControllerChannel:
         self._controller_id = ids[(ids.index(failed) + 1) % len(ids)]
 
     async def _connection(self, voter: int, timeout_s: float) -> KafkaConnection:
-        """An open connection to ``voter``, reusing the last one while it works."""
+        """An open connection to ``voter``, reusing the last one while it works.
+
+        Bounded by CONNECT_TIMEOUT_S as well as by the caller's deadline, waiting for the
+        voter's lock included: a connect hanging into a partition must not hold a heartbeat
+        (4.5 s) behind a forwarded request's 30 s deadline until the broker is fenced."""
+        async with asyncio.timeout(min(timeout_s, CONNECT_TIMEOUT_S)):
+            return await self._open(voter)
+
+    async def _open(self, voter: int) -> KafkaConnection:
         async with self._connecting[voter]:
             connection = self._connections.get(voter)
             if connection is not None and not connection.closed:
                 return connection
             connection = KafkaConnection(self._client_id)
             host, port = self._voters[voter]
-            await connection.connect(host, port, timeout_s)
+            await connection.connect(host, port, CONNECT_TIMEOUT_S)
             if self._closed:
                 await connection.close()
                 raise ConnectionClosed("controller channel closed")

@@ -166,15 +166,23 @@ class QuorumController:
         if not self._active:
             return refusal(api_key, api_version, request, ErrorCode.not_controller)
         result = self._handlers[api_key](self._context(), request, api_version)
-        if not result.records:
-            return result.response
-        try:
-            last_offset = self._propose(result.records)
-        except NotLeaderError:
-            self._deactivate()
-            return refusal(api_key, api_version, request, ErrorCode.not_controller)
-        if ANSWER_BEFORE_COMMIT in self.bugs:
-            return result.response
+        if result.records:
+            try:
+                last_offset = self._propose(result.records)
+            except NotLeaderError:
+                self._deactivate()
+                return refusal(api_key, api_version, request, ErrorCode.not_controller)
+            if ANSWER_BEFORE_COMMIT in self.bugs:
+                return result.response
+        else:
+            # An answer read from the working image (TOPIC_ALREADY_EXISTS, a heartbeat that
+            # changes nothing) may rest on records not yet committed: like Kafka, wait for
+            # everything proposed so far, or a lost create could have been reported as
+            # existing.
+            assert self._working is not None
+            last_offset = self._working.offset - 1
+            if last_offset < self.loader.image.offset or ANSWER_BEFORE_COMMIT in self.bugs:
+                return result.response
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(last_offset, done))
         try:

@@ -189,7 +189,8 @@ def records(frame: pd.DataFrame, columns: Sequence[str]) -> Iterator[Any]:
 
 def _cells(column: pd.Series) -> list[Any]:
     """A column as Python values with None for nulls (avoids pandas' per-cell NA checks)."""
-    if column.dtype.kind in "iub":
+    numpy_dtype = isinstance(column.dtype, np.dtype)  # nullable Int64 also has kind "i"
+    if numpy_dtype and column.dtype.kind in "iub":
         return column.tolist()
     if column.dtype.kind == "f":
         data = column.to_numpy()

@@ -153,9 +153,15 @@ class TopicModel(Model):
     ``create(n)`` succeeds only on an absent topic; ``delete`` only on a present one;
     ``create-partitions(n)`` (the new total) only when present with fewer than n; ``read``
     returns the partition count, or None for an absent topic (the metadata scenario reads
-    every topic once at the end, from the healed cluster's image). The
-    errors in ``_TOPIC_ERRORS`` are definite answers and are checked like acknowledgements;
-    other errors (NOT_CONTROLLER, ...) mean the request was not applied.
+    every topic once at the end, from the healed cluster's image).
+
+    The errors in ``_TOPIC_ERRORS`` are observations of the state *after* the request, not
+    before it: Kafka's admin requests are not idempotent and a broker retries a forwarded
+    request across a controller failover, so the retry of a create that took effect answers
+    TOPIC_ALREADY_EXISTS (likewise UNKNOWN_TOPIC_OR_PARTITION for a delete, INVALID_PARTITIONS
+    for a grow). So "already exists" says the topic exists now, perhaps created by this very
+    request. Other errors (NOT_CONTROLLER, ...) leave the outcome unknown or say the request
+    was refused before any record (INVALID_REPLICATION_FACTOR, ...).
     """
 
     name = "topic"
@@ -174,20 +180,26 @@ class TopicModel(Model):
         failed = op.status == "fail"
         unknown = op.status in ("info", "pending")
         if op.f == "create":
+            if failed:  # TOPIC_ALREADY_EXISTS: present now, perhaps by this very request
+                return True, op.input if partitions is None else partitions
             if partitions is None:
-                return (not failed), op.input
-            return (failed or unknown), partitions
+                return True, op.input
+            return unknown, partitions
         if op.f == "delete":
-            if partitions is not None:
-                return (not failed), None
-            return (failed or unknown), None
+            if failed:  # UNKNOWN_TOPIC_OR_PARTITION: absent now, perhaps by this request
+                return True, None
+            return (partitions is not None or unknown), None
         if op.f == "read":
             return (not op.determinate or op.output == partitions), partitions
         if op.f == "create-partitions":
             assert partitions is None or isinstance(partitions, int)
+            if failed and op.error == "UNKNOWN_TOPIC_OR_PARTITION":
+                return partitions is None, partitions
+            if failed:  # INVALID_PARTITIONS: at least n now, perhaps by this request
+                return partitions is not None, max(partitions or 0, op.input)
             if partitions is not None and op.input > partitions:
-                return (not failed), op.input
-            return (failed or unknown), partitions
+                return True, op.input
+            return unknown, partitions
         raise ValueError(f"topic: unknown function {op.f!r}")
 
     def describe_state(self, state: State) -> str:

@@ -175,6 +175,29 @@ def test_topic_errors_are_observations() -> None:
     assert found.state == "3 partitions"
 
 
+def test_topic_errors_say_what_holds_after_a_retried_request() -> None:
+    # A broker retried a create across a controller failover: its first attempt took
+    # effect, the retry answered TOPIC_ALREADY_EXISTS. Nobody else touched the topic.
+    retried = History()
+    retried.run("a", "create", 1, status="fail", error="TOPIC_ALREADY_EXISTS")
+    retried.run("final", "read", output=1)
+    assert verdict(TopicModel(), retried) == "ok"
+    # ... but "already exists" still says the topic exists afterwards.
+    lost = History()
+    lost.run("a", "create", 1, status="fail", error="TOPIC_ALREADY_EXISTS")
+    lost.run("final", "read", output=None)
+    assert verdict(TopicModel(), lost) == "violation"
+    # An acknowledged create the log lost: the final read catches it.
+    dropped = History()
+    dropped.run("a", "create", 1)
+    dropped.run("final", "read", output=None)
+    assert verdict(TopicModel(), dropped) == "violation"
+    # Growing a topic that is absent cannot be answered INVALID_PARTITIONS.
+    absent = History()
+    absent.run("a", "create-partitions", 3, status="fail", error="INVALID_PARTITIONS")
+    assert verdict(TopicModel(), absent) == "violation"
+
+
 def test_search_gives_up_within_its_step_budget() -> None:
     h = History()
     calls = [h.call(f"p{i}", "write", i) for i in range(8)]

@@ -205,6 +205,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Processes, dict[int, tuple[str, in
             "controller.quorum.voters": voters,
             "listeners": f"CONTROLLER://{host}:{port}",
             "controller.listener.names": "CONTROLLER",
+            "default.replication.factor": "3",  # applied by the active controller
         }
     for i in (4, 5, 6):
         nodes[i] = {
@@ -214,7 +215,6 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Processes, dict[int, tuple[str, in
             "listeners": f"PLAINTEXT://127.0.0.{i}:{broker_port}",
             "controller.listener.names": "CONTROLLER",
             "broker.rack": f"rack-{i - 3}",
-            "default.replication.factor": "3",
         }
     procs = Processes(tmp_path, nodes)
     for node in nodes:

@@ -378,3 +378,31 @@ def test_a_restarted_controller_rebuilds_the_same_image_from_the_log(tmp_path: P
         await second.stop()
 
     run(scenario())
+
+
+def test_an_answer_read_from_uncommitted_state_waits_for_that_state_to_commit(
+    tmp_path: Path,
+) -> None:
+    """A second create of a topic whose first create is still uncommitted must not be told
+    TOPIC_ALREADY_EXISTS before the first commits (it might never)."""
+
+    async def scenario() -> None:
+        node = Controller(tmp_path)
+        await node.start()
+        epoch = await node.register(1)
+        await node.heartbeat(1, epoch, offset=node.image.offset)
+        finished: list[str] = []
+
+        async def create(label: str) -> Any:
+            result = await node.create_topic("twice")
+            finished.append(label)
+            return result
+
+        first, second = await asyncio.gather(create("first"), create("second"))
+        assert first.error_code == ErrorCode.none
+        assert second.error_code == ErrorCode.topic_already_exists
+        assert finished == ["first", "second"]
+        assert node.image.topics.get("twice") is not None
+        await node.stop()
+
+    run(scenario())
