@@ -188,3 +188,40 @@ def describe_cluster_response(
         "brokers": brokers,
     }
     return make(module.DescribeClusterResponse, values)
+
+
+CONTROLLER_ENDPOINTS = 2
+
+
+def describe_controllers_response(
+    request: Any, cluster_id: str, leader_id: int, voters: dict[int, tuple[str, int]]
+) -> object:
+    """A controller's DescribeClusterResponse (KIP-919, for admin clients bootstrapped from
+    controllers): the quorum's voters and the current leader; broker endpoints are the
+    brokers' to give, so that endpoint type is UNSUPPORTED_ENDPOINT_TYPE here, as in Kafka."""
+    module: Any = response_module(DESCRIBE_CLUSTER, int(request.__version__))
+    endpoint_type = getattr(request, "endpoint_type", BROKER_ENDPOINTS)
+    values: dict[str, object] = {
+        "throttle_time": timedelta(0),
+        "endpoint_type": endpoint_type,
+        "cluster_id": cluster_id,
+    }
+    if endpoint_type != CONTROLLER_ENDPOINTS:
+        values |= {
+            "error_code": ErrorCode.unsupported_endpoint_type,
+            "error_message": "The controller only supports the controller endpoint type.",
+            "brokers": (),
+        }
+        return make(module.DescribeClusterResponse, values)
+    values |= {
+        "error_code": ErrorCode.none,
+        "controller_id": leader_id,
+        "brokers": tuple(
+            make(
+                module.DescribeClusterBroker,
+                {"broker_id": node, "host": host, "port": port, "rack": None},
+            )
+            for node, (host, port) in sorted(voters.items())
+        ),
+    }
+    return make(module.DescribeClusterResponse, values)

@@ -20,6 +20,7 @@ import os
 import uuid
 from collections.abc import Sequence
 
+from broker.cluster_metadata import DESCRIBE_CLUSTER, describe_controllers_response
 from broker.controller_channel import ControllerChannel
 from broker.kafka_apis import KafkaApis
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
@@ -240,7 +241,7 @@ class KraftNode:
     # ---- listeners --------------------------------------------------------------------------
     def _controller_apis(self) -> dict[int, tuple[int, int]]:
         assert self.controller is not None
-        return codec.API_VERSIONS | self.controller.SUPPORTED_APIS
+        return codec.API_VERSIONS | self.controller.SUPPORTED_APIS | {DESCRIBE_CLUSTER: (1, 1)}
 
     async def _serve_controller(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -252,6 +253,10 @@ class KraftNode:
         assert raft is not None and controller is not None
         if header.api_key == wire.API_VERSIONS_KEY:
             return api_versions_response(header.api_version, self._controller_apis())
+        if header.api_key == DESCRIBE_CLUSTER:
+            return describe_controllers_response(
+                request, self.cluster_id, raft.leader_id, self.config.controller_quorum_voters
+            )
         if header.api_key in controller.SUPPORTED_APIS:
             return await controller.handle(header.api_key, header.api_version, request)
         return await raft.handle_request(header, request)

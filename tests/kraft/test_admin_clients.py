@@ -9,11 +9,13 @@ stream of CreateTopics loses no acknowledged topic while clients carry on by ret
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
@@ -31,7 +33,11 @@ from kafka.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
 
+from broker.client import KafkaConnection
 from tests.kraft.procs import Processes, free_port, port_open, wait_until
 
 KCAT = shutil.which("kcat") or "kcat"  # scripts/test.sh installs it
@@ -311,3 +317,28 @@ def _create_stream(
             index += 1
     finally:
         admin.close()
+
+
+def test_controllers_describe_the_quorum_to_bootstrap_controller_clients(
+    single: tuple[Processes, str],
+) -> None:
+    procs, _ = single
+    host, port = procs.nodes[1]["controller.quorum.voters"].split("@")[1].split(":")
+
+    async def ask(endpoint_type: int) -> Any:
+        conn = KafkaConnection("admin")
+        await conn.connect(host, int(port), 5.0)
+        try:
+            request = DescribeClusterRequest(
+                include_cluster_authorized_operations=False, endpoint_type=i8(endpoint_type)
+            )
+            return await conn.request(request, 5.0)
+        finally:
+            await conn.close()
+
+    controllers = asyncio.run(ask(2))
+    assert controllers.error_code == ErrorCode.none
+    assert controllers.controller_id == 1
+    assert [(b.broker_id, b.host, b.port) for b in controllers.brokers] == [(1, host, int(port))]
+    brokers = asyncio.run(ask(1))
+    assert brokers.error_code == ErrorCode.unsupported_endpoint_type
