@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import uuid
@@ -108,7 +109,7 @@ class KraftNode:
         self.loader: MetadataLoader | None = None
         self.controller: QuorumController | None = None
         self.lifecycle: BrokerLifecycleManager | None = None
-        self.apis: KafkaApis | None = None
+        self.apis: dict[str, KafkaApis] = {}  # by listener name
         self._channel: ControllerChannel | None = None
         self._servers: list[asyncio.AbstractServer] = []
         self._tasks: list[asyncio.Task] = []
@@ -212,14 +213,6 @@ class KraftNode:
             metadata_offset=lambda: loader.image.offset,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
         )
-        self.apis = KafkaApis(
-            config.node_id,
-            self.cluster_id,
-            config.inter_broker_listener_name,
-            lambda: loader.image,
-            self._channel,
-            runtime.rng,
-        )
         await self.lifecycle.start()
         await self.lifecycle.wait_for_state(BrokerState.RUNNING)
         assert self.lifecycle_ready is not None
@@ -227,8 +220,23 @@ class KraftNode:
             (self.lifecycle.broker_epoch, loader.image.offset, self.lifecycle.unfenced_by)
         )
         for endpoint in config.broker_endpoints():
+            # Each listener answers Metadata with the brokers' endpoints of its own name,
+            # as Kafka does: a client that came in on EXTERNAL is told EXTERNAL addresses.
+            apis = KafkaApis(
+                config.node_id,
+                self.cluster_id,
+                endpoint.name,
+                lambda: loader.image,
+                self._channel,
+                runtime.rng,
+            )
+            self.apis[endpoint.name] = apis
             self._servers.append(
-                await asyncio.start_server(self._serve_broker, endpoint.host or None, endpoint.port)
+                await asyncio.start_server(
+                    functools.partial(self._serve_broker, apis),
+                    endpoint.host or None,
+                    endpoint.port,
+                )
             )
             logger.info(
                 "[BrokerServer id=%d] Serving %s://%s:%d",
@@ -262,10 +270,9 @@ class KraftNode:
         return await raft.handle_request(header, request)
 
     async def _serve_broker(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, apis: KafkaApis, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        assert self.apis is not None
-        await serve_connection(reader, writer, self.apis.handle, self.apis.SUPPORTED_APIS)
+        await serve_connection(reader, writer, apis.handle, apis.SUPPORTED_APIS)
 
     # ---- run and stop ---------------------------------------------------------------------
     async def wait(self) -> None:
