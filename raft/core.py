@@ -216,6 +216,10 @@ class RaftCore:
             self._become_follower(self.epoch, self.leader_id, persist=False)
         else:
             self._become_unattached(self.epoch, self.voted_id, persist=False)
+        if self.voters == (node_id,) and self.role in (Role.UNATTACHED, Role.RESIGNED):
+            # The sole voter has nobody to wait for: stand for election at the first tick,
+            # as Kafka's does, instead of an election timeout into start-up.
+            self._election_deadline_ms = now_ms
 
     # ---- driver interface ---------------------------------------------------------------
     def ready(self) -> Ready:
