@@ -174,6 +174,10 @@ def run_id_for(config: RunConfig) -> str:
             list(config.faults),
             config.bug,
             config.nodes,
+            config.voters,
+            config.observers,
+            config.controllers,
+            config.brokers,
         ],
         separators=(",", ":"),
     )

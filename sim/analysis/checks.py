@@ -452,6 +452,68 @@ def check_echo_liveness(run: RunData) -> list[Violation]:
     ]
 
 
+def check_metadata_images(run: RunData) -> list[Violation]:
+    """The metadata scenario's image changes (``broker-state``, ``partition-state``, in
+    offset order): a partition's leader is in its ISR, a new leader comes from the previous
+    ISR (unclean election is off there), and no fenced broker leads."""
+    found: list[Violation] = []
+    fenced: dict[int, bool] = {}
+    partitions: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
+    kinds = run.events["kind"].isin(("broker-state", "partition-state"))
+    columns = ("kind", "node", "time_virtual_us", "leader", "offset_end", "detail")
+    for event in records(run.events[kinds], columns):
+        detail = json.loads(event.detail) if isinstance(event.detail, str) else {}
+        if event.kind == "broker-state":
+            fenced[int(detail["broker"])] = bool(detail["fenced"])
+            continue
+        where = f"{detail['topic']}-{detail['partition']} at offset {_int(event.offset_end)}"
+        leader, isr = int(event.leader), tuple(int(r) for r in detail["isr"])
+        slot = (str(detail["topic_id"]), int(detail["partition"]))
+        previous = partitions.get(slot)
+        partitions[slot] = (leader, isr)
+        if leader == -1:
+            continue
+        problem = None
+        if leader not in isr:
+            problem = f"leader-in-isr: {where} led by {leader} outside its ISR {list(isr)}"
+        elif previous is not None and leader != previous[0] and leader not in previous[1]:
+            problem = (
+                f"leader-from-isr: {where} elected {leader} from outside its ISR "
+                f"{list(previous[1])}"
+            )
+        elif fenced.get(leader, True):
+            problem = f"fenced-leader: {where} led by fenced broker {leader}"
+        if problem is not None:
+            check = problem.partition(":")[0]
+            found.append(Violation(check, problem, int(event.time_virtual_us), event.node))
+    return found
+
+
+def check_broker_serving(run: RunData) -> list[Violation]:
+    """A broker is unfenced only on a heartbeat where it asked for it having replayed its
+    registration, and opens its listener only after that (``broker-serving`` events)."""
+    found = []
+    serving = run.events[run.events["kind"] == "broker-serving"]
+    for event in records(serving, ("node", "time_virtual_us", "epoch", "offset_end", "detail")):
+        detail = json.loads(event.detail) if isinstance(event.detail, str) else {}
+        epoch, offset = _int(event.epoch), _int(event.offset_end)
+        if epoch is None or offset is None:
+            continue
+        reported = int(detail.get("reported", epoch))
+        if detail.get("want_fence") or reported < epoch or offset <= epoch:
+            found.append(
+                Violation(
+                    "unfenced-early",
+                    f"unfenced-early: {event.node} (broker epoch {epoch}) was unfenced on a "
+                    f"heartbeat with want_fence={detail.get('want_fence')} at offset "
+                    f"{detail.get('reported')} and serves from offset {offset}",
+                    int(event.time_virtual_us),
+                    event.node,
+                )
+            )
+    return found
+
+
 GENERIC_RUN_CHECKS: tuple[RunCheck, ...] = (
     check_crash_free,
     check_election_safety,
@@ -464,8 +526,11 @@ SCENARIOS: dict[str, ScenarioChecks] = {
     # The raft scenario is judged by the generic node-event checks; its history (proposals
     # and reads of the replicated log) gets a model when it records one.
     "raft": ScenarioChecks(),
-    # Topic create/delete/create-partitions, one topic per key (models.TopicModel).
-    "metadata": ScenarioChecks(models=(TopicModel,)),
+    # Topic create/delete/create-partitions and the final read, one topic per key
+    # (models.TopicModel), plus the image and broker-lifecycle checks from node events.
+    "metadata": ScenarioChecks(
+        models=(TopicModel,), run_checks=(check_metadata_images, check_broker_serving)
+    ),
 }
 
 

@@ -105,6 +105,8 @@ class ImageWatcher:
                 f"image-agreement: {name} and {where} hold different images at offset "
                 f"{after.offset}"
             )
+        if where == name and known == digest and not from_snapshot:
+            self._trace_changes(before, after)
         brokers = after.cluster.brokers
         for topic in after.topics.by_id.values():
             previous = None if from_snapshot else before.topics.by_id.get(topic.topic_id)
@@ -131,6 +133,39 @@ class ImageWatcher:
                         f"fenced-leader: {topic.name}-{index} led by fenced broker {leader} at "
                         f"offset {after.offset} on {name}"
                     )
+
+    def _trace_changes(self, before: MetadataImage, after: MetadataImage) -> None:
+        """The first node to apply an offset records what changed in the trace, so
+        kraft-analyze can re-derive the image checks from node events alone: broker fencing
+        first, then every partition whose registration changed (docs/traces.md)."""
+        trace, name = self.checker.trace, self.process.name
+        for broker_id, broker in sorted(after.cluster.brokers.items()):
+            old = before.cluster.brokers.get(broker_id)
+            if old is None or old.fenced != broker.fenced or old.epoch != broker.epoch:
+                trace.event(
+                    "broker-state",
+                    node=name,
+                    offset_end=after.offset,
+                    broker=broker_id,
+                    epoch=broker.epoch,
+                    fenced=broker.fenced,
+                )
+        for topic_id, topic in after.topics.by_id.items():
+            previous = before.topics.by_id.get(topic_id)
+            for index, partition in sorted(topic.partitions.items()):
+                if previous is not None and previous.partitions.get(index) == partition:
+                    continue
+                trace.event(
+                    "partition-state",
+                    node=name,
+                    offset_end=after.offset,
+                    epoch=partition.leader_epoch,
+                    topic=topic.name,
+                    topic_id=str(topic_id),
+                    partition=index,
+                    leader_id=str(partition.leader),
+                    isr=list(partition.isr),
+                )
 
 
 @dataclass(slots=True)
@@ -216,6 +251,15 @@ class Cluster:
         epoch, offset, unfenced_by = await node.lifecycle_ready
         if not process.alive:
             return
+        want_fence, reported = unfenced_by if unfenced_by is not None else (False, offset - 1)
+        self.world.trace.event(
+            "broker-serving",
+            node=process.name,
+            epoch=epoch,
+            offset_end=offset,
+            want_fence=want_fence,
+            reported=reported,
+        )
         if unfenced_by is not None:
             want_fence, reported = unfenced_by
             if want_fence or reported < epoch:

@@ -191,8 +191,14 @@ class NodeListener:
                 checker.leading[name] = event.epoch
             else:
                 checker.leading.pop(name, None)
+            # A leader's log end lets kraft-analyze check leader completeness on its own.
+            end = {"end_offset": self.log.end_offset()} if event.role is Role.LEADER else {}
             checker.trace.event(
-                f"became-{event.role.value}", node=name, epoch=event.epoch, leader=event.leader_id
+                f"became-{event.role.value}",
+                node=name,
+                epoch=event.epoch,
+                leader=event.leader_id,
+                **end,
             )
             if event.role is Role.LEADER:
                 self._became_leader(event.epoch)
@@ -203,6 +209,12 @@ class NodeListener:
                     f"{event.high_watermark}"
                 )
             self.high_watermark = event.high_watermark
+            checker.trace.event(
+                "high-watermark",
+                node=name,
+                high_watermark=event.high_watermark,
+                epoch=checker.max_epoch(name),
+            )
             if name in checker.leading:
                 checker.check_majority(name, event.high_watermark)
         elif isinstance(event, Truncated):

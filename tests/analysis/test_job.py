@@ -147,3 +147,30 @@ def test_missing_or_empty_trace_dir_exits_2_with_one_line(tmp_path: Path) -> Non
 
 def test_echo_heal_bound_matches_the_scenario() -> None:
     assert ECHO_HEAL_BOUND_S == HEAL_BOUND_S
+
+
+@pytest.fixture(scope="module")
+def metadata_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Metadata-scenario runs: one honest, one per controller planted bug (seed 1)."""
+    root = tmp_path_factory.mktemp("metadata-traces")
+    for bug in (None, "answer-before-commit", "unfence-before-caught-up", "leader-outside-isr"):
+        args = ["run", "--scenario", "metadata", "--seed", "1", "--duration", "15"]
+        args += ["--trace", str(root)] + (["--bug", bug] if bug else [])
+        result = subprocess.run(
+            [str(BIN / "kraft-sim"), *args], capture_output=True, text=True, check=False
+        )
+        assert result.returncode in (0, 1), result.stderr
+    return root
+
+
+def test_metadata_runs_are_judged_from_their_history_and_image_events(
+    spark: SparkSession, metadata_traces: Path, tmp_path: Path
+) -> None:
+    expected = failing_runs_by_simulator(metadata_traces)
+    runs = read_trace_pandas(str(metadata_traces)).runs
+    assert len(expected) >= 2, "at least two planted bugs must fail a run at seed 1"
+    assert expected <= set(runs.loc[runs["bug"].notna(), "run_id"])
+    result = run_cli(str(metadata_traces), out=tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary["violating_runs"]) == expected
+    assert result.stdout == f"runs={len(runs)} violations={len(expected)}\n"
