@@ -452,6 +452,80 @@ def check_echo_liveness(run: RunData) -> list[Violation]:
     ]
 
 
+# What check quorum buys (docs/raft.md): a cut-off leader resigns within fetch.timeout plus
+# a check period, so an older-epoch leader keeps running beside a newer one for less than
+# this. The raft scenario's online checker uses the same bound.
+DUAL_LEADER_BOUND_US = 1_500_000
+
+
+def check_dual_leadership(run: RunData) -> list[Violation]:
+    """No running (not crashed, not paused) leader of an older epoch keeps leading for more
+    than DUAL_LEADER_BOUND_US after a newer epoch's leader is running."""
+    leading: dict[str, int] = {}
+    paused: set[str] = set()
+    since: dict[str, int] = {}
+    columns = ("kind", "node", "time_virtual_us", "epoch")
+    for event in records(run.events, columns):
+        kind, node, now = event.kind, event.node, int(event.time_virtual_us)
+        if node is not None:
+            if kind == f"{ROLE_PREFIX}leader" and _int(event.epoch) is not None:
+                leading[node] = int(event.epoch)
+            elif kind.startswith(ROLE_PREFIX) or kind in ("crash", "start", "restart"):
+                leading.pop(node, None)
+            elif kind == "pause":
+                paused.add(node)
+            elif kind == "resume":
+                paused.discard(node)
+        running = {n: e for n, e in leading.items() if n not in paused}
+        newest = max(running.values(), default=None)
+        for name, epoch in running.items():
+            if newest is None or epoch >= newest:
+                since.pop(name, None)
+                continue
+            started = since.setdefault(name, now)
+            if now - started > DUAL_LEADER_BOUND_US:
+                return [
+                    Violation(
+                        "check-quorum",
+                        f"check-quorum: {name} still leads epoch {epoch} "
+                        f"{(now - started) / 1e6:.1f}s after epoch {newest} elected another leader",
+                        now,
+                        name,
+                    )
+                ]
+        for name in list(since):
+            if name not in running:
+                del since[name]
+    return []
+
+
+def check_state_machine_safety(run: RunData) -> list[Violation]:
+    """Every node that applied a committed batch at an offset applied the same one: same
+    end, epoch and record digest (``commit`` events)."""
+    seen: dict[int, tuple[int | None, int | None, str, str]] = {}
+    commits = run.events[run.events["kind"] == "commit"]
+    columns = ("node", "time_virtual_us", "offset_from", "offset_to", "epoch", "detail")
+    for event in records(commits, columns):
+        detail = json.loads(event.detail) if isinstance(event.detail, str) else {}
+        base = _int(event.offset_from)
+        if base is None:
+            continue
+        entry = (_int(event.offset_to), _int(event.epoch), str(detail.get("records")))
+        known = seen.setdefault(base, (*entry, event.node))
+        if known[:3] != entry:
+            return [
+                Violation(
+                    "state-machine-safety",
+                    f"state-machine-safety: offset {base} applied as (end {known[0]}, epoch "
+                    f"{known[1]}) on {known[3]} and as (end {entry[0]}, epoch {entry[1]}) on "
+                    f"{event.node}, or with different records",
+                    int(event.time_virtual_us),
+                    event.node,
+                )
+            ]
+    return []
+
+
 def check_metadata_images(run: RunData) -> list[Violation]:
     """The metadata scenario's image changes (``broker-state``, ``partition-state``, in
     offset order): a partition's leader is in its ISR, a new leader comes from the previous
@@ -525,7 +599,7 @@ SCENARIOS: dict[str, ScenarioChecks] = {
     "echo": ScenarioChecks(models=(EchoModel,), run_checks=(check_echo_liveness,)),
     # The raft scenario is judged by the generic node-event checks; its history (proposals
     # and reads of the replicated log) gets a model when it records one.
-    "raft": ScenarioChecks(),
+    "raft": ScenarioChecks(run_checks=(check_dual_leadership, check_state_machine_safety)),
     # Topic create/delete/create-partitions and the final read, one topic per key
     # (models.TopicModel), plus the image and broker-lifecycle checks from node events.
     "metadata": ScenarioChecks(

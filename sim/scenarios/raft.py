@@ -23,6 +23,7 @@ listens to every node incarnation and holds the quorum to Raft's invariants:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from dataclasses import dataclass, field
 
 from log.batch import decode_batch, iter_batches
@@ -262,6 +263,19 @@ class NodeListener:
             self.applied = offset + 1
             self.state.append((offset, batch.epoch, record.value))
             checker.max_commit = max(checker.max_commit, offset)
+        # What this node applied, as a digest kraft-analyze can compare across nodes.
+        hasher = hashlib.blake2b(digest_size=8)
+        for record in batch.records:
+            hasher.update(record.value or b"")
+            hasher.update(b"\0")
+        checker.trace.event(
+            "commit",
+            node=name,
+            from_offset=batch.base_offset,
+            to_offset=self.applied,
+            epoch=batch.epoch,
+            records=hasher.hexdigest(),
+        )
 
     def snapshot_records(self) -> list[Record]:
         """The state as snapshot records: key "offset:epoch", the record's value."""
