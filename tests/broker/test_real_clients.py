@@ -59,10 +59,20 @@ class Listener:
         assert self._ready.wait(TIMEOUT_S)
         return self
 
+    async def _stop(self) -> None:
+        """Close the server and end every connection handler before the loop stops, so
+        none is left to be collected (and warn) after the loop is gone."""
+        self.server.close()
+        handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
     def __exit__(self, *_exc: object) -> None:
-        self.loop.call_soon_threadsafe(self.server.close)
+        asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(TIMEOUT_S)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(TIMEOUT_S)
+        self.loop.close()
 
 
 @pytest.fixture
