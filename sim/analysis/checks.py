@@ -297,6 +297,10 @@ def check_election_safety(run: RunData) -> list[Violation]:
     return found
 
 
+# Events after which a node no longer runs the incarnation that led (an OSError exit too).
+_NOT_RUNNING = frozenset({"crash", "exit", "process-failed", "start", "restart"})
+
+
 def check_high_watermarks(run: RunData) -> list[Violation]:
     """A node's HW never moves back within an incarnation; a leader's never below a committed one.
 
@@ -306,13 +310,13 @@ def check_high_watermarks(run: RunData) -> list[Violation]:
     found = []
     role: dict[tuple[str, str], str] = {}  # (node, log) -> role
     node_hw: dict[tuple[str, str, int], int] = {}
-    committed: dict[str, int] = {}
+    committed: dict[str, tuple[int, int]] = {}  # log -> (highest leader HW, its epoch)
     columns = ("kind", "node", "time_virtual_us", "log", "incarnation", "epoch")
     for event in records(run.events, (*columns, "offset_high_watermark")):
         kind, node, log = event.kind, event.node, _log(event.log)
         if kind.startswith(ROLE_PREFIX):
             role[(node, log)] = kind[len(ROLE_PREFIX) :]
-        elif kind == "crash":
+        elif kind in _NOT_RUNNING:
             for slot in [slot for slot in role if slot[0] == node]:
                 del role[slot]
         hw = _int(event.offset_high_watermark)
@@ -332,17 +336,23 @@ def check_high_watermarks(run: RunData) -> list[Violation]:
             )
         node_hw[(node, log, incarnation)] = max(hw, previous or hw)
         if role.get((node, log)) == "leader":
-            if hw < committed.get(log, hw):
+            epoch = _int(event.epoch) or 0
+            known_hw, known_epoch = committed.get(log, (hw, 0))
+            # A deposed leader of an older epoch may still report what its epoch committed
+            # (say, on waking from a pause); a leader of the committing epoch or a newer one
+            # has every committed entry and only moves its HW past its epoch's start.
+            if hw < known_hw and epoch >= known_epoch:
                 found.append(
                     Violation(
                         "high-watermark",
-                        f"high-watermark: leader {node} (epoch {_int(event.epoch)}) reported "
-                        f"HW {hw}{_of(log)} below the committed offset {committed[log]}",
+                        f"high-watermark: leader {node} (epoch {epoch}) reported "
+                        f"HW {hw}{_of(log)} below the committed offset {known_hw}",
                         at,
                         node,
                     )
                 )
-            committed[log] = max(committed.get(log, hw), hw)
+            if hw >= known_hw:
+                committed[log] = (hw, max(epoch, known_epoch))
     return found
 
 
@@ -470,7 +480,7 @@ def check_dual_leadership(run: RunData) -> list[Violation]:
         if node is not None:
             if kind == f"{ROLE_PREFIX}leader" and _int(event.epoch) is not None:
                 leading[node] = int(event.epoch)
-            elif kind.startswith(ROLE_PREFIX) or kind in ("crash", "start", "restart"):
+            elif kind.startswith(ROLE_PREFIX) or kind in _NOT_RUNNING:
                 leading.pop(node, None)
             elif kind == "pause":
                 paused.add(node)

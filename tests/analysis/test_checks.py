@@ -91,6 +91,21 @@ def test_leader_reporting_less_than_the_committed_offset_is_flagged(tmp_path: Pa
     assert "below the committed offset 8" in found.message
 
 
+def test_a_deposed_leader_may_still_report_its_own_epochs_commit(tmp_path: Path) -> None:
+    """A leader of epoch 1, paused while epoch 2 committed more, wakes and reports the HW
+    its epoch reached before it learns it was deposed: not a lost commit."""
+    records = [
+        start("n1"),
+        start("n2"),
+        role("n1", "leader", 1, 10),
+        {**hw("n1", 5, 20), "epoch": 1},
+        role("n2", "leader", 2, 30),
+        {**hw("n2", 20, 40), "epoch": 2},
+        {**hw("n1", 6, 50), "epoch": 1},
+    ]
+    assert run_checks(write_run(tmp_path, records)) == []
+
+
 def test_truncation_below_own_high_watermark_loses_committed_offsets(tmp_path: Path) -> None:
     def truncate(to: int, t_us: int) -> dict[str, Any]:
         return {"t_us": t_us, "kind": "truncation", "node": "n2", "from_offset": 9, "to_offset": to}
