@@ -17,9 +17,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.topic_names import INTERNAL_TOPICS, topic_name_error
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from metadata.records import NO_LEADER
+from metadata.topic_names import INTERNAL_TOPICS, topic_name_error
 from raft.entities import make, response_module
 
 METADATA = 3

@@ -18,7 +18,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.topic_names import topic_name_error
 from metadata.config_defs import (
     BROKER_DYNAMIC_CONFIGS,
     CLUSTER_DEFAULT,
@@ -29,6 +28,7 @@ from metadata.config_defs import (
 )
 from metadata.image import MetadataImage
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
+from metadata.topic_names import topic_name_error
 from raft.entities import make, response_module
 
 DESCRIBE_CONFIGS = 32

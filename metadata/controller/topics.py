@@ -9,7 +9,6 @@ been written without writing anything.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -27,36 +26,21 @@ from metadata.controller.context import (
 from metadata.controller.placement import PlacementError, place_replicas
 from metadata.image import TopicImage
 from metadata.records import TOPIC_RESOURCE, Config, MetadataRecord, Partition, RemoveTopic, Topic
+from metadata.topic_names import topic_name_error
 from raft.entities import make, response_module
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 CREATE_PARTITIONS = 37
-MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 DUPLICATE_TOPIC = "Duplicate topic name."
 TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."
 
 
 def validate_topic_name(name: str) -> None:
     """ApiError(INVALID_TOPIC_EXCEPTION) unless ``name`` is legal (Kafka's Topic.validate)."""
-    if not name:
-        problem = "Topic name is illegal, it can't be empty"
-    elif name in (".", ".."):
-        problem = 'Topic name cannot be "." or ".."'
-    elif len(name) > MAX_TOPIC_NAME_LENGTH:
-        problem = (
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
-            f"characters, topic name: {name}"
-        )
-    elif not _LEGAL_TOPIC_NAME.fullmatch(name):
-        problem = (
-            f'Topic name "{name}" is illegal, it contains a character other than ASCII '
-            "alphanumerics, '.', '_' and '-'"
-        )
-    else:
-        return
-    raise ApiError(ErrorCode.invalid_topic_exception, problem)
+    problem = topic_name_error(name)
+    if problem is not None:
+        raise ApiError(ErrorCode.invalid_topic_exception, problem)
 
 
 def _collision_key(name: str) -> str:

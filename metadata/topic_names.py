@@ -1,7 +1,8 @@
 """Kafka's rules for topic names (``org.apache.kafka.common.internals.Topic``).
 
-A broker checks names before looking them up so a client asking about an impossible name
-gets INVALID_TOPIC_EXCEPTION with Kafka's own message instead of "unknown topic".
+The controller refuses to create such topics; a broker checks names before looking them up,
+so a client asking about an impossible name gets INVALID_TOPIC_EXCEPTION with Kafka's own
+message instead of "unknown topic". One definition serves both.
 """
 
 from __future__ import annotations
