@@ -55,8 +55,10 @@ FRESH_SHARE = 0.2
 LANES = 6
 OP_TIMEOUT_S = 6.0
 HEAL_BOUND_S = 30.0
-# Errors after which the request certainly did not happen (validation before any record).
+# Answers that say what holds after the request (the topic model reads them as such: a
+# retried forward may itself have caused the state they report).
 DEFINITE = {"NONE", "TOPIC_ALREADY_EXISTS", "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_PARTITIONS"}
+# Refusals before any record was written: the request did not happen.
 NOT_APPLIED = {"INVALID_REPLICATION_FACTOR", "INVALID_CONFIG", "INVALID_REQUEST"}
 
 
