@@ -3,9 +3,10 @@
 Kafka's RPCs are shaped for many topics and partitions; KRaft only ever talks about
 ``__cluster_metadata-0``, so each direction is a copy into or out of a single topic with a
 single partition. The entities are built generically from the schema module of the version
-in use (:func:`_make`): fields an older version lacks are dropped and required fields we have
-no value for (directory ids, leader endpoints, ...) get the protocol's zero value. That keeps
-one builder per API for every version we accept, instead of one per version.
+in use (:func:`raft.entities.make`, shared with the broker and controller): fields an older
+version lacks are dropped and required fields we have no value for (directory ids, leader
+endpoints, ...) get the protocol's zero value. That keeps one builder per API for every
+version we accept, instead of one per version.
 
 Sender ids travel inside the bodies, as in Kafka (Vote's replica id, the leader id of
 Begin/EndQuorumEpoch, Fetch's replica state), which is where :func:`decode_raft_request`
@@ -16,15 +17,16 @@ from __future__ import annotations
 
 import types
 import uuid
-from dataclasses import MISSING, Field, fields, is_dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import fields
+from datetime import timedelta
 from functools import cache
-from typing import Any, get_args, get_origin
+from typing import Any
 
 from kio.index import KioIndexError, load_payload_module, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
+from raft.entities import make
 from raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -82,18 +84,6 @@ _RESPONSE_KEYS: dict[type, int] = {
     FetchSnapshotResponse: FETCH_SNAPSHOT,
 }
 
-_ZERO_BY_KAFKA_TYPE: dict[str, object] = {
-    "bool": False,
-    "string": "",
-    "bytes": b"",
-    "records": b"",
-    "error_code": ErrorCode.none,
-    "timedelta_i32": timedelta(0),
-    "timedelta_i64": timedelta(0),
-    "datetime_i64": datetime.fromtimestamp(0, UTC),
-    "float64": 0.0,
-}
-
 
 # ---------------------------------------------------------------- generic entity building
 
@@ -110,50 +100,14 @@ def _schema(api_key: int, api_version: int, entity_type: EntityType) -> types.Mo
         raise ValueError(f"kio has no api {api_key} v{api_version}") from error
 
 
-def _zero(item: Field[Any]) -> object:
-    """The protocol's zero value for a required field we have nothing to put in."""
-    args = get_args(item.type)
-    if get_origin(item.type) is types.UnionType and type(None) in args:
-        return None
-    if get_origin(item.type) is tuple:
-        return ()
-    if is_dataclass(item.type):
-        return _make(item.type, {})
-    return _ZERO_BY_KAFKA_TYPE.get(item.metadata.get("kafka_type", ""), 0)
-
-
-def _make(entity_type: Any, values: dict[str, object]) -> Any:
-    """An entity of ``entity_type`` from the values its version has, zeros for the rest.
-
-    Values for fields this version lacks are dropped: callers pass the union of what every
-    accepted version may carry, and guard the few drops that would change meaning.
-    """
-    kwargs = {}
-    for name, required in _fields(entity_type):
-        if name in values:
-            kwargs[name] = values[name]
-        elif required is not None:
-            kwargs[name] = _zero(required)
-    return entity_type(**kwargs)
-
-
-@cache
-def _fields(entity_type: Any) -> tuple[tuple[str, Field[Any] | None], ...]:
-    """(name, the field if it has no default) of each field, looked up once per type."""
-    return tuple(
-        (item.name, item if item.default is MISSING and item.default_factory is MISSING else None)
-        for item in fields(entity_type)
-    )
-
-
 def _topics(module: Any, topic_class: str, partition_class: str, partition: dict) -> tuple:
     """The ``topics`` value of a single-partition KRaft RPC: __cluster_metadata-0 only.
 
     Topics are named differently across APIs (topic_name, name, topic) and Fetch v13+ uses
-    the topic id instead, so all spellings are offered and :func:`_make` keeps what exists.
+    the topic id instead, so all spellings are offered and :func:`make` keeps what exists.
     """
     index = {"partition_index": 0, "partition": 0, "index": 0}
-    entry = _make(getattr(module, partition_class), index | partition)
+    entry = make(getattr(module, partition_class), index | partition)
     topic = {
         "topic_name": METADATA_TOPIC,
         "name": METADATA_TOPIC,
@@ -161,7 +115,7 @@ def _topics(module: Any, topic_class: str, partition_class: str, partition: dict
         "topic_id": METADATA_TOPIC_ID,
         "partitions": (entry,),
     }
-    return (_make(getattr(module, topic_class), topic),)
+    return (make(getattr(module, topic_class), topic),)
 
 
 def _metadata_partition(topics: tuple[Any, ...] | None) -> Any:
@@ -228,7 +182,7 @@ def encode_raft_request(
             # v0 lists successor ids, v1 (KIP-853) replica keys; only one of them exists.
             replica_info = getattr(module, "ReplicaInfo", None)
             candidates = tuple(
-                _make(replica_info, {"candidate_id": replica})
+                make(replica_info, {"candidate_id": replica})
                 for replica in (body.preferred_successors if replica_info else ())
             )
             partition = {
@@ -255,14 +209,14 @@ def encode_raft_request(
             }
             if hasattr(module, "ReplicaState"):
                 state = {"replica_id": body.replica_id}
-                top["replica_state"] = _make(module.ReplicaState, state)
+                top["replica_state"] = make(module.ReplicaState, state)
             topics = _topics(module, "FetchTopic", "FetchPartition", partition)
         case FetchSnapshotRequest():
             sender = body.replica_id
             snapshot_id = {"end_offset": body.snapshot_end_offset, "epoch": body.snapshot_epoch}
             partition = {
                 "current_leader_epoch": body.current_leader_epoch,
-                "snapshot_id": _make(module.SnapshotId, snapshot_id),
+                "snapshot_id": make(module.SnapshotId, snapshot_id),
                 "position": body.position,
             }
             top = {"replica_id": body.replica_id, "max_bytes": body.max_bytes}
@@ -270,7 +224,7 @@ def encode_raft_request(
     if sender != src_id:
         raise ValueError(f"{type(body).__name__} from {sender} sent as {src_id}")
     request_class = getattr(module, type(body).__name__)
-    entity = _make(request_class, top | {"cluster_id": cluster_id, "topics": topics})
+    entity = make(request_class, top | {"cluster_id": cluster_id, "topics": topics})
     return api_key, version, entity
 
 
@@ -395,17 +349,17 @@ def encode_raft_response(body: Response, *, api_key: int, api_version: int) -> o
             partition |= {
                 "high_watermark": body.high_watermark,
                 "log_start_offset": body.log_start_offset,
-                "diverging_epoch": _make(module.EpochEndOffset, diverging),
-                "current_leader": _make(module.LeaderIdAndEpoch, leader),
-                "snapshot_id": _make(module.SnapshotId, snapshot),
+                "diverging_epoch": make(module.EpochEndOffset, diverging),
+                "current_leader": make(module.LeaderIdAndEpoch, leader),
+                "snapshot_id": make(module.SnapshotId, snapshot),
                 "records": body.records,
             }
             classes = ("FetchableTopicResponse", "PartitionData")
         case FetchSnapshotResponse():
             snapshot = {"end_offset": body.snapshot_end_offset, "epoch": body.snapshot_epoch}
             partition |= {
-                "snapshot_id": _make(module.SnapshotId, snapshot),
-                "current_leader": _make(module.LeaderIdAndEpoch, leader),
+                "snapshot_id": make(module.SnapshotId, snapshot),
+                "current_leader": make(module.LeaderIdAndEpoch, leader),
                 "size": body.size,
                 "position": body.position,
                 "unaligned_records": body.unaligned_records,
@@ -413,7 +367,7 @@ def encode_raft_response(body: Response, *, api_key: int, api_version: int) -> o
             classes = ("TopicSnapshot", "PartitionSnapshot")
     topics = _topics(module, *classes, partition)
     top = {"error_code": ErrorCode.none, "topics": topics, "responses": topics}
-    return _make(getattr(module, type(body).__name__), top)
+    return make(getattr(module, type(body).__name__), top)
 
 
 def decode_raft_response(entity: object) -> Response:
@@ -485,11 +439,11 @@ def api_versions_response(
     module: Any = _schema(API_VERSIONS_KEY, api_version, EntityType.response)
     versions = API_VERSIONS | (extra or {})
     keys = tuple(
-        _make(module.ApiVersion, {"api_key": key, "min_version": low, "max_version": high})
+        make(module.ApiVersion, {"api_key": key, "min_version": low, "max_version": high})
         for key, (low, high) in sorted(versions.items())
     )
     values = {"error_code": ErrorCode(error_code), "api_keys": keys}
-    return _make(module.ApiVersionsResponse, values)
+    return make(module.ApiVersionsResponse, values)
 
 
 def describe_quorum_response(
@@ -518,7 +472,7 @@ def describe_quorum_response(
             "last_fetch_timestamp": now_ms if own else progress.last_fetch_ms,
             "last_caught_up_timestamp": now_ms if own else progress.last_caught_up_ms,
         }
-        return _make(module.ReplicaState, values)
+        return make(module.ReplicaState, values)
 
     partition = {
         "error_code": ErrorCode.none,
@@ -529,7 +483,7 @@ def describe_quorum_response(
         "observers": tuple(state(p) for p in observers),
     }
     topics = _topics(module, "TopicData", "PartitionData", partition)
-    return _make(module.DescribeQuorumResponse, {"error_code": ErrorCode.none, "topics": topics})
+    return make(module.DescribeQuorumResponse, {"error_code": ErrorCode.none, "topics": topics})
 
 
 def error_response(api_key: int, api_version: int, error_code: int) -> object:
@@ -545,4 +499,4 @@ def error_response(api_key: int, api_version: int, error_code: int) -> object:
         raise ValueError(f"kio has no api {api_key} v{api_version}") from error
     if "error_code" not in {item.name for item in fields(response_class)}:
         raise ValueError(f"{response_class.__name__} has no top-level error code")
-    return _make(response_class, {"error_code": ErrorCode(error_code)})
+    return make(response_class, {"error_code": ErrorCode(error_code)})

@@ -4,9 +4,9 @@ kio has one generated class per API version, and the versions differ by a field 
 there (a cluster id from Metadata v2, topic ids from v10, ...). Handlers here describe a
 response once, as the union of what every served version may carry, and :func:`make` keeps
 what the requested version has: absent fields are dropped and required fields nobody gave a
-value get the protocol's zero value. This mirrors raft/codec.py's builder, generalised to
-every API instead of KRaft's five. Brokers and the controller share it (it sits here,
-beside wire.py, because both layers above need it).
+value get the protocol's zero value. The quorum's codec (raft/codec.py), the broker and the
+controller all build their entities with it (it sits here, beside wire.py, because every
+layer above needs it).
 """
 
 from __future__ import annotations
