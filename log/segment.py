@@ -9,6 +9,7 @@ when the batch was appended or recovered).
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import struct
@@ -42,6 +43,11 @@ _LAST_OFFSET_DELTA_AT = 23
 _MAX_TIMESTAMP_AT = 35
 _SCAN_CHUNK_BYTES = 64 * 1024
 _RECOVER_CHUNK_BYTES = 1024 * 1024
+# Locations of the newest appended batches kept in memory. Reads cluster at the log end
+# (followers fetching what was just appended, the committed-records reader right behind
+# them), and answering those from memory saves an index lookup plus a scan of up to
+# index.interval.bytes of headers on every fetch.
+_TAIL_BATCHES = 64
 
 
 def segment_path(dir_path: str, base_offset: int, suffix: str) -> str:
@@ -68,6 +74,10 @@ class BatchLocation:
     max_timestamp: int
 
 
+def _last_offset(batch: BatchLocation) -> int:
+    return batch.last_offset
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentRead:
     """Whole batches read from one segment; ``records`` is empty when none fit the limits."""
@@ -88,6 +98,7 @@ class LogSegment:
         "_offset_of_max_timestamp",
         "_rolling_based_timestamp",
         "_size",
+        "_tail",
         "base_offset",
         "created_ms",
         "deleted",
@@ -136,6 +147,7 @@ class LogSegment:
         self._next_offset: int | None = None
         self._max_timestamp: int | None = None  # None: not loaded yet
         self._offset_of_max_timestamp = base_offset
+        self._tail: list[BatchLocation] = []
         if create:
             self.log.truncate(0)
             self._size = 0
@@ -201,6 +213,7 @@ class LogSegment:
         is trusted here; recover() is the path that distrusts it)."""
         self.offset_index.reset()
         self.time_index.reset()
+        self._tail.clear()
         self._max_timestamp = NO_TIMESTAMP
         self._offset_of_max_timestamp = self.base_offset
         self._bytes_since_last_index_entry = 0
@@ -258,9 +271,14 @@ class LogSegment:
         if position == 0:
             self._rolling_based_timestamp = max(b[2] for b in batches)
         self._size = position + len(data)
-        for size, batch_last_offset, max_timestamp in batches:
-            self._index_batch(position, size, batch_last_offset, max_timestamp)
+        tail = self._tail
+        for size, last, max_timestamp in batches:
+            self._index_batch(position, size, last, max_timestamp)
+            (base,) = _INT64.unpack_from(data, position - written_at)
+            tail.append(BatchLocation(position, base, last, size, max_timestamp))
             position += size
+        if len(tail) > 2 * _TAIL_BATCHES:
+            del tail[:-_TAIL_BATCHES]
         assert position == self._size, (position, self._size)
         self._next_offset = last_offset + 1
         return written_at
@@ -345,6 +363,12 @@ class LogSegment:
 
     def translate_offset(self, offset: int) -> BatchLocation | None:
         """The first batch whose last offset is >= ``offset`` (None if there is none)."""
+        tail = self._tail
+        if tail and offset >= tail[0].base_offset:
+            # No batch before the tail reaches ``offset``, so the answer is in the tail (or
+            # nowhere): no index lookup and no scan of up to index.interval.bytes of headers.
+            index = bisect.bisect_left(tail, offset, key=_last_offset)
+            return tail[index] if index < len(tail) else None
         self._ensure_indexes()
         _, position = self.offset_index.lookup(offset)
         for batch in self._scan(position):
@@ -429,6 +453,7 @@ class LogSegment:
     def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
         """Revalidate every batch (CRC, offsets), cut the log at the first bad or torn one,
         rebuild both indexes; returns the number of bytes cut."""
+        self._tail.clear()
         self.offset_index.reset()
         self.time_index.reset()
         self._max_timestamp = NO_TIMESTAMP
@@ -500,6 +525,7 @@ class LogSegment:
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         removed = self._size - first.position
+        self._tail = [batch for batch in self._tail if batch.position < first.position]
         self.log.truncate(first.position)
         self._size = first.position
         self._bytes_since_last_index_entry = 0

@@ -1,16 +1,26 @@
-"""One contract, two filesystems: the real one and the simulator's behave the same."""
+"""One contract, two filesystems: the real one and the simulator's behave the same. Plus
+where the real one syncs (on the loop or on a thread)."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import random
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from log.fs import FileSystem, RealFileSystem, read_all, write_atomic
+from log.fs import (
+    INLINE_FSYNC_MAX_BYTES,
+    FileHandle,
+    FileSystem,
+    RealFileSystem,
+    read_all,
+    write_atomic,
+)
 from sim.disk import SimDisk
 
 
@@ -80,3 +90,51 @@ def test_lock_is_exclusive(fs_root: tuple[FileSystem, str]) -> None:
     with pytest.raises(OSError) as info:
         other.lock(root + "/.lock")
     assert info.value.errno == errno.EAGAIN
+
+
+def _completes_without_suspending(coroutine: Coroutine[Any, Any, None]) -> bool:
+    """Whether the coroutine finishes on its first step, i.e. never waits for the loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        return True
+    coroutine.close()
+    return False
+
+
+async def sync_is_inline(handle: FileHandle) -> bool:
+    """Whether an fsync completes on its first step, syncing for real if it did not."""
+    inline = _completes_without_suspending(handle.fsync())
+    if not inline:
+        await handle.fsync()  # the abandoned one may not have finished its sync
+    return inline
+
+
+def test_real_fsync_of_a_small_write_stays_on_the_loop_and_a_big_one_goes_to_a_thread(
+    tmp_path: Path,
+) -> None:
+    """A metadata-log group commit is synced where it is asked for (no executor round trip
+    on every voter's commit path); many megabytes are not, so they cannot stall the loop."""
+    handle = RealFileSystem().open(str(tmp_path / "f"))
+    try:
+        handle.append(b"x" * INLINE_FSYNC_MAX_BYTES)
+        assert _completes_without_suspending(handle.fsync())
+        handle.append(b"x" * (INLINE_FSYNC_MAX_BYTES + 1))
+        assert not asyncio.run(sync_is_inline(handle))
+        assert _completes_without_suspending(handle.fsync())  # nothing left to sync
+    finally:
+        handle.close()
+
+
+def test_real_fsync_failure_leaves_the_data_counted_as_unsynced(tmp_path: Path) -> None:
+    handle = RealFileSystem().open(str(tmp_path / "f"))
+    handle.append(b"x" * (INLINE_FSYNC_MAX_BYTES - 10))
+    os.close(handle._fd)  # the descriptor fails under it, as a dead disk's would
+    with pytest.raises(OSError):
+        asyncio.run(handle.fsync())
+    handle._fd = os.open(str(tmp_path / "f"), os.O_RDWR)
+    try:
+        handle.append(b"x" * 20)  # with what failed to sync, too much to sync inline now
+        assert not asyncio.run(sync_is_inline(handle))
+    finally:
+        handle.close()

@@ -208,3 +208,26 @@ def test_truncate_to_cuts_log_and_indexes() -> None:
     assert segment.time_index.last_entry()[1] < BASE + 20
     assert segment.max_timestamp == max(100 + o for o in range(BASE, BASE + 20, 2)) + 1
     asyncio.run(segment.flush(include_indexes=True))
+
+
+def _locations(segment: LogSegment, offsets: range) -> list[object]:
+    return [segment.translate_offset(offset) for offset in offsets]
+
+
+def test_newest_batches_answer_like_the_index_and_scan_through_appends_and_truncation() -> None:
+    """The in-memory tail (the newest batches' locations) must give exactly what the index
+    lookup plus scan gives a freshly opened segment, which has no tail, for every offset:
+    below the tail, inside it, past the end, and after a truncation into it."""
+    fs = _fs()
+    segment = _segment(fs, interval=150)
+    offsets = range(BASE - 1, BASE + 2 * 200 + 3)
+    _fill(segment, 200)  # more than the tail keeps, so some reads fall below it
+    asyncio.run(segment.flush(include_indexes=True))
+    segment.write_pending_index_entries()
+    assert _locations(segment, offsets) == _locations(_segment(fs, create=False), offsets)
+    segment.truncate_to(BASE + 2 * 190 + 1, now_ms=9_000)  # mid-batch, inside the tail
+    _fill(segment, 5, records=3)
+    segment.write_pending_index_entries()
+    reopened = _segment(fs, create=False)
+    assert reopened.next_offset == segment.next_offset
+    assert _locations(segment, offsets) == _locations(reopened, offsets)
