@@ -536,6 +536,47 @@ def check_state_machine_safety(run: RunData) -> list[Violation]:
     return []
 
 
+def check_commit_own_epoch(run: RunData) -> list[Violation]:
+    """A leader advances its high watermark only over an entry of its own epoch (KIP-595's
+    rule against Raft's figure 8): earlier epochs' entries commit only together with one of
+    its own. Judged from a leader's ``high-watermark`` event and the ``commit`` event in
+    which that node then applies the batch just below the new high watermark."""
+    found = []
+    leading: dict[str, int] = {}
+    pending: dict[str, tuple[int, int]] = {}  # node -> (high watermark, epoch led)
+    columns = ("kind", "node", "time_virtual_us", "epoch", "offset_high_watermark")
+    for event in records(run.events, (*columns, "offset_from", "offset_to")):
+        kind, node = event.kind, event.node
+        if node is None:
+            continue
+        if kind == f"{ROLE_PREFIX}leader":
+            leading[node] = _int(event.epoch) or 0
+        elif kind.startswith(ROLE_PREFIX) or kind in _NOT_RUNNING:
+            leading.pop(node, None)
+            pending.pop(node, None)
+        elif kind == "high-watermark" and node in leading:
+            hw = _int(event.offset_high_watermark)
+            if hw is not None and hw > 0:
+                pending[node] = (hw, leading[node])
+        elif kind == "commit" and node in pending:
+            hw, epoch = pending[node]
+            start, end = _int(event.offset_from), _int(event.offset_to)
+            if start is None or end is None or not start < hw <= end:
+                continue
+            del pending[node]
+            if _int(event.epoch) != epoch:
+                found.append(
+                    Violation(
+                        "commit-own-epoch",
+                        f"commit-own-epoch: {node} (leader of epoch {epoch}) advanced its "
+                        f"high watermark to {hw} over an entry of epoch {_int(event.epoch)}",
+                        int(event.time_virtual_us),
+                        node,
+                    )
+                )
+    return found
+
+
 def check_metadata_images(run: RunData) -> list[Violation]:
     """The metadata scenario's image changes (``broker-state``, ``partition-state``, in
     offset order): a partition's leader is in its ISR, a new leader comes from the previous
@@ -609,7 +650,9 @@ SCENARIOS: dict[str, ScenarioChecks] = {
     "echo": ScenarioChecks(models=(EchoModel,), run_checks=(check_echo_liveness,)),
     # The raft scenario is judged by the generic node-event checks; its history (proposals
     # and reads of the replicated log) gets a model when it records one.
-    "raft": ScenarioChecks(run_checks=(check_dual_leadership, check_state_machine_safety)),
+    "raft": ScenarioChecks(
+        run_checks=(check_dual_leadership, check_state_machine_safety, check_commit_own_epoch)
+    ),
     # Topic create/delete/create-partitions and the final read, one topic per key
     # (models.TopicModel), plus the image and broker-lifecycle checks from node events.
     "metadata": ScenarioChecks(

@@ -10,6 +10,8 @@ listens to every node incarnation and holds the quorum to Raft's invariants:
 - committed records are never lost: no truncation below a node's high watermark, and every
   acknowledged proposal is in the final committed log at its offset;
 - high watermark monotone per node incarnation;
+- a leader commits through its own epoch (KIP-595's rule, Raft's figure 8): it advances
+  its high watermark only over an entry of its epoch, never over older entries alone;
 - committed means stored on a majority: when a leader advances its high watermark, the
   entry below it is in the logs of a majority of voters (those the checker cannot read,
   being down, count in the leader's favour);
@@ -110,6 +112,17 @@ class Checker:
         if self.violation is None:
             self.violation = message
             self.trace.event("violation", detail=message)
+
+    def check_own_epoch(self, leader: str, log: DiskLog, high_watermark: int) -> None:
+        """A leader's new high watermark must sit just above an entry of its own epoch:
+        entries of earlier epochs commit only together with one of its own."""
+        epoch = self.leading[leader]
+        entry_epoch = log.epoch_for_offset(high_watermark - 1)
+        if entry_epoch != epoch:
+            self.fail(
+                f"commit-own-epoch: {leader} (leader of epoch {epoch}) advanced its high "
+                f"watermark to {high_watermark} over an entry of epoch {entry_epoch}"
+            )
 
     def check_majority(self, leader: str, high_watermark: int) -> None:
         """The entry just below a leader's new high watermark must sit on a majority."""
@@ -217,6 +230,7 @@ class NodeListener:
                 epoch=checker.max_epoch(name),
             )
             if name in checker.leading:
+                checker.check_own_epoch(name, self.log, event.high_watermark)
                 checker.check_majority(name, event.high_watermark)
         elif isinstance(event, Truncated):
             checker.trace.event(

@@ -289,3 +289,33 @@ def test_local_analysis_turns_violations_into_run_verdicts(tmp_path: Path) -> No
     assert flagged["simulator_outcome"] == "ok"  # the analysis judged on its own
     assert isinstance(analysis.summary()["per_run"], list)
     assert pd.api.types.is_float_dtype(analysis.verdicts["availability"])
+
+
+def commit(node: str, start: int, end: int, epoch: int, t_us: int) -> dict[str, Any]:
+    return {
+        "t_us": t_us,
+        "kind": "commit",
+        "node": node,
+        "from_offset": start,
+        "to_offset": end,
+        "epoch": epoch,
+        "records": "00",
+    }
+
+
+def test_a_leader_must_commit_through_an_entry_of_its_own_epoch(tmp_path: Path) -> None:
+    """Raft's figure 8: the leader of epoch 2 may not expose epoch 1's tail (offsets 3-4)
+    as committed on its own; only with its LeaderChange at offset 5 (epoch 2)."""
+    elected = [start("n1"), role("n1", "follower", 1, 5), role("n1", "leader", 2, 10)]
+    honest = [*elected, hw("n1", 6, 20), commit("n1", 3, 5, 1, 20), commit("n1", 5, 6, 2, 20)]
+    assert run_checks(write_run(tmp_path, honest)) == []
+    early = [*elected, hw("n1", 5, 20), commit("n1", 3, 5, 1, 20)]
+    [found] = run_checks(write_run(tmp_path, early))
+    assert found.check == "commit-own-epoch"
+    assert found.message == (
+        "commit-own-epoch: n1 (leader of epoch 2) advanced its high watermark to 5 over an "
+        "entry of epoch 1"
+    )
+    # A follower applies older epochs' batches freely: the rule binds leaders.
+    follower = [start("n2"), role("n2", "follower", 2, 10), hw("n2", 5, 20)]
+    assert run_checks(write_run(tmp_path, [*follower, commit("n2", 3, 5, 1, 20)])) == []

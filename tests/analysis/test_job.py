@@ -27,6 +27,7 @@ from sim.analysis.job import analyze_local
 from sim.analysis.load import read_trace_pandas, run_dirs, spark_session
 from sim.scenarios.echo import HEAL_BOUND_S
 from sim.tracefmt import RUN_FILE
+from tests.planted import RAFT_BUG_SEEDS
 
 from .conftest import TraceSets
 
@@ -171,6 +172,37 @@ def test_metadata_runs_are_judged_from_their_history_and_image_events(
     assert len(expected) >= 2, "at least two planted bugs must fail a run at seed 1"
     assert expected <= set(runs.loc[runs["bug"].notna(), "run_id"])
     result = run_cli(str(metadata_traces), out=tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary["violating_runs"]) == expected
+    assert result.stdout == f"runs={len(runs)} violations={len(expected)}\n"
+
+
+@pytest.fixture(scope="module")
+def raft_bug_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Raft-scenario runs: each planted bug at the seed that catches it, and two honest runs."""
+    root = tmp_path_factory.mktemp("raft-traces")
+    runs = [(bug, seed) for bug, seed in RAFT_BUG_SEEDS.items()] + [(None, 1), (None, 2)]
+    for bug, seed in runs:
+        args = ["run", "--scenario", "raft", "--seed", str(seed), "--trace", str(root)]
+        result = subprocess.run(
+            [str(BIN / "kraft-sim"), *args, *(["--bug", bug] if bug else [])],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == (1 if bug else 0), result.stdout + result.stderr
+    return root
+
+
+def test_every_raft_planted_bug_is_found_in_its_trace_alone(
+    spark: SparkSession, raft_bug_traces: Path, tmp_path: Path
+) -> None:
+    """The analysis re-derives each raft bug's violation from the events, without the
+    simulator's verdict: it flags exactly the runs the simulator failed."""
+    expected = failing_runs_by_simulator(raft_bug_traces)
+    runs = read_trace_pandas(str(raft_bug_traces)).runs
+    assert set(runs.loc[runs["bug"].notna(), "run_id"]) == expected
+    result = run_cli(str(raft_bug_traces), out=tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary["violating_runs"]) == expected
     assert result.stdout == f"runs={len(runs)} violations={len(expected)}\n"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.planted import METADATA_BUG_SEEDS, RAFT_BUG_SEEDS
+
 KRAFT_SIM = str(Path(sys.executable).parent / "kraft-sim")
 
 
@@ -89,17 +91,6 @@ def test_raft_regression_seed_stays_clean(seed: int) -> None:
     assert result.stdout.startswith(f"seed={seed} ok ")
 
 
-# Each raft planted bug, with the first seed a 30 s run catches it at (sweeps in docs/raft.md).
-RAFT_BUG_SEEDS = {
-    "state-not-fsynced": 1,
-    "no-truncate-on-divergence": 1,
-    "no-check-quorum": 2,
-    "ack-before-fsync": 2,
-    "hw-from-previous-epoch": 4,
-    "vote-without-log-check": 6,
-}
-
-
 def test_every_raft_bug_has_a_catching_seed() -> None:
     from raft.driver import BUGS
 
@@ -116,14 +107,6 @@ def test_metadata_sweep_slice_is_clean_with_every_fault() -> None:
 def test_metadata_full_sweep_is_clean() -> None:
     result = sweep("--scenario", "metadata", "--seeds", "1-300")
     assert result.returncode == 0, result.stdout
-
-
-# Each controller planted bug, with the first seed a 30 s run catches it at.
-METADATA_BUG_SEEDS = {
-    "answer-before-commit": 1,
-    "unfence-before-caught-up": 1,
-    "leader-outside-isr": 1,
-}
 
 
 PLANTED = [("raft", bug, seed) for bug, seed in sorted(RAFT_BUG_SEEDS.items())] + [

@@ -1,0 +1,20 @@
+"""The seed at which a 30 s run first catches each planted bug: the sweep tests replay them,
+and the analysis tests check that kraft-analyze flags the same runs from their traces."""
+
+# Each raft planted bug, with the first seed a 30 s run catches it at (sweeps in docs/raft.md).
+RAFT_BUG_SEEDS = {
+    "state-not-fsynced": 1,
+    "no-truncate-on-divergence": 1,
+    "hw-from-previous-epoch": 1,
+    "no-check-quorum": 2,
+    "ack-before-fsync": 2,
+    "vote-without-log-check": 6,
+}
+
+
+# Each controller planted bug, with the first seed a 30 s run catches it at.
+METADATA_BUG_SEEDS = {
+    "answer-before-commit": 1,
+    "unfence-before-caught-up": 1,
+    "leader-outside-isr": 1,
+}
