@@ -42,50 +42,119 @@ class CorruptIndexError(Exception):
     """An index file's contents cannot be right; the segment rebuilds it from the log."""
 
 
-class OffsetIndex:
-    """Maps offsets to file positions in one segment; lookups binary-search in memory."""
+class _SparseIndex:
+    """What both indexes share: the file of fixed-size entries, written in buffered batches
+    after the entries already in it, and the lazy load flag. Subclasses keep the entries."""
 
-    __slots__ = (
-        "_handle",
-        "_loaded",
-        "_pending",
-        "_positions",
-        "_rel_offsets",
-        "_written",
-        "base_offset",
-        "max_entries",
-        "path",
-    )
+    __slots__ = ("_handle", "_loaded", "_pending", "_written", "base_offset", "max_entries", "path")
+    ENTRY_SIZE = 0
 
     def __init__(self, fs: FileSystem, path: str, base_offset: int, max_index_size: int) -> None:
         """Open (creating if missing) the index of the segment starting at ``base_offset``."""
         self.path = path
         self.base_offset = base_offset
-        self.max_entries = max(1, max_index_size // OFFSET_ENTRY_SIZE)
+        self.max_entries = max(1, max_index_size // self.ENTRY_SIZE)
         self._handle: FileHandle = fs.open(path, create=True)
-        self._rel_offsets = array("I")
-        self._positions = array("I")
         self._pending = bytearray()
         self._written = 0
         self._loaded = False
+        self._clear()
 
-    # ---- loading ------------------------------------------------------------------------
+    def _clear(self) -> None:
+        """Drop the in-memory entries."""
+        raise NotImplementedError
+
+    def _count(self) -> int:
+        raise NotImplementedError
+
     def file_entries(self) -> int:
-        """Entries in the file (O(1)); CorruptIndexError if its size is not a multiple of 8."""
+        """Entries in the file (O(1)); CorruptIndexError if its size is not a whole number."""
         size = self._handle.size()
-        if size % OFFSET_ENTRY_SIZE:
-            raise CorruptIndexError(f"{self.path}: size {size} is not a multiple of 8")
-        return size // OFFSET_ENTRY_SIZE
+        if size % self.ENTRY_SIZE:
+            raise CorruptIndexError(
+                f"{self.path}: size {size} is not a multiple of {self.ENTRY_SIZE}"
+            )
+        return size // self.ENTRY_SIZE
+
+    def _read_file(self) -> tuple[int, bytes]:
+        """(entries, their bytes) of the whole file, for ``load``."""
+        count = self.file_entries()
+        data = self._handle.pread(0, count * self.ENTRY_SIZE)
+        if len(data) != count * self.ENTRY_SIZE:
+            raise CorruptIndexError(f"{self.path}: short read")
+        return count, data
+
+    def _loaded_from_file(self, count: int) -> None:
+        self._written = count
+        self._pending = bytearray()
+        self._loaded = True
+
+    def reset(self) -> None:
+        """Empty the index (before a rebuild)."""
+        self._handle.truncate(0)
+        self._clear()
+        self._loaded_from_file(0)
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    @property
+    def entries(self) -> int:
+        assert self._loaded, self.path
+        return self._count()
+
+    def is_full(self) -> bool:
+        return self._count() >= self.max_entries
+
+    def _buffer(self, entry: bytes) -> None:
+        self._pending += entry
+        if len(self._pending) >= _PENDING_FLUSH_BYTES:
+            self.write_pending()
+
+    def _truncate_file(self, keep: int) -> None:
+        """Cut the on-disk entries and the write buffer to ``keep`` entries in total."""
+        if keep < self._written:
+            self._handle.truncate(keep * self.ENTRY_SIZE)
+            self._pending, self._written = bytearray(), keep
+        else:
+            self._pending = self._pending[: (keep - self._written) * self.ENTRY_SIZE]
+
+    def write_pending(self) -> None:
+        """Write buffered entries to the file (page cache; fsync is separate)."""
+        if self._pending:
+            self._handle.pwrite(self._written * self.ENTRY_SIZE, self._pending)
+            self._written += len(self._pending) // self.ENTRY_SIZE
+            self._pending = bytearray()
+
+    async def fsync(self) -> None:
+        self.write_pending()
+        await self._handle.fsync()
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+class OffsetIndex(_SparseIndex):
+    """Maps offsets to file positions in one segment; lookups binary-search in memory."""
+
+    __slots__ = ("_positions", "_rel_offsets")
+    ENTRY_SIZE = OFFSET_ENTRY_SIZE
+
+    def _clear(self) -> None:
+        self._rel_offsets = array("I")
+        self._positions = array("I")
+
+    def _count(self) -> int:
+        return len(self._rel_offsets)
 
     def load(self, log_size: int) -> None:
         """Read the file into memory and check it against a log of ``log_size`` bytes."""
         if self._loaded:
             return
-        count = self.file_entries()
+        count, data = self._read_file()
         raw = array("I")
-        raw.frombytes(self._handle.pread(0, count * OFFSET_ENTRY_SIZE))
-        if len(raw) != 2 * count:
-            raise CorruptIndexError(f"{self.path}: short read")
+        raw.frombytes(data)
         if not _BIG_ENDIAN_HOST:
             raw.byteswap()
         rel_offsets, positions = raw[0::2], raw[1::2]
@@ -98,32 +167,9 @@ class OffsetIndex:
                 raise CorruptIndexError(f"{self.path}: entry {index} ({rel}, {pos}) out of range")
             previous_rel, previous_pos = rel, pos
         self._rel_offsets, self._positions = rel_offsets, positions
-        self._written = count
-        self._pending = bytearray()
-        self._loaded = True
-
-    def reset(self) -> None:
-        """Empty the index (before a rebuild)."""
-        self._handle.truncate(0)
-        self._rel_offsets = array("I")
-        self._positions = array("I")
-        self._pending = bytearray()
-        self._written = 0
-        self._loaded = True
-
-    @property
-    def loaded(self) -> bool:
-        return self._loaded
+        self._loaded_from_file(count)
 
     # ---- queries ------------------------------------------------------------------------
-    @property
-    def entries(self) -> int:
-        assert self._loaded, self.path
-        return len(self._rel_offsets)
-
-    def is_full(self) -> bool:
-        return len(self._rel_offsets) >= self.max_entries
-
     @property
     def last_offset(self) -> int:
         """Offset of the last entry, or the base offset when empty (as Kafka)."""
@@ -158,76 +204,34 @@ class OffsetIndex:
             assert position > self._positions[-1], (self.path, position)
         self._rel_offsets.append(relative)
         self._positions.append(position)
-        self._pending += _OFFSET_ENTRY.pack(relative, position)
-        if len(self._pending) >= _PENDING_FLUSH_BYTES:
-            self.write_pending()
+        self._buffer(_OFFSET_ENTRY.pack(relative, position))
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is >= ``offset``."""
         assert self._loaded, self.path
         keep = bisect_left(self._rel_offsets, max(0, offset - self.base_offset))
-        _truncate_arrays(keep, self._rel_offsets, self._positions)
-        self._pending, self._written = _truncate_file(
-            self._handle, keep, self._written, self._pending, OFFSET_ENTRY_SIZE
-        )
-
-    def write_pending(self) -> None:
-        """Write buffered entries to the file (page cache; fsync is separate)."""
-        if self._pending:
-            self._handle.pwrite(self._written * OFFSET_ENTRY_SIZE, self._pending)
-            self._written += len(self._pending) // OFFSET_ENTRY_SIZE
-            self._pending = bytearray()
-
-    async def fsync(self) -> None:
-        self.write_pending()
-        await self._handle.fsync()
-
-    def close(self) -> None:
-        self._handle.close()
+        del self._rel_offsets[keep:], self._positions[keep:]
+        self._truncate_file(keep)
 
 
-class TimeIndex:
+class TimeIndex(_SparseIndex):
     """Maps timestamps to offsets in one segment: entries only when the max timestamp grows."""
 
-    __slots__ = (
-        "_handle",
-        "_loaded",
-        "_pending",
-        "_rel_offsets",
-        "_timestamps",
-        "_written",
-        "base_offset",
-        "max_entries",
-        "path",
-    )
+    __slots__ = ("_rel_offsets", "_timestamps")
+    ENTRY_SIZE = TIME_ENTRY_SIZE
 
-    def __init__(self, fs: FileSystem, path: str, base_offset: int, max_index_size: int) -> None:
-        """Open (creating if missing) the time index of the segment at ``base_offset``."""
-        self.path = path
-        self.base_offset = base_offset
-        self.max_entries = max(1, max_index_size // TIME_ENTRY_SIZE)
-        self._handle: FileHandle = fs.open(path, create=True)
+    def _clear(self) -> None:
         self._timestamps = array("q")
         self._rel_offsets = array("I")
-        self._pending = bytearray()
-        self._written = 0
-        self._loaded = False
 
-    def file_entries(self) -> int:
-        """Entries in the file (O(1)); CorruptIndexError if its size is not a multiple of 12."""
-        size = self._handle.size()
-        if size % TIME_ENTRY_SIZE:
-            raise CorruptIndexError(f"{self.path}: size {size} is not a multiple of 12")
-        return size // TIME_ENTRY_SIZE
+    def _count(self) -> int:
+        return len(self._timestamps)
 
     def load(self, last_offset: int) -> None:
         """Read the file into memory; entries must lie in [base, ``last_offset``]."""
         if self._loaded:
             return
-        count = self.file_entries()
-        data = self._handle.pread(0, count * TIME_ENTRY_SIZE)
-        if len(data) != count * TIME_ENTRY_SIZE:
-            raise CorruptIndexError(f"{self.path}: short read")
+        count, data = self._read_file()
         timestamps, rel_offsets = array("q"), array("I")
         previous_ts, previous_rel = NO_TIMESTAMP, -1
         for index, (timestamp, rel) in enumerate(_TIME_ENTRY.iter_unpack(data)):
@@ -239,30 +243,7 @@ class TimeIndex:
             rel_offsets.append(rel)
             previous_ts, previous_rel = timestamp, rel
         self._timestamps, self._rel_offsets = timestamps, rel_offsets
-        self._written = count
-        self._pending = bytearray()
-        self._loaded = True
-
-    def reset(self) -> None:
-        """Empty the index (before a rebuild)."""
-        self._handle.truncate(0)
-        self._timestamps = array("q")
-        self._rel_offsets = array("I")
-        self._pending = bytearray()
-        self._written = 0
-        self._loaded = True
-
-    @property
-    def loaded(self) -> bool:
-        return self._loaded
-
-    @property
-    def entries(self) -> int:
-        assert self._loaded, self.path
-        return len(self._timestamps)
-
-    def is_full(self) -> bool:
-        return len(self._timestamps) >= self.max_entries
+        self._loaded_from_file(count)
 
     def last_entry(self) -> tuple[int, int]:
         """(timestamp, offset) of the last entry, or (NO_TIMESTAMP, base) when empty."""
@@ -296,43 +277,11 @@ class TimeIndex:
             assert relative >= self._rel_offsets[-1], (self.path, offset)
         self._timestamps.append(timestamp)
         self._rel_offsets.append(relative)
-        self._pending += _TIME_ENTRY.pack(timestamp, relative)
-        if len(self._pending) >= _PENDING_FLUSH_BYTES:
-            self.write_pending()
+        self._buffer(_TIME_ENTRY.pack(timestamp, relative))
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is >= ``offset``."""
         assert self._loaded, self.path
         keep = bisect_left(self._rel_offsets, max(0, offset - self.base_offset))
-        _truncate_arrays(keep, self._timestamps, self._rel_offsets)
-        self._pending, self._written = _truncate_file(
-            self._handle, keep, self._written, self._pending, TIME_ENTRY_SIZE
-        )
-
-    def write_pending(self) -> None:
-        if self._pending:
-            self._handle.pwrite(self._written * TIME_ENTRY_SIZE, self._pending)
-            self._written += len(self._pending) // TIME_ENTRY_SIZE
-            self._pending = bytearray()
-
-    async def fsync(self) -> None:
-        self.write_pending()
-        await self._handle.fsync()
-
-    def close(self) -> None:
-        self._handle.close()
-
-
-def _truncate_arrays(keep: int, *arrays: array) -> None:
-    for values in arrays:
-        del values[keep:]
-
-
-def _truncate_file(
-    handle: FileHandle, keep: int, written: int, pending: bytearray, entry_size: int
-) -> tuple[bytearray, int]:
-    """Cut the on-disk entries and the write buffer to ``keep`` entries in total."""
-    if keep < written:
-        handle.truncate(keep * entry_size)
-        return bytearray(), keep
-    return pending[: (keep - written) * entry_size], written
+        del self._timestamps[keep:], self._rel_offsets[keep:]
+        self._truncate_file(keep)
