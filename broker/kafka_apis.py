@@ -1,6 +1,7 @@
-"""The broker's client-facing request handlers (Kafka's KafkaApis), for the metadata plane.
+"""The broker's client-facing request handlers (Kafka's KafkaApis).
 
-Reads (ApiVersions, Metadata, DescribeCluster, DescribeConfigs) are answered from the latest
+Produce, Fetch and ListOffsets go to the ReplicaManager (broker/data_plane.py) when there is
+one. Reads (ApiVersions, Metadata, DescribeCluster, DescribeConfigs) are answered from the latest
 published MetadataImage, taken once per request so one answer never mixes two images. Writes
 to cluster metadata (topics, partitions, configs, leader elections) are the controller's:
 they are forwarded unchanged through the controller channel and its answer is passed back,
@@ -17,7 +18,7 @@ from typing import Any, ClassVar
 
 from kio.schema.errors import ErrorCode
 
-from broker import forwarding
+from broker import data_plane, forwarding
 from broker.cluster_metadata import (
     DESCRIBE_CLUSTER,
     METADATA,
@@ -28,6 +29,7 @@ from broker.cluster_metadata import (
 from broker.controller_channel import ControllerSender
 from broker.describe_configs import DESCRIBE_CONFIGS, describe_configs_response
 from broker.network import api_versions_response
+from broker.replica_manager import ReplicaManager
 from metadata.image import MetadataImage
 from raft import wire
 
@@ -61,9 +63,14 @@ class KafkaApis:
         channel: ControllerSender,
         rng: random.Random,
         *,
+        replicas: ReplicaManager | None = None,
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
     ) -> None:
         self.node_id = node_id
+        self.replicas = replicas
+        self.supported_apis = dict(self.SUPPORTED_APIS)
+        if replicas is not None:
+            self.supported_apis |= data_plane.SUPPORTED
         self.cluster_id = cluster_id
         self.listener_name = listener_name
         self._image = image
@@ -76,10 +83,18 @@ class KafkaApis:
         api_key = header.api_key
         if api_key in forwarding.FORWARDED_APIS:
             return await self._forward(request)
-        image = self._image()
         body: Any = request
+        replicas = self.replicas
+        if replicas is not None:
+            if api_key == data_plane.PRODUCE:
+                return await data_plane.produce(replicas, body, header.api_version)
+            if api_key == data_plane.FETCH:
+                return await data_plane.fetch(replicas, body, header.api_version)
+            if api_key == data_plane.LIST_OFFSETS:
+                return data_plane.list_offsets(replicas, body, header.api_version)
+        image = self._image()
         if api_key == wire.API_VERSIONS_KEY:
-            return api_versions_response(header.api_version, self.SUPPORTED_APIS)
+            return api_versions_response(header.api_version, self.supported_apis)
         if api_key == METADATA:
             controller_id = random_live_broker(image, self.listener_name, self._rng)
             return metadata_response(

@@ -25,6 +25,8 @@ from raft import wire
 from raft.entities import make, response_module
 
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
+# What a handler returns for a request that gets no response: a Produce with acks=0.
+NO_RESPONSE = object()
 
 
 async def serve_connection(
@@ -34,7 +36,8 @@ async def serve_connection(
     supported: Mapping[int, tuple[int, int]],
 ) -> None:
     """Answer one connection's requests in order until it closes or sends what we cannot
-    serve; ``handle`` returns the response entity, or None to close the connection."""
+    serve; ``handle`` returns the response entity, None to close the connection, or
+    NO_RESPONSE to read the next request without answering this one."""
     try:
         while True:
             frame = await wire.read_frame(reader)
@@ -50,6 +53,8 @@ async def serve_connection(
                 response = await handle(header, request)
             if response is None:
                 return
+            if response is NO_RESPONSE:
+                continue
             writer.write(wire.encode_response(header, response))
             await writer.drain()
     except (OSError, asyncio.IncompleteReadError, wire.FrameError):

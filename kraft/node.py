@@ -26,8 +26,11 @@ from broker.controller_channel import ControllerChannel
 from broker.kafka_apis import KafkaApis
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.network import api_versions_response, serve_connection
+from broker.replica_manager import ReplicaManager
 from kraft.bootstrap import read_bootstrap
 from kraft.config import ServerConfig
+from log.config import LogConfig, LogManagerConfig
+from log.manager import METADATA_PARTITION_DIR, LogManager
 from log.records import Record
 from log.runtime import Runtime
 from metadata.controller.quorum_controller import (
@@ -45,7 +48,6 @@ from raft.driver import CommittedBatch, RaftNode, RaftNodeConfig
 from raft.snapshot import SnapshotId
 
 logger = logging.getLogger("kraft.node")
-METADATA_PARTITION_DIR = "__cluster_metadata-0"
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
 
 
@@ -110,6 +112,8 @@ class KraftNode:
         self.controller: QuorumController | None = None
         self.lifecycle: BrokerLifecycleManager | None = None
         self.apis: dict[str, KafkaApis] = {}  # by listener name
+        self.logs: LogManager | None = None
+        self.replicas: ReplicaManager | None = None
         self._channel: ControllerChannel | None = None
         self._servers: list[asyncio.AbstractServer] = []
         self._tasks: list[asyncio.Task] = []
@@ -202,6 +206,20 @@ class KraftNode:
             Listener(e.name, e.host, e.port) for e in config.advertised_broker_endpoints()
         )
         loader = self.loader
+        # The partition logs are recovered before the broker registers (Kafka's RECOVERY).
+        properties = dict(config.model_extra or {})
+        log_config = LogConfig.from_properties(properties)
+        self.logs = LogManager(
+            runtime,
+            list(config.log_dirs),
+            log_config,
+            manager_config=LogManagerConfig.from_properties(properties),
+        )
+        await self.logs.startup()
+        replicas = self.replicas = ReplicaManager(
+            config.node_id, self.logs, log_config, runtime.rng
+        )
+        loader.add_publisher(replicas)
         self.lifecycle = BrokerLifecycleManager(
             runtime,
             config.node_id,
@@ -215,6 +233,10 @@ class KraftNode:
         )
         await self.lifecycle.start()
         await self.lifecycle.wait_for_state(BrokerState.RUNNING)
+        # Caught up with the metadata log: the partitions assigned here get their logs
+        # before any client can ask for them.
+        reconciling = replicas.start(loader.image)
+        await replicas.wait_reconciled(loader.image.offset)
         assert self.lifecycle_ready is not None
         self.lifecycle_ready.set_result(
             (self.lifecycle.broker_epoch, loader.image.offset, self.lifecycle.unfenced_by)
@@ -229,6 +251,7 @@ class KraftNode:
                 lambda: loader.image,
                 self._channel,
                 runtime.rng,
+                replicas=replicas,
             )
             self.apis[endpoint.name] = apis
             self._servers.append(
@@ -245,6 +268,7 @@ class KraftNode:
                 endpoint.host,
                 endpoint.port,
             )
+        await reconciling  # runs until close(); a failure fails the node, loudly
 
     # ---- listeners --------------------------------------------------------------------------
     def _controller_apis(self) -> dict[int, tuple[int, int]]:
@@ -272,7 +296,7 @@ class KraftNode:
     async def _serve_broker(
         self, apis: KafkaApis, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        await serve_connection(reader, writer, apis.handle, apis.SUPPORTED_APIS)
+        await serve_connection(reader, writer, apis.handle, apis.supported_apis)
 
     # ---- run and stop ---------------------------------------------------------------------
     async def wait(self) -> None:
@@ -303,6 +327,10 @@ class KraftNode:
                 await task
         if self.lifecycle is not None:
             await self.lifecycle.close()
+        if self.replicas is not None:
+            await self.replicas.close()
+        if self.logs is not None:
+            await self.logs.shutdown()
         if self._channel is not None:
             await self._channel.close()
         if self.controller is not None:

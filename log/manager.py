@@ -41,6 +41,9 @@ from log.runtime import Runtime
 logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+# The metadata log shares the first log dir but belongs to the quorum (raft/disk_log.py),
+# never to the LogManager, as in Kafka.
+METADATA_PARTITION_DIR = "__cluster_metadata-0"
 HighWatermarkProvider = Callable[[TopicPartition], int | None]
 
 
@@ -119,7 +122,7 @@ class LogManager:
             for name in fs.list_dir(log_dir):
                 path = os.path.join(log_dir, name)
                 tp = parse_topic_partition(name)
-                if tp is None or not fs.is_dir(path):
+                if tp is None or not fs.is_dir(path) or name == METADATA_PARTITION_DIR:
                     continue
                 if tp in self._logs:
                     raise RuntimeError(
@@ -263,6 +266,25 @@ class LogManager:
         fs.remove_dir(log.dir_path)
         await fs.fsync_dir(log_dir)
         await self._write_dir_checkpoints(log_dir)
+
+    async def mark_stray(self, topic: str, partition: int, unique_id: str) -> str | None:
+        """Close the partition's log and rename its directory to Kafka's stray name
+        (``<topic>-<partition>.<unique_id>-stray``): kept for an operator, never loaded or
+        served again. The new path, None if there was no such log."""
+        tp = (topic, partition)
+        log = self._logs.pop(tp, None)
+        if log is None:
+            return None
+        log_dir = self._dir_of.pop(tp)
+        try:
+            await log.close()
+        except OSError:
+            logger.exception("closing %s before marking it stray failed", tp)
+        stray = f"{log.dir_path.rstrip('/')}.{unique_id}-stray"
+        self.fs.rename(log.dir_path, stray)
+        await self.fs.fsync_dir(log_dir)
+        await self._write_dir_checkpoints(log_dir)
+        return stray
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         """Apply a topic config change to its existing logs and future ones."""

@@ -104,3 +104,28 @@ class Processes:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def single_node(root: Path) -> tuple[Processes, str]:
+    """The README's default layout (one combined broker+controller) on free ports, started
+    and serving; (its processes, the bootstrap address). The caller cleans up."""
+    broker_port, controller_port = free_port(), free_port()
+    nodes = {
+        1: {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+            "listeners": (
+                f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}"
+            ),
+            "controller.listener.names": "CONTROLLER",
+        }
+    }
+    procs = Processes(root, nodes)
+    procs.start(1)
+    try:
+        wait_until(lambda: port_open("127.0.0.1", broker_port), "the broker listener opens")
+    except BaseException:
+        procs.cleanup()
+        raise
+    return procs, f"127.0.0.1:{broker_port}"

@@ -38,7 +38,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from broker.client import KafkaConnection
-from tests.kraft.procs import Processes, free_port, port_open, wait_until
+from tests.kraft.procs import Processes, free_port, port_open, single_node, wait_until
 
 KCAT = shutil.which("kcat") or "kcat"  # scripts/test.sh installs it
 
@@ -48,24 +48,9 @@ KCAT = shutil.which("kcat") or "kcat"  # scripts/test.sh installs it
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Processes, str]]:
-    root = tmp_path_factory.mktemp("single")
-    broker_port, controller_port = free_port(), free_port()
-    nodes = {
-        1: {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-            "listeners": (
-                f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}"
-            ),
-            "controller.listener.names": "CONTROLLER",
-        }
-    }
-    procs = Processes(root, nodes)
-    procs.start(1)
+    procs, bootstrap = single_node(tmp_path_factory.mktemp("single"))
     try:
-        wait_until(lambda: port_open("127.0.0.1", broker_port), "the broker listener opens")
-        yield procs, f"127.0.0.1:{broker_port}"
+        yield procs, bootstrap
     finally:
         procs.cleanup()
 

@@ -1,0 +1,186 @@
+"""Produce, Fetch and ListOffsets: Kafka's request shapes in and out of the ReplicaManager.
+
+Each handler walks the request's topics and partitions in order, asks the ReplicaManager,
+and builds the response of the request's version with ``make`` (fields a version lacks are
+dropped). Partition-level problems are partition error codes, as in Kafka; a Produce with
+acks=0 gets no response at all (``NO_RESPONSE``), because the client reads none.
+
+Fetch follows Kafka's long poll: it answers at once when it has ``min_bytes`` (or an error),
+otherwise it waits for a high watermark to move, up to ``max_wait``. It does not keep fetch
+sessions (KIP-227): it answers session id 0, which clients read as "full fetches only".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.network import NO_RESPONSE
+from broker.replica_manager import ReplicaManager
+from raft.entities import make, response_module
+
+PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
+READ_COMMITTED = 1
+# Produce v3+ carries only v2 record batches (magic 2), the one format the log stores.
+SUPPORTED = {PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 7)}
+
+
+async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> object:
+    module = response_module(PRODUCE, api_version)
+    acks = request.acks
+    timeout_s = max(0.0, request.timeout.total_seconds())
+    topics = []
+    for topic in request.topic_data:
+        answers = []
+        for data in topic.partition_data:
+            if acks not in (-1, 0, 1):
+                error = ErrorCode.invalid_required_acks
+                result = None
+            elif data.records is None:
+                error, result = ErrorCode.invalid_record, None
+            else:
+                result = await replicas.append(
+                    topic.name, data.index, bytes(data.records), acks, timeout_s
+                )
+                error = result.error
+            answers.append(
+                make(
+                    module.PartitionProduceResponse,
+                    {
+                        "index": data.index,
+                        "error_code": error,
+                        "base_offset": -1 if result is None else result.base_offset,
+                        "log_start_offset": -1 if result is None else result.log_start_offset,
+                        "error_message": None if result is None else result.message,
+                    },
+                )
+            )
+        topics.append(
+            make(
+                module.TopicProduceResponse,
+                {"name": topic.name, "partition_responses": tuple(answers)},
+            )
+        )
+    if acks == 0:
+        return NO_RESPONSE
+    return make(module.ProduceResponse, {"responses": tuple(topics), "throttle_time": timedelta(0)})
+
+
+async def fetch(replicas: ReplicaManager, request: Any, api_version: int) -> object:
+    module = response_module(FETCH, api_version)
+    if request.replica_id >= 0:
+        # Follower fetching comes with replication; until then no broker fetches from us.
+        return _fetch_error(module, ErrorCode.not_leader_or_follower)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0.0, request.max_wait.total_seconds())
+    while True:  # bounded by the deadline: each pass waits for a high watermark or for it
+        answers, size, failed = _read_all(replicas, request)
+        remaining = deadline - loop.time()
+        if size >= request.min_bytes or failed or remaining <= 0:
+            break
+        await replicas.wait_for_high_watermark(remaining)
+    return make(
+        module.FetchResponse,
+        {
+            "throttle_time": timedelta(0),
+            "error_code": ErrorCode.none,
+            "session_id": 0,
+            "responses": tuple(
+                make(
+                    module.FetchableTopicResponse,
+                    {
+                        "topic": name,
+                        "partitions": tuple(make(module.PartitionData, p) for p in partitions),
+                    },
+                )
+                for name, partitions in answers
+            ),
+        },
+    )
+
+
+def _read_all(
+    replicas: ReplicaManager, request: Any
+) -> tuple[list[tuple[str, list[dict[str, object]]]], int, bool]:
+    """(per topic, its partitions' response fields), total record bytes, any error."""
+    budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
+    answers: list[tuple[str, list[dict[str, object]]]] = []
+    size, failed = 0, False
+    for topic in request.topics:
+        partitions: list[dict[str, object]] = []
+        for wanted in topic.partitions:
+            # The first partition with data gets at least one whole batch (Kafka's
+            # minOneMessage), so a batch larger than max.bytes cannot stall a consumer.
+            result = replicas.read(
+                topic.topic,
+                wanted.partition,
+                wanted.fetch_offset,
+                min(wanted.partition_max_bytes, budget),
+                getattr(wanted, "current_leader_epoch", -1),
+                min_one_message=size == 0,
+            )
+            budget = max(0, budget - len(result.records))
+            size += len(result.records)
+            failed = failed or result.error != ErrorCode.none
+            partitions.append(
+                {
+                    "partition_index": wanted.partition,
+                    "error_code": result.error,
+                    "high_watermark": result.high_watermark,
+                    # No transactions yet: everything committed is stable.
+                    "last_stable_offset": result.high_watermark,
+                    "log_start_offset": result.log_start_offset,
+                    "aborted_transactions": None
+                    if request.isolation_level != READ_COMMITTED
+                    else (),
+                    "records": result.records,
+                }
+            )
+        answers.append((topic.topic, partitions))
+    return answers, size, failed
+
+
+def _fetch_error(module: Any, error: ErrorCode) -> object:
+    return make(
+        module.FetchResponse,
+        {"throttle_time": timedelta(0), "error_code": error, "session_id": 0, "responses": ()},
+    )
+
+
+def list_offsets(replicas: ReplicaManager, request: Any, api_version: int) -> object:
+    module = response_module(LIST_OFFSETS, api_version)
+    topics = []
+    for topic in request.topics:
+        answers = []
+        for wanted in topic.partitions:
+            result = replicas.list_offset(
+                topic.name,
+                wanted.partition_index,
+                wanted.timestamp,
+                getattr(wanted, "current_leader_epoch", -1),
+            )
+            answers.append(
+                make(
+                    module.ListOffsetsPartitionResponse,
+                    {
+                        "partition_index": wanted.partition_index,
+                        "error_code": result.error,
+                        "timestamp": result.timestamp,
+                        "offset": result.offset,
+                        "leader_epoch": result.leader_epoch,
+                    },
+                )
+            )
+        topics.append(
+            make(
+                module.ListOffsetsTopicResponse, {"name": topic.name, "partitions": tuple(answers)}
+            )
+        )
+    return make(
+        module.ListOffsetsResponse, {"throttle_time": timedelta(0), "topics": tuple(topics)}
+    )

@@ -1,0 +1,400 @@
+"""The partitions this broker leads: their logs, high watermarks and the waits on them (the
+leader side of Kafka's ReplicaManager). No protocol here: broker/data_plane.py turns Produce,
+Fetch and ListOffsets requests into these calls and their results into responses.
+
+Which partitions: the published MetadataImage says. ``on_image`` (a MetadataPublisher)
+hands each new image to a reconciler task, which creates the log of every partition assigned
+here and deletes the logs of partitions no longer assigned here (the topic was deleted, or
+the partition moved to other brokers, as Kafka's StopReplica with delete does), one image
+at a time, in order. It starts only once the broker has caught up with the
+metadata log (``start``), so no half-replayed image ever decides what to delete. A log on
+disk that the caught-up image does not assign here, or whose ``partition.metadata`` names
+another topic id (the topic was deleted, perhaps recreated, while this broker was down), is
+a stray, as Kafka calls it: renamed to ``<topic>-<partition>.<id>-stray`` and never served,
+but kept for an operator to remove.
+
+Replication between brokers is not built yet. A partition's high watermark follows its log
+end while its ISR is this broker alone (replication factor 1, or an ISR the controller shrank
+to the leader). With other in-sync replicas it stays put until follower fetching exists, so
+acks=all produces there time out and consumers see nothing new (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import random
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from log.config import LogConfig
+from log.errors import RecordError
+from log.fs import read_all, write_atomic
+from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
+from log.manager import LogManager
+from metadata.delta import local_changes
+from metadata.image import EMPTY, MetadataImage, TopicImage
+
+logger = logging.getLogger("broker.replica_manager")
+
+PARTITION_METADATA_FILE = "partition.metadata"
+TOPIC_RESOURCE = 2  # ConfigResource type of topic configs in the image
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+NO_EPOCH = -1
+
+
+@dataclass(slots=True)
+class Partition:
+    """One partition this broker holds a replica of, as of the latest reconciled image."""
+
+    topic: str
+    index: int
+    topic_id: uuid.UUID
+    log: Log
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    high_watermark: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    error: ErrorCode
+    base_offset: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    error: ErrorCode
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetResult:
+    error: ErrorCode
+    timestamp: int = -1
+    offset: int = -1
+    leader_epoch: int = NO_EPOCH
+
+
+class ReplicaManager:
+    """Leader-side partition state for one broker, reconciled from metadata images."""
+
+    def __init__(
+        self, node_id: int, logs: LogManager, default_config: LogConfig, rng: random.Random
+    ) -> None:
+        self.node_id = node_id
+        self._rng = rng  # stray names: the runtime's Random keeps simulated runs replayable
+        self.logs = logs
+        self.default_config = default_config
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._image: MetadataImage | None = None  # the image the partitions reflect
+        self._latest: MetadataImage | None = None
+        self._wake = asyncio.Event()
+        self._reconciled = asyncio.Event()  # set and replaced after each reconciled image
+        self._task: asyncio.Task[None] | None = None
+        self._hw_advanced: asyncio.Future[None] | None = None
+
+    # ---- metadata --------------------------------------------------------------------------
+    def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
+        self._latest = after
+        self._wake.set()
+
+    def start(self, image: MetadataImage) -> asyncio.Task[None]:
+        """Begin acting on images, from ``image`` (the caught-up one) onwards; the returned
+        task fails if reconciling ever does, so the node's owner can fail loudly with it."""
+        self._latest = image
+        self._wake.set()
+        self._task = asyncio.get_running_loop().create_task(self._reconcile_forever())
+        return self._task
+
+    async def wait_reconciled(self, offset: int) -> None:
+        """Until an image at ``offset`` or later is reflected in the partitions (re-raises
+        what stopped the reconciler, rather than waiting for it forever)."""
+        while self._image is None or self._image.offset < offset:  # each pass: one image
+            if self._task is not None and self._task.done():
+                self._task.result()
+                raise RuntimeError("the reconciler stopped")
+            await self._reconciled.wait()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _reconcile_forever(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            image = self._latest
+            assert image is not None
+            try:
+                await self._reconcile(image)
+            except OSError:
+                logger.exception(
+                    "[ReplicaManager id=%d] applying image %d", self.node_id, image.offset
+                )
+            finally:
+                # Waiters wake even when reconciling failed, to see the failure.
+                reconciled, self._reconciled = self._reconciled, asyncio.Event()
+                reconciled.set()
+            self._image = image
+
+    async def _reconcile(self, image: MetadataImage) -> None:
+        """Bring the partitions from the last reconciled image to ``image``: only what
+        changed for this broker (``local_changes``), deletions first, so a name deleted and
+        created again gets a fresh log."""
+        previous = self._image
+        if previous is None:
+            await self._set_aside_strays(image)
+        changes = local_changes(previous or EMPTY, image, self.node_id)
+        for deleted in sorted(changes.deleted, key=lambda tp: (tp.topic, tp.partition)):
+            key = (deleted.topic, deleted.partition)
+            self._partitions.pop(key, None)  # no request finds it from here on
+            if self.logs.get_log(*key) is not None:
+                logger.info(
+                    "[ReplicaManager id=%d] Deleting the log of %s-%d (no longer a replica)",
+                    self.node_id,
+                    *key,
+                )
+                await self.logs.delete_log(*key)
+        for changed, registration in (changes.leaders | changes.followers).items():
+            key = (changed.topic, changed.partition)
+            partition = self._partitions.get(key)
+            if partition is None:
+                topic = image.topics.get(changed.topic)
+                assert topic is not None, changed
+                partition = self._partitions[key] = await self._open(topic, key[1], image)
+            partition.leader = registration.leader
+            partition.leader_epoch = registration.leader_epoch
+            partition.isr = registration.isr
+            self._maybe_advance_high_watermark(partition)
+        if previous is None or image.configs is not previous.configs:
+            before = previous.configs if previous is not None else {}
+            for key in before.keys() | image.configs.keys():
+                resource, name = key
+                values = image.configs.get(key, {})
+                if resource == TOPIC_RESOURCE and before.get(key) is not values:
+                    self.logs.update_config(name, self._log_config(values))
+
+    def _log_config(self, values: Mapping[str, str]) -> LogConfig:
+        if not values:
+            return self.default_config
+        return LogConfig.from_properties(values, self.default_config)
+
+    async def _set_aside_strays(self, image: MetadataImage) -> None:
+        """Once, against the first caught-up image: every log on disk that is not assigned
+        here, or that belongs to another topic id, becomes a stray."""
+        for (topic, index), log in self.logs.all_logs():
+            found = image.topics.get(topic)
+            registration = found.partitions.get(index) if found is not None else None
+            recorded = self._recorded_topic_id(log)
+            if (
+                found is not None
+                and registration is not None
+                and self.node_id in registration.replicas
+                and recorded in (None, found.topic_id)
+            ):
+                continue
+            unique = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
+            stray = await self.logs.mark_stray(topic, index, unique)
+            logger.warning(
+                "[ReplicaManager id=%d] %s-%d (topic id %s) is not assigned here as that "
+                "topic: moved aside to %s",
+                self.node_id,
+                topic,
+                index,
+                recorded,
+                stray,
+            )
+
+    def _recorded_topic_id(self, log: Log) -> uuid.UUID | None:
+        marker = os.path.join(log.dir_path, PARTITION_METADATA_FILE)
+        fs = self.logs.fs
+        return _read_topic_id(read_all(fs, marker)) if fs.exists(marker) else None
+
+    async def _open(self, topic: TopicImage, index: int, image: MetadataImage) -> Partition:
+        """The partition's log, created if missing, with its partition.metadata."""
+        config = self._log_config(image.configs.get((TOPIC_RESOURCE, topic.name), {}))
+        log = await self.logs.get_or_create_log(topic.name, index, config)
+        if self._recorded_topic_id(log) is None:
+            marker = os.path.join(log.dir_path, PARTITION_METADATA_FILE)
+            await write_atomic(self.logs.fs, marker, _partition_metadata(topic.topic_id))
+        registration = topic.partitions[index]
+        return Partition(
+            topic.name,
+            index,
+            topic.topic_id,
+            log,
+            registration.leader,
+            registration.leader_epoch,
+            registration.isr,
+        )
+
+    # ---- high watermark ------------------------------------------------------------------
+    def _maybe_advance_high_watermark(self, partition: Partition) -> None:
+        """A sole in-sync replica commits what it has: the high watermark is its log end."""
+        if partition.leader != self.node_id or partition.isr != (self.node_id,):
+            return
+        end = partition.log.log_end_offset
+        if end > partition.high_watermark:
+            partition.high_watermark = end
+            waiters, self._hw_advanced = self._hw_advanced, None
+            if waiters is not None and not waiters.done():
+                waiters.set_result(None)
+
+    async def wait_for_high_watermark(self, timeout_s: float) -> None:
+        """Until some partition's high watermark advances, or ``timeout_s`` passes."""
+        if self._hw_advanced is None:
+            self._hw_advanced = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._hw_advanced), timeout_s)
+
+    # ---- requests ------------------------------------------------------------------------
+    def _leader(
+        self, topic: str, index: int, current_leader_epoch: int = NO_EPOCH
+    ) -> Partition | ErrorCode:
+        """The partition if this broker leads it (at the client's epoch, if it gave one)."""
+        image = self._image
+        if image is None:
+            return ErrorCode.not_leader_or_follower
+        found = image.topics.get(topic)
+        if found is None or index not in found.partitions:
+            return ErrorCode.unknown_topic_or_partition
+        partition = self._partitions.get((topic, index))
+        if partition is None or partition.leader != self.node_id:
+            return ErrorCode.not_leader_or_follower
+        if current_leader_epoch != NO_EPOCH:
+            if current_leader_epoch < partition.leader_epoch:
+                return ErrorCode.fenced_leader_epoch
+            if current_leader_epoch > partition.leader_epoch:
+                return ErrorCode.unknown_leader_epoch
+        return partition
+
+    async def append(
+        self, topic: str, index: int, records: bytes, acks: int, timeout_s: float
+    ) -> AppendResult:
+        """Append a producer's batches as leader; with acks=-1, wait for the high watermark."""
+        partition = self._leader(topic, index)
+        if isinstance(partition, ErrorCode):
+            return AppendResult(partition)
+        log = partition.log
+        if acks == -1 and len(partition.isr) < self._min_insync_replicas(topic):
+            return AppendResult(
+                ErrorCode.not_enough_replicas,
+                message=f"The ISR of {topic}-{index} has {len(partition.isr)} replicas, fewer "
+                f"than min.insync.replicas {self._min_insync_replicas(topic)}",
+            )
+        try:
+            info = log.append_as_leader(bytearray(records), partition.leader_epoch)
+        except RecordError as error:
+            return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
+        except KafkaStorageError as error:
+            return AppendResult(ErrorCode.kafka_storage_error, message=str(error))
+        self._maybe_advance_high_watermark(partition)
+        result = AppendResult(ErrorCode.none, info.first_offset, log.log_start_offset)
+        if acks != -1:
+            return result
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while partition.high_watermark <= info.last_offset:  # bounded by the deadline
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self._partitions.get((topic, index)) is not partition:
+                return AppendResult(ErrorCode.request_timed_out, info.first_offset)
+            await self.wait_for_high_watermark(remaining)
+        return result
+
+    def _min_insync_replicas(self, topic: str) -> int:
+        image = self._image
+        values = image.configs.get((TOPIC_RESOURCE, topic), {}) if image is not None else {}
+        return int(values.get("min.insync.replicas", 1))
+
+    def read(
+        self,
+        topic: str,
+        index: int,
+        offset: int,
+        max_bytes: int,
+        current_leader_epoch: int,
+        *,
+        min_one_message: bool,
+    ) -> ReadResult:
+        """A consumer's read: whole batches from ``offset``, none at or past the high watermark."""
+        partition = self._leader(topic, index, current_leader_epoch)
+        if isinstance(partition, ErrorCode):
+            return ReadResult(partition)
+        log, hw = partition.log, partition.high_watermark
+        try:
+            if offset > hw:
+                raise OffsetOutOfRangeError(f"offset {offset} is past the high watermark {hw}")
+            data = log.read(offset, max_bytes, max_offset=hw, min_one_message=min_one_message)
+        except OffsetOutOfRangeError:
+            return ReadResult(ErrorCode.offset_out_of_range, hw, log.log_start_offset)
+        except KafkaStorageError:
+            return ReadResult(ErrorCode.kafka_storage_error)
+        return ReadResult(ErrorCode.none, hw, log.log_start_offset, bytes(data.records))
+
+    def list_offset(
+        self, topic: str, index: int, timestamp: int, current_leader_epoch: int
+    ) -> OffsetResult:
+        """ListOffsets: earliest, latest (the high watermark), the record with the largest
+        timestamp, or the first record whose timestamp is at or after ``timestamp``."""
+        partition = self._leader(topic, index, current_leader_epoch)
+        if isinstance(partition, ErrorCode):
+            return OffsetResult(partition)
+        log, hw, epoch = partition.log, partition.high_watermark, partition.leader_epoch
+        if timestamp == EARLIEST_TIMESTAMP:
+            start = log.log_start_offset
+            return OffsetResult(ErrorCode.none, -1, start, _epoch_at(log, start, epoch))
+        if timestamp == LATEST_TIMESTAMP:
+            return OffsetResult(ErrorCode.none, -1, hw, epoch)
+        if timestamp == MAX_TIMESTAMP:
+            segments = [s for s in log.segments if s.size > 0]
+            if not segments:
+                return OffsetResult(ErrorCode.none, -1, -1, NO_EPOCH)
+            best = max(segments, key=lambda s: s.max_timestamp)
+            found = log.fetch_offset_by_timestamp(best.max_timestamp)
+        elif timestamp < 0:
+            return OffsetResult(ErrorCode.invalid_request)
+        else:
+            found = log.fetch_offset_by_timestamp(timestamp)
+        if found is None or found[0] >= hw:
+            return OffsetResult(ErrorCode.none, -1, -1, NO_EPOCH)
+        offset, record_timestamp = found
+        return OffsetResult(ErrorCode.none, record_timestamp, offset, _epoch_at(log, offset, epoch))
+
+
+def _epoch_at(log: Log, offset: int, fallback: int) -> int:
+    epoch = log.leader_epoch_cache.epoch_for_offset(offset)
+    return fallback if epoch is None else epoch
+
+
+def _partition_metadata(topic_id: uuid.UUID) -> bytes:
+    """Kafka's partition.metadata: the topic id a partition dir belongs to."""
+    encoded = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+    return f"version: 0\ntopic_id: {encoded}\n".encode()
+
+
+def _read_topic_id(data: bytes) -> uuid.UUID | None:
+    """The topic id in a partition.metadata file, None if it cannot be read."""
+    for line in data.decode(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "topic_id":
+            try:
+                return uuid.UUID(bytes=base64.urlsafe_b64decode(value.strip() + "=="))
+            except ValueError:
+                return None
+    return None

@@ -1,0 +1,286 @@
+"""The ReplicaManager and the Produce/Fetch/ListOffsets handlers over a real LogManager:
+partitions follow the metadata image (logs created, deleted, strays set aside), produce and
+fetch obey the high watermark, and every bad request gets Kafka's error code."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from broker import data_plane
+from broker.network import NO_RESPONSE
+from broker.replica_manager import PARTITION_METADATA_FILE, ReplicaManager
+from log.batch import decode_batch, encode_batch, iter_batches
+from log.config import LogConfig
+from log.manager import LogManager
+from log.records import Record
+from log.runtime import real_runtime
+from metadata.image import MetadataImage, PartitionRegistration, TopicImage, TopicsImage
+from raft.entities import make, request_module
+
+ME = 1
+T = TypeVar("T")
+TOPIC_A = uuid.UUID(int=0xA)
+
+
+def partition(leader: int, isr: tuple[int, ...], epoch: int = 3) -> PartitionRegistration:
+    return PartitionRegistration(
+        replicas=tuple(sorted(set(isr) | {leader})),
+        isr=isr,
+        leader=leader,
+        leader_epoch=epoch,
+        partition_epoch=epoch,
+    )
+
+
+def image(
+    offset: int,
+    topics: dict[str, tuple[uuid.UUID, dict[int, PartitionRegistration]]],
+    configs: dict[str, dict[str, str]] | None = None,
+) -> MetadataImage:
+    by_id = {tid: TopicImage(name, tid, parts) for name, (tid, parts) in topics.items()}
+    return MetadataImage(
+        offset=offset,
+        topics=TopicsImage(by_id=by_id, by_name={name: tid for name, (tid, _) in topics.items()}),
+        configs={(2, name): values for name, values in (configs or {}).items()},
+    )
+
+
+def batch(*values: bytes) -> bytes:
+    return encode_batch([Record(b"k", value, 1_000 + i) for i, value in enumerate(values)])
+
+
+def values_of(data: bytes) -> list[bytes]:
+    out = []
+    for position, _ in iter_batches(data):
+        _, records = decode_batch(data, position)
+        out.extend(record.value or b"" for record in records)
+    return out
+
+
+def run(root: Path, body: Callable[[ReplicaManager], Awaitable[T]], first: MetadataImage) -> T:
+    """``body`` against a ReplicaManager over log dir ``root``, started at ``first``."""
+
+    async def main() -> T:
+        runtime = real_runtime(seed=5)
+        logs = LogManager(runtime, [str(root)], LogConfig())
+        await logs.startup()
+        replicas = ReplicaManager(ME, logs, LogConfig(), runtime.rng)
+        replicas.start(first)
+        await replicas.wait_reconciled(first.offset)
+        try:
+            return await asyncio.wait_for(body(replicas), 20)
+        finally:
+            await replicas.close()
+            await logs.shutdown()
+
+    return asyncio.run(main())
+
+
+async def reconcile(replicas: ReplicaManager, after: MetadataImage) -> None:
+    replicas.on_image(after, after, from_snapshot=False)
+    await replicas.wait_reconciled(after.offset)
+
+
+SOLE = image(5, {"a": (TOPIC_A, {0: partition(ME, (ME,)), 1: partition(2, (2, ME))})})
+
+
+def test_a_sole_in_sync_leader_commits_what_it_appends(tmp_path: Path) -> None:
+    async def body(replicas: ReplicaManager) -> None:
+        first = await replicas.append("a", 0, batch(b"x", b"y"), acks=-1, timeout_s=5)
+        second = await replicas.append("a", 0, batch(b"z"), acks=1, timeout_s=5)
+        assert (first.error, first.base_offset, second.base_offset) == (ErrorCode.none, 0, 2)
+        read = replicas.read("a", 0, 0, 1 << 20, -1, min_one_message=True)
+        assert (read.error, read.high_watermark, read.log_start_offset) == (ErrorCode.none, 3, 0)
+        assert values_of(read.records) == [b"x", b"y", b"z"]
+        assert values_of(replicas.read("a", 0, 2, 1 << 20, 3, min_one_message=True).records) == [
+            b"z"
+        ]
+        earliest = replicas.list_offset("a", 0, -2, -1)
+        latest = replicas.list_offset("a", 0, -1, -1)
+        by_time = replicas.list_offset("a", 0, 1_001, -1)  # records at 1000, 1001, then 1000
+        newest = replicas.list_offset("a", 0, -3, -1)
+        assert (earliest.offset, latest.offset, latest.leader_epoch) == (0, 3, 3)
+        assert (by_time.offset, by_time.timestamp) == (1, 1_001)
+        assert (newest.offset, newest.timestamp) == (1, 1_001)
+        assert replicas.list_offset("a", 0, 5_000, -1).offset == -1
+
+    run(tmp_path, body, SOLE)
+    assert os.path.exists(tmp_path / "a-0" / PARTITION_METADATA_FILE)
+    assert os.path.exists(tmp_path / "a-1")  # a follower replica gets its log too
+
+
+def test_requests_get_kafka_error_codes(tmp_path: Path) -> None:
+    async def body(replicas: ReplicaManager) -> dict[str, ErrorCode]:
+        await replicas.append("a", 0, batch(b"x"), acks=1, timeout_s=5)
+        corrupt = bytearray(batch(b"y"))
+        corrupt[-1] ^= 0xFF
+        return {
+            "follower": (await replicas.append("a", 1, batch(b"x"), 1, 5)).error,
+            "unknown": (await replicas.append("nope", 0, batch(b"x"), 1, 5)).error,
+            "no such partition": replicas.read("a", 9, 0, 100, -1, min_one_message=True).error,
+            "corrupt": (await replicas.append("a", 0, bytes(corrupt), 1, 5)).error,
+            "past hw": replicas.read("a", 0, 2, 100, -1, min_one_message=True).error,
+            "old epoch": replicas.read("a", 0, 0, 100, 2, min_one_message=True).error,
+            "new epoch": replicas.list_offset("a", 0, -1, 4).error,
+            "bad timestamp": replicas.list_offset("a", 0, -7, -1).error,
+            # The corrupt batch was not appended: the high watermark is still 1.
+            "after": replicas.list_offset("a", 0, -1, -1).error
+            if replicas.list_offset("a", 0, -1, -1).offset == 1
+            else ErrorCode.unknown_server_error,
+        }
+
+    assert run(tmp_path, body, SOLE) == {
+        "follower": ErrorCode.not_leader_or_follower,
+        "unknown": ErrorCode.unknown_topic_or_partition,
+        "no such partition": ErrorCode.unknown_topic_or_partition,
+        "corrupt": ErrorCode.corrupt_message,
+        "past hw": ErrorCode.offset_out_of_range,
+        "old epoch": ErrorCode.fenced_leader_epoch,
+        "new epoch": ErrorCode.unknown_leader_epoch,
+        "bad timestamp": ErrorCode.invalid_request,
+        "after": ErrorCode.none,
+    }
+
+
+def test_without_replication_other_in_sync_replicas_hold_the_high_watermark(
+    tmp_path: Path,
+) -> None:
+    shared = image(
+        5,
+        {"a": (TOPIC_A, {0: partition(ME, (ME, 2))})},
+        configs={"a": {"min.insync.replicas": "3"}},
+    )
+
+    async def body(replicas: ReplicaManager) -> tuple[object, ...]:
+        acked = await replicas.append("a", 0, batch(b"x"), acks=-1, timeout_s=5)
+        leader_only = await replicas.append("a", 0, batch(b"y"), acks=1, timeout_s=0.05)
+        await reconcile(replicas, image(6, {"a": (TOPIC_A, {0: partition(ME, (ME, 2))})}))
+        timed_out = await replicas.append("a", 0, batch(b"z"), acks=-1, timeout_s=0.05)
+        read = replicas.read("a", 0, 0, 100, -1, min_one_message=True)
+        return acked.error, leader_only.base_offset, timed_out, read.high_watermark, read.records
+
+    not_enough, offset, timed_out, hw, records = run(tmp_path, body, shared)
+    assert not_enough == ErrorCode.not_enough_replicas  # refused before appending
+    assert offset == 0
+    assert timed_out.error == ErrorCode.request_timed_out and timed_out.base_offset == 1
+    assert (hw, records) == (0, b"")  # nothing committed, nothing served
+
+
+def test_partitions_leaving_the_broker_lose_their_logs_and_a_recreated_name_starts_empty(
+    tmp_path: Path,
+) -> None:
+    recreated_id = uuid.UUID(int=0xB)
+
+    async def body(replicas: ReplicaManager) -> int:
+        await replicas.append("a", 0, batch(b"old"), acks=1, timeout_s=5)
+        moved = {0: partition(ME, (ME,)), 1: partition(2, (2, 3))}  # a-1 leaves this broker
+        await reconcile(replicas, image(6, {"a": (TOPIC_A, moved)}))
+        assert replicas.logs.get_log("a", 1) is None
+        assert replicas.logs.get_log("a", 0) is not None
+        await reconcile(replicas, image(7, {}))
+        assert replicas.logs.get_log("a", 0) is None
+        await replicas.append("a", 0, batch(b"old"), acks=1, timeout_s=5)
+        await reconcile(replicas, image(8, {"a": (recreated_id, {0: partition(ME, (ME,))})}))
+        return (await replicas.append("a", 0, batch(b"new"), acks=1, timeout_s=5)).base_offset
+
+    assert run(tmp_path, body, SOLE) == 0
+    marker = (tmp_path / "a-0" / PARTITION_METADATA_FILE).read_text()
+    assert marker.startswith("version: 0\ntopic_id: ")
+
+
+def test_logs_of_another_topic_id_found_at_start_are_set_aside_not_served(
+    tmp_path: Path,
+) -> None:
+    async def write_old(replicas: ReplicaManager) -> None:
+        await replicas.append("a", 0, batch(b"old"), acks=1, timeout_s=5)
+
+    run(tmp_path, write_old, SOLE)
+    recreated = image(9, {"a": (uuid.UUID(int=0xC), {0: partition(ME, (ME,))})})
+
+    async def read_new(replicas: ReplicaManager) -> bytes:
+        return replicas.read("a", 0, 0, 100, -1, min_one_message=True).records
+
+    assert run(tmp_path, read_new, recreated) == b""
+    strays = sorted(name for name in os.listdir(tmp_path) if name.endswith("-stray"))
+    assert [name.split(".")[0] for name in strays] == ["a-0", "a-1"]  # a-1: no longer assigned
+    (stray_a0,) = [tmp_path / name for name in strays if name.startswith("a-0.")]
+    assert os.path.getsize(stray_a0 / "00000000000000000000.log") > 0  # the data is kept
+
+
+def request(api_key: int, version: int, name: str, values: dict[str, Any]) -> Any:
+    return make(getattr(request_module(api_key, version), name), values)
+
+
+def fetch_request(offset: int, max_wait_ms: int, version: int = 12) -> Any:
+    module = request_module(data_plane.FETCH, version)
+    wanted = make(
+        module.FetchPartition,
+        {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20},
+    )
+    return make(
+        module.FetchRequest,
+        {
+            "replica_id": -1,
+            "max_wait": timedelta(milliseconds=max_wait_ms),
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "topics": (make(module.FetchTopic, {"topic": "a", "partitions": (wanted,)}),),
+        },
+    )
+
+
+def produce_request(acks: int, version: int = 9) -> Any:
+    module = request_module(data_plane.PRODUCE, version)
+    data = make(module.PartitionProduceData, {"index": 0, "records": batch(b"p")})
+    return make(
+        module.ProduceRequest,
+        {
+            "acks": acks,
+            "timeout": timedelta(seconds=5),
+            "topic_data": (
+                make(module.TopicProduceData, {"name": "a", "partition_data": (data,)}),
+            ),
+        },
+    )
+
+
+def test_a_waiting_fetch_returns_as_soon_as_a_produce_commits(tmp_path: Path) -> None:
+    async def body(replicas: ReplicaManager) -> tuple[Any, Any, object]:
+        waiting = asyncio.ensure_future(data_plane.fetch(replicas, fetch_request(0, 15_000), 12))
+        await asyncio.sleep(0)  # the fetch finds nothing and parks
+        assert not waiting.done()
+        produced = await data_plane.produce(replicas, produce_request(-1), 9)
+        fetched = await asyncio.wait_for(waiting, 5)  # long before its 15 s max wait
+        silent = await data_plane.produce(replicas, produce_request(0), 9)
+        return produced, fetched, silent
+
+    produced, fetched, silent = run(tmp_path, body, SOLE)
+    (answer,) = produced.responses[0].partition_responses
+    assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0)
+    (data,) = fetched.responses[0].partitions
+    assert (data.error_code, data.high_watermark, data.last_stable_offset) == (0, 1, 1)
+    assert values_of(bytes(data.records)) == [b"p"]
+    assert fetched.session_id == 0  # no fetch sessions: full fetches only
+    assert silent is NO_RESPONSE  # acks=0: the client reads no response
+
+
+def test_protocol_level_refusals(tmp_path: Path) -> None:
+    async def body(replicas: ReplicaManager) -> tuple[Any, Any]:
+        bad_acks = await data_plane.produce(replicas, produce_request(2), 9)
+        follower = dataclasses.replace(fetch_request(0, 0), replica_id=2)
+        return bad_acks, await data_plane.fetch(replicas, follower, 12)
+
+    bad_acks, from_broker = run(tmp_path, body, SOLE)
+    assert bad_acks.responses[0].partition_responses[0].error_code == (
+        ErrorCode.invalid_required_acks
+    )
+    assert from_broker.error_code == ErrorCode.not_leader_or_follower
