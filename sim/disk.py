@@ -267,10 +267,14 @@ class SimFileSystem:
         names = self._names(path)
         if names.get(path) != _DIR:
             raise OSError(errno.ENOENT, "no such directory", path)
+        # A prefix test instead of dirname() per name: every node's whole tree is one flat
+        # map, and brokers list partition dirs often (log creation and deletion).
+        prefix = path if path.endswith("/") else path + "/"
+        cut = len(prefix)
         return sorted(
-            posixpath.basename(name)
+            name[cut:]
             for name in names
-            if name != path and posixpath.dirname(name) == path
+            if name.startswith(prefix) and len(name) > cut and "/" not in name[cut:]
         )
 
     def mkdir(self, path: str) -> None:
