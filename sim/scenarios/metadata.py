@@ -150,7 +150,7 @@ class ImageWatcher:
                 old = None if previous is None else previous.partitions.get(index)
                 if old is not None and leader != old.leader and leader not in old.isr:
                     # Unclean election is off in this scenario and nothing grows an ISR
-                    # (no data plane yet), so a new leader must come from the old ISR.
+                    # (no replication yet), so a new leader must come from the old ISR.
                     checker.fail(
                         f"leader-from-isr: {topic.name}-{index} elected {leader} from outside "
                         f"its ISR {list(old.isr)} at offset {after.offset} on {name}"
