@@ -338,8 +338,8 @@ class ReplicaManager:
             return ReadResult(partition)
         log, hw = partition.log, partition.high_watermark
         try:
-            if offset > hw:
-                raise OffsetOutOfRangeError(f"offset {offset} is past the high watermark {hw}")
+            # Past the high watermark but within the log is not out of range (Kafka): a
+            # consumer there waits for the records to commit.
             data = log.read(offset, max_bytes, max_offset=hw, min_one_message=min_one_message)
         except OffsetOutOfRangeError:
             return ReadResult(ErrorCode.offset_out_of_range, hw, log.log_start_offset)

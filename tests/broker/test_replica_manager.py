@@ -166,6 +166,8 @@ def test_without_replication_other_in_sync_replicas_hold_the_high_watermark(
         await reconcile(replicas, image(6, {"a": (TOPIC_A, {0: partition(ME, (ME, 2))})}))
         timed_out = await replicas.append("a", 0, batch(b"z"), acks=-1, timeout_s=0.05)
         read = replicas.read("a", 0, 0, 100, -1, min_one_message=True)
+        uncommitted = replicas.read("a", 0, 1, 100, -1, min_one_message=True)
+        assert (uncommitted.error, uncommitted.records) == (ErrorCode.none, b"")
         return acked.error, leader_only.base_offset, timed_out, read.high_watermark, read.records
 
     not_enough, offset, timed_out, hw, records = run(tmp_path, body, shared)
