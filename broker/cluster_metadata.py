@@ -41,8 +41,10 @@ def metadata_response(
     listener_name: str,
     cluster_id: str,
     controller_id: int,
+    being_created: frozenset[str] = frozenset(),
 ) -> object:
-    """The MetadataResponse (of the request's version) for ``request``."""
+    """The MetadataResponse (of the request's version) for ``request``; topics in
+    ``being_created`` (auto-created) are answered LEADER_NOT_AVAILABLE, as Kafka does."""
     version = int(request.__version__)
     module: Any = response_module(METADATA, version)
     brokers = tuple(
@@ -61,7 +63,12 @@ def metadata_response(
             for _, topic_id in sorted(image.topics.by_name.items())
         )
     else:
-        topics = tuple(_requested(module, image, item, listener_name) for item in request.topics)
+        topics = tuple(
+            _topic_error(module, ErrorCode.leader_not_available, item.name, _ZERO_UUID)
+            if item.name in being_created
+            else _requested(module, image, item, listener_name)
+            for item in request.topics
+        )
     return make(
         module.MetadataResponse,
         {

@@ -1,19 +1,22 @@
 """The broker's client-facing request handlers (Kafka's KafkaApis).
 
-Produce, Fetch and ListOffsets go to the ReplicaManager (broker/data_plane.py) when there is
-one. Reads (ApiVersions, Metadata, DescribeCluster, DescribeConfigs) are answered from the latest
-published MetadataImage, taken once per request so one answer never mixes two images. Writes
-to cluster metadata (topics, partitions, configs, leader elections) are the controller's:
-they are forwarded unchanged through the controller channel and its answer is passed back,
+Produce, Fetch and ListOffsets go to the ReplicaManager (broker/data_plane.py) when there
+is one, InitProducerId to the ProducerIdManager (broker/producer_ids.py). Reads (ApiVersions,
+Metadata, DescribeCluster, DescribeConfigs) are answered from the latest published
+MetadataImage, taken once per request so one answer never mixes two images. Writes to
+cluster metadata (topics, partitions, configs, leader elections) are the controller's: they
+are forwarded unchanged through the controller channel and its answer is passed back,
 NOT_CONTROLLER included (clients retry it); only when no controller answers in time does the
 broker answer for it, with REQUEST_TIMED_OUT.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from kio.schema.errors import ErrorCode
@@ -29,13 +32,17 @@ from broker.cluster_metadata import (
 from broker.controller_channel import ControllerSender
 from broker.describe_configs import DESCRIBE_CONFIGS, describe_configs_response
 from broker.network import api_versions_response
+from broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
 from metadata.image import MetadataImage
+from metadata.topic_names import topic_name_error
 from raft import wire
+from raft.entities import make, request_module
 
 logger = logging.getLogger("broker.kafka_apis")
 
 FORWARD_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default
+AUTO_CREATE_VERSION = 7  # CreateTopics v4+ takes -1 for the controller's defaults (KIP-464)
 
 
 class KafkaApis:
@@ -64,13 +71,21 @@ class KafkaApis:
         rng: random.Random,
         *,
         replicas: ReplicaManager | None = None,
+        producer_ids: ProducerIdManager | None = None,
+        auto_create_topics: bool = False,
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
     ) -> None:
         self.node_id = node_id
         self.replicas = replicas
+        self.auto_create_topics = auto_create_topics
+        self._creating: set[str] = set()  # auto-creations forwarded and not yet answered
+        self._background: set[asyncio.Task[None]] = set()
         self.supported_apis = dict(self.SUPPORTED_APIS)
         if replicas is not None:
             self.supported_apis |= data_plane.SUPPORTED
+        self.producer_ids = producer_ids
+        if producer_ids is not None:
+            self.supported_apis[INIT_PRODUCER_ID] = (0, 4)
         self.cluster_id = cluster_id
         self.listener_name = listener_name
         self._image = image
@@ -92,13 +107,16 @@ class KafkaApis:
                 return await data_plane.fetch(replicas, body, header.api_version)
             if api_key == data_plane.LIST_OFFSETS:
                 return data_plane.list_offsets(replicas, body, header.api_version)
+        if api_key == INIT_PRODUCER_ID and self.producer_ids is not None:
+            return await init_producer_id(self.producer_ids, body, header.api_version)
         image = self._image()
         if api_key == wire.API_VERSIONS_KEY:
             return api_versions_response(header.api_version, self.supported_apis)
         if api_key == METADATA:
             controller_id = random_live_broker(image, self.listener_name, self._rng)
+            created = self._auto_create(image, body)
             return metadata_response(
-                image, body, self.listener_name, self.cluster_id, controller_id
+                image, body, self.listener_name, self.cluster_id, controller_id, created
             )
         if api_key == DESCRIBE_CLUSTER:
             controller_id = random_live_broker(image, self.listener_name, self._rng)
@@ -108,6 +126,64 @@ class KafkaApis:
         if api_key == DESCRIBE_CONFIGS:
             return describe_configs_response(image, body, self.node_id)
         return None  # not served here: Kafka closes the connection
+
+    def _auto_create(self, image: MetadataImage, request: Any) -> frozenset[str]:
+        """Kafka's auto.create.topics.enable: missing topics a Metadata request names (and
+        lets it create: v4+ asks, older versions always may) are created with the
+        controller's defaults. Like Kafka's AutoTopicCreationManager this does not wait: the
+        answer says LEADER_NOT_AVAILABLE for them and the client asks again. Returns the
+        names being created."""
+        if not self.auto_create_topics or not request.topics:
+            return frozenset()
+        if not getattr(request, "allow_auto_topic_creation", True):
+            return frozenset()
+        missing = {
+            item.name
+            for item in request.topics
+            if item.name is not None
+            and image.topics.get(item.name) is None
+            and topic_name_error(item.name) is None
+        }
+        new = missing - self._creating
+        if new:
+            self._creating |= new
+            task = asyncio.get_running_loop().create_task(self._create_topics(sorted(new)))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return frozenset(missing)
+
+    async def _create_topics(self, names: list[str]) -> None:
+        module: Any = request_module(forwarding.CREATE_TOPICS, AUTO_CREATE_VERSION)
+        topics = tuple(
+            make(
+                module.CreatableTopic,
+                {"name": name, "num_partitions": -1, "replication_factor": -1},
+            )
+            for name in names
+        )
+        request = make(
+            module.CreateTopicsRequest,
+            {"topics": topics, "timeout": timedelta(milliseconds=FORWARD_TIMEOUT_MS)},
+        )
+        try:
+            response: Any = await self._forward(request)
+            for topic in response.topics:
+                if topic.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+                    logger.warning(
+                        "[KafkaApis id=%d] Auto-creating %s failed: %s %s",
+                        self.node_id,
+                        topic.name,
+                        topic.error_code.name,
+                        topic.error_message,
+                    )
+        finally:
+            self._creating -= set(names)
+
+    async def close(self) -> None:
+        """Stop auto-creations still waiting for the controller."""
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
 
     async def _forward(self, request: object) -> object:
         try:

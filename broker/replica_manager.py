@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from broker.producer_state import ProducerState
+from log.batch import validate_batch
 from log.config import LogConfig
 from log.errors import RecordError
 from log.fs import read_all, write_atomic
@@ -62,6 +64,7 @@ class Partition:
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
+    producers: ProducerState
     high_watermark: int = 0
 
 
@@ -242,6 +245,7 @@ class ReplicaManager:
             registration.leader,
             registration.leader_epoch,
             registration.isr,
+            ProducerState.from_log(log),
         )
 
     # ---- high watermark ------------------------------------------------------------------
@@ -292,28 +296,47 @@ class ReplicaManager:
         if isinstance(partition, ErrorCode):
             return AppendResult(partition)
         log = partition.log
+        try:
+            header = validate_batch(records)
+        except RecordError as error:
+            return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
+        if header.size != len(records):
+            # Kafka's rule for Produce v3+: one batch per partition, nothing after it.
+            return AppendResult(
+                ErrorCode.invalid_record,
+                message="A produce request must carry exactly one record batch per partition",
+            )
         if acks == -1 and len(partition.isr) < self._min_insync_replicas(topic):
             return AppendResult(
                 ErrorCode.not_enough_replicas,
                 message=f"The ISR of {topic}-{index} has {len(partition.isr)} replicas, fewer "
                 f"than min.insync.replicas {self._min_insync_replicas(topic)}",
             )
-        try:
-            info = log.append_as_leader(bytearray(records), partition.leader_epoch)
-        except RecordError as error:
-            return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
-        except KafkaStorageError as error:
-            return AppendResult(ErrorCode.kafka_storage_error, message=str(error))
-        self._maybe_advance_high_watermark(partition)
-        result = AppendResult(ErrorCode.none, info.first_offset, log.log_start_offset)
+        verdict = partition.producers.check(header)
+        if verdict.error != ErrorCode.none:
+            return AppendResult(verdict.error, message=f"producer {header.producer_id}")
+        if verdict.append:
+            try:
+                info = log.append_as_leader(bytearray(records), partition.leader_epoch)
+            except RecordError as error:
+                return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
+            except KafkaStorageError as error:
+                return AppendResult(ErrorCode.kafka_storage_error, message=str(error))
+            partition.producers.record(header, info.first_offset)
+            first, last = info.first_offset, info.last_offset
+            self._maybe_advance_high_watermark(partition)
+        else:  # a producer's retry of a batch already in the log: its original offsets
+            first = verdict.duplicate_of
+            last = first + header.last_offset_delta
+        result = AppendResult(ErrorCode.none, first, log.log_start_offset)
         if acks != -1:
             return result
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while partition.high_watermark <= info.last_offset:  # bounded by the deadline
+        while partition.high_watermark <= last:  # bounded by the deadline
             remaining = deadline - loop.time()
             if remaining <= 0 or self._partitions.get((topic, index)) is not partition:
-                return AppendResult(ErrorCode.request_timed_out, info.first_offset)
+                return AppendResult(ErrorCode.request_timed_out, first)
             await self.wait_for_high_watermark(remaining)
         return result
 

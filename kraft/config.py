@@ -91,6 +91,7 @@ class ServerConfig(BaseModel):
     unclean_leader_election_enable: bool = Field(
         default=False, alias="unclean.leader.election.enable"
     )
+    auto_create_topics_enable: bool = Field(default=True, alias="auto.create.topics.enable")
     broker_rack: str | None = Field(default=None, alias="broker.rack")
     inter_broker_listener_name: str = Field(default="PLAINTEXT", alias="inter.broker.listener.name")
 

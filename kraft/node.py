@@ -26,6 +26,7 @@ from broker.controller_channel import ControllerChannel
 from broker.kafka_apis import KafkaApis
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.network import api_versions_response, serve_connection
+from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from kraft.bootstrap import read_bootstrap
 from kraft.config import ServerConfig
@@ -235,6 +236,10 @@ class KraftNode:
         await self.lifecycle.wait_for_state(BrokerState.RUNNING)
         # Caught up with the metadata log: the partitions assigned here get their logs
         # before any client can ask for them.
+        lifecycle = self.lifecycle
+        producer_ids = ProducerIdManager(
+            config.node_id, lambda: lifecycle.broker_epoch, self._channel
+        )
         reconciling = replicas.start(loader.image)
         await replicas.wait_reconciled(loader.image.offset)
         assert self.lifecycle_ready is not None
@@ -252,6 +257,8 @@ class KraftNode:
                 self._channel,
                 runtime.rng,
                 replicas=replicas,
+                producer_ids=producer_ids,
+                auto_create_topics=config.auto_create_topics_enable,
             )
             self.apis[endpoint.name] = apis
             self._servers.append(
@@ -325,6 +332,8 @@ class KraftNode:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        for apis in self.apis.values():
+            await apis.close()
         if self.lifecycle is not None:
             await self.lifecycle.close()
         if self.replicas is not None:

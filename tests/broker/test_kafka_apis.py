@@ -140,6 +140,51 @@ def test_metadata_errors_for_unknown_and_illegal_topic_names_without_creating_th
     assert controller.requests == []
 
 
+def test_auto_create_forwards_missing_valid_names_and_answers_leader_not_available() -> None:
+    """auto.create.topics.enable: Kafka's answer, LEADER_NOT_AVAILABLE, while the controller
+    creates the topic with its defaults (-1); the client's next Metadata finds it."""
+    controller = FakeController(cluster_image())
+    handler = KafkaApis(
+        1,
+        "cluster-a",
+        LISTENER,
+        lambda: controller.image,
+        controller,
+        random.Random(0),
+        auto_create_topics=True,
+    )
+    names = ["fresh", "bad name!", "orders"]
+
+    async def twice(allow: bool) -> tuple[Any, Any]:
+        module: Any = request_module(METADATA, 9)
+        request = make(
+            module.MetadataRequest,
+            {
+                "topics": tuple(metadata_topic(9, n) for n in names),
+                "allow_auto_topic_creation": allow,
+            },
+        )
+        header = wire.RequestHeader(METADATA, 9, 5, "client")
+        first = await handler.handle(header, request)
+        await asyncio.gather(*handler._background)  # the forwarded creation completes
+        return first, await handler.handle(header, request)
+
+    refused, _ = asyncio.run(twice(allow=False))
+    assert refused.topics[0].error_code == ErrorCode.unknown_topic_or_partition
+    assert controller.requests == []
+    first, second = asyncio.run(twice(allow=True))
+    assert [(t.name, t.error_code) for t in first.topics] == [
+        ("fresh", ErrorCode.leader_not_available),
+        ("bad name!", ErrorCode.invalid_topic_exception),
+        ("orders", ErrorCode.none),
+    ]
+    (create,) = controller.requests
+    assert [(t.name, t.num_partitions, t.replication_factor) for t in create.topics] == [
+        ("fresh", -1, -1)
+    ]
+    assert [t.error_code for t in second.topics[:1]] == [ErrorCode.none]
+
+
 def test_metadata_v12_looks_topics_up_by_id() -> None:
     unknown = uuid.UUID(int=0xDEAD)
     topics = (metadata_topic(12, None, ORDERS_ID), metadata_topic(12, None, unknown))

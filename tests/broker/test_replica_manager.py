@@ -286,3 +286,61 @@ def test_protocol_level_refusals(tmp_path: Path) -> None:
         ErrorCode.invalid_required_acks
     )
     assert from_broker.error_code == ErrorCode.not_leader_or_follower
+
+
+def idempotent(producer_id: int, epoch: int, sequence: int, *values: bytes) -> bytes:
+    records = [Record(None, value, 2_000) for value in values]
+    return encode_batch(
+        records, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence
+    )
+
+
+def test_idempotent_producers_get_retries_deduplicated_even_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    async def first_life(replicas: ReplicaManager) -> list[tuple[ErrorCode, int]]:
+        answers = []
+        for records in (
+            idempotent(7, 0, 0, b"a", b"b"),  # offsets 0-1
+            idempotent(7, 0, 2, b"c"),  # offset 2
+            idempotent(7, 0, 0, b"a", b"b"),  # a retry of the first: its offset, no append
+            idempotent(7, 0, 5, b"x"),  # skips sequences 3-4
+            idempotent(8, 3, 9, b"d"),  # another producer, first seen mid-stream
+            batch(b"plain") + batch(b"two"),  # two batches in one produce
+        ):
+            result = await replicas.append("a", 0, records, acks=-1, timeout_s=5)
+            answers.append((result.error, result.base_offset))
+        return answers
+
+    assert run(tmp_path, first_life, SOLE) == [
+        (ErrorCode.none, 0),
+        (ErrorCode.none, 2),
+        (ErrorCode.none, 0),
+        (ErrorCode.out_of_order_sequence_number, -1),
+        (ErrorCode.none, 3),
+        (ErrorCode.invalid_record, -1),
+    ]
+
+    async def second_life(replicas: ReplicaManager) -> list[tuple[ErrorCode, int]]:
+        answers = []
+        for records in (
+            idempotent(7, 0, 2, b"c"),  # retried across the restart: still a duplicate
+            idempotent(7, 0, 3, b"e"),  # the next in order
+            idempotent(7, 1, 4, b"f"),  # a new epoch must start at sequence 0
+            idempotent(7, 1, 0, b"g"),
+            idempotent(7, 0, 4, b"h"),  # the old epoch is fenced now
+        ):
+            result = await replicas.append("a", 0, records, acks=1, timeout_s=5)
+            answers.append((result.error, result.base_offset))
+        read = replicas.read("a", 0, 0, 1 << 20, -1, min_one_message=True)
+        answers.append((read.error, len(values_of(read.records))))
+        return answers
+
+    assert run(tmp_path, second_life, SOLE) == [
+        (ErrorCode.none, 2),
+        (ErrorCode.none, 4),
+        (ErrorCode.out_of_order_sequence_number, -1),
+        (ErrorCode.none, 5),
+        (ErrorCode.invalid_producer_epoch, -1),
+        (ErrorCode.none, 6),  # a, b, c, d, e, g: each once
+    ]

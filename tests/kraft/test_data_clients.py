@@ -172,3 +172,32 @@ def test_a_deleted_topic_name_comes_back_empty(single: tuple[Processes, str]) ->
     producer.produce("scratch", value=b"new")
     assert producer.flush(DEADLINE_S) == 0
     assert consume_all(bootstrap, "scratch", 1, 1) == [(0, 0, b"new")]
+
+
+def test_default_idempotent_producers_and_auto_created_topics(
+    single: tuple[Processes, str],
+) -> None:
+    """kafka-python 3 and librdkafka with enable.idempotence ask InitProducerId and number
+    their batches; kcat producing to a topic nobody created gets it auto-created, as with
+    Kafka's defaults."""
+    _, bootstrap = single
+    producer = KafkaProducer(bootstrap_servers=bootstrap)  # idempotent by default
+    offsets = [producer.send("auto-a", f"k{i}".encode()).get(DEADLINE_S).offset for i in range(5)]
+    producer.close()
+    assert offsets == [0, 1, 2, 3, 4]
+    idempotent = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    errors: list[object] = []
+    for i in range(200):
+        idempotent.produce("auto-a", f"c{i}".encode(), on_delivery=lambda e, _m: errors.append(e))
+    assert idempotent.flush(DEADLINE_S) == 0
+    assert errors == [None] * 200
+    got = consume_all(bootstrap, "auto-a", 1, 205)
+    assert [offset for _, offset, _ in got] == list(range(205))  # each record once
+    subprocess.run(
+        [KCAT, "-b", bootstrap, "-P", "-t", "auto-b"],
+        input="one\ntwo\n",
+        text=True,
+        check=True,
+        timeout=DEADLINE_S,
+    )
+    assert consume_all(bootstrap, "auto-b", 1, 2) == [(0, 0, b"one"), (0, 1, b"two")]
