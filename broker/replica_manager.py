@@ -306,6 +306,12 @@ class ReplicaManager:
                 ErrorCode.invalid_record,
                 message="A produce request must carry exactly one record batch per partition",
             )
+        if header.is_control or header.is_transactional:
+            # Control batches are the broker's own; transactions need a coordinator.
+            return AppendResult(
+                ErrorCode.invalid_record,
+                message="Control and transactional batches are not accepted from producers",
+            )
         if acks == -1 and len(partition.isr) < self._min_insync_replicas(topic):
             return AppendResult(
                 ErrorCode.not_enough_replicas,

@@ -307,6 +307,13 @@ def test_idempotent_producers_get_retries_deduplicated_even_after_a_restart(
             idempotent(7, 0, 5, b"x"),  # skips sequences 3-4
             idempotent(8, 3, 9, b"d"),  # another producer, first seen mid-stream
             batch(b"plain") + batch(b"two"),  # two batches in one produce
+            encode_batch(
+                [Record(None, b"t", 0)],
+                producer_id=9,
+                producer_epoch=0,
+                base_sequence=0,
+                is_transactional=True,
+            ),  # no transactions here
         ):
             result = await replicas.append("a", 0, records, acks=-1, timeout_s=5)
             answers.append((result.error, result.base_offset))
@@ -318,6 +325,7 @@ def test_idempotent_producers_get_retries_deduplicated_even_after_a_restart(
         (ErrorCode.none, 0),
         (ErrorCode.out_of_order_sequence_number, -1),
         (ErrorCode.none, 3),
+        (ErrorCode.invalid_record, -1),
         (ErrorCode.invalid_record, -1),
     ]
 
