@@ -19,7 +19,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.network import NO_RESPONSE
-from broker.replica_manager import ReplicaManager
+from broker.replica_manager import AppendResult, ReplicaManager
 from raft.entities import make, response_module
 
 PRODUCE = 0
@@ -34,29 +34,32 @@ async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> o
     module = response_module(PRODUCE, api_version)
     acks = request.acks
     timeout_s = max(0.0, request.timeout.total_seconds())
+
+    async def one(topic: str, data: Any) -> AppendResult:
+        if acks not in (-1, 0, 1):
+            return AppendResult(ErrorCode.invalid_required_acks)
+        if data.records is None:
+            return AppendResult(ErrorCode.invalid_record)
+        return await replicas.append(topic, data.index, bytes(data.records), acks, timeout_s)
+
+    # Every partition appends at once (in request order: each task appends before it first
+    # waits), then all wait for their high watermarks together, within the one timeout.
+    wanted = [(topic.name, data) for topic in request.topic_data for data in topic.partition_data]
+    results = iter(await asyncio.gather(*(one(name, data) for name, data in wanted)))
     topics = []
     for topic in request.topic_data:
         answers = []
         for data in topic.partition_data:
-            if acks not in (-1, 0, 1):
-                error = ErrorCode.invalid_required_acks
-                result = None
-            elif data.records is None:
-                error, result = ErrorCode.invalid_record, None
-            else:
-                result = await replicas.append(
-                    topic.name, data.index, bytes(data.records), acks, timeout_s
-                )
-                error = result.error
+            result = next(results)
             answers.append(
                 make(
                     module.PartitionProduceResponse,
                     {
                         "index": data.index,
-                        "error_code": error,
-                        "base_offset": -1 if result is None else result.base_offset,
-                        "log_start_offset": -1 if result is None else result.log_start_offset,
-                        "error_message": None if result is None else result.message,
+                        "error_code": result.error,
+                        "base_offset": result.base_offset,
+                        "log_start_offset": result.log_start_offset,
+                        "error_message": result.message,
                     },
                 )
             )

@@ -352,3 +352,37 @@ def test_idempotent_producers_get_retries_deduplicated_even_after_a_restart(
         (ErrorCode.invalid_producer_epoch, -1),
         (ErrorCode.none, 6),  # a, b, c, d, e, g: each once
     ]
+
+
+def test_an_acks_all_produce_appends_every_partition_before_waiting_on_any(
+    tmp_path: Path,
+) -> None:
+    """Kafka appends a whole produce, then waits for its partitions together: a partition
+    whose high watermark lags must not hold back the appends to the others."""
+    lagging = image(
+        5,
+        {"a": (TOPIC_A, {0: partition(ME, (ME, 2)), 1: partition(ME, (ME, 2))})},
+    )
+    module = request_module(data_plane.PRODUCE, 9)
+    parts = tuple(
+        make(module.PartitionProduceData, {"index": i, "records": batch(b"v")}) for i in (0, 1)
+    )
+    request = make(
+        module.ProduceRequest,
+        {
+            "acks": -1,
+            "timeout": timedelta(seconds=30),
+            "topic_data": (make(module.TopicProduceData, {"name": "a", "partition_data": parts}),),
+        },
+    )
+
+    async def body(replicas: ReplicaManager) -> list[int]:
+        waiting = asyncio.ensure_future(data_plane.produce(replicas, request, 9))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        ends = [replicas.logs.get_log("a", i).log_end_offset for i in (0, 1)]
+        assert not waiting.done()  # both wait for replication that does not exist yet
+        waiting.cancel()
+        return ends
+
+    assert run(tmp_path, body, lagging) == [1, 1]
