@@ -10,7 +10,9 @@ The leader therefore remembers, per producer, the epoch and the last five batche
 - a batch from an older epoch of a producer is refused (INVALID_PRODUCER_EPOCH).
 
 The state is rebuilt from the log's batch headers when the partition is opened, so a restart
-keeps deduplicating; Kafka reads producer snapshots for that, which this does without.
+keeps deduplicating; Kafka reads producer snapshots for that, which this does without. A
+producer not heard from for ``producer.id.expiration.ms`` (a day) is forgotten, as in Kafka:
+its next batch is taken as a new producer's.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from log.log import Log, OffsetOutOfRangeError
 
 NO_PRODUCER_ID = -1
 BATCHES_KEPT = 5
+PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
+EXPIRY_CHECK_INTERVAL_MS = 60_000  # how often ``record`` looks for expired producers
 READ_CHUNK_BYTES = 1024 * 1024
 MAX_SEQUENCE = 2**31 - 1
 
@@ -39,6 +43,7 @@ class BatchRecord:
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
+    last_ms: int  # when it last appended (a batch's max timestamp, for the log's history)
     batches: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
 
 
@@ -62,13 +67,18 @@ def last_sequence(header: BatchHeader) -> int:
 class ProducerState:
     """The producers that wrote to one partition."""
 
-    def __init__(self) -> None:
+    def __init__(self, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> None:
         self._producers: dict[int, ProducerEntry] = {}
+        self._expiration_ms = expiration_ms
+        self._last_expiry_ms = 0
+
+    def __len__(self) -> int:
+        return len(self._producers)
 
     @classmethod
-    def from_log(cls, log: Log) -> ProducerState:
+    def from_log(cls, log: Log, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> ProducerState:
         """The state the log's batches leave behind (every batch is read, headers only)."""
-        state = cls()
+        state = cls(expiration_ms)
         offset = log.log_start_offset
         while offset < log.log_end_offset:  # bounded: every pass moves past >= 1 batch
             try:
@@ -78,7 +88,7 @@ class ProducerState:
             if not data:
                 break
             for _position, header in iter_batches(data):
-                state.record(header, header.base_offset)
+                state.record(header, header.base_offset, header.max_timestamp)
                 offset = header.last_offset + 1
         return state
 
@@ -106,11 +116,19 @@ class ProducerState:
             return Verdict(ErrorCode.out_of_order_sequence_number)
         return Verdict()
 
-    def record(self, header: BatchHeader, first_offset: int) -> None:
-        """Remember a batch that is now in the log at ``first_offset``."""
+    def record(self, header: BatchHeader, first_offset: int, now_ms: int) -> None:
+        """Remember a batch that is now in the log at ``first_offset``, appended at
+        ``now_ms``; now and then, forget producers silent for longer than the expiration."""
+        if now_ms - self._last_expiry_ms >= EXPIRY_CHECK_INTERVAL_MS:
+            self._last_expiry_ms = now_ms
+            horizon = now_ms - self._expiration_ms
+            for producer_id in [p for p, e in self._producers.items() if e.last_ms < horizon]:
+                del self._producers[producer_id]
         if header.producer_id == NO_PRODUCER_ID:
             return
         entry = self._producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = self._producers[header.producer_id] = ProducerEntry(header.producer_epoch)
+            entry = ProducerEntry(header.producer_epoch, now_ms)
+            self._producers[header.producer_id] = entry
+        entry.last_ms = max(entry.last_ms, now_ms)
         entry.batches.append(BatchRecord(header.base_sequence, last_sequence(header), first_offset))

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from broker.producer_state import ProducerState
+from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState
 from log.batch import validate_batch
+from log.clock import WallClock
 from log.config import LogConfig
 from log.errors import RecordError
 from log.fs import read_all, write_atomic
@@ -96,9 +97,18 @@ class ReplicaManager:
     """Leader-side partition state for one broker, reconciled from metadata images."""
 
     def __init__(
-        self, node_id: int, logs: LogManager, default_config: LogConfig, rng: random.Random
+        self,
+        node_id: int,
+        logs: LogManager,
+        default_config: LogConfig,
+        rng: random.Random,
+        clock: WallClock,
+        *,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.node_id = node_id
+        self._clock = clock
+        self._producer_id_expiration_ms = producer_id_expiration_ms
         self._rng = rng  # stray names: the runtime's Random keeps simulated runs replayable
         self.logs = logs
         self.default_config = default_config
@@ -245,7 +255,7 @@ class ReplicaManager:
             registration.leader,
             registration.leader_epoch,
             registration.isr,
-            ProducerState.from_log(log),
+            ProducerState.from_log(log, self._producer_id_expiration_ms),
         )
 
     # ---- high watermark ------------------------------------------------------------------
@@ -328,7 +338,7 @@ class ReplicaManager:
                 return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
             except KafkaStorageError as error:
                 return AppendResult(ErrorCode.kafka_storage_error, message=str(error))
-            partition.producers.record(header, info.first_offset)
+            partition.producers.record(header, info.first_offset, self._clock.now_ms())
             first, last = info.first_offset, info.last_offset
             self._maybe_advance_high_watermark(partition)
         else:  # a producer's retry of a batch already in the log: its original offsets

@@ -92,6 +92,9 @@ class ServerConfig(BaseModel):
         default=False, alias="unclean.leader.election.enable"
     )
     auto_create_topics_enable: bool = Field(default=True, alias="auto.create.topics.enable")
+    producer_id_expiration_ms: int = Field(
+        default=86_400_000, alias="producer.id.expiration.ms", gt=0
+    )
     broker_rack: str | None = Field(default=None, alias="broker.rack")
     inter_broker_listener_name: str = Field(default="PLAINTEXT", alias="inter.broker.listener.name")
 

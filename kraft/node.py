@@ -218,7 +218,12 @@ class KraftNode:
         )
         await self.logs.startup()
         replicas = self.replicas = ReplicaManager(
-            config.node_id, self.logs, log_config, runtime.rng
+            config.node_id,
+            self.logs,
+            log_config,
+            runtime.rng,
+            runtime.clock,
+            producer_id_expiration_ms=config.producer_id_expiration_ms,
         )
         loader.add_publisher(replicas)
         self.lifecycle = BrokerLifecycleManager(

@@ -73,7 +73,7 @@ def run(root: Path, body: Callable[[ReplicaManager], Awaitable[T]], first: Metad
         runtime = real_runtime(seed=5)
         logs = LogManager(runtime, [str(root)], LogConfig())
         await logs.startup()
-        replicas = ReplicaManager(ME, logs, LogConfig(), runtime.rng)
+        replicas = ReplicaManager(ME, logs, LogConfig(), runtime.rng, runtime.clock)
         replicas.start(first)
         await replicas.wait_reconciled(first.offset)
         try:
