@@ -251,27 +251,31 @@ class LogManager:
 
     async def delete_log(self, topic: str, partition: int) -> None:
         """Close the partition's log and remove its directory (durably)."""
-        tp = (topic, partition)
-        log = self._logs.pop(tp, None)
-        if log is None:
+        detached = await self._detach((topic, partition), "deletion")
+        if detached is None:
             return
-        log_dir = self._dir_of.pop(tp)
-        try:
-            await log.close()
-        except OSError:
-            logger.exception("closing %s before deletion failed", tp)
+        log, log_dir = detached
         fs = self.fs
         for name in fs.list_dir(log.dir_path):
             fs.remove(os.path.join(log.dir_path, name))
         fs.remove_dir(log.dir_path)
-        await fs.fsync_dir(log_dir)
-        await self._write_dir_checkpoints(log_dir)
+        await self._dir_changed(log_dir)
 
     async def mark_stray(self, topic: str, partition: int, unique_id: str) -> str | None:
         """Close the partition's log and rename its directory to Kafka's stray name
         (``<topic>-<partition>.<unique_id>-stray``): kept for an operator, never loaded or
         served again. The new path, None if there was no such log."""
-        tp = (topic, partition)
+        detached = await self._detach((topic, partition), "marking it stray")
+        if detached is None:
+            return None
+        log, log_dir = detached
+        stray = f"{log.dir_path.rstrip('/')}.{unique_id}-stray"
+        self.fs.rename(log.dir_path, stray)
+        await self._dir_changed(log_dir)
+        return stray
+
+    async def _detach(self, tp: TopicPartition, why: str) -> tuple[Log, str] | None:
+        """Forget a partition's log and close it; (the log, its log dir), None if unknown."""
         log = self._logs.pop(tp, None)
         if log is None:
             return None
@@ -279,12 +283,13 @@ class LogManager:
         try:
             await log.close()
         except OSError:
-            logger.exception("closing %s before marking it stray failed", tp)
-        stray = f"{log.dir_path.rstrip('/')}.{unique_id}-stray"
-        self.fs.rename(log.dir_path, stray)
+            logger.exception("closing %s before %s failed", tp, why)
+        return log, log_dir
+
+    async def _dir_changed(self, log_dir: str) -> None:
+        """Make a partition dir's removal or rename durable, and the checkpoints agree."""
         await self.fs.fsync_dir(log_dir)
         await self._write_dir_checkpoints(log_dir)
-        return stray
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         """Apply a topic config change to its existing logs and future ones."""
