@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState
-from log.batch import validate_batch
+from log.batch import parse_header, validate_batch
 from log.clock import WallClock
 from log.config import LogConfig
 from log.errors import RecordError
@@ -307,7 +307,8 @@ class ReplicaManager:
             return AppendResult(partition)
         log = partition.log
         try:
-            header = validate_batch(records)
+            # The header only: the log checks the CRC as it appends, before storing anything.
+            header = parse_header(records)
         except RecordError as error:
             return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
         if header.size != len(records):
@@ -329,6 +330,13 @@ class ReplicaManager:
                 f"than min.insync.replicas {self._min_insync_replicas(topic)}",
             )
         verdict = partition.producers.check(header)
+        if not verdict.append:
+            # Answered without appending: the CRC the log would check must hold here too,
+            # so a corrupt batch is always CORRUPT_MESSAGE, as in Kafka.
+            try:
+                validate_batch(records)
+            except RecordError as error:
+                return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
         if verdict.error != ErrorCode.none:
             return AppendResult(verdict.error, message=f"producer {header.producer_id}")
         if verdict.append:

@@ -288,6 +288,12 @@ def test_protocol_level_refusals(tmp_path: Path) -> None:
     assert from_broker.error_code == ErrorCode.not_leader_or_follower
 
 
+def corrupt(data: bytes) -> bytes:
+    flipped = bytearray(data)
+    flipped[-1] ^= 0xFF
+    return bytes(flipped)
+
+
 def idempotent(producer_id: int, epoch: int, sequence: int, *values: bytes) -> bytes:
     records = [Record(None, value, 2_000) for value in values]
     return encode_batch(
@@ -332,6 +338,7 @@ def test_idempotent_producers_get_retries_deduplicated_even_after_a_restart(
     async def second_life(replicas: ReplicaManager) -> list[tuple[ErrorCode, int]]:
         answers = []
         for records in (
+            corrupt(idempotent(7, 0, 2, b"c")),  # a retry's CRC is checked all the same
             idempotent(7, 0, 2, b"c"),  # retried across the restart: still a duplicate
             idempotent(7, 0, 3, b"e"),  # the next in order
             idempotent(7, 1, 4, b"f"),  # a new epoch must start at sequence 0
@@ -345,6 +352,7 @@ def test_idempotent_producers_get_retries_deduplicated_even_after_a_restart(
         return answers
 
     assert run(tmp_path, second_life, SOLE) == [
+        (ErrorCode.corrupt_message, -1),
         (ErrorCode.none, 2),
         (ErrorCode.none, 4),
         (ErrorCode.out_of_order_sequence_number, -1),
