@@ -2,9 +2,11 @@
 
 Validation follows Kafka's ReplicationControlManager in order and in wording: topic name,
 existence, configs, then partitions / replication factor / manual assignments. Each topic of a
-request succeeds or fails on its own; the records of the topics that succeed are written
-together as one batch (all or nothing on disk), and ``validate_only`` answers as if they had
-been written without writing anything.
+request succeeds or fails on its own; the records of the topics that succeed are written in
+order, in as many batches as their size needs (Kafka's non-atomic create: a reader may see a
+big topic with part of its partitions first), at most MAX_RECORDS_PER_USER_OP records per
+request (POLICY_VIOLATION beyond), and ``validate_only`` answers as if they had been written
+without writing anything.
 """
 
 from __future__ import annotations
