@@ -36,6 +36,7 @@ DELETE_TOPICS = 20
 CREATE_PARTITIONS = 37
 DUPLICATE_TOPIC = "Duplicate topic name."
 TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."
+MIN_RECORDS_PER_TOPIC = 2  # a TopicRecord and at least one PartitionRecord
 
 
 def validate_topic_name(name: str) -> None:
@@ -64,6 +65,10 @@ def create_topics(ctx: ControllerContext, request: Any, api_version: int) -> Con
         try:
             if counts[topic.name] > 1:
                 raise ApiError(ErrorCode.invalid_request, DUPLICATE_TOPIC)
+            if len(records) + MIN_RECORDS_PER_TOPIC > MAX_RECORDS_PER_USER_OP:
+                # Refused before any placement or config work: a request naming 100,000
+                # topics costs the controller a result per name, not a creation attempt.
+                raise ApiError(ErrorCode.policy_violation, TOO_MANY_RECORDS)
             created, values = _create_topic(ctx, topic, collisions, module)
             if len(records) + len(created) > MAX_RECORDS_PER_USER_OP:
                 raise ApiError(ErrorCode.policy_violation, TOO_MANY_RECORDS)
