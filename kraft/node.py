@@ -19,7 +19,7 @@ import functools
 import logging
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from broker.cluster_metadata import DESCRIBE_CLUSTER, describe_controllers_response
 from broker.controller_channel import ControllerChannel
@@ -50,6 +50,11 @@ from raft.snapshot import SnapshotId
 
 logger = logging.getLogger("kraft.node")
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
+
+
+class FatalStorageError(Exception):
+    """The node cannot go on: its metadata log, or every log dir, failed (disk full, I/O
+    error). Kafka halts the broker then; here the process stops with this one line."""
 
 
 class _RoleLogger:
@@ -117,6 +122,11 @@ class KraftNode:
         self.replicas: ReplicaManager | None = None
         self._channel: ControllerChannel | None = None
         self._servers: list[asyncio.AbstractServer] = []
+        # Handlers of the connections our listeners accepted: a server's close() leaves
+        # them open, and a handler still pending when the loop ends is cancelled, which
+        # asyncio 3.11 reports as a traceback ("Exception in callback ... callback").
+        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        self._fatal: BaseException | None = None  # what stopped the node, if anything did
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         # When the broker opened its listeners: its broker epoch, its replayed metadata
@@ -174,7 +184,7 @@ class KraftNode:
             )
         await raft.start()
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(raft.wait()))
+        self._tasks.append(loop.create_task(self._run_quorum(raft)))
         if self.is_controller:
             endpoint = config.controller_endpoint()
             self._servers.append(
@@ -280,7 +290,30 @@ class KraftNode:
                 endpoint.host,
                 endpoint.port,
             )
-        await reconciling  # runs until close(); a failure fails the node, loudly
+        # Both run until close(); a failure of either fails the node, loudly.
+        watching = asyncio.get_running_loop().create_task(self._watch_log_dirs(self.logs))
+        try:
+            await asyncio.wait([reconciling, watching], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watching.cancel()
+        for task in (watching, reconciling):
+            if task.done() and not task.cancelled():
+                task.result()
+
+    async def _run_quorum(self, raft: RaftNode) -> None:
+        try:
+            await raft.wait()
+        except OSError as error:
+            self._fatal = error
+            raise FatalStorageError(
+                f"the metadata log in {self.metadata_dir} failed: {error}"
+            ) from error
+
+    async def _watch_log_dirs(self, logs: LogManager) -> None:
+        await logs.all_dirs_offline.wait()
+        self._fatal = next(iter(logs.offline_dirs.values()))
+        failed = "; ".join(f"{d}: {e}" for d, e in logs.offline_dirs.items())
+        raise FatalStorageError(f"every log dir has failed ({failed})")
 
     # ---- listeners --------------------------------------------------------------------------
     def _controller_apis(self) -> dict[int, tuple[int, int]]:
@@ -290,7 +323,8 @@ class KraftNode:
     async def _serve_controller(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        await serve_connection(reader, writer, self._handle_controller, self._controller_apis())
+        with self._tracked(writer):
+            await serve_connection(reader, writer, self._handle_controller, self._controller_apis())
 
     async def _handle_controller(self, header: wire.RequestHeader, request: object) -> object:
         raft, controller = self.raft, self.controller
@@ -308,7 +342,19 @@ class KraftNode:
     async def _serve_broker(
         self, apis: KafkaApis, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        await serve_connection(reader, writer, apis.handle, apis.supported_apis)
+        with self._tracked(writer):
+            await serve_connection(reader, writer, apis.handle, apis.supported_apis)
+
+    @contextlib.contextmanager
+    def _tracked(self, writer: asyncio.StreamWriter) -> Iterator[None]:
+        """Count a served connection as open (``close`` aborts it) while its handler runs."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = writer
+        try:
+            yield
+        finally:
+            self._connections.pop(task, None)
 
     # ---- run and stop ---------------------------------------------------------------------
     async def wait(self) -> None:
@@ -332,6 +378,10 @@ class KraftNode:
         self._closed = True
         for server in self._servers:
             server.close()
+        handlers = list(self._connections.items())
+        for _, writer in handlers:
+            writer.transport.abort()  # the handler reads EOF and returns
+        await asyncio.gather(*(task for task, _ in handlers), return_exceptions=True)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -352,6 +402,14 @@ class KraftNode:
         if self.loader is not None:
             await self.loader.close()
         if self.raft is not None and self.raft.core is not None:
-            await self.raft.close()
+            try:
+                await self.raft.close()
+            except OSError:
+                if self._fatal is None:
+                    raise  # otherwise: the failure already reported, re-raised by its loop
         if self.log is not None:
+            if isinstance(self._fatal, OSError):
+                # A disk failed: flushing now could only fail again, noisily, and is not
+                # needed (Raft fsyncs what it acknowledges before it counts).
+                self.log.storage.take_offline(self._fatal)
             await self.log.close()
