@@ -16,6 +16,7 @@ unreachable from every librdkafka-based client.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -25,6 +26,9 @@ from raft import wire
 from raft.entities import make, response_module
 
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
+HANDLER_FAILURE_LOG_INTERVAL_S = 60.0
+_handler_failures = [0, float("-inf")]  # failures since the last report, its loop time
+logger = logging.getLogger("broker.network")
 # What a handler returns for a request that gets no response: a Produce with acks=0.
 NO_RESPONSE = object()
 
@@ -50,7 +54,13 @@ async def serve_connection(
                 header = error.header
                 response = api_versions_response(0, supported, wire.UNSUPPORTED_VERSION)
             else:
-                response = await handle(header, request)
+                try:
+                    response = await handle(header, request)
+                except Exception:
+                    # A handler bug: this connection ends (as Kafka closes a channel whose
+                    # request failed unexpectedly), the node goes on, the bug is reported.
+                    _report_handler_failure(header)
+                    return
             if response is None:
                 return
             if response is NO_RESPONSE:
@@ -61,6 +71,25 @@ async def serve_connection(
         return  # the peer went away or sent an unreadable frame: nothing left to answer
     finally:
         writer.transport.abort()
+
+
+def _report_handler_failure(header: wire.RequestHeader) -> None:
+    """Log a handler's exception with its traceback, at most once per
+    HANDLER_FAILURE_LOG_INTERVAL_S (a client repeating the request cannot flood the log)."""
+    now = asyncio.get_running_loop().time()
+    _handler_failures[0] += 1
+    if 0 <= now - _handler_failures[1] < HANDLER_FAILURE_LOG_INTERVAL_S:  # (another loop: log)
+        return
+    logger.exception(
+        "Request api %d v%d (correlation id %d) from %r failed; its connection is closed "
+        "(%d such failure(s) since the last report)",
+        header.api_key,
+        header.api_version,
+        header.correlation_id,
+        header.client_id,
+        _handler_failures[0],
+    )
+    _handler_failures[:] = [0, now]
 
 
 def decode_request(

@@ -21,7 +21,7 @@ import io
 import struct
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import cache
 from typing import Any, get_args, get_origin
 
@@ -264,6 +264,7 @@ class _Shape:
     item: _Shape | None = None  # array of these
     entity: type[Any] | None = None
     nullable_entity: bool = False
+    nullable: bool = False  # a blob or array that may be null (length -1)
 
 
 def _shape(field_type: Any, kafka_type: str | None, tagged: bool) -> _Shape:
@@ -272,7 +273,9 @@ def _shape(field_type: Any, kafka_type: str | None, tagged: bool) -> _Shape:
         inner = next(arg for arg in get_args(field_type) if arg is not type(None))
         shape = _shape(inner, kafka_type, tagged)
         # kio marks a nullable struct with an int8 (KIP-893), except as a tagged field.
-        return _Shape(entity=shape.entity, nullable_entity=not tagged) if shape.entity else shape
+        if shape.entity:
+            return _Shape(entity=shape.entity, nullable_entity=not tagged)
+        return replace(shape, nullable=True)
     if get_origin(field_type) is tuple:
         return _Shape(item=_shape(get_args(field_type)[0], kafka_type, tagged=False))
     if is_dataclass(field_type):
@@ -336,9 +339,11 @@ def _walk_value(shape: _Shape, flexible: bool, data: bytes, pos: int, limit: int
         pos += shape.size
     elif shape.blob:
         length, pos = _length(data, pos, limit, flexible, _LEGACY_LENGTH[shape.blob])
+        _check_null(shape, length)
         pos += max(length, 0)
     elif shape.item is not None:
         count, pos = _length(data, pos, limit, flexible, _LENGTH)
+        _check_null(shape, count)
         if shape.item.size:
             pos += max(count, 0) * shape.item.size
         else:
@@ -354,6 +359,14 @@ def _walk_value(shape: _Shape, flexible: bool, data: bytes, pos: int, limit: int
     if pos > limit:
         raise _Malformed("field runs past the end")
     return pos
+
+
+def _check_null(shape: _Shape, length: int) -> None:
+    """Kafka's readers: -1 is null, allowed only where the schema says nullable; any other
+    negative length is malformed. (kio would read a null non-nullable array as None, and
+    handlers iterating it would fail on a request they should never have been given.)"""
+    if length < -1 or (length == -1 and not shape.nullable):
+        raise _Malformed(f"length {length} for a non-nullable field")
 
 
 def _walk_entity(entity_type: type[Any], data: bytes, pos: int, limit: int) -> int:

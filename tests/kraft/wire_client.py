@@ -4,6 +4,7 @@ create a topic, produce a batch, read a partition back."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -77,7 +78,10 @@ async def produce(
 ) -> tuple[ErrorCode, int]:
     """(error, base offset) of one batch of ``values`` produced to partition 0."""
     module: Any = request_module(PRODUCE, 9)
-    records = bytes(encode_batch([Record(None, v, 1_767_225_600_000) for v in values]))
+    # Stamped now: a fixed old timestamp is past retention.ms, and the retention task (every
+    # log.retention.check.interval.ms) would delete the records under the reader.
+    now_ms = int(time.time() * 1000)
+    records = bytes(encode_batch([Record(None, v, now_ms) for v in values]))
     data = make(module.PartitionProduceData, {"index": 0, "records": records})
     request = make(
         module.ProduceRequest,
@@ -121,7 +125,10 @@ async def read_all(connection: KafkaConnection, topic: str) -> list[bytes]:
         )
         response: Any = await connection.request(request, TIMEOUT_S)
         answer = response.responses[0].partitions[0]
-        assert answer.error_code == ErrorCode.none, answer.error_code
+        assert answer.error_code == ErrorCode.none, (
+            f"{answer.error_code!r} at offset {offset}: high watermark {answer.high_watermark}, "
+            f"log start {answer.log_start_offset}"
+        )
         data = answer.records or b""
         batches = [decode_batch(data, pos) for pos, _ in iter_batches(data)]
         if not batches:

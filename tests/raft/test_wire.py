@@ -382,3 +382,20 @@ def test_huge_array_in_a_response_is_refused() -> None:
     payload = struct.pack(">ih", 1, 0) + uvarint(1 << 34)
     with pytest.raises(FrameError):
         decode_response(18, 3, payload)
+
+
+def test_null_for_a_non_nullable_array_is_refused_and_a_nullable_one_still_reads() -> None:
+    """The wire fuzzer's find: ListOffsets v7 whose topics array says null (compact length
+    0) decoded to topics=None, and the handler iterating it raised TypeError on every such
+    request. Kafka's readers refuse a null where the schema does not allow one."""
+    header = struct.pack(">hhih", 2, 7, 1, -1) + b"\x00"  # request header v2, no tags
+    body = struct.pack(">ib", -1, 0) + b"\x00" + b"\x00"  # replica, isolation, topics: null
+    with pytest.raises(FrameError):
+        decode_request(header + body, {2: (1, 7)})
+    negative = struct.pack(">hhih", 2, 1, 1, -1) + struct.pack(">ii", -1, -5)  # topics: -5
+    with pytest.raises(FrameError):
+        decode_request(negative, {2: (1, 7)})
+    # Metadata v12's topics is nullable (null: every topic), and stays readable.
+    metadata = struct.pack(">hhih", 3, 12, 1, -1) + b"\x00" + b"\x00" + b"\x01\x00\x00"
+    _header, request = decode_request(metadata, {3: (0, 12)})
+    assert request.topics is None  # type: ignore[attr-defined]
