@@ -27,6 +27,8 @@ from raft.entities import make, response_module
 
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 HANDLER_FAILURE_LOG_INTERVAL_S = 60.0
+BIG_FRAME_BYTES = 64 * 1024
+ENCODE_SLICE_ITEMS = 2000  # entities of one big array encoded between turns of the loop
 _handler_failures = [0, float("-inf")]  # failures since the last report, its loop time
 logger = logging.getLogger("broker.network")
 # What a handler returns for a request that gets no response: a Produce with acks=0.
@@ -54,6 +56,8 @@ async def serve_connection(
                 header = error.header
                 response = api_versions_response(0, supported, wire.UNSUPPORTED_VERSION)
             else:
+                if len(frame) > BIG_FRAME_BYTES:
+                    await asyncio.sleep(0)  # its decoding was one long step: let others run
                 try:
                     response = await handle(header, request)
                 except Exception:
@@ -65,12 +69,23 @@ async def serve_connection(
                 return
             if response is NO_RESPONSE:
                 continue
-            writer.write(wire.encode_response(header, response))
+            writer.write(await _encode_response(header, response))
             await writer.drain()
     except (OSError, asyncio.IncompleteReadError, wire.FrameError):
         return  # the peer went away or sent an unreadable frame: nothing left to answer
     finally:
         writer.transport.abort()
+
+
+async def _encode_response(header: wire.RequestHeader, response: object) -> bytes:
+    """wire.encode_response, serving the event loop between slices of a big answer."""
+    parts = []
+    for part in wire.response_parts(header, response, ENCODE_SLICE_ITEMS):
+        parts.append(part)
+        if len(parts) > 1:
+            await asyncio.sleep(0)
+    size = sum(len(part) for part in parts)
+    return b"".join([size.to_bytes(4, "big"), *parts])
 
 
 def _report_handler_failure(header: wire.RequestHeader) -> None:

@@ -20,7 +20,7 @@ import asyncio
 import io
 import struct
 import types
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import cache
 from typing import Any, get_args, get_origin
@@ -32,6 +32,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
+from kio.serial.writers import write_compact_array_length, write_legacy_array_length
 
 MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes default
 API_VERSIONS_KEY = 18
@@ -197,6 +198,78 @@ def encode_response(header: RequestHeader, body: object) -> bytes:
     header_type = _response_header_type(header.api_key, body_type.__flexible__)
     kio_header = header_type(correlation_id=header.correlation_id)
     return _frame((header_type, kio_header), (body_type, body))
+
+
+def response_parts(header: RequestHeader, body: object, slice_items: int) -> Iterator[bytes]:
+    """The bytes of ``encode_response`` after its length prefix, in parts, computed as they
+    are asked for: when the body's longest top-level array of entities holds more than
+    ``slice_items`` of them, that array comes out ``slice_items`` entities at a time, so a
+    caller can serve its event loop between parts (a Metadata answer naming 100,000 topics
+    is 0.6 s of kio encoding in one piece). Anything smaller is one part."""
+    assert slice_items > 0
+    body_type: type[Any] = type(body)
+    if body_type.__api_key__ != header.api_key:
+        raise ValueError(f"{body_type.__name__} does not answer api {header.api_key}")
+    header_type = _response_header_type(header.api_key, body_type.__flexible__)
+    head = _encode(header_type, header_type(correlation_id=header.correlation_id))
+    name = _longest_entity_array(body)
+    items: tuple[Any, ...] = getattr(body, name) if name else ()
+    split = _split_at_array(body, name, items) if len(items) > slice_items else None
+    if split is None:
+        yield head + _encode(body_type, body)
+        return
+    before, after = split
+    yield head + before + _array_length(body_type.__flexible__, len(items))
+    write = entity_writer(type(items[0]))
+    for start in range(0, len(items), slice_items):
+        buffer = io.BytesIO()
+        for item in items[start : start + slice_items]:
+            write(buffer, item)
+        yield buffer.getvalue()
+    yield after
+
+
+def _encode(entity_type: type[Any], entity: object) -> bytes:
+    buffer = io.BytesIO()
+    entity_writer(entity_type)(buffer, entity)
+    return buffer.getvalue()
+
+
+def _array_length(flexible: bool, count: int) -> bytes:
+    buffer = io.BytesIO()
+    (write_compact_array_length if flexible else write_legacy_array_length)(buffer, count)
+    return buffer.getvalue()
+
+
+def _longest_entity_array(body: object) -> str | None:
+    best, size = None, 0
+    for item in fields(body):  # type: ignore[arg-type]
+        value = getattr(body, item.name)
+        if isinstance(value, tuple) and len(value) > size and is_dataclass(value[0]):
+            best, size = item.name, len(value)
+    return best
+
+
+def _split_at_array(
+    body: Any, name: str | None, items: tuple[Any, ...]
+) -> tuple[bytes, bytes] | None:
+    """(the body's bytes before array ``name``'s length, those after its last element),
+    found by encoding the body with the array empty and with its first element only, and
+    checked: None (encode whole) unless the second is exactly the first with one element
+    spliced in, so the split relies on kio's encoding alone, never on a layout of ours."""
+    body_type = type(body)
+    flexible = body_type.__flexible__
+    empty = _encode(body_type, replace(body, **{name: ()}))  # type: ignore[arg-type]
+    one = _encode(body_type, replace(body, **{name: items[:1]}))  # type: ignore[arg-type]
+    count0, count1 = _array_length(flexible, 0), _array_length(flexible, 1)
+    differ = next(i for i, (a, b) in enumerate(zip(empty, one, strict=False)) if a != b)
+    start = differ - next(i for i, (a, b) in enumerate(zip(count0, count1, strict=True)) if a != b)
+    before, after = empty[:start], empty[start + len(count0) :]
+    if empty[start : start + len(count0)] != count0:
+        return None
+    if one != before + count1 + _encode(type(items[0]), items[0]) + after:
+        return None
+    return before, after
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, object]:

@@ -15,7 +15,6 @@ import errno
 import logging
 import os
 import random
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,10 +25,9 @@ from kraft.server import serve
 from log.clock import SystemClock
 from log.fs import FileHandle, RealFileSystem
 from log.runtime import Runtime
-from tests.kraft.procs import KRAFT_SERVER, free_port
+from tests.kraft import inprocess
 from tests.kraft.wire_client import connect, create_topic, produce, read_all, wait_for_leader
 
-CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 DEADLINE_S = 30.0
 
 
@@ -101,21 +99,8 @@ class FillableFileSystem(RealFileSystem):
 
 
 def format_node(root: Path) -> tuple[ServerConfig, int]:
-    broker_port, controller_port = free_port(), free_port()
-    props = {
-        "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
-        "controller.listener.names": "CONTROLLER",
-        "log.dirs": str(root / "data"),
-    }
-    path = root / "server.properties"
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    subprocess.run(
-        [KRAFT_SERVER, "format", "-t", CLUSTER_ID, "-c", str(path)], check=True, capture_output=True
-    )
-    return load_config(str(path)), broker_port
+    path, port = inprocess.format_node(root)
+    return load_config(str(path)), port
 
 
 def runtime(fs: FillableFileSystem) -> Runtime:

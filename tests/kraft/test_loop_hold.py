@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -32,31 +31,10 @@ from kraft.storage import check_and_lock
 from log.runtime import real_runtime
 from raft import wire
 from raft.entities import make, request_module
-from tests.kraft.procs import KRAFT_SERVER, free_port
+from tests.kraft.inprocess import CLUSTER_ID, format_node
 
-CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 HEARTBEAT_INTERVAL_S = 2.0  # broker.heartbeat.interval.ms default
 METADATA, CREATE_TOPICS = 3, 19
-
-
-def format_node(root: Path) -> tuple[Path, int]:
-    """A formatted single combined node's server.properties; (its path, the broker port)."""
-    broker_port, controller_port = free_port(), free_port()
-    props = {
-        "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
-        "controller.listener.names": "CONTROLLER",
-        "log.dirs": str(root / "data"),
-        "auto.create.topics.enable": "true",
-    }
-    path = root / "server.properties"
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    subprocess.run(
-        [KRAFT_SERVER, "format", "-t", CLUSTER_ID, "-c", str(path)], check=True, capture_output=True
-    )
-    return path, broker_port
 
 
 @asynccontextmanager
@@ -128,7 +106,7 @@ def test_metadata_naming_100k_missing_topics_holds_the_loop_below_a_heartbeat(
         },
     )
 
-    path, port = format_node(tmp_path)
+    path, port = format_node(tmp_path, auto_create_topics_enable="true")
 
     async def scenario() -> tuple[float, Any, bool]:
         async with running_node(path) as node:
@@ -214,7 +192,7 @@ def test_create_topics_of_7000_partitions_succeeds_and_holds_the_loop_below_a_he
         module.CreateTopicsRequest, {"topics": (topic,), "timeout": timedelta(seconds=60)}
     )
 
-    path, port = format_node(tmp_path)
+    path, port = format_node(tmp_path, auto_create_topics_enable="true")
 
     async def scenario() -> tuple[float, bytes, int]:
         async with running_node(path) as node:

@@ -416,9 +416,7 @@ def test_a_topic_too_big_for_one_batch_is_created_in_several(tmp_path: Path) -> 
     async def scenario() -> None:
         node = Controller(tmp_path)
         await node.start()
-        epoch = await node.register(1)
-        await node.heartbeat(1, epoch, offset=node.image.offset)
-        await eventually(lambda: not node.image.cluster.brokers[1].fenced)
+        await node.heartbeat(1, await node.register(1), offset=node.image.offset)
         before = node.raft.log.end_offset()
         created = await node.create_topic("big", 7000)
         assert created.error_code == ErrorCode.none
@@ -437,9 +435,7 @@ def test_one_request_may_not_generate_more_than_the_user_op_limit(tmp_path: Path
     async def scenario() -> None:
         node = Controller(tmp_path)
         await node.start()
-        epoch = await node.register(1)
-        await node.heartbeat(1, epoch, offset=node.image.offset)
-        await eventually(lambda: not node.image.cluster.brokers[1].fenced)
+        await node.heartbeat(1, await node.register(1), offset=node.image.offset)
         refused = await node.create_topic("huge", MAX_RECORDS_PER_USER_OP)
         assert refused.error_code == ErrorCode.policy_violation
         assert node.image.topics.get("huge") is None
