@@ -28,6 +28,7 @@ import os
 import struct
 import types
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -37,6 +38,8 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from broker.client import KafkaConnection
+from log.batch import encode_batch
+from log.records import Record
 from raft import wire
 from raft.entities import make, request_module
 from tests.kraft.procs import Processes, free_port, port_open, wait_until
@@ -45,7 +48,8 @@ from tests.kraft.wire_client import connect, create_topic, produce, read_all, wa
 FUZZ_EXAMPLES = int(os.environ.get("KRAFT_FUZZ_EXAMPLES", "60"))
 RSS_BOUND_BYTES = 512 * 1024 * 1024
 ANSWER_WAIT_S = 0.5  # how long a batch's answers are read before its connection is dropped
-CANARY = "fuzz-canary"
+CANARY = "fuzz-canary"  # only the checks write here
+TARGET = "fuzz-target"  # what the data-plane templates name: the fuzzer writes here
 INT32_EXTREMES = (-1, 0x7FFFFFFF, -0x80000000, 0x10000000, 0x7FFF, 1 << 20)
 API_VERSIONS = 18
 MUTATIONS = (
@@ -104,8 +108,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
 
         async def canary_topic() -> None:
             connection = await connect("127.0.0.1", broker_port)
-            assert await create_topic(connection, CANARY) == ErrorCode.none
-            await wait_for_leader(connection, CANARY)
+            for topic in (CANARY, TARGET):
+                assert await create_topic(connection, topic) == ErrorCode.none
+                await wait_for_leader(connection, topic)
             await connection.close()
 
         asyncio.run(canary_topic())
@@ -169,14 +174,20 @@ def advertised(port: int) -> dict[int, tuple[int, int]]:
     return asyncio.run(ask())
 
 
+def _array_element(annotation: Any) -> Any:
+    """The element type of an array field (nullable or not), None for any other field."""
+    if get_origin(annotation) is types.UnionType:
+        annotation = next(arg for arg in get_args(annotation) if arg is not type(None))
+    return get_args(annotation)[0] if get_origin(annotation) is tuple else None
+
+
 def _one_of_each(entity_type: Any) -> Any:
-    """A valid entity whose every array holds one (recursively built) element."""
+    """A valid entity whose every array of entities holds one (recursively built) element."""
     values: dict[str, object] = {}
     for field in dataclasses.fields(entity_type):
-        if get_origin(field.type) is tuple:
-            (element, *_rest) = get_args(field.type)
-            if dataclasses.is_dataclass(element):
-                values[field.name] = (_one_of_each(element),)
+        element = _array_element(field.type)
+        if element is not None and dataclasses.is_dataclass(element):
+            values[field.name] = (_one_of_each(element),)
     return make(entity_type, values)
 
 
@@ -200,7 +211,61 @@ def templates(apis: dict[int, tuple[int, int]]) -> list[bytes]:
             header = wire.RequestHeader(api_key, version, 1, "fuzz")
             frames.append(wire.encode_request(header, make(cls, {})))
             frames.append(wire.encode_request(header, _one_of_each(cls)))
+    for api_key, version, values in _meaningful():
+        if apis.get(api_key, (0, -1))[0] <= version <= apis.get(api_key, (0, -1))[1]:
+            header = wire.RequestHeader(api_key, version, 1, "fuzz")
+            frames.append(wire.encode_request(header, _build(api_key, version, values)))
     return frames
+
+
+def _build(api_key: int, version: int, values: dict[str, Any]) -> Any:
+    """A request of (api, version) from nested dicts: a dict value (or a tuple of them)
+    becomes the entity its field's annotation names."""
+    return _entity(_request_class(api_key, version), values)
+
+
+def _entity(entity_type: Any, values: dict[str, Any]) -> Any:
+    built = dict(values)
+    for field in dataclasses.fields(entity_type):
+        value = values.get(field.name)
+        if isinstance(value, tuple) and value and isinstance(value[0], dict):
+            element = _array_element(field.type)
+            built[field.name] = tuple(_entity(element, item) for item in value)
+    return make(entity_type, built)
+
+
+def _meaningful() -> list[tuple[int, int, dict[str, Any]]]:
+    """Requests a client really sends, naming a real topic, so mutations reach the
+    handlers' deeper paths: Produce of a real batch, Fetch, ListOffsets, Metadata,
+    CreateTopics and CreatePartitions."""
+    batch = bytes(encode_batch([Record(b"k", b"v" * 20, 1_767_225_600_000)] * 2))
+    produce = {
+        "acks": 1,
+        "timeout": timedelta(seconds=1),
+        "topic_data": ({"name": TARGET, "partition_data": ({"index": 0, "records": batch},)},),
+    }
+    fetch = {
+        "replica_id": -1,
+        "max_wait": timedelta(milliseconds=10),
+        "max_bytes": 1 << 20,
+        "topics": (
+            {"topic": TARGET, "partitions": ({"fetch_offset": 0, "partition_max_bytes": 4096},)},
+        ),
+    }
+    list_offsets = {
+        "replica_id": -1,
+        "topics": ({"name": TARGET, "partitions": ({"partition_index": 0, "timestamp": -1},)},),
+    }
+    metadata = {"topics": ({"name": TARGET}, {"name": "fuzz-auto"})}
+    create = {
+        "topics": ({"name": "fuzz-new", "num_partitions": 2, "replication_factor": 1},),
+        "timeout": timedelta(seconds=1),
+    }
+    grow = {"topics": ({"name": TARGET, "count": 2},), "timeout": timedelta(seconds=1)}
+    return [
+        (0, 9, produce), (0, 3, produce), (1, 12, fetch), (1, 4, fetch), (2, 7, list_offsets),
+        (3, 12, metadata), (3, 1, metadata), (19, 7, create), (19, 2, create), (37, 3, grow),
+    ]  # fmt: skip
 
 
 def _reframe(body: bytes) -> bytes:
