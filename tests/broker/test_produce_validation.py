@@ -65,12 +65,13 @@ def run(root: Path, body: Callable[[ReplicaManager], Awaitable[T]], configs: dic
     return asyncio.run(main())
 
 
-def forge(payload: bytes, count: int, codec: Compression) -> bytes:
+def forge(payload: bytes, count: int, codec: Compression, max_timestamp: int = NOW) -> bytes:
     """A batch with a good header and CRC around any records payload."""
     out = bytearray(encode_batch([Record(None, b"", NOW)], compression=codec)[:BATCH_HEADER_SIZE])
     out += compress(codec, payload)
     struct.pack_into(">i", out, 23, count - 1)
     struct.pack_into(">i", out, 57, count)
+    struct.pack_into(">q", out, 35, max_timestamp)
     struct.pack_into(">i", out, 8, len(out) - 12)
     struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
     return bytes(out)
@@ -184,7 +185,7 @@ def test_list_offsets_by_time_walks_a_batch_of_tiny_records_in_bounded_memory(
 ) -> None:
     count = 100_000  # 7-byte records: 0.7 MB inflated; a record object each is over 15 MB
     records = b"".join(encode_record(Record(None, b"", 0), i, i >> 14) for i in range(count))
-    batch = forge(records, count, Compression.ZSTD)  # valid, if unusual
+    batch = forge(records, count, Compression.ZSTD, NOW + 6)  # valid, if unusual
 
     async def body(replicas: ReplicaManager) -> tuple[int, int, int]:
         assert (await replicas.append("a", 0, batch, 1, 5)).error == ErrorCode.none
