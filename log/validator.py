@@ -260,7 +260,28 @@ def walk_records(
             else:
                 header_count, pos = decode_varint(data, pos)
             if header_count:
-                pos = _skip_headers(data, pos, record_end, header_count)
+                if header_count < 0 or 2 * header_count > record_end - pos:
+                    raise InvalidRecordError(
+                        f"Found invalid number of record headers {header_count}"
+                    )
+                for _ in range(header_count):
+                    byte = data[pos]  # key length: never null
+                    if byte < 0x80:
+                        length, pos = zigzag[byte], pos + 1
+                    else:
+                        length, pos = decode_varint(data, pos)
+                    if length < 0:
+                        raise InvalidRecordError(f"Invalid negative header key size {length}")
+                    pos += length
+                    byte = data[pos]  # value length
+                    if byte < 0x80:
+                        length, pos = zigzag[byte], pos + 1
+                    else:
+                        length, pos = decode_varint(data, pos)
+                    if length >= 0:
+                        pos += length
+                    elif length != -1:
+                        raise InvalidRecordError(f"Invalid negative header value size {length}")
             if pos != record_end:
                 raise InvalidRecordError(
                     f"Invalid record size: expected to read {size} bytes in record payload, "
@@ -281,21 +302,6 @@ def walk_records(
     if pos != end:
         raise InvalidRecordError("Incorrect declared batch size, records still remaining in file")
     return Walk(base_timestamp + min_delta, base_timestamp + max_delta, null_key, contiguous, None)
-
-
-def _skip_headers(data: bytes, pos: int, record_end: int, header_count: int) -> int:
-    if header_count < 0 or 2 * header_count > record_end - pos:
-        raise InvalidRecordError(f"Found invalid number of record headers {header_count}")
-    for _ in range(header_count):
-        length, pos = decode_varint(data, pos)
-        if length < 0:
-            raise InvalidRecordError(f"Invalid negative header key size {length}")
-        length, pos = decode_varint(data, pos + length)
-        if length >= 0:
-            pos += length
-        elif length != -1:
-            raise InvalidRecordError(f"Invalid negative header value size {length}")
-    return pos
 
 
 def _record_errors(
