@@ -426,12 +426,13 @@ class ReplicaManager:
             segments = [s for s in log.segments if s.size > 0]
             if not segments:
                 return OffsetResult(ErrorCode.none, -1, -1, NO_EPOCH)
-            best = max(segments, key=lambda s: s.max_timestamp)
-            found = log.fetch_offset_by_timestamp(best.max_timestamp)
+            timestamp = max(segments, key=lambda s: s.max_timestamp).max_timestamp
         elif timestamp < 0:
             return OffsetResult(ErrorCode.invalid_request)
-        else:
+        try:
             found = log.fetch_offset_by_timestamp(timestamp)
+        except RecordError as error:  # a stored batch that does not inflate within the bound
+            return OffsetResult(ErrorCode(error.kafka_error_code))
         if found is None or found[0] >= hw:
             return OffsetResult(ErrorCode.none, -1, -1, NO_EPOCH)
         offset, record_timestamp = found

@@ -5,53 +5,56 @@ What a produced v2 batch must pass (otherwise nothing of it is stored):
 - the header and CRC-32C (log.batch.validate_batch), count == lastOffsetDelta + 1 > 0;
 - a compressed payload inflates within ``max_decompressed_bytes`` (a bomb is CORRUPT_MESSAGE);
 - exactly ``recordsCount`` records fill the payload: every length and varint in range,
-  nothing left over (INVALID_RECORD, with the messages Kafka's DefaultRecordBatch gives);
-- per record, as Kafka's validateRecord: a key on compacted topics, and under CreateTime a
-  timestamp within [now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]
-  (INVALID_TIMESTAMP); producers may not send LogAppendTime batches. Record errors carry
-  the record's index in the batch, for Produce v8+'s record_errors.
+  nothing left over (INVALID_RECORD, with the messages Kafka's DefaultRecordBatch gives), and
+  offset deltas 0..n-1, which every v2 client writes (Kafka would rewrite other deltas);
+- per record, as Kafka's validateRecord: under CreateTime a timestamp within
+  [now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms], and no
+  LogAppendTime batches from producers to LogAppendTime topics (INVALID_TIMESTAMP, each
+  record named by its index in the batch for Produce v8+'s record_errors).
 
 What the broker then changes, as Kafka does:
 - compression.type names a codec other than the batch's (``producer`` keeps it,
-  ``uncompressed`` means none), or the records' offset deltas are not 0..n-1: the batch is
-  rebuilt with Kafka's MemoryRecordsBuilder rules (record attributes 0, deltas 0..n-1);
+  ``uncompressed`` means none): the records are recompressed as they are;
 - maxTimestamp becomes the records' largest timestamp (CreateTime) or the broker's clock
   (message.timestamp.type=LogAppendTime, which also sets the attribute bit); the CRC is
   recomputed only when a header byte changed, so a well-formed batch passes byte for byte.
 
 The per-record walk is the hot loop of the produce path: it reads only lengths and deltas
-(one-byte varints inline), builds no objects, and keeps min/max timestamps so the range
-check is two comparisons per batch; record errors are worked out in a second pass only
-when a batch fails.
+(one- and two-byte varints inline), builds no objects, and keeps min/max timestamps so the
+range check is two comparisons per batch; record errors are worked out in a second pass only
+when a batch fails. No await happens while a payload is inflated, so on the broker's one
+event loop at most one inflated payload exists at a time: the per-batch bound is also the
+broker-wide bound on decompression memory.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from crc32c import crc32c
 
 from log.batch import (
     BATCH_HEADER_SIZE,
+    COMPRESSION_CODEC_MASK,
     CREATE_TIME,
     LOG_APPEND_TIME,
+    LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
-    encode_batch,
     validate_batch,
 )
-from log.compression import DECOMPRESSED_SIZE_BYTES_MAX, Compression, decompress
+from log.compression import DECOMPRESSED_SIZE_BYTES_MAX, Compression, compress, decompress
 from log.config import COMPRESSION_TYPES, TIMESTAMP_TYPES, LogConfig
 from log.errors import CorruptRecordError, InvalidRecordError, RecordError
-from log.records import Buffer, decode_records, decode_varint, decode_varlong
+from log.records import decode_records, decode_varint, decode_varlong
 
 NO_TIMESTAMP = -1
+INVALID_TIMESTAMP = 32  # Kafka's error code
 # The most a produced compressed batch may inflate to. Kafka streams and sets none; here a
 # batch is inflated whole and walked on the event loop, so this bounds both the memory and
 # the time (about 1.5 s for 16 MiB of the smallest, 7-byte, records) one batch can take.
 PRODUCE_DECOMPRESSED_BYTES_MAX = 16 * 1024 * 1024
-INVALID_TIMESTAMP = 32  # Kafka's error code
 
 # The codec each compression.type makes the broker write (None: the producer's).
 _TARGET_CODECS: dict[str, Compression | None] = {
@@ -66,24 +69,27 @@ _TIMESTAMP_TYPE_IDS = {"CreateTime": CREATE_TIME, "LogAppendTime": LOG_APPEND_TI
 assert set(_TARGET_CODECS) == set(COMPRESSION_TYPES)
 assert set(_TIMESTAMP_TYPE_IDS) == set(TIMESTAMP_TYPES)
 
+_HEADER_TAIL = struct.Struct(">i")  # batchLength
+_BATCH_LENGTH_OFFSET = 8
+_CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21
-_MAX_TIMESTAMP = struct.Struct(">q")
 _MAX_TIMESTAMP_OFFSET = 35
 _ATTRIBUTES = struct.Struct(">h")
+_MAX_TIMESTAMP = struct.Struct(">q")
 _CRC = struct.Struct(">I")
-_CRC_OFFSET = 17
 # Zigzag-decoded one- and two-byte varints: nearly every length and delta in a batch.
 _ZIGZAG = tuple((u >> 1) ^ -(u & 1) for u in range(1 << 7))
 _ZIGZAG2 = tuple((u >> 1) ^ -(u & 1) for u in range(1 << 14))
 
 
 class RecordValidationError(RecordError):
-    """Records of a well-formed batch that the topic refuses (Kafka's RecordValidationException),
-    each named in ``record_errors``."""
+    """Records of a well-formed batch that the topic refuses (Kafka's
+    RecordValidationException), each named in ``record_errors``."""
 
-    def __init__(self, message: str, code: int, record_errors: tuple[tuple[int, str], ...]):
+    kafka_error_code = INVALID_TIMESTAMP
+
+    def __init__(self, message: str, record_errors: tuple[tuple[int, str], ...]) -> None:
         super().__init__(message)
-        self.kafka_error_code = code
         self.record_errors = record_errors
 
 
@@ -92,9 +98,7 @@ class ValidatedBatch:
     """A batch ready for Log.append_as_leader, and the LogAppendTime given to it (-1: none)."""
 
     records: bytes | bytearray
-    header: BatchHeader
     log_append_time_ms: int
-    recompressed: bool
 
 
 def validate_records(
@@ -117,45 +121,32 @@ def validate_records(
         )
     source = header.compression
     with memoryview(records) as view:
-        payload: Buffer = view[BATCH_HEADER_SIZE:]
-        if source is not Compression.NONE:
-            payload = decompress(source, payload, max_size=max_decompressed_bytes)
+        if source is Compression.NONE:
+            payload = bytes(view[BATCH_HEADER_SIZE:])
         else:
-            payload = bytes(payload)
-    assert isinstance(payload, bytes)
+            payload = decompress(source, view[BATCH_HEADER_SIZE:], max_size=max_decompressed_bytes)
     walk = walk_records(payload, count, header.base_timestamp)
+    if not walk.contiguous:
+        raise InvalidRecordError(f"Record offset deltas are not 0..{count - 1}")
     timestamp_type = _TIMESTAMP_TYPE_IDS[config.message_timestamp_type]
     errors = _record_errors(payload, header, walk, config, now_ms, timestamp_type)
     if errors:
-        record_errors = tuple((index, text) for index, _, text in errors)
-        if any(code == INVALID_TIMESTAMP for _, code, _ in errors):
-            raise RecordValidationError(
-                "One or more records have been rejected due to invalid timestamp",
-                INVALID_TIMESTAMP,
-                record_errors,
-            )
-        shown = [text for _, text in record_errors[:3]]
         raise RecordValidationError(
-            f"One or more records have been rejected due to {len(errors)} record errors in "
-            f"total, and only showing the first three errors at most: {shown}",
-            InvalidRecordError.kafka_error_code,
-            record_errors,
+            "One or more records have been rejected due to invalid timestamp", tuple(errors)
         )
-    log_append_time_ms = now_ms if timestamp_type == LOG_APPEND_TIME else NO_TIMESTAMP
+    if timestamp_type == LOG_APPEND_TIME:
+        max_timestamp = log_append_time_ms = now_ms
+    else:
+        log_append_time_ms = NO_TIMESTAMP
+        # A LogAppendTime batch's records all read as its maxTimestamp, as in Kafka.
+        batch_log_append_time = header.timestamp_type == LOG_APPEND_TIME
+        max_timestamp = header.max_timestamp if batch_log_append_time else walk.max_timestamp
     target = _TARGET_CODECS[config.compression_type]
-    target = source if target is None else target
-    if target is not source or not walk.contiguous:
-        out = _rebuild(payload, header, target, timestamp_type, now_ms)
-        return ValidatedBatch(out, validate_batch(out), log_append_time_ms, True)
-    max_timestamp = now_ms if timestamp_type == LOG_APPEND_TIME else walk.max_timestamp
-    out = _set_max_timestamp(records, header, timestamp_type, max_timestamp)
-    if out is not records:
-        header = replace(
-            header,
-            attributes=_attributes(header.attributes, timestamp_type),
-            max_timestamp=max_timestamp,
-        )
-    return ValidatedBatch(out, header, log_append_time_ms, False)
+    if target is None or target is source:
+        out = _restamp(records, header, timestamp_type, max_timestamp)
+    else:
+        out = _recompress(records, payload, target, timestamp_type, max_timestamp)
+    return ValidatedBatch(out, log_append_time_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +155,6 @@ class Walk:
 
     min_timestamp: int
     max_timestamp: int
-    null_key: bool
     contiguous: bool  # offset deltas are exactly 0..count-1
     found: tuple[int, int] | None  # (offset delta, timestamp) where a search stopped
 
@@ -195,7 +185,6 @@ def walk_records(
     pos = 0
     min_delta = _NEVER
     max_delta = -_NEVER
-    null_key = False
     contiguous = True
     try:
         for index in range(count):
@@ -237,9 +226,7 @@ def walk_records(
                 length, pos = decode_varint(data, pos)
             if length >= 0:  # the key
                 pos += length
-            elif length == -1:
-                null_key = True
-            else:
+            elif length != -1:
                 raise InvalidRecordError(f"Invalid negative key size {length}")
             byte = data[pos]
             if byte < 0x80:
@@ -294,14 +281,14 @@ def walk_records(
             if timestamp_delta >= stop_delta and offset_delta >= min_offset_delta:
                 found = (offset_delta, base_timestamp + timestamp_delta)
                 low, high = base_timestamp + min_delta, base_timestamp + max_delta
-                return Walk(low, high, null_key, contiguous, found)
+                return Walk(low, high, contiguous, found)
     except IndexError:
         raise InvalidRecordError("Incorrect declared batch size, premature EOF reached") from None
     except CorruptRecordError as exc:  # a varint over 5 (10) bytes or past int32 (int64)
         raise InvalidRecordError(f"Invalid record: {exc}") from None
     if pos != end:
         raise InvalidRecordError("Incorrect declared batch size, records still remaining in file")
-    return Walk(base_timestamp + min_delta, base_timestamp + max_delta, null_key, contiguous, None)
+    return Walk(base_timestamp + min_delta, base_timestamp + max_delta, contiguous, None)
 
 
 def _record_errors(
@@ -311,24 +298,17 @@ def _record_errors(
     config: LogConfig,
     now_ms: int,
     timestamp_type: int,
-) -> list[tuple[int, int, str]]:
-    """(index in batch, error code, message) of each record the topic refuses; usually none,
-    decided from the walk's summary without a second pass."""
-    compacted = "compact" in config.cleanup_policy
+) -> list[tuple[int, str]]:
+    """(index in batch, message) of each record whose timestamp the topic refuses: usually
+    none, decided from the walk's summary without a second pass."""
     batch_log_append_time = header.timestamp_type == LOG_APPEND_TIME
     low = now_ms - config.message_timestamp_before_max_ms
     high = now_ms + config.message_timestamp_after_max_ms
-    if not (compacted and walk.null_key):
-        if timestamp_type == LOG_APPEND_TIME and not batch_log_append_time:
-            return []
-        if (
-            timestamp_type == CREATE_TIME
-            and not batch_log_append_time
-            and low <= walk.min_timestamp
-            and walk.max_timestamp <= high
-        ):
-            return []
-    # Some record fails: name each one, as Kafka's validateRecord does, in a second pass.
+    if not batch_log_append_time and (
+        timestamp_type == LOG_APPEND_TIME or low <= walk.min_timestamp <= walk.max_timestamp <= high
+    ):
+        return []
+    # Some record may fail: name each one, as Kafka's validateTimestamp does.
     records = decode_records(
         payload,
         header.records_count,
@@ -336,23 +316,14 @@ def _record_errors(
         header.base_timestamp,
         log_append_time_ms=header.max_timestamp if batch_log_append_time else None,
     )
-    errors: list[tuple[int, int, str]] = []
+    errors: list[tuple[int, str]] = []
     for index, record in enumerate(records):
-        offset = header.base_offset + (record.offset_delta or 0)
-        if compacted and record.key is None:
-            errors.append(
-                (
-                    index,
-                    InvalidRecordError.kafka_error_code,
-                    "Compacted topic cannot accept message without key",
-                )
-            )
-        elif timestamp_type == CREATE_TIME and record.timestamp != NO_TIMESTAMP:
+        offset = header.base_offset + index
+        if timestamp_type == CREATE_TIME and record.timestamp != NO_TIMESTAMP:
             if not low <= record.timestamp <= high:
                 errors.append(
                     (
                         index,
-                        INVALID_TIMESTAMP,
                         f"Timestamp {record.timestamp} of message with offset {offset} is out "
                         f"of range. The timestamp should be within [{low}, {high}]",
                     )
@@ -361,7 +332,6 @@ def _record_errors(
             errors.append(
                 (
                     index,
-                    INVALID_TIMESTAMP,
                     f"Invalid timestamp type in message at offset {offset}. Producer should "
                     "not set timestamp type to LogAppendTime.",
                 )
@@ -369,46 +339,38 @@ def _record_errors(
     return errors
 
 
-def _rebuild(
-    payload: bytes, header: BatchHeader, target: Compression, timestamp_type: int, now_ms: int
-) -> bytes | bytearray:
-    """The batch re-encoded as Kafka's MemoryRecordsBuilder writes it: ``target`` codec,
-    offset deltas 0..n-1, record attributes 0, the producer fields kept."""
-    records = [
-        replace(record, offset_delta=None, attributes=0)
-        for record in decode_records(
-            payload, header.records_count, header.base_offset, header.base_timestamp
-        )
-    ]
-    out = encode_batch(
-        records,
-        compression=target,
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-        is_transactional=header.is_transactional,
-        timestamp_type=timestamp_type,
-    )
-    if timestamp_type != LOG_APPEND_TIME:
-        return out
-    return _set_max_timestamp(out, validate_batch(out), LOG_APPEND_TIME, now_ms)
+def _attributes(attributes: int, timestamp_type: int, codec: int) -> int:
+    attributes = (attributes & ~(TIMESTAMP_TYPE_MASK | COMPRESSION_CODEC_MASK)) | codec
+    return attributes | TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else attributes
 
 
-def _attributes(attributes: int, timestamp_type: int) -> int:
-    if timestamp_type == LOG_APPEND_TIME:
-        return attributes | TIMESTAMP_TYPE_MASK
-    return attributes & ~TIMESTAMP_TYPE_MASK
-
-
-def _set_max_timestamp(
+def _restamp(
     records: bytes | bytearray, header: BatchHeader, timestamp_type: int, max_timestamp: int
 ) -> bytes | bytearray:
     """The batch with this timestamp type and maxTimestamp (Kafka's setMaxTimestamp): the
     same object when nothing changes, else a copy with the CRC recomputed."""
-    attributes = _attributes(header.attributes, timestamp_type)
+    attributes = _attributes(header.attributes, timestamp_type, header.compression)
     if attributes == header.attributes and max_timestamp == header.max_timestamp:
         return records
-    out = bytearray(records)
+    return _seal(bytearray(records), attributes, max_timestamp)
+
+
+def _recompress(
+    records: bytes | bytearray,
+    payload: bytes,
+    target: Compression,
+    timestamp_type: int,
+    max_timestamp: int,
+) -> bytearray:
+    """The batch with its records (as they are) compressed with ``target`` instead."""
+    out = bytearray(records[:BATCH_HEADER_SIZE])
+    out += compress(target, payload)
+    _HEADER_TAIL.pack_into(out, _BATCH_LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
+    (attributes,) = _ATTRIBUTES.unpack_from(out, _ATTRIBUTES_OFFSET)
+    return _seal(out, _attributes(attributes, timestamp_type, target), max_timestamp)
+
+
+def _seal(out: bytearray, attributes: int, max_timestamp: int) -> bytearray:
     _ATTRIBUTES.pack_into(out, _ATTRIBUTES_OFFSET, attributes)
     _MAX_TIMESTAMP.pack_into(out, _MAX_TIMESTAMP_OFFSET, max_timestamp)
     with memoryview(out) as view:

@@ -200,3 +200,19 @@ def test_list_offsets_by_time_walks_a_batch_of_tiny_records_in_bounded_memory(
     offset, timestamp, peak = run(tmp_path, body, {})
     assert (offset, timestamp) == (6 << 14, NOW + 6)
     assert peak < 4 << 20, peak
+
+
+def test_list_offsets_on_a_stored_bomb_answers_corrupt_message(tmp_path: Path) -> None:
+    bomb = forge(b"\x00" * (65 << 20), 1, Compression.ZSTD)  # over the 64 MiB read bound
+
+    async def body(replicas: ReplicaManager) -> tuple[ErrorCode, ErrorCode]:
+        log = replicas.logs.get_log("a", 0)
+        assert log is not None
+        log.append_as_leader(bomb, 3)  # as a broker that did not validate stored it
+        await replicas.append("a", 0, good(b"after"), 1, 5)
+        return (
+            replicas.list_offset("a", 0, NOW, -1).error,
+            replicas.list_offset("a", 0, -1, -1).error,
+        )
+
+    assert run(tmp_path, body, {}) == (ErrorCode.corrupt_message, ErrorCode.none)
