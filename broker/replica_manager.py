@@ -364,6 +364,7 @@ class ReplicaManager:
             first = verdict.duplicate_of
             last = first + header.last_offset_delta
         append_time_ms = validated.log_append_time_ms
+        del validated  # stored now: a recompressed batch is not held while acks=all waits
         result = AppendResult(
             ErrorCode.none, first, log.log_start_offset, log_append_time_ms=append_time_ms
         )
