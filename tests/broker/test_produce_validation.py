@@ -6,8 +6,6 @@ record object per record."""
 
 from __future__ import annotations
 
-import asyncio
-import random
 import struct
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -29,13 +27,10 @@ from log.batch import (
     iter_batches,
 )
 from log.compression import compress
-from log.config import LogConfig
-from log.fs import RealFileSystem
-from log.manager import LogManager
 from log.records import Record, encode_record
-from log.runtime import Runtime
 from raft.entities import make, request_module
 from tests.broker.test_replica_manager import ME, TOPIC_A, image, partition
+from tests.broker.test_replica_manager import run as run_replicas
 
 NOW = 1_700_000_000_000
 T = TypeVar("T")
@@ -48,21 +43,7 @@ class FixedClock:
 
 def run(root: Path, body: Callable[[ReplicaManager], Awaitable[T]], configs: dict[str, str]) -> T:
     first = image(5, {"a": (TOPIC_A, {0: partition(ME, (ME,))})}, configs={"a": configs})
-
-    async def main() -> T:
-        runtime = Runtime(RealFileSystem(), FixedClock(), random.Random(1))
-        logs = LogManager(runtime, [str(root)], LogConfig())
-        await logs.startup()
-        replicas = ReplicaManager(ME, logs, LogConfig(), runtime.rng, runtime.clock)
-        replicas.start(first)
-        await replicas.wait_reconciled(first.offset)
-        try:
-            return await asyncio.wait_for(body(replicas), 60)
-        finally:
-            await replicas.close()
-            await logs.shutdown()
-
-    return asyncio.run(main())
+    return run_replicas(root, body, first, FixedClock())
 
 
 def forge(payload: bytes, count: int, codec: Compression, max_timestamp: int = NOW) -> bytes:
