@@ -69,7 +69,7 @@ _TIMESTAMP_TYPE_IDS = {"CreateTime": CREATE_TIME, "LogAppendTime": LOG_APPEND_TI
 assert set(_TARGET_CODECS) == set(COMPRESSION_TYPES)
 assert set(_TIMESTAMP_TYPE_IDS) == set(TIMESTAMP_TYPES)
 
-_HEADER_TAIL = struct.Struct(">i")  # batchLength
+_BATCH_LENGTH = struct.Struct(">i")
 _BATCH_LENGTH_OFFSET = 8
 _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21
@@ -180,7 +180,7 @@ def walk_records(
     the field (bench/bench_validate.py).
     """
     end = len(data)
-    if count <= 0 or count > end // 7:  # the smallest record is 7 bytes
+    if count < 0 or count > end // 7:  # the smallest record is 7 bytes
         raise InvalidRecordError("Incorrect declared batch size, premature EOF reached")
     stop_delta = _NEVER if stop_at_timestamp is None else stop_at_timestamp - base_timestamp
     zigzag, zigzag2 = _ZIGZAG, _ZIGZAG2
@@ -367,7 +367,7 @@ def _recompress(
     """The batch with its records (as they are) compressed with ``target`` instead."""
     out = bytearray(records[:BATCH_HEADER_SIZE])
     out += compress(target, payload)
-    _HEADER_TAIL.pack_into(out, _BATCH_LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
+    _BATCH_LENGTH.pack_into(out, _BATCH_LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
     (attributes,) = _ATTRIBUTES.unpack_from(out, _ATTRIBUTES_OFFSET)
     return _seal(out, _attributes(attributes, timestamp_type, target), max_timestamp)
 
