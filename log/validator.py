@@ -193,10 +193,12 @@ def walk_records(
             byte = data[pos]
             if byte < 0x80:
                 size, pos = zigzag[byte], pos + 1
-            elif data[pos + 1] < 0x80:
-                size, pos = zigzag2[(byte & 0x7F) | (data[pos + 1] << 7)], pos + 2
             else:
-                size, pos = decode_varint(data, pos)
+                second = data[pos + 1]
+                if second < 0x80:
+                    size, pos = zigzag2[(byte & 0x7F) | (second << 7)], pos + 2
+                else:
+                    size, pos = decode_varint(data, pos)
             record_end = pos + size
             if record_end > end:
                 raise InvalidRecordError("Incorrect declared batch size, premature EOF reached")
@@ -206,26 +208,32 @@ def walk_records(
             byte = data[pos]
             if byte < 0x80:
                 timestamp_delta, pos = zigzag[byte], pos + 1
-            elif data[pos + 1] < 0x80:
-                timestamp_delta, pos = zigzag2[(byte & 0x7F) | (data[pos + 1] << 7)], pos + 2
             else:
-                timestamp_delta, pos = decode_varlong(data, pos)
+                second = data[pos + 1]
+                if second < 0x80:
+                    timestamp_delta, pos = zigzag2[(byte & 0x7F) | (second << 7)], pos + 2
+                else:
+                    timestamp_delta, pos = decode_varlong(data, pos)
             byte = data[pos]
             if byte < 0x80:
                 offset_delta, pos = zigzag[byte], pos + 1
-            elif data[pos + 1] < 0x80:
-                offset_delta, pos = zigzag2[(byte & 0x7F) | (data[pos + 1] << 7)], pos + 2
             else:
-                offset_delta, pos = decode_varint(data, pos)
+                second = data[pos + 1]
+                if second < 0x80:
+                    offset_delta, pos = zigzag2[(byte & 0x7F) | (second << 7)], pos + 2
+                else:
+                    offset_delta, pos = decode_varint(data, pos)
             if offset_delta != index:
                 contiguous = False
             byte = data[pos]
             if byte < 0x80:
                 length, pos = zigzag[byte], pos + 1
-            elif data[pos + 1] < 0x80:
-                length, pos = zigzag2[(byte & 0x7F) | (data[pos + 1] << 7)], pos + 2
             else:
-                length, pos = decode_varint(data, pos)
+                second = data[pos + 1]
+                if second < 0x80:
+                    length, pos = zigzag2[(byte & 0x7F) | (second << 7)], pos + 2
+                else:
+                    length, pos = decode_varint(data, pos)
             if length >= 0:  # the key
                 pos += length
             elif length != -1:
@@ -233,10 +241,12 @@ def walk_records(
             byte = data[pos]
             if byte < 0x80:
                 length, pos = zigzag[byte], pos + 1
-            elif data[pos + 1] < 0x80:
-                length, pos = zigzag2[(byte & 0x7F) | (data[pos + 1] << 7)], pos + 2
             else:
-                length, pos = decode_varint(data, pos)
+                second = data[pos + 1]
+                if second < 0x80:
+                    length, pos = zigzag2[(byte & 0x7F) | (second << 7)], pos + 2
+                else:
+                    length, pos = decode_varint(data, pos)
             if length >= 0:  # the value
                 pos += length
             elif length != -1:
@@ -244,10 +254,12 @@ def walk_records(
             byte = data[pos]
             if byte < 0x80:
                 header_count, pos = zigzag[byte], pos + 1
-            elif data[pos + 1] < 0x80:
-                header_count, pos = zigzag2[(byte & 0x7F) | (data[pos + 1] << 7)], pos + 2
             else:
-                header_count, pos = decode_varint(data, pos)
+                second = data[pos + 1]
+                if second < 0x80:
+                    header_count, pos = zigzag2[(byte & 0x7F) | (second << 7)], pos + 2
+                else:
+                    header_count, pos = decode_varint(data, pos)
             if header_count:
                 if header_count < 0 or 2 * header_count > record_end - pos:
                     raise InvalidRecordError(
