@@ -34,7 +34,7 @@ CONFIG = LogConfig()
 
 def row(label: str, records_per_s: float, baselines: list[tuple[str, float]]) -> None:
     ratios = "   ".join(
-        f"{name} {rate:>12,.0f}/s (x{records_per_s / rate:.2f})" for name, rate in baselines
+        f"{name} {rate:>12,.0f}/s (x{records_per_s / rate:.3g})" for name, rate in baselines
     )
     print(f"  {label:<30} {records_per_s:>12,.0f} records/s   {ratios}")
 
