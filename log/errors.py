@@ -30,3 +30,9 @@ class UnsupportedCompressionError(RecordError):
     """The batch names a compression codec this broker does not know (ids 5-7)."""
 
     kafka_error_code = 76  # UNSUPPORTED_COMPRESSION_TYPE
+
+
+class RecordTooLargeError(RecordError):
+    """A batch larger than max.message.bytes."""
+
+    kafka_error_code = 10  # MESSAGE_TOO_LARGE

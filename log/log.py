@@ -43,7 +43,7 @@ from log.checkpoint import LEADER_EPOCH_CHECKPOINT
 from log.compression import Compression, decompress
 from log.config import LogConfig
 from log.epoch_cache import LeaderEpochFileCache
-from log.errors import InvalidRecordError, RecordError
+from log.errors import InvalidRecordError, RecordError, RecordTooLargeError
 from log.index import REL_OFFSET_MAX
 from log.loader import load_segments
 from log.runtime import Runtime
@@ -71,12 +71,6 @@ class UnexpectedAppendOffsetError(Exception):
     """A follower append whose offsets start below the log end offset or go backwards."""
 
     kafka_error_code = -1  # Kafka's UnexpectedAppendOffsetException has no wire code
-
-
-class RecordTooLargeError(RecordError):
-    """A batch larger than max.message.bytes."""
-
-    kafka_error_code = 10  # MESSAGE_TOO_LARGE
 
 
 class RecordBatchTooLargeError(RecordError):

@@ -46,14 +46,14 @@ from log.batch import (
 )
 from log.compression import DECOMPRESSED_SIZE_BYTES_MAX, Compression, compress, decompress
 from log.config import COMPRESSION_TYPES, TIMESTAMP_TYPES, LogConfig
-from log.errors import CorruptRecordError, InvalidRecordError, RecordError
+from log.errors import CorruptRecordError, InvalidRecordError, RecordError, RecordTooLargeError
 from log.records import decode_records, decode_varint, decode_varlong
 
 NO_TIMESTAMP = -1
 INVALID_TIMESTAMP = 32  # Kafka's error code
 # The most a produced compressed batch may inflate to. Kafka streams and sets none; here a
 # batch is inflated whole and walked on the event loop, so this bounds both the memory and
-# the time (about 1.5 s for 16 MiB of the smallest, 7-byte, records) one batch can take.
+# the time one batch can take (a second or two for 16 MiB of the smallest records).
 PRODUCE_DECOMPRESSED_BYTES_MAX = 16 * 1024 * 1024
 
 # The codec each compression.type makes the broker write (None: the producer's).
@@ -113,6 +113,10 @@ def validate_records(
     header = validate_batch(records)
     if header.size != len(records):
         raise InvalidRecordError("Compressed outer record has more than one batch")
+    if header.size > config.max_message_bytes:  # before any inflating, as Kafka checks
+        raise RecordTooLargeError(
+            f"batch of {header.size} bytes exceeds max.message.bytes {config.max_message_bytes}"
+        )
     count = header.records_count
     if count <= 0 or count != header.last_offset_delta + 1:
         raise InvalidRecordError(

@@ -300,3 +300,9 @@ def test_the_walk_finds_the_first_record_at_or_after_a_timestamp() -> None:
 def test_a_bad_varint_is_invalid_record() -> None:
     error = refused(forge(b"\x0c" + b"\x00" + b"\xff" * 11, 1))
     assert isinstance(error, InvalidRecordError)
+
+
+def test_a_batch_over_max_message_bytes_is_refused_before_it_is_inflated() -> None:
+    bomb = forge(b"\x00" * (8 << 20), 1, Compression.ZSTD)  # would be CORRUPT_MESSAGE if inflated
+    error = refused(bomb, LogConfig(max_message_bytes=len(bomb) - 1))
+    assert error.kafka_error_code == 10  # MESSAGE_TOO_LARGE
