@@ -225,6 +225,9 @@ def walk_records(
                 second = data[pos + 1]
                 if second < 0x80:
                     offset_delta, pos = zigzag2[(byte & 0x7F) | (second << 7)], pos + 2
+                elif data[pos + 2] < 0x80:  # deltas of 8192 on: batches of many tiny records
+                    unsigned = (byte & 0x7F) | (second & 0x7F) << 7 | data[pos + 2] << 14
+                    offset_delta, pos = (unsigned >> 1) ^ -(unsigned & 1), pos + 3
                 else:
                     offset_delta, pos = decode_varint(data, pos)
             if offset_delta != index:
