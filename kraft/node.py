@@ -50,6 +50,7 @@ from raft.snapshot import SnapshotId
 
 logger = logging.getLogger("kraft.node")
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
+CONNECTIONS_CLOSE_S = 1.0
 
 
 class FatalStorageError(Exception):
@@ -381,7 +382,10 @@ class KraftNode:
         handlers = list(self._connections.items())
         for _, writer in handlers:
             writer.transport.abort()  # the handler reads EOF and returns
-        await asyncio.gather(*(task for task, _ in handlers), return_exceptions=True)
+        if handlers:
+            # Bounded: a handler inside a long-polled Fetch returns only when its wait ends;
+            # the loop's own end cancels what is left.
+            await asyncio.wait([task for task, _ in handlers], timeout=CONNECTIONS_CLOSE_S)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
