@@ -40,6 +40,7 @@ from raft import wire
 logger = logging.getLogger("broker.kafka_apis")
 
 FORWARD_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default
+METADATA_BY_ID_VERSION = 12  # Metadata looks topics up by id from v12 (KIP-516)
 
 
 class KafkaApis:
@@ -110,6 +111,13 @@ class KafkaApis:
         if api_key == wire.API_VERSIONS_KEY:
             return api_versions_response(header.api_version, self.supported_apis)
         if api_key == METADATA:
+            if header.api_version < METADATA_BY_ID_VERSION and any(
+                item.name is None for item in body.topics or ()
+            ):
+                # v10-11 may carry a null name but not look a topic up by id, and their
+                # answer cannot carry a null name: Kafka refuses the request
+                # (InvalidRequestException), the connection closes.
+                return None
             controller_id = random_live_broker(image, self.listener_name, self._rng)
             created = self._auto_create(image, body)
             return await metadata_response(

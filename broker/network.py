@@ -69,7 +69,12 @@ async def serve_connection(
                 return
             if response is NO_RESPONSE:
                 continue
-            writer.write(await _encode_response(header, response))
+            try:
+                encoded = await _encode_response(header, response)
+            except Exception:  # an answer its version cannot carry: the handler's bug too
+                _report_handler_failure(header)
+                return
+            writer.write(encoded)
             await writer.drain()
     except (OSError, asyncio.IncompleteReadError, wire.FrameError):
         return  # the peer went away or sent an unreadable frame: nothing left to answer

@@ -495,3 +495,14 @@ def test_auto_creation_draws_on_a_budget_that_refills_and_logs_deferrals_once(
     assert max(len(r.topics) for r in controller.requests) <= AUTO_CREATE_BURST_TOPICS
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "Deferred auto-creating 5 topic(s)" in warnings[0]
+
+
+def test_metadata_v10_naming_a_topic_null_closes_the_connection() -> None:
+    """The wire fuzzer's find: Metadata v10/v11 may carry a null topic name but cannot look
+    topics up by id, and their answer cannot carry a null name: encoding it raised
+    TypeError. Kafka refuses the request (InvalidRequestException)."""
+    for version in (10, 11):
+        module: Any = request_module(METADATA, version)
+        request = make(module.MetadataRequest, {"topics": (metadata_topic(version, None),)})
+        header = wire.RequestHeader(METADATA, version, 5, "client")
+        assert asyncio.run(apis().handle(header, request)) is None

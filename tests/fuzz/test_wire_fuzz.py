@@ -6,7 +6,8 @@ dir of its own) serves the whole module. For each listener the fuzzer asks ApiVe
 it answers, builds a valid request of every advertised (api key, version) with kio (every
 array holding one element, every field its zero), and hypothesis then sends batches of
 frames derived from them: sent as built, truncated, bytes flipped, int32 fields (array and
-string lengths among them) overwritten with extremes, bytes inserted or deleted, the header's
+string lengths among them) overwritten with extremes, a compact length made huge, bytes
+inserted or deleted, the header's
 version or api key replaced, the length prefix lying, or plain garbage. After each batch:
 
 - the process is alive;
@@ -50,11 +51,12 @@ RSS_BOUND_BYTES = 512 * 1024 * 1024
 ANSWER_WAIT_S = 0.5  # how long a batch's answers are read before its connection is dropped
 CANARY = "fuzz-canary"  # only the checks write here
 TARGET = "fuzz-target"  # what the data-plane templates name: the fuzzer writes here
+HUGE_VARINTS = (b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x08", b"\xff\xff\x03")
 INT32_EXTREMES = (-1, 0x7FFFFFFF, -0x80000000, 0x10000000, 0x7FFF, 1 << 20)
 API_VERSIONS = 18
 MUTATIONS = (
-    "valid", "truncate", "flip", "int32", "insert", "delete", "version", "api_key", "length",
-    "garbage",
+    "valid", "truncate", "flip", "int32", "varint", "insert", "delete", "version", "api_key",
+    "length", "garbage",
 )  # fmt: skip
 
 
@@ -287,6 +289,9 @@ def mutated(draw: st.DrawFn, frames: list[bytes]) -> bytes:
     elif kind == "int32" and len(body) >= 4:
         position = draw(st.integers(0, len(body) - 4))
         body[position : position + 4] = struct.pack(">i", draw(st.sampled_from(INT32_EXTREMES)))
+    elif kind == "varint":  # a compact (flexible) length claiming billions of items or bytes
+        position = draw(st.integers(0, len(body) - 1))
+        body[position : position + 1] = draw(st.sampled_from(HUGE_VARINTS))
     elif kind == "insert":
         position = draw(st.integers(0, len(body)))
         body[position:position] = draw(st.binary(min_size=1, max_size=16))
