@@ -16,7 +16,7 @@ version or api key replaced, the length prefix lying, or plain garbage. After ea
 - nothing exists on disk outside log.dirs (its working dir stays empty, and the test root
   holds only what the test put there).
 
-The CI slice runs FUZZ_EXAMPLES batches per listener (about a minute each); a longer run is
+The CI slice runs FUZZ_EXAMPLES (200) batches per listener (10-30 s in all); a longer run is
 ``KRAFT_FUZZ_EXAMPLES=5000 pytest tests/fuzz -q`` (docs/operations.md, "Limits and bad
 input"). A failing batch is shrunk by hypothesis and printed, frames as bytes.
 """
@@ -46,7 +46,7 @@ from raft.entities import make, request_module
 from tests.kraft.procs import Processes, free_port, port_open, wait_until
 from tests.kraft.wire_client import connect, create_topic, produce, read_all, wait_for_leader
 
-FUZZ_EXAMPLES = int(os.environ.get("KRAFT_FUZZ_EXAMPLES", "60"))
+FUZZ_EXAMPLES = int(os.environ.get("KRAFT_FUZZ_EXAMPLES", "200"))
 RSS_BOUND_BYTES = 512 * 1024 * 1024
 ANSWER_WAIT_S = 0.5  # how long a batch's answers are read before its connection is dropped
 CANARY = "fuzz-canary"  # only the checks write here
