@@ -113,6 +113,9 @@ class ReplicaManager:
         self.logs = logs
         self.default_config = default_config
         self._partitions: dict[tuple[str, int], Partition] = {}
+        # Partitions whose log could not be opened or configured: KAFKA_STORAGE_ERROR until
+        # a restart, while every other partition is served (Kafka's offline replicas).
+        self._offline: set[tuple[str, int]] = set()
         self._image: MetadataImage | None = None  # the image the partitions reflect
         self._latest: MetadataImage | None = None
         self._wake = asyncio.Event()
@@ -177,6 +180,7 @@ class ReplicaManager:
         for deleted in sorted(changes.deleted, key=lambda tp: (tp.topic, tp.partition)):
             key = (deleted.topic, deleted.partition)
             self._partitions.pop(key, None)  # no request finds it from here on
+            self._offline.discard(key)
             if self.logs.get_log(*key) is not None:
                 logger.info(
                     "[ReplicaManager id=%d] Deleting the log of %s-%d (no longer a replica)",
@@ -188,9 +192,15 @@ class ReplicaManager:
             key = (changed.topic, changed.partition)
             partition = self._partitions.get(key)
             if partition is None:
+                if key in self._offline:
+                    continue
                 topic = image.topics.get(changed.topic)
                 assert topic is not None, changed
-                partition = self._partitions[key] = await self._open(topic, key[1], image)
+                try:
+                    partition = self._partitions[key] = await self._open(topic, key[1], image)
+                except Exception:
+                    self._take_offline([key], "opening its log")
+                    continue
             partition.leader = registration.leader
             partition.leader_epoch = registration.leader_epoch
             partition.isr = registration.isr
@@ -201,7 +211,20 @@ class ReplicaManager:
                 resource, name = key
                 values = image.configs.get(key, {})
                 if resource == TOPIC_RESOURCE and before.get(key) is not values:
-                    self.logs.update_config(name, self._log_config(values))
+                    try:
+                        self.logs.update_config(name, self._log_config(values))
+                    except ValueError:
+                        hosted = [k for k in self._partitions if k[0] == name]
+                        self._take_offline(hosted, "applying its topic config")
+
+    def _take_offline(self, keys: list[tuple[str, int]], doing: str) -> None:
+        """One partition's failure is that partition's, never the reconciler's: it answers
+        KAFKA_STORAGE_ERROR from now on and every other partition is still served."""
+        for key in keys:
+            logger.exception(
+                "[ReplicaManager id=%d] %s-%d is offline: %s failed", self.node_id, *key, doing
+            )
+            self._offline.add(key)
 
     def _log_config(self, values: Mapping[str, str]) -> LogConfig:
         if not values:
@@ -288,6 +311,8 @@ class ReplicaManager:
         found = image.topics.get(topic)
         if found is None or index not in found.partitions:
             return ErrorCode.unknown_topic_or_partition
+        if (topic, index) in self._offline:
+            return ErrorCode.kafka_storage_error
         partition = self._partitions.get((topic, index))
         if partition is None or partition.leader != self.node_id:
             return ErrorCode.not_leader_or_follower

@@ -185,6 +185,29 @@ def test_auto_create_forwards_missing_valid_names_and_answers_leader_not_availab
     assert [t.error_code for t in second.topics[:1]] == [ErrorCode.none]
 
 
+def test_auto_create_never_creates_reserved_topics() -> None:
+    controller = FakeController(cluster_image())
+    handler = KafkaApis(
+        1,
+        "cluster-a",
+        LISTENER,
+        lambda: controller.image,
+        controller,
+        random.Random(0),
+        auto_create_topics=True,
+    )
+    names = ("__cluster_metadata", "__consumer_offsets", "__transaction_state")
+    response = ask(
+        handler,
+        METADATA,
+        9,
+        {"topics": tuple(metadata_topic(9, n) for n in names), "allow_auto_topic_creation": True},
+    )
+    assert {t.error_code for t in response.topics} == {ErrorCode.unknown_topic_or_partition}
+    assert handler._background == set()
+    assert controller.requests == []
+
+
 def test_metadata_v12_looks_topics_up_by_id() -> None:
     unknown = uuid.UUID(int=0xDEAD)
     topics = (metadata_topic(12, None, ORDERS_ID), metadata_topic(12, None, unknown))
