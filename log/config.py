@@ -97,6 +97,12 @@ _BROKER_SYNONYMS: dict[str, str] = {
 }
 
 
+# Every key LogConfig.from_properties reads from server.properties.
+LOG_CONFIG_KEYS = frozenset(
+    [*_FIELDS, *_BROKER_SYNONYMS, "log.retention.hours", "log.retention.minutes", "log.roll.hours"]
+)
+
+
 def _has(props: Mapping[str, Any], prefix: str) -> bool:
     return any(key.startswith(prefix) for key in props)
 
@@ -114,18 +120,20 @@ class LogManagerConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             if getattr(self, f.name) < (0 if f.name == "initial_task_delay_ms" else 1):
-                raise ValueError(f"{f.name} must be positive")
+                key = next(k for k, name in LOG_MANAGER_KEYS.items() if name == f.name)
+                raise ValueError(f"{key} must be positive")
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> LogManagerConfig:
         """Build from the broker's ``log.*`` keys; unknown keys are ignored."""
-        keys = {
-            "log.retention.check.interval.ms": "retention_check_interval_ms",
-            "log.flush.scheduler.interval.ms": "flush_scheduler_interval_ms",
-            "log.flush.offset.checkpoint.interval.ms": "flush_offset_checkpoint_interval_ms",
-            "log.flush.start.offset.checkpoint.interval.ms": (
-                "flush_start_offset_checkpoint_interval_ms"
-            ),
-            "log.initial.task.delay.ms": "initial_task_delay_ms",
-        }
+        keys = LOG_MANAGER_KEYS
         return cls(**{keys[k]: int(v) for k, v in props.items() if k in keys})
+
+
+LOG_MANAGER_KEYS: dict[str, str] = {
+    "log.retention.check.interval.ms": "retention_check_interval_ms",
+    "log.flush.scheduler.interval.ms": "flush_scheduler_interval_ms",
+    "log.flush.offset.checkpoint.interval.ms": "flush_offset_checkpoint_interval_ms",
+    "log.flush.start.offset.checkpoint.interval.ms": "flush_start_offset_checkpoint_interval_ms",
+    "log.initial.task.delay.ms": "initial_task_delay_ms",
+}
