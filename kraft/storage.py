@@ -16,8 +16,8 @@ from kraft.bootstrap import write_bootstrap
 from kraft.config import ServerConfig
 from kraft.properties import format_properties, parse_properties
 from log.fs import FileSystem, read_all, write_atomic
+from log.manager import META_PROPERTIES
 
-META_PROPERTIES = "meta.properties"
 LOCK_FILE = ".lock"
 
 

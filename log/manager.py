@@ -41,6 +41,7 @@ from log.runtime import Runtime
 logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+META_PROPERTIES = "meta.properties"  # what ``kraft-server format`` writes into a log dir
 # The metadata log shares the first log dir but belongs to the quorum (raft/disk_log.py),
 # never to the LogManager, as in Kafka: no partition log of this topic is ever opened,
 # created or loaded here, whatever a metadata image or a directory listing says.
@@ -364,8 +365,18 @@ class LogManager:
         for name in self.fs.list_dir(log_dir):
             path = os.path.join(log_dir, name)
             tp = parse_topic_partition(name)
-            if tp is not None and tp[0] != CLUSTER_METADATA_TOPIC and self.fs.is_dir(path):
-                found.append((tp, path))
+            if tp is None or tp[0] == CLUSTER_METADATA_TOPIC or not self.fs.is_dir(path):
+                continue
+            if self.fs.exists(os.path.join(path, META_PROPERTIES)):
+                # e.g. a cluster node's dir ("broker-4") nested in this one: never loaded,
+                # served or set aside as a stray of ours.
+                logger.warning(
+                    "%s is a formatted log dir (it has %s), not a partition: left alone",
+                    path,
+                    META_PROPERTIES,
+                )
+                continue
+            found.append((tp, path))
         return found
 
     def _checkpoint(self, log_dir: str, name: str) -> OffsetCheckpointFile:

@@ -179,3 +179,12 @@ def test_a_log_dir_that_cannot_be_locked_is_one_clear_error(tmp_path: Path) -> N
     asyncio.run(format_dirs(RealFileSystem(), config, random_uuid(), ignore_formatted=False))
     with pytest.raises(StorageError, match=r"cannot lock log dir .*/d: Permission denied"):
         check_and_lock(ReadOnly(), config)
+
+
+def test_the_shipped_cluster_keeps_its_data_out_of_the_single_nodes_tree() -> None:
+    root = Path(__file__).parents[2] / "config"
+    single = [Path(d).resolve() for d in load_config(str(root / "server.properties")).all_dirs]
+    for path in sorted((root / "cluster").iterdir()):
+        for directory in load_config(str(path)).all_dirs:
+            resolved = Path(directory).resolve()
+            assert not any(resolved.is_relative_to(d) for d in single), (path, directory)
