@@ -345,7 +345,6 @@ def create_partitions(ctx: ControllerContext, request: Any, api_version: int) ->
     results = []
     for topic in request.topics:
         try:
-            _refuse_reserved(topic.name)
             if counts[topic.name] > 1:
                 raise ApiError(ErrorCode.invalid_request, DUPLICATE_TOPIC)
             created = _grow_topic(ctx, topic)

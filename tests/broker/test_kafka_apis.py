@@ -27,10 +27,18 @@ from tests.broker.fakes import AUDIT_ID, LISTENER, ORDERS_ID, FakeController, cl
 METADATA, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS = 3, 60, 32
 
 
-def apis(controller: FakeController | None = None, seed: int = 0) -> KafkaApis:
+def apis(
+    controller: FakeController | None = None, seed: int = 0, *, auto_create: bool = False
+) -> KafkaApis:
     controller = controller or FakeController(cluster_image())
     return KafkaApis(
-        1, "cluster-a", LISTENER, lambda: controller.image, controller, random.Random(seed)
+        1,
+        "cluster-a",
+        LISTENER,
+        lambda: controller.image,
+        controller,
+        random.Random(seed),
+        auto_create_topics=auto_create,
     )
 
 
@@ -187,15 +195,7 @@ def test_auto_create_forwards_missing_valid_names_and_answers_leader_not_availab
 
 def test_auto_create_never_creates_reserved_topics() -> None:
     controller = FakeController(cluster_image())
-    handler = KafkaApis(
-        1,
-        "cluster-a",
-        LISTENER,
-        lambda: controller.image,
-        controller,
-        random.Random(0),
-        auto_create_topics=True,
-    )
+    handler = apis(controller, auto_create=True)
     names = ("__cluster_metadata", "__consumer_offsets", "__transaction_state")
     response = ask(
         handler,
