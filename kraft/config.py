@@ -8,8 +8,9 @@ without reading a stack trace. Keys we do not know are kept, and warned about as
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -225,6 +226,12 @@ def config_from_properties(
         key = ".".join(str(part) for part in first["loc"]) if first["loc"] else "?"
         key = _kafka_key(key)
         raise ConfigError(f"{source}: {key}: {first['msg']}") from None
+    resolved = {d: PurePath(os.path.abspath(d)) for d in config.all_dirs}
+    for inner, inner_path in resolved.items():
+        for outer, outer_path in resolved.items():
+            if inner != outer and inner_path.is_relative_to(outer_path):
+                # The outer dir's LogManager would list the inner one as a partition dir.
+                raise ConfigError(f"{source}: log.dirs: {inner} is inside {outer}")
     extra = dict(config.model_extra or {})
     try:  # the log layer's keys are checked here, not when the broker starts
         LogConfig.from_properties(extra)

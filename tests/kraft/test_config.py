@@ -188,3 +188,15 @@ def test_the_shipped_cluster_keeps_its_data_out_of_the_single_nodes_tree() -> No
         for directory in load_config(str(path)).all_dirs:
             resolved = Path(directory).resolve()
             assert not any(resolved.is_relative_to(d) for d in single), (path, directory)
+
+
+@pytest.mark.parametrize(
+    "dirs",
+    [
+        {"log.dirs": "/d,/d/orders-0"},
+        {"log.dirs": "/d", "metadata.log.dir": "/d/meta-0"},
+    ],
+)
+def test_a_log_dir_inside_another_is_refused(dirs: dict[str, str]) -> None:
+    with pytest.raises(ConfigError, match=r"log\.dirs: /d/.* is inside /d"):
+        config_from_properties({**BASE, **dirs})
