@@ -123,7 +123,7 @@ def at_least(low: float) -> Validator:
     return check
 
 
-def between(low: float, high: float) -> Validator:
+def _between(low: float, high: float) -> Validator:
     def check(value: str) -> str | None:
         number = float(value)
         if number < low:
@@ -135,14 +135,14 @@ def between(low: float, high: float) -> Validator:
     return check
 
 
-def one_of(*allowed: str) -> Validator:
+def _one_of(*allowed: str) -> Validator:
     def check(value: str) -> str | None:
         return None if value in allowed else f"String must be one of: {', '.join(allowed)}"
 
     return check
 
 
-def list_of(*allowed: str) -> Validator:
+def _list_of(*allowed: str) -> Validator:
     def check(value: str) -> str | None:
         for item in list_items(value):
             if item not in allowed:
@@ -185,7 +185,7 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
             ConfigType.LIST,
             "delete",
             "The retention policy for old log segments: delete, compact, or both.",
-            list_of("compact", "delete"),
+            _list_of("compact", "delete"),
             "log.cleanup.policy",
         ),
         _topic(
@@ -193,7 +193,7 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
             ConfigType.STRING,
             "producer",
             "The final compression of the topic's batches ('producer' keeps the producer's).",
-            one_of(*COMPRESSION_TYPES),
+            _one_of(*COMPRESSION_TYPES),
             "compression.type",
         ),
         _topic(
@@ -201,7 +201,7 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
             ConfigType.INT,
             "-1",
             "The gzip level used when compression.type is gzip.",
-            lambda v: None if v == "-1" else between(1, 9)(v),
+            lambda v: None if v == "-1" else _between(1, 9)(v),
             "compression.gzip.level",
         ),
         _topic(
@@ -209,7 +209,7 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
             ConfigType.INT,
             "9",
             "The lz4 level used when compression.type is lz4.",
-            between(1, 17),
+            _between(1, 17),
             "compression.lz4.level",
         ),
         _topic(
@@ -217,7 +217,7 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
             ConfigType.INT,
             "3",
             "The zstd level used when compression.type is zstd.",
-            between(-131072, 22),
+            _between(-131072, 22),
             "compression.zstd.level",
         ),
         _topic(
@@ -325,7 +325,7 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
             ConfigType.STRING,
             "CreateTime",
             "Whether record timestamps are the producer's or the broker's append time.",
-            one_of("CreateTime", "LogAppendTime"),
+            _one_of("CreateTime", "LogAppendTime"),
             "log.message.timestamp.type",
         ),
         _topic(
@@ -333,7 +333,7 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
             ConfigType.DOUBLE,
             "0.5",
             "How dirty a log must be before the cleaner compacts it.",
-            between(0, 1),
+            _between(0, 1),
             "log.cleaner.min.cleanable.ratio",
         ),
         _topic(

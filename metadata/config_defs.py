@@ -14,16 +14,12 @@ import enum
 from collections.abc import Mapping
 
 from log.config_defs import (
-    COMPRESSION_TYPES,
-    INT64_MAX,
     TOPIC_CONFIGS,
     ConfigDef,
     ConfigType,
     Validator,
     at_least,
     list_items,
-    list_of,
-    one_of,
     typed,
 )
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
@@ -71,90 +67,43 @@ def _broker(
     return ConfigDef(name, kind, default, typed(kind, check), doc)
 
 
+def _topic_default(topic_key: str, *, null_default: bool = False, doc: str = "") -> ConfigDef:
+    """The dynamic broker config that sets ``topic_key``'s cluster-wide default: the topic
+    config's type and validation (one table), under its broker synonym. Kafka's default is
+    null for a few (``log.retention.ms``: ``log.retention.hours`` decides)."""
+    topic = TOPIC_CONFIGS[topic_key]
+    assert topic.broker_synonym is not None, topic_key
+    default = None if null_default else topic.default
+    return ConfigDef(
+        topic.broker_synonym,
+        topic.type,
+        default,
+        topic.validate,
+        doc or f"The default {topic_key} of topics.",
+    )
+
+
 BROKER_DYNAMIC_CONFIGS: Mapping[str, ConfigDef] = {
     d.name: d
     for d in (
-        _broker(
-            "compression.type",
-            ConfigType.STRING,
-            "producer",
-            "The default compression.type of topics.",
-            one_of(*COMPRESSION_TYPES),
+        _topic_default("compression.type"),
+        _topic_default("cleanup.policy"),
+        _topic_default("flush.messages"),
+        _topic_default("flush.ms", null_default=True),
+        _topic_default("index.interval.bytes"),
+        _topic_default("message.timestamp.type"),
+        _topic_default("preallocate"),
+        _topic_default("retention.bytes"),
+        _topic_default(
+            "retention.ms",
+            null_default=True,
+            doc="The default retention.ms of topics (null: log.retention.hours, 168).",
         ),
-        _broker(
-            "log.cleanup.policy",
-            ConfigType.LIST,
-            "delete",
-            "The default cleanup.policy of topics.",
-            list_of("compact", "delete"),
-        ),
-        _broker(
-            "log.flush.interval.messages",
-            ConfigType.LONG,
-            str(INT64_MAX),
-            "The default flush.messages of topics.",
-            at_least(1),
-        ),
-        _broker("log.flush.interval.ms", ConfigType.LONG, None, "The default flush.ms of topics."),
-        _broker(
-            "log.index.interval.bytes",
-            ConfigType.INT,
-            "4096",
-            "The default index.interval.bytes of topics.",
-            at_least(0),
-        ),
-        _broker(
-            "log.message.timestamp.type",
-            ConfigType.STRING,
-            "CreateTime",
-            "The default message.timestamp.type of topics.",
-            one_of("CreateTime", "LogAppendTime"),
-        ),
-        _broker(
-            "log.preallocate", ConfigType.BOOLEAN, "false", "The default preallocate of topics."
-        ),
-        _broker(
-            "log.retention.bytes",
-            ConfigType.LONG,
-            "-1",
-            "The default retention.bytes of topics.",
-        ),
-        _broker(
-            "log.retention.ms",
-            ConfigType.LONG,
-            None,
-            "The default retention.ms of topics (null: log.retention.hours, 168).",
-            at_least(-1),
-        ),
-        _broker("log.roll.ms", ConfigType.LONG, None, "The default segment.ms of topics."),
-        _broker(
-            "log.segment.bytes",
-            ConfigType.INT,
-            "1073741824",
-            "The default segment.bytes of topics.",
-            at_least(14),
-        ),
-        _broker(
-            "log.segment.delete.delay.ms",
-            ConfigType.LONG,
-            "60000",
-            "The default file.delete.delay.ms of topics.",
-            at_least(0),
-        ),
-        _broker(
-            "message.max.bytes",
-            ConfigType.INT,
-            "1048588",
-            "The default max.message.bytes of topics.",
-            at_least(0),
-        ),
-        _broker(
-            "min.insync.replicas",
-            ConfigType.INT,
-            "1",
-            "The default min.insync.replicas of topics.",
-            at_least(1),
-        ),
+        _topic_default("segment.ms", null_default=True),
+        _topic_default("segment.bytes"),
+        _topic_default("file.delete.delay.ms"),
+        _topic_default("max.message.bytes"),
+        _topic_default("min.insync.replicas"),
         _broker(
             "num.io.threads",
             ConfigType.INT,
@@ -176,12 +125,7 @@ BROKER_DYNAMIC_CONFIGS: Mapping[str, ConfigDef] = {
             "Fetcher connections per source broker.",
             at_least(1),
         ),
-        _broker(
-            "unclean.leader.election.enable",
-            ConfigType.BOOLEAN,
-            "false",
-            "The default unclean.leader.election.enable of topics.",
-        ),
+        _topic_default("unclean.leader.election.enable"),
     )
 }
 

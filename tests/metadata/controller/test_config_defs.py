@@ -135,3 +135,13 @@ def test_every_topic_config_value_the_controller_accepts_builds_the_brokers_log_
     for name in LogConfig().to_properties():
         if check_config(TOPIC_RESOURCE, name, value) is None:
             assert LogConfig.from_properties({name: value}).to_properties()[name] == value.strip()
+
+
+def test_a_dynamic_broker_default_validates_as_the_topic_config_it_defaults() -> None:
+    for name, topic in TOPIC_CONFIGS.items():
+        broker = BROKER_DYNAMIC_CONFIGS.get(topic.broker_synonym or "")
+        if broker is not None:
+            assert (broker.type, broker.validate) == (topic.type, topic.validate), name
+    assert check_config(BROKER_RESOURCE, "log.roll.ms", "0") == (
+        "Invalid value 0 for configuration log.roll.ms: Value must be at least 1"
+    )
