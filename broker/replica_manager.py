@@ -28,7 +28,6 @@ import logging
 import os
 import random
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -41,6 +40,7 @@ from log.errors import RecordError
 from log.fs import read_all, write_atomic
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.manager import LogManager
+from metadata.config_defs import CLUSTER_DEFAULT
 from metadata.delta import local_changes
 from metadata.image import EMPTY, MetadataImage, TopicImage
 
@@ -48,6 +48,7 @@ logger = logging.getLogger("broker.replica_manager")
 
 PARTITION_METADATA_FILE = "partition.metadata"
 TOPIC_RESOURCE = 2  # ConfigResource type of topic configs in the image
+BROKER_RESOURCE = 4  # ... and of broker configs (resource "" = cluster-wide defaults)
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
@@ -207,15 +208,22 @@ class ReplicaManager:
             self._maybe_advance_high_watermark(partition)
         if previous is None or image.configs is not previous.configs:
             before = previous.configs if previous is not None else {}
-            for key in before.keys() | image.configs.keys():
-                resource, name = key
-                values = image.configs.get(key, {})
-                if resource == TOPIC_RESOURCE and before.get(key) is not values:
-                    try:
-                        self.logs.update_config(name, self._log_config(values))
-                    except ValueError:
-                        hosted = [k for k in self._partitions if k[0] == name]
-                        self._take_offline(hosted, "applying its topic config")
+            defaults = (BROKER_RESOURCE, CLUSTER_DEFAULT)
+            defaults_changed = before.get(defaults) is not image.configs.get(defaults)
+            changed = {
+                name
+                for resource, name in before.keys() | image.configs.keys()
+                if resource == TOPIC_RESOURCE
+                and before.get((resource, name)) is not image.configs.get((resource, name))
+            }
+            if defaults_changed:  # every hosted topic's effective config may change
+                changed |= {topic for (topic, _), _ in self.logs.all_logs()}
+            for name in sorted(changed):
+                try:
+                    self.logs.update_config(name, self._log_config(image, name))
+                except ValueError:
+                    hosted = [k for k in self._partitions if k[0] == name]
+                    self._take_offline(hosted, "applying its topic config")
 
     def _take_offline(self, keys: list[tuple[str, int]], doing: str) -> None:
         """One partition's failure is that partition's, never the reconciler's: it answers
@@ -226,10 +234,14 @@ class ReplicaManager:
             )
             self._offline.add(key)
 
-    def _log_config(self, values: Mapping[str, str]) -> LogConfig:
-        if not values:
+    def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
+        """The topic's own configs over the cluster-wide dynamic defaults (``log.*`` broker
+        configs set on resource ``""``) over server.properties, as Kafka resolves them."""
+        defaults = image.configs.get((BROKER_RESOURCE, CLUSTER_DEFAULT), {})
+        values = image.configs.get((TOPIC_RESOURCE, topic), {})
+        if not values and not defaults:
             return self.default_config
-        return LogConfig.from_properties(values, self.default_config)
+        return LogConfig.from_properties({**defaults, **values}, self.default_config)
 
     async def _set_aside_strays(self, image: MetadataImage) -> None:
         """Once, against the first caught-up image: every log on disk that is not assigned
@@ -264,7 +276,7 @@ class ReplicaManager:
 
     async def _open(self, topic: TopicImage, index: int, image: MetadataImage) -> Partition:
         """The partition's log, created if missing, with its partition.metadata."""
-        config = self._log_config(image.configs.get((TOPIC_RESOURCE, topic.name), {}))
+        config = self._log_config(image, topic.name)
         log = await self.logs.get_or_create_log(topic.name, index, config)
         if self._recorded_topic_id(log) is None:
             marker = os.path.join(log.dir_path, PARTITION_METADATA_FILE)

@@ -256,6 +256,44 @@ def test_a_partition_that_cannot_be_opened_goes_offline_and_the_rest_are_served(
     assert (metadata_log / "00000000000000000000.log").read_bytes() == b"raft's"
 
 
+def test_logs_take_cluster_wide_dynamic_defaults_under_their_topics_own_configs(
+    tmp_path: Path,
+) -> None:
+    """kafka-configs --entity-type brokers --entity-default --alter log.retention.ms=...:
+    DescribeConfigs shows it as every topic's value, so the logs must apply it (main
+    stored it and ignored it)."""
+    two = {
+        "a": (TOPIC_A, {0: partition(ME, (ME,))}),
+        "b": (uuid.UUID(int=0xB), {0: partition(ME, (ME,))}),
+    }
+
+    def with_defaults(offset: int, defaults: dict[str, str]) -> MetadataImage:
+        base = image(offset, two, {"b": {"retention.ms": "5"}})
+        return dataclasses.replace(base, configs={**base.configs, (4, ""): defaults})
+
+    def configs(replicas: ReplicaManager) -> list[tuple[int, int]]:
+        logs = [replicas.logs.get_log(topic, 0) for topic in ("a", "b")]
+        return [(log.config.retention_ms, log.config.segment_bytes) for log in logs if log]
+
+    async def changes(replicas: ReplicaManager) -> list[tuple[int, int]]:
+        seen = configs(replicas)
+        for offset, defaults in ((6, {"log.segment.bytes": "4096"}), (7, {})):
+            await reconcile(replicas, with_defaults(offset, defaults))
+            seen += configs(replicas)
+        return seen
+
+    week = 7 * 24 * 3600 * 1000
+    first = with_defaults(5, {"log.retention.ms": "1234", "log.segment.bytes": "2048"})
+    assert run(tmp_path, changes, first) == [
+        (1234, 2048),  # a: the cluster defaults
+        (5, 2048),  # b: its own retention.ms wins
+        (week, 4096),
+        (5, 4096),
+        (week, 1 << 30),  # defaults removed: server.properties (Kafka's) again
+        (5, 1 << 30),
+    ]
+
+
 def request(api_key: int, version: int, name: str, values: dict[str, Any]) -> Any:
     return make(getattr(request_module(api_key, version), name), values)
 
