@@ -72,11 +72,11 @@ class LogConfig:
         for key, raw in ordered:
             # Kafka's precedence among broker keys: .ms over .minutes over .hours.
             if key == "log.retention.hours" and not _has(props, "log.retention.m"):
-                values["retention_ms"] = int(raw) * 3_600_000
+                values["retention_ms"] = _int(key, raw) * 3_600_000
             elif key == "log.retention.minutes" and "log.retention.ms" not in props:
-                values["retention_ms"] = int(raw) * 60_000
+                values["retention_ms"] = _int(key, raw) * 60_000
             elif key == "log.roll.hours" and "log.roll.ms" not in props:
-                values["segment_ms"] = int(raw) * 3_600_000
+                values["segment_ms"] = _int(key, raw) * 3_600_000
             else:
                 topic_key = _BROKER_SYNONYMS.get(key, key)
                 if topic_key in _FIELDS:
@@ -103,6 +103,13 @@ LOG_CONFIG_KEYS = frozenset(
 )
 
 
+def _int(key: str, raw: object) -> int:
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"Invalid value {raw} for configuration {key}: Not a number") from None
+
+
 def _has(props: Mapping[str, Any], prefix: str) -> bool:
     return any(key.startswith(prefix) for key in props)
 
@@ -127,7 +134,7 @@ class LogManagerConfig:
     def from_properties(cls, props: Mapping[str, Any]) -> LogManagerConfig:
         """Build from the broker's ``log.*`` keys; unknown keys are ignored."""
         keys = LOG_MANAGER_KEYS
-        return cls(**{keys[k]: int(v) for k, v in props.items() if k in keys})
+        return cls(**{keys[k]: _int(k, v) for k, v in props.items() if k in keys})
 
 
 LOG_MANAGER_KEYS: dict[str, str] = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -155,9 +156,17 @@ def test_ports_out_of_range_are_refused(key: str, value: str) -> None:
         config_from_properties({**BASE, key: value})
 
 
-def test_a_bad_log_key_is_refused_at_load_naming_it() -> None:
-    with pytest.raises(ConfigError, match=r"configuration log\.segment\.bytes: "):
-        config_from_properties({**BASE, "log.segment.bytes": "1"})
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("log.segment.bytes", "1"),
+        ("log.retention.hours", "soon"),
+        ("log.retention.check.interval.ms", "x"),
+    ],
+)
+def test_a_bad_log_key_is_refused_at_load_naming_it(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"configuration {re.escape(key)}: "):
+        config_from_properties({**BASE, key: value})
 
 
 def test_a_binary_server_properties_is_one_clear_error(tmp_path: Path) -> None:
