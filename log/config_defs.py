@@ -15,8 +15,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Mapping
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
+from log.records import INT64_MAX
 
 
 class ConfigType(enum.IntEnum):
