@@ -188,7 +188,10 @@ class ReplicaManager:
                     self.node_id,
                     *key,
                 )
-                await self.logs.delete_log(*key)
+                try:
+                    await self.logs.delete_log(*key)
+                except OSError:  # what is left is set aside as a stray at the next start
+                    logger.exception("[ReplicaManager id=%d] deleting %s-%d", self.node_id, *key)
         for changed, registration in (changes.leaders | changes.followers).items():
             key = (changed.topic, changed.partition)
             partition = self._partitions.get(key)
@@ -249,16 +252,21 @@ class ReplicaManager:
         for (topic, index), log in self.logs.all_logs():
             found = image.topics.get(topic)
             registration = found.partitions.get(index) if found is not None else None
-            recorded = self._recorded_topic_id(log)
-            if (
-                found is not None
-                and registration is not None
-                and self.node_id in registration.replicas
-                and recorded in (None, found.topic_id)
-            ):
+            try:
+                recorded = self._recorded_topic_id(log)
+                if (
+                    found is not None
+                    and registration is not None
+                    and self.node_id in registration.replicas
+                    and recorded in (None, found.topic_id)
+                ):
+                    continue
+                unique = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
+                stray = await self.logs.mark_stray(topic, index, unique)
+            except OSError:
+                # Never serve (or recreate over) a dir that could not be set aside.
+                self._take_offline([(topic, index)], "setting its stray log aside")
                 continue
-            unique = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
-            stray = await self.logs.mark_stray(topic, index, unique)
             logger.warning(
                 "[ReplicaManager id=%d] %s-%d (topic id %s) is not assigned here as that "
                 "topic: moved aside to %s",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import os
 import uuid
 from collections.abc import Awaitable, Callable
@@ -13,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from broker import data_plane
@@ -292,6 +294,32 @@ def test_logs_take_cluster_wide_dynamic_defaults_under_their_topics_own_configs(
         (week, 1 << 30),  # defaults removed: server.properties (Kafka's) again
         (5, 1 << 30),
     ]
+
+
+def test_a_stray_that_cannot_be_set_aside_is_offline_never_served_as_the_new_topic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def write_old(replicas: ReplicaManager) -> None:
+        await replicas.append("a", 0, batch(b"old"), acks=1, timeout_s=5)
+
+    run(tmp_path, write_old, SOLE)
+
+    async def rename_fails(*_args: object) -> str:
+        raise OSError(errno.EIO, "rename failed")
+
+    monkeypatch.setattr(LogManager, "mark_stray", rename_fails)
+    recreated = image(9, {"a": (uuid.UUID(int=0xC), {0: partition(ME, (ME,))})})
+
+    async def use_new(replicas: ReplicaManager) -> tuple[ErrorCode, ErrorCode]:
+        read = replicas.read("a", 0, 0, 100, -1, min_one_message=True)
+        return read.error, (await replicas.append("a", 0, batch(b"new"), 1, 5)).error
+
+    assert run(tmp_path, use_new, recreated) == (
+        ErrorCode.kafka_storage_error,
+        ErrorCode.kafka_storage_error,
+    )
+    assert b"old" in (tmp_path / "a-0" / "00000000000000000000.log").read_bytes()
+    assert b"new" not in (tmp_path / "a-0" / "00000000000000000000.log").read_bytes()
 
 
 def request(api_key: int, version: int, name: str, values: dict[str, Any]) -> Any:
