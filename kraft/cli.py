@@ -14,6 +14,7 @@ import time
 from kraft.config import ConfigError, load_config
 from kraft.storage import StorageError, format_dirs, random_uuid
 from log.fs import RealFileSystem
+from raft.quorum_state import QuorumStateError
 from raft.snapshot import SnapshotError
 
 
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)",
         )
         return asyncio.run(serve(config))
-    except (ConfigError, StorageError, SnapshotError) as error:
+    except (ConfigError, StorageError, SnapshotError, QuorumStateError) as error:
         print(f"kraft-server {args.command}: {error}", file=sys.stderr)
         return 1
 

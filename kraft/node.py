@@ -30,6 +30,7 @@ from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from kraft.bootstrap import read_bootstrap
 from kraft.config import ServerConfig
+from kraft.storage import metadata_directory_id
 from log.config import LogConfig, LogManagerConfig
 from log.manager import METADATA_PARTITION_DIR, LogManager
 from log.records import Record
@@ -141,6 +142,7 @@ class KraftNode:
                     request_timeout_ms=config.request_timeout_ms,
                 ),
                 bugs=self.bugs & RAFT_BUGS.keys(),
+                directory_id=metadata_directory_id(runtime.fs, config.metadata_dir),
             ),
             self.log,
         )
