@@ -111,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, StorageError, SnapshotError, QuorumStateError) as error:
         print(f"kraft-server {args.command}: {error}", file=sys.stderr)
         return 1
+    except OSError as error:
+        from kraft.server import OUT_OF_DESCRIPTORS, out_of_descriptors_message
+
+        if error.errno not in OUT_OF_DESCRIPTORS:
+            raise
+        print(f"kraft-server {args.command}: {out_of_descriptors_message(error)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
