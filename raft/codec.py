@@ -331,7 +331,8 @@ def request_voter_key(entity: object) -> tuple[int, uuid.UUID] | None:
     if voter_id < 0:
         return None
     partition = _metadata_partition(request.topics)
-    return voter_id, getattr(partition, "voter_directory_id", ZERO_DIRECTORY_ID)
+    # kio reads the zero UUID as None.
+    return voter_id, getattr(partition, "voter_directory_id", None) or ZERO_DIRECTORY_ID
 
 
 # ---------------------------------------------------------------- responses
