@@ -227,6 +227,7 @@ class RaftCore:
         self._epoch_start_offset = 0
         self._leader_since_ms = 0
         self._begin_epoch_sent_ms: dict[int, int] = {}
+        self._observers_checked_ms = 0
         self._parked: dict[int, _Parked] = {}
         self._truncating = False
         # A snapshot download in progress: (id, next position), and whether it is installing.
@@ -718,17 +719,23 @@ class RaftCore:
             self._parked[message.src] = parked
 
     def _expire_observers(self) -> None:
-        """Forget observers that stopped fetching (Kafka's observer session timeout)."""
+        """Forget observers that stopped fetching (Kafka's observer session timeout); looked
+        at once a retry period, not on every tick (the leader ticks on every request)."""
+        if self.now_ms - self._observers_checked_ms < BEGIN_QUORUM_RETRY_MS:
+            return
+        self._observers_checked_ms = self.now_ms
         limit = self.now_ms - OBSERVER_SESSION_TIMEOUT_MS
         for replica, progress in list(self._progress.items()):
             if replica not in self.voters and progress.last_fetch_ms <= limit:
                 self._forget_observer(replica)
 
     def _make_room_for_observer(self) -> None:
+        # A leader's progress holds every voter, so the rest are observers.
+        if len(self._progress) - len(self.voters) < MAX_OBSERVERS:
+            return
         observers = [p for r, p in self._progress.items() if r not in self.voters]
-        if len(observers) >= MAX_OBSERVERS:
-            oldest = min(observers, key=lambda p: (p.last_fetch_ms, p.replica_id))
-            self._forget_observer(oldest.replica_id)
+        oldest = min(observers, key=lambda p: (p.last_fetch_ms, p.replica_id))
+        self._forget_observer(oldest.replica_id)
 
     def _forget_observer(self, replica: int) -> None:
         parked = self._parked.pop(replica, None)

@@ -19,6 +19,7 @@ import pytest
 
 from log.runtime import real_runtime
 from raft import codec, wire
+from raft import core as core_module
 from raft.core import OBSERVER_SESSION_TIMEOUT_MS, RaftCore, Role
 from raft.disk_log import DiskLog
 from raft.driver import RaftNode, RaftNodeConfig
@@ -211,3 +212,18 @@ def test_vote_addressed_to_another_voter_key_gets_invalid_voter_key(tmp_path: Pa
         Errors.NONE,
         Errors.NONE,  # the sender does not know our directory (a static quorum)
     ]
+
+
+def test_fetches_under_ever_new_replica_ids_keep_at_most_max_observers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(core_module, "MAX_OBSERVERS", 3)
+    cluster = CoreCluster(voters=1)
+    elect(cluster, random.Random(6))
+    leader = cluster.cores[1]
+    for replica in range(500, 506):
+        cluster.now_ms += 1
+        leader.tick(cluster.now_ms)
+        request = FetchRequest(replica, leader.epoch, 0, 0, 0, 1000)
+        assert answer(leader, replica, request).error_code == Errors.NONE  # type: ignore[attr-defined]
+    assert sorted(leader.describe()) == [1, 503, 504, 505]
