@@ -131,19 +131,19 @@ async def serve_connection(
     cannot serve; ``handle`` returns the response entity, None to close the connection, or
     NO_RESPONSE to read the next request without answering this one."""
     limits = limits or NetworkLimits()
-    idle_s = limits.connections_max_idle_ms / 1000
+    idle = _IdleTimer(writer.transport, limits.connections_max_idle_ms / 1000)
     try:
         while True:
-            async with asyncio.timeout(idle_s):
-                (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-                if size < 0 or size > limits.socket_request_max_bytes:
-                    raise _FrameTooLarge(size)
-                if budget is not None:
-                    await budget.acquire(size)
+            (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+            if size < 0 or size > limits.socket_request_max_bytes:
+                raise _FrameTooLarge(size)
+            if budget is not None:
+                await budget.acquire(size)
             try:
-                async with asyncio.timeout(idle_s):
-                    frame = await reader.readexactly(size)
+                frame = await reader.readexactly(size)
+                idle.busy = True
                 await _answer(frame, writer, handle, supported)
+                idle.answered()
             finally:
                 if budget is not None:
                     budget.release(size)
@@ -158,12 +158,43 @@ async def serve_connection(
             error.args[0],
             limits.socket_request_max_bytes,
         )
-    except TimeoutError:
-        pass  # idle for connections.max.idle.ms (or stuck mid-frame): Kafka closes it too
     except (OSError, asyncio.IncompleteReadError, wire.FrameError, _Close):
-        return  # the peer went away or sent an unreadable frame: nothing left to answer
+        return  # the peer went away, idled out, or sent an unreadable frame
     finally:
+        idle.cancel()
         writer.transport.abort()
+
+
+class _IdleTimer:
+    """connections.max.idle.ms: aborts the connection when no whole request has arrived
+    for that long since the last answer (or since it opened), which also ends a connection
+    stuck mid-frame or waiting that long for request budget. One timer per connection,
+    re-armed only when it fires, so a request costs two attribute writes, not a timer."""
+
+    __slots__ = ("_handle", "_idle_s", "_loop", "_transport", "active_s", "busy")
+
+    def __init__(self, transport: asyncio.BaseTransport, idle_s: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._transport = transport
+        self._idle_s = idle_s
+        self.active_s = self._loop.time()
+        self.busy = False  # a request is being handled: never idle meanwhile
+        self._handle = self._loop.call_at(self.active_s + idle_s, self._check)
+
+    def answered(self) -> None:
+        self.busy = False
+        self.active_s = self._loop.time()
+
+    def _check(self) -> None:
+        now_s = self._loop.time()
+        deadline_s = now_s + self._idle_s if self.busy else self.active_s + self._idle_s
+        if deadline_s <= now_s:
+            self._transport.abort()  # the pending read fails; serve_connection returns
+            return
+        self._handle = self._loop.call_at(deadline_s, self._check)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 class _Close(Exception):
