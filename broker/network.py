@@ -52,15 +52,15 @@ class NetworkLimits:
     """The per-listener limits, under Kafka's names; defaults in docs/operations.md."""
 
     socket_request_max_bytes: int = wire.MAX_FRAME_BYTES
-    # Kafka's default is -1 (unbounded); ours bounds the raw request bytes a listener group
-    # holds to what one largest request may be, so one always fits and none can add to it.
-    queued_max_request_bytes: int = wire.MAX_FRAME_BYTES
     connections_max_idle_ms: int = 600_000
     listener: str = "listener"
 
 
 class RequestBytesBudget:
-    """Kafka's MemoryPool for requests: bytes of requests read and not yet answered.
+    """Kafka's MemoryPool for requests (``queued.max.request.bytes``): bytes of requests
+    read and not yet answered. Kafka's default is -1 (unbounded); ours is
+    socket.request.max.bytes, so the largest request always fits and raw request bytes in
+    flight never exceed what one such request may be.
 
     A frame's size is taken from the budget before its body is read and given back once it
     is answered. Waiters are served in order, so a large request is not starved by small
@@ -152,7 +152,7 @@ async def serve_connection(
             f"frame-size/{limits.listener}",
             logging.WARNING,
             "[SocketServer listener=%s] Closing connection from %s: request size %d is "
-            "larger than socket.request.max.bytes %d",
+            "outside [0, socket.request.max.bytes %d]",
             limits.listener,
             _peer(writer),
             error.args[0],

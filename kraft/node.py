@@ -310,7 +310,6 @@ class KraftNode:
         config = self.config
         return NetworkLimits(
             socket_request_max_bytes=config.socket_request_max_bytes,
-            queued_max_request_bytes=config.queued_max_request_bytes,
             connections_max_idle_ms=config.connections_max_idle_ms,
             listener=listener,
         )
