@@ -48,7 +48,12 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
         p.add_argument("--nodes", type=int, default=6, help="simulated nodes (default 6)")
         p.add_argument("--voters", type=int, default=3, help="raft voters (default 3)")
-        p.add_argument("--observers", type=int, default=0, help="raft observers (default 0)")
+        p.add_argument(
+            "--observers",
+            type=int,
+            default=None,
+            help="raft observers (default: seed mod 3, so a sweep mixes 0, 1 and 2)",
+        )
         p.add_argument(
             "--controllers", type=int, default=3, help="metadata scenario: controllers (default 3)"
         )
@@ -88,7 +93,10 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         raise ValueError(f"unknown bug {args.bug!r} for scenario {args.scenario}")
     if args.nodes < 2:
         raise ValueError("--nodes must be at least 2")
-    if not 1 <= args.voters <= 9 or not 0 <= args.observers <= 9:
+    # Unless asked, the observer count varies with the seed: a sweep then exercises the
+    # observer paths too, and `run --seed N` still replays a sweep's seed N exactly.
+    observers = args.observers if args.observers is not None else seed % 3
+    if not 1 <= args.voters <= 9 or not 0 <= observers <= 9:
         raise ValueError("--voters must be 1-9 and --observers 0-9")
     if not 1 <= args.controllers <= 9 or not 1 <= args.brokers <= 9:
         raise ValueError("--controllers and --brokers must be 1-9")
@@ -105,7 +113,7 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         bug=args.bug,
         nodes=args.nodes,
         voters=args.voters,
-        observers=args.observers,
+        observers=observers,
         controllers=args.controllers,
         brokers=args.brokers,
         trace_dir=args.trace,
@@ -117,11 +125,11 @@ def run_config(config: RunConfig) -> RunResult:
     return SCENARIOS[config.scenario].run(config)
 
 
-def _sweep(args: argparse.Namespace, base: RunConfig) -> int:
+def _sweep(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     failed: list[RunResult] = []
-    configs = [replace(base, seed=seed) for seed in args.seeds]
+    configs = [_config(args, seed) for seed in args.seeds]
     with (
         ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool,
         Progress(transient=True, disable=not sys.stderr.isatty()) as progress,
@@ -161,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_config(replace(base, trace_path=args.trace_jsonl))
         print(result.summary())
         return 0 if result.ok else 1
-    return _sweep(args, base)
+    return _sweep(args)
 
 
 if __name__ == "__main__":
