@@ -26,7 +26,9 @@ def sweep(*args: str) -> subprocess.CompletedProcess[str]:
 def test_echo_sweep_slice_is_clean() -> None:
     result = sweep("--scenario", "echo", "--seeds", "1-12", "--duration", "30")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "seeds=12 failed=0 first_failing=none"
+    assert result.stdout.strip().splitlines()[-1] == (
+        "seeds=12 ok=12 violation=0 unknown=0 crashed=0 failed=0 first_failing=none"
+    )
 
 
 def test_echo_sweep_finds_a_planted_bug_and_names_the_seed() -> None:
@@ -35,7 +37,8 @@ def test_echo_sweep_finds_a_planted_bug_and_names_the_seed() -> None:
     )
     assert result.returncode == 1
     last = result.stdout.strip().splitlines()[-1]
-    assert last.startswith("seeds=6 failed=")
+    assert last.startswith("seeds=6 ok=")
+    assert " violation=0 " not in last and " unknown=0 crashed=0 " in last
     assert "first_failing=none" not in last
 
 
@@ -59,7 +62,9 @@ def test_raft_sweep_slice_is_clean_with_every_fault() -> None:
         "20",
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "seeds=4 failed=0 first_failing=none"
+    assert result.stdout.strip().splitlines()[-1] == (
+        "seeds=4 ok=4 violation=0 unknown=0 crashed=0 failed=0 first_failing=none"
+    )
 
 
 @pytest.mark.slow
@@ -100,7 +105,9 @@ def test_every_raft_bug_has_a_catching_seed() -> None:
 def test_metadata_sweep_slice_is_clean_with_every_fault() -> None:
     result = sweep("--scenario", "metadata", "--seeds", "1-4", "--duration", "20")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "seeds=4 failed=0 first_failing=none"
+    assert result.stdout.strip().splitlines()[-1] == (
+        "seeds=4 ok=4 violation=0 unknown=0 crashed=0 failed=0 first_failing=none"
+    )
 
 
 @pytest.mark.slow
