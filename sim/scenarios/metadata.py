@@ -43,6 +43,7 @@ from sim.harness import ScenarioRun
 from sim.nemesis import Nemesis
 from sim.process import SimProcess
 from sim.run import RunConfig, RunResult
+from sim.scenarios.dual_leader import DualLeaderWatch
 from sim.trace import Trace
 from sim.world import World
 
@@ -111,6 +112,25 @@ class Checker:
         if self.violation is None:
             self.violation = message
             self.trace.event("violation", detail=message)
+
+    def check_serving(
+        self, name: str, epoch: int, offset: int, unfenced_by: tuple[bool, int] | None
+    ) -> None:
+        """A broker that starts serving (RUNNING) at image ``offset``, registered at offset
+        ``epoch``, must have been unfenced on a heartbeat (want_fence, reported offset) that
+        asked for it from at or past its registration, and must have replayed that."""
+        if unfenced_by is not None:
+            want_fence, reported = unfenced_by
+            if want_fence or reported < epoch:
+                self.fail(
+                    f"unfenced-early: the controller unfenced {name} (epoch {epoch}) "
+                    f"answering a heartbeat with want_fence={want_fence} at offset {reported}"
+                )
+        if offset <= epoch:
+            self.fail(
+                f"unfenced-early: {name} serves clients at metadata offset {offset}, "
+                f"before its registration at offset {epoch}"
+            )
 
 
 @dataclass(slots=True)
@@ -293,18 +313,7 @@ class Cluster:
             want_fence=want_fence,
             reported=reported,
         )
-        if unfenced_by is not None:
-            want_fence, reported = unfenced_by
-            if want_fence or reported < epoch:
-                self.checker.fail(
-                    f"unfenced-early: the controller unfenced {process.name} (epoch {epoch}) "
-                    f"answering a heartbeat with want_fence={want_fence} at offset {reported}"
-                )
-        if offset <= epoch:
-            self.checker.fail(
-                f"unfenced-early: {process.name} serves clients at metadata offset {offset}, "
-                f"before its registration at offset {epoch}"
-            )
+        self.checker.check_serving(process.name, epoch, offset, unfenced_by)
 
     # ---- the workload -------------------------------------------------------------------
     async def lane(self, runtime: Runtime, lane: int) -> None:
@@ -370,19 +379,41 @@ class Cluster:
             return await admin.create_partitions(conn, topic, value, OP_TIMEOUT_S)
         return await admin.alter_topic_config(conn, topic, "retention.ms", str(value), OP_TIMEOUT_S)
 
-    # ---- the end ---------------------------------------------------------------------------
+    # ---- the quorum -----------------------------------------------------------------------
+    def leading_epochs(self) -> dict[str, int]:
+        """Controller -> epoch of every live controller that believes it leads."""
+        leading = {}
+        for name in self.controllers:
+            node = self.nodes.get(name)
+            raft = None if node is None else node.raft
+            if (
+                self.world.processes[name].alive
+                and raft is not None
+                and raft.core is not None
+                and raft.role is Role.LEADER
+            ):
+                leading[name] = raft.epoch
+        return leading
+
     def active_controller(self) -> str | None:
-        leading = [
-            name
-            for name in self.controllers
-            if name in self.nodes
-            and self.world.processes[name].alive
-            and self.nodes[name].raft is not None
-            and self.nodes[name].raft.core is not None
-            and self.nodes[name].raft.role is Role.LEADER
-        ]
+        leading = list(self.leading_epochs())
         return leading[0] if len(leading) == 1 else None
 
+    async def watch_leaders(self) -> None:
+        """Two running leaders coexist only briefly (check quorum), as in the raft scenario."""
+        watch, processes = DualLeaderWatch(), self.world.processes
+        while True:
+            await asyncio.sleep(0.1)
+            running = {
+                name: epoch
+                for name, epoch in self.leading_epochs().items()
+                if not processes[name].paused
+            }
+            found = watch.observe(self.world.loop.time(), running)
+            if found is not None:
+                self.checker.fail(found)
+
+    # ---- the end ---------------------------------------------------------------------------
     async def heal_check(self) -> None:
         """After healing: every broker runs, and a fresh topic is created through each."""
         loop = self.world.loop
@@ -499,11 +530,13 @@ def run_metadata(config: RunConfig) -> RunResult:
     nemesis = Nemesis(world, controllers + brokers, config.faults, leader=cluster.active_controller)
 
     async def drive() -> None:
+        watcher = world.loop.create_task(cluster.watch_leaders())
         await nemesis.run(config.duration_s)
         nemesis.heal_all()
         world.trace.event("heal-start")
         stop_workload.set()
         await healed.wait()
+        watcher.cancel()
         cluster.read_final_state()
         cluster.check_linearizable()
 
