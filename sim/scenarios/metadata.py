@@ -37,7 +37,7 @@ from metadata.snapshot import image_records
 from raft.core import Role
 from raft.driver import BUGS as RAFT_BUGS
 from sim import admin
-from sim.analysis.linearizability import search
+from sim.analysis.linearizability import MAX_STEPS, search
 from sim.analysis.models import Operation, TopicModel
 from sim.harness import ScenarioRun
 from sim.nemesis import Nemesis
@@ -105,6 +105,8 @@ class ImageDigests:
 class Checker:
     trace: Trace
     violation: str | None = None
+    # A check that could not decide (a linearizability search out of budget): not a pass.
+    unknown: str | None = None
     digests: dict[int, tuple[str, str]] = field(default_factory=dict)
     images: ImageDigests = field(default_factory=ImageDigests)
 
@@ -468,7 +470,9 @@ class Cluster:
             trace.event("op", process="final", type="ok", f="read", key=topic, value=count)
             self.history.append(op)
 
-    def check_linearizable(self) -> None:
+    def check_linearizable(self, max_steps: int = MAX_STEPS) -> None:
+        """Per topic, the history is linearizable; a search out of budget makes the run
+        ``unknown`` (never a pass), a failed one a violation."""
         model = TopicModel()
         for topic in self.keys():
             ops = []
@@ -492,7 +496,12 @@ class Cluster:
                 )
                 if model.observes(candidate):
                     ops.append(candidate)
-            result = search(model, ops)
+            result = search(model, ops, max_steps)
+            if result.verdict == "unknown" and self.checker.unknown is None:
+                self.checker.unknown = (
+                    f"linearizability: topic {topic} undecided after {result.steps} steps "
+                    f"({len(ops)} ops)"
+                )
             if result.verdict == "violation":
                 stuck = ops[result.stuck].describe() if result.stuck is not None else "?"
                 self.checker.fail(
@@ -550,4 +559,5 @@ def run_metadata(config: RunConfig) -> RunResult:
             "offset": max(checker.digests, default=0),
             "faults": nemesis.injected,
         },
+        unknown=lambda: checker.unknown,
     )

@@ -20,7 +20,7 @@ from metadata.image import (
 )
 from raft.core import Role
 from sim.run import RunConfig
-from sim.scenarios.metadata import Checker, Cluster, ImageWatcher
+from sim.scenarios.metadata import Checker, Cluster, ImageWatcher, Op
 from sim.world import World
 
 TOPIC_ID = uuid.UUID(int=7)
@@ -186,3 +186,44 @@ def test_check_quorum_fires_on_a_stale_controller_leading_beside_a_new_one(
 
         world.run(drive())
         assert kind(checker) == (None if resigns else "check-quorum")
+
+
+def _history(final_partitions: int | None) -> list[Op]:
+    """Two lanes race to create t0 (one wins), a third deletes it with unknown outcome,
+    then the final read."""
+    ops = [
+        Op("client:0", "create", "t0", 3, 0, 1, "ok", None, None, 40, 4),
+        Op("client:1", "create", "t0", 2, 10, 2, "fail", None, "TOPIC_ALREADY_EXISTS", 50, 5),
+        Op("client:2", "delete", "t0", None, 20, 3, "info", None, "REQUEST_TIMED_OUT", 60, 6),
+    ]
+    ops.append(Op("final", "read", "t0", None, 100, 7, "ok", final_partitions, None, 100, 8))
+    return ops
+
+
+def _judge(history: list[Op], max_steps: int | None = None) -> Checker:
+    with World(seed=1) as world:
+        checker = Checker(world.trace)
+        cluster = Cluster(world, RunConfig("metadata", 1), checker, ["n1"], ["n2"])
+        cluster.history = history
+        if max_steps is None:
+            cluster.check_linearizable()
+        else:
+            cluster.check_linearizable(max_steps)
+        return checker
+
+
+@pytest.mark.parametrize("final", [3, None])  # the delete took effect, or did not
+def test_a_linearizable_topic_history_passes(final: int | None) -> None:
+    checker = _judge(_history(final))
+    assert checker.violation is None and checker.unknown is None
+
+
+def test_a_lost_acknowledged_create_is_a_linearizability_violation() -> None:
+    checker = _judge(_history(1))  # no operation ever made 1 partition
+    assert kind(checker) == "linearizability" and checker.unknown is None
+
+
+def test_a_search_out_of_budget_is_unknown_never_a_pass() -> None:
+    checker = _judge(_history(3), max_steps=2)
+    assert checker.violation is None
+    assert (checker.unknown or "").startswith("linearizability: topic t0 undecided after")
