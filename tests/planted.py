@@ -19,3 +19,9 @@ METADATA_BUG_SEEDS = {
     "unfence-before-caught-up": 1,
     "leader-outside-isr": 1,
 }
+
+
+# Raft planted bugs with a check of their own in the metadata scenario: (seed, the check).
+METADATA_RAFT_BUG_SEEDS = {
+    "no-check-quorum": (3, "check-quorum"),
+}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.planted import METADATA_BUG_SEEDS, RAFT_BUG_SEEDS
+from tests.planted import METADATA_BUG_SEEDS, METADATA_RAFT_BUG_SEEDS, RAFT_BUG_SEEDS
 
 KRAFT_SIM = str(Path(sys.executable).parent / "kraft-sim")
 
@@ -131,6 +131,19 @@ def test_planted_bug_is_caught_at_its_seed(scenario: str, bug: str, seed: int) -
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.startswith(f"seed={seed} VIOLATION "), result.stdout
+
+
+@pytest.mark.parametrize("bug", sorted(METADATA_RAFT_BUG_SEEDS))
+def test_raft_bug_is_caught_in_the_metadata_scenario_by_its_own_check(bug: str) -> None:
+    seed, check = METADATA_RAFT_BUG_SEEDS[bug]
+    result = subprocess.run(
+        [KRAFT_SIM, "run", "--scenario", "metadata", "--seed", str(seed), "--bug", bug],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.startswith(f"seed={seed} VIOLATION {check}: "), result.stdout
 
 
 def test_every_controller_bug_has_a_catching_seed() -> None:
