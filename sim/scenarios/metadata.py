@@ -23,19 +23,24 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.client import KafkaConnection
 from broker.lifecycle import BrokerState
 from kraft.config import ServerConfig, config_from_properties
 from kraft.node import KraftNode
+from log.records import Record
 from log.runtime import Runtime
 from metadata.controller.quorum_controller import CONTROLLER_BUGS
 from metadata.image import MetadataImage, TopicsImage
 from metadata.records import NO_LEADER, encode_record
 from metadata.snapshot import image_records
-from raft.core import Role
+from raft.core import Event, HighWatermarkAdvanced, Role, RoleChanged
+from raft.disk_log import DiskLog
 from raft.driver import BUGS as RAFT_BUGS
+from raft.driver import CommittedBatch
+from raft.snapshot import SnapshotId
 from sim import admin
 from sim.analysis.linearizability import MAX_STEPS, search
 from sim.analysis.models import Operation, TopicModel
@@ -44,6 +49,7 @@ from sim.nemesis import Nemesis
 from sim.process import SimProcess
 from sim.run import RunConfig, RunResult
 from sim.scenarios.dual_leader import DualLeaderWatch
+from sim.scenarios.raft_checks import own_epoch_violation
 from sim.trace import Trace
 from sim.world import World
 
@@ -224,6 +230,38 @@ class ImageWatcher:
 
 
 @dataclass(slots=True)
+class LeaderWatcher:
+    """A RaftListener on one controller incarnation: while it leads, every high watermark
+    it reaches sits just above an entry of its own epoch (commit-own-epoch)."""
+
+    checker: Checker
+    process: SimProcess
+    incarnation: int
+    log: Callable[[], DiskLog | None]
+    leading: int | None = None
+
+    def handle_event(self, event: Event) -> None:
+        if not (self.process.alive and self.process.incarnation == self.incarnation):
+            return
+        if isinstance(event, RoleChanged):
+            self.leading = event.epoch if event.role is Role.LEADER else None
+        elif isinstance(event, HighWatermarkAdvanced) and self.leading is not None:
+            log = self.log()
+            if log is not None:
+                found = own_epoch_violation(
+                    self.process.name, self.leading, log, event.high_watermark
+                )
+                if found is not None:
+                    self.checker.fail(found)
+
+    def handle_commit(self, batch: CommittedBatch) -> None:
+        pass
+
+    def handle_load_snapshot(self, snapshot: SnapshotId, records: list[Record]) -> None:
+        pass
+
+
+@dataclass(slots=True)
 class Op:
     """One admin operation of the history, as the linearizability check needs it."""
 
@@ -285,12 +323,14 @@ class Cluster:
         self.nodes.pop(process.name, None)
         bugs = frozenset({self.config.bug}) if self.config.bug else frozenset()
         watcher = ImageWatcher(self.checker, process, process.incarnation)
+        leader = LeaderWatcher(self.checker, process, process.incarnation, lambda: node.log)
         node = KraftNode(
             runtime,
             self.server_config(process.name),
             CLUSTER_ID,
             bugs=bugs,
             publishers=(watcher,),
+            raft_listeners=(leader,),
         )
         self.nodes[process.name] = node
         await node.start()

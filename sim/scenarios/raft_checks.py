@@ -69,6 +69,20 @@ def read_entries(log: DiskLog) -> dict[int, Entry]:
     return entries
 
 
+def own_epoch_violation(
+    leader: str, epoch: int, log: LogView | DiskLog, high_watermark: int
+) -> str | None:
+    """KIP-595's rule (Raft's figure 8): a leader advances its high watermark only over an
+    entry of its own epoch; entries of earlier epochs commit only together with one."""
+    entry_epoch = log.epoch_for_offset(high_watermark - 1)
+    if entry_epoch == epoch:
+        return None
+    return (
+        f"commit-own-epoch: {leader} (leader of epoch {epoch}) advanced its high "
+        f"watermark to {high_watermark} over an entry of epoch {entry_epoch}"
+    )
+
+
 class WatchedDiskLog(DiskLog):
     """A node's DiskLog that remembers the epoch of the first record each truncation cut,
     so the checker can tell a committed record dropped from a stale suffix removed."""
@@ -115,15 +129,10 @@ class Checker:
             self.trace.event("violation", detail=message)
 
     def check_own_epoch(self, leader: str, log: LogView, high_watermark: int) -> None:
-        """A leader's new high watermark must sit just above an entry of its own epoch:
-        entries of earlier epochs commit only together with one of its own."""
-        epoch = self.leading[leader]
-        entry_epoch = log.epoch_for_offset(high_watermark - 1)
-        if entry_epoch != epoch:
-            self.fail(
-                f"commit-own-epoch: {leader} (leader of epoch {epoch}) advanced its high "
-                f"watermark to {high_watermark} over an entry of epoch {entry_epoch}"
-            )
+        """A leader's new high watermark must sit just above an entry of its own epoch."""
+        found = own_epoch_violation(leader, self.leading[leader], log, high_watermark)
+        if found is not None:
+            self.fail(found)
 
     def check_majority(self, leader: str, high_watermark: int) -> None:
         """The entry just below a leader's new high watermark must sit on a majority (a voter

@@ -18,9 +18,9 @@ from metadata.image import (
     TopicImage,
     TopicsImage,
 )
-from raft.core import Role
+from raft.core import HighWatermarkAdvanced, Role, RoleChanged
 from sim.run import RunConfig
-from sim.scenarios.metadata import Checker, Cluster, ImageWatcher, Op
+from sim.scenarios.metadata import Checker, Cluster, ImageWatcher, LeaderWatcher, Op
 from sim.world import World
 
 TOPIC_ID = uuid.UUID(int=7)
@@ -227,3 +227,25 @@ def test_a_search_out_of_budget_is_unknown_never_a_pass() -> None:
     checker = _judge(_history(3), max_steps=2)
     assert checker.violation is None
     assert (checker.unknown or "").startswith("linearizability: topic t0 undecided after")
+
+
+class EpochLog:
+    """A controller's metadata log as the leader watcher reads it: the epoch of each entry."""
+
+    def __init__(self, *epochs: int) -> None:
+        self.epochs = epochs
+
+    def epoch_for_offset(self, offset: int) -> int:
+        return self.epochs[offset]
+
+
+@pytest.mark.parametrize(("epochs", "fires"), [((1, 1, 2), False), ((1, 1, 1, 2), True)])
+def test_commit_own_epoch_fires_on_a_controller_committing_only_older_entries(
+    checker: Checker, epochs: tuple[int, ...], fires: bool
+) -> None:
+    log = EpochLog(*epochs)
+    leader = LeaderWatcher(checker, Process("n1"), 1, lambda: log)  # type: ignore[arg-type]
+    leader.handle_event(HighWatermarkAdvanced(2))  # a follower's high watermark: not checked
+    leader.handle_event(RoleChanged(Role.LEADER, 2, 1))
+    leader.handle_event(HighWatermarkAdvanced(3))
+    assert kind(checker) == ("commit-own-epoch" if fires else None)
