@@ -23,5 +23,6 @@ METADATA_BUG_SEEDS = {
 
 # Raft planted bugs with a check of their own in the metadata scenario: (seed, the check).
 METADATA_RAFT_BUG_SEEDS = {
+    "hw-from-previous-epoch": (1, "commit-own-epoch"),
     "no-check-quorum": (3, "check-quorum"),
 }
