@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +41,17 @@ def test_default_raft_sweep_mixes_observers_and_a_run_replays_its_seed() -> None
     assert _config(run, 4).observers == mix[3]
     pinned = _parser().parse_args(["run", "--scenario", "raft", "--seed", "4", "--observers", "0"])
     assert _config(pinned, 4).observers == 0
+
+
+def test_a_one_voter_sweep_with_every_fault_runs_to_its_verdicts() -> None:
+    """`--voters 1 --faults all` used to crash the nemesis itself and abort the sweep."""
+    kraft_sim = str(Path(sys.executable).parent / "kraft-sim")
+    args = ["--scenario", "raft", "--voters", "1", "--observers", "0", "--seeds", "1-3"]
+    result = subprocess.run(
+        [kraft_sim, "sweep", "--jobs", "1", "--quiet", *args, "--duration", "10"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().splitlines()[-1].startswith("seeds=3 ok=3 violation=0 ")
