@@ -8,27 +8,20 @@ import asyncio
 import errno
 import random
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from broker.replica_manager import ReplicaManager
 from log.config import LogConfig
-from log.fs import FileSystem, RealFileSystem
+from log.fs import FileSystem
 from log.manager import LogManager
 from log.runtime import Runtime
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage, TopicsImage
 from sim.disk import SimDisk
 from sim.world import World
+from tests import test_fs_contract
 
-
-@pytest.fixture(params=["real", "sim"])
-def fs_root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[FileSystem, str]]:
-    if request.param == "real":
-        yield RealFileSystem(), str(tmp_path)
-    else:
-        yield SimDisk(random.Random(1)).fs(), "/root"
+fs_root = test_fs_contract.fs_root  # the same contract, on the real and the simulated disk
 
 
 def test_a_directory_rename_moves_its_whole_subtree(fs_root: tuple[FileSystem, str]) -> None:

@@ -22,17 +22,10 @@ from raft.core import HighWatermarkAdvanced, Role, RoleChanged
 from sim.run import RunConfig
 from sim.scenarios.metadata import Checker, Cluster, ImageWatcher, LeaderWatcher, Op
 from sim.world import World
+from tests.sim.fakes import Process
 
 TOPIC_ID = uuid.UUID(int=7)
 BROKERS = (4, 5, 6)
-
-
-@dataclass(slots=True)
-class Process:
-    name: str
-    alive: bool = True
-    paused: bool = False
-    incarnation: int = 1
 
 
 def image(

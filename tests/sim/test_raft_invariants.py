@@ -14,14 +14,7 @@ from raft.snapshot import SnapshotId
 from sim.scenarios.dual_leader import DualLeaderWatch
 from sim.scenarios.raft_checks import Checker, Entry, NodeListener
 from sim.world import World
-
-
-@dataclass(slots=True)
-class Process:
-    name: str
-    alive: bool = True
-    paused: bool = False
-    incarnation: int = 1
+from tests.sim.fakes import Process
 
 
 @dataclass(slots=True)
