@@ -7,10 +7,10 @@ Model (docs/simulation.md repeats it for users):
   the unsynced data and never touches a synced byte (tests/sim/test_disk_model.py checks this
   against a model with hypothesis).
 - Names: creates, renames (of files and of whole directories) and removes go to an ordered
-  journal. ``fsync_dir`` commits the whole
-  journal (what ext4/xfs do in practice); a crash keeps a random prefix of the uncommitted
-  journal. A file fsync does *not* commit its name: POSIX does not promise it, so the code
-  above must fsync the directory after creating or renaming a file it relies on.
+  journal. ``fsync_dir`` commits the whole journal (what ext4/xfs do in practice); a crash
+  keeps a random prefix of the uncommitted journal. A file fsync does *not* commit its name:
+  POSIX does not promise it, so the code above must fsync the directory after creating or
+  renaming a file it relies on.
 - Faults: the next N fsyncs can fail (EIO by default, data stays unsynced); writes can fail
   with ENOSPC or EIO until cleared. A failed write changes nothing.
 - Every handle belongs to one incarnation of the node; after a crash old handles raise EBADF,

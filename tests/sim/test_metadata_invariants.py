@@ -20,7 +20,8 @@ from metadata.image import (
 )
 from raft.core import HighWatermarkAdvanced, Role, RoleChanged
 from sim.run import RunConfig
-from sim.scenarios.metadata import Checker, Cluster, ImageWatcher, LeaderWatcher, Op
+from sim.scenarios.metadata import Cluster, Op
+from sim.scenarios.metadata_checks import Checker, ImageWatcher, LeaderWatcher
 from sim.world import World
 from tests.sim.fakes import Process
 
