@@ -52,7 +52,7 @@ from raft import codec, wire
 from raft.core import Event, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import BUGS as RAFT_BUGS
-from raft.driver import CommittedBatch, RaftNode, RaftNodeConfig
+from raft.driver import CommittedBatch, RaftListener, RaftNode, RaftNodeConfig
 from raft.snapshot import SnapshotId
 
 logger = logging.getLogger("kraft.node")
@@ -109,6 +109,7 @@ class KraftNode:
         bugs: frozenset[str] = frozenset(),
         publishers: Sequence[MetadataPublisher] = (),
         listen: Listen = asyncio.start_server,
+        raft_listeners: Sequence[RaftListener] = (),
     ) -> None:
         self.runtime = runtime
         self.config = config
@@ -124,6 +125,7 @@ class KraftNode:
             plane: RequestBytesBudget(queued) if queued > 0 else None
             for plane in ("broker", "controller")
         }
+        self._raft_listeners = tuple(raft_listeners)  # after the loader, e.g. a checker
         self.metadata_dir = os.path.join(config.metadata_dir, METADATA_PARTITION_DIR)
         self.is_controller = "controller" in config.process_roles
         self.is_broker = "broker" in config.process_roles
@@ -176,6 +178,8 @@ class KraftNode:
             self.loader.add_publisher(publisher)
         raft.add_listener(self.loader)
         raft.add_listener(_RoleLogger(config.node_id))
+        for listener in self._raft_listeners:
+            raft.add_listener(listener)
         if self.is_controller:
             self.controller = QuorumController(
                 runtime,
