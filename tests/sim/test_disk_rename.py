@@ -10,6 +10,7 @@ import random
 import uuid
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.replica_manager import ReplicaManager
 from log.config import LogConfig
@@ -103,43 +104,52 @@ def _image(offset: int, topic_id: uuid.UUID) -> MetadataImage:
     return MetadataImage(offset=offset, topics=TopicsImage({topic_id: topic}, {"a": topic_id}))
 
 
-def test_a_broker_sets_a_stray_aside_on_the_simulated_disk_and_retries_after_errors() -> None:
+def test_a_broker_sets_a_stray_aside_on_the_simulated_disk_and_never_serves_it_meanwhile() -> None:
     """Restarting with the log of a topic id the image no longer has: the broker renames
-    the directory aside. While the disk refuses writes the image is not marked reconciled
-    (a waiter keeps waiting), and once it recovers the next attempt completes the work."""
+    the directory aside. While the disk refuses writes the partition is offline
+    (KAFKA_STORAGE_ERROR) and no log of the new topic is created or served; once the disk
+    recovers, the next start creates the new topic's log beside the stray."""
     with World(seed=3) as world:
         process = world.add_process("n1")
         outcome: dict[str, object] = {}
 
-        async def broker(runtime: Runtime) -> None:
+        async def start(
+            runtime: Runtime, image: MetadataImage, write_errno: int | None = None
+        ) -> ReplicaManager:
             logs = LogManager(runtime, ["/data"], LogConfig())
             await logs.startup()
-            first = ReplicaManager(ME, logs, LogConfig(), runtime.rng, runtime.clock)
-            first.start(_image(1, TOPIC_A))
-            await first.wait_reconciled(1)
-            await first.close()
-            await logs.shutdown()
-
-            logs = LogManager(runtime, ["/data"], LogConfig())
-            await logs.startup()
+            process.disk.fail_writes(write_errno)
             replicas = ReplicaManager(ME, logs, LogConfig(), runtime.rng, runtime.clock)
-            process.disk.fail_writes(errno.ENOSPC)
-            replicas.start(_image(5, TOPIC_B))
-            try:
-                await asyncio.wait_for(replicas.wait_reconciled(5), 3.0)
-            except TimeoutError:
-                outcome["waited"] = True
-            outcome["stray_during_failure"] = runtime.fs.list_dir("/data")
+            replicas.start(image)
+            await asyncio.wait_for(replicas.wait_reconciled(image.offset), 5.0)
+            return replicas
+
+        async def stop(replicas: ReplicaManager) -> None:
+            await replicas.close()
+            await replicas.logs.shutdown()
+
+        async def broker(runtime: Runtime) -> None:
+            await stop(await start(runtime, _image(1, TOPIC_A)))
+            failing = await start(runtime, _image(5, TOPIC_B), errno.ENOSPC)
+            outcome["during"] = runtime.fs.list_dir("/data")
+            outcome["answer"] = failing._leader("a", 0)
+            await failing.close()
             process.disk.fail_writes(None)
-            await asyncio.wait_for(replicas.wait_reconciled(5), 5.0)
+            await failing.logs.shutdown()
+            replicas = await start(runtime, _image(5, TOPIC_B))
             outcome["after"] = runtime.fs.list_dir("/data")
             outcome["log"] = replicas.logs.get_log("a", 0) is not None
+            outcome["served"] = not isinstance(replicas._leader("a", 0), ErrorCode)
 
         process.start(broker)
-        world.run(asyncio.sleep(20))
+        world.run(asyncio.sleep(30))
         assert world.failures == []
-        assert outcome["waited"] is True
+        assert outcome["answer"] == ErrorCode.kafka_storage_error
+        during = outcome["during"]
+        assert isinstance(during, list)
+        assert "a-0" not in during  # the new topic's log is not created over a failing disk
         after = outcome["after"]
         assert isinstance(after, list)
         assert "a-0" in after and any(n.startswith("a-0.") and n.endswith("-stray") for n in after)
         assert outcome["log"] is True
+        assert outcome["served"] is True
