@@ -23,6 +23,9 @@ from collections.abc import Sequence
 
 from broker.cluster_metadata import DESCRIBE_CLUSTER, describe_controllers_response
 from broker.controller_channel import ControllerChannel
+from broker.group.apis import GroupApis
+from broker.group.config import GroupCoordinatorConfig
+from broker.group.coordinator import GroupCoordinator
 from broker.kafka_apis import KafkaApis
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.network import api_versions_response, serve_connection
@@ -115,6 +118,8 @@ class KraftNode:
         self.apis: dict[str, KafkaApis] = {}  # by listener name
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
+        self.groups: GroupCoordinator | None = None
+        self._group_apis: GroupApis | None = None
         self._channel: ControllerChannel | None = None
         self._servers: list[asyncio.AbstractServer] = []
         self._tasks: list[asyncio.Task] = []
@@ -247,6 +252,21 @@ class KraftNode:
         )
         reconciling = replicas.start(loader.image)
         await replicas.wait_reconciled(loader.image.offset)
+        groups = self.groups = GroupCoordinator(
+            config.node_id,
+            replicas,
+            GroupCoordinatorConfig.from_properties(properties),
+            runtime.rng,
+            runtime.clock,
+        )
+        loader.add_publisher(groups)
+        groups.start(loader.image)
+        channel = self._channel
+        group_apis = self._group_apis = GroupApis(
+            groups,
+            lambda: loader.image,
+            lambda request: channel.send(request, CONTROLLED_SHUTDOWN_TIMEOUT_S),
+        )
         assert self.lifecycle_ready is not None
         self.lifecycle_ready.set_result(
             (self.lifecycle.broker_epoch, loader.image.offset, self.lifecycle.unfenced_by)
@@ -263,6 +283,7 @@ class KraftNode:
                 runtime.rng,
                 replicas=replicas,
                 producer_ids=producer_ids,
+                groups=group_apis,
                 auto_create_topics=config.auto_create_topics_enable,
             )
             self.apis[endpoint.name] = apis
@@ -339,6 +360,10 @@ class KraftNode:
                 await task
         for apis in self.apis.values():
             await apis.close()
+        if self._group_apis is not None:
+            await self._group_apis.close()
+        if self.groups is not None:
+            await self.groups.close()
         if self.lifecycle is not None:
             await self.lifecycle.close()
         if self.replicas is not None:
