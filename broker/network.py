@@ -16,6 +16,7 @@ unreachable from every librdkafka-based client.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -27,6 +28,9 @@ from raft.entities import make, response_module
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 # What a handler returns for a request that gets no response: a Produce with acks=0.
 NO_RESPONSE = object()
+# The client's address as Kafka shows it ("/127.0.0.1"), for the request being handled: each
+# connection runs in its own task, so this is per connection.
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="/")
 
 
 async def serve_connection(
@@ -38,6 +42,8 @@ async def serve_connection(
     """Answer one connection's requests in order until it closes or sends what we cannot
     serve; ``handle`` returns the response entity, None to close the connection, or
     NO_RESPONSE to read the next request without answering this one."""
+    peer = writer.get_extra_info("peername")
+    CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "/")
     try:
         while True:
             frame = await wire.read_frame(reader)

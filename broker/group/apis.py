@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.group.classic import GroupState, JoinRequest
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
+from broker.network import CLIENT_HOST
 from metadata.image import MetadataImage
 from raft.entities import make, request_module, response_module
 
@@ -226,7 +227,7 @@ class GroupApis:
             member_id=request.member_id,
             group_instance_id=getattr(request, "group_instance_id", None),
             client_id=client_id,
-            client_host="/",
+            client_host=CLIENT_HOST.get(),
             session_timeout_ms=session_ms,
             rebalance_timeout_ms=rebalance_ms if rebalance_ms > 0 else session_ms,
             protocol_type=request.protocol_type,
