@@ -21,7 +21,6 @@ group's deadlines (asyncio time), the record writes, loading, and offsets retent
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import uuid
@@ -125,6 +124,8 @@ class GroupCoordinator:
         self._waiters: dict[tuple[str, str, str], asyncio.Future[Reply]] = {}
         self._image: MetadataImage | None = None
         self._image_changed = asyncio.Event()
+        self._applied_offset = -1  # the last image whose leadership changes are done
+        self._applied = asyncio.Event()  # set and replaced after each image
         self._timer_wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._writes: set[asyncio.Task[None]] = set()
@@ -184,6 +185,14 @@ class GroupCoordinator:
                 if index not in self._shards:
                     shard = self._shards[index] = Shard(index, leading[index])
                     await self._load(shard)
+            self._applied_offset = image.offset
+            applied, self._applied = self._applied, asyncio.Event()
+            applied.set()
+
+    async def wait_applied(self, offset: int) -> None:
+        """Until the shards reflect the image at ``offset`` or later (loaded or dropped)."""
+        while self._applied_offset < offset:  # each pass: one image
+            await self._applied.wait()
 
     def _unload(self, shard: Shard) -> None:
         if self._shards.get(shard.partition) is shard:
@@ -418,9 +427,14 @@ class GroupCoordinator:
                     if deadline is not None and deadline > now:
                         next_at = deadline if next_at is None else min(next_at, deadline)
             self._timer_wake.clear()  # what this pass did itself needs no second pass
-            timeout = None if next_at is None else max(0.0, next_at - loop.time())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._timer_wake.wait(), timeout)
+            # A timer that sets the event, rather than wait_for: Python 3.11's wait_for can
+            # swallow a cancellation that arrives as the event is set, and close() would hang.
+            alarm = loop.call_at(next_at, self._timer_wake.set) if next_at is not None else None
+            try:
+                await self._timer_wake.wait()
+            finally:
+                if alarm is not None:
+                    alarm.cancel()
 
     # ---- group requests ----------------------------------------------------------------------
     async def join(self, group_id: str, request: JoinRequest) -> JoinReply:

@@ -1,0 +1,185 @@
+"""The group coordinator over a stand-in for the ReplicaManager: commits are visible only once
+their write is acknowledged, a shard is dropped when leadership moves and rebuilt from the
+partition's records, and offsets retention expires an empty group's offsets and the group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Coroutine
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.group.classic import GroupState, JoinRequest
+from broker.group.config import GroupCoordinatorConfig
+from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
+from broker.replica_manager import AppendResult, ReadResult
+from log.batch import assign_offsets, parse_header
+from metadata.image import MetadataImage, PartitionRegistration, TopicImage, TopicsImage
+
+NODE = 1
+PARTITIONS = 3
+GROUP = "g"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def now_ms(self) -> int:
+        return self.ms
+
+
+class Partitions:
+    """What the coordinator needs of the ReplicaManager: one log per offsets partition.
+    ``committing`` False holds the high watermark, so acks=all appends time out."""
+
+    def __init__(self) -> None:
+        self.logs: dict[int, bytearray] = {p: bytearray() for p in range(PARTITIONS)}
+        self.next_offset = dict.fromkeys(range(PARTITIONS), 0)
+        self.committing = True
+
+    async def wait_reconciled(self, offset: int) -> None:
+        return None
+
+    async def append(
+        self, topic: str, index: int, records: bytes, acks: int, timeout_s: float
+    ) -> AppendResult:
+        assert (topic, acks) == (OFFSETS_TOPIC, -1)
+        batch = bytearray(records)
+        base = self.next_offset[index]
+        assign_offsets(batch, 0, base, 0)
+        self.logs[index] += batch
+        self.next_offset[index] = parse_header(batch).next_offset
+        if not self.committing:
+            return AppendResult(ErrorCode.request_timed_out, base)
+        return AppendResult(ErrorCode.none, base, 0)
+
+    def read(
+        self, topic: str, index: int, offset: int, max_bytes: int, epoch: int, **_: object
+    ) -> ReadResult:
+        data, pos = bytes(self.logs[index]), 0
+        while pos < len(data) and parse_header(data, pos).next_offset <= offset:
+            pos += parse_header(data, pos).size
+        return ReadResult(ErrorCode.none, self.next_offset[index], 0, data[pos:])
+
+
+def image(leader: int, epoch: int = 0) -> MetadataImage:
+    registration = PartitionRegistration((NODE,), (NODE,), leader, epoch, epoch)
+    topic_id = uuid.UUID(int=7)
+    topic = TopicImage(OFFSETS_TOPIC, topic_id, dict.fromkeys(range(PARTITIONS), registration))
+    return MetadataImage(
+        offset=epoch + 1,
+        topics=TopicsImage(by_id={topic_id: topic}, by_name={OFFSETS_TOPIC: topic_id}),
+    )
+
+
+def run(body: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(asyncio.wait_for(body, 10))
+
+
+async def started(partitions: Partitions, clock: Clock, **config: int) -> GroupCoordinator:
+    coordinator = GroupCoordinator(
+        NODE,
+        partitions,  # type: ignore[arg-type]
+        GroupCoordinatorConfig(offsets_topic_num_partitions=PARTITIONS, **config),
+        random.Random(1),
+        clock,
+    )
+    await move(coordinator, image(NODE))
+    return coordinator
+
+
+async def move(coordinator: GroupCoordinator, after: MetadataImage) -> None:
+    """Publish a new image and wait until the coordinator has acted on it."""
+    coordinator.on_image(MetadataImage(), after, False)
+    if after.offset == 1:
+        coordinator.start(after)
+    await coordinator.wait_applied(after.offset)
+
+
+def commit(offset: int, partition: int = 0) -> list[OffsetCommit]:
+    return [OffsetCommit("t", partition, offset, 3, "meta")]
+
+
+def fetched(coordinator: GroupCoordinator) -> dict[int, int]:
+    result = coordinator.fetch_offsets(GROUP, None)
+    assert not isinstance(result, ErrorCode), result
+    return {p: value.offset for _, parts in result for p, value in parts if value is not None}
+
+
+def known(topic: str, partition: int) -> bool:
+    return topic == "t"
+
+
+def test_a_commit_is_visible_only_once_its_write_is_acknowledged() -> None:
+    async def body() -> None:
+        partitions, clock = Partitions(), Clock()
+        coordinator = await started(partitions, clock)
+        assert await coordinator.commit_offsets(GROUP, "", None, -1, commit(5), known) == [
+            ErrorCode.none
+        ]
+        partitions.committing = False
+        errors = await coordinator.commit_offsets(GROUP, "", None, -1, commit(9), known)
+        assert errors == [ErrorCode.coordinator_not_available]
+        assert fetched(coordinator) == {0: 5}
+        partitions.committing = True
+        unknown = [OffsetCommit("u", 0, 1, -1, "")]
+        errors = await coordinator.commit_offsets(GROUP, "", None, -1, unknown, known)
+        assert errors == [ErrorCode.unknown_topic_or_partition]
+        await coordinator.close()
+
+    run(body())
+
+
+def test_a_shard_is_dropped_when_leadership_moves_and_rebuilt_from_its_records() -> None:
+    async def body() -> None:
+        partitions, clock = Partitions(), Clock()
+        # (the default initial rebalance delay, 3 s, stays: it delays the join only)
+        coordinator = await started(partitions, clock, group_min_session_timeout_ms=10)
+        request = JoinRequest("", None, "c", "/h", 5000, 5000, "consumer", (("range", b""),),
+                              False, True)  # fmt: skip
+        joined = await coordinator.join(GROUP, request)
+        synced = await coordinator.sync(
+            GROUP, joined.member_id, None, joined.generation, None, None, {joined.member_id: b"a"}
+        )
+        assert synced.assignment == b"a"
+        await coordinator.commit_offsets(
+            GROUP, joined.member_id, None, joined.generation, commit(7), known
+        )
+        await move(coordinator, image(2, epoch=1))  # another broker leads
+        assert coordinator.shard_for(GROUP) is ErrorCode.not_coordinator
+        await move(coordinator, image(NODE, epoch=2))  # and back to us
+        assert fetched(coordinator) == {0: 7}
+        group = coordinator.describe(GROUP)
+        assert not isinstance(group, ErrorCode) and group is not None
+        assert group.state is GroupState.STABLE and group.generation == joined.generation
+        assert group.members[joined.member_id].assignment == b"a"
+        await coordinator.close()
+
+    run(body())
+
+
+def test_retention_expires_an_empty_groups_offsets_then_the_group() -> None:
+    async def body() -> None:
+        partitions, clock = Partitions(), Clock()
+        coordinator = await started(partitions, clock, offsets_retention_minutes=1)
+        await coordinator.commit_offsets(GROUP, "", None, -1, commit(1, 0), known)
+        clock.ms += 30_000
+        await coordinator.commit_offsets(GROUP, "", None, -1, commit(2, 1), known)
+        clock.ms += 40_000  # the first commit is 70 s old, the second 40 s
+        await coordinator.expire_offsets()
+        assert fetched(coordinator) == {1: 2}
+        clock.ms += 30_000
+        await coordinator.expire_offsets()
+        assert coordinator.describe(GROUP) is None
+        # The tombstones are in the log: a reload finds nothing either.
+        await move(coordinator, image(2, epoch=1))
+        await move(coordinator, image(NODE, epoch=2))
+        assert fetched(coordinator) == {} and coordinator.describe(GROUP) is None
+        await coordinator.close()
+
+    run(body())
