@@ -34,7 +34,10 @@ class LogConfig:
     flush_ms: int = LONG_MAX  # flush.ms
     file_delete_delay_ms: int = 60_000  # file.delete.delay.ms
     max_message_bytes: int = 1024 * 1024 + 12  # max.message.bytes (message.max.bytes)
-    cleanup_policy: str = "delete"  # cleanup.policy; compaction is not implemented
+    # cleanup.policy: "delete", "compact" or both. There is no log cleaner yet: a compacted
+    # topic keeps every record (nothing compaction would keep is ever removed), and only a
+    # policy that includes "delete" lets retention.ms/retention.bytes delete segments.
+    cleanup_policy: str = "delete"
 
     def __post_init__(self) -> None:
         # Config errors surface when the config is built, not deep inside an append.
@@ -58,8 +61,15 @@ class LogConfig:
             raise ValueError(f"file.delete.delay.ms {self.file_delete_delay_ms} < 0")
         if self.max_message_bytes < 0:
             raise ValueError(f"max.message.bytes {self.max_message_bytes} < 0")
-        if self.cleanup_policy != "delete":
-            raise ValueError(f"cleanup.policy {self.cleanup_policy!r}: only 'delete' exists")
+        policies = {p.strip() for p in self.cleanup_policy.split(",")}
+        if not policies or not policies <= {"delete", "compact"}:
+            raise ValueError(f"cleanup.policy {self.cleanup_policy!r}: not delete and/or compact")
+
+    @property
+    def deletes(self) -> bool:
+        """Whether retention.ms and retention.bytes delete segments (cleanup.policy has
+        "delete")."""
+        return "delete" in {p.strip() for p in self.cleanup_policy.split(",")}
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:

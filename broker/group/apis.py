@@ -176,10 +176,11 @@ class GroupApis:
     async def _create(self) -> None:
         config = self.coordinator.config
         module: Any = request_module(CREATE_TOPICS, CREATE_TOPICS_VERSION)
-        # Kafka's topic is compacted; until the log cleaner exists here its records are
-        # kept forever instead (retention.ms=-1), so time retention never drops an offset.
+        # Kafka's settings. Compaction keeps the latest record of every key; until the log
+        # has a cleaner, a compacted topic simply keeps everything (never loses an offset).
         configs = {
-            "retention.ms": "-1",
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
             "segment.bytes": str(config.offsets_topic_segment_bytes),
         }
         topic = make(

@@ -119,3 +119,7 @@ def test_kafkas_formatter_reads_our_offset_commit_records(bootstrap: str) -> Non
     assert [(r["key"]["data"]["topic"], r["value"]["data"]["offset"]) for r in ours] == [
         ("java-format", 3)
     ]
+    described = tools.run(
+        "topics", "--bootstrap-server", bootstrap, "--describe", "--topic", "__consumer_offsets"
+    ).stdout
+    assert "cleanup.policy=compact" in described and "PartitionCount: 5" in described

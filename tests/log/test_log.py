@@ -382,6 +382,35 @@ def test_retention_by_bytes_and_high_watermark_bound() -> None:
     asyncio.run(run())
 
 
+@pytest.mark.parametrize(("policy", "start"), [("compact", 0), ("compact,delete", 12)])
+def test_retention_deletes_only_when_the_cleanup_policy_says_delete(
+    policy: str, start: int
+) -> None:
+    async def run() -> None:
+        _, runtime, clock = make_runtime()
+        size = len(batch(2))
+        log = await Log.open(
+            runtime,
+            DIR,
+            config(
+                segment_bytes=2 * size, retention_ms=10_000, retention_bytes=size,
+                cleanup_policy=policy,
+            ),
+        )  # fmt: skip
+        for n in range(6):
+            log.append_as_leader(batch(2, ts=NOW_MS + n * 1000), 0)
+        clock.now = NOW_MS + 100_000
+        await log.delete_old_segments()
+        assert log.log_start_offset == start  # compact alone: no cleaner yet, all is kept
+
+    asyncio.run(run())
+
+
+def test_a_cleanup_policy_other_than_delete_and_compact_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"cleanup\.policy"):
+        config(cleanup_policy="shred")
+
+
 def test_deleted_segments_are_renamed_then_removed_after_the_delay() -> None:
     async def run() -> None:
         _, runtime, _ = make_runtime()
