@@ -6,6 +6,7 @@ rejoins without a rebalance; committed offsets survive a SIGKILL of the node.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from aiokafka import AIOKafkaConsumer
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
@@ -147,6 +149,39 @@ def test_kafka_python_resumes_from_its_committed_offset_without_redelivery(
 
     assert read(5) == list(range(5))
     assert read(100) == list(range(5, 20))  # the rest, then the iterator times out
+
+
+def test_aiokafka_resumes_from_its_committed_offset_without_redelivery(
+    node: tuple[Processes, str],
+) -> None:
+    _, bootstrap = node
+    create_topic(bootstrap, "aio-resume", 2, 20)
+
+    async def read(count: int) -> list[int]:
+        c = AIOKafkaConsumer(
+            "aio-resume",
+            bootstrap_servers=bootstrap,
+            group_id="aio-group",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=500,
+        )
+        await c.start()
+        got: list[int] = []
+        try:
+            while len(got) < count:  # bounded by the wait_for around it
+                batches = await c.getmany(timeout_ms=500, max_records=count - len(got))
+                got += [int(m.value) for messages in batches.values() for m in messages]
+            await c.commit()
+        finally:
+            await c.stop()
+        return got
+
+    first = asyncio.run(asyncio.wait_for(read(8), DEADLINE_S))
+    rest = asyncio.run(asyncio.wait_for(read(12), DEADLINE_S))
+    # Any re-delivery of the first 8 would show up twice here.
+    assert sorted(first + rest) == list(range(20))
 
 
 def test_two_members_split_a_topic_and_one_takes_over_when_the_other_leaves(
