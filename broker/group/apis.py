@@ -19,7 +19,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.group.classic import GroupState, JoinRequest
-from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
+from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from broker.group.shard import OffsetCommit
 from broker.network import CLIENT_HOST
 from metadata.image import MetadataImage
 from raft.entities import make, request_module, response_module

@@ -25,7 +25,7 @@ import logging
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from kio.schema.errors import ErrorCode
 
@@ -44,15 +44,13 @@ from broker.group.records import (
     GroupKey,
     OffsetKey,
     OffsetValue,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
     encode_group_key,
     encode_group_value,
     encode_offset_key,
     encode_offset_value,
     partition_for,
 )
+from broker.group.shard import OffsetCommit, Shard, TopicPartition, validate_commit
 from broker.replica_manager import ReplicaManager
 from log.batch import decode_batch, encode_batch
 from log.clock import WallClock
@@ -75,32 +73,6 @@ _WRITE_ERRORS = {
     ErrorCode.message_too_large: ErrorCode.invalid_commit_offset_size,
     ErrorCode.record_list_too_large: ErrorCode.invalid_commit_offset_size,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    value: OffsetValue
-    log_offset: int  # where its record sits: a later record always wins
-
-
-@dataclass(slots=True)
-class Shard:
-    """The groups and offsets of one ``__consumer_offsets`` partition this broker leads."""
-
-    partition: int
-    leader_epoch: int
-    loaded: bool = False
-    groups: dict[str, ClassicGroup] = field(default_factory=dict)
-    offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetCommit:
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int
-    metadata: str
 
 
 class GroupCoordinator:
@@ -183,7 +155,9 @@ class GroupCoordinator:
                     self._unload(shard)
             for index in sorted(leading):
                 if index not in self._shards:
-                    shard = self._shards[index] = Shard(index, leading[index])
+                    shard = self._shards[index] = Shard(
+                        index, leading[index], self._limits, self._member_id
+                    )
                     await self._load(shard)
             self._applied_offset = image.offset
             applied, self._applied = self._applied, asyncio.Event()
@@ -266,24 +240,7 @@ class GroupCoordinator:
         if record.key is None:
             return
         try:
-            key = decode_key(record.key)
-            if isinstance(key, OffsetKey):
-                offsets = shard.offsets.setdefault(key.group, {})
-                where = (key.topic, key.partition)
-                if record.value is None:
-                    offsets.pop(where, None)
-                else:
-                    value = decode_offset_value(record.value)
-                    offsets[where] = CommittedOffset(
-                        value, base_offset + (record.offset_delta or 0)
-                    )
-                self._group(shard, key.group)
-            elif isinstance(key, GroupKey):
-                if record.value is None:
-                    shard.groups.pop(key.group, None)
-                    shard.offsets.pop(key.group, None)
-                else:
-                    self._group(shard, key.group).load(decode_group_value(record.value), now)
+            shard.replay(record.key, record.value, base_offset + (record.offset_delta or 0), now)
         except RecordError as error:
             # Kafka's loader fails the partition on a record it cannot read; the batch CRC
             # held, so this is a format we do not know: skip it, loudly.
@@ -294,12 +251,6 @@ class GroupCoordinator:
                 shard.partition,
                 error,
             )
-
-    def _group(self, shard: Shard, group_id: str) -> ClassicGroup:
-        group = shard.groups.get(group_id)
-        if group is None:
-            group = shard.groups[group_id] = ClassicGroup(group_id, self._limits, self._member_id)
-        return group
 
     def _member_id(self, prefix: str) -> str:
         return f"{prefix}-{uuid.UUID(int=self._rng.getrandbits(128), version=4)}"
@@ -445,7 +396,7 @@ class GroupCoordinator:
         if group is None:
             if request.member_id:
                 return JoinReply(request.member_id, ErrorCode.unknown_member_id)
-            group = self._group(shard, group_id)
+            group = shard.group(group_id)
         before, known = _snapshot(group), set(group.members)
         member_id, out = group.join(request, asyncio.get_running_loop().time())
         if member_id in group.members and member_id not in known:
@@ -562,15 +513,15 @@ class GroupCoordinator:
         if isinstance(shard, ErrorCode):
             return [shard] * len(commits)
         group = shard.groups.get(group_id)
-        error = _validate_commit(group, member_id, instance, generation)
+        error = validate_commit(group, member_id, instance, generation)
         if error is not ErrorCode.none:
             return [error] * len(commits)
         if group is None:
-            group = self._group(shard, group_id)  # a simple (admin) commit creates the group
+            shard.group(group_id)  # a simple (admin) commit creates the group, as in Kafka
         now_ms = self._clock.now_ms()
         errors: list[ErrorCode] = []
         records: list[Record] = []
-        accepted: list[tuple[int, OffsetCommit, OffsetValue]] = []
+        accepted: list[tuple[int, TopicPartition, OffsetValue]] = []
         for commit in commits:
             if not known_topic(commit.topic, commit.partition):
                 errors.append(ErrorCode.unknown_topic_or_partition)
@@ -579,7 +530,7 @@ class GroupCoordinator:
             else:
                 value = OffsetValue(commit.offset, commit.leader_epoch, commit.metadata, now_ms)
                 key = OffsetKey(group_id, commit.topic, commit.partition)
-                accepted.append((len(errors), commit, value))
+                accepted.append((len(errors), (commit.topic, commit.partition), value))
                 records.append(Record(encode_offset_key(key), encode_offset_value(value), now_ms))
                 errors.append(ErrorCode.none)
         if not records:
@@ -589,13 +540,7 @@ class GroupCoordinator:
             for index, _, _ in accepted:
                 errors[index] = error
             return errors
-        offsets = shard.offsets.setdefault(group_id, {})
-        for delta, (_, commit, value) in enumerate(accepted):
-            where = (commit.topic, commit.partition)
-            log_offset = base_offset + delta
-            current = offsets.get(where)
-            if current is None or current.log_offset < log_offset:
-                offsets[where] = CommittedOffset(value, log_offset)
+        shard.store_offsets(group_id, [(where, value) for _, where, value in accepted], base_offset)
         return errors
 
     def fetch_offsets(
@@ -644,7 +589,7 @@ class GroupCoordinator:
             return ErrorCode.non_empty_group
         offsets = shard.offsets.get(group_id, {})
         answer: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
-        doomed: list[tuple[str, int]] = []
+        doomed: list[TopicPartition] = []
         for topic, partitions in wanted:
             errors = []
             for p in partitions:
@@ -662,7 +607,7 @@ class GroupCoordinator:
         return answer
 
     async def _delete_offsets(
-        self, shard: Shard, group_id: str, doomed: list[tuple[str, int]]
+        self, shard: Shard, group_id: str, doomed: list[TopicPartition]
     ) -> ErrorCode:
         now_ms = self._clock.now_ms()
         records = [
@@ -671,11 +616,7 @@ class GroupCoordinator:
         ]
         error, base_offset = await self._write(shard, records)
         if error is ErrorCode.none:
-            offsets = shard.offsets.get(group_id, {})
-            for delta, where in enumerate(doomed):
-                current = offsets.get(where)
-                if current is not None and current.log_offset < base_offset + delta:
-                    del offsets[where]
+            shard.forget_offsets(group_id, doomed, base_offset)
         return error
 
     # ---- listing and deleting groups ---------------------------------------------------------
@@ -718,13 +659,9 @@ class GroupCoordinator:
         ]
         records.append(Record(encode_group_key(GroupKey(group.group_id)), None, now_ms))
         error, _ = await self._write(shard, records)
-        if error is not ErrorCode.none:
-            return error
-        if shard.groups.get(group.group_id) is group and group.state is GroupState.EMPTY:
-            group.mark_dead()
-            del shard.groups[group.group_id]
-            shard.offsets.pop(group.group_id, None)
-        return ErrorCode.none
+        if error is ErrorCode.none:
+            shard.drop_group(group)
+        return error
 
     # ---- retention ---------------------------------------------------------------------------
     async def _expire_offsets_forever(self) -> None:
@@ -746,13 +683,7 @@ class GroupCoordinator:
                 if group.state is not GroupState.EMPTY:
                     continue
                 offsets = shard.offsets.get(group.group_id, {})
-                expired = [
-                    where
-                    for where, committed in sorted(offsets.items())
-                    if max(committed.value.commit_timestamp_ms, group.state_timestamp_ms)
-                    + retention_ms
-                    <= now_ms
-                ]
+                expired = shard.expired_offsets(group, retention_ms, now_ms)
                 if expired and len(expired) < len(offsets):
                     await self._delete_offsets(shard, group.group_id, expired)
                 elif (
@@ -770,23 +701,3 @@ class GroupCoordinator:
 
 def _snapshot(group: ClassicGroup) -> tuple[GroupState, int, int]:
     return group.state, group.generation, len(group.members)
-
-
-def _validate_commit(
-    group: ClassicGroup | None, member_id: str, instance: str | None, generation: int
-) -> ErrorCode:
-    """Kafka's checks on a classic group's OffsetCommit; generation -1 with no member is a
-    simple (admin or assign()-based) commit, allowed while the group has no members."""
-    if group is None or (generation < 0 and group.state is GroupState.EMPTY):
-        return ErrorCode.none if generation < 0 else ErrorCode.unknown_member_id
-    if group.state is GroupState.DEAD:
-        return ErrorCode.coordinator_not_available
-    if group.state is GroupState.COMPLETING_REBALANCE:
-        return ErrorCode.rebalance_in_progress
-    if instance is not None and group.static_members.get(instance) not in (None, member_id):
-        return ErrorCode.fenced_instance_id
-    if member_id not in group.members:
-        return ErrorCode.unknown_member_id
-    if generation != group.generation:
-        return ErrorCode.illegal_generation
-    return ErrorCode.none

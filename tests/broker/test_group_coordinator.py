@@ -15,7 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from broker.group.classic import GroupState, JoinRequest
 from broker.group.config import GroupCoordinatorConfig
-from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
+from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from broker.group.shard import OffsetCommit
 from broker.replica_manager import AppendResult, ReadResult
 from log.batch import assign_offsets, parse_header
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage, TopicsImage
