@@ -55,6 +55,7 @@ from broker.replica_manager import ReplicaManager
 from log.batch import decode_batch, encode_batch
 from log.clock import WallClock
 from log.errors import RecordError
+from log.log import KafkaStorageError, OffsetOutOfRangeError
 from log.records import Record
 from metadata.image import MetadataImage
 
@@ -184,43 +185,43 @@ class GroupCoordinator:
             )
 
     async def _load(self, shard: Shard) -> None:
-        """Replay the partition's committed records into the shard, a bounded read at a time."""
-        replicas, now = self._replicas, asyncio.get_running_loop().time()
-        position, records_read = 0, 0
-        while self._shards.get(shard.partition) is shard:  # bounded: the log is finite
-            result = replicas.read(
-                OFFSETS_TOPIC,
-                shard.partition,
-                position,
-                self.config.offsets_load_buffer_size,
-                shard.leader_epoch,
-                min_one_message=True,
-            )
-            if result.error is ErrorCode.offset_out_of_range and position < result.log_start_offset:
-                position = result.log_start_offset
+        """Replay the partition into the shard, a bounded read at a time, up to the log end:
+        as in Kafka, a new leader's high watermark may still lag records that were
+        acknowledged under the previous leader, and its log (which followers truncate to)
+        holds them."""
+        log = self._replicas.logs.get_log(OFFSETS_TOPIC, shard.partition)
+        now, records_read = asyncio.get_running_loop().time(), 0
+        position = log.log_start_offset if log is not None else 0
+        while log is not None and self._shards.get(shard.partition) is shard:  # log is finite
+            try:
+                data = log.read(position, self.config.offsets_load_buffer_size)
+                view = data.records
+                pos = 0
+                while pos < len(view):
+                    header, records = decode_batch(view, pos)
+                    pos += header.size
+                    position = header.next_offset
+                    if not header.is_control:
+                        for record in records:
+                            self._replay(shard, record, header.base_offset, now)
+                            records_read += 1
+            except OffsetOutOfRangeError:
+                if position >= log.log_start_offset:
+                    break
+                position = log.log_start_offset  # retention moved the start meanwhile
                 continue
-            if result.error is not ErrorCode.none:
-                logger.warning(
-                    "[GroupCoordinator id=%d] Loading %s-%d stopped: %s",
+            except (RecordError, KafkaStorageError) as error:
+                logger.error(
+                    "[GroupCoordinator id=%d] Loading %s-%d stopped at offset %d: %s",
                     self.node_id,
                     OFFSETS_TOPIC,
                     shard.partition,
-                    result.error.name,
+                    position,
+                    error,
                 )
                 return
-            if not result.records:
+            if not view:
                 break
-            view = memoryview(result.records)
-            pos = 0
-            while pos < len(view):
-                header, records = decode_batch(view, pos)
-                pos += header.size
-                position = header.next_offset
-                if header.is_control:
-                    continue
-                for record in records:
-                    self._replay(shard, record, header.base_offset, now)
-                    records_read += 1
             await asyncio.sleep(0)  # other work runs between reads
         if self._shards.get(shard.partition) is not shard:
             return

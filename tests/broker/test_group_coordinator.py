@@ -9,6 +9,8 @@ import asyncio
 import random
 import uuid
 from collections.abc import Coroutine
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -17,7 +19,7 @@ from broker.group.classic import GroupState, JoinRequest
 from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.group.shard import OffsetCommit
-from broker.replica_manager import AppendResult, ReadResult
+from broker.replica_manager import AppendResult
 from log.batch import assign_offsets, parse_header
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage, TopicsImage
 
@@ -35,11 +37,12 @@ class Clock:
 
 
 class Partitions:
-    """What the coordinator needs of the ReplicaManager: one log per offsets partition.
+    """What the coordinator needs of the ReplicaManager (and its LogManager): one log per
+    offsets partition.
     ``committing`` False holds the high watermark, so acks=all appends time out."""
 
     def __init__(self) -> None:
-        self.logs: dict[int, bytearray] = {p: bytearray() for p in range(PARTITIONS)}
+        self.data: dict[int, bytearray] = {p: bytearray() for p in range(PARTITIONS)}
         self.next_offset = dict.fromkeys(range(PARTITIONS), 0)
         self.committing = True
 
@@ -53,19 +56,37 @@ class Partitions:
         batch = bytearray(records)
         base = self.next_offset[index]
         assign_offsets(batch, 0, base, 0)
-        self.logs[index] += batch
+        self.data[index] += batch
         self.next_offset[index] = parse_header(batch).next_offset
         if not self.committing:
             return AppendResult(ErrorCode.request_timed_out, base)
         return AppendResult(ErrorCode.none, base, 0)
 
-    def read(
-        self, topic: str, index: int, offset: int, max_bytes: int, epoch: int, **_: object
-    ) -> ReadResult:
-        data, pos = bytes(self.logs[index]), 0
+    @property
+    def logs(self) -> Partitions:  # the LogManager's get_log, here on the same object
+        return self
+
+    def get_log(self, topic: str, index: int) -> PartitionLog:
+        assert topic == OFFSETS_TOPIC
+        return PartitionLog(self, index)
+
+
+@dataclass
+class PartitionLog:
+    """The part of log.Log that loading reads: whole batches from an offset to the end."""
+
+    partitions: Partitions
+    index: int
+    log_start_offset: int = 0
+
+    def read(self, offset: int, max_bytes: int) -> SimpleNamespace:
+        data, pos = bytes(self.partitions.data[self.index]), 0
         while pos < len(data) and parse_header(data, pos).next_offset <= offset:
             pos += parse_header(data, pos).size
-        return ReadResult(ErrorCode.none, self.next_offset[index], 0, data[pos:])
+        end = pos
+        while end < len(data) and (end == pos or end - pos < max_bytes):
+            end += parse_header(data, end).size
+        return SimpleNamespace(records=memoryview(data[pos:end]))
 
 
 def image(leader: int, epoch: int = 0) -> MetadataImage:
