@@ -197,7 +197,9 @@ class ClassicGroup:
         deadlines = [m.heartbeat_deadline for m in self.members.values() if not _kept_alive(m)]
         deadlines += self.pending_members.values()
         if self.state is GroupState.PREPARING_REBALANCE:
-            deadlines.append(min(self.join_deadline, max(self.initial_delay_until, 0.0)))
+            deadlines.append(self.join_deadline)
+            if self.initial_delay_until:
+                deadlines.append(self.initial_delay_until)
         if self.state is GroupState.COMPLETING_REBALANCE:
             deadlines.append(self.sync_deadline)
         return min(deadlines) if deadlines else None
@@ -556,6 +558,7 @@ class ClassicGroup:
     def _maybe_complete_join(self, now: float, out: Outcome) -> None:
         if self.state is not GroupState.PREPARING_REBALANCE or now < self.initial_delay_until:
             return
+        self.initial_delay_until = 0.0  # the initial delay, if any, is over
         if self.pending_members or any(not m.awaiting_join for m in self.members.values()):
             return
         self._complete_join(now, out)

@@ -258,3 +258,22 @@ def test_transitions_kafka_forbids_are_refused() -> None:
     group.mark_dead()
     _, out = group.join(request(), 0.0)
     assert out.replies[0].error is ErrorCode.coordinator_not_available
+
+
+def test_a_loaded_member_that_never_returns_expires_while_a_newcomer_waits_to_join() -> None:
+    """The coordinator failover case: the new coordinator restores the group with its old
+    member id, the consumer rejoins under a new id, and the old id must time out by its
+    session (not the 300 s rebalance timeout) for the rebalance to complete."""
+    group = new_group()
+    old, _ = join_new(group, 0.0)
+    stabilize(group, old, 0.0, {old: b"x"})
+    restored = new_group()
+    restored.load(group.to_value(1), 100.0)  # session deadline: 100 + 10 s
+    newcomer, out = join_new(restored, 101.0, client="d")
+    assert out.replies == [] and restored.state is GroupState.PREPARING_REBALANCE
+    deadline = restored.next_deadline()
+    assert deadline == pytest.approx(100.0 + SESSION_MS / 1000)
+    out = restored.tick(deadline)
+    assert list(restored.members) == [newcomer] and joins(out)[newcomer].leader == newcomer
+    after = restored.next_deadline()
+    assert after is None or after > deadline  # nothing overdue is left behind
