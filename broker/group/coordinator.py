@@ -94,7 +94,7 @@ class GroupCoordinator:
         self._clock = clock
         self._limits = config.limits()
         self._shards: dict[int, Shard] = {}
-        self._waiters: dict[tuple[str, str, str], asyncio.Future[Reply]] = {}
+        self._waiters: dict[tuple[str, type[Reply], str], asyncio.Future[Reply]] = {}
         self._image: MetadataImage | None = None
         self._image_changed = asyncio.Event()
         self._applied_offset = -1  # the last image whose leadership changes are done
@@ -320,19 +320,42 @@ class GroupCoordinator:
 
     def _deliver(self, group: ClassicGroup, replies: list[Reply]) -> None:
         for reply in replies:
-            kind = "join" if isinstance(reply, JoinReply) else "sync"
-            waiter = self._waiters.pop((group.group_id, kind, reply.member_id), None)
+            waiter = self._waiters.pop((group.group_id, type(reply), reply.member_id), None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(reply)
 
-    def _waiter(self, group: ClassicGroup, kind: str, member_id: str) -> asyncio.Future[Reply]:
+    async def _answer(
+        self,
+        shard: Shard,
+        group: ClassicGroup,
+        out: Outcome,
+        before: tuple[GroupState, int, int],
+        kind: type[Reply],
+        member_id: str,
+    ) -> Reply:
+        """The member's own reply: in this outcome already, or delivered by a later one
+        (a rebalance completing, the assignment stored). Any reply for that member id in
+        this outcome is this request's: every other waiting member has another id."""
+        own = next(
+            (r for r in out.replies if isinstance(r, kind) and r.member_id == member_id), None
+        )
+        if own is not None:
+            out.replies.remove(own)
+            self._handle(shard, group, out, before)
+            return own
+        waiting = self._waiter(group, kind, member_id)
+        self._handle(shard, group, out, before)
+        return await waiting
+
+    def _waiter(
+        self, group: ClassicGroup, kind: type[Reply], member_id: str
+    ) -> asyncio.Future[Reply]:
         """A future for a member's JoinGroup or SyncGroup answer, registered at once."""
         key = (group.group_id, kind, member_id)
         previous = self._waiters.get(key)
         if previous is not None and not previous.done():
             # The member asked again before its first answer: the first is superseded.
-            stale = JoinReply if kind == "join" else SyncReply
-            previous.set_result(stale(member_id, ErrorCode.rebalance_in_progress))
+            previous.set_result(kind(member_id, ErrorCode.rebalance_in_progress))
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._waiters[key] = future
         return future
@@ -409,16 +432,7 @@ class GroupCoordinator:
                 request.group_instance_id,
                 group_id,
             )
-        own = next(
-            (r for r in out.replies if isinstance(r, JoinReply) and r.member_id == member_id), None
-        )
-        if own is not None:
-            out.replies.remove(own)
-            self._handle(shard, group, out, before)
-            return own
-        waiting = self._waiter(group, "join", member_id)
-        self._handle(shard, group, out, before)
-        reply = await waiting
+        reply = await self._answer(shard, group, out, before, JoinReply, member_id)
         assert isinstance(reply, JoinReply)
         return reply
 
@@ -448,16 +462,7 @@ class GroupCoordinator:
             assignments,
             asyncio.get_running_loop().time(),
         )
-        own = next(
-            (r for r in out.replies if isinstance(r, SyncReply) and r.member_id == member_id), None
-        )
-        if own is not None:
-            out.replies.remove(own)
-            self._handle(shard, group, out, before)
-            return own
-        waiting = self._waiter(group, "sync", member_id)
-        self._handle(shard, group, out, before)
-        reply = await waiting
+        reply = await self._answer(shard, group, out, before, SyncReply, member_id)
         assert isinstance(reply, SyncReply)
         return reply
 
