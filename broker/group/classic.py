@@ -177,9 +177,6 @@ class ClassicGroup:
             raise IllegalStateTransition(f"group {self.group_id}: {self.state.value} -> {to.value}")
         self.state = to
 
-    def is_empty(self) -> bool:
-        return not self.members
-
     def subscribed_topics(self) -> frozenset[str] | None:
         """Topics the members subscribe to (consumer protocol), None if not knowable."""
         if self.protocol_type != "consumer" or self.protocol_name is None:
@@ -245,7 +242,7 @@ class ClassicGroup:
         instance = request.group_instance_id
         if instance is not None and instance in self.static_members:
             return self._rejoin_static(request, now, out)
-        if instance is None and request.member_id == "" and self._full():
+        if instance is None and self._full():
             out.replies.append(JoinReply("", ErrorCode.group_max_size_reached))
             return "", out
         member_id = self._new_id(instance if instance is not None else request.client_id)
