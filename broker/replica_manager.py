@@ -28,7 +28,6 @@ import logging
 import os
 import random
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -42,6 +41,7 @@ from log.fs import read_all, write_atomic
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.manager import LogManager
 from log.validator import PRODUCE_DECOMPRESSED_BYTES_MAX, validate_records
+from metadata.config_defs import CLUSTER_DEFAULT
 from metadata.delta import local_changes
 from metadata.image import EMPTY, MetadataImage, TopicImage
 
@@ -49,6 +49,7 @@ logger = logging.getLogger("broker.replica_manager")
 
 PARTITION_METADATA_FILE = "partition.metadata"
 TOPIC_RESOURCE = 2  # ConfigResource type of topic configs in the image
+BROKER_RESOURCE = 4  # ... and of broker configs (resource "" = cluster-wide defaults)
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
@@ -116,6 +117,9 @@ class ReplicaManager:
         self.logs = logs
         self.default_config = default_config
         self._partitions: dict[tuple[str, int], Partition] = {}
+        # Partitions whose log could not be opened or configured: KAFKA_STORAGE_ERROR until
+        # a restart, while every other partition is served (Kafka's offline replicas).
+        self._offline: set[tuple[str, int]] = set()
         self._image: MetadataImage | None = None  # the image the partitions reflect
         self._latest: MetadataImage | None = None
         self._wake = asyncio.Event()
@@ -180,36 +184,70 @@ class ReplicaManager:
         for deleted in sorted(changes.deleted, key=lambda tp: (tp.topic, tp.partition)):
             key = (deleted.topic, deleted.partition)
             self._partitions.pop(key, None)  # no request finds it from here on
+            self._offline.discard(key)
             if self.logs.get_log(*key) is not None:
                 logger.info(
                     "[ReplicaManager id=%d] Deleting the log of %s-%d (no longer a replica)",
                     self.node_id,
                     *key,
                 )
-                await self.logs.delete_log(*key)
+                try:
+                    await self.logs.delete_log(*key)
+                except OSError:  # what is left is set aside as a stray at the next start
+                    logger.exception("[ReplicaManager id=%d] deleting %s-%d", self.node_id, *key)
         for changed, registration in (changes.leaders | changes.followers).items():
             key = (changed.topic, changed.partition)
             partition = self._partitions.get(key)
             if partition is None:
+                if key in self._offline:
+                    continue
                 topic = image.topics.get(changed.topic)
                 assert topic is not None, changed
-                partition = self._partitions[key] = await self._open(topic, key[1], image)
+                try:
+                    partition = self._partitions[key] = await self._open(topic, key[1], image)
+                except Exception:
+                    self._take_offline([key], "opening its log")
+                    continue
             partition.leader = registration.leader
             partition.leader_epoch = registration.leader_epoch
             partition.isr = registration.isr
             self._maybe_advance_high_watermark(partition)
         if previous is None or image.configs is not previous.configs:
             before = previous.configs if previous is not None else {}
-            for key in before.keys() | image.configs.keys():
-                resource, name = key
-                values = image.configs.get(key, {})
-                if resource == TOPIC_RESOURCE and before.get(key) is not values:
-                    self.logs.update_config(name, self._log_config(values))
+            defaults = (BROKER_RESOURCE, CLUSTER_DEFAULT)
+            defaults_changed = before.get(defaults) is not image.configs.get(defaults)
+            changed = {
+                name
+                for resource, name in before.keys() | image.configs.keys()
+                if resource == TOPIC_RESOURCE
+                and before.get((resource, name)) is not image.configs.get((resource, name))
+            }
+            if defaults_changed:  # every hosted topic's effective config may change
+                changed |= {topic for (topic, _), _ in self.logs.all_logs()}
+            for name in sorted(changed):
+                try:
+                    self.logs.update_config(name, self._log_config(image, name))
+                except ValueError:
+                    hosted = [k for k in self._partitions if k[0] == name]
+                    self._take_offline(hosted, "applying its topic config")
 
-    def _log_config(self, values: Mapping[str, str]) -> LogConfig:
-        if not values:
+    def _take_offline(self, keys: list[tuple[str, int]], doing: str) -> None:
+        """One partition's failure is that partition's, never the reconciler's: it answers
+        KAFKA_STORAGE_ERROR from now on and every other partition is still served."""
+        for key in keys:
+            logger.exception(
+                "[ReplicaManager id=%d] %s-%d is offline: %s failed", self.node_id, *key, doing
+            )
+            self._offline.add(key)
+
+    def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
+        """The topic's own configs over the cluster-wide dynamic defaults (``log.*`` broker
+        configs set on resource ``""``) over server.properties, as Kafka resolves them."""
+        defaults = image.configs.get((BROKER_RESOURCE, CLUSTER_DEFAULT), {})
+        values = image.configs.get((TOPIC_RESOURCE, topic), {})
+        if not values and not defaults:
             return self.default_config
-        return LogConfig.from_properties(values, self.default_config)
+        return LogConfig.from_properties({**defaults, **values}, self.default_config)
 
     async def _set_aside_strays(self, image: MetadataImage) -> None:
         """Once, against the first caught-up image: every log on disk that is not assigned
@@ -217,16 +255,21 @@ class ReplicaManager:
         for (topic, index), log in self.logs.all_logs():
             found = image.topics.get(topic)
             registration = found.partitions.get(index) if found is not None else None
-            recorded = self._recorded_topic_id(log)
-            if (
-                found is not None
-                and registration is not None
-                and self.node_id in registration.replicas
-                and recorded in (None, found.topic_id)
-            ):
+            try:
+                recorded = self._recorded_topic_id(log)
+                if (
+                    found is not None
+                    and registration is not None
+                    and self.node_id in registration.replicas
+                    and recorded in (None, found.topic_id)
+                ):
+                    continue
+                unique = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
+                stray = await self.logs.mark_stray(topic, index, unique)
+            except OSError:
+                # Never serve (or recreate over) a dir that could not be set aside.
+                self._take_offline([(topic, index)], "setting its stray log aside")
                 continue
-            unique = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
-            stray = await self.logs.mark_stray(topic, index, unique)
             logger.warning(
                 "[ReplicaManager id=%d] %s-%d (topic id %s) is not assigned here as that "
                 "topic: moved aside to %s",
@@ -244,7 +287,7 @@ class ReplicaManager:
 
     async def _open(self, topic: TopicImage, index: int, image: MetadataImage) -> Partition:
         """The partition's log, created if missing, with its partition.metadata."""
-        config = self._log_config(image.configs.get((TOPIC_RESOURCE, topic.name), {}))
+        config = self._log_config(image, topic.name)
         log = await self.logs.get_or_create_log(topic.name, index, config)
         if self._recorded_topic_id(log) is None:
             marker = os.path.join(log.dir_path, PARTITION_METADATA_FILE)
@@ -291,6 +334,8 @@ class ReplicaManager:
         found = image.topics.get(topic)
         if found is None or index not in found.partitions:
             return ErrorCode.unknown_topic_or_partition
+        if (topic, index) in self._offline:
+            return ErrorCode.kafka_storage_error
         partition = self._partitions.get((topic, index))
         if partition is None or partition.leader != self.node_id:
             return ErrorCode.not_leader_or_follower
