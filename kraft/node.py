@@ -42,6 +42,7 @@ from metadata.controller.quorum_controller import (
     ControllerConfig,
     QuorumController,
 )
+from metadata.controller.topics import INTERNAL_TOPIC_CREATOR
 from metadata.loader import MetadataLoader, MetadataPublisher
 from metadata.records import Listener
 from raft import codec, wire
@@ -121,6 +122,7 @@ class KraftNode:
         self.groups: GroupCoordinator | None = None
         self._group_apis: GroupApis | None = None
         self._channel: ControllerChannel | None = None
+        self._internal_channel: ControllerChannel | None = None
         self._servers: list[asyncio.AbstractServer] = []
         self._tasks: list[asyncio.Task] = []
         self._closed = False
@@ -261,11 +263,15 @@ class KraftNode:
         )
         loader.add_publisher(groups)
         groups.start(loader.image)
-        channel = self._channel
+        # The broker's own requests (creating __consumer_offsets) go under their own client
+        # id, which the controller lets create internal topics (clients' forwarded ones not).
+        internal = self._internal_channel = ControllerChannel(
+            config.controller_quorum_voters, INTERNAL_TOPIC_CREATOR, runtime.rng
+        )
         group_apis = self._group_apis = GroupApis(
             groups,
             lambda: loader.image,
-            lambda request: channel.send(request, CONTROLLED_SHUTDOWN_TIMEOUT_S),
+            lambda request: internal.send(request, CONTROLLED_SHUTDOWN_TIMEOUT_S),
         )
         assert self.lifecycle_ready is not None
         self.lifecycle_ready.set_result(
@@ -323,7 +329,9 @@ class KraftNode:
                 request, self.cluster_id, raft.leader_id, self.config.controller_quorum_voters
             )
         if header.api_key in controller.SUPPORTED_APIS:
-            return await controller.handle(header.api_key, header.api_version, request)
+            return await controller.handle(
+                header.api_key, header.api_version, request, client_id=header.client_id
+            )
         return await raft.handle_request(header, request)
 
     async def _serve_broker(
@@ -372,6 +380,8 @@ class KraftNode:
             await self.logs.shutdown()
         if self._channel is not None:
             await self._channel.close()
+        if self._internal_channel is not None:
+            await self._internal_channel.close()
         if self.controller is not None:
             await self.controller.close()
         if self.loader is not None:
