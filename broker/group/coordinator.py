@@ -24,8 +24,9 @@ import asyncio
 import logging
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -96,6 +97,7 @@ class GroupCoordinator:
         self._shards: dict[int, Shard] = {}
         self._waiters: dict[tuple[str, type[Reply], str], asyncio.Future[Reply]] = {}
         self._image: MetadataImage | None = None
+        self._topic_ids: dict[str, uuid.UUID] = {}  # as of the last image: finds deletions
         self._image_changed = asyncio.Event()
         self._applied_offset = -1  # the last image whose leadership changes are done
         self._applied = asyncio.Event()  # set and replaced after each image
@@ -160,6 +162,14 @@ class GroupCoordinator:
                         index, leading[index], self._limits, self._member_id
                     )
                     await self._load(shard)
+            gone = frozenset(
+                name
+                for name, id_ in self._topic_ids.items()
+                if image.topics.by_name.get(name) != id_
+            )
+            self._topic_ids = dict(image.topics.by_name)
+            if gone:
+                self._spawn(self._forget_topics(gone))
             self._applied_offset = image.offset
             applied, self._applied = self._applied, asyncio.Event()
             applied.set()
@@ -168,6 +178,17 @@ class GroupCoordinator:
         """Until the shards reflect the image at ``offset`` or later (loaded or dropped)."""
         while self._applied_offset < offset:  # each pass: one image
             await self._applied.wait()
+
+    async def _forget_topics(self, gone: frozenset[str]) -> None:
+        """Kafka's onPartitionsDeleted: the committed offsets of deleted topics get
+        tombstones in every group this broker coordinates."""
+        for shard in list(self._shards.values()):
+            if not shard.loaded:
+                continue
+            for group_id, offsets in list(shard.offsets.items()):
+                doomed = sorted(where for where in offsets if where[0] in gone)
+                if doomed:
+                    await self._delete_offsets(shard, group_id, doomed)
 
     def _unload(self, shard: Shard) -> None:
         if self._shards.get(shard.partition) is shard:
@@ -292,10 +313,14 @@ class GroupCoordinator:
         self._log_transition(group, before)
         self._deliver(group, out.replies)
         if out.persist is not None:
-            task = asyncio.get_running_loop().create_task(self._persist(shard, group, out.persist))
-            self._writes.add(task)
-            task.add_done_callback(self._writes.discard)
+            self._spawn(self._persist(shard, group, out.persist))
         self._timer_wake.set()
+
+    def _spawn(self, write: Coroutine[Any, Any, None]) -> None:
+        """Run a background write; close() cancels the ones still waiting."""
+        task = asyncio.get_running_loop().create_task(write)
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
     async def _persist(self, shard: Shard, group: ClassicGroup, persist: Persist) -> None:
         now_ms = self._clock.now_ms()

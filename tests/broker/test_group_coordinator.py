@@ -89,13 +89,19 @@ class PartitionLog:
         return SimpleNamespace(records=memoryview(data[pos:end]))
 
 
-def image(leader: int, epoch: int = 0) -> MetadataImage:
+def image(leader: int, epoch: int = 0, *, with_t: bool = True) -> MetadataImage:
+    """The offsets topic led by ``leader`` at ``epoch`` and (unless deleted) topic "t"."""
     registration = PartitionRegistration((NODE,), (NODE,), leader, epoch, epoch)
-    topic_id = uuid.UUID(int=7)
-    topic = TopicImage(OFFSETS_TOPIC, topic_id, dict.fromkeys(range(PARTITIONS), registration))
+    names = [OFFSETS_TOPIC, "t"] if with_t else [OFFSETS_TOPIC]
+    topics = [
+        TopicImage(name, uuid.UUID(int=7 + i), dict.fromkeys(range(PARTITIONS), registration))
+        for i, name in enumerate(names)
+    ]
     return MetadataImage(
         offset=epoch + 1,
-        topics=TopicsImage(by_id={topic_id: topic}, by_name={OFFSETS_TOPIC: topic_id}),
+        topics=TopicsImage(
+            by_id={t.topic_id: t for t in topics}, by_name={t.name: t.topic_id for t in topics}
+        ),
     )
 
 
@@ -202,6 +208,25 @@ def test_retention_expires_an_empty_groups_offsets_then_the_group() -> None:
         await move(coordinator, image(2, epoch=1))
         await move(coordinator, image(NODE, epoch=2))
         assert fetched(coordinator) == {} and coordinator.describe(GROUP) is None
+        await coordinator.close()
+
+    run(body())
+
+
+def test_a_deleted_topics_offsets_are_removed_from_every_group() -> None:
+    async def body() -> None:
+        partitions, clock = Partitions(), Clock()
+        coordinator = await started(partitions, clock)
+        await coordinator.commit_offsets(GROUP, "", None, -1, commit(4), known)
+        await coordinator.commit_offsets("other", "", None, -1, commit(5, 1), known)
+        await move(coordinator, image(NODE, epoch=1, with_t=False))  # "t" is deleted
+        await asyncio.gather(*list(coordinator._writes))  # the tombstones it wrote
+        assert fetched(coordinator) == {}
+        # and they are in the log: a reload finds none either
+        await move(coordinator, image(2, epoch=2, with_t=False))
+        await move(coordinator, image(NODE, epoch=3, with_t=False))
+        assert fetched(coordinator) == {}
+        assert coordinator.fetch_offsets("other", None) == []
         await coordinator.close()
 
     run(body())
