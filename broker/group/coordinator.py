@@ -702,32 +702,27 @@ class GroupCoordinator:
             await self.expire_offsets()
 
     async def expire_offsets(self) -> None:
-        """Kafka's offsets retention (KIP-211): an Empty group's offsets expire
-        ``offsets.retention.minutes`` after the later of their commit and the group becoming
-        empty; a group left Empty without offsets is removed."""
+        """Kafka's offsets retention (``Shard.expired_offsets`` says which); an Empty group
+        left without offsets is removed."""
         retention_ms = self.config.offsets_retention_minutes * 60_000
         now_ms = self._clock.now_ms()
         for shard in list(self._shards.values()):
             if not shard.loaded:
                 continue
             for group in list(shard.groups.values()):
-                if group.state is not GroupState.EMPTY:
-                    continue
                 offsets = shard.offsets.get(group.group_id, {})
                 expired = shard.expired_offsets(group, retention_ms, now_ms)
-                if expired and len(expired) < len(offsets):
+                if group.state is GroupState.EMPTY and len(expired) == len(offsets):
+                    if await self._remove_group(shard, group) is ErrorCode.none:
+                        logger.info(
+                            "[GroupCoordinator id=%d] Group %s expired: empty, %d offsets "
+                            "past offsets.retention.minutes",
+                            self.node_id,
+                            group.group_id,
+                            len(expired),
+                        )
+                elif expired:
                     await self._delete_offsets(shard, group.group_id, expired)
-                elif (
-                    len(expired) == len(offsets)
-                    and await self._remove_group(shard, group) is ErrorCode.none
-                ):
-                    logger.info(
-                        "[GroupCoordinator id=%d] Group %s expired: empty, %d offsets "
-                        "past offsets.retention.minutes",
-                        self.node_id,
-                        group.group_id,
-                        len(expired),
-                    )
 
 
 def _snapshot(group: ClassicGroup) -> tuple[GroupState, int, int]:

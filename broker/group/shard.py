@@ -109,15 +109,25 @@ class Shard:
     def expired_offsets(
         self, group: ClassicGroup, retention_ms: int, now_ms: int
     ) -> list[TopicPartition]:
-        """KIP-211: an Empty group's offsets expire ``retention_ms`` after the later of
-        their commit and the group becoming empty."""
-        if group.state is not GroupState.EMPTY:
+        """Kafka's offsets retention: an Empty group's offsets expire ``retention_ms`` after
+        the later of their commit and the group becoming empty (KIP-211); a Stable consumer
+        group's offsets of topics no member subscribes to any more, ``retention_ms`` after
+        their commit (KIP-496). Other groups' offsets are kept."""
+        offsets = self.offsets.get(group.group_id, {})
+        if group.state is GroupState.EMPTY:
+            since = group.state_timestamp_ms
+            keep: frozenset[str] | None = frozenset()
+        elif group.state is GroupState.STABLE:
+            since, keep = -1, group.subscribed_topics()
+        else:
             return []
+        if keep is None:
+            return []  # not the consumer protocol, or a subscription we cannot read
         return [
             where
-            for where, committed in sorted(self.offsets.get(group.group_id, {}).items())
-            if max(committed.value.commit_timestamp_ms, group.state_timestamp_ms) + retention_ms
-            <= now_ms
+            for where, committed in sorted(offsets.items())
+            if where[0] not in keep
+            and max(committed.value.commit_timestamp_ms, since) + retention_ms <= now_ms
         ]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import struct
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -227,6 +228,33 @@ def test_a_deleted_topics_offsets_are_removed_from_every_group() -> None:
         await move(coordinator, image(NODE, epoch=3, with_t=False))
         assert fetched(coordinator) == {}
         assert coordinator.fetch_offsets("other", None) == []
+        await coordinator.close()
+
+    run(body())
+
+
+def test_a_stable_groups_offsets_expire_only_for_topics_it_no_longer_subscribes_to() -> None:
+    subscription = struct.pack(">hih", 0, 1, 1) + b"t" + struct.pack(">i", -1)  # v0: ["t"]
+
+    async def body() -> None:
+        partitions, clock = Partitions(), Clock()
+        coordinator = await started(
+            partitions, clock, offsets_retention_minutes=1, group_initial_rebalance_delay_ms=0
+        )
+        request = JoinRequest("", None, "c", "/h", 30_000, 30_000, "consumer",
+                              (("range", subscription),), False, True)  # fmt: skip
+        joined = await coordinator.join(GROUP, request)
+        await coordinator.sync(GROUP, joined.member_id, None, joined.generation, None, None, {})
+        commits = [OffsetCommit("t", 0, 3, -1, ""), OffsetCommit("old", 0, 9, -1, "")]
+        errors = await coordinator.commit_offsets(
+            GROUP, joined.member_id, None, joined.generation, commits, lambda *_: True
+        )
+        assert errors == [ErrorCode.none, ErrorCode.none]
+        clock.ms += 60_000
+        await coordinator.expire_offsets()
+        result = coordinator.fetch_offsets(GROUP, None)
+        assert not isinstance(result, ErrorCode)
+        assert [(topic, [p for p, _ in parts]) for topic, parts in result] == [("t", [0])]
         await coordinator.close()
 
     run(body())
