@@ -22,6 +22,7 @@ from broker.group.classic import GroupState, JoinRequest
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.group.shard import OffsetCommit
 from broker.network import CLIENT_HOST
+from log.rate_limited_log import RateLimitedLog
 from metadata.image import MetadataImage
 from raft.entities import make, request_module, response_module
 
@@ -71,6 +72,7 @@ class GroupApis:
         self._image = image
         self._forward = forward
         self._creating: asyncio.Task[None] | None = None
+        self._failures = RateLimitedLog(logger)
 
     async def handle(
         self, api_key: int, version: int, request: Any, listener: str, client_id: str
@@ -202,11 +204,21 @@ class GroupApis:
         try:
             response: Any = await self._forward(request)
         except OSError as error:
-            logger.warning("Creating %s: no controller answered: %r", OFFSETS_TOPIC, error)
+            self._failures.log(
+                "no-controller",
+                logging.WARNING,
+                "Creating %s: no controller answered: %r",
+                OFFSETS_TOPIC,
+                error,
+            )
             return
         for created in response.topics:
             if created.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
-                logger.warning(
+                # Every FindCoordinator retries it (clients ask every second or so): once a
+                # minute is enough to tell the operator why groups do not work.
+                self._failures.log(
+                    created.error_code.name,
+                    logging.WARNING,
                     "Creating %s (%d partitions, replication factor %d) failed: %s %s",
                     OFFSETS_TOPIC,
                     config.offsets_topic_num_partitions,

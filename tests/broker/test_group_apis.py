@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import uuid
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.group.apis import (
+    CREATE_TOPICS,
+    CREATE_TOPICS_VERSION,
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     FIND_COORDINATOR,
@@ -23,7 +27,7 @@ from broker.group.apis import (
 from broker.group.coordinator import OFFSETS_TOPIC
 from metadata.image import BrokerRegistration, ClusterImage, MetadataImage
 from metadata.records import Listener
-from raft.entities import make, request_module
+from raft.entities import make, request_module, response_module
 from tests.broker.test_group_coordinator import NODE, Clock, Partitions, image, started
 
 LISTENER = "PLAINTEXT"
@@ -155,3 +159,40 @@ def test_bad_group_requests_get_kafkas_errors() -> None:
         ]
 
     run(body)
+
+
+def test_a_failed_offsets_topic_creation_is_logged_once_a_minute_however_often_retried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def main() -> None:
+        coordinator = await started(Partitions(), Clock())  # replication factor 3, one broker
+        response_type = response_module(CREATE_TOPICS, CREATE_TOPICS_VERSION)
+        refused = make(response_type.CreateTopicsResponse, {"topics": (
+            make(response_type.CreatableTopicResult, {
+                "name": OFFSETS_TOPIC, "error_code": ErrorCode.invalid_replication_factor,
+                "error_message": "Unable to replicate the partition 3 time(s)",
+            }),
+        )})  # fmt: skip
+        attempts: list[object] = []
+
+        async def forward(sent: object) -> object:
+            attempts.append(sent)
+            return refused
+
+        apis = GroupApis(coordinator, lambda: with_broker(MetadataImage()), forward)
+        find = request(FIND_COORDINATOR, 0, "FindCoordinatorRequest", {"key": "g"})
+        for _ in range(3):
+            answer = await apis.handle(FIND_COORDINATOR, 0, find, LISTENER, "c")
+            assert answer.error_code is ErrorCode.coordinator_not_available
+            assert apis._creating is not None
+            await apis._creating  # this attempt ends before the next request starts another
+        assert len(attempts) == 3
+        await apis.close()
+        await coordinator.close()
+
+    with caplog.at_level(logging.WARNING, logger="broker.group.apis"):
+        asyncio.run(asyncio.wait_for(main(), 10))
+    warnings = [
+        r.getMessage() for r in caplog.records if "invalid_replication_factor" in r.getMessage()
+    ]
+    assert len(warnings) == 1 and "replication factor 3" in warnings[0]
