@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import logging
 import struct
 from collections.abc import Awaitable, Callable, Mapping
@@ -41,6 +42,9 @@ from raft.entities import make, response_module
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 # What a handler returns for a request that gets no response: a Produce with acks=0.
 NO_RESPONSE = object()
+# The client's address as Kafka shows it ("/127.0.0.1"), for the request being handled: each
+# connection runs in its own task, so this is per connection.
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="/")
 
 logger = logging.getLogger("broker.network")
 _limited = RateLimitedLog(logger)
@@ -130,6 +134,8 @@ async def serve_connection(
     """Answer one connection's requests in order until it closes, idles out or sends what we
     cannot serve; ``handle`` returns the response entity, None to close the connection, or
     NO_RESPONSE to read the next request without answering this one."""
+    peer = writer.get_extra_info("peername")
+    CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "/")
     limits = limits or NetworkLimits()
     idle = _IdleTimer(writer.transport, limits.connections_max_idle_ms / 1000)
     try:
