@@ -30,6 +30,8 @@ from broker.cluster_metadata import (
 )
 from broker.controller_channel import ControllerSender
 from broker.describe_configs import DESCRIBE_CONFIGS, describe_configs_response
+from broker.group.apis import SUPPORTED as GROUP_APIS
+from broker.group.apis import GroupApis
 from broker.network import api_versions_response
 from broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
@@ -70,6 +72,7 @@ class KafkaApis:
         *,
         replicas: ReplicaManager | None = None,
         producer_ids: ProducerIdManager | None = None,
+        groups: GroupApis | None = None,
         auto_create_topics: bool = False,
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
     ) -> None:
@@ -84,6 +87,9 @@ class KafkaApis:
         self.producer_ids = producer_ids
         if producer_ids is not None:
             self.supported_apis[INIT_PRODUCER_ID] = (0, 4)
+        self.groups = groups
+        if groups is not None:
+            self.supported_apis |= GROUP_APIS
         self.cluster_id = cluster_id
         self.listener_name = listener_name
         self._image = image
@@ -105,6 +111,10 @@ class KafkaApis:
                 return await data_plane.fetch(replicas, body, header.api_version)
             if api_key == data_plane.LIST_OFFSETS:
                 return data_plane.list_offsets(replicas, body, header.api_version)
+        if api_key in GROUP_APIS and self.groups is not None:
+            return await self.groups.handle(
+                api_key, header.api_version, body, self.listener_name, header.client_id or ""
+            )
         if api_key == INIT_PRODUCER_ID and self.producer_ids is not None:
             return await init_producer_id(self.producer_ids, body, header.api_version)
         image = self._image()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import logging
 import struct
 import traceback
@@ -44,6 +45,9 @@ BIG_FRAME_BYTES = 64 * 1024
 ENCODE_SLICE_ITEMS = 2000  # entities of one big array encoded between turns of the loop
 # What a handler returns for a request that gets no response: a Produce with acks=0.
 NO_RESPONSE = object()
+# The client's address as Kafka shows it ("/127.0.0.1"), for the request being handled: each
+# connection runs in its own task, so this is per connection.
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="/")
 
 logger = logging.getLogger("broker.network")
 _limited = RateLimitedLog(logger)
@@ -133,6 +137,8 @@ async def serve_connection(
     """Answer one connection's requests in order until it closes, idles out or sends what we
     cannot serve; ``handle`` returns the response entity, None to close the connection, or
     NO_RESPONSE to read the next request without answering this one."""
+    peer = writer.get_extra_info("peername")
+    CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "/")
     limits = limits or NetworkLimits()
     idle = _IdleTimer(writer.transport, limits.connections_max_idle_ms / 1000)
     try:

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from broker.group.config import GroupCoordinatorConfig
 from kraft.properties import parse_properties
 from log.config import LOG_CONFIG_KEYS, LOG_MANAGER_KEYS, LogConfig, LogManagerConfig
 from metadata.config_defs import BROKER_DYNAMIC_CONFIGS, TOPIC_CONFIGS
@@ -269,6 +270,10 @@ def config_from_properties(
                 f"{source}: inter.broker.listener.name: {config.inter_broker_listener_name} "
                 f"is not one of the broker listeners {','.join(names)}"
             )
+        try:
+            GroupCoordinatorConfig.from_properties(config.model_extra or {})
+        except ValueError as error:
+            raise ConfigError(f"{source}: {error}") from None
     return config
 
 

@@ -24,6 +24,9 @@ from typing import Any
 
 from broker.cluster_metadata import DESCRIBE_CLUSTER, describe_controllers_response
 from broker.controller_channel import ControllerChannel
+from broker.group.apis import GroupApis
+from broker.group.config import GroupCoordinatorConfig
+from broker.group.coordinator import GroupCoordinator
 from broker.kafka_apis import KafkaApis
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.network import (
@@ -46,6 +49,7 @@ from metadata.controller.quorum_controller import (
     ControllerConfig,
     QuorumController,
 )
+from metadata.controller.topics import INTERNAL_TOPIC_CREATOR
 from metadata.loader import MetadataLoader, MetadataPublisher
 from metadata.records import Listener
 from raft import codec, wire
@@ -143,7 +147,10 @@ class KraftNode:
         self.apis: dict[str, KafkaApis] = {}  # by listener name
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
+        self.groups: GroupCoordinator | None = None
+        self._group_apis: GroupApis | None = None
         self._channel: ControllerChannel | None = None
+        self._internal_channel: ControllerChannel | None = None
         self._servers: list[Any] = []  # asyncio.Server or broker.acceptor.Acceptor
         # Handlers of the connections our listeners accepted: a server's close() leaves
         # them open, and a handler still pending when the loop ends is cancelled, which
@@ -281,6 +288,25 @@ class KraftNode:
         )
         reconciling = replicas.start(loader.image)
         await replicas.wait_reconciled(loader.image.offset)
+        groups = self.groups = GroupCoordinator(
+            config.node_id,
+            replicas,
+            GroupCoordinatorConfig.from_properties(properties),
+            runtime.rng,
+            runtime.clock,
+        )
+        loader.add_publisher(groups)
+        groups.start(loader.image)
+        # The broker's own requests (creating __consumer_offsets) go under their own client
+        # id, which the controller lets create internal topics (clients' forwarded ones not).
+        internal = self._internal_channel = ControllerChannel(
+            config.controller_quorum_voters, INTERNAL_TOPIC_CREATOR, runtime.rng
+        )
+        group_apis = self._group_apis = GroupApis(
+            groups,
+            lambda: loader.image,
+            lambda request: internal.send(request, CONTROLLED_SHUTDOWN_TIMEOUT_S),
+        )
         assert self.lifecycle_ready is not None
         self.lifecycle_ready.set_result(
             (self.lifecycle.broker_epoch, loader.image.offset, self.lifecycle.unfenced_by)
@@ -297,6 +323,7 @@ class KraftNode:
                 runtime.rng,
                 replicas=replicas,
                 producer_ids=producer_ids,
+                groups=group_apis,
                 auto_create_topics=config.auto_create_topics_enable,
             )
             self.apis[endpoint.name] = apis
@@ -375,7 +402,9 @@ class KraftNode:
                 request, self.cluster_id, raft.leader_id, self.config.controller_quorum_voters
             )
         if header.api_key in controller.SUPPORTED_APIS:
-            return await controller.handle(header.api_key, header.api_version, request)
+            return await controller.handle(
+                header.api_key, header.api_version, request, client_id=header.client_id
+            )
         return await raft.handle_request(header, request)
 
     async def _serve_broker(
@@ -442,6 +471,10 @@ class KraftNode:
                 await task
         for apis in self.apis.values():
             await apis.close()
+        if self._group_apis is not None:
+            await self._group_apis.close()
+        if self.groups is not None:
+            await self.groups.close()
         if self.lifecycle is not None:
             await self.lifecycle.close()
         if self.replicas is not None:
@@ -450,6 +483,8 @@ class KraftNode:
             await self.logs.shutdown()
         if self._channel is not None:
             await self._channel.close()
+        if self._internal_channel is not None:
+            await self._internal_channel.close()
         if self.controller is not None:
             await self.controller.close()
         if self.loader is not None:

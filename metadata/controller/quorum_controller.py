@@ -58,6 +58,7 @@ from metadata.controller.topics import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
+    INTERNAL_TOPIC_CREATOR,
     create_partitions,
     create_topics,
     delete_topics,
@@ -159,14 +160,19 @@ class QuorumController:
         return self._active
 
     # ---- requests ----------------------------------------------------------------------------
-    async def handle(self, api_key: int, api_version: int, request: object) -> object:
+    async def handle(
+        self, api_key: int, api_version: int, request: object, *, client_id: str | None = None
+    ) -> object:
         """The kio response to one controller request, sent once its records commit."""
         low, high = self.SUPPORTED_APIS[api_key]
         if not low <= api_version <= high:
             raise ValueError(f"api {api_key} v{api_version} is outside [{low}, {high}]")
         if not self._active:
             return refusal(api_key, api_version, request, ErrorCode.not_controller)
-        result = self._handlers[api_key](self._context(), request, api_version)
+        if api_key == CREATE_TOPICS and client_id == INTERNAL_TOPIC_CREATOR:
+            result = create_topics(self._context(), request, api_version, internal=True)
+        else:
+            result = self._handlers[api_key](self._context(), request, api_version)
         if result.records:
             try:
                 last_offset = self._propose(result.records)

@@ -46,16 +46,23 @@ def validate_topic_name(name: str) -> None:
         raise ApiError(ErrorCode.invalid_topic_exception, problem)
 
 
-def _refuse_reserved(name: str) -> None:
+# The client id a broker uses for creating its own internal topics (__consumer_offsets on a
+# first FindCoordinator), as Kafka's broker does under its own principal; requests it
+# forwards for clients carry another, and only brokers reach the controller listener.
+INTERNAL_TOPIC_CREATOR = "kraft-broker-internal-topics"
+
+
+def _refuse_reserved(name: str, internal: bool) -> None:
     """Kafka's answers to a client creating a reserved topic: the metadata log's name is
     INVALID_REQUEST (ControllerApis.createTopics); the broker's internal topics are its own
-    to create, and kraft-py grants no client that right (TOPIC_AUTHORIZATION_FAILED)."""
+    to create (``internal``), and kraft-py grants no client that right
+    (TOPIC_AUTHORIZATION_FAILED)."""
     if name == CLUSTER_METADATA_TOPIC:
         raise ApiError(
             ErrorCode.invalid_request,
             f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.",
         )
-    if name in INTERNAL_TOPICS:
+    if name in INTERNAL_TOPICS and not internal:
         raise ApiError(ErrorCode.topic_authorization_failed, "Authorization failed.")
 
 
@@ -67,8 +74,11 @@ def _collision_key(name: str) -> str:
 # ---- CreateTopics ------------------------------------------------------------------------------
 
 
-def create_topics(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
-    """Create the requested topics (or, with validate_only, check that they could be)."""
+def create_topics(
+    ctx: ControllerContext, request: Any, api_version: int, *, internal: bool = False
+) -> ControllerResult:
+    """Create the requested topics (or, with validate_only, check that they could be);
+    ``internal``: a broker creating its own internal topics."""
     module = response_module(CREATE_TOPICS, api_version)
     counts = Counter(topic.name for topic in request.topics)
     collisions = {_collision_key(name): name for name in ctx.image.topics.by_name}
@@ -76,7 +86,7 @@ def create_topics(ctx: ControllerContext, request: Any, api_version: int) -> Con
     results = []
     for topic in request.topics:
         try:
-            _refuse_reserved(topic.name)
+            _refuse_reserved(topic.name, internal)
             if counts[topic.name] > 1:
                 raise ApiError(ErrorCode.invalid_request, DUPLICATE_TOPIC)
             if len(records) + MIN_RECORDS_PER_TOPIC > MAX_RECORDS_PER_USER_OP:

@@ -109,9 +109,10 @@ class Processes:
                 proc.wait()
 
 
-def single_node(root: Path) -> tuple[Processes, str]:
+def single_node(root: Path, extra: dict[str, str] | None = None) -> tuple[Processes, str]:
     """The README's default layout (one combined broker+controller) on free ports, started
-    and serving; (its processes, the bootstrap address). The caller cleans up."""
+    and serving, with ``extra`` properties; (its processes, the bootstrap address). The
+    caller cleans up."""
     broker_port, controller_port = free_port(), free_port()
     nodes = {
         1: {
@@ -122,6 +123,7 @@ def single_node(root: Path) -> tuple[Processes, str]:
                 f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}"
             ),
             "controller.listener.names": "CONTROLLER",
+            **(extra or {}),
         }
     }
     procs = Processes(root, nodes)

@@ -61,6 +61,8 @@ def test_shipped_default_config_is_the_single_node_combined_server() -> None:
         ("unclean.leader.election.enable", "maybe", "unclean.leader.election.enable"),
         ("inter.broker.listener.name", "EXTERNAL", "inter.broker.listener.name: EXTERNAL"),
         ("listeners", "CONTROLLER://localhost:9093", "a broker needs a non-controller listener"),
+        ("offsets.topic.num.partitions", "0", "offsets.topic.num.partitions: must be at least"),
+        ("group.max.size", "many", "group.max.size: not an integer"),
     ],
 )
 def test_bad_values_fail_with_one_line_naming_the_key(key: str, value: str, message: str) -> None:

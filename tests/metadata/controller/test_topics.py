@@ -126,6 +126,16 @@ def test_reserved_topic_names_are_refused_as_kafka_refuses_them() -> None:
     assert {r.name for r in result.records if isinstance(r, Topic)} == {"ok"}
 
 
+def test_a_broker_creates_its_own_internal_topics_but_never_the_metadata_log() -> None:
+    names = ("__cluster_metadata", "__consumer_offsets")
+    result = create_topics(
+        context(brokers(1)), create(*(topic(n) for n in names)), 7, internal=True
+    )
+    assert results(result.response)["__consumer_offsets"] == (ErrorCode.none, None)
+    assert results(result.response)["__cluster_metadata"][0] == ErrorCode.invalid_request
+    assert {r.name for r in result.records if isinstance(r, Topic)} == {"__consumer_offsets"}
+
+
 def test_a_name_of_249_legal_characters_is_fine() -> None:
     name = "a-b_c.D9" * 31 + "x"
     assert len(name) == 249

@@ -1,0 +1,576 @@
+"""The group APIs' request and response shapes around the GroupCoordinator (the group part
+of Kafka's KafkaApis): FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+
+Each handler reads the fields its version has (``getattr`` with Kafka's default for fields
+older versions lack) and answers with ``make`` at the request's version. FindCoordinator
+creates ``__consumer_offsets`` on first use, as Kafka's AutoTopicCreationManager does,
+answering COORDINATOR_NOT_AVAILABLE until its partition has a leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.group.classic import GroupState, JoinRequest
+from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from broker.group.shard import OffsetCommit
+from broker.network import CLIENT_HOST
+from log.rate_limited_log import RateLimitedLog
+from metadata.image import MetadataImage
+from raft.entities import make, request_module, response_module
+
+logger = logging.getLogger("broker.group.apis")
+
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+DELETE_GROUPS = 42
+OFFSET_DELETE = 47
+CREATE_TOPICS = 19
+CREATE_TOPICS_VERSION = 7
+
+SUPPORTED = {
+    OFFSET_COMMIT: (2, 9),
+    OFFSET_FETCH: (1, 9),
+    FIND_COORDINATOR: (0, 6),
+    JOIN_GROUP: (0, 9),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    SYNC_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 5),
+    DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
+}
+GROUP_KEY_TYPE = 0
+CLASSIC = "classic"
+NO_THROTTLE = timedelta(0)
+
+Forward = Callable[[object], Awaitable[object]]
+
+
+class GroupApis:
+    """One broker's group request handlers; ``handle`` answers a decoded request."""
+
+    def __init__(
+        self, coordinator: GroupCoordinator, image: Callable[[], MetadataImage], forward: Forward
+    ) -> None:
+        self.coordinator = coordinator
+        self._image = image
+        self._forward = forward
+        self._creating: asyncio.Task[None] | None = None
+        self._failures = RateLimitedLog(logger)
+
+    async def handle(
+        self, api_key: int, version: int, request: Any, listener: str, client_id: str
+    ) -> object:
+        response = response_module(api_key, version)
+        if api_key == FIND_COORDINATOR:
+            return self._find_coordinator(response, version, request, listener)
+        if api_key == JOIN_GROUP:
+            return await self._join(response, version, request, client_id)
+        if api_key == SYNC_GROUP:
+            return await self._sync(response, request)
+        if api_key == HEARTBEAT:
+            error = self.coordinator.heartbeat(
+                request.group_id,
+                request.member_id,
+                getattr(request, "group_instance_id", None),
+                request.generation_id,
+            )
+            return make(
+                response.HeartbeatResponse, {"throttle_time": NO_THROTTLE, "error_code": error}
+            )
+        if api_key == LEAVE_GROUP:
+            return self._leave(response, version, request)
+        if api_key == OFFSET_COMMIT:
+            return await self._offset_commit(response, request)
+        if api_key == OFFSET_FETCH:
+            return self._offset_fetch(response, version, request)
+        if api_key == LIST_GROUPS:
+            return self._list_groups(response, request)
+        if api_key == DESCRIBE_GROUPS:
+            return self._describe_groups(response, request)
+        if api_key == DELETE_GROUPS:
+            return await self._delete_groups(response, request)
+        assert api_key == OFFSET_DELETE, api_key
+        return await self._offset_delete(response, request)
+
+    # ---- FindCoordinator -----------------------------------------------------------------
+    def _find_coordinator(self, module: Any, version: int, request: Any, listener: str) -> object:
+        key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
+        keys = request.coordinator_keys if version >= 4 else (request.key,)
+        image = self._image()
+        found = [self._coordinator(image, key, key_type, listener) for key in keys]
+        if version < 4:
+            error, message, node, host, port = found[0]
+            return make(
+                module.FindCoordinatorResponse,
+                {
+                    "throttle_time": NO_THROTTLE,
+                    "error_code": error,
+                    "error_message": message,
+                    "node_id": node,
+                    "host": host,
+                    "port": port,
+                },
+            )
+        return make(
+            module.FindCoordinatorResponse,
+            {
+                "throttle_time": NO_THROTTLE,
+                "coordinators": tuple(
+                    make(
+                        module.Coordinator,
+                        {
+                            "key": key,
+                            "node_id": node,
+                            "host": host,
+                            "port": port,
+                            "error_code": error,
+                            "error_message": message,
+                        },
+                    )
+                    for key, (error, message, node, host, port) in zip(keys, found, strict=True)
+                ),
+            },
+        )
+
+    def _coordinator(
+        self, image: MetadataImage, key: str, key_type: int, listener: str
+    ) -> tuple[ErrorCode, str | None, int, str, int]:
+        if key_type != GROUP_KEY_TYPE:
+            return ErrorCode.invalid_request, "Only group coordinators are served", -1, "", -1
+        topic = image.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            self._create_offsets_topic()
+            return (
+                ErrorCode.coordinator_not_available,
+                f"{OFFSETS_TOPIC} is being created",
+                -1,
+                "",
+                -1,
+            )
+        registration = topic.partitions.get(self.coordinator.partition_of(key, image))
+        broker = image.cluster.brokers.get(registration.leader) if registration else None
+        endpoint = broker.listener(listener) if broker is not None and not broker.fenced else None
+        if registration is None or broker is None or endpoint is None:
+            return ErrorCode.coordinator_not_available, None, -1, "", -1
+        return ErrorCode.none, None, broker.broker_id, endpoint.host, endpoint.port
+
+    def _create_offsets_topic(self) -> None:
+        if self._creating is not None and not self._creating.done():
+            return
+        self._creating = asyncio.get_running_loop().create_task(self._create())
+
+    async def _create(self) -> None:
+        config = self.coordinator.config
+        module: Any = request_module(CREATE_TOPICS, CREATE_TOPICS_VERSION)
+        # Kafka's settings. Compaction keeps the latest record of every key; until the log
+        # has a cleaner, a compacted topic simply keeps everything (never loses an offset).
+        configs = {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(config.offsets_topic_segment_bytes),
+        }
+        topic = make(
+            module.CreatableTopic,
+            {
+                "name": OFFSETS_TOPIC,
+                "num_partitions": config.offsets_topic_num_partitions,
+                "replication_factor": config.offsets_topic_replication_factor,
+                "configs": tuple(
+                    make(module.CreatableTopicConfig, {"name": k, "value": v})
+                    for k, v in configs.items()
+                ),
+            },
+        )
+        request = make(
+            module.CreateTopicsRequest, {"topics": (topic,), "timeout": timedelta(seconds=30)}
+        )
+        try:
+            response: Any = await self._forward(request)
+        except OSError as error:
+            self._failures.log(
+                "no-controller",
+                logging.WARNING,
+                "Creating %s: no controller answered: %r",
+                OFFSETS_TOPIC,
+                error,
+            )
+            return
+        for created in response.topics:
+            if created.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+                # Every FindCoordinator retries it (clients ask every second or so): once a
+                # minute is enough to tell the operator why groups do not work.
+                self._failures.log(
+                    created.error_code.name,
+                    logging.WARNING,
+                    "Creating %s (%d partitions, replication factor %d) failed: %s %s",
+                    OFFSETS_TOPIC,
+                    config.offsets_topic_num_partitions,
+                    config.offsets_topic_replication_factor,
+                    created.error_code.name,
+                    created.error_message,
+                )
+
+    async def close(self) -> None:
+        if self._creating is not None:
+            self._creating.cancel()
+            await asyncio.gather(self._creating, return_exceptions=True)
+
+    # ---- JoinGroup, SyncGroup, LeaveGroup ------------------------------------------------
+    async def _join(self, module: Any, version: int, request: Any, client_id: str) -> object:
+        session_ms = int(request.session_timeout.total_seconds() * 1000)
+        rebalance = getattr(request, "rebalance_timeout", None)
+        rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else -1
+        join = JoinRequest(
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            client_id=client_id,
+            client_host=CLIENT_HOST.get(),
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=rebalance_ms if rebalance_ms > 0 else session_ms,
+            protocol_type=request.protocol_type,
+            protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
+            require_known_member_id=version >= 4,
+            supports_skip_assignment=version >= 9,
+        )
+        if not request.group_id:
+            reply_error, reply = ErrorCode.invalid_group_id, None
+        else:
+            reply = await self.coordinator.join(request.group_id, join)
+            reply_error = reply.error
+        fields: dict[str, object] = {
+            "throttle_time": NO_THROTTLE,
+            "error_code": reply_error,
+            "generation_id": -1,
+            "protocol_name": "" if version < 7 else None,
+            "leader": "",
+            "member_id": request.member_id,
+            "members": (),
+        }
+        if reply is not None:
+            fields |= {"member_id": reply.member_id, "skip_assignment": reply.skip_assignment}
+        if reply is not None and reply.error is ErrorCode.none:
+            fields |= {
+                "generation_id": reply.generation,
+                "protocol_type": reply.protocol_type,
+                "protocol_name": reply.protocol_name or ("" if version < 7 else None),
+                "leader": reply.leader,
+                "members": tuple(
+                    make(
+                        module.JoinGroupResponseMember,
+                        {
+                            "member_id": m.member_id,
+                            "group_instance_id": m.group_instance_id,
+                            "metadata": m.metadata,
+                        },
+                    )
+                    for m in reply.members
+                ),
+            }
+        return make(module.JoinGroupResponse, fields)
+
+    async def _sync(self, module: Any, request: Any) -> object:
+        reply = await self.coordinator.sync(
+            request.group_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            request.generation_id,
+            getattr(request, "protocol_type", None),
+            getattr(request, "protocol_name", None),
+            {a.member_id: bytes(a.assignment) for a in request.assignments},
+        )
+        return make(
+            module.SyncGroupResponse,
+            {
+                "throttle_time": NO_THROTTLE,
+                "error_code": reply.error,
+                "protocol_type": reply.protocol_type,
+                "protocol_name": reply.protocol_name,
+                "assignment": reply.assignment,
+            },
+        )
+
+    def _leave(self, module: Any, version: int, request: Any) -> object:
+        if version < 3:
+            members = [(request.member_id, None)]
+        else:
+            members = [(m.member_id, m.group_instance_id) for m in request.members]
+        result = self.coordinator.leave(request.group_id, members)
+        if isinstance(result, ErrorCode):
+            return make(
+                module.LeaveGroupResponse, {"throttle_time": NO_THROTTLE, "error_code": result}
+            )
+        if version < 3:
+            return make(
+                module.LeaveGroupResponse, {"throttle_time": NO_THROTTLE, "error_code": result[0]}
+            )
+        return make(
+            module.LeaveGroupResponse,
+            {
+                "throttle_time": NO_THROTTLE,
+                "error_code": ErrorCode.none,
+                "members": tuple(
+                    make(
+                        module.MemberResponse,
+                        {"member_id": m, "group_instance_id": i, "error_code": e},
+                    )
+                    for (m, i), e in zip(members, result, strict=True)
+                ),
+            },
+        )
+
+    # ---- offsets -------------------------------------------------------------------------
+    async def _offset_commit(self, module: Any, request: Any) -> object:
+        commits = [
+            OffsetCommit(
+                topic.name,
+                p.partition_index,
+                p.committed_offset,
+                getattr(p, "committed_leader_epoch", -1),
+                p.committed_metadata or "",
+            )
+            for topic in request.topics
+            for p in topic.partitions
+        ]
+        if not request.group_id:
+            errors = [ErrorCode.invalid_group_id] * len(commits)
+        else:
+            image = self._image()
+
+            def known(name: str, partition: int) -> bool:
+                found = image.topics.get(name)
+                return found is not None and partition in found.partitions
+
+            errors = await self.coordinator.commit_offsets(
+                request.group_id,
+                request.member_id,
+                getattr(request, "group_instance_id", None),
+                request.generation_id_or_member_epoch,
+                commits,
+                known,
+            )
+        answers = iter(errors)
+        return make(
+            module.OffsetCommitResponse,
+            {
+                "throttle_time": NO_THROTTLE,
+                "topics": tuple(
+                    make(
+                        module.OffsetCommitResponseTopic,
+                        {
+                            "name": topic.name,
+                            "partitions": tuple(
+                                make(
+                                    module.OffsetCommitResponsePartition,
+                                    {
+                                        "partition_index": p.partition_index,
+                                        "error_code": next(answers),
+                                    },
+                                )
+                                for p in topic.partitions
+                            ),
+                        },
+                    )
+                    for topic in request.topics
+                ),
+            },
+        )
+
+    def _offset_fetch(self, module: Any, version: int, request: Any) -> object:
+        if version < 8:
+            error, topics = self._fetch_group(module, request.group_id, request.topics, "")
+            return make(
+                module.OffsetFetchResponse,
+                {"throttle_time": NO_THROTTLE, "topics": topics, "error_code": error},
+            )
+        groups = []
+        for group in request.groups:
+            error, topics = self._fetch_group(module, group.group_id, group.topics, "s")
+            groups.append(
+                make(
+                    module.OffsetFetchResponseGroup,
+                    {"group_id": group.group_id, "topics": topics, "error_code": error},
+                )
+            )
+        return make(
+            module.OffsetFetchResponse, {"throttle_time": NO_THROTTLE, "groups": tuple(groups)}
+        )
+
+    def _fetch_group(
+        self, module: Any, group_id: str, topics: Any, plural: str
+    ) -> tuple[ErrorCode, tuple[object, ...]]:
+        """One group's OffsetFetch answer: (group error, topics). v8+ names its types
+        ``OffsetFetchResponseTopics``/``Partitions`` (``plural``)."""
+        wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
+        result = self.coordinator.fetch_offsets(group_id, wanted)
+        topic_type = getattr(module, f"OffsetFetchResponseTopic{plural}")
+        partition_type = getattr(module, f"OffsetFetchResponsePartition{plural}")
+        if isinstance(result, ErrorCode):
+            # Kafka puts the group error on every requested partition as well (v0-v1 have
+            # no group-level error field).
+            result_topics = [(name, [(p, None) for p in parts]) for name, parts in wanted or []]
+            partition_error = result
+        else:
+            result_topics, partition_error = result, ErrorCode.none
+        answer = tuple(
+            make(
+                topic_type,
+                {
+                    "name": name,
+                    "partitions": tuple(
+                        make(
+                            partition_type,
+                            {
+                                "partition_index": p,
+                                "committed_offset": value.offset if value else -1,
+                                "committed_leader_epoch": value.leader_epoch if value else -1,
+                                "metadata": value.metadata if value else "",
+                                "error_code": partition_error,
+                            },
+                        )
+                        for p, value in partitions
+                    ),
+                },
+            )
+            for name, partitions in result_topics
+        )
+        return (result if isinstance(result, ErrorCode) else ErrorCode.none), answer
+
+    async def _offset_delete(self, module: Any, request: Any) -> object:
+        wanted = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
+        result = await self.coordinator.delete_offsets(request.group_id, wanted)
+        if isinstance(result, ErrorCode):
+            return make(
+                module.OffsetDeleteResponse,
+                {"error_code": result, "throttle_time": NO_THROTTLE, "topics": ()},
+            )
+        return make(
+            module.OffsetDeleteResponse,
+            {
+                "error_code": ErrorCode.none,
+                "throttle_time": NO_THROTTLE,
+                "topics": tuple(
+                    make(
+                        module.OffsetDeleteResponseTopic,
+                        {
+                            "name": name,
+                            "partitions": tuple(
+                                make(
+                                    module.OffsetDeleteResponsePartition,
+                                    {"partition_index": p, "error_code": e},
+                                )
+                                for p, e in errors
+                            ),
+                        },
+                    )
+                    for name, errors in result
+                ),
+            },
+        )
+
+    # ---- listing, describing, deleting groups ----------------------------------------------
+    def _list_groups(self, module: Any, request: Any) -> object:
+        result = self.coordinator.groups()
+        if isinstance(result, ErrorCode):
+            return make(
+                module.ListGroupsResponse,
+                {"throttle_time": NO_THROTTLE, "error_code": result, "groups": ()},
+            )
+        states = {s.lower() for s in getattr(request, "states_filter", ())}
+        types = {t.lower() for t in getattr(request, "types_filter", ())}
+        listed = [
+            g
+            for g in result
+            if (not states or g.state.value.lower() in states) and (not types or CLASSIC in types)
+        ]
+        return make(
+            module.ListGroupsResponse,
+            {
+                "throttle_time": NO_THROTTLE,
+                "error_code": ErrorCode.none,
+                "groups": tuple(
+                    make(
+                        module.ListedGroup,
+                        {
+                            "group_id": g.group_id,
+                            "protocol_type": g.protocol_type or "",
+                            "group_state": g.state.value,
+                            "group_type": CLASSIC,
+                        },
+                    )
+                    for g in listed
+                ),
+            },
+        )
+
+    def _describe_groups(self, module: Any, request: Any) -> object:
+        described = []
+        for group_id in request.groups:
+            found = self.coordinator.describe(group_id)
+            fields: dict[str, object] = {
+                "error_code": ErrorCode.none,
+                "group_id": group_id,
+                "group_state": GroupState.DEAD.value,
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": (),
+                "authorized_operations": -(2**31),
+            }
+            if isinstance(found, ErrorCode):
+                fields["error_code"] = found
+            elif found is not None:
+                stable = found.state is GroupState.STABLE
+                fields |= {
+                    "group_state": found.state.value,
+                    "protocol_type": found.protocol_type or "",
+                    "protocol_data": found.protocol_name or "",
+                    "members": tuple(
+                        make(
+                            module.DescribedGroupMember,
+                            {
+                                "member_id": m.member_id,
+                                "group_instance_id": m.group_instance_id,
+                                "client_id": m.client_id,
+                                "client_host": m.client_host,
+                                # Kafka shows subscriptions and assignments only when Stable.
+                                "member_metadata": m.metadata(found.protocol_name)
+                                if stable
+                                else b"",
+                                "member_assignment": m.assignment if stable else b"",
+                            },
+                        )
+                        for m in found.members.values()
+                    ),
+                }
+            described.append(make(module.DescribedGroup, fields))
+        return make(
+            module.DescribeGroupsResponse,
+            {"throttle_time": NO_THROTTLE, "groups": tuple(described)},
+        )
+
+    async def _delete_groups(self, module: Any, request: Any) -> object:
+        results = []
+        for group_id in request.groups_names:
+            error = await self.coordinator.delete_group(group_id)
+            results.append(
+                make(module.DeletableGroupResult, {"group_id": group_id, "error_code": error})
+            )
+        return make(
+            module.DeleteGroupsResponse, {"throttle_time": NO_THROTTLE, "results": tuple(results)}
+        )

@@ -1,0 +1,729 @@
+"""Kafka's group coordinator: classic groups and committed offsets, kept in ``__consumer_offsets``.
+
+A broker coordinates the groups whose partition of ``__consumer_offsets`` it leads (the
+partition is ``records.partition_for(group id)``). When it becomes that partition's leader it
+loads the partition (every committed record, replayed in order) into a ``Shard``; when it
+stops leading, the shard and its groups are dropped and waiting requests answered
+NOT_COORDINATOR, so clients find the new coordinator. Until a shard is loaded its groups
+answer COORDINATOR_LOAD_IN_PROGRESS.
+
+Every write (offset commits, a group's assignment, tombstones) goes through the partition's
+normal leader append with acks=all: a request is answered only once the high watermark has
+passed its record, so a replicated offsets topic keeps every acknowledged commit across a
+coordinator failover. The in-memory state changes only after the write succeeds, and only
+while the same leader epoch holds the shard.
+
+The group logic itself is the sans-I/O ``ClassicGroup``; this module owns the I/O around
+it: futures for JoinGroup/SyncGroup answers that come later, one timer loop for every
+group's deadlines (asyncio time), the record writes, loading, and offsets retention.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import replace
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.group.classic import (
+    ClassicGroup,
+    GroupState,
+    JoinReply,
+    JoinRequest,
+    Outcome,
+    Persist,
+    Reply,
+    SyncReply,
+)
+from broker.group.config import GroupCoordinatorConfig
+from broker.group.records import (
+    GroupKey,
+    OffsetKey,
+    OffsetValue,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+    partition_for,
+)
+from broker.group.shard import OffsetCommit, Shard, TopicPartition, validate_commit
+from broker.replica_manager import ReplicaManager
+from log.batch import decode_batch, encode_batch
+from log.clock import WallClock
+from log.errors import RecordError
+from log.log import KafkaStorageError, OffsetOutOfRangeError
+from log.records import Record
+from metadata.image import MetadataImage
+
+logger = logging.getLogger("broker.group.coordinator")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+LOAD_YIELD_BYTES = 1 << 20  # loading yields to the loop after each MiB read
+# Kafka's mapping of append errors to what a group client understands.
+_WRITE_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.message_too_large: ErrorCode.invalid_commit_offset_size,
+    ErrorCode.record_list_too_large: ErrorCode.invalid_commit_offset_size,
+}
+
+
+class GroupCoordinator:
+    """Classic groups and offsets of the ``__consumer_offsets`` partitions led here."""
+
+    def __init__(
+        self,
+        node_id: int,
+        replicas: ReplicaManager,
+        config: GroupCoordinatorConfig,
+        rng: random.Random,
+        clock: WallClock,
+    ) -> None:
+        self.node_id = node_id
+        self.config = config
+        self._replicas = replicas
+        self._rng = rng
+        self._clock = clock
+        self._limits = config.limits()
+        self._shards: dict[int, Shard] = {}
+        self._waiters: dict[tuple[str, type[Reply], str], asyncio.Future[Reply]] = {}
+        self._image: MetadataImage | None = None
+        self._topic_ids: dict[str, uuid.UUID] = {}  # as of the last image: finds deletions
+        self._image_changed = asyncio.Event()
+        self._applied_offset = -1  # the last image whose leadership changes are done
+        self._applied = asyncio.Event()  # set and replaced after each image
+        self._timer_wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._writes: set[asyncio.Task[None]] = set()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
+        self._image = after
+        self._image_changed.set()
+
+    def start(self, image: MetadataImage) -> None:
+        self._image = image
+        self._image_changed.set()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._follow_leadership()),
+            loop.create_task(self._timers()),
+            loop.create_task(self._expire_offsets_forever()),
+        ]
+
+    async def close(self) -> None:
+        for task in [*self._tasks, *self._writes]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._writes, return_exceptions=True)
+        for shard in list(self._shards.values()):
+            self._unload(shard)
+
+    def num_partitions(self, image: MetadataImage) -> int:
+        """The topic's partition count once it exists (Kafka's rule), else the config's."""
+        topic = image.topics.get(OFFSETS_TOPIC)
+        if topic is not None and topic.partitions:
+            return len(topic.partitions)
+        return self.config.offsets_topic_num_partitions
+
+    def partition_of(self, group_id: str, image: MetadataImage) -> int:
+        return partition_for(group_id, self.num_partitions(image))
+
+    # ---- leadership ------------------------------------------------------------------------
+    async def _follow_leadership(self) -> None:
+        """Load the partitions newly led here, drop those no longer led, image by image
+        (after the ReplicaManager has reflected it, so the partition is there to read)."""
+        while True:
+            await self._image_changed.wait()
+            self._image_changed.clear()
+            image = self._image
+            assert image is not None
+            await self._replicas.wait_reconciled(image.offset)
+            topic = image.topics.get(OFFSETS_TOPIC)
+            leading: dict[int, int] = {}
+            if topic is not None:
+                for index, registration in topic.partitions.items():
+                    if registration.leader == self.node_id:
+                        leading[index] = registration.leader_epoch
+            for index, shard in list(self._shards.items()):
+                if leading.get(index) != shard.leader_epoch:
+                    self._unload(shard)
+            for index in sorted(leading):
+                if index not in self._shards:
+                    shard = self._shards[index] = Shard(
+                        index, leading[index], self._limits, self._member_id
+                    )
+                    await self._load(shard)
+            gone = frozenset(
+                name
+                for name, id_ in self._topic_ids.items()
+                if image.topics.by_name.get(name) != id_
+            )
+            self._topic_ids = dict(image.topics.by_name)
+            if gone:
+                self._spawn(self._forget_topics(gone))
+            self._applied_offset = image.offset
+            applied, self._applied = self._applied, asyncio.Event()
+            applied.set()
+
+    async def wait_applied(self, offset: int) -> None:
+        """Until the shards reflect the image at ``offset`` or later (loaded or dropped)."""
+        while self._applied_offset < offset:  # each pass: one image
+            await self._applied.wait()
+
+    async def _forget_topics(self, gone: frozenset[str]) -> None:
+        """Kafka's onPartitionsDeleted: the committed offsets of deleted topics get
+        tombstones in every group this broker coordinates."""
+        for shard in list(self._shards.values()):
+            if not shard.loaded:
+                continue
+            for group_id, offsets in list(shard.offsets.items()):
+                doomed = sorted(where for where in offsets if where[0] in gone)
+                if doomed:
+                    await self._delete_offsets(shard, group_id, doomed)
+
+    def _unload(self, shard: Shard) -> None:
+        if self._shards.get(shard.partition) is shard:
+            del self._shards[shard.partition]
+        for group in shard.groups.values():
+            if group.state is not GroupState.DEAD:
+                self._deliver(group, group.mark_dead().replies)
+        if shard.loaded:
+            logger.info(
+                "[GroupCoordinator id=%d] Unloaded %s-%d (%d groups): no longer its leader",
+                self.node_id,
+                OFFSETS_TOPIC,
+                shard.partition,
+                len(shard.groups),
+            )
+
+    async def _load(self, shard: Shard) -> None:
+        """Replay the partition into the shard, a bounded read at a time, up to the log end:
+        as in Kafka, a new leader's high watermark may still lag records that were
+        acknowledged under the previous leader, and its log (which followers truncate to)
+        holds them."""
+        log = self._replicas.logs.get_log(OFFSETS_TOPIC, shard.partition)
+        now, records_read = asyncio.get_running_loop().time(), 0
+        position = log.log_start_offset if log is not None else 0
+        while log is not None and self._shards.get(shard.partition) is shard:  # log is finite
+            try:
+                data = log.read(position, self.config.offsets_load_buffer_size)
+                view = data.records
+                pos = 0
+                while pos < len(view):
+                    header, records = decode_batch(view, pos)
+                    pos += header.size
+                    position = header.next_offset
+                    if not header.is_control:
+                        for record in records:
+                            self._replay(shard, record, header.base_offset, now)
+                            records_read += 1
+            except OffsetOutOfRangeError:
+                if position >= log.log_start_offset:
+                    break
+                position = log.log_start_offset  # retention moved the start meanwhile
+                continue
+            except (RecordError, KafkaStorageError) as error:
+                logger.error(
+                    "[GroupCoordinator id=%d] Loading %s-%d stopped at offset %d: %s",
+                    self.node_id,
+                    OFFSETS_TOPIC,
+                    shard.partition,
+                    position,
+                    error,
+                )
+                return
+            if not view:
+                break
+            await asyncio.sleep(0)  # other work runs between reads
+        if self._shards.get(shard.partition) is not shard:
+            return
+        shard.loaded = True
+        logger.info(
+            "[GroupCoordinator id=%d] Loaded %s-%d at epoch %d: %d records, %d groups",
+            self.node_id,
+            OFFSETS_TOPIC,
+            shard.partition,
+            shard.leader_epoch,
+            records_read,
+            len(shard.groups),
+        )
+        self._timer_wake.set()
+
+    def _replay(self, shard: Shard, record: Record, base_offset: int, now: float) -> None:
+        if record.key is None:
+            return
+        try:
+            shard.replay(record.key, record.value, base_offset + (record.offset_delta or 0), now)
+        except RecordError as error:
+            # Kafka's loader fails the partition on a record it cannot read; the batch CRC
+            # held, so this is a format we do not know: skip it, loudly.
+            logger.error(
+                "[GroupCoordinator id=%d] Skipping an unreadable record of %s-%d: %s",
+                self.node_id,
+                OFFSETS_TOPIC,
+                shard.partition,
+                error,
+            )
+
+    def _member_id(self, prefix: str) -> str:
+        return f"{prefix}-{uuid.UUID(int=self._rng.getrandbits(128), version=4)}"
+
+    def shard_for(self, group_id: str) -> Shard | ErrorCode:
+        """The loaded shard holding a group, or why this broker cannot answer for it."""
+        image = self._image
+        if image is None:
+            return ErrorCode.coordinator_not_available
+        shard = self._shards.get(self.partition_of(group_id, image))
+        if shard is None:
+            return ErrorCode.not_coordinator
+        if not shard.loaded:
+            return ErrorCode.coordinator_load_in_progress
+        return shard
+
+    # ---- writes ----------------------------------------------------------------------------
+    async def _write(self, shard: Shard, records: list[Record]) -> tuple[ErrorCode, int]:
+        """Append records to the shard's partition with acks=all; (error, base offset)."""
+        batch = encode_batch(records)
+        result = await self._replicas.append(
+            OFFSETS_TOPIC,
+            shard.partition,
+            batch,
+            -1,
+            self.config.offsets_commit_timeout_ms / 1000,
+        )
+        if result.error is not ErrorCode.none:
+            return _WRITE_ERRORS.get(result.error, ErrorCode.unknown_server_error), -1
+        if self._shards.get(shard.partition) is not shard:
+            return ErrorCode.not_coordinator, -1  # leadership moved while we waited
+        return ErrorCode.none, result.base_offset
+
+    def _handle(
+        self, shard: Shard, group: ClassicGroup, out: Outcome, before: tuple[GroupState, int, int]
+    ) -> None:
+        """Deliver an outcome's replies, start its write, log what changed."""
+        self._log_transition(group, before)
+        self._deliver(group, out.replies)
+        if out.persist is not None:
+            self._spawn(self._persist(shard, group, out.persist))
+        self._timer_wake.set()
+
+    def _spawn(self, write: Coroutine[Any, Any, None]) -> None:
+        """Run a background write; close() cancels the ones still waiting."""
+        task = asyncio.get_running_loop().create_task(write)
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _persist(self, shard: Shard, group: ClassicGroup, persist: Persist) -> None:
+        now_ms = self._clock.now_ms()
+        value = replace(persist.value, current_state_timestamp_ms=now_ms)
+        record = Record(
+            encode_group_key(GroupKey(group.group_id)), encode_group_value(value), now_ms
+        )
+        error, _ = await self._write(shard, [record])
+        if error is ErrorCode.none:
+            group.state_timestamp_ms = now_ms
+        else:
+            logger.warning(
+                "[GroupCoordinator id=%d] Storing group %s generation %d failed: %s",
+                self.node_id,
+                group.group_id,
+                persist.generation,
+                error.name,
+            )
+        before = _snapshot(group)
+        out = group.persisted(persist.generation, error, asyncio.get_running_loop().time())
+        self._handle(shard, group, out, before)
+
+    def _deliver(self, group: ClassicGroup, replies: list[Reply]) -> None:
+        for reply in replies:
+            waiter = self._waiters.pop((group.group_id, type(reply), reply.member_id), None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(reply)
+
+    async def _answer(
+        self,
+        shard: Shard,
+        group: ClassicGroup,
+        out: Outcome,
+        before: tuple[GroupState, int, int],
+        kind: type[Reply],
+        member_id: str,
+    ) -> Reply:
+        """The member's own reply: in this outcome already, or delivered by a later one
+        (a rebalance completing, the assignment stored). Any reply for that member id in
+        this outcome is this request's: every other waiting member has another id."""
+        own = next(
+            (r for r in out.replies if isinstance(r, kind) and r.member_id == member_id), None
+        )
+        if own is not None:
+            out.replies.remove(own)
+            self._handle(shard, group, out, before)
+            return own
+        waiting = self._waiter(group, kind, member_id)
+        self._handle(shard, group, out, before)
+        return await waiting
+
+    def _waiter(
+        self, group: ClassicGroup, kind: type[Reply], member_id: str
+    ) -> asyncio.Future[Reply]:
+        """A future for a member's JoinGroup or SyncGroup answer, registered at once."""
+        key = (group.group_id, kind, member_id)
+        previous = self._waiters.get(key)
+        if previous is not None and not previous.done():
+            # The member asked again before its first answer: the first is superseded.
+            previous.set_result(kind(member_id, ErrorCode.rebalance_in_progress))
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._waiters[key] = future
+        return future
+
+    def _log_transition(self, group: ClassicGroup, before: tuple[GroupState, int, int]) -> None:
+        """One INFO line per state or generation change (never per heartbeat)."""
+        state, generation, members = before
+        if group.state is state and group.generation == generation:
+            return
+        logger.info(
+            "[GroupCoordinator id=%d] Group %s: %s (generation %d, %d members) -> %s "
+            "(generation %d, %d members, protocol %s, leader %s)",
+            self.node_id,
+            group.group_id,
+            state.value,
+            generation,
+            members,
+            group.state.value,
+            group.generation,
+            len(group.members),
+            group.protocol_name,
+            group.leader,
+        )
+
+    # ---- timers ----------------------------------------------------------------------------
+    async def _timers(self) -> None:
+        """Run every group's due deadlines; sleep until the next one or a change."""
+        loop = asyncio.get_running_loop()
+        while True:
+            self._timer_wake.clear()
+            now = loop.time()
+            next_at: float | None = None
+            for shard in list(self._shards.values()):
+                if not shard.loaded:
+                    continue
+                for group in list(shard.groups.values()):
+                    deadline = group.next_deadline()
+                    if deadline is None:
+                        continue
+                    if deadline <= now:
+                        before = _snapshot(group)
+                        self._handle(shard, group, group.tick(now), before)
+                        deadline = group.next_deadline()
+                    if deadline is not None and deadline > now:
+                        next_at = deadline if next_at is None else min(next_at, deadline)
+            self._timer_wake.clear()  # what this pass did itself needs no second pass
+            # A timer that sets the event, rather than wait_for: Python 3.11's wait_for can
+            # swallow a cancellation that arrives as the event is set, and close() would hang.
+            alarm = loop.call_at(next_at, self._timer_wake.set) if next_at is not None else None
+            try:
+                await self._timer_wake.wait()
+            finally:
+                if alarm is not None:
+                    alarm.cancel()
+
+    # ---- group requests ----------------------------------------------------------------------
+    async def join(self, group_id: str, request: JoinRequest) -> JoinReply:
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return JoinReply(request.member_id, shard)
+        group = shard.groups.get(group_id)
+        if group is None:
+            if request.member_id:
+                return JoinReply(request.member_id, ErrorCode.unknown_member_id)
+            group = shard.group(group_id)
+        before, known = _snapshot(group), set(group.members)
+        member_id, out = group.join(request, asyncio.get_running_loop().time())
+        if member_id in group.members and member_id not in known:
+            logger.info(
+                "[GroupCoordinator id=%d] Member %s (client %s, instance %s) joins group %s",
+                self.node_id,
+                member_id,
+                request.client_id,
+                request.group_instance_id,
+                group_id,
+            )
+        reply = await self._answer(shard, group, out, before, JoinReply, member_id)
+        assert isinstance(reply, JoinReply)
+        return reply
+
+    async def sync(
+        self,
+        group_id: str,
+        member_id: str,
+        instance: str | None,
+        generation: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+    ) -> SyncReply:
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return SyncReply(member_id, shard)
+        group = shard.groups.get(group_id)
+        if group is None:
+            return SyncReply(member_id, ErrorCode.unknown_member_id)
+        before = _snapshot(group)
+        out = group.sync(
+            member_id,
+            instance,
+            generation,
+            protocol_type,
+            protocol_name,
+            assignments,
+            asyncio.get_running_loop().time(),
+        )
+        reply = await self._answer(shard, group, out, before, SyncReply, member_id)
+        assert isinstance(reply, SyncReply)
+        return reply
+
+    def heartbeat(
+        self, group_id: str, member_id: str, instance: str | None, generation: int
+    ) -> ErrorCode:
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return shard
+        group = shard.groups.get(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        return group.heartbeat(member_id, instance, generation, asyncio.get_running_loop().time())
+
+    def leave(
+        self, group_id: str, members: list[tuple[str, str | None]]
+    ) -> ErrorCode | list[ErrorCode]:
+        """LeaveGroup: a group-level error, or one error per (member id, instance id)."""
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return shard
+        group = shard.groups.get(group_id)
+        if group is None:
+            return [ErrorCode.unknown_member_id] * len(members)
+        now = asyncio.get_running_loop().time()
+        errors = []
+        for member_id, instance in members:
+            before = _snapshot(group)
+            error, out = group.leave(member_id, instance, now)
+            if error is ErrorCode.none:
+                logger.info(
+                    "[GroupCoordinator id=%d] Member %s (instance %s) left group %s",
+                    self.node_id,
+                    member_id,
+                    instance,
+                    group_id,
+                )
+            self._handle(shard, group, out, before)
+            errors.append(error)
+        return errors
+
+    # ---- offsets ---------------------------------------------------------------------------
+    async def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        instance: str | None,
+        generation: int,
+        commits: list[OffsetCommit],
+        known_topic: Callable[[str, int], bool],
+    ) -> list[ErrorCode]:
+        """OffsetCommit: one error per commit, in order."""
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return [shard] * len(commits)
+        group = shard.groups.get(group_id)
+        error = validate_commit(group, member_id, instance, generation)
+        if error is not ErrorCode.none:
+            return [error] * len(commits)
+        if group is None:
+            shard.group(group_id)  # a simple (admin) commit creates the group, as in Kafka
+        now_ms = self._clock.now_ms()
+        errors: list[ErrorCode] = []
+        records: list[Record] = []
+        accepted: list[tuple[int, TopicPartition, OffsetValue]] = []
+        for commit in commits:
+            if not known_topic(commit.topic, commit.partition):
+                errors.append(ErrorCode.unknown_topic_or_partition)
+            elif len(commit.metadata.encode()) > self.config.offset_metadata_max_bytes:
+                errors.append(ErrorCode.offset_metadata_too_large)
+            else:
+                value = OffsetValue(commit.offset, commit.leader_epoch, commit.metadata, now_ms)
+                key = OffsetKey(group_id, commit.topic, commit.partition)
+                accepted.append((len(errors), (commit.topic, commit.partition), value))
+                records.append(Record(encode_offset_key(key), encode_offset_value(value), now_ms))
+                errors.append(ErrorCode.none)
+        if not records:
+            return errors
+        error, base_offset = await self._write(shard, records)
+        if error is not ErrorCode.none:
+            for index, _, _ in accepted:
+                errors[index] = error
+            return errors
+        shard.store_offsets(group_id, [(where, value) for _, where, value in accepted], base_offset)
+        return errors
+
+    def fetch_offsets(
+        self, group_id: str, wanted: list[tuple[str, list[int]]] | None
+    ) -> ErrorCode | list[tuple[str, list[tuple[int, OffsetValue | None]]]]:
+        """OffsetFetch of one group: per topic, per partition, its committed offset (None
+        when there is none); ``wanted`` None means every committed offset."""
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return shard
+        offsets = shard.offsets.get(group_id, {})
+        if wanted is None:
+            by_topic: dict[str, list[tuple[int, OffsetValue | None]]] = {}
+            for (topic, partition), committed in sorted(offsets.items()):
+                by_topic.setdefault(topic, []).append((partition, committed.value))
+            return list(by_topic.items())
+        answer = []
+        for topic, partitions in wanted:
+            answer.append(
+                (
+                    topic,
+                    [
+                        (p, found.value if (found := offsets.get((topic, p))) else None)
+                        for p in partitions
+                    ],
+                )
+            )
+        return answer
+
+    async def delete_offsets(
+        self,
+        group_id: str,
+        wanted: list[tuple[str, list[int]]],
+    ) -> ErrorCode | list[tuple[str, list[tuple[int, ErrorCode]]]]:
+        """OffsetDelete: offsets of topics no live member subscribes to are removed."""
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return shard
+        group = shard.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.group_id_not_found
+        if group.members and group.protocol_type != "consumer":
+            return ErrorCode.non_empty_group
+        subscribed = group.subscribed_topics() if group.members else frozenset()
+        if subscribed is None:
+            return ErrorCode.non_empty_group
+        offsets = shard.offsets.get(group_id, {})
+        answer: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
+        doomed: list[TopicPartition] = []
+        for topic, partitions in wanted:
+            errors = []
+            for p in partitions:
+                if topic in subscribed:
+                    errors.append((p, ErrorCode.group_subscribed_to_topic))
+                else:
+                    errors.append((p, ErrorCode.none))
+                    if (topic, p) in offsets:
+                        doomed.append((topic, p))
+            answer.append((topic, errors))
+        if doomed:
+            error = await self._delete_offsets(shard, group_id, doomed)
+            if error is not ErrorCode.none:
+                return error
+        return answer
+
+    async def _delete_offsets(
+        self, shard: Shard, group_id: str, doomed: list[TopicPartition]
+    ) -> ErrorCode:
+        now_ms = self._clock.now_ms()
+        records = [
+            Record(encode_offset_key(OffsetKey(group_id, topic, p)), None, now_ms)
+            for topic, p in doomed
+        ]
+        error, base_offset = await self._write(shard, records)
+        if error is ErrorCode.none:
+            shard.forget_offsets(group_id, doomed, base_offset)
+        return error
+
+    # ---- listing and deleting groups ---------------------------------------------------------
+    def groups(self) -> ErrorCode | list[ClassicGroup]:
+        """Every group of the loaded shards (COORDINATOR_LOAD_IN_PROGRESS while loading)."""
+        found: list[ClassicGroup] = []
+        for shard in self._shards.values():
+            if not shard.loaded:
+                return ErrorCode.coordinator_load_in_progress
+            found += [g for g in shard.groups.values() if g.state is not GroupState.DEAD]
+        return sorted(found, key=lambda g: g.group_id)
+
+    def describe(self, group_id: str) -> ErrorCode | ClassicGroup | None:
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return shard
+        return shard.groups.get(group_id)
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return shard
+        group = shard.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.group_id_not_found
+        if group.state is not GroupState.EMPTY:
+            return ErrorCode.non_empty_group
+        error = await self._remove_group(shard, group)
+        if error is ErrorCode.none:
+            logger.info("[GroupCoordinator id=%d] Deleted group %s", self.node_id, group_id)
+        return error
+
+    async def _remove_group(self, shard: Shard, group: ClassicGroup) -> ErrorCode:
+        """Tombstones for the group's offsets and metadata, then the group is gone."""
+        now_ms = self._clock.now_ms()
+        offsets = shard.offsets.get(group.group_id, {})
+        records = [
+            Record(encode_offset_key(OffsetKey(group.group_id, topic, p)), None, now_ms)
+            for topic, p in sorted(offsets)
+        ]
+        records.append(Record(encode_group_key(GroupKey(group.group_id)), None, now_ms))
+        error, _ = await self._write(shard, records)
+        if error is ErrorCode.none:
+            shard.drop_group(group)
+        return error
+
+    # ---- retention ---------------------------------------------------------------------------
+    async def _expire_offsets_forever(self) -> None:
+        interval_s = self.config.offsets_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.expire_offsets()
+
+    async def expire_offsets(self) -> None:
+        """Kafka's offsets retention (``Shard.expired_offsets`` says which); an Empty group
+        left without offsets is removed."""
+        retention_ms = self.config.offsets_retention_minutes * 60_000
+        now_ms = self._clock.now_ms()
+        for shard in list(self._shards.values()):
+            if not shard.loaded:
+                continue
+            for group in list(shard.groups.values()):
+                offsets = shard.offsets.get(group.group_id, {})
+                expired = shard.expired_offsets(group, retention_ms, now_ms)
+                if group.state is GroupState.EMPTY and len(expired) == len(offsets):
+                    if await self._remove_group(shard, group) is ErrorCode.none:
+                        logger.info(
+                            "[GroupCoordinator id=%d] Group %s expired: empty, %d offsets "
+                            "past offsets.retention.minutes",
+                            self.node_id,
+                            group.group_id,
+                            len(expired),
+                        )
+                elif expired:
+                    await self._delete_offsets(shard, group.group_id, expired)
+
+
+def _snapshot(group: ClassicGroup) -> tuple[GroupState, int, int]:
+    return group.state, group.generation, len(group.members)

@@ -1,0 +1,151 @@
+"""The groups and committed offsets of one ``__consumer_offsets`` partition, in memory.
+
+Sans-I/O: the coordinator replays the partition's records into a Shard when it becomes the
+partition's leader, and applies its own writes once they are acknowledged. Every committed
+offset remembers the log offset of its record, so a later record always wins whatever order
+acknowledgements arrive in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from broker.group.classic import ClassicGroup, GroupLimits, GroupState
+from broker.group.records import (
+    GroupKey,
+    OffsetKey,
+    OffsetValue,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    value: OffsetValue
+    log_offset: int  # where its record sits: a later record always wins
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    """One partition's offset in an OffsetCommit request."""
+
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+
+
+@dataclass(slots=True)
+class Shard:
+    """The groups and offsets of one ``__consumer_offsets`` partition this broker leads."""
+
+    partition: int
+    leader_epoch: int
+    limits: GroupLimits
+    new_id: Callable[[str], str]  # member ids, from the node's Random
+    loaded: bool = False
+    groups: dict[str, ClassicGroup] = field(default_factory=dict)
+    offsets: dict[str, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
+
+    def group(self, group_id: str) -> ClassicGroup:
+        """The group, created Empty if it does not exist (as Kafka creates one on a
+        commit or a first JoinGroup)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = ClassicGroup(group_id, self.limits, self.new_id)
+        return group
+
+    def replay(self, key: bytes, value: bytes | None, log_offset: int, now: float) -> None:
+        """Apply one stored record; a CorruptRecordError for one that cannot be read."""
+        decoded = decode_key(key)
+        if isinstance(decoded, OffsetKey):
+            where = (decoded.topic, decoded.partition)
+            if value is None:
+                self.offsets.get(decoded.group, {}).pop(where, None)
+                return
+            committed = CommittedOffset(decode_offset_value(value), log_offset)
+            self.offsets.setdefault(decoded.group, {})[where] = committed
+            self.group(decoded.group)
+        elif isinstance(decoded, GroupKey):
+            if value is None:
+                self.groups.pop(decoded.group, None)
+                self.offsets.pop(decoded.group, None)
+            else:
+                self.group(decoded.group).load(decode_group_value(value), now)
+
+    def store_offsets(
+        self, group_id: str, values: list[tuple[TopicPartition, OffsetValue]], base_offset: int
+    ) -> None:
+        """Commits whose records were acknowledged, the i-th at ``base_offset + i``."""
+        offsets = self.offsets.setdefault(group_id, {})
+        for delta, (where, value) in enumerate(values):
+            current = offsets.get(where)
+            if current is None or current.log_offset < base_offset + delta:
+                offsets[where] = CommittedOffset(value, base_offset + delta)
+
+    def forget_offsets(self, group_id: str, doomed: list[TopicPartition], base_offset: int) -> None:
+        """Tombstones that were acknowledged, the i-th at ``base_offset + i``."""
+        offsets = self.offsets.get(group_id, {})
+        for delta, where in enumerate(doomed):
+            current = offsets.get(where)
+            if current is not None and current.log_offset < base_offset + delta:
+                del offsets[where]
+
+    def drop_group(self, group: ClassicGroup) -> None:
+        """The group's tombstones were acknowledged: it is gone (if still Empty)."""
+        if self.groups.get(group.group_id) is group and group.state is GroupState.EMPTY:
+            group.mark_dead()
+            del self.groups[group.group_id]
+            self.offsets.pop(group.group_id, None)
+
+    def expired_offsets(
+        self, group: ClassicGroup, retention_ms: int, now_ms: int
+    ) -> list[TopicPartition]:
+        """Kafka's offsets retention: an Empty group's offsets expire ``retention_ms`` after
+        the later of their commit and the group becoming empty (KIP-211); a Stable consumer
+        group's offsets of topics no member subscribes to any more, ``retention_ms`` after
+        their commit (KIP-496). Other groups' offsets are kept."""
+        offsets = self.offsets.get(group.group_id, {})
+        if group.state is GroupState.EMPTY:
+            since = group.state_timestamp_ms
+            keep: frozenset[str] | None = frozenset()
+        elif group.state is GroupState.STABLE:
+            since, keep = -1, group.subscribed_topics()
+        else:
+            return []
+        if keep is None:
+            return []  # not the consumer protocol, or a subscription we cannot read
+        return [
+            where
+            for where, committed in sorted(offsets.items())
+            if where[0] not in keep
+            and max(committed.value.commit_timestamp_ms, since) + retention_ms <= now_ms
+        ]
+
+
+def validate_commit(
+    group: ClassicGroup | None, member_id: str, instance: str | None, generation: int
+) -> ErrorCode:
+    """Kafka's checks on a classic group's OffsetCommit; generation -1 with no member is a
+    simple (admin or assign()-based) commit, allowed while the group has no members."""
+    if group is None or (generation < 0 and group.state is GroupState.EMPTY):
+        return ErrorCode.none if generation < 0 else ErrorCode.unknown_member_id
+    if group.state is GroupState.DEAD:
+        return ErrorCode.coordinator_not_available
+    if group.state is GroupState.COMPLETING_REBALANCE:
+        return ErrorCode.rebalance_in_progress
+    if instance is not None and group.static_members.get(instance) not in (None, member_id):
+        return ErrorCode.fenced_instance_id
+    if member_id not in group.members:
+        return ErrorCode.unknown_member_id
+    if generation != group.generation:
+        return ErrorCode.illegal_generation
+    return ErrorCode.none
