@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
 import os
@@ -356,6 +357,8 @@ class KraftNode:
             await raft.wait()
         except OSError as error:
             self._fatal = error
+            if error.errno in (errno.EMFILE, errno.ENFILE):
+                raise  # not the disk: kraft.server says how to raise the open-files limit
             raise FatalStorageError(
                 f"the metadata log in {self.metadata_dir} failed: {error}"
             ) from error
