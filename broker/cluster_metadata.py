@@ -10,6 +10,7 @@ controller, which clients cannot reach.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 from datetime import timedelta
@@ -26,6 +27,7 @@ METADATA = 3
 DESCRIBE_CLUSTER = 60
 BROKER_ENDPOINTS = 1  # DescribeCluster endpoint_type
 _ZERO_UUID = uuid.UUID(int=0)
+YIELD_EVERY_ENTRIES = 1000  # topics + partitions built between two turns of the event loop
 
 
 def random_live_broker(image: MetadataImage, listener_name: str, rng: random.Random) -> int:
@@ -35,7 +37,7 @@ def random_live_broker(image: MetadataImage, listener_name: str, rng: random.Ran
     return rng.choice(live).broker_id if live else -1
 
 
-def metadata_response(
+async def metadata_response(
     image: MetadataImage,
     request: Any,
     listener_name: str,
@@ -44,7 +46,11 @@ def metadata_response(
     being_created: frozenset[str] = frozenset(),
 ) -> object:
     """The MetadataResponse (of the request's version) for ``request``; topics in
-    ``being_created`` (auto-created) are answered LEADER_NOT_AVAILABLE, as Kafka does."""
+    ``being_created`` (auto-created) are answered LEADER_NOT_AVAILABLE, as Kafka does. A big
+    answer is built in slices of about YIELD_EVERY_ENTRIES topics and partitions with the
+    event loop served between them: a request naming 100,000 topics, or a cluster of
+    100,000 partitions, never holds the loop for the whole answer (heartbeats and Raft
+    fetches keep their timing)."""
     version = int(request.__version__)
     module: Any = response_module(METADATA, version)
     brokers = tuple(
@@ -57,18 +63,27 @@ def metadata_response(
     )
     # v0 has no null list: empty means all topics. From v1, null means all, empty means none.
     wants_all = request.topics is None or (version == 0 and not request.topics)
+    topics: list[Any] = []
+    budget = YIELD_EVERY_ENTRIES
     if wants_all:
-        topics = tuple(
-            _topic(module, image, image.topics.by_id[topic_id], listener_name)
-            for _, topic_id in sorted(image.topics.by_name.items())
-        )
+        for _, topic_id in sorted(image.topics.by_name.items()):
+            topic = image.topics.by_id[topic_id]
+            topics.append(_topic(module, image, topic, listener_name))
+            budget -= 1 + len(topic.partitions)
+            if budget <= 0:
+                await asyncio.sleep(0)
+                budget = YIELD_EVERY_ENTRIES
     else:
-        topics = tuple(
-            _topic_error(module, ErrorCode.leader_not_available, item.name, _ZERO_UUID)
-            if item.name in being_created
-            else _requested(module, image, item, listener_name)
-            for item in request.topics
-        )
+        for item in request.topics:
+            if item.name in being_created:
+                answer = _topic_error(module, ErrorCode.leader_not_available, item.name, _ZERO_UUID)
+            else:
+                answer = _requested(module, image, item, listener_name)
+            topics.append(answer)
+            budget -= 1 + len(answer.partitions)
+            if budget <= 0:
+                await asyncio.sleep(0)
+                budget = YIELD_EVERY_ENTRIES
     return make(
         module.MetadataResponse,
         {
@@ -76,7 +91,7 @@ def metadata_response(
             "brokers": brokers,
             "cluster_id": cluster_id,
             "controller_id": controller_id,
-            "topics": topics,
+            "topics": tuple(topics),
         },
     )
 

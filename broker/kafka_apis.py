@@ -12,16 +12,15 @@ broker answer for it, with REQUEST_TIMED_OUT.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any, ClassVar
 
 from kio.schema.errors import ErrorCode
 
 from broker import data_plane, forwarding
+from broker.auto_topic_creation import AutoTopicCreationManager
 from broker.cluster_metadata import (
     DESCRIBE_CLUSTER,
     METADATA,
@@ -39,12 +38,11 @@ from broker.replica_manager import ReplicaManager
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
 from raft import wire
-from raft.entities import make, request_module
 
 logger = logging.getLogger("broker.kafka_apis")
 
 FORWARD_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default
-AUTO_CREATE_VERSION = 7  # CreateTopics v4+ takes -1 for the controller's defaults (KIP-464)
+METADATA_BY_ID_VERSION = 12  # Metadata looks topics up by id from v12 (KIP-516)
 
 
 class KafkaApis:
@@ -80,9 +78,9 @@ class KafkaApis:
     ) -> None:
         self.node_id = node_id
         self.replicas = replicas
-        self.auto_create_topics = auto_create_topics
-        self._creating: set[str] = set()  # auto-creations forwarded and not yet answered
-        self._background: set[asyncio.Task[None]] = set()
+        self._auto_creation = (
+            AutoTopicCreationManager(node_id, self._forward) if auto_create_topics else None
+        )
         self.supported_apis = dict(self.SUPPORTED_APIS)
         if replicas is not None:
             self.supported_apis |= data_plane.SUPPORTED
@@ -123,9 +121,16 @@ class KafkaApis:
         if api_key == wire.API_VERSIONS_KEY:
             return api_versions_response(header.api_version, self.supported_apis)
         if api_key == METADATA:
+            if header.api_version < METADATA_BY_ID_VERSION and any(
+                item.name is None for item in body.topics or ()
+            ):
+                # v10-11 may carry a null name but not look a topic up by id, and their
+                # answer cannot carry a null name: Kafka refuses the request
+                # (InvalidRequestException), the connection closes.
+                return None
             controller_id = random_live_broker(image, self.listener_name, self._rng)
             created = self._auto_create(image, body)
-            return metadata_response(
+            return await metadata_response(
                 image, body, self.listener_name, self.cluster_id, controller_id, created
             )
         if api_key == DESCRIBE_CLUSTER:
@@ -140,61 +145,26 @@ class KafkaApis:
     def _auto_create(self, image: MetadataImage, request: Any) -> frozenset[str]:
         """Kafka's auto.create.topics.enable: missing topics a Metadata request names (and
         lets it create: v4+ asks, older versions always may) are created with the
-        controller's defaults. Like Kafka's AutoTopicCreationManager this does not wait: the
-        answer says LEADER_NOT_AVAILABLE for them and the client asks again. Returns the
+        controller's defaults, within the AutoTopicCreationManager's budget. Returns the
         names being created."""
-        if not self.auto_create_topics or not request.topics:
+        if self._auto_creation is None or not request.topics:
             return frozenset()
         if not getattr(request, "allow_auto_topic_creation", True):
             return frozenset()
-        missing = {
+        missing = dict.fromkeys(
             item.name
             for item in request.topics
             if item.name is not None
             and image.topics.get(item.name) is None
             and topic_name_error(item.name) is None
             and item.name not in RESERVED_TOPICS  # never a client's to create
-        }
-        new = missing - self._creating
-        if new:
-            self._creating |= new
-            task = asyncio.get_running_loop().create_task(self._create_topics(sorted(new)))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-        return frozenset(missing)
-
-    async def _create_topics(self, names: list[str]) -> None:
-        module: Any = request_module(forwarding.CREATE_TOPICS, AUTO_CREATE_VERSION)
-        topics = tuple(
-            make(
-                module.CreatableTopic,
-                {"name": name, "num_partitions": -1, "replication_factor": -1},
-            )
-            for name in names
         )
-        request = make(
-            module.CreateTopicsRequest,
-            {"topics": topics, "timeout": timedelta(milliseconds=FORWARD_TIMEOUT_MS)},
-        )
-        try:
-            response: Any = await self._forward(request)
-            for topic in response.topics:
-                if topic.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
-                    logger.warning(
-                        "[KafkaApis id=%d] Auto-creating %s failed: %s %s",
-                        self.node_id,
-                        topic.name,
-                        topic.error_code.name,
-                        topic.error_message,
-                    )
-        finally:
-            self._creating -= set(names)
+        return self._auto_creation.create(missing)
 
     async def close(self) -> None:
         """Stop auto-creations still waiting for the controller."""
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        if self._auto_creation is not None:
+            await self._auto_creation.close()
 
     async def _forward(self, request: object) -> object:
         try:

@@ -29,6 +29,7 @@ import collections
 import contextvars
 import logging
 import struct
+import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,8 @@ from raft import wire
 from raft.entities import make, response_module
 
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
+BIG_FRAME_BYTES = 64 * 1024
+ENCODE_SLICE_ITEMS = 2000  # entities of one big array encoded between turns of the loop
 # What a handler returns for a request that gets no response: a Produce with acks=0.
 NO_RESPONSE = object()
 # The client's address as Kafka shows it ("/127.0.0.1"), for the request being handled: each
@@ -222,18 +225,56 @@ async def _answer(
         header = error.header
         response = api_versions_response(0, supported, wire.UNSUPPORTED_VERSION)
     else:
-        response = await handle(header, request)
+        if len(frame) > BIG_FRAME_BYTES:
+            await asyncio.sleep(0)  # its decoding was one long step: let others run
+        try:
+            response = await handle(header, request)
+        except Exception:
+            # A handler bug: this connection ends (as Kafka closes a channel whose request
+            # failed unexpectedly), the node goes on, the bug is reported.
+            _report_handler_failure(header)
+            raise _Close from None
     if response is None:
         raise _Close
     if response is NO_RESPONSE:
         return
-    writer.write(wire.encode_response(header, response))
+    try:
+        encoded = await _encode_response(header, response)
+    except Exception:  # an answer its version cannot carry: the handler's bug too
+        _report_handler_failure(header)
+        raise _Close from None
+    writer.write(encoded)
     await writer.drain()
 
 
 def _peer(writer: asyncio.StreamWriter) -> str:
     peer = writer.get_extra_info("peername")
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+
+
+async def _encode_response(header: wire.RequestHeader, response: object) -> bytes:
+    """wire.encode_response, serving the event loop between slices of a big answer."""
+    parts = []
+    for part in wire.response_parts(header, response, ENCODE_SLICE_ITEMS):
+        parts.append(part)
+        if len(parts) > 1:
+            await asyncio.sleep(0)
+    return b"".join([_LENGTH.pack(sum(len(part) for part in parts)), *parts])
+
+
+def _report_handler_failure(header: wire.RequestHeader) -> None:
+    """Log the exception being handled, with its traceback, at most once a minute (a
+    client repeating the request cannot flood the log)."""
+    _limited.log(
+        "handler-failure",
+        logging.ERROR,
+        "Request api %d v%d (correlation id %d) from %r failed; its connection is closed\n%s",
+        header.api_key,
+        header.api_version,
+        header.correlation_id,
+        header.client_id,
+        traceback.format_exc().rstrip(),
+    )
 
 
 def decode_request(

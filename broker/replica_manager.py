@@ -405,7 +405,10 @@ class ReplicaManager:
                 info = log.append_as_leader(validated.records, partition.leader_epoch)
             except RecordError as error:
                 return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
-            except KafkaStorageError as error:
+            except OSError as error:  # ENOSPC, EIO: Kafka takes the whole log dir offline
+                log_dir = self.logs.log_dir_of(topic, index)
+                if log_dir is not None:
+                    self.logs.fail_log_dir(log_dir, error)
                 return AppendResult(ErrorCode.kafka_storage_error, message=str(error))
             partition.producers.record(header, info.first_offset, self._clock.now_ms())
             first, last = info.first_offset, info.last_offset

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from broker.cluster_metadata import DESCRIBE_CLUSTER, describe_controllers_response
@@ -64,6 +65,12 @@ CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
 # How a listener is opened: asyncio.start_server (also the simulator's), or the real
 # process's broker.acceptor.start_acceptor with its out-of-descriptors backoff.
 Listen = Callable[..., Awaitable[Any]]
+CONNECTIONS_CLOSE_S = 1.0
+
+
+class FatalStorageError(Exception):
+    """The node cannot go on: its metadata log, or every log dir, failed (disk full, I/O
+    error). Kafka halts the broker then; here the process stops with this one line."""
 
 
 class _RoleLogger:
@@ -146,6 +153,11 @@ class KraftNode:
         self._channel: ControllerChannel | None = None
         self._internal_channel: ControllerChannel | None = None
         self._servers: list[Any] = []  # asyncio.Server or broker.acceptor.Acceptor
+        # Handlers of the connections our listeners accepted: a server's close() leaves
+        # them open, and a handler still pending when the loop ends is cancelled, which
+        # asyncio 3.11 reports as a traceback ("Exception in callback ... callback").
+        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        self._fatal: BaseException | None = None  # what stopped the node, if anything did
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         # When the broker opened its listeners: its broker epoch, its replayed metadata
@@ -206,7 +218,7 @@ class KraftNode:
             )
         await raft.start()
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(raft.wait()))
+        self._tasks.append(loop.create_task(self._run_quorum(raft)))
         if self.is_controller:
             endpoint = config.controller_endpoint()
             self._servers.append(
@@ -330,7 +342,32 @@ class KraftNode:
                 endpoint.host,
                 endpoint.port,
             )
-        await reconciling  # runs until close(); a failure fails the node, loudly
+        # Both run until close(); a failure of either fails the node, loudly.
+        watching = asyncio.get_running_loop().create_task(self._watch_log_dirs(self.logs))
+        try:
+            await asyncio.wait([reconciling, watching], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watching.cancel()
+        for task in (watching, reconciling):
+            if task.done() and not task.cancelled():
+                task.result()
+
+    async def _run_quorum(self, raft: RaftNode) -> None:
+        try:
+            await raft.wait()
+        except OSError as error:
+            self._fatal = error
+            if error.errno in (errno.EMFILE, errno.ENFILE):
+                raise  # not the disk: kraft.server says how to raise the open-files limit
+            raise FatalStorageError(
+                f"the metadata log in {self.metadata_dir} failed: {error}"
+            ) from error
+
+    async def _watch_log_dirs(self, logs: LogManager) -> None:
+        await logs.all_dirs_offline.wait()
+        self._fatal = next(iter(logs.offline_dirs.values()))
+        failed = "; ".join(f"{d}: {e}" for d, e in logs.offline_dirs.items())
+        raise FatalStorageError(f"every log dir has failed ({failed})")
 
     # ---- listeners --------------------------------------------------------------------------
     def _controller_apis(self) -> dict[int, tuple[int, int]]:
@@ -348,14 +385,15 @@ class KraftNode:
     async def _serve_controller(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        await serve_connection(
-            reader,
-            writer,
-            self._handle_controller,
-            self._controller_apis(),
-            limits=self._limits(self.config.controller_endpoint().name),
-            budget=self._budgets["controller"],
-        )
+        with self._tracked(writer):
+            await serve_connection(
+                reader,
+                writer,
+                self._handle_controller,
+                self._controller_apis(),
+                limits=self._limits(self.config.controller_endpoint().name),
+                budget=self._budgets["controller"],
+            )
 
     async def _handle_controller(self, header: wire.RequestHeader, request: object) -> object:
         raft, controller = self.raft, self.controller
@@ -379,14 +417,26 @@ class KraftNode:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        await serve_connection(
-            reader,
-            writer,
-            apis.handle,
-            apis.supported_apis,
-            limits=limits,
-            budget=self._budgets["broker"],
-        )
+        with self._tracked(writer):
+            await serve_connection(
+                reader,
+                writer,
+                apis.handle,
+                apis.supported_apis,
+                limits=limits,
+                budget=self._budgets["broker"],
+            )
+
+    @contextlib.contextmanager
+    def _tracked(self, writer: asyncio.StreamWriter) -> Iterator[None]:
+        """Count a served connection as open (``close`` aborts it) while its handler runs."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = writer
+        try:
+            yield
+        finally:
+            self._connections.pop(task, None)
 
     # ---- run and stop ---------------------------------------------------------------------
     async def wait(self) -> None:
@@ -410,6 +460,13 @@ class KraftNode:
         self._closed = True
         for server in self._servers:
             server.close()
+        handlers = list(self._connections.items())
+        for _, writer in handlers:
+            writer.transport.abort()  # the handler reads EOF and returns
+        if handlers:
+            # Bounded: a handler inside a long-polled Fetch returns only when its wait ends;
+            # the loop's own end cancels what is left.
+            await asyncio.wait([task for task, _ in handlers], timeout=CONNECTIONS_CLOSE_S)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -436,6 +493,14 @@ class KraftNode:
         if self.loader is not None:
             await self.loader.close()
         if self.raft is not None and self.raft.core is not None:
-            await self.raft.close()
+            try:
+                await self.raft.close()
+            except OSError:
+                if self._fatal is None:
+                    raise  # otherwise: the failure already reported, re-raised by its loop
         if self.log is not None:
+            if isinstance(self._fatal, OSError):
+                # A disk failed: flushing now could only fail again, noisily, and is not
+                # needed (Raft fsyncs what it acknowledges before it counts).
+                self.log.storage.take_offline(self._fatal)
             await self.log.close()

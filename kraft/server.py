@@ -16,7 +16,7 @@ import signal
 
 from broker.acceptor import start_acceptor
 from kraft.config import ServerConfig
-from kraft.node import KraftNode
+from kraft.node import FatalStorageError, KraftNode
 from kraft.storage import check_and_lock
 from log.runtime import Runtime, real_runtime
 
@@ -80,7 +80,13 @@ async def serve(config: ServerConfig, runtime: Runtime | None = None) -> int:
         await asyncio.wait([running, stopping], return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         if running.done():
-            running.result()  # a dead quorum loop or broker start-up is fatal: re-raise it
+            try:
+                running.result()  # a dead quorum loop or broker start-up is fatal: re-raise it
+            except FatalStorageError as error:
+                # A full or failing disk: one line for the operator, no traceback, and no
+                # controlled shutdown (it would need the metadata log); close what is open.
+                logger.error("[KafkaRaftServer nodeId=%d] Stopping: %s", config.node_id, error)
+                return 1
         logger.info("[KafkaRaftServer nodeId=%d] Shutting down", config.node_id)
         await node.shutdown()
     finally:

@@ -143,6 +143,9 @@ class Log:
         self._lock = asyncio.Lock()
         self._dir_dirty = False
         self._offline: OSError | None = None
+        # Told of the failure that takes this log offline (the LogManager takes its whole
+        # log dir offline, as Kafka's LogDirFailureChannel does).
+        self.on_offline: Callable[[OSError], None] | None = None
         self._closed = False
         self._flush_request = 0
         self._flush_task: asyncio.Task[None] | None = None
@@ -806,6 +809,14 @@ class Log:
     def _mark_offline(self, exc: OSError) -> None:
         if self._offline is None:
             logger.error("%s: disk failure, taking the log offline: %s", self.name, exc)
+            self._offline = exc
+            if self.on_offline is not None:
+                self.on_offline(exc)
+
+    def take_offline(self, exc: OSError) -> None:
+        """Serve nothing more (KafkaStorageError): its log dir failed. Closing it later
+        flushes nothing, so no clean shutdown marker is written for what it holds."""
+        if self._offline is None:
             self._offline = exc
 
     def _check_online(self) -> None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -35,7 +37,7 @@ from log.checkpoint import (
 from log.config import LONG_MAX, LogConfig, LogManagerConfig
 from log.errors import RecordError
 from log.fs import write_atomic
-from log.log import Log
+from log.log import KafkaStorageError, Log
 from log.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -101,6 +103,10 @@ class LogManager:
         self._create_lock = asyncio.Lock()
         self._loaded = False
         self.had_clean_shutdown: dict[str, bool] = {}
+        # Log dirs taken offline by a disk failure, with the error that did it (Kafka's
+        # LogDirFailureChannel); set once every dir has failed: the broker cannot go on.
+        self.offline_dirs: dict[str, OSError] = {}
+        self.all_dirs_offline = asyncio.Event()
 
     # ---- loading ------------------------------------------------------------------------
     @property
@@ -146,7 +152,7 @@ class LogManager:
                     had_clean_shutdown=clean,
                     checkpoint_hook=self._on_log_offsets_changed,
                 )
-                self._dir_of[tp] = log_dir
+                self._adopt(tp, self._logs[tp], log_dir)
             if marker_present:
                 fs.remove(marker)
             # Also makes the marker's removal durable before any new write can follow it.
@@ -214,12 +220,14 @@ class LogManager:
                 except OSError:
                     logger.exception("could not close the log of %s", tp)
                     all_closed = False
+            if log_dir in self.offline_dirs:
+                continue  # nothing more is written there: the next start-up recovers it
             try:
                 await self._write_dir_checkpoints(log_dir)
                 if all_closed:
                     await write_atomic(self.fs, os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
-            except OSError:
-                logger.exception("%s: could not write checkpoints at shutdown", log_dir)
+            except OSError as exc:
+                self.fail_log_dir(log_dir, exc)  # one line; no marker: the next start recovers
 
     # ---- logs ---------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> Log | None:
@@ -243,10 +251,14 @@ class LogManager:
                 return existing
             if config is not None:
                 self.topic_configs[topic] = config
-            counts = {d: 0 for d in self.log_dirs}
+            live = self.live_log_dirs
+            if not live:
+                raise KafkaStorageError(errno.EIO, "every log dir is offline")
+            counts = dict.fromkeys(live, 0)
             for log_dir in self._dir_of.values():
-                counts[log_dir] += 1
-            log_dir = min(self.log_dirs, key=lambda d: counts[d])  # ties: first listed
+                if log_dir in counts:
+                    counts[log_dir] += 1
+            log_dir = min(live, key=lambda d: counts[d])  # ties: first listed
             log = await Log.open(
                 self.runtime,
                 os.path.join(log_dir, partition_dir_name(topic, partition)),
@@ -255,8 +267,41 @@ class LogManager:
                 checkpoint_hook=self._on_log_offsets_changed,
             )
             self._logs[tp] = log
-            self._dir_of[tp] = log_dir
+            self._adopt(tp, log, log_dir)
             return log
+
+    def _adopt(self, tp: TopicPartition, log: Log, log_dir: str) -> None:
+        self._dir_of[tp] = log_dir
+        log.on_offline = functools.partial(self.fail_log_dir, log_dir)
+        if log_dir in self.offline_dirs:
+            log.take_offline(self.offline_dirs[log_dir])
+
+    # ---- disk failures --------------------------------------------------------------------
+    @property
+    def live_log_dirs(self) -> list[str]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
+    def fail_log_dir(self, log_dir: str, exc: OSError) -> None:
+        """Take ``log_dir`` offline after a disk error in it (ENOSPC, EIO, ...), as Kafka's
+        LogDirFailureChannel does: every partition in it answers KAFKA_STORAGE_ERROR from now
+        on, nothing more is written there (checkpoints, clean shutdown marker), and the
+        other dirs keep serving. One line says so; the dir comes back with a restart once
+        the disk is repaired (start-up recovers its logs from their checkpoints)."""
+        if log_dir in self.offline_dirs:
+            return
+        self.offline_dirs[log_dir] = exc
+        partitions = self._partitions_in(log_dir)
+        for tp in partitions:
+            self._logs[tp].take_offline(exc)
+        logger.error(
+            "Log dir %s is offline after a disk error (%s): its %d partition(s) answer "
+            "KAFKA_STORAGE_ERROR until the disk is repaired and the broker restarted",
+            log_dir,
+            exc,
+            len(partitions),
+        )
+        if not self.live_log_dirs:
+            self.all_dirs_offline.set()
 
     async def delete_log(self, topic: str, partition: int) -> None:
         """Close the partition's log and remove its directory (durably)."""
@@ -345,10 +390,10 @@ class LogManager:
         unknown = sorted(tp for tp in high_watermarks if tp not in self._dir_of)
         if unknown:
             raise ValueError(f"high watermarks for partitions not hosted here: {unknown}")
-        for log_dir in self.log_dirs:
+        for log_dir in self.live_log_dirs:
             offsets = {tp: o for tp, o in high_watermarks.items() if self._dir_of[tp] == log_dir}
             async with self._dir_locks[log_dir]:
-                await self._checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT).write(offsets)
+                await self._write_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT, offsets)
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         """The replication-offset-checkpoint entries of every log dir."""
@@ -390,7 +435,19 @@ class LogManager:
             offsets = {
                 tp: getattr(self._logs[tp], attribute) for tp in self._partitions_in(log_dir)
             }
+            await self._write_checkpoint(log_dir, name, offsets)
+
+    async def _write_checkpoint(
+        self, log_dir: str, name: str, offsets: Mapping[TopicPartition, int]
+    ) -> None:
+        """Write one checkpoint file of a live dir; a disk error takes the dir offline."""
+        if log_dir in self.offline_dirs:
+            return  # what it holds is recovered from the last good checkpoint at start-up
+        try:
             await self._checkpoint(log_dir, name).write(offsets)
+        except OSError as exc:
+            self.fail_log_dir(log_dir, exc)
+            raise
 
     async def _write_dir_checkpoints(self, log_dir: str) -> None:
         await self._write_offsets(log_dir, RECOVERY_POINT_CHECKPOINT, "recovery_point")

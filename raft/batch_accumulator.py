@@ -35,6 +35,26 @@ def estimated_size(records: Sequence[Record]) -> int | None:
     return size
 
 
+def split_proposal(
+    records: Sequence[Record], max_records: int, max_bytes: int
+) -> list[Sequence[Record]]:
+    """``records`` cut, in order, into proposals that each fit one batch (at most
+    ``max_records`` records and ``max_bytes`` estimated bytes; a record bigger than that
+    alone is a proposal of its own). For callers whose operation may commit in several
+    batches, like Kafka's non-atomic controller results."""
+    proposals: list[Sequence[Record]] = []
+    start = size = 0
+    for index, record in enumerate(records):
+        record_size = estimated_size((record,)) or 0
+        if index > start and (index - start >= max_records or size + record_size > max_bytes):
+            proposals.append(records[start:index])
+            start, size = index, 0
+        size += record_size
+    if start < len(records):
+        proposals.append(records[start:])
+    return proposals
+
+
 class BatchAccumulator:
     """Records accepted for one epoch from ``base`` on, grouped into the batches to append."""
 

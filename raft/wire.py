@@ -20,8 +20,8 @@ import asyncio
 import io
 import struct
 import types
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, is_dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import cache
 from typing import Any, get_args, get_origin
 
@@ -32,6 +32,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
+from kio.serial.writers import write_compact_array_length, write_legacy_array_length
 
 MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes default
 API_VERSIONS_KEY = 18
@@ -199,6 +200,78 @@ def encode_response(header: RequestHeader, body: object) -> bytes:
     return _frame((header_type, kio_header), (body_type, body))
 
 
+def response_parts(header: RequestHeader, body: object, slice_items: int) -> Iterator[bytes]:
+    """The bytes of ``encode_response`` after its length prefix, in parts, computed as they
+    are asked for: when the body's longest top-level array of entities holds more than
+    ``slice_items`` of them, that array comes out ``slice_items`` entities at a time, so a
+    caller can serve its event loop between parts (a Metadata answer naming 100,000 topics
+    is 0.6 s of kio encoding in one piece). Anything smaller is one part."""
+    assert slice_items > 0
+    body_type: type[Any] = type(body)
+    if body_type.__api_key__ != header.api_key:
+        raise ValueError(f"{body_type.__name__} does not answer api {header.api_key}")
+    header_type = _response_header_type(header.api_key, body_type.__flexible__)
+    head = _encode(header_type, header_type(correlation_id=header.correlation_id))
+    name = _longest_entity_array(body)
+    items: tuple[Any, ...] = getattr(body, name) if name else ()
+    split = _split_at_array(body, name, items) if len(items) > slice_items else None
+    if split is None:
+        yield head + _encode(body_type, body)
+        return
+    before, after = split
+    yield head + before + _array_length(body_type.__flexible__, len(items))
+    write = entity_writer(type(items[0]))
+    for start in range(0, len(items), slice_items):
+        buffer = io.BytesIO()
+        for item in items[start : start + slice_items]:
+            write(buffer, item)
+        yield buffer.getvalue()
+    yield after
+
+
+def _encode(entity_type: type[Any], entity: object) -> bytes:
+    buffer = io.BytesIO()
+    entity_writer(entity_type)(buffer, entity)
+    return buffer.getvalue()
+
+
+def _array_length(flexible: bool, count: int) -> bytes:
+    buffer = io.BytesIO()
+    (write_compact_array_length if flexible else write_legacy_array_length)(buffer, count)
+    return buffer.getvalue()
+
+
+def _longest_entity_array(body: object) -> str | None:
+    best, size = None, 0
+    for item in fields(body):  # type: ignore[arg-type]
+        value = getattr(body, item.name)
+        if isinstance(value, tuple) and len(value) > size and is_dataclass(value[0]):
+            best, size = item.name, len(value)
+    return best
+
+
+def _split_at_array(
+    body: Any, name: str | None, items: tuple[Any, ...]
+) -> tuple[bytes, bytes] | None:
+    """(the body's bytes before array ``name``'s length, those after its last element),
+    found by encoding the body with the array empty and with its first element only, and
+    checked: None (encode whole) unless the second is exactly the first with one element
+    spliced in, so the split relies on kio's encoding alone, never on a layout of ours."""
+    body_type = type(body)
+    flexible = body_type.__flexible__
+    empty = _encode(body_type, replace(body, **{name: ()}))  # type: ignore[arg-type]
+    one = _encode(body_type, replace(body, **{name: items[:1]}))  # type: ignore[arg-type]
+    count0, count1 = _array_length(flexible, 0), _array_length(flexible, 1)
+    differ = next(i for i, (a, b) in enumerate(zip(empty, one, strict=False)) if a != b)
+    start = differ - next(i for i, (a, b) in enumerate(zip(count0, count1, strict=True)) if a != b)
+    before, after = empty[:start], empty[start + len(count0) :]
+    if empty[start : start + len(count0)] != count0:
+        return None
+    if one != before + count1 + _encode(type(items[0]), items[0]) + after:
+        return None
+    return before, after
+
+
 def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, object]:
     """(correlation id, kio body entity) of a response frame's payload.
 
@@ -264,6 +337,7 @@ class _Shape:
     item: _Shape | None = None  # array of these
     entity: type[Any] | None = None
     nullable_entity: bool = False
+    nullable: bool = False  # a blob or array that may be null (length -1)
 
 
 def _shape(field_type: Any, kafka_type: str | None, tagged: bool) -> _Shape:
@@ -272,7 +346,9 @@ def _shape(field_type: Any, kafka_type: str | None, tagged: bool) -> _Shape:
         inner = next(arg for arg in get_args(field_type) if arg is not type(None))
         shape = _shape(inner, kafka_type, tagged)
         # kio marks a nullable struct with an int8 (KIP-893), except as a tagged field.
-        return _Shape(entity=shape.entity, nullable_entity=not tagged) if shape.entity else shape
+        if shape.entity:
+            return _Shape(entity=shape.entity, nullable_entity=not tagged)
+        return replace(shape, nullable=True)
     if get_origin(field_type) is tuple:
         return _Shape(item=_shape(get_args(field_type)[0], kafka_type, tagged=False))
     if is_dataclass(field_type):
@@ -336,9 +412,11 @@ def _walk_value(shape: _Shape, flexible: bool, data: bytes, pos: int, limit: int
         pos += shape.size
     elif shape.blob:
         length, pos = _length(data, pos, limit, flexible, _LEGACY_LENGTH[shape.blob])
+        _check_null(shape, length)
         pos += max(length, 0)
     elif shape.item is not None:
         count, pos = _length(data, pos, limit, flexible, _LENGTH)
+        _check_null(shape, count)
         if shape.item.size:
             pos += max(count, 0) * shape.item.size
         else:
@@ -354,6 +432,14 @@ def _walk_value(shape: _Shape, flexible: bool, data: bytes, pos: int, limit: int
     if pos > limit:
         raise _Malformed("field runs past the end")
     return pos
+
+
+def _check_null(shape: _Shape, length: int) -> None:
+    """Kafka's readers: -1 is null, allowed only where the schema says nullable; any other
+    negative length is malformed. (kio would read a null non-nullable array as None, and
+    handlers iterating it would fail on a request they should never have been given.)"""
+    if length < -1 or (length == -1 and not shape.nullable):
+        raise _Malformed(f"length {length} for a non-nullable field")
 
 
 def _walk_entity(entity_type: type[Any], data: bytes, pos: int, limit: int) -> int:

@@ -14,8 +14,8 @@ from metadata.image import MetadataImage
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataRecord
 from raft.core import MAX_PROPOSAL_RECORDS
 
-# Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: one admin operation is one atomic batch,
-# so it may not hold more records than a single proposal can.
+# Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: the records one admin operation may
+# generate (POLICY_VIOLATION beyond), so one request bounds the controller's memory and work.
 MAX_RECORDS_PER_USER_OP = MAX_PROPOSAL_RECORDS
 UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
 

@@ -67,8 +67,9 @@ from metadata.delta import MetadataDelta
 from metadata.image import MetadataImage
 from metadata.loader import MetadataLoader
 from metadata.records import METADATA_VERSION_FEATURE, MetadataRecord, NoOp, encode_record
+from raft.batch_accumulator import split_proposal
 from raft.core import MAX_PROPOSAL_RECORDS, Event, NotLeaderError, Role, RoleChanged
-from raft.driver import CommittedBatch, RaftNode
+from raft.driver import MAX_BATCH_BYTES, CommittedBatch, RaftNode
 from raft.snapshot import SnapshotId
 
 __all__ = ["CONTROLLER_BUGS", "ControllerConfig", "QuorumController"]
@@ -222,8 +223,10 @@ class QuorumController:
 
     def _propose(self, records: Sequence[MetadataRecord]) -> int:
         """Replay ``records`` into the working image and append them (NotLeaderError if no
-        longer leader); the offset of the last. Records beyond one proposal's limit go in
-        several batches: only the bounded admin operations need a single atomic batch."""
+        longer leader); the offset of the last. Records beyond one batch's limits (count or
+        bytes) go in several batches, in order, as Kafka's non-atomic controller results do:
+        every prefix replays to a legal image (a big topic may be seen with some of its
+        partitions first), and the answer waits for the last batch to commit."""
         assert self._working is not None
         next_offset = self._working.offset
         delta = MetadataDelta(self._working)
@@ -232,8 +235,8 @@ class QuorumController:
         now_ms = self.runtime.clock.now_ms()
         values = [Record(None, encode_record(record), now_ms) for record in records]
         last_offset = next_offset - 1
-        for start in range(0, len(values), MAX_PROPOSAL_RECORDS):
-            last_offset = self.raft.propose(values[start : start + MAX_PROPOSAL_RECORDS])
+        for proposal in split_proposal(values, MAX_PROPOSAL_RECORDS, MAX_BATCH_BYTES):
+            last_offset = self.raft.propose(proposal)
         assert last_offset == next_offset + len(records) - 1, (
             f"records proposed at {next_offset} ended at {last_offset}: something else wrote "
             "to the metadata log"

@@ -2,9 +2,11 @@
 
 Validation follows Kafka's ReplicationControlManager in order and in wording: topic name,
 existence, configs, then partitions / replication factor / manual assignments. Each topic of a
-request succeeds or fails on its own; the records of the topics that succeed are written
-together as one batch (all or nothing on disk), and ``validate_only`` answers as if they had
-been written without writing anything.
+request succeeds or fails on its own; the records of the topics that succeed are written in
+order, in as many batches as their size needs (Kafka's non-atomic create: a reader may see a
+big topic with part of its partitions first), at most MAX_RECORDS_PER_USER_OP records per
+request (POLICY_VIOLATION beyond), and ``validate_only`` answers as if they had been written
+without writing anything.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ DELETE_TOPICS = 20
 CREATE_PARTITIONS = 37
 DUPLICATE_TOPIC = "Duplicate topic name."
 TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."
+MIN_RECORDS_PER_TOPIC = 2  # a TopicRecord and at least one PartitionRecord
 
 
 def validate_topic_name(name: str) -> None:
@@ -86,6 +89,10 @@ def create_topics(
             _refuse_reserved(topic.name, internal)
             if counts[topic.name] > 1:
                 raise ApiError(ErrorCode.invalid_request, DUPLICATE_TOPIC)
+            if len(records) + MIN_RECORDS_PER_TOPIC > MAX_RECORDS_PER_USER_OP:
+                # Refused before any placement or config work: a request naming 100,000
+                # topics costs the controller a result per name, not a creation attempt.
+                raise ApiError(ErrorCode.policy_violation, TOO_MANY_RECORDS)
             created, values = _create_topic(ctx, topic, collisions, module)
             if len(records) + len(created) > MAX_RECORDS_PER_USER_OP:
                 raise ApiError(ErrorCode.policy_violation, TOO_MANY_RECORDS)

@@ -7,8 +7,10 @@ response a version cannot carry fails here rather than in a client.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import uuid
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -17,11 +19,13 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from broker import forwarding
+from broker.auto_topic_creation import AUTO_CREATE_BURST_TOPICS, AUTO_CREATE_TOPICS_PER_S
 from broker.kafka_apis import KafkaApis
 from metadata.config_defs import TOPIC_CONFIGS, ConfigSource, ConfigType
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from raft import wire
 from raft.entities import make, request_module
+from sim.loop import SimLoop
 from tests.broker.fakes import AUDIT_ID, LISTENER, ORDERS_ID, FakeController, cluster_image
 
 METADATA, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS = 3, 60, 32
@@ -174,7 +178,8 @@ def test_auto_create_forwards_missing_valid_names_and_answers_leader_not_availab
         )
         header = wire.RequestHeader(METADATA, 9, 5, "client")
         first = await handler.handle(header, request)
-        await asyncio.gather(*handler._background)  # the forwarded creation completes
+        assert handler._auto_creation is not None
+        await handler._auto_creation.wait_idle()  # the forwarded creation completes
         return first, await handler.handle(header, request)
 
     refused, _ = asyncio.run(twice(allow=False))
@@ -204,7 +209,7 @@ def test_auto_create_never_creates_reserved_topics() -> None:
         {"topics": tuple(metadata_topic(9, n) for n in names), "allow_auto_topic_creation": True},
     )
     assert {t.error_code for t in response.topics} == {ErrorCode.unknown_topic_or_partition}
-    assert handler._background == set()
+    assert handler._auto_creation is not None and not handler._auto_creation._background
     assert controller.requests == []
 
 
@@ -466,3 +471,61 @@ def test_not_controller_from_the_controller_is_passed_on() -> None:
         apis(controller), forwarding.INCREMENTAL_ALTER_CONFIGS, 1, forwarded_request(44, 1)
     )
     assert item_codes(response) == [ErrorCode.not_controller]
+
+
+def test_auto_creation_draws_on_a_budget_that_refills_and_logs_deferrals_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Names beyond AUTO_CREATE_BURST_TOPICS are answered UNKNOWN_TOPIC_OR_PARTITION and
+    not forwarded; the budget refills at AUTO_CREATE_TOPICS_PER_S (virtual time here), and
+    however many requests are deferred, one warning per LOG_INTERVAL_S says so."""
+    controller = FakeController(cluster_image())
+    handler = KafkaApis(
+        1, "c", LISTENER, lambda: controller.image, controller, random.Random(0),
+        auto_create_topics=True,
+    )  # fmt: skip
+    module: Any = request_module(METADATA, 9)
+    header = wire.RequestHeader(METADATA, 9, 5, "client")
+
+    def metadata(names: list[str]) -> Any:
+        topics = tuple(metadata_topic(9, n) for n in names)
+        return make(module.MetadataRequest, {"topics": topics, "allow_auto_topic_creation": True})
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        burst = [f"a{i}" for i in range(AUTO_CREATE_BURST_TOPICS + 5)]
+        first = await handler.handle(header, metadata(burst))
+        again = await handler.handle(header, metadata(["late-1", "late-2"]))
+        await asyncio.sleep(3 / AUTO_CREATE_TOPICS_PER_S)  # three topics' worth of budget
+        refilled = await handler.handle(header, metadata(["late-1", "late-2", "late-3", "x"]))
+        assert handler._auto_creation is not None
+        await handler._auto_creation.wait_idle()
+        return first, again, refilled
+
+    loop = SimLoop()
+    with caplog.at_level(logging.WARNING):
+        first, again, refilled = loop.run_until_complete(scenario())
+    loop.close()
+    codes = Counter(t.error_code for t in first.topics)
+    assert codes == {
+        ErrorCode.leader_not_available: AUTO_CREATE_BURST_TOPICS,
+        ErrorCode.unknown_topic_or_partition: 5,
+    }
+    assert {t.error_code for t in again.topics} == {ErrorCode.unknown_topic_or_partition}
+    assert [t.error_code for t in refilled.topics] == [ErrorCode.leader_not_available] * 3 + [
+        ErrorCode.unknown_topic_or_partition
+    ]
+    assert sum(len(r.topics) for r in controller.requests) == AUTO_CREATE_BURST_TOPICS + 3
+    assert max(len(r.topics) for r in controller.requests) <= AUTO_CREATE_BURST_TOPICS
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "Deferred auto-creating 5 topic(s)" in warnings[0]
+
+
+def test_metadata_v10_naming_a_topic_null_closes_the_connection() -> None:
+    """The wire fuzzer's find: Metadata v10/v11 may carry a null topic name but cannot look
+    topics up by id, and their answer cannot carry a null name: encoding it raised
+    TypeError. Kafka refuses the request (InvalidRequestException)."""
+    for version in (10, 11):
+        module: Any = request_module(METADATA, version)
+        request = make(module.MetadataRequest, {"topics": (metadata_topic(version, None),)})
+        header = wire.RequestHeader(METADATA, version, 5, "client")
+        assert asyncio.run(apis().handle(header, request)) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -14,8 +15,10 @@ from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest
 
+from broker import network
 from broker.client import ConnectionClosed, KafkaConnection
 from broker.network import api_versions_response, decode_request, serve_connection
+from log.rate_limited_log import RateLimitedLog
 from raft import wire
 
 SUPPORTED = {wire.API_VERSIONS_KEY: (0, 3), 60: (0, 0)}
@@ -206,3 +209,39 @@ def test_a_body_cut_short_is_still_refused() -> None:
     frame = bytes.fromhex("0003000c00000003000772646b61666b610005")  # 4 topics promised
     with pytest.raises(wire.FrameError):
         decode_request(frame, {3: (0, 12)})
+
+
+def test_a_failing_handler_closes_its_connection_and_is_reported_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler bug (the fuzzer's ListOffsets with null topics raised TypeError) used to
+    escape serve_connection: asyncio logged 'Unhandled exception in client_connected_cb'
+    with a traceback for every such request. Now the connection closes, the listener keeps
+    serving, and one ERROR line (with the traceback) reports it per interval."""
+
+    monkeypatch.setattr(network, "_limited", RateLimitedLog(network.logger))  # none yet
+
+    async def broken(header: wire.RequestHeader, request: object) -> object | None:
+        if header.api_key == 60:
+            raise TypeError("'NoneType' object is not iterable")
+        return await answer_api_versions(header, request)
+
+    async def run() -> None:
+        async with serving(broken) as port:
+            for _ in range(3):
+                connection = await connected(port)
+                with pytest.raises(ConnectionClosed):
+                    await connection.request(
+                        DescribeClusterRequest(include_cluster_authorized_operations=False),
+                        timeout_s=5,
+                    )
+            healthy = await connected(port)
+            answer: Any = await healthy.request(API_VERSIONS, timeout_s=5)
+            assert answer.error_code == ErrorCode.none
+            await healthy.close()
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(run())
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and errors[0].name == "broker.network", errors
+    assert "Traceback" in errors[0].getMessage()

@@ -71,10 +71,13 @@ class Processes:
     def log(self, node: int) -> str:
         return (self.root / f"node{node}.log").read_text()
 
-    def start(self, node: int) -> None:
+    def start(self, node: int, cwd: Path | None = None) -> None:
         out = open(self.root / f"node{node}.log", "a")  # noqa: SIM115
         self.procs[node] = subprocess.Popen(
-            [KRAFT_SERVER, "start", str(self.config(node))], stdout=out, stderr=subprocess.STDOUT
+            [KRAFT_SERVER, "start", str(self.config(node))],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
         )
 
     def kill(self, node: int) -> None:

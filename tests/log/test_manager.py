@@ -4,6 +4,7 @@ log dirs, leftover cleanup, and the scheduled tasks (run in virtual time)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import selectors
 from collections.abc import Coroutine
@@ -15,6 +16,7 @@ from log.batch import encode_batch
 from log.checkpoint import CheckpointError, OffsetCheckpointFile
 from log.config import LogConfig, LogManagerConfig
 from log.fs import read_all
+from log.log import KafkaStorageError
 from log.manager import CLEAN_SHUTDOWN_FILE, LogManager, parse_topic_partition
 from log.records import Record
 from log.runtime import Runtime
@@ -359,3 +361,44 @@ def test_delete_log_removes_its_directory() -> None:
         )
 
     asyncio.run(run())
+
+
+def test_a_disk_error_takes_its_log_dir_offline_and_the_other_dirs_keep_serving(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Kafka's LogDirFailureChannel: a failed fsync in /a takes every log of /a offline
+    (KAFKA_STORAGE_ERROR), says so once, writes nothing more there (no clean shutdown
+    marker), and /b keeps serving and gets the new logs; the next start recovers /a."""
+
+    async def run() -> None:
+        node = Node(dirs=["/a", "/b"])
+        manager = node.manager()
+        await manager.startup()
+        logs = [await manager.get_or_create_log("orders", i) for i in range(3)]
+        assert [manager.log_dir_of("orders", i) for i in range(3)] == ["/a", "/b", "/a"]
+        for log in logs:
+            log.append_as_leader(batch(), 1)
+        node.disk.fail_fsyncs(1)
+        with pytest.raises(OSError):
+            await logs[0].flush()
+        assert list(manager.offline_dirs) == ["/a"]
+        with pytest.raises(KafkaStorageError):
+            logs[2].append_as_leader(batch(), 1)  # the same dir, never itself failed
+        logs[1].append_as_leader(batch(), 1)
+        assert manager.log_dir_of("orders", 1) == "/b"
+        await manager.get_or_create_log("orders", 3)
+        assert manager.log_dir_of("orders", 3) == "/b"  # only live dirs get new logs
+        assert not manager.all_dirs_offline.is_set()
+        await manager.shutdown()
+        fs = node.disk.fs()
+        assert fs.exists(f"/b/{CLEAN_SHUTDOWN_FILE}")
+        assert not fs.exists(f"/a/{CLEAN_SHUTDOWN_FILE}")
+        restarted = node.manager()
+        await restarted.load_logs()
+        assert restarted.had_clean_shutdown == {"/a": False, "/b": True}
+        assert restarted.get_log("orders", 1).log_end_offset == 2  # type: ignore[union-attr]
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(run())
+    offline = [r for r in caplog.records if "is offline after a disk error" in r.getMessage()]
+    assert len(offline) == 1 and "/a" in offline[0].getMessage()

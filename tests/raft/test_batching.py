@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from log.batch import decode_batch, iter_batches
 from log.records import Record
 from log.runtime import real_runtime
-from raft.batch_accumulator import BatchAccumulator
+from raft.batch_accumulator import BatchAccumulator, estimated_size, split_proposal
 from raft.core import NotLeaderError, Role
 from raft.disk_log import DiskLog
 from raft.driver import LeadershipLost, RaftNode, RaftNodeConfig
@@ -70,6 +70,24 @@ def test_accumulator_leaves_proposals_it_cannot_share_to_the_caller() -> None:
     explicit = Record(None, b"v", 0, offset_delta=0)
     assert accumulator.add([explicit], 1, lambda: 0) is None
     assert accumulator.empty()
+
+
+@given(
+    sizes=st.lists(st.integers(0, 3000), max_size=60),
+    max_records=st.integers(1, 20),
+    max_bytes=st.integers(100, 5000),
+)
+def test_a_split_proposal_keeps_order_and_fits_each_piece_in_one_batch(
+    sizes: list[int], max_records: int, max_bytes: int
+) -> None:
+    records = [record(bytes(size)) for size in sizes]
+    pieces = split_proposal(records, max_records, max_bytes)
+    assert [r for piece in pieces for r in piece] == records
+    for piece in pieces:
+        assert 0 < len(piece) <= max_records
+        size = estimated_size(piece)
+        assert size is not None
+        assert size <= max_bytes or len(piece) == 1  # only a lone oversized record exceeds
 
 
 async def single_voter(tmp_path: Path) -> tuple[RaftNode, DiskLog]:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest as KpApiVersionsRequest
 from kafka.protocol.metadata.api_versions import ApiVersionsResponse as KpApiVersionsResponse
-from kio.index import load_entity_schema
+from kio.index import load_entity_schema, load_payload_module
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.begin_quorum_epoch.v0.request import BeginQuorumEpochRequest
 from kio.schema.errors import ErrorCode
@@ -25,6 +25,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import Records, i64Timedelta
 
 from raft.codec import API_VERSIONS, api_versions_response, encode_raft_request, error_response
+from raft.entities import make
 from raft.messages import BeginQuorumEpochRequest as CoreBeginQuorumEpoch
 from raft.messages import VoteRequest
 from raft.wire import (
@@ -37,6 +38,7 @@ from raft.wire import (
     encode_request,
     encode_response,
     read_frame,
+    response_parts,
 )
 
 
@@ -382,3 +384,49 @@ def test_huge_array_in_a_response_is_refused() -> None:
     payload = struct.pack(">ih", 1, 0) + uvarint(1 << 34)
     with pytest.raises(FrameError):
         decode_response(18, 3, payload)
+
+
+def test_null_for_a_non_nullable_array_is_refused_and_a_nullable_one_still_reads() -> None:
+    """The wire fuzzer's find: ListOffsets v7 whose topics array says null (compact length
+    0) decoded to topics=None, and the handler iterating it raised TypeError on every such
+    request. Kafka's readers refuse a null where the schema does not allow one."""
+    header = struct.pack(">hhih", 2, 7, 1, -1) + b"\x00"  # request header v2, no tags
+    body = struct.pack(">ib", -1, 0) + b"\x00" + b"\x00"  # replica, isolation, topics: null
+    with pytest.raises(FrameError):
+        decode_request(header + body, {2: (1, 7)})
+    negative = struct.pack(">hhih", 2, 1, 1, -1) + struct.pack(">ii", -1, -5)  # topics: -5
+    with pytest.raises(FrameError):
+        decode_request(negative, {2: (1, 7)})
+    # Metadata v12's topics is nullable (null: every topic), and stays readable.
+    metadata = struct.pack(">hhih", 3, 12, 1, -1) + b"\x00" + b"\x00" + b"\x01\x00\x00"
+    _header, request = decode_request(metadata, {3: (0, 12)})
+    assert request.topics is None  # type: ignore[attr-defined]
+
+
+RESPONSE_SCHEMAS = [schema for schema in SCHEMAS if schema[2] is EntityType.response]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(RESPONSE_SCHEMAS).flatmap(any_entity), st.integers(1, 3))
+def test_a_response_in_slices_is_the_same_bytes_as_in_one_piece(
+    case: tuple[EntityType, Any], slice_items: int
+) -> None:
+    _, entity = case
+    header = RequestHeader(entity.__api_key__, entity.__version__, 3, "t")
+    parts = list(response_parts(header, entity, slice_items))
+    body = b"".join(parts)
+    assert struct.pack(">i", len(body)) + body == encode_response(header, entity)
+
+
+@pytest.mark.parametrize("version", [1, 9, 12])
+def test_a_big_metadata_answer_comes_out_in_slices(version: int) -> None:
+    module: Any = load_payload_module(3, version, EntityType.response)
+    topic = module.MetadataResponseTopic
+    values = {"error_code": ErrorCode.unknown_topic_or_partition, "partitions": ()}
+    topics = tuple(make(topic, {**values, "name": f"t{i}"}) for i in range(2500))
+    body = make(module.MetadataResponse, {"controller_id": 1, "topics": topics})
+    header = RequestHeader(3, version, 9, "t")
+    parts = list(response_parts(header, body, 1000))
+    assert len(parts) == 1 + 3 + 1  # head and count, three slices, what follows the array
+    payload = b"".join(parts)
+    assert struct.pack(">i", len(payload)) + payload == encode_response(header, body)

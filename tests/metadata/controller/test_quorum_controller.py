@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from log.batch import iter_batches
 from log.runtime import real_runtime
-from metadata.controller.context import ControllerConfig
+from metadata.controller.context import MAX_RECORDS_PER_USER_OP, ControllerConfig
 from metadata.controller.quorum_controller import CONTROLLER_BUGS, QuorumController
 from metadata.controller.refusals import refusal
 from metadata.delta import BrokerState
@@ -403,6 +404,41 @@ def test_an_answer_read_from_uncommitted_state_waits_for_that_state_to_commit(
         assert second.error_code == ErrorCode.topic_already_exists
         assert finished == ["first", "second"]
         assert node.image.topics.get("twice") is not None
+        await node.stop()
+
+    run(scenario())
+
+
+def test_a_topic_too_big_for_one_batch_is_created_in_several(tmp_path: Path) -> None:
+    """7,000 partitions encode to more than max.message.bytes: once refused by the log with
+    RecordTooLargeError (the client timed out), now committed in several batches."""
+
+    async def scenario() -> None:
+        node = Controller(tmp_path)
+        await node.start()
+        await node.heartbeat(1, await node.register(1), offset=node.image.offset)
+        before = node.raft.log.end_offset()
+        created = await node.create_topic("big", 7000)
+        assert created.error_code == ErrorCode.none
+        topic = node.image.topics.get("big")
+        assert topic is not None and len(topic.partitions) == 7000
+        data = node.raft.log.read(before, 64 * 1024 * 1024)
+        sizes = [header.batch_length + 12 for _, header in iter_batches(data)]
+        assert len(sizes) > 1
+        assert max(sizes) <= node.raft.log.storage.config.max_message_bytes
+        await node.stop()
+
+    run(scenario())
+
+
+def test_one_request_may_not_generate_more_than_the_user_op_limit(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        node = Controller(tmp_path)
+        await node.start()
+        await node.heartbeat(1, await node.register(1), offset=node.image.offset)
+        refused = await node.create_topic("huge", MAX_RECORDS_PER_USER_OP)
+        assert refused.error_code == ErrorCode.policy_violation
+        assert node.image.topics.get("huge") is None
         await node.stop()
 
     run(scenario())
