@@ -68,9 +68,11 @@ Listen = Callable[..., Awaitable[Any]]
 CONNECTIONS_CLOSE_S = 1.0
 
 
-class FatalStorageError(Exception):
+class FatalStorageError(OSError):
     """The node cannot go on: its metadata log, or every log dir, failed (disk full, I/O
-    error). Kafka halts the broker then; here the process stops with this one line."""
+    error). Kafka halts the broker then; here the process stops with this one line. An
+    OSError, as what it wraps: a node halting on a failed disk is doing its job (the
+    simulator restarts it), not crashing."""
 
 
 class _RoleLogger:
