@@ -285,7 +285,8 @@ def test_protocol_level_refusals(tmp_path: Path) -> None:
     assert bad_acks.responses[0].partition_responses[0].error_code == (
         ErrorCode.invalid_required_acks
     )
-    assert from_broker.error_code == ErrorCode.not_leader_or_follower
+    # Broker 2 holds no replica of a-0: its follower fetch is refused for that partition.
+    assert from_broker.responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
 
 
 def corrupt(data: bytes) -> bytes:
