@@ -2,10 +2,12 @@
 layout (config/cluster/, on free ports), a topic with replication factor 3 and
 min.insync.replicas=2, confluent-kafka producing with acks=all.
 
-One scenario, step by step, each step's ISR read back from Metadata and checked:
-- the partition leader is SIGKILLed mid-stream and restarted: every acknowledged record is
-  read back exactly once at its acknowledged offset, and the old leader (which truncates
-  whatever it had beyond the new leader's log) rejoins the ISR;
+One scenario, step by step, each step's ISR read back from Metadata (librdkafka) and from
+Kafka's own ``kafka-topics --describe`` (Java) and checked:
+- the partition leader is SIGKILLed mid-stream (confluent-kafka and the Java console
+  producer both writing) and restarted: every acknowledged record is read back exactly once
+  at its acknowledged offset, and the old leader (which truncates whatever it had beyond the
+  new leader's log) rejoins the ISR;
 - a follower is SIGSTOPped: the ISR shrinks once replica.lag.time.max.ms passes and acks=all
   keeps working; SIGCONT: it rejoins;
 - two of the three brokers down: acks=all fails with NOT_ENOUGH_REPLICAS.
@@ -13,7 +15,9 @@ One scenario, step by step, each step's ISR read back from Metadata and checked:
 
 from __future__ import annotations
 
+import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +27,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kraft.properties import parse_properties
+from tests import kafka_tools as tools
+from tests.kafka_tools import (
+    SCRIPT,
+    kafka_tools,  # noqa: F401  (pytest fixture: installs once)
+)
 from tests.kraft.procs import Processes, free_port, port_open, wait_until
 
 CLUSTER = Path(__file__).resolve().parents[2] / "config" / "cluster"
@@ -101,6 +110,29 @@ def wait_isr(servers: str, isr: tuple[int, ...], what: str) -> int:
     return wait_until(check, what, DEADLINE_S)
 
 
+def java_isr(servers: str) -> tuple[int, ...]:
+    """The ISR of partition 0 as Kafka's own kafka-topics --describe prints it."""
+    described = tools.run("topics", "--bootstrap-server", servers, "--describe", "--topic", TOPIC)
+    found = re.search(r"Partition: 0\s+Leader: \S+\s+Replicas: \S+\s+Isr: (\S+)", described.stdout)
+    assert found is not None, described.stdout
+    return tuple(sorted(int(b) for b in found.group(1).split(",")))
+
+
+def java_producer(servers: str, count: int) -> subprocess.Popen[str]:
+    """Kafka's console producer (acks=all, idempotent: the Java client's defaults), writing
+    ``java-0`` .. ``java-{count-1}``; it exits once every record is acknowledged."""
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT), "console-producer", "--bootstrap-server", servers,
+         "--topic", TOPIC, "--producer-property", "acks=all",
+         "--producer-property", "delivery.timeout.ms=60000"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None
+    proc.stdin.write("".join(f"java-{i}\n" for i in range(count)))
+    proc.stdin.close()
+    return proc
+
+
 class Acked:
     """Delivery reports of one producer: (offset, value) of every acknowledged record."""
 
@@ -141,6 +173,7 @@ def read_all(servers: str, end: int) -> list[tuple[int, bytes]]:
     return got
 
 
+@pytest.mark.usefixtures("kafka_tools")
 def test_acks_all_survives_leader_crash_follower_stall_and_refuses_without_min_isr(
     cluster: tuple[Processes, dict],
 ) -> None:
@@ -150,6 +183,7 @@ def test_acks_all_survives_leader_crash_follower_stall_and_refuses_without_min_i
     topic = NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})
     admin.create_topics([topic])[TOPIC].result(DEADLINE_S)
     leader = wait_isr(servers, BROKERS, "all three replicas in sync")
+    assert java_isr(servers) == BROKERS
 
     # 1. SIGKILL the leader mid-stream, restart it.
     acked = Acked()
@@ -162,15 +196,22 @@ def test_acks_all_survives_leader_crash_follower_stall_and_refuses_without_min_i
             "message.timeout.ms": 60_000,
         }
     )
+    java = java_producer(servers, 2000)
     produce(producer, acked, "before", 300)
     procs.kill(leader)
     survivors = tuple(b for b in BROKERS if b != leader)
     produce(producer, acked, "during", 300)
     new_leader = wait_isr(bootstrap(ports, survivors), survivors, "the ISR drops the leader")
     assert new_leader != leader
+    assert java_isr(bootstrap(ports, survivors)) == survivors
     procs.start(leader)
     wait_isr(servers, BROKERS, "the old leader rejoins the ISR")
+    assert java_isr(servers) == BROKERS
     produce(producer, acked, "after", 300)
+    assert java.stderr is not None
+    java.wait(timeout=DEADLINE_S * 2)
+    java_errors = java.stderr.read()
+    assert java.returncode == 0 and "Error" not in java_errors, java_errors
     assert acked.errors == []
     assert len(acked.records) == 900
     end = max(acked.records.values()) + 1
@@ -180,6 +221,8 @@ def test_acks_all_survives_leader_crash_follower_stall_and_refuses_without_min_i
     by_value = {value: offset for offset, value in got}
     assert len(by_value) == len(got)  # no record twice
     assert {v: by_value.get(v) for v in acked.records} == acked.records
+    java_values = {v for v in by_value if v.startswith(b"java-")}
+    assert java_values == {f"java-{i}".encode() for i in range(2000)}
 
     # 2. SIGSTOP a follower: the ISR shrinks after the lag time, acks=all still works.
     leader = wait_isr(servers, BROKERS, "all in sync")
@@ -196,6 +239,8 @@ def test_acks_all_survives_leader_crash_follower_stall_and_refuses_without_min_i
         wait_isr(bootstrap(ports, rest), rest, "the stalled follower leaves the ISR")
         # The leader removed it (lag), not the controller (fencing comes later).
         assert "Shrinking ISR" in procs.log(leader)
+        # (No kafka-topics here: the Java admin client may pick the stopped broker, which
+        # accepts connections and never answers, and time out, as it would against Kafka.)
         assert producer.flush(DEADLINE_S) == 0
         assert stalled.errors == [] and len(stalled.records) == 50
     finally:
@@ -208,6 +253,7 @@ def test_acks_all_survives_leader_crash_follower_stall_and_refuses_without_min_i
     for broker in others:
         procs.kill(broker)
     wait_isr(bootstrap(ports, (leader,)), (leader,), "the ISR is the leader alone")
+    assert java_isr(bootstrap(ports, (leader,))) == (leader,)
     refused = Acked()
     strict = Producer(
         {
