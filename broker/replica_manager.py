@@ -43,6 +43,7 @@ from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
 from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState
 from broker.purgatory import DelayedOperations
 from log.batch import parse_header, validate_batch
+from log.checkpoint import CheckpointError
 from log.clock import WallClock
 from log.config import LogConfig
 from log.epoch_cache import UNDEFINED_EPOCH
@@ -74,6 +75,7 @@ class ReplicationConfig:
     """The broker's replication settings, under Kafka's names."""
 
     lag_time_max_ms: int = 30_000  # replica.lag.time.max.ms
+    high_watermark_checkpoint_interval_ms: int = 5000  # replica.high.watermark.checkpoint...
     min_insync_replicas: int = 1  # min.insync.replicas (the broker default)
     inter_broker_listener_name: str | None = None  # None: a broker's first listener
     fetcher: FetcherConfig = field(default_factory=FetcherConfig)
@@ -84,6 +86,9 @@ class ReplicationConfig:
     ) -> ReplicationConfig:
         return cls(
             lag_time_max_ms=int(str(properties.get("replica.lag.time.max.ms", 30_000))),
+            high_watermark_checkpoint_interval_ms=int(
+                str(properties.get("replica.high.watermark.checkpoint.interval.ms", 5000))
+            ),
             min_insync_replicas=int(str(properties.get("min.insync.replicas", 1))),
             inter_broker_listener_name=listener_name,
             fetcher=FetcherConfig.from_properties(dict(properties)),
@@ -151,6 +156,8 @@ class ReplicaManager:
         self.fetchers = ReplicaFetcherManager(node_id, self._endpoint, clock, self.config.fetcher)
         self._isr_tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._shrink_task: asyncio.Task[None] | None = None
+        self._checkpoint_task: asyncio.Task[None] | None = None
+        self._checkpointed: dict[tuple[str, int], int] = {}  # high watermarks at start-up
 
     # ---- metadata --------------------------------------------------------------------------
     def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
@@ -163,7 +170,12 @@ class ReplicaManager:
         self._latest = image
         self._wake.set()
         loop = asyncio.get_running_loop()
+        try:
+            self._checkpointed = self.logs.read_high_watermarks()
+        except (OSError, CheckpointError):
+            logger.exception("[ReplicaManager id=%d] reading high watermarks", self.node_id)
         self._task = loop.create_task(self._reconcile_forever())
+        self._checkpoint_task = loop.create_task(self._checkpoint_high_watermarks_forever())
         if self._channel is not None:
             self._shrink_task = loop.create_task(self._shrink_isr_forever())
         return self._task
@@ -178,7 +190,7 @@ class ReplicaManager:
             await self._reconciled.wait()
 
     async def close(self) -> None:
-        tasks = [self._task, self._shrink_task, *self._isr_tasks.values()]
+        tasks = [self._task, self._shrink_task, self._checkpoint_task, *self._isr_tasks.values()]
         for task in tasks:
             if task is not None:
                 task.cancel()
@@ -188,6 +200,27 @@ class ReplicaManager:
                     await task
         await self.fetchers.close()
         self.delayed.notify_all()
+        if self._checkpoint_task is not None:
+            await self._checkpoint_high_watermarks()  # Kafka checkpoints them at shutdown too
+
+    async def _checkpoint_high_watermarks_forever(self) -> None:
+        """replication-offset-checkpoint every replica.high.watermark.checkpoint.interval.ms,
+        so a restarted replica starts from the high watermark it knew, not its log start."""
+        interval_s = self.config.high_watermark_checkpoint_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            await self._checkpoint_high_watermarks()
+
+    async def _checkpoint_high_watermarks(self) -> None:
+        high_watermarks = {
+            key: partition.high_watermark
+            for key, partition in self._partitions.items()
+            if self.logs.get_log(*key) is not None
+        }
+        try:
+            await self.logs.checkpoint_high_watermarks(high_watermarks)
+        except OSError:
+            logger.exception("[ReplicaManager id=%d] writing high watermarks", self.node_id)
 
     async def _reconcile_forever(self) -> None:
         while True:
@@ -305,7 +338,7 @@ class ReplicaManager:
         if self._recorded_topic_id(log) is None:
             marker = os.path.join(log.dir_path, PARTITION_METADATA_FILE)
             await write_atomic(self.logs.fs, marker, _partition_metadata(topic.topic_id))
-        return Partition(
+        partition = Partition(
             topic.name,
             index,
             topic.topic_id,
@@ -313,6 +346,9 @@ class ReplicaManager:
             ProducerState.from_log(log, self._producer_id_expiration_ms),
             self.node_id,
         )
+        checkpointed = self._checkpointed.pop((topic.name, index), 0)
+        partition.high_watermark = max(log.log_start_offset, min(checkpointed, log.log_end_offset))
+        return partition
 
     def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
         """Where to reach ``broker_id``: its inter-broker listener (or its first one) as the
