@@ -361,11 +361,13 @@ class ReplicaFetcherManager:
         endpoint: Callable[[int], tuple[str, int] | None],
         clock: WallClock,
         config: FetcherConfig,
+        on_failure: Callable[[], None] = lambda: None,
     ) -> None:
         self.node_id = node_id
         self._endpoint = endpoint
         self._clock = clock
         self.config = config
+        self._on_failure = on_failure  # a fetcher task died of a bug: its owner re-raises
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._source: dict[tuple[str, int], int] = {}
 
@@ -381,6 +383,7 @@ class ReplicaFetcherManager:
             fetcher = self._fetchers[source] = ReplicaFetcher(
                 self.node_id, source, self._endpoint, self._clock, self.config
             )
+            fetcher.task.add_done_callback(self._task_done)
         fetcher.add(partition)
         self._source[partition.key] = source
 
@@ -394,6 +397,10 @@ class ReplicaFetcherManager:
         if not len(fetcher) and self._fetchers.get(source) is fetcher:
             del self._fetchers[source]
             await fetcher.close()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._on_failure()
 
     def failed(self) -> BaseException | None:
         """What stopped a fetcher task unexpectedly, if anything did."""

@@ -153,7 +153,9 @@ class ReplicaManager:
         self._channel = channel  # AlterPartition goes here; None: the ISR never changes
         self._broker_epoch = broker_epoch
         self.delayed = DelayedOperations()
-        self.fetchers = ReplicaFetcherManager(node_id, self._endpoint, clock, self.config.fetcher)
+        self.fetchers = ReplicaFetcherManager(
+            node_id, self._endpoint, clock, self.config.fetcher, on_failure=self._wake.set
+        )
         self._isr_tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._shrink_task: asyncio.Task[None] | None = None
         self._checkpoint_task: asyncio.Task[None] | None = None
@@ -226,6 +228,9 @@ class ReplicaManager:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            failure = self.fetchers.failed()
+            if failure is not None:
+                raise failure  # a fetcher bug fails the node, loudly, like a reconciler bug
             image = self._latest
             assert image is not None
             try:
