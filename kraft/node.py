@@ -168,6 +168,10 @@ class KraftNode:
                     session_timeout_ms=config.session_timeout_ms,
                     max_idle_interval_ms=config.max_idle_interval_ms,
                     unclean_leader_election_enable=config.unclean_leader_election_enable,
+                    auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
+                    leader_imbalance_check_interval_ms=(
+                        config.leader_imbalance_check_interval_seconds * 1000
+                    ),
                     bootstrap_records=tuple(read_bootstrap(runtime.fs, config.metadata_dir)),
                 ),
                 bugs=self.bugs & CONTROLLER_BUGS.keys(),
