@@ -689,6 +689,9 @@ class ReplicaManager:
             # KIP-320: the fetcher's log must agree with ours up to ``offset``; if not, it
             # is told where its last epoch ends here and truncates there.
             epoch, end = log.end_offset_for_epoch(last_fetched_epoch)
+            if epoch == UNDEFINED_EPOCH or end < 0:
+                # Kafka: the end of that epoch cannot be determined here.
+                return ReadResult(ErrorCode.offset_out_of_range, hw, log.log_start_offset)
             if epoch < last_fetched_epoch or end < offset:
                 return ReadResult(ErrorCode.none, hw, log.log_start_offset, b"", epoch, end)
         try:
