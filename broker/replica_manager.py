@@ -31,7 +31,7 @@ import logging
 import os
 import random
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -389,9 +389,11 @@ class ReplicaManager:
         ):
             self.delayed.notify(partition.key)
 
-    async def wait_for_changes(self, keys: Iterable[tuple[str, int]], timeout_s: float) -> bool:
+    async def wait_for_changes(
+        self, keys: Iterable[tuple[str, int]], timeout_s: float
+    ) -> list[Hashable]:
         """Until one of the partitions ``keys`` changes (an append, a new high watermark,
-        a new state), or ``timeout_s`` passes (False)."""
+        a new state), or ``timeout_s`` passes: the partitions that changed (none on time)."""
         return await self.delayed.wait(keys, timeout_s)
 
     async def _shrink_isr_forever(self) -> None:

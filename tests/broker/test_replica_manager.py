@@ -419,3 +419,50 @@ def test_a_restarted_replica_starts_from_its_checkpointed_high_watermark(tmp_pat
         return replicas.high_watermark_of(("a", 0))
 
     assert run(tmp_path, high_watermark, shared) == 3
+
+
+def test_a_waiting_fetch_wakes_for_its_partitions_and_reads_again_only_those(
+    tmp_path: Path,
+) -> None:
+    led = {p: partition(ME, (ME,)) for p in (0, 2, 3)}
+    two = image(5, {"a": (TOPIC_A, led)})
+    module = request_module(data_plane.FETCH, 12)
+    both = dataclasses.replace(
+        fetch_request(0, 15_000),
+        topics=(
+            make(
+                module.FetchTopic,
+                {
+                    "topic": "a",
+                    "partitions": tuple(
+                        make(
+                            module.FetchPartition,
+                            {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20},
+                        )
+                        for p in (0, 2)
+                    ),
+                },
+            ),
+        ),
+    )
+
+    async def body(replicas: ReplicaManager) -> tuple[Any, list[int]]:
+        reads: list[int] = []
+        read = replicas.read
+
+        def counting(topic: str, index: int, *args: Any, **kwargs: Any) -> Any:
+            reads.append(index)
+            return read(topic, index, *args, **kwargs)
+
+        replicas.read = counting  # type: ignore[method-assign]
+        waiting = asyncio.ensure_future(data_plane.fetch(replicas, both, 12))
+        await asyncio.sleep(0)
+        await replicas.append("a", 3, batch(b"elsewhere"), acks=1, timeout_s=5)  # not watched
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        await replicas.append("a", 2, batch(b"x"), acks=1, timeout_s=5)
+        return await asyncio.wait_for(waiting, 5), reads
+
+    fetched, reads = run(tmp_path, body, two)
+    assert [values_of(bytes(p.records)) for p in fetched.responses[0].partitions] == [[], [b"x"]]
+    assert reads == [0, 2, 2]  # a-0 did not change: read once
