@@ -389,9 +389,6 @@ class ReplicaFetcherManager:
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._source: dict[tuple[str, int], int] = {}
 
-    def fetcher(self, source_id: int) -> ReplicaFetcher | None:
-        return self._fetchers.get(source_id)
-
     def add(self, partition: Partition) -> None:
         """Fetch ``partition`` from its leader (it must not be fetched from anywhere yet)."""
         assert partition.key not in self._source, partition.key
