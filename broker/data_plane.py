@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.network import NO_RESPONSE
 from broker.replica_manager import AppendResult, ReplicaManager
+from metadata.topic_names import RESERVED_TOPICS
 from raft.entities import make, response_module
 
 PRODUCE = 0
@@ -53,6 +54,11 @@ async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> o
             return AppendResult(ErrorCode.invalid_required_acks)
         if data.records is None:
             return AppendResult(ErrorCode.invalid_record)
+        if topic in RESERVED_TOPICS:  # Kafka's ReplicaManager.appendToLocalLog
+            return AppendResult(
+                ErrorCode.invalid_topic_exception,
+                message=f"Cannot append to internal topic {topic}",
+            )
         return await replicas.append(topic, data.index, bytes(data.records), acks, timeout_s)
 
     # Every partition appends at once (in request order: each task appends before it first

@@ -45,7 +45,8 @@ from log.batch import (
     validate_batch,
 )
 from log.compression import DECOMPRESSED_SIZE_BYTES_MAX, Compression, compress, decompress
-from log.config import COMPRESSION_TYPES, TIMESTAMP_TYPES, LogConfig
+from log.config import LogConfig
+from log.config_defs import COMPRESSION_TYPES, TIMESTAMP_TYPES
 from log.errors import CorruptRecordError, InvalidRecordError, RecordError, RecordTooLargeError
 from log.records import decode_records, decode_varint, decode_varlong
 
