@@ -61,6 +61,7 @@ from raft.entities import make, request_module
 logger = logging.getLogger("broker.replica_manager")
 
 PARTITION_METADATA_FILE = "partition.metadata"
+RECONCILE_RETRY_S = 1.0  # after a disk error, how soon the same image is tried again
 TOPIC_RESOURCE = 2  # ConfigResource type of topic configs in the image
 BROKER_RESOURCE = 4  # ... and of broker configs (resource "" = cluster-wide defaults)
 EARLIEST_TIMESTAMP = -2
@@ -248,11 +249,15 @@ class ReplicaManager:
                 logger.exception(
                     "[ReplicaManager id=%d] applying image %d", self.node_id, image.offset
                 )
+                # Not reconciled: the next pass starts again from the last image that was
+                # (every step is idempotent), on a newer image or after a pause.
+                asyncio.get_running_loop().call_later(RECONCILE_RETRY_S, self._wake.set)
+            else:
+                self._image = image
             finally:
                 # Waiters wake even when reconciling failed, to see the failure.
                 reconciled, self._reconciled = self._reconciled, asyncio.Event()
                 reconciled.set()
-            self._image = image
 
     async def _reconcile(self, image: MetadataImage) -> None:
         """Bring the partitions from the last reconciled image to ``image``: only what

@@ -87,6 +87,7 @@ def _run(args: argparse.Namespace) -> int:
     from kraft.config import ConfigError, load_config, unknown_key_warnings
     from kraft.storage import StorageError, format_dirs, random_uuid
     from log.fs import RealFileSystem
+    from raft.quorum_state import QuorumStateError
     from raft.snapshot import SnapshotError
 
     if args.command == "random-uuid":
@@ -130,15 +131,19 @@ def _run(args: argparse.Namespace) -> int:
         from kraft.server import serve
 
         return asyncio.run(serve(config))
-    except (ConfigError, StorageError, SnapshotError) as error:
+    except (ConfigError, StorageError, SnapshotError, QuorumStateError) as error:
         print(f"kraft-server {args.command}: {error}", file=sys.stderr)
         return 1
-    except OSError as error:  # an unusable log dir, a listener port already taken...
+    except OSError as error:  # an unusable log dir, a listener port taken, no descriptors...
         print(f"kraft-server {args.command}: {_os_error_text(error)}", file=sys.stderr)
         return 1
 
 
 def _os_error_text(error: OSError) -> str:
+    from kraft.server import OUT_OF_DESCRIPTORS, out_of_descriptors_message
+
+    if error.errno in OUT_OF_DESCRIPTORS:
+        return out_of_descriptors_message(error)
     if error.filename is not None:
         return f"{error.filename}: {error.strerror}"
     return str(error)

@@ -132,8 +132,23 @@ class ServerConfig(BaseModel):
     producer_id_expiration_ms: int = Field(
         default=86_400_000, alias="producer.id.expiration.ms", gt=0
     )
+    socket_request_max_bytes: int = Field(
+        default=104_857_600, alias="socket.request.max.bytes", gt=0
+    )
+    # Kafka's default is -1 (unbounded); -1 is accepted with that meaning (docs/operations.md).
+    queued_max_request_bytes: int = Field(
+        default=104_857_600, alias="queued.max.request.bytes", ge=-1
+    )
+    connections_max_idle_ms: int = Field(default=600_000, alias="connections.max.idle.ms", gt=0)
     broker_rack: str | None = Field(default=None, alias="broker.rack")
     inter_broker_listener_name: str = Field(default="PLAINTEXT", alias="inter.broker.listener.name")
+
+    @field_validator("queued_max_request_bytes")
+    @classmethod
+    def _queued_bytes(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("must be positive, or -1 for no limit")
+        return value
 
     @field_validator("process_roles", mode="before")
     @classmethod

@@ -38,6 +38,17 @@ def random_uuid() -> str:
             return text
 
 
+def metadata_directory_id(fs: FileSystem, directory: str) -> uuid.UUID | None:
+    """The directory.id of a formatted directory as a UUID (what KIP-853 voter keys carry),
+    or None if it has none that parses."""
+    meta = read_meta(fs, directory) or {}
+    try:
+        raw = base64.urlsafe_b64decode(meta.get("directory.id", "") + "==")
+    except ValueError:
+        return None
+    return uuid.UUID(bytes=raw) if len(raw) == 16 else None
+
+
 def check_cluster_id(cluster_id: str) -> None:
     """Kafka's rule: a cluster id is a base64url UUID (22 characters, 16 bytes)."""
     try:
