@@ -397,7 +397,8 @@ def test_protocol_level_refusals(tmp_path: Path) -> None:
     assert bad_acks.responses[0].partition_responses[0].error_code == (
         ErrorCode.invalid_required_acks
     )
-    assert from_broker.error_code == ErrorCode.not_leader_or_follower
+    # Broker 2 holds no replica of a-0: its follower fetch is refused for that partition.
+    assert from_broker.responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
 
 
 def test_produce_to_internal_topics_is_refused_as_kafka_refuses_it(tmp_path: Path) -> None:
@@ -534,3 +535,66 @@ def test_an_acks_all_produce_appends_every_partition_before_waiting_on_any(
         return ends
 
     assert run(tmp_path, body, lagging) == [1, 1]
+
+
+def test_a_restarted_replica_starts_from_its_checkpointed_high_watermark(tmp_path: Path) -> None:
+    async def commit_three(replicas: ReplicaManager) -> None:
+        result = await replicas.append("a", 0, batch(b"x", b"y", b"z"), acks=-1, timeout_s=5)
+        assert result.error == ErrorCode.none
+
+    run(tmp_path, commit_three, SOLE)  # closing writes replication-offset-checkpoint
+    # Back with followers in the ISR whose progress it does not know yet: without the
+    # checkpoint its high watermark would restart at 0 and hide committed records.
+    shared = image(6, {"a": (TOPIC_A, {0: partition(ME, (ME, 2, 3), epoch=4)})})
+
+    async def high_watermark(replicas: ReplicaManager) -> int | None:
+        return replicas.high_watermark_of(("a", 0))
+
+    assert run(tmp_path, high_watermark, shared) == 3
+
+
+def test_a_waiting_fetch_wakes_for_its_partitions_and_reads_again_only_those(
+    tmp_path: Path,
+) -> None:
+    led = {p: partition(ME, (ME,)) for p in (0, 2, 3)}
+    two = image(5, {"a": (TOPIC_A, led)})
+    module = request_module(data_plane.FETCH, 12)
+    both = dataclasses.replace(
+        fetch_request(0, 15_000),
+        topics=(
+            make(
+                module.FetchTopic,
+                {
+                    "topic": "a",
+                    "partitions": tuple(
+                        make(
+                            module.FetchPartition,
+                            {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20},
+                        )
+                        for p in (0, 2)
+                    ),
+                },
+            ),
+        ),
+    )
+
+    async def body(replicas: ReplicaManager) -> tuple[Any, list[int]]:
+        reads: list[int] = []
+        read = replicas.read
+
+        def counting(topic: str, index: int, *args: Any, **kwargs: Any) -> Any:
+            reads.append(index)
+            return read(topic, index, *args, **kwargs)
+
+        replicas.read = counting  # type: ignore[method-assign]
+        waiting = asyncio.ensure_future(data_plane.fetch(replicas, both, 12))
+        await asyncio.sleep(0)
+        await replicas.append("a", 3, batch(b"elsewhere"), acks=1, timeout_s=5)  # not watched
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        await replicas.append("a", 2, batch(b"x"), acks=1, timeout_s=5)
+        return await asyncio.wait_for(waiting, 5), reads
+
+    fetched, reads = run(tmp_path, body, two)
+    assert [values_of(bytes(p.records)) for p in fetched.responses[0].partitions] == [[], [b"x"]]
+    assert reads == [0, 2, 2]  # a-0 did not change: read once

@@ -2,10 +2,8 @@
 coordinates a group is SIGKILLed while the group's consumer commits after every record; the
 group moves to another broker and no acknowledged commit is lost.
 
-It needs partition replication (branch ``replication``: ``tests/kraft/test_replication.py``
-and follower fetch), so on this branch it is not collected (no ``test_`` prefix). After the
-two branches merge, rename it ``test_group_failover.py``. It passed on merges of this branch
-with replication@199a49e (61 s) and, after main was merged here, with replication@399fa1d.
+It needs partition replication (follower fetch), as the group's offsets partition is
+replicated to three brokers.
 """
 
 from __future__ import annotations
