@@ -6,8 +6,15 @@ dropped). Partition-level problems are partition error codes, as in Kafka; a Pro
 acks=0 gets no response at all (``NO_RESPONSE``), because the client reads none.
 
 Fetch follows Kafka's long poll: it answers at once when it has ``min_bytes`` (or an error),
-otherwise it waits for a high watermark to move, up to ``max_wait``. It does not keep fetch
-sessions (KIP-227): it answers session id 0, which clients read as "full fetches only".
+otherwise it waits, up to ``max_wait``, for one of its partitions to change (an append, a new
+high watermark, a leadership change) and reads again. A Fetch with a replica id is a
+follower's (broker/fetcher.py): it reads up to the log end and moves the follower's progress.
+A fetch whose last fetched epoch disagrees with the leader's log gets a diverging epoch
+(KIP-320) instead of records. It does not keep fetch sessions (KIP-227): it answers session
+id 0, which clients read as "full fetches only".
+
+OffsetForLeaderEpoch answers from the leader's epoch cache: clients (KIP-320) and a follower
+that lost track of its leader's log end ask it.
 """
 
 from __future__ import annotations
@@ -25,9 +32,15 @@ from raft.entities import make, response_module
 PRODUCE = 0
 FETCH = 1
 LIST_OFFSETS = 2
+OFFSET_FOR_LEADER_EPOCH = 23
 READ_COMMITTED = 1
 # Produce v3+ carries only v2 record batches (magic 2), the one format the log stores.
-SUPPORTED = {PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (1, 7)}
+SUPPORTED = {
+    PRODUCE: (3, 9),
+    FETCH: (4, 12),
+    LIST_OFFSETS: (1, 7),
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),
+}
 
 
 async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> object:
@@ -76,17 +89,15 @@ async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> o
 
 async def fetch(replicas: ReplicaManager, request: Any, api_version: int) -> object:
     module = response_module(FETCH, api_version)
-    if request.replica_id >= 0:
-        # Follower fetching comes with replication; until then no broker fetches from us.
-        return _fetch_error(module, ErrorCode.not_leader_or_follower)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0.0, request.max_wait.total_seconds())
-    while True:  # bounded by the deadline: each pass waits for a high watermark or for it
-        answers, size, failed = _read_all(replicas, request)
+    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    while True:  # bounded by the deadline: each pass waits for a partition or for it
+        answers, size, failed = _read_all(replicas, request, module)
         remaining = deadline - loop.time()
         if size >= request.min_bytes or failed or remaining <= 0:
             break
-        await replicas.wait_for_high_watermark(remaining)
+        await replicas.wait_for_changes(keys, remaining)
     return make(
         module.FetchResponse,
         {
@@ -108,51 +119,64 @@ async def fetch(replicas: ReplicaManager, request: Any, api_version: int) -> obj
 
 
 def _read_all(
-    replicas: ReplicaManager, request: Any
+    replicas: ReplicaManager, request: Any, module: Any
 ) -> tuple[list[tuple[str, list[dict[str, object]]]], int, bool]:
     """(per topic, its partitions' response fields), total record bytes, any error."""
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     answers: list[tuple[str, list[dict[str, object]]]] = []
     size, failed = 0, False
+    replica_id = request.replica_id
     for topic in request.topics:
         partitions: list[dict[str, object]] = []
         for wanted in topic.partitions:
             # The first partition with data gets at least one whole batch (Kafka's
             # minOneMessage), so a batch larger than max.bytes cannot stall a consumer.
-            result = replicas.read(
-                topic.topic,
-                wanted.partition,
-                wanted.fetch_offset,
-                min(wanted.partition_max_bytes, budget),
-                getattr(wanted, "current_leader_epoch", -1),
-                min_one_message=size == 0,
-            )
+            current_epoch = getattr(wanted, "current_leader_epoch", -1)
+            last_fetched_epoch = getattr(wanted, "last_fetched_epoch", -1)
+            max_bytes = min(wanted.partition_max_bytes, budget)
+            if replica_id >= 0:
+                result = replicas.read_for_follower(
+                    replica_id,
+                    topic.topic,
+                    wanted.partition,
+                    wanted.fetch_offset,
+                    max_bytes,
+                    current_epoch,
+                    last_fetched_epoch,
+                    min_one_message=size == 0,
+                )
+            else:
+                result = replicas.read(
+                    topic.topic,
+                    wanted.partition,
+                    wanted.fetch_offset,
+                    max_bytes,
+                    current_epoch,
+                    min_one_message=size == 0,
+                    last_fetched_epoch=last_fetched_epoch,
+                )
             budget = max(0, budget - len(result.records))
             size += len(result.records)
-            failed = failed or result.error != ErrorCode.none
-            partitions.append(
-                {
-                    "partition_index": wanted.partition,
-                    "error_code": result.error,
-                    "high_watermark": result.high_watermark,
-                    # No transactions yet: everything committed is stable.
-                    "last_stable_offset": result.high_watermark,
-                    "log_start_offset": result.log_start_offset,
-                    "aborted_transactions": None
-                    if request.isolation_level != READ_COMMITTED
-                    else (),
-                    "records": result.records,
-                }
-            )
+            diverged = result.diverging_end_offset >= 0
+            failed = failed or result.error != ErrorCode.none or diverged
+            fields: dict[str, object] = {
+                "partition_index": wanted.partition,
+                "error_code": result.error,
+                "high_watermark": result.high_watermark,
+                # No transactions yet: everything committed is stable.
+                "last_stable_offset": result.high_watermark,
+                "log_start_offset": result.log_start_offset,
+                "aborted_transactions": None if request.isolation_level != READ_COMMITTED else (),
+                "records": result.records,
+            }
+            if diverged:
+                fields["diverging_epoch"] = make(
+                    module.EpochEndOffset,
+                    {"epoch": result.diverging_epoch, "end_offset": result.diverging_end_offset},
+                )
+            partitions.append(fields)
         answers.append((topic.topic, partitions))
     return answers, size, failed
-
-
-def _fetch_error(module: Any, error: ErrorCode) -> object:
-    return make(
-        module.FetchResponse,
-        {"throttle_time": timedelta(0), "error_code": error, "session_id": 0, "responses": ()},
-    )
 
 
 def list_offsets(replicas: ReplicaManager, request: Any, api_version: int) -> object:
@@ -186,4 +210,39 @@ def list_offsets(replicas: ReplicaManager, request: Any, api_version: int) -> ob
         )
     return make(
         module.ListOffsetsResponse, {"throttle_time": timedelta(0), "topics": tuple(topics)}
+    )
+
+
+def offset_for_leader_epoch(replicas: ReplicaManager, request: Any, api_version: int) -> object:
+    module = response_module(OFFSET_FOR_LEADER_EPOCH, api_version)
+    topics = []
+    for topic in request.topics:
+        answers = []
+        for wanted in topic.partitions:
+            error, epoch, end = replicas.offset_for_leader_epoch(
+                topic.topic,
+                wanted.partition,
+                getattr(wanted, "current_leader_epoch", -1),
+                wanted.leader_epoch,
+            )
+            answers.append(
+                make(
+                    module.EpochEndOffset,
+                    {
+                        "error_code": error,
+                        "partition": wanted.partition,
+                        "leader_epoch": epoch,
+                        "end_offset": end,
+                    },
+                )
+            )
+        topics.append(
+            make(
+                module.OffsetForLeaderTopicResult,
+                {"topic": topic.topic, "partitions": tuple(answers)},
+            )
+        )
+    return make(
+        module.OffsetForLeaderEpochResponse,
+        {"throttle_time": timedelta(0), "topics": tuple(topics)},
     )

@@ -107,6 +107,8 @@ class KafkaApis:
                 return await data_plane.fetch(replicas, body, header.api_version)
             if api_key == data_plane.LIST_OFFSETS:
                 return data_plane.list_offsets(replicas, body, header.api_version)
+            if api_key == data_plane.OFFSET_FOR_LEADER_EPOCH:
+                return data_plane.offset_for_leader_epoch(replicas, body, header.api_version)
         if api_key == INIT_PRODUCER_ID and self.producer_ids is not None:
             return await init_producer_id(self.producer_ids, body, header.api_version)
         image = self._image()

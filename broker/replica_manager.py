@@ -13,10 +13,13 @@ another topic id (the topic was deleted, perhaps recreated, while this broker wa
 a stray, as Kafka calls it: renamed to ``<topic>-<partition>.<id>-stray`` and never served,
 but kept for an operator to remove.
 
-Replication between brokers is not built yet. A partition's high watermark follows its log
-end while its ISR is this broker alone (replication factor 1, or an ISR the controller shrank
-to the leader). With other in-sync replicas it stays put until follower fetching exists, so
-acks=all produces there time out and consumers see nothing new (docs/operations.md).
+Replication (docs/replication.md): each reconciled change moves the partition's local
+replica state machine (broker/partition.py); a follower is handed to the fetcher of its
+leader's broker (broker/fetcher.py); a leader serves its followers' fetches
+(``read_for_follower``), which move their progress, the high watermark and the ISR; ISR
+changes go to the controller as AlterPartition. Requests that wait (acks=-1 produce, fetch
+long-poll) park in a purgatory keyed by partition (broker/purgatory.py) and are woken only
+by changes to their partitions.
 """
 
 from __future__ import annotations
@@ -28,21 +31,30 @@ import logging
 import os
 import random
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.controller_channel import ControllerSender
+from broker.fetcher import FetcherConfig, ReplicaFetcherManager
+from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
 from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState
+from broker.purgatory import DelayedOperations
 from log.batch import parse_header, validate_batch
+from log.checkpoint import CheckpointError
 from log.clock import WallClock
 from log.config import LogConfig
+from log.epoch_cache import UNDEFINED_EPOCH
 from log.errors import RecordError
 from log.fs import read_all, write_atomic
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.manager import LogManager
 from metadata.delta import local_changes
 from metadata.image import EMPTY, MetadataImage, TopicImage
+from metadata.records import NO_LEADER
+from raft.entities import make, request_module
 
 logger = logging.getLogger("broker.replica_manager")
 
@@ -52,21 +64,35 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 NO_EPOCH = -1
+BROKER_RESOURCE = 4  # the cluster-wide dynamic default is broker resource ""
+ALTER_PARTITION = 56
+ALTER_PARTITION_VERSION = 3
+ALTER_PARTITION_TIMEOUT_S = 30.0
 
 
-@dataclass(slots=True)
-class Partition:
-    """One partition this broker holds a replica of, as of the latest reconciled image."""
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    """The broker's replication settings, under Kafka's names."""
 
-    topic: str
-    index: int
-    topic_id: uuid.UUID
-    log: Log
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
-    producers: ProducerState
-    high_watermark: int = 0
+    lag_time_max_ms: int = 30_000  # replica.lag.time.max.ms
+    high_watermark_checkpoint_interval_ms: int = 5000  # replica.high.watermark.checkpoint...
+    min_insync_replicas: int = 1  # min.insync.replicas (the broker default)
+    inter_broker_listener_name: str | None = None  # None: a broker's first listener
+    fetcher: FetcherConfig = field(default_factory=FetcherConfig)
+
+    @classmethod
+    def from_properties(
+        cls, properties: Mapping[str, object], listener_name: str | None = None
+    ) -> ReplicationConfig:
+        return cls(
+            lag_time_max_ms=int(str(properties.get("replica.lag.time.max.ms", 30_000))),
+            high_watermark_checkpoint_interval_ms=int(
+                str(properties.get("replica.high.watermark.checkpoint.interval.ms", 5000))
+            ),
+            min_insync_replicas=int(str(properties.get("min.insync.replicas", 1))),
+            inter_broker_listener_name=listener_name,
+            fetcher=FetcherConfig.from_properties(dict(properties)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +108,9 @@ class ReadResult:
     error: ErrorCode
     high_watermark: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    records: bytes | memoryview = b""
+    diverging_epoch: int = UNDEFINED_EPOCH  # with diverging_end_offset: where to truncate
+    diverging_end_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +122,7 @@ class OffsetResult:
 
 
 class ReplicaManager:
-    """Leader-side partition state for one broker, reconciled from metadata images."""
+    """The partition replicas of one broker, reconciled from metadata images."""
 
     def __init__(
         self,
@@ -105,6 +133,9 @@ class ReplicaManager:
         clock: WallClock,
         *,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+        config: ReplicationConfig | None = None,
+        channel: ControllerSender | None = None,
+        broker_epoch: Callable[[], int] = lambda: -1,
     ) -> None:
         self.node_id = node_id
         self._clock = clock
@@ -118,7 +149,17 @@ class ReplicaManager:
         self._wake = asyncio.Event()
         self._reconciled = asyncio.Event()  # set and replaced after each reconciled image
         self._task: asyncio.Task[None] | None = None
-        self._hw_advanced: asyncio.Future[None] | None = None
+        self.config = config or ReplicationConfig()
+        self._channel = channel  # AlterPartition goes here; None: the ISR never changes
+        self._broker_epoch = broker_epoch
+        self.delayed = DelayedOperations()
+        self.fetchers = ReplicaFetcherManager(
+            node_id, self._endpoint, clock, self.config.fetcher, on_failure=self._wake.set
+        )
+        self._isr_tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._shrink_task: asyncio.Task[None] | None = None
+        self._checkpoint_task: asyncio.Task[None] | None = None
+        self._checkpointed: dict[tuple[str, int], int] = {}  # high watermarks at start-up
 
     # ---- metadata --------------------------------------------------------------------------
     def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
@@ -130,7 +171,15 @@ class ReplicaManager:
         task fails if reconciling ever does, so the node's owner can fail loudly with it."""
         self._latest = image
         self._wake.set()
-        self._task = asyncio.get_running_loop().create_task(self._reconcile_forever())
+        loop = asyncio.get_running_loop()
+        try:
+            self._checkpointed = self.logs.read_high_watermarks()
+        except (OSError, CheckpointError):
+            logger.exception("[ReplicaManager id=%d] reading high watermarks", self.node_id)
+        self._task = loop.create_task(self._reconcile_forever())
+        self._checkpoint_task = loop.create_task(self._checkpoint_high_watermarks_forever())
+        if self._channel is not None:
+            self._shrink_task = loop.create_task(self._shrink_isr_forever())
         return self._task
 
     async def wait_reconciled(self, offset: int) -> None:
@@ -143,19 +192,51 @@ class ReplicaManager:
             await self._reconciled.wait()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        tasks = [self._task, self._shrink_task, self._checkpoint_task, *self._isr_tasks.values()]
+        for task in tasks:
+            if task is not None:
+                task.cancel()
+        for task in tasks:
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await self.fetchers.close()
+        self.delayed.notify_all()
+        if self._checkpoint_task is not None:
+            await self._checkpoint_high_watermarks()  # Kafka checkpoints them at shutdown too
+
+    async def _checkpoint_high_watermarks_forever(self) -> None:
+        """replication-offset-checkpoint every replica.high.watermark.checkpoint.interval.ms,
+        so a restarted replica starts from the high watermark it knew, not its log start."""
+        interval_s = self.config.high_watermark_checkpoint_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            await self._checkpoint_high_watermarks()
+
+    async def _checkpoint_high_watermarks(self) -> None:
+        high_watermarks = {
+            key: partition.high_watermark
+            for key, partition in self._partitions.items()
+            if self.logs.get_log(*key) is not None
+        }
+        try:
+            await self.logs.checkpoint_high_watermarks(high_watermarks)
+        except OSError:
+            logger.exception("[ReplicaManager id=%d] writing high watermarks", self.node_id)
 
     async def _reconcile_forever(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            failure = self.fetchers.failed()
+            if failure is not None:
+                raise failure  # a fetcher bug fails the node, loudly, like a reconciler bug
             image = self._latest
             assert image is not None
             try:
                 await self._reconcile(image)
+            except IllegalReplicaTransition:
+                raise  # a bug: fail the node loudly (the simulator reports it)
             except OSError:
                 logger.exception(
                     "[ReplicaManager id=%d] applying image %d", self.node_id, image.offset
@@ -176,7 +257,11 @@ class ReplicaManager:
         changes = local_changes(previous or EMPTY, image, self.node_id)
         for deleted in sorted(changes.deleted, key=lambda tp: (tp.topic, tp.partition)):
             key = (deleted.topic, deleted.partition)
-            self._partitions.pop(key, None)  # no request finds it from here on
+            stopped = self._partitions.pop(key, None)  # no request finds it from here on
+            await self.fetchers.remove(key)
+            if stopped is not None:
+                stopped.stop()
+                self.delayed.notify(key)  # its waiting produces and fetches answer now
             if self.logs.get_log(*key) is not None:
                 logger.info(
                     "[ReplicaManager id=%d] Deleting the log of %s-%d (no longer a replica)",
@@ -184,6 +269,7 @@ class ReplicaManager:
                     *key,
                 )
                 await self.logs.delete_log(*key)
+        now_ms = self._clock.now_ms()
         for changed, registration in (changes.leaders | changes.followers).items():
             key = (changed.topic, changed.partition)
             partition = self._partitions.get(key)
@@ -191,10 +277,21 @@ class ReplicaManager:
                 topic = image.topics.get(changed.topic)
                 assert topic is not None, changed
                 partition = self._partitions[key] = await self._open(topic, key[1], image)
-            partition.leader = registration.leader
-            partition.leader_epoch = registration.leader_epoch
-            partition.isr = registration.isr
-            self._maybe_advance_high_watermark(partition)
+            refetch = (
+                registration.leader != partition.leader
+                or registration.leader_epoch != partition.leader_epoch
+            )
+            if refetch:
+                # Kafka's removeFetcherForPartitions: no response is applied to the log
+                # once the state changes below.
+                await self.fetchers.remove(key)
+            transition = partition.apply(registration, now_ms)
+            following = transition.after is ReplicaState.FOLLOWER
+            if refetch and following and partition.leader != NO_LEADER:
+                self.fetchers.add(partition)
+            if transition.after is ReplicaState.LEADER:
+                self._maybe_advance_high_watermark(partition)
+            self.delayed.notify(key)
         if previous is None or image.configs is not previous.configs:
             before = previous.configs if previous is not None else {}
             for key in before.keys() | image.configs.keys():
@@ -246,36 +343,165 @@ class ReplicaManager:
         if self._recorded_topic_id(log) is None:
             marker = os.path.join(log.dir_path, PARTITION_METADATA_FILE)
             await write_atomic(self.logs.fs, marker, _partition_metadata(topic.topic_id))
-        registration = topic.partitions[index]
-        return Partition(
+        partition = Partition(
             topic.name,
             index,
             topic.topic_id,
             log,
-            registration.leader,
-            registration.leader_epoch,
-            registration.isr,
             ProducerState.from_log(log, self._producer_id_expiration_ms),
+            self.node_id,
         )
+        checkpointed = self._checkpointed.pop((topic.name, index), 0)
+        partition.high_watermark = max(log.log_start_offset, min(checkpointed, log.log_end_offset))
+        return partition
 
-    # ---- high watermark ------------------------------------------------------------------
+    def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """Where to reach ``broker_id``: its inter-broker listener (or its first one) as the
+        latest image registers it."""
+        image = self._latest
+        broker = image.cluster.brokers.get(broker_id) if image is not None else None
+        if broker is None or not broker.listeners:
+            return None
+        name = self.config.inter_broker_listener_name
+        listener = (broker.listener(name) if name else None) or broker.listeners[0]
+        return listener.host, listener.port
+
+    def _isr_eligible(self, broker_id: int) -> bool:
+        """Whether ``broker_id`` may join an ISR (KIP-966): registered, unfenced and not in
+        controlled shutdown, as the latest image says."""
+        image = self._latest
+        broker = image.cluster.brokers.get(broker_id) if image is not None else None
+        return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
+
+    def high_watermark_of(self, key: tuple[str, int]) -> int | None:
+        """The high watermark of a partition hosted here (None if not hosted)."""
+        partition = self._partitions.get(key)
+        return None if partition is None else partition.high_watermark
+
+    # ---- high watermark and ISR ------------------------------------------------------------
     def _maybe_advance_high_watermark(self, partition: Partition) -> None:
-        """A sole in-sync replica commits what it has: the high watermark is its log end."""
-        if partition.leader != self.node_id or partition.isr != (self.node_id,):
-            return
-        end = partition.log.log_end_offset
-        if end > partition.high_watermark:
-            partition.high_watermark = end
-            waiters, self._hw_advanced = self._hw_advanced, None
-            if waiters is not None and not waiters.done():
-                waiters.set_result(None)
+        """Move the leader's high watermark as far as its ISR allows; wake its waiters."""
+        if partition.maybe_increment_high_watermark(
+            self._clock.now_ms(), self.config.lag_time_max_ms, self._isr_eligible
+        ):
+            self.delayed.notify(partition.key)
 
-    async def wait_for_high_watermark(self, timeout_s: float) -> None:
-        """Until some partition's high watermark advances, or ``timeout_s`` passes."""
-        if self._hw_advanced is None:
-            self._hw_advanced = asyncio.get_running_loop().create_future()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._hw_advanced), timeout_s)
+    async def wait_for_changes(self, keys: Iterable[tuple[str, int]], timeout_s: float) -> bool:
+        """Until one of the partitions ``keys`` changes (an append, a new high watermark,
+        a new state), or ``timeout_s`` passes (False)."""
+        return await self.delayed.wait(keys, timeout_s)
+
+    async def _shrink_isr_forever(self) -> None:
+        """Kafka's isr-expiration task: every half lag time, drop lagging ISR members."""
+        interval_s = self.config.lag_time_max_ms / 2000
+        while True:
+            await asyncio.sleep(interval_s)
+            now_ms = self._clock.now_ms()
+            for partition in list(self._partitions.values()):
+                shrunk = partition.isr_to_shrink(now_ms, self.config.lag_time_max_ms)
+                if shrunk is not None:
+                    logger.info(
+                        "[Partition %s-%d broker=%d] Shrinking ISR from %s to %s",
+                        partition.topic,
+                        partition.index,
+                        self.node_id,
+                        list(partition.isr),
+                        list(shrunk),
+                    )
+                    self._alter_isr(partition, shrunk)
+
+    def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
+        """Propose ``isr`` to the controller; one proposal per partition at a time."""
+        if self._channel is None or partition.key in self._isr_tasks:
+            return
+        partition.pending_isr = isr
+        task = asyncio.get_running_loop().create_task(self._send_alter_partition(partition, isr))
+        self._isr_tasks[partition.key] = task
+        task.add_done_callback(lambda _t, key=partition.key: self._isr_tasks.pop(key, None))
+
+    async def _send_alter_partition(self, partition: Partition, isr: tuple[int, ...]) -> None:
+        """AlterPartition v3 for one partition (Kafka's AlterPartitionManager sends them in
+        batches; one per partition keeps this simple and each is small)."""
+        assert self._channel is not None
+        module = request_module(ALTER_PARTITION, ALTER_PARTITION_VERSION)
+        image = self._latest
+        brokers = image.cluster.brokers if image is not None else {}
+        members = tuple(
+            make(
+                module.BrokerState,
+                {"broker_id": r, "broker_epoch": brokers[r].epoch if r in brokers else -1},
+            )
+            for r in isr
+        )
+        request = make(
+            module.AlterPartitionRequest,
+            {
+                "broker_id": self.node_id,
+                "broker_epoch": self._broker_epoch(),
+                "topics": (
+                    make(
+                        module.TopicData,
+                        {
+                            "topic_id": partition.topic_id,
+                            "partitions": (
+                                make(
+                                    module.PartitionData,
+                                    {
+                                        "partition_index": partition.index,
+                                        "leader_epoch": partition.leader_epoch,
+                                        "new_isr_with_epochs": members,
+                                        "leader_recovery_state": 0,
+                                        "partition_epoch": partition.partition_epoch,
+                                    },
+                                ),
+                            ),
+                        },
+                    ),
+                ),
+            },
+        )
+        error: object = None
+        try:
+            response: Any = await self._channel.send(request, ALTER_PARTITION_TIMEOUT_S)
+        except OSError as failure:
+            response, error = None, failure
+        answer = None
+        if response is not None and response.error_code == ErrorCode.none:
+            for topic in response.topics:
+                for data in topic.partitions:
+                    if data.partition_index == partition.index:
+                        answer = data
+        if answer is not None and answer.error_code == ErrorCode.none:
+            if partition.isr_committed(
+                answer.leader_epoch, answer.partition_epoch, tuple(answer.isr)
+            ):
+                logger.info(
+                    "[Partition %s-%d broker=%d] ISR updated to %s and partition epoch to %d",
+                    partition.topic,
+                    partition.index,
+                    self.node_id,
+                    list(partition.isr),
+                    partition.partition_epoch,
+                )
+                self._maybe_advance_high_watermark(partition)
+                self.delayed.notify(partition.key)
+            return
+        if error is None:
+            code = answer.error_code if answer is not None else response.error_code
+            error = ErrorCode(code).name if response is not None else "no answer"
+        logger.info(
+            "[Partition %s-%d broker=%d] AlterPartition to %s failed: %s",
+            partition.topic,
+            partition.index,
+            self.node_id,
+            list(isr),
+            error,
+        )
+        # Back to the committed ISR; the next fetch or shrink check proposes again, after
+        # the metadata image (which may explain the refusal) has had a chance to arrive.
+        await asyncio.sleep(self.config.fetcher.backoff_ms / 1000)
+        if partition.pending_isr == isr:
+            partition.pending_isr = None
 
     # ---- requests ------------------------------------------------------------------------
     def _leader(
@@ -289,13 +515,15 @@ class ReplicaManager:
         if found is None or index not in found.partitions:
             return ErrorCode.unknown_topic_or_partition
         partition = self._partitions.get((topic, index))
-        if partition is None or partition.leader != self.node_id:
+        if partition is None:
             return ErrorCode.not_leader_or_follower
         if current_leader_epoch != NO_EPOCH:
             if current_leader_epoch < partition.leader_epoch:
                 return ErrorCode.fenced_leader_epoch
             if current_leader_epoch > partition.leader_epoch:
                 return ErrorCode.unknown_leader_epoch
+        if not partition.is_leader:
+            return ErrorCode.not_leader_or_follower
         return partition
 
     async def append(
@@ -323,11 +551,12 @@ class ReplicaManager:
                 ErrorCode.invalid_record,
                 message="Control and transactional batches are not accepted from producers",
             )
-        if acks == -1 and len(partition.isr) < self._min_insync_replicas(topic):
+        min_isr = self._min_insync_replicas(topic)
+        if acks == -1 and len(partition.isr) < min_isr:
             return AppendResult(
                 ErrorCode.not_enough_replicas,
                 message=f"The ISR of {topic}-{index} has {len(partition.isr)} replicas, fewer "
-                f"than min.insync.replicas {self._min_insync_replicas(topic)}",
+                f"than min.insync.replicas {min_isr}",
             )
         verdict = partition.producers.check(header)
         if not verdict.append:
@@ -349,6 +578,7 @@ class ReplicaManager:
             partition.producers.record(header, info.first_offset, self._clock.now_ms())
             first, last = info.first_offset, info.last_offset
             self._maybe_advance_high_watermark(partition)
+            self.delayed.notify(partition.key)  # followers' fetches wait for this
         else:  # a producer's retry of a batch already in the log: its original offsets
             first = verdict.duplicate_of
             last = first + header.last_offset_delta
@@ -357,17 +587,36 @@ class ReplicaManager:
             return result
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while partition.high_watermark <= last:  # bounded by the deadline
-            remaining = deadline - loop.time()
-            if remaining <= 0 or self._partitions.get((topic, index)) is not partition:
+        epoch = partition.leader_epoch
+        while True:  # Kafka's DelayedProduce; bounded by the deadline
+            if (
+                self._partitions.get((topic, index)) is not partition
+                or not partition.is_leader
+                or partition.leader_epoch != epoch
+            ):
+                return AppendResult(ErrorCode.not_leader_or_follower, first)
+            if partition.high_watermark > last:
+                if len(partition.isr) < min_isr:
+                    return AppendResult(
+                        ErrorCode.not_enough_replicas_after_append,
+                        first,
+                        message=f"The ISR of {topic}-{index} shrank below "
+                        f"min.insync.replicas {min_isr} after the append",
+                    )
+                return result
+            if not await self.delayed.wait((partition.key,), deadline - loop.time()):
                 return AppendResult(ErrorCode.request_timed_out, first)
-            await self.wait_for_high_watermark(remaining)
-        return result
 
     def _min_insync_replicas(self, topic: str) -> int:
+        """min.insync.replicas of ``topic``: its own config, the cluster-wide dynamic
+        default, or the broker's static one."""
         image = self._image
-        values = image.configs.get((TOPIC_RESOURCE, topic), {}) if image is not None else {}
-        return int(values.get("min.insync.replicas", 1))
+        if image is not None:
+            for resource in ((TOPIC_RESOURCE, topic), (BROKER_RESOURCE, "")):
+                value = image.configs.get(resource, {}).get("min.insync.replicas")
+                if value is not None:
+                    return int(value)
+        return self.config.min_insync_replicas
 
     def read(
         self,
@@ -378,21 +627,95 @@ class ReplicaManager:
         current_leader_epoch: int,
         *,
         min_one_message: bool,
+        last_fetched_epoch: int = UNDEFINED_EPOCH,
     ) -> ReadResult:
         """A consumer's read: whole batches from ``offset``, none at or past the high watermark."""
         partition = self._leader(topic, index, current_leader_epoch)
         if isinstance(partition, ErrorCode):
             return ReadResult(partition)
+        return self._read(partition, offset, max_bytes, min_one_message, last_fetched_epoch, True)
+
+    def read_for_follower(
+        self,
+        replica_id: int,
+        topic: str,
+        index: int,
+        offset: int,
+        max_bytes: int,
+        current_leader_epoch: int,
+        last_fetched_epoch: int,
+        *,
+        min_one_message: bool,
+    ) -> ReadResult:
+        """A follower's fetch: whole batches from ``offset`` up to the log end. A fetch
+        whose log agrees with ours moves the follower's progress, which may advance the
+        high watermark or add it to the ISR."""
+        partition = self._leader(topic, index, current_leader_epoch)
+        if isinstance(partition, ErrorCode):
+            return ReadResult(partition)
+        if replica_id not in partition.remote:
+            return ReadResult(ErrorCode.not_leader_or_follower)
+        result = self._read(
+            partition, offset, max_bytes, min_one_message, last_fetched_epoch, False
+        )
+        if result.error != ErrorCode.none or result.diverging_epoch != UNDEFINED_EPOCH:
+            return result
+        partition.update_follower_fetch(replica_id, offset, self._clock.now_ms())
+        expanded = partition.isr_to_expand(replica_id, self._isr_eligible)
+        if expanded is not None:
+            logger.info(
+                "[Partition %s-%d broker=%d] Expanding ISR from %s to %s",
+                topic,
+                index,
+                self.node_id,
+                list(partition.isr),
+                list(expanded),
+            )
+            self._alter_isr(partition, expanded)
+        self._maybe_advance_high_watermark(partition)
+        return result
+
+    def _read(
+        self,
+        partition: Partition,
+        offset: int,
+        max_bytes: int,
+        min_one_message: bool,
+        last_fetched_epoch: int,
+        to_high_watermark: bool,
+    ) -> ReadResult:
         log, hw = partition.log, partition.high_watermark
+        if last_fetched_epoch != UNDEFINED_EPOCH:
+            # KIP-320: the fetcher's log must agree with ours up to ``offset``; if not, it
+            # is told where its last epoch ends here and truncates there.
+            epoch, end = log.end_offset_for_epoch(last_fetched_epoch)
+            if epoch < last_fetched_epoch or end < offset:
+                return ReadResult(ErrorCode.none, hw, log.log_start_offset, b"", epoch, end)
         try:
             # Past the high watermark but within the log is not out of range (Kafka): a
             # consumer there waits for the records to commit.
-            data = log.read(offset, max_bytes, max_offset=hw, min_one_message=min_one_message)
+            data = log.read(
+                offset,
+                max_bytes,
+                max_offset=hw if to_high_watermark else None,
+                min_one_message=min_one_message,
+            )
         except OffsetOutOfRangeError:
             return ReadResult(ErrorCode.offset_out_of_range, hw, log.log_start_offset)
         except KafkaStorageError:
             return ReadResult(ErrorCode.kafka_storage_error)
-        return ReadResult(ErrorCode.none, hw, log.log_start_offset, bytes(data.records))
+        return ReadResult(ErrorCode.none, hw, log.log_start_offset, data.records)
+
+    def offset_for_leader_epoch(
+        self, topic: str, index: int, current_leader_epoch: int, leader_epoch: int
+    ) -> tuple[ErrorCode, int, int]:
+        """OffsetForLeaderEpoch: (error, the largest epoch <= ``leader_epoch`` we know, the
+        offset where it ends), from the leader's epoch cache (KIP-101)."""
+        partition = self._leader(topic, index, current_leader_epoch)
+        if isinstance(partition, ErrorCode):
+            return partition, UNDEFINED_EPOCH, -1
+        epoch, end = partition.log.end_offset_for_epoch(leader_epoch)
+        return ErrorCode.none, epoch, end
 
     def list_offset(
         self, topic: str, index: int, timestamp: int, current_leader_epoch: int

@@ -92,6 +92,10 @@ class ServerConfig(BaseModel):
         default=False, alias="unclean.leader.election.enable"
     )
     auto_create_topics_enable: bool = Field(default=True, alias="auto.create.topics.enable")
+    auto_leader_rebalance_enable: bool = Field(default=True, alias="auto.leader.rebalance.enable")
+    leader_imbalance_check_interval_seconds: int = Field(
+        default=300, alias="leader.imbalance.check.interval.seconds", gt=0
+    )
     producer_id_expiration_ms: int = Field(
         default=86_400_000, alias="producer.id.expiration.ms", gt=0
     )

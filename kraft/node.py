@@ -27,7 +27,7 @@ from broker.kafka_apis import KafkaApis
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.network import api_versions_response, serve_connection
 from broker.producer_ids import ProducerIdManager
-from broker.replica_manager import ReplicaManager
+from broker.replica_manager import ReplicaManager, ReplicationConfig
 from kraft.bootstrap import read_bootstrap
 from kraft.config import ServerConfig
 from log.config import LogConfig, LogManagerConfig
@@ -168,6 +168,10 @@ class KraftNode:
                     session_timeout_ms=config.session_timeout_ms,
                     max_idle_interval_ms=config.max_idle_interval_ms,
                     unclean_leader_election_enable=config.unclean_leader_election_enable,
+                    auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
+                    leader_imbalance_check_interval_ms=(
+                        config.leader_imbalance_check_interval_seconds * 1000
+                    ),
                     bootstrap_records=tuple(read_bootstrap(runtime.fs, config.metadata_dir)),
                 ),
                 bugs=self.bugs & CONTROLLER_BUGS.keys(),
@@ -217,6 +221,7 @@ class KraftNode:
             manager_config=LogManagerConfig.from_properties(properties),
         )
         await self.logs.startup()
+        broker_epoch = lambda: self.lifecycle.broker_epoch if self.lifecycle else -1  # noqa: E731
         replicas = self.replicas = ReplicaManager(
             config.node_id,
             self.logs,
@@ -224,7 +229,12 @@ class KraftNode:
             runtime.rng,
             runtime.clock,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
+            config=ReplicationConfig.from_properties(properties, config.inter_broker_listener_name),
+            channel=self._channel,
+            broker_epoch=broker_epoch,
         )
+        # Retention never deletes past what is committed.
+        self.logs.high_watermark_provider = replicas.high_watermark_of
         loader.add_publisher(replicas)
         self.lifecycle = BrokerLifecycleManager(
             runtime,

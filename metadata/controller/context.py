@@ -31,6 +31,8 @@ class ControllerConfig:
     session_timeout_ms: int = 9000  # broker.session.timeout.ms
     max_idle_interval_ms: int = 500  # metadata.max.idle.interval.ms
     unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True  # auto.leader.rebalance.enable
+    leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
     controller_listener: str = "CONTROLLER"
     # Written by the first controller to become active on an empty metadata log.
     bootstrap_records: tuple[MetadataRecord, ...] = ()

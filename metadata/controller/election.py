@@ -124,5 +124,27 @@ def broker_returning(ctx: ControllerContext, broker_id: int) -> list[PartitionCh
     return changes
 
 
+def preferred_leader_changes(ctx: ControllerContext, limit: int) -> list[PartitionChange]:
+    """Up to ``limit`` changes giving partitions back to their preferred leader (the first
+    replica) where it is usable and in the ISR, and leads elsewhere (Kafka's
+    auto.leader.rebalance.enable, as KRaft's maybeBalancePartitionLeaders does it: every
+    imbalanced partition, no per-broker percentage)."""
+    changes = []
+    for topic, partition_id, partition in partitions(ctx.image):
+        preferred = partition.replicas[0]
+        if (
+            partition.leader == preferred
+            or preferred not in partition.isr
+            or not ctx.is_usable(preferred)
+        ):
+            continue
+        change = partition_change(topic, partition_id, partition, preferred, partition.isr)
+        if change is not None:
+            changes.append(change)
+            if len(changes) >= limit:
+                break
+    return changes
+
+
 def leads_anything(image: MetadataImage, broker_id: int) -> bool:
     return any(p.leader == broker_id for _, _, p in partitions(image))

@@ -45,7 +45,7 @@ from metadata.controller.configs import (
     incremental_alter_configs,
 )
 from metadata.controller.context import ControllerConfig, ControllerContext, ControllerResult
-from metadata.controller.election import LEADER_OUTSIDE_ISR
+from metadata.controller.election import LEADER_OUTSIDE_ISR, preferred_leader_changes
 from metadata.controller.partitions import (
     ALTER_PARTITION,
     ELECT_LEADERS,
@@ -75,6 +75,7 @@ __all__ = ["CONTROLLER_BUGS", "ControllerConfig", "QuorumController"]
 logger = logging.getLogger("metadata.controller")
 
 ANSWER_BEFORE_COMMIT = "answer-before-commit"
+MAX_ELECTIONS_PER_IMBALANCE = 1000  # Kafka's QuorumController.MAX_ELECTIONS_PER_IMBALANCE
 CONTROLLER_BUGS = {
     ANSWER_BEFORE_COMMIT: "the controller answers a request once its records are proposed, "
     "before they commit",
@@ -318,14 +319,27 @@ class QuorumController:
 
     # ---- timers --------------------------------------------------------------------------------
     async def _run_timer(self) -> None:
-        """Fence brokers whose session expired; write a NoOp when idle (KIP-835)."""
+        """Fence brokers whose session expired; write a NoOp when idle (KIP-835); give
+        partitions back to their preferred leaders now and then (auto.leader.rebalance)."""
         loop = asyncio.get_running_loop()
         session_s = self.config.session_timeout_ms / 1000
         idle_s = self.config.max_idle_interval_ms / 1000
+        balance_s = self.config.leader_imbalance_check_interval_ms / 1000
+        next_balance_s = loop.time() + balance_s
         while self._active:
             now = loop.time()
             try:
                 self._fence_expired(now, session_s)
+                if self.config.auto_leader_rebalance_enable and now >= next_balance_s:
+                    next_balance_s = now + balance_s
+                    changes = preferred_leader_changes(self._context(), MAX_ELECTIONS_PER_IMBALANCE)
+                    if changes:
+                        logger.info(
+                            "[QuorumController id=%d] Electing preferred leaders of %d partitions",
+                            self.config.node_id,
+                            len(changes),
+                        )
+                        self._propose(changes)
                 if idle_s > 0 and now - self._last_write_s >= idle_s:
                     self._propose([NoOp()])
             except NotLeaderError:
@@ -333,6 +347,8 @@ class QuorumController:
                 return
             # A session that starts while we sleep expires no earlier than now + session_s.
             deadlines = [now + session_s]
+            if self.config.auto_leader_rebalance_enable:
+                deadlines.append(next_balance_s)
             deadlines.extend(seen + session_s for seen in self._expirable_sessions())
             if idle_s > 0:
                 deadlines.append(self._last_write_s + idle_s)

@@ -285,7 +285,8 @@ def test_protocol_level_refusals(tmp_path: Path) -> None:
     assert bad_acks.responses[0].partition_responses[0].error_code == (
         ErrorCode.invalid_required_acks
     )
-    assert from_broker.error_code == ErrorCode.not_leader_or_follower
+    # Broker 2 holds no replica of a-0: its follower fetch is refused for that partition.
+    assert from_broker.responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
 
 
 def corrupt(data: bytes) -> bytes:
@@ -394,3 +395,19 @@ def test_an_acks_all_produce_appends_every_partition_before_waiting_on_any(
         return ends
 
     assert run(tmp_path, body, lagging) == [1, 1]
+
+
+def test_a_restarted_replica_starts_from_its_checkpointed_high_watermark(tmp_path: Path) -> None:
+    async def commit_three(replicas: ReplicaManager) -> None:
+        result = await replicas.append("a", 0, batch(b"x", b"y", b"z"), acks=-1, timeout_s=5)
+        assert result.error == ErrorCode.none
+
+    run(tmp_path, commit_three, SOLE)  # closing writes replication-offset-checkpoint
+    # Back with followers in the ISR whose progress it does not know yet: without the
+    # checkpoint its high watermark would restart at 0 and hide committed records.
+    shared = image(6, {"a": (TOPIC_A, {0: partition(ME, (ME, 2, 3), epoch=4)})})
+
+    async def high_watermark(replicas: ReplicaManager) -> int | None:
+        return replicas.high_watermark_of(("a", 0))
+
+    assert run(tmp_path, high_watermark, shared) == 3
