@@ -176,7 +176,7 @@ class KafkaCluster(Cluster):
         node = self.nodes.get(host)
         replicas = node.replicas if node is not None else None
         state = replicas._partitions.get((TOPIC, partition)) if replicas is not None else None
-        return tuple(state.isr) if state is not None else ()
+        return tuple(state.maximal_isr) if state is not None else ()
 
     # ---- producers -------------------------------------------------------------------------
     async def producer(self, runtime: Runtime, lane: int) -> None:
