@@ -37,10 +37,18 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.bugs import (
+    ACK_BEFORE_FETCH,
+    HW_BEFORE_ISR,
+    ISR_SHRINK_LOCAL,
+    NO_EPOCH_BUMP,
+    SKIP_SEQUENCE_CHECK,
+    TRUNCATE_TO_HW,
+)
 from broker.controller_channel import ControllerSender
 from broker.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
-from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState
+from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState, Verdict
 from broker.purgatory import DelayedOperations
 from log.batch import parse_header, validate_batch
 from log.checkpoint import CheckpointError
@@ -136,8 +144,10 @@ class ReplicaManager:
         config: ReplicationConfig | None = None,
         channel: ControllerSender | None = None,
         broker_epoch: Callable[[], int] = lambda: -1,
+        bugs: frozenset[str] = frozenset(),
     ) -> None:
         self.node_id = node_id
+        self.bugs = bugs  # planted (broker/bugs.py); simulator only
         self._clock = clock
         self._producer_id_expiration_ms = producer_id_expiration_ms
         self._rng = rng  # stray names: the runtime's Random keeps simulated runs replayable
@@ -288,6 +298,8 @@ class ReplicaManager:
             transition = partition.apply(registration, now_ms)
             following = transition.after is ReplicaState.FOLLOWER
             if refetch and following and partition.leader != NO_LEADER:
+                if TRUNCATE_TO_HW in self.bugs and transition.new_epoch:
+                    await partition.log.truncate_to(partition.high_watermark)
                 self.fetchers.add(partition)
             if transition.after is ReplicaState.LEADER:
                 self._maybe_advance_high_watermark(partition)
@@ -350,6 +362,7 @@ class ReplicaManager:
             log,
             ProducerState.from_log(log, self._producer_id_expiration_ms),
             self.node_id,
+            bugs=self.bugs,
         )
         checkpointed = self._checkpointed.pop((topic.name, index), 0)
         partition.high_watermark = max(log.log_start_offset, min(checkpointed, log.log_end_offset))
@@ -385,6 +398,13 @@ class ReplicaManager:
             self._clock.now_ms(), self.config.lag_time_max_ms, self._isr_eligible
         ):
             self.delayed.notify(partition.key)
+        elif (
+            HW_BEFORE_ISR in self.bugs
+            and partition.is_leader
+            and partition.log.log_end_offset > partition.high_watermark
+        ):
+            partition.high_watermark = partition.log.log_end_offset
+            self.delayed.notify(partition.key)
 
     async def wait_for_changes(self, keys: Iterable[tuple[str, int]], timeout_s: float) -> bool:
         """Until one of the partitions ``keys`` changes (an append, a new high watermark,
@@ -408,6 +428,10 @@ class ReplicaManager:
                         list(partition.isr),
                         list(shrunk),
                     )
+                    if ISR_SHRINK_LOCAL in self.bugs:
+                        partition.isr = shrunk
+                        self._maybe_advance_high_watermark(partition)
+                        continue
                     self._alter_isr(partition, shrunk)
 
     def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
@@ -559,6 +583,8 @@ class ReplicaManager:
                 f"than min.insync.replicas {min_isr}",
             )
         verdict = partition.producers.check(header)
+        if SKIP_SEQUENCE_CHECK in self.bugs and verdict.duplicate_of >= 0:
+            verdict = Verdict()
         if not verdict.append:
             # Answered without appending: the CRC the log would check must hold here too,
             # so a corrupt batch is always CORRUPT_MESSAGE, as in Kafka.
@@ -570,7 +596,10 @@ class ReplicaManager:
             return AppendResult(verdict.error, message=f"producer {header.producer_id}")
         if verdict.append:
             try:
-                info = log.append_as_leader(bytearray(records), partition.leader_epoch)
+                epoch = partition.leader_epoch
+                if NO_EPOCH_BUMP in self.bugs:
+                    epoch = log.leader_epoch_cache.latest_epoch() or 0
+                info = log.append_as_leader(bytearray(records), epoch)
             except RecordError as error:
                 return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
             except KafkaStorageError as error:
@@ -583,7 +612,7 @@ class ReplicaManager:
             first = verdict.duplicate_of
             last = first + header.last_offset_delta
         result = AppendResult(ErrorCode.none, first, log.log_start_offset)
-        if acks != -1:
+        if acks != -1 or ACK_BEFORE_FETCH in self.bugs:
             return result
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s

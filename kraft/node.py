@@ -21,6 +21,7 @@ import os
 import uuid
 from collections.abc import Sequence
 
+from broker.bugs import BROKER_BUGS
 from broker.cluster_metadata import DESCRIBE_CLUSTER, describe_controllers_response
 from broker.controller_channel import ControllerChannel
 from broker.kafka_apis import KafkaApis
@@ -232,6 +233,7 @@ class KraftNode:
             config=ReplicationConfig.from_properties(properties, config.inter_broker_listener_name),
             channel=self._channel,
             broker_epoch=broker_epoch,
+            bugs=self.bugs & BROKER_BUGS.keys(),
         )
         # Retention never deletes past what is committed.
         self.logs.high_watermark_provider = replicas.high_watermark_of

@@ -30,6 +30,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from broker.bugs import BROKER_BUGS
 from broker.client import KafkaConnection
 from broker.replica_manager import Partition
 from log.runtime import Runtime
@@ -49,7 +50,9 @@ from sim.run import RunConfig, RunResult
 from sim.scenarios.metadata import BROKER_PORT, Checker, Cluster
 from sim.scenarios.metadata import BUGS as METADATA_BUGS
 
-BUGS = dict(METADATA_BUGS)
+# The broker's replication bugs, plus the controller's and Raft's (``leader-outside-isr``
+# is the unclean election with the flag off: a leader from outside the ISR).
+BUGS = {**BROKER_BUGS, **METADATA_BUGS}
 TOPIC = "jepsen"
 PRODUCERS = 4
 CONSUMERS = 2
@@ -386,16 +389,14 @@ class KafkaCluster(Cluster):
                 log=key,
                 from_offset=last_end,
                 to_offset=end,
-                committed=committed,
+                committed_hw=committed,
             )
             found = self.states.on_truncate(name, key, end, now)
         slot = (name, incarnation, key, epoch)
         if state.leader == self.node_id(name) and self._hw_seen.get(slot) != hw:
             self._hw_seen[slot] = hw
             isr = tuple(state.isr)
-            trace.event(
-                "partition-hw", node=name, log=key, epoch=epoch, high_watermark=hw, isr=list(isr)
-            )
+            trace.event("partition-hw", node=name, log=key, epoch=epoch, hw=hw, isr=list(isr))
             found = found or self.states.on_hw(name, incarnation, key, epoch, hw, isr, now)
         if found is not None:
             self.checker.fail(found.message)
@@ -557,6 +558,7 @@ def run_kafka(config: RunConfig) -> RunResult:
     world.trace.watchers.append(cluster.watch)
     world.trace.event(
         "kafka-config",
+        topic=TOPIC,
         acks=config.acks,
         rf=rf,
         partitions=config.partitions,
