@@ -20,7 +20,7 @@ that lost track of its leader's log end ask it.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -73,6 +73,8 @@ async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> o
                         "base_offset": result.base_offset,
                         "log_start_offset": result.log_start_offset,
                         "error_message": result.message,
+                        "log_append_time": _timestamp(result.log_append_time_ms),
+                        "record_errors": _record_errors(module, result.record_errors),
                     },
                 )
             )
@@ -85,6 +87,22 @@ async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> o
     if acks == 0:
         return NO_RESPONSE
     return make(module.ProduceResponse, {"responses": tuple(topics), "throttle_time": timedelta(0)})
+
+
+def _record_errors(module: Any, errors: tuple[tuple[int, str], ...]) -> tuple[object, ...]:
+    """Produce v8+'s per-record errors; older versions carry only the partition's code."""
+    entity = getattr(module, "BatchIndexAndErrorMessage", None)
+    if entity is None:
+        return ()
+    return tuple(
+        make(entity, {"batch_index": index, "batch_index_error_message": text})
+        for index, text in errors
+    )
+
+
+def _timestamp(ms: int) -> datetime | None:
+    """A Produce response's log_append_time: None encodes -1 (the producer's CreateTime)."""
+    return None if ms < 0 else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 async def fetch(replicas: ReplicaManager, request: Any, api_version: int) -> object:

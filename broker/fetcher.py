@@ -270,7 +270,20 @@ class ReplicaFetcher:
                 target = truncation_offset(
                     diverging.epoch, diverging.end_offset, log.end_offset_for_epoch, fetch_offset
                 )
+                latest = log.latest_epoch
                 await self._truncate(partition, target)
+                if log.log_end_offset == fetch_offset and log.latest_epoch == latest:
+                    # Nothing changed, so the same question would get the same answer at
+                    # once: back off instead of spinning (a bug if it happens; logged).
+                    logger.warning(
+                        "%s %s-%d: diverging epoch %d end %d changed nothing at offset %d",
+                        self._prefix,
+                        *partition.key,
+                        diverging.epoch,
+                        diverging.end_offset,
+                        fetch_offset,
+                    )
+                    self._delay(fetching)
                 return
             records = data.records
             if records:
@@ -310,6 +323,11 @@ class ReplicaFetcher:
                 log.log_end_offset,
             )
             await log.truncate_to(offset)
+        else:
+            # Nothing to cut, but an epoch this broker began as leader at its log end and
+            # never appended to conflicts with the leader's: forget it, as Kafka's truncateTo
+            # does, or the next fetch would name it again.
+            log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
         partition.follower_high_watermark(partition.high_watermark)
 
     async def _leader_end_offset(self, partition: Partition, leader_epoch: int) -> int | None:

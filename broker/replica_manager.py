@@ -50,7 +50,7 @@ from broker.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
 from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState, Verdict
 from broker.purgatory import DelayedOperations
-from log.batch import parse_header, validate_batch
+from log.batch import parse_header
 from log.checkpoint import CheckpointError
 from log.clock import WallClock
 from log.config import LogConfig
@@ -59,6 +59,7 @@ from log.errors import RecordError
 from log.fs import read_all, write_atomic
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.manager import LogManager
+from log.validator import PRODUCE_DECOMPRESSED_BYTES_MAX, validate_records
 from metadata.delta import local_changes
 from metadata.image import EMPTY, MetadataImage, TopicImage
 from metadata.records import NO_LEADER
@@ -109,6 +110,8 @@ class AppendResult:
     base_offset: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()  # (index in batch, why), Produce v8+
+    log_append_time_ms: int = -1  # the broker's timestamp when the topic uses LogAppendTime
 
 
 @dataclass(frozen=True, slots=True)
@@ -582,16 +585,24 @@ class ReplicaManager:
                 message=f"The ISR of {topic}-{index} has {len(partition.isr)} replicas, fewer "
                 f"than min.insync.replicas {min_isr}",
             )
+        try:
+            # Every record parsed and the topic's configs applied before anything is stored,
+            # duplicates included, as Kafka validates before its producer-state check.
+            validated = validate_records(
+                records,
+                log.config,
+                self._clock.now_ms(),
+                max_decompressed_bytes=PRODUCE_DECOMPRESSED_BYTES_MAX,
+            )
+        except RecordError as error:
+            return AppendResult(
+                ErrorCode(error.kafka_error_code),
+                message=str(error),
+                record_errors=error.record_errors,
+            )
         verdict = partition.producers.check(header)
         if SKIP_SEQUENCE_CHECK in self.bugs and verdict.duplicate_of >= 0:
             verdict = Verdict()
-        if not verdict.append:
-            # Answered without appending: the CRC the log would check must hold here too,
-            # so a corrupt batch is always CORRUPT_MESSAGE, as in Kafka.
-            try:
-                validate_batch(records)
-            except RecordError as error:
-                return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
         if verdict.error != ErrorCode.none:
             return AppendResult(verdict.error, message=f"producer {header.producer_id}")
         if verdict.append:
@@ -599,7 +610,7 @@ class ReplicaManager:
                 epoch = partition.leader_epoch
                 if NO_EPOCH_BUMP in self.bugs:
                     epoch = log.leader_epoch_cache.latest_epoch() or 0
-                info = log.append_as_leader(bytearray(records), epoch)
+                info = log.append_as_leader(validated.records, epoch)
             except RecordError as error:
                 return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
             except KafkaStorageError as error:
@@ -611,7 +622,11 @@ class ReplicaManager:
         else:  # a producer's retry of a batch already in the log: its original offsets
             first = verdict.duplicate_of
             last = first + header.last_offset_delta
-        result = AppendResult(ErrorCode.none, first, log.log_start_offset)
+        append_time_ms = validated.log_append_time_ms
+        del validated  # stored now: a recompressed batch is not held while acks=all waits
+        result = AppendResult(
+            ErrorCode.none, first, log.log_start_offset, log_append_time_ms=append_time_ms
+        )
         if acks != -1 or ACK_BEFORE_FETCH in self.bugs:
             return result
         loop = asyncio.get_running_loop()
@@ -718,6 +733,9 @@ class ReplicaManager:
             # KIP-320: the fetcher's log must agree with ours up to ``offset``; if not, it
             # is told where its last epoch ends here and truncates there.
             epoch, end = log.end_offset_for_epoch(last_fetched_epoch)
+            if epoch == UNDEFINED_EPOCH or end < 0:
+                # Kafka: the end of that epoch cannot be determined here.
+                return ReadResult(ErrorCode.offset_out_of_range, hw, log.log_start_offset)
             if epoch < last_fetched_epoch or end < offset:
                 return ReadResult(ErrorCode.none, hw, log.log_start_offset, b"", epoch, end)
         try:
@@ -764,12 +782,13 @@ class ReplicaManager:
             segments = [s for s in log.segments if s.size > 0]
             if not segments:
                 return OffsetResult(ErrorCode.none, -1, -1, NO_EPOCH)
-            best = max(segments, key=lambda s: s.max_timestamp)
-            found = log.fetch_offset_by_timestamp(best.max_timestamp)
+            timestamp = max(segments, key=lambda s: s.max_timestamp).max_timestamp
         elif timestamp < 0:
             return OffsetResult(ErrorCode.invalid_request)
-        else:
+        try:
             found = log.fetch_offset_by_timestamp(timestamp)
+        except RecordError as error:  # a stored batch that does not inflate within the bound
+            return OffsetResult(ErrorCode(error.kafka_error_code))
         if found is None or found[0] >= hw:
             return OffsetResult(ErrorCode.none, -1, -1, NO_EPOCH)
         offset, record_timestamp = found

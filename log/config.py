@@ -17,6 +17,10 @@ INT_MAX = (1 << 31) - 1
 # Kafka's LegacyRecord.RECORD_OVERHEAD_V0: the smallest segment.bytes Kafka accepts.
 SEGMENT_BYTES_MIN = 14
 OFFSET_INDEX_ENTRY_SIZE = 8
+# compression.type and message.timestamp.type values (log/validator.py applies them).
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+_STRING_FIELDS = frozenset({"cleanup_policy", "compression_type", "message_timestamp_type"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,10 @@ class LogConfig:
     file_delete_delay_ms: int = 60_000  # file.delete.delay.ms
     max_message_bytes: int = 1024 * 1024 + 12  # max.message.bytes (message.max.bytes)
     cleanup_policy: str = "delete"  # cleanup.policy; compaction is not implemented
+    compression_type: str = "producer"  # compression.type
+    message_timestamp_type: str = "CreateTime"  # message.timestamp.type
+    message_timestamp_before_max_ms: int = LONG_MAX  # message.timestamp.before.max.ms
+    message_timestamp_after_max_ms: int = 3_600_000  # message.timestamp.after.max.ms
 
     def __post_init__(self) -> None:
         # Config errors surface when the config is built, not deep inside an append.
@@ -60,6 +68,12 @@ class LogConfig:
             raise ValueError(f"max.message.bytes {self.max_message_bytes} < 0")
         if self.cleanup_policy != "delete":
             raise ValueError(f"cleanup.policy {self.cleanup_policy!r}: only 'delete' exists")
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise ValueError(f"compression.type {self.compression_type!r} is unknown")
+        if self.message_timestamp_type not in TIMESTAMP_TYPES:
+            raise ValueError(f"message.timestamp.type {self.message_timestamp_type!r} is unknown")
+        if self.message_timestamp_before_max_ms < 0 or self.message_timestamp_after_max_ms < 0:
+            raise ValueError("message.timestamp.before.max.ms and .after.max.ms must be >= 0")
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:
@@ -78,7 +92,7 @@ class LogConfig:
                 values["segment_ms"] = int(raw) * 3_600_000
             elif key in _KEYS:
                 name = _KEYS[key]
-                values[name] = str(raw) if name == "cleanup_policy" else int(raw)
+                values[name] = str(raw) if name in _STRING_FIELDS else int(raw)
         return replace(base or cls(), **values)
 
     def to_properties(self) -> dict[str, str]:
@@ -102,6 +116,10 @@ _KEYS: dict[str, str] = {
     "file.delete.delay.ms": "file_delete_delay_ms",
     "max.message.bytes": "max_message_bytes",
     "cleanup.policy": "cleanup_policy",
+    "compression.type": "compression_type",
+    "message.timestamp.type": "message_timestamp_type",
+    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
     "log.segment.bytes": "segment_bytes",
     "log.roll.ms": "segment_ms",
     "log.roll.jitter.ms": "segment_jitter_ms",
@@ -114,10 +132,15 @@ _KEYS: dict[str, str] = {
     "log.segment.delete.delay.ms": "file_delete_delay_ms",
     "message.max.bytes": "max_message_bytes",
     "log.cleanup.policy": "cleanup_policy",
+    "log.message.timestamp.type": "message_timestamp_type",
+    "log.message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "log.message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
 }
 
 
-_TOPIC_KEYS = frozenset(key for key in _KEYS if not key.startswith(("log.", "message.")))
+_TOPIC_KEYS = frozenset(
+    key for key in _KEYS if not key.startswith("log.") and key != "message.max.bytes"
+)
 
 
 def _has(props: Mapping[str, Any], prefix: str) -> bool:

@@ -10,6 +10,8 @@ class RecordError(Exception):
     """Base of every error the batch codec raises for bad input (never for a bug of ours)."""
 
     kafka_error_code: int = -1  # UNKNOWN_SERVER_ERROR; subclasses always override it
+    # (index in the batch, why) of each refused record, for Produce v8+'s record_errors.
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 class CorruptRecordError(RecordError):
@@ -28,3 +30,9 @@ class UnsupportedCompressionError(RecordError):
     """The batch names a compression codec this broker does not know (ids 5-7)."""
 
     kafka_error_code = 76  # UNSUPPORTED_COMPRESSION_TYPE
+
+
+class RecordTooLargeError(RecordError):
+    """A batch larger than max.message.bytes."""
+
+    kafka_error_code = 10  # MESSAGE_TOO_LARGE

@@ -32,15 +32,23 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from log.batch import BatchHeader, assign_offsets, decode_batch, validate_batch
+from log.batch import (
+    BATCH_HEADER_SIZE,
+    LOG_APPEND_TIME,
+    BatchHeader,
+    assign_offsets,
+    validate_batch,
+)
 from log.checkpoint import LEADER_EPOCH_CHECKPOINT
+from log.compression import Compression, decompress
 from log.config import LogConfig
 from log.epoch_cache import LeaderEpochFileCache
-from log.errors import InvalidRecordError, RecordError
+from log.errors import InvalidRecordError, RecordError, RecordTooLargeError
 from log.index import REL_OFFSET_MAX
 from log.loader import load_segments
 from log.runtime import Runtime
 from log.segment import LogSegment
+from log.validator import walk_records
 
 logger = logging.getLogger(__name__)
 
@@ -63,12 +71,6 @@ class UnexpectedAppendOffsetError(Exception):
     """A follower append whose offsets start below the log end offset or go backwards."""
 
     kafka_error_code = -1  # Kafka's UnexpectedAppendOffsetException has no wire code
-
-
-class RecordTooLargeError(RecordError):
-    """A batch larger than max.message.bytes."""
-
-    kafka_error_code = 10  # MESSAGE_TOO_LARGE
 
 
 class RecordBatchTooLargeError(RecordError):
@@ -498,11 +500,26 @@ class Log:
             if location is None:
                 continue
             data = segment.log.pread(location.position, location.size)
-            header, records = decode_batch(data)
-            for record in records:
-                offset = header.base_offset + (record.offset_delta or 0)
-                if record.timestamp >= timestamp and offset >= self._log_start_offset:
-                    return offset, record.timestamp
+            header = validate_batch(data)
+            min_delta = max(0, self._log_start_offset - header.base_offset)
+            if header.timestamp_type == LOG_APPEND_TIME:  # every record has the batch's time
+                if min_delta <= header.last_offset_delta:
+                    return header.base_offset + min_delta, header.max_timestamp
+                continue
+            # Only offset deltas and timestamps are read: no record objects, one bounded
+            # payload at a time, so a batch of millions of tiny records costs its bytes only.
+            payload = data[BATCH_HEADER_SIZE:]
+            if header.compression is not Compression.NONE:
+                payload = decompress(header.compression, payload)
+            walk = walk_records(
+                bytes(payload),
+                header.records_count,
+                header.base_timestamp,
+                stop_at_timestamp=timestamp,
+                min_offset_delta=min_delta,
+            )
+            if walk.found is not None:
+                return header.base_offset + walk.found[0], walk.found[1]
         return None
 
     # ---- flush --------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from broker import data_plane
 from broker.network import NO_RESPONSE
 from broker.replica_manager import PARTITION_METADATA_FILE, ReplicaManager
 from log.batch import decode_batch, encode_batch, iter_batches
+from log.clock import WallClock
 from log.config import LogConfig
 from log.manager import LogManager
 from log.records import Record
@@ -66,11 +67,18 @@ def values_of(data: bytes) -> list[bytes]:
     return out
 
 
-def run(root: Path, body: Callable[[ReplicaManager], Awaitable[T]], first: MetadataImage) -> T:
+def run(
+    root: Path,
+    body: Callable[[ReplicaManager], Awaitable[T]],
+    first: MetadataImage,
+    clock: WallClock | None = None,
+) -> T:
     """``body`` against a ReplicaManager over log dir ``root``, started at ``first``."""
 
     async def main() -> T:
         runtime = real_runtime(seed=5)
+        if clock is not None:
+            runtime = dataclasses.replace(runtime, clock=clock)
         logs = LogManager(runtime, [str(root)], LogConfig())
         await logs.startup()
         replicas = ReplicaManager(ME, logs, LogConfig(), runtime.rng, runtime.clock)

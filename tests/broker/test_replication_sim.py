@@ -37,7 +37,7 @@ TOPIC = "r"
 TIMEOUT_S = 10.0
 
 
-def config(name: str) -> Any:
+def config(name: str, rebalance_s: int) -> Any:
     controller = name == CONTROLLER
     return config_from_properties(
         {
@@ -52,21 +52,23 @@ def config(name: str) -> Any:
             "broker.heartbeat.interval.ms": "500",
             "broker.session.timeout.ms": "3000",
             "replica.lag.time.max.ms": "2000",
+            "leader.imbalance.check.interval.seconds": str(rebalance_s),
         },
         f"{name}.properties",
     )
 
 
 class Cluster:
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, rebalance_s: int = 300) -> None:
         self.world = world
+        self.rebalance_s = rebalance_s
         self.nodes: dict[str, KraftNode] = {}
         for name in (CONTROLLER, *BROKERS):
             process = world.add_process(name)
             process.start(lambda runtime, p=process: self.main(runtime, p))
 
     async def main(self, runtime: Runtime, process: SimProcess) -> None:
-        node = KraftNode(runtime, config(process.name), CLUSTER_ID)
+        node = KraftNode(runtime, config(process.name, self.rebalance_s), CLUSTER_ID)
         self.nodes[process.name] = node
         await node.start()
         await node.wait()
@@ -237,6 +239,73 @@ def test_acks_all_survives_a_leader_crash_and_the_old_leader_truncates_and_rejoi
 
     async def drive() -> None:
         client = world.add_process("client")  # network calls come from a simulated process
+        await client.start(lambda _runtime: scenario())
+
+    try:
+        world.run(drive())
+        assert world.failures == []
+    finally:
+        world.close()
+
+
+def test_a_broker_that_led_an_epoch_without_appending_keeps_following() -> None:
+    """A leads, B takes over (epoch 1) while A is down and appends nothing, then the
+    controller gives the partition back to A, its preferred leader (auto rebalance). B's
+    epoch cache names epoch 1 at its log end, which A never had: A answers with a diverging
+    epoch ending exactly at B's log end, and B must drop that epoch (as Kafka's truncateTo
+    does) rather than ask the same question forever and fall out of the ISR."""
+    world = World(seed=11)
+    cluster = Cluster(world, rebalance_s=3)
+
+    def leader_other_than(*brokers: str) -> Any:
+        def check() -> Any:
+            p = cluster.partition()
+            ok = p is not None and p.leader > 0 and f"n{p.leader}" not in brokers
+            return p if ok else None
+
+        return check
+
+    async def scenario() -> None:
+        await cluster.until(
+            lambda: all(
+                (n := cluster.nodes.get(b)) is not None
+                and n.lifecycle_ready is not None
+                and n.lifecycle_ready.done()
+                for b in BROKERS
+            ),
+            "brokers serve",
+        )
+        connection = KafkaConnection("admin")
+        await connection.connect(BROKERS[0], PORT, 1.0)
+        assert await admin.create_topic(connection, TOPIC, 1, 3, TIMEOUT_S) == "NONE"
+        await connection.close()
+        first = await cluster.until(cluster.partition, "the topic exists")
+        a = f"n{first.leader}"
+        assert first.leader == first.replicas[0]
+        await cluster.until(
+            lambda: all(
+                cluster.nodes[b].replicas.high_watermark_of((TOPIC, 0)) is not None for b in BROKERS
+            ),
+            "every broker hosts its replica",
+        )
+        for i in range(5):
+            assert (await produce(a, f"v{i}".encode()))[0] == ErrorCode.none
+        await cluster.until(
+            lambda: all(cluster.log_of(x).log_end_offset == 5 for x in BROKERS), "replicated"
+        )
+        world.processes[a].crash()
+        b = f"n{(await cluster.until(leader_other_than(a), 'b leads')).leader}"
+        world.processes[a].restart()
+        await cluster.until(leader_other_than(b), "a leads again (preferred)")
+        await cluster.until(
+            lambda: [e.epoch for e in cluster.log_of(b).leader_epoch_cache.entries()] == [0],
+            "b forgets the epoch it led without appending",
+        )
+        await asyncio.sleep(5)  # over two lag times: b fetches, so it stays in sync
+        assert len(cluster.partition().isr) == 3
+
+    async def drive() -> None:
+        client = world.add_process("client")
         await client.start(lambda _runtime: scenario())
 
     try:
