@@ -659,7 +659,7 @@ def check_kafka(run: RunData) -> list[Violation]:
     for event in records(run.events, (*columns, *offsets)):
         if event.kind == "kafka-config":
             config = json.loads(event.detail) if isinstance(event.detail, str) else {}
-        elif event.kind in ("crash", "partition-hw", "partition-truncate"):
+        elif event.kind in ("crash", "partition-state", "partition-hw", "partition-truncate"):
             items.append((int(event.seq), "event", event))
     if not config:
         return []
@@ -701,8 +701,13 @@ def check_kafka(run: RunData) -> list[Violation]:
             if broker is not None:
                 cuts.cut(broker, at)
             continue
+        detail = json.loads(item.detail) if isinstance(item.detail, str) else {}
+        if item.kind == "partition-state":
+            if detail.get("topic") == config.get("topic"):
+                key = f"{detail['topic']}-{detail['partition']}"
+                cuts.isr_changed(key, tuple(int(r) for r in detail["isr"]), at)
+            continue
         if item.kind == "partition-hw":
-            detail = json.loads(item.detail) if isinstance(item.detail, str) else {}
             result = states.on_hw(
                 str(item.node),
                 _int(item.incarnation) or 0,

@@ -21,9 +21,10 @@ Checks (the violation name leads the message):
   reads go to the healed cluster's high watermark.
 
 What an acknowledgement promises: acks=all with min.insync.replicas=2 keeps a write while
-any replica of the ISR that acknowledged it keeps it. Data logs are not fsynced per append
-(as in Kafka), so a write may be lost once every member of that ISR lost power after the
-acknowledgement (a whole-cluster power cut can do it); such a loss is excused, and counted.
+the ISR keeps it. Data logs are not fsynced per append (as in Kafka), so a write may be
+lost once every member of the ISR that acknowledged it, or of a later ISR, lost power while
+that ISR stood (a whole-cluster power cut can do it; so can two cuts after the ISR shrank
+to two); such a loss is excused, and counted (``PowerCuts.may_have_lost``).
 With acks=1 only the leader had the write, so sends promise nothing: lost and unseen sends
 are counted, not violations.
 """
@@ -76,19 +77,36 @@ class _Send:
 
 @dataclass(slots=True)
 class PowerCuts:
-    """When each broker lost power, to excuse the losses the promise allows."""
+    """When each broker lost power, and each partition's ISR over time (as the controller
+    committed it), to excuse exactly the losses the promise allows."""
 
     times: dict[int, list[int]] = field(default_factory=dict)
+    isrs: dict[str, list[tuple[int, tuple[int, ...]]]] = field(default_factory=dict)
 
     def cut(self, broker: int, time_us: int) -> None:
         self.times.setdefault(broker, []).append(time_us)
 
-    def all_cut_after(self, brokers: Iterable[int], time_us: int) -> bool:
-        """Whether every one of ``brokers`` (at least one) lost power after ``time_us``."""
-        brokers = tuple(brokers)
+    def isr_changed(self, key: str, isr: tuple[int, ...], time_us: int) -> None:
+        self.isrs.setdefault(key, []).append((time_us, isr))
+
+    def _all_cut_between(self, brokers: tuple[int, ...], after_us: int, before_us: float) -> bool:
         return bool(brokers) and all(
-            any(t > time_us for t in self.times.get(broker, ())) for broker in brokers
+            any(after_us < t < before_us for t in self.times.get(broker, ())) for broker in brokers
         )
+
+    def may_have_lost(self, key: str, isr: Iterable[int], time_us: int) -> bool:
+        """Whether a record ``isr`` held at ``time_us`` may since have been lost to power
+        cuts alone: every member of that ISR, or of one ISR the partition had later (the
+        record lived on it), lost power after ``time_us`` and while that ISR stood. (A
+        member that restarted and fetched the record again is not told apart: lenient.)"""
+        if self._all_cut_between(tuple(isr), time_us, float("inf")):
+            return True
+        history = self.isrs.get(key, [])
+        for index, (_since, members) in enumerate(history):
+            until = history[index + 1][0] if index + 1 < len(history) else float("inf")
+            if until > time_us and self._all_cut_between(members, time_us, until):
+                return True
+        return False
 
 
 def broker_id(node: str | None) -> int | None:
@@ -130,7 +148,7 @@ class KafkaChecker:
             send = _Send(op.key, op.offset, op.value, op.complete_us, op.isr)
             last = self._last_send.get(slot)
             if last is not None and op.offset <= last.offset:
-                if self.cuts.all_cut_after(last.isr, last.complete_us):
+                if self.cuts.may_have_lost(op.key, last.isr, last.complete_us):
                     self.excused += 1  # the log lost the earlier one: offsets are reused
                 else:
                     self.fail(
@@ -171,7 +189,7 @@ class KafkaChecker:
         read = _Read(value, key, offset, op.isr, op.complete_us)
         known = self._at.setdefault((key, offset), read)
         if known.value != value:
-            if self.cuts.all_cut_after(known.isr, known.time_us):
+            if self.cuts.may_have_lost(key, known.isr, known.time_us):
                 self.excused += 1
                 self._at[(key, offset)] = read
             else:
@@ -182,7 +200,7 @@ class KafkaChecker:
                 )
         where = self._where.setdefault(value, read)
         if (where.key, where.offset) != (key, offset):
-            if self.cuts.all_cut_after(where.isr, where.time_us):
+            if self.cuts.may_have_lost(where.key, where.isr, where.time_us):
                 self.excused += 1
                 self._where[value] = read
             else:
@@ -205,7 +223,7 @@ class KafkaChecker:
             if not self.acks_all:
                 self.lost += 1
                 continue
-            if self.cuts.all_cut_after(send.isr, send.complete_us):
+            if self.cuts.may_have_lost(send.key, send.isr, send.complete_us):
                 self.excused += 1
                 continue
             if at is not None:
@@ -255,9 +273,10 @@ class PartitionStateChecker:
     back within one incarnation):
 
     - ``high-watermark``: a leader's high watermark never moves back within its epoch;
-    - ``committed-truncated``: no replica truncates below the highest high watermark any
-      leader reached, unless every member of the ISR that committed it has since lost power
-      (the loss the promise allows, as for sends).
+    - ``committed-truncated``: no member of the ISR (as the controller committed it)
+      truncates below the highest high watermark any leader reached, unless power cuts may
+      have lost those records (``PowerCuts.may_have_lost``, as for sends). A replica out of
+      the ISR may hold an old epoch's records below it, which it rightly truncates.
     """
 
     cuts: PowerCuts = field(default_factory=PowerCuts)
@@ -293,7 +312,10 @@ class PartitionStateChecker:
 
     def on_truncate(self, node: str, key: str, to: int, time_us: int) -> KafkaViolation | None:
         committed, isr, at_us = self._committed.get(key, (0, (), 0))
-        if to >= committed or self.cuts.all_cut_after(isr, at_us):
+        history = self.cuts.isrs.get(key)
+        if history and broker_id(node) not in history[-1][1]:
+            return None  # out of the ISR: its tail may be an old epoch's, never committed
+        if to >= committed or self.cuts.may_have_lost(key, isr, at_us):
             return None
         return KafkaViolation(
             "committed-truncated",

@@ -29,6 +29,7 @@ import asyncio
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from broker.bugs import BROKER_BUGS
 from broker.client import KafkaConnection
@@ -401,12 +402,15 @@ class KafkaCluster(Cluster):
         if found is not None:
             self.checker.fail(found.message)
 
-    def watch(self, event: dict[str, object]) -> None:
-        """A trace watcher: note each broker's power cut."""
+    def watch(self, event: dict[str, Any]) -> None:
+        """A trace watcher: note each broker's power cut and each committed ISR."""
         if event["kind"] == "crash" and event["node"] in self.brokers:
             broker = broker_id(str(event["node"]))
             assert broker is not None
-            self.cuts.cut(broker, int(event["t_us"]))  # type: ignore[call-overload]
+            self.cuts.cut(broker, int(event["t_us"]))
+        elif event["kind"] == "partition-state" and event["topic"] == TOPIC:
+            key = key_of(int(event["partition"]))
+            self.cuts.isr_changed(key, tuple(int(r) for r in event["isr"]), int(event["t_us"]))
 
     # ---- setup, heal, final reads ----------------------------------------------------------
     async def setup(self, rng: random.Random) -> bool:

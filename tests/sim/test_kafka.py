@@ -59,6 +59,23 @@ def test_a_loss_is_excused_only_when_the_whole_acknowledging_isr_lost_power_afte
     assert checks(*ops, cuts=wholly) == []
 
 
+def test_a_loss_is_excused_when_a_later_isr_lost_power_while_it_stood() -> None:
+    ops = [send("p0", 10, 0, at=5, isr=(4, 5, 6)), poll("c0", 0, [], 0, at=30)]
+    cuts = PowerCuts()
+    cuts.isr_changed(K, (4, 5, 6), 1)
+    cuts.isr_changed(K, (5, 6), 10)  # 4 shrunk out: the record lives on 5 and 6
+    cuts.cut(5, 12)
+    assert checks(*ops, cuts=cuts) == ["unseen"]
+    cuts.cut(6, 14)
+    assert checks(*ops, cuts=cuts) == []
+    regrown = PowerCuts()
+    regrown.isr_changed(K, (5, 6), 10)
+    regrown.cut(5, 12)
+    regrown.isr_changed(K, (4, 5, 6), 13)  # 4 back before 6 lost power: 4 kept it
+    regrown.cut(6, 14)
+    assert checks(*ops, cuts=regrown) == ["unseen"]
+
+
 def test_acks_1_promises_nothing_about_sends() -> None:
     assert checks(send("p0", 10, 0), poll("c0", 0, [], 0), acks_all=False) == []
 
@@ -103,6 +120,10 @@ def test_truncating_below_a_committed_offset_is_flagged_unless_the_isr_lost_powe
     assert states.on_truncate("n6", K, 10, 2) is None
     found = states.on_truncate("n6", K, 9, 2)
     assert found is not None and found.check == "committed-truncated"
+    cuts.isr_changed(K, (4, 5), 3)
+    assert states.on_truncate("n6", K, 9, 4) is None  # out of the ISR: an old epoch's tail
+    cuts.isr_changed(K, (4, 5, 6), 5)
+    assert states.on_truncate("n6", K, 9, 6) is not None
     cuts.cut(4, 5)
     cuts.cut(5, 6)
     assert states.on_truncate("n6", K, 9, 7) is None
