@@ -18,3 +18,17 @@ METADATA_BUG_SEEDS = {
     "unfence-before-caught-up": 1,
     "leader-outside-isr": 1,
 }
+
+
+# Each kafka-scenario planted bug (broker/bugs.py, plus the controller's leader-outside-isr,
+# the unclean election), with the first seed a 20 s run catches it at, and any flags it needs.
+KAFKA_BUG_SEEDS = {
+    "ack-before-fetch": 2,
+    "hw-before-isr": 5,
+    "truncate-to-hw": 4,
+    "isr-shrink-local": 7,
+    "no-epoch-bump": 1,
+    "leader-outside-isr": 3,
+    "skip-sequence-check": 2,
+}
+KAFKA_BUG_ARGS = {"skip-sequence-check": ("--idempotent",)}
