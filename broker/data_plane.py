@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.network import NO_RESPONSE
 from broker.replica_manager import AppendResult, ReplicaManager
+from metadata.topic_names import RESERVED_TOPICS
 from raft.entities import make, response_module
 
 PRODUCE = 0
@@ -53,6 +54,11 @@ async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> o
             return AppendResult(ErrorCode.invalid_required_acks)
         if data.records is None:
             return AppendResult(ErrorCode.invalid_record)
+        if topic in RESERVED_TOPICS:  # Kafka's ReplicaManager.appendToLocalLog
+            return AppendResult(
+                ErrorCode.invalid_topic_exception,
+                message=f"Cannot append to internal topic {topic}",
+            )
         return await replicas.append(topic, data.index, bytes(data.records), acks, timeout_s)
 
     # Every partition appends at once (in request order: each task appends before it first
@@ -109,13 +115,28 @@ async def fetch(replicas: ReplicaManager, request: Any, api_version: int) -> obj
     module = response_module(FETCH, api_version)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0.0, request.max_wait.total_seconds())
-    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
+    keys = [(topic, p.partition) for topic, p in wanted]
+    answers = _read_in_order(replicas, request, module, wanted)
     while True:  # bounded by the deadline: each pass waits for a partition or for it
-        answers, size, failed = _read_all(replicas, request, module)
+        size = sum(len(answer["records"]) for answer in answers)  # type: ignore[arg-type]
+        failed = any(
+            answer["error_code"] != ErrorCode.none or "diverging_epoch" in answer
+            for answer in answers
+        )
         remaining = deadline - loop.time()
         if size >= request.min_bytes or failed or remaining <= 0:
             break
-        await replicas.wait_for_changes(keys, remaining)
+        changed = await replicas.wait_for_changes(keys, remaining)
+        if not changed:
+            break  # nothing it reads changed: the answer stands
+        # With nothing held yet, only the partitions that changed are read again; with some
+        # data held, all of them, so the byte budget is shared in request order as before.
+        only = None if size else set(changed)
+        answers = _read_in_order(replicas, request, module, wanted, only, answers)
+    by_topic: dict[str, list[object]] = {}
+    for (topic, _), answer in zip(wanted, answers, strict=True):
+        by_topic.setdefault(topic, []).append(make(module.PartitionData, answer))
     return make(
         module.FetchResponse,
         {
@@ -123,78 +144,90 @@ async def fetch(replicas: ReplicaManager, request: Any, api_version: int) -> obj
             "error_code": ErrorCode.none,
             "session_id": 0,
             "responses": tuple(
-                make(
-                    module.FetchableTopicResponse,
-                    {
-                        "topic": name,
-                        "partitions": tuple(make(module.PartitionData, p) for p in partitions),
-                    },
-                )
-                for name, partitions in answers
+                make(module.FetchableTopicResponse, {"topic": name, "partitions": tuple(parts)})
+                for name, parts in by_topic.items()
             ),
         },
     )
 
 
-def _read_all(
-    replicas: ReplicaManager, request: Any, module: Any
-) -> tuple[list[tuple[str, list[dict[str, object]]]], int, bool]:
-    """(per topic, its partitions' response fields), total record bytes, any error."""
+def _read_in_order(
+    replicas: ReplicaManager,
+    request: Any,
+    module: Any,
+    wanted: list[tuple[str, Any]],
+    only: set[tuple[str, int]] | None = None,
+    previous: list[dict[str, object]] | None = None,
+) -> list[dict[str, object]]:
+    """Each wanted partition's response fields, read in request order within the
+    request's byte budget; with ``only``, the others keep their ``previous`` answer."""
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
-    answers: list[tuple[str, list[dict[str, object]]]] = []
-    size, failed = 0, False
-    replica_id = request.replica_id
-    for topic in request.topics:
-        partitions: list[dict[str, object]] = []
-        for wanted in topic.partitions:
-            # The first partition with data gets at least one whole batch (Kafka's
-            # minOneMessage), so a batch larger than max.bytes cannot stall a consumer.
-            current_epoch = getattr(wanted, "current_leader_epoch", -1)
-            last_fetched_epoch = getattr(wanted, "last_fetched_epoch", -1)
-            max_bytes = min(wanted.partition_max_bytes, budget)
-            if replica_id >= 0:
-                result = replicas.read_for_follower(
-                    replica_id,
-                    topic.topic,
-                    wanted.partition,
-                    wanted.fetch_offset,
-                    max_bytes,
-                    current_epoch,
-                    last_fetched_epoch,
-                    min_one_message=size == 0,
-                )
-            else:
-                result = replicas.read(
-                    topic.topic,
-                    wanted.partition,
-                    wanted.fetch_offset,
-                    max_bytes,
-                    current_epoch,
-                    min_one_message=size == 0,
-                    last_fetched_epoch=last_fetched_epoch,
-                )
-            budget = max(0, budget - len(result.records))
-            size += len(result.records)
-            diverged = result.diverging_end_offset >= 0
-            failed = failed or result.error != ErrorCode.none or diverged
-            fields: dict[str, object] = {
-                "partition_index": wanted.partition,
-                "error_code": result.error,
-                "high_watermark": result.high_watermark,
-                # No transactions yet: everything committed is stable.
-                "last_stable_offset": result.high_watermark,
-                "log_start_offset": result.log_start_offset,
-                "aborted_transactions": None if request.isolation_level != READ_COMMITTED else (),
-                "records": result.records,
-            }
-            if diverged:
-                fields["diverging_epoch"] = make(
-                    module.EpochEndOffset,
-                    {"epoch": result.diverging_epoch, "end_offset": result.diverging_end_offset},
-                )
-            partitions.append(fields)
-        answers.append((topic.topic, partitions))
-    return answers, size, failed
+    size = 0
+    answers = []
+    for i, (topic, partition) in enumerate(wanted):
+        if only is not None and previous is not None and (topic, partition.partition) not in only:
+            answers.append(previous[i])
+            continue
+        # The first partition with data gets at least one whole batch (Kafka's
+        # minOneMessage), so a batch larger than max.bytes cannot stall a consumer.
+        max_bytes = min(partition.partition_max_bytes, budget)
+        answer = _read(replicas, request, module, topic, partition, max_bytes, size == 0)
+        read = len(answer["records"])  # type: ignore[arg-type]
+        budget, size = max(0, budget - read), size + read
+        answers.append(answer)
+    return answers
+
+
+def _read(
+    replicas: ReplicaManager,
+    request: Any,
+    module: Any,
+    topic: str,
+    wanted: Any,
+    max_bytes: int,
+    min_one_message: bool,
+) -> dict[str, object]:
+    """One partition's response fields: a follower's read when the request has a replica
+    id, a consumer's otherwise."""
+    current_epoch = getattr(wanted, "current_leader_epoch", -1)
+    last_fetched_epoch = getattr(wanted, "last_fetched_epoch", -1)
+    if request.replica_id >= 0:
+        result = replicas.read_for_follower(
+            request.replica_id,
+            topic,
+            wanted.partition,
+            wanted.fetch_offset,
+            max_bytes,
+            current_epoch,
+            last_fetched_epoch,
+            min_one_message=min_one_message,
+        )
+    else:
+        result = replicas.read(
+            topic,
+            wanted.partition,
+            wanted.fetch_offset,
+            max_bytes,
+            current_epoch,
+            min_one_message=min_one_message,
+            last_fetched_epoch=last_fetched_epoch,
+        )
+    fields: dict[str, object] = {
+        "partition_index": wanted.partition,
+        "error_code": result.error,
+        "high_watermark": result.high_watermark,
+        # No transactions yet: everything committed is stable.
+        "last_stable_offset": result.high_watermark,
+        "log_start_offset": result.log_start_offset,
+        "aborted_transactions": None if request.isolation_level != READ_COMMITTED else (),
+        "records": result.records,
+    }
+    if result.diverging_end_offset >= 0:
+        fields["diverging_epoch"] = make(
+            module.EpochEndOffset,
+            {"epoch": result.diverging_epoch, "end_offset": result.diverging_end_offset},
+        )
+    return fields
 
 
 def list_offsets(replicas: ReplicaManager, request: Any, api_version: int) -> object:

@@ -294,7 +294,7 @@ class ReplicaFetcher:
                 await log.delete_records(leader_start, high_watermark=partition.high_watermark)
             return
         if error == ErrorCode.offset_out_of_range:
-            if fetch_offset < data.log_start_offset or data.log_start_offset < 0:
+            if fetch_offset < data.log_start_offset:
                 logger.info(
                     "%s %s-%d: fetch offset %d is below the leader's log start %d; restarting "
                     "the log there",
@@ -303,7 +303,7 @@ class ReplicaFetcher:
                     fetch_offset,
                     data.log_start_offset,
                 )
-                await log.truncate_fully_and_start_at(max(0, data.log_start_offset))
+                await log.truncate_fully_and_start_at(data.log_start_offset)
                 partition.follower_high_watermark(partition.high_watermark)
                 return
             end = await self._leader_end_offset(partition, fetching.leader_epoch)
@@ -388,9 +388,6 @@ class ReplicaFetcherManager:
         self._on_failure = on_failure  # a fetcher task died of a bug: its owner re-raises
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._source: dict[tuple[str, int], int] = {}
-
-    def fetcher(self, source_id: int) -> ReplicaFetcher | None:
-        return self._fetchers.get(source_id)
 
     def add(self, partition: Partition) -> None:
         """Fetch ``partition`` from its leader (it must not be fetched from anywhere yet)."""

@@ -35,7 +35,7 @@ from broker.network import api_versions_response
 from broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
 from metadata.image import MetadataImage
-from metadata.topic_names import topic_name_error
+from metadata.topic_names import RESERVED_TOPICS, topic_name_error
 from raft import wire
 from raft.entities import make, request_module
 
@@ -145,6 +145,7 @@ class KafkaApis:
             if item.name is not None
             and image.topics.get(item.name) is None
             and topic_name_error(item.name) is None
+            and item.name not in RESERVED_TOPICS  # never a client's to create
         }
         new = missing - self._creating
         if new:

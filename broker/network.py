@@ -3,9 +3,18 @@
 A connection carries length-prefixed requests; each is decoded against the versions the
 listener serves, handed to ``handle`` and answered before the next one is read, so answers go
 out in request order as Kafka guarantees (its SocketServer mutes a channel while a request is
-in flight). What cannot be served closes the connection, as Kafka does, with one exception
-from KIP-511: an ApiVersions request of a version we do not speak is answered, as v0 with
-UNSUPPORTED_VERSION and our version list, so a newer client can retry with one we have.
+in flight): one request in flight per connection. What cannot be served closes the
+connection, as Kafka does, with one exception from KIP-511: an ApiVersions request of a
+version we do not speak is answered, as v0 with UNSUPPORTED_VERSION and our version list, so
+a newer client can retry with one we have.
+
+Limits (NetworkLimits, Kafka's keys): a frame larger than ``socket.request.max.bytes`` closes
+the connection before its body is read (logged once a minute per listener); the bytes of all
+requests being read or handled on a listener group share one ``queued.max.request.bytes``
+budget (RequestBytesBudget): when it is spent, connections stop reading (TCP back-pressure)
+until answered requests free it; a connection that sends nothing, or does not finish a frame,
+within ``connections.max.idle.ms`` is closed, which also ends a slow-loris that sends a
+length prefix and never the body.
 
 Bytes after a request body are ignored here, as Kafka's broker ignores them (its parser reads
 the fields it knows and never looks at what remains): librdkafka 2.16 sends three stray bytes
@@ -16,11 +25,16 @@ unreachable from every librdkafka-based client.
 from __future__ import annotations
 
 import asyncio
+import collections
+import logging
+import struct
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from log.rate_limited_log import RateLimitedLog
 from raft import wire
 from raft.entities import make, response_module
 
@@ -28,39 +42,192 @@ Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 # What a handler returns for a request that gets no response: a Produce with acks=0.
 NO_RESPONSE = object()
 
+logger = logging.getLogger("broker.network")
+_limited = RateLimitedLog(logger)
+_LENGTH = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkLimits:
+    """The per-listener limits, under Kafka's names; defaults in docs/operations.md."""
+
+    socket_request_max_bytes: int = wire.MAX_FRAME_BYTES
+    connections_max_idle_ms: int = 600_000
+    listener: str = "listener"
+
+
+class RequestBytesBudget:
+    """Kafka's MemoryPool for requests (``queued.max.request.bytes``): bytes of requests
+    read and not yet answered. Kafka's default is -1 (unbounded); ours is
+    socket.request.max.bytes, so the largest request always fits and raw request bytes in
+    flight never exceed what one such request may be.
+
+    A frame's size is taken from the budget before its body is read and given back once it
+    is answered. Waiters are served in order, so a large request is not starved by small
+    ones; a request larger than the whole budget is let in when nothing else holds any
+    (otherwise it could never be served), so the budget may be exceeded by one request.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        assert max_bytes > 0
+        self.max_bytes = max_bytes
+        self.used_bytes = 0
+        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    @property
+    def waiting(self) -> int:
+        """Connections waiting for budget before reading their next request's body."""
+        return len(self._waiters)
+
+    def _fits(self, size: int) -> bool:
+        return self.used_bytes == 0 or self.used_bytes + size <= self.max_bytes
+
+    async def acquire(self, size: int) -> None:
+        """Take ``size`` bytes, waiting (in order) while the budget is spent."""
+        if not self._waiters and self._fits(size):
+            self.used_bytes += size
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (size, future)
+        self._waiters.append(entry)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release(size)  # granted just as we were cancelled: give it back
+            else:
+                self._waiters.remove(entry)
+                self._grant()
+            raise
+
+    def release(self, size: int) -> None:
+        self.used_bytes -= size
+        assert self.used_bytes >= 0, self.used_bytes
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters and self._fits(self._waiters[0][0]):
+            size, future = self._waiters.popleft()
+            if future.done():
+                continue
+            self.used_bytes += size
+            future.set_result(None)
+
+
+class _FrameTooLarge(Exception):
+    pass
+
 
 async def serve_connection(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     handle: Handler,
     supported: Mapping[int, tuple[int, int]],
+    *,
+    limits: NetworkLimits | None = None,
+    budget: RequestBytesBudget | None = None,
 ) -> None:
-    """Answer one connection's requests in order until it closes or sends what we cannot
-    serve; ``handle`` returns the response entity, None to close the connection, or
+    """Answer one connection's requests in order until it closes, idles out or sends what we
+    cannot serve; ``handle`` returns the response entity, None to close the connection, or
     NO_RESPONSE to read the next request without answering this one."""
+    limits = limits or NetworkLimits()
+    idle = _IdleTimer(writer.transport, limits.connections_max_idle_ms / 1000)
     try:
         while True:
-            frame = await wire.read_frame(reader)
+            (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+            if size < 0 or size > limits.socket_request_max_bytes:
+                raise _FrameTooLarge(size)
+            if budget is not None:
+                await budget.acquire(size)
             try:
-                header, request = decode_request(frame, supported)
-            except wire.FrameError as error:
-                if not _is_unsupported_api_versions(error):
-                    return
-                assert error.header is not None
-                header = error.header
-                response = api_versions_response(0, supported, wire.UNSUPPORTED_VERSION)
-            else:
-                response = await handle(header, request)
-            if response is None:
-                return
-            if response is NO_RESPONSE:
-                continue
-            writer.write(wire.encode_response(header, response))
-            await writer.drain()
-    except (OSError, asyncio.IncompleteReadError, wire.FrameError):
-        return  # the peer went away or sent an unreadable frame: nothing left to answer
+                frame = await reader.readexactly(size)
+                idle.busy = True
+                await _answer(frame, writer, handle, supported)
+                idle.answered()
+            finally:
+                if budget is not None:
+                    budget.release(size)
+    except _FrameTooLarge as error:
+        _limited.log(
+            f"frame-size/{limits.listener}",
+            logging.WARNING,
+            "[SocketServer listener=%s] Closing connection from %s: request size %d is "
+            "outside [0, socket.request.max.bytes %d]",
+            limits.listener,
+            _peer(writer),
+            error.args[0],
+            limits.socket_request_max_bytes,
+        )
+    except (OSError, asyncio.IncompleteReadError, wire.FrameError, _Close):
+        return  # the peer went away, idled out, or sent an unreadable frame
     finally:
+        idle.cancel()
         writer.transport.abort()
+
+
+class _IdleTimer:
+    """connections.max.idle.ms: aborts the connection when no whole request has arrived
+    for that long since the last answer (or since it opened), which also ends a connection
+    stuck mid-frame or waiting that long for request budget. One timer per connection,
+    re-armed only when it fires, so a request costs two attribute writes, not a timer."""
+
+    __slots__ = ("_handle", "_idle_s", "_loop", "_transport", "active_s", "busy")
+
+    def __init__(self, transport: asyncio.BaseTransport, idle_s: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._transport = transport
+        self._idle_s = idle_s
+        self.active_s = self._loop.time()
+        self.busy = False  # a request is being handled: never idle meanwhile
+        self._handle = self._loop.call_at(self.active_s + idle_s, self._check)
+
+    def answered(self) -> None:
+        self.busy = False
+        self.active_s = self._loop.time()
+
+    def _check(self) -> None:
+        now_s = self._loop.time()
+        deadline_s = now_s + self._idle_s if self.busy else self.active_s + self._idle_s
+        if deadline_s <= now_s:
+            self._transport.abort()  # the pending read fails; serve_connection returns
+            return
+        self._handle = self._loop.call_at(deadline_s, self._check)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+class _Close(Exception):
+    """The request cannot be served: close the connection."""
+
+
+async def _answer(
+    frame: bytes,
+    writer: asyncio.StreamWriter,
+    handle: Handler,
+    supported: Mapping[int, tuple[int, int]],
+) -> None:
+    try:
+        header, request = decode_request(frame, supported)
+    except wire.FrameError as error:
+        if not _is_unsupported_api_versions(error):
+            raise _Close from None
+        assert error.header is not None
+        header = error.header
+        response = api_versions_response(0, supported, wire.UNSUPPORTED_VERSION)
+    else:
+        response = await handle(header, request)
+    if response is None:
+        raise _Close
+    if response is NO_RESPONSE:
+        return
+    writer.write(wire.encode_response(header, response))
+    await writer.drain()
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
 
 
 def decode_request(

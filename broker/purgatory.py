@@ -23,28 +23,31 @@ class DelayedOperations:
     __slots__ = ("_counter", "_watchers")
 
     def __init__(self) -> None:
-        self._watchers: dict[Hashable, dict[int, asyncio.Future[None]]] = {}
+        # key -> {waiter's token: (its future, the keys notified for it so far)}
+        self._watchers: dict[Hashable, dict[int, tuple[asyncio.Future[None], list[Hashable]]]] = {}
         self._counter = itertools.count()
 
     def __len__(self) -> int:
         """Waiters parked, counted once per key they watch."""
         return sum(len(waiters) for waiters in self._watchers.values())
 
-    async def wait(self, keys: Iterable[Hashable], timeout_s: float) -> bool:
-        """Until one of ``keys`` is notified (True) or ``timeout_s`` passes (False)."""
+    async def wait(self, keys: Iterable[Hashable], timeout_s: float) -> list[Hashable]:
+        """Until one of ``keys`` is notified or ``timeout_s`` passes: the keys notified
+        (every one notified before this waiter ran), empty on a timeout."""
         if timeout_s <= 0:
-            return False
+            return []
         token = next(self._counter)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fired: list[Hashable] = []
         watched = list(dict.fromkeys(keys))
         for key in watched:
-            self._watchers.setdefault(key, {})[token] = future
+            self._watchers.setdefault(key, {})[token] = (future, fired)
         try:
             async with asyncio.timeout(timeout_s):
                 await future
-            return True
+            return fired
         except TimeoutError:
-            return False
+            return fired
         finally:
             for key in watched:
                 waiters = self._watchers.get(key)
@@ -58,7 +61,8 @@ class DelayedOperations:
         waiters = self._watchers.pop(key, None)
         if not waiters:
             return 0
-        for future in waiters.values():
+        for future, fired in waiters.values():
+            fired.append(key)
             if not future.done():
                 future.set_result(None)
         return len(waiters)

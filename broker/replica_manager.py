@@ -31,7 +31,7 @@ import logging
 import os
 import random
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,7 @@ from log.fs import read_all, write_atomic
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.manager import LogManager
 from log.validator import PRODUCE_DECOMPRESSED_BYTES_MAX, validate_records
+from metadata.config_defs import CLUSTER_DEFAULT
 from metadata.delta import local_changes
 from metadata.image import EMPTY, MetadataImage, TopicImage
 from metadata.records import NO_LEADER
@@ -68,12 +69,13 @@ from raft.entities import make, request_module
 logger = logging.getLogger("broker.replica_manager")
 
 PARTITION_METADATA_FILE = "partition.metadata"
+RECONCILE_RETRY_S = 1.0  # after a disk error, how soon the same image is tried again
 TOPIC_RESOURCE = 2  # ConfigResource type of topic configs in the image
+BROKER_RESOURCE = 4  # ... and of broker configs (resource "" = cluster-wide defaults)
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 NO_EPOCH = -1
-BROKER_RESOURCE = 4  # the cluster-wide dynamic default is broker resource ""
 ALTER_PARTITION = 56
 ALTER_PARTITION_VERSION = 3
 ALTER_PARTITION_TIMEOUT_S = 30.0
@@ -157,6 +159,9 @@ class ReplicaManager:
         self.logs = logs
         self.default_config = default_config
         self._partitions: dict[tuple[str, int], Partition] = {}
+        # Partitions whose log could not be opened or configured: KAFKA_STORAGE_ERROR until
+        # a restart, while every other partition is served (Kafka's offline replicas).
+        self._offline: set[tuple[str, int]] = set()
         self._image: MetadataImage | None = None  # the image the partitions reflect
         self._latest: MetadataImage | None = None
         self._wake = asyncio.Event()
@@ -254,11 +259,15 @@ class ReplicaManager:
                 logger.exception(
                     "[ReplicaManager id=%d] applying image %d", self.node_id, image.offset
                 )
+                # Not reconciled: the next pass starts again from the last image that was
+                # (every step is idempotent), on a newer image or after a pause.
+                asyncio.get_running_loop().call_later(RECONCILE_RETRY_S, self._wake.set)
+            else:
+                self._image = image
             finally:
                 # Waiters wake even when reconciling failed, to see the failure.
                 reconciled, self._reconciled = self._reconciled, asyncio.Event()
                 reconciled.set()
-            self._image = image
 
     async def _reconcile(self, image: MetadataImage) -> None:
         """Bring the partitions from the last reconciled image to ``image``: only what
@@ -271,6 +280,7 @@ class ReplicaManager:
         for deleted in sorted(changes.deleted, key=lambda tp: (tp.topic, tp.partition)):
             key = (deleted.topic, deleted.partition)
             stopped = self._partitions.pop(key, None)  # no request finds it from here on
+            self._offline.discard(key)
             await self.fetchers.remove(key)
             if stopped is not None:
                 stopped.stop()
@@ -281,15 +291,24 @@ class ReplicaManager:
                     self.node_id,
                     *key,
                 )
-                await self.logs.delete_log(*key)
+                try:
+                    await self.logs.delete_log(*key)
+                except OSError:  # what is left is set aside as a stray at the next start
+                    logger.exception("[ReplicaManager id=%d] deleting %s-%d", self.node_id, *key)
         now_ms = self._clock.now_ms()
         for changed, registration in (changes.leaders | changes.followers).items():
             key = (changed.topic, changed.partition)
             partition = self._partitions.get(key)
             if partition is None:
+                if key in self._offline:
+                    continue
                 topic = image.topics.get(changed.topic)
                 assert topic is not None, changed
-                partition = self._partitions[key] = await self._open(topic, key[1], image)
+                try:
+                    partition = self._partitions[key] = await self._open(topic, key[1], image)
+                except Exception:
+                    self._take_offline([key], "opening its log")
+                    continue
             refetch = (
                 registration.leader != partition.leader
                 or registration.leader_epoch != partition.leader_epoch
@@ -309,16 +328,40 @@ class ReplicaManager:
             self.delayed.notify(key)
         if previous is None or image.configs is not previous.configs:
             before = previous.configs if previous is not None else {}
-            for key in before.keys() | image.configs.keys():
-                resource, name = key
-                values = image.configs.get(key, {})
-                if resource == TOPIC_RESOURCE and before.get(key) is not values:
-                    self.logs.update_config(name, self._log_config(values))
+            defaults = (BROKER_RESOURCE, CLUSTER_DEFAULT)
+            defaults_changed = before.get(defaults) is not image.configs.get(defaults)
+            changed = {
+                name
+                for resource, name in before.keys() | image.configs.keys()
+                if resource == TOPIC_RESOURCE
+                and before.get((resource, name)) is not image.configs.get((resource, name))
+            }
+            if defaults_changed:  # every hosted topic's effective config may change
+                changed |= {topic for (topic, _), _ in self.logs.all_logs()}
+            for name in sorted(changed):
+                try:
+                    self.logs.update_config(name, self._log_config(image, name))
+                except ValueError:
+                    hosted = [k for k in self._partitions if k[0] == name]
+                    self._take_offline(hosted, "applying its topic config")
 
-    def _log_config(self, values: Mapping[str, str]) -> LogConfig:
-        if not values:
+    def _take_offline(self, keys: list[tuple[str, int]], doing: str) -> None:
+        """One partition's failure is that partition's, never the reconciler's: it answers
+        KAFKA_STORAGE_ERROR from now on and every other partition is still served."""
+        for key in keys:
+            logger.exception(
+                "[ReplicaManager id=%d] %s-%d is offline: %s failed", self.node_id, *key, doing
+            )
+            self._offline.add(key)
+
+    def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
+        """The topic's own configs over the cluster-wide dynamic defaults (``log.*`` broker
+        configs set on resource ``""``) over server.properties, as Kafka resolves them."""
+        defaults = image.configs.get((BROKER_RESOURCE, CLUSTER_DEFAULT), {})
+        values = image.configs.get((TOPIC_RESOURCE, topic), {})
+        if not values and not defaults:
             return self.default_config
-        return LogConfig.from_properties(values, self.default_config)
+        return LogConfig.from_properties({**defaults, **values}, self.default_config)
 
     async def _set_aside_strays(self, image: MetadataImage) -> None:
         """Once, against the first caught-up image: every log on disk that is not assigned
@@ -326,16 +369,21 @@ class ReplicaManager:
         for (topic, index), log in self.logs.all_logs():
             found = image.topics.get(topic)
             registration = found.partitions.get(index) if found is not None else None
-            recorded = self._recorded_topic_id(log)
-            if (
-                found is not None
-                and registration is not None
-                and self.node_id in registration.replicas
-                and recorded in (None, found.topic_id)
-            ):
+            try:
+                recorded = self._recorded_topic_id(log)
+                if (
+                    found is not None
+                    and registration is not None
+                    and self.node_id in registration.replicas
+                    and recorded in (None, found.topic_id)
+                ):
+                    continue
+                unique = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
+                stray = await self.logs.mark_stray(topic, index, unique)
+            except OSError:
+                # Never serve (or recreate over) a dir that could not be set aside.
+                self._take_offline([(topic, index)], "setting its stray log aside")
                 continue
-            unique = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
-            stray = await self.logs.mark_stray(topic, index, unique)
             logger.warning(
                 "[ReplicaManager id=%d] %s-%d (topic id %s) is not assigned here as that "
                 "topic: moved aside to %s",
@@ -353,7 +401,7 @@ class ReplicaManager:
 
     async def _open(self, topic: TopicImage, index: int, image: MetadataImage) -> Partition:
         """The partition's log, created if missing, with its partition.metadata."""
-        config = self._log_config(image.configs.get((TOPIC_RESOURCE, topic.name), {}))
+        config = self._log_config(image, topic.name)
         log = await self.logs.get_or_create_log(topic.name, index, config)
         if self._recorded_topic_id(log) is None:
             marker = os.path.join(log.dir_path, PARTITION_METADATA_FILE)
@@ -409,9 +457,11 @@ class ReplicaManager:
             partition.high_watermark = partition.log.log_end_offset
             self.delayed.notify(partition.key)
 
-    async def wait_for_changes(self, keys: Iterable[tuple[str, int]], timeout_s: float) -> bool:
+    async def wait_for_changes(
+        self, keys: Iterable[tuple[str, int]], timeout_s: float
+    ) -> list[Hashable]:
         """Until one of the partitions ``keys`` changes (an append, a new high watermark,
-        a new state), or ``timeout_s`` passes (False)."""
+        a new state), or ``timeout_s`` passes: the partitions that changed (none on time)."""
         return await self.delayed.wait(keys, timeout_s)
 
     async def _shrink_isr_forever(self) -> None:
@@ -541,6 +591,8 @@ class ReplicaManager:
         found = image.topics.get(topic)
         if found is None or index not in found.partitions:
             return ErrorCode.unknown_topic_or_partition
+        if (topic, index) in self._offline:
+            return ErrorCode.kafka_storage_error
         partition = self._partitions.get((topic, index))
         if partition is None:
             return ErrorCode.not_leader_or_follower
@@ -656,7 +708,7 @@ class ReplicaManager:
         default, or the broker's static one."""
         image = self._image
         if image is not None:
-            for resource in ((TOPIC_RESOURCE, topic), (BROKER_RESOURCE, "")):
+            for resource in ((TOPIC_RESOURCE, topic), (BROKER_RESOURCE, CLUSTER_DEFAULT)):
                 value = image.configs.get(resource, {}).get("min.insync.replicas")
                 if value is not None:
                     return int(value)

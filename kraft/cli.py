@@ -1,20 +1,18 @@
 """``kraft-server``: format storage, start a node, and inspect logs.
 
-Errors are one line on stderr and a non-zero exit: 1 for a failed operation, 2 for usage.
+Errors are one line on stderr and a non-zero exit: 1 for a failed operation, 2 for usage,
+130 for Ctrl-C. The module imports only the standard library at load time, so a Ctrl-C
+that lands while the rest is imported is still one line (only one during the interpreter's
+own start-up, before any of this runs, is Python's to report).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
-import time
 
-from kraft.config import ConfigError, load_config
-from kraft.storage import StorageError, format_dirs, random_uuid
-from log.fs import RealFileSystem
-from raft.snapshot import SnapshotError
+logger = logging.getLogger("kraft.cli")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,7 +38,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _describe_quorum(address: str, replication: bool) -> int:
+    import asyncio
+
     from kraft.quorum_tool import describe_quorum, format_replication, format_status
+    from raft import wire
 
     controllers = []
     for item in address.split(","):
@@ -56,6 +57,10 @@ def _describe_quorum(address: str, replication: bool) -> int:
         except (OSError, TimeoutError) as error:
             problems.append(f"{host}:{port} unreachable ({error})")
             continue
+        except (EOFError, wire.FrameError, ValueError):
+            # A broker listener closes the connection on DescribeQuorum, as Kafka's does.
+            problems.append(f"{host}:{port} gave no DescribeQuorum answer (not a controller?)")
+            continue
         if status.error_code != 0:
             problems.append(f"{host}:{port} is not the leader (error {status.error_code})")
             continue
@@ -68,6 +73,23 @@ def _describe_quorum(address: str, replication: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``kraft-server``."""
     args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # Ctrl-C before the signal handlers were installed
+        print(f"kraft-server {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+    import time
+
+    from kraft.config import ConfigError, load_config, unknown_key_warnings
+    from kraft.storage import StorageError, format_dirs, random_uuid
+    from log.fs import RealFileSystem
+    from raft.quorum_state import QuorumStateError
+    from raft.snapshot import SnapshotError
+
     if args.command == "random-uuid":
         print(random_uuid())
         return 0
@@ -82,8 +104,14 @@ def main(argv: list[str] | None = None) -> int:
             index_sanity_check=args.index_sanity_check,
             out=sys.stdout,
         )
+    logging.basicConfig(
+        level=logging.INFO,
+        format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)",
+    )
     try:
         config = load_config(args.config)
+        for warning in unknown_key_warnings(config):
+            logger.warning(warning)
         if args.command == "format":
             formatted = asyncio.run(
                 format_dirs(
@@ -102,14 +130,23 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from kraft.server import serve
 
-        logging.basicConfig(
-            level=logging.INFO,
-            format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)",
-        )
         return asyncio.run(serve(config))
-    except (ConfigError, StorageError, SnapshotError) as error:
+    except (ConfigError, StorageError, SnapshotError, QuorumStateError) as error:
         print(f"kraft-server {args.command}: {error}", file=sys.stderr)
         return 1
+    except OSError as error:  # an unusable log dir, a listener port taken, no descriptors...
+        print(f"kraft-server {args.command}: {_os_error_text(error)}", file=sys.stderr)
+        return 1
+
+
+def _os_error_text(error: OSError) -> str:
+    from kraft.server import OUT_OF_DESCRIPTORS, out_of_descriptors_message
+
+    if error.errno in OUT_OF_DESCRIPTORS:
+        return out_of_descriptors_message(error)
+    if error.filename is not None:
+        return f"{error.filename}: {error.strerror}"
+    return str(error)
 
 
 if __name__ == "__main__":

@@ -1,20 +1,45 @@
 """The server configuration: Kafka's own keys from server.properties, validated by pydantic.
 
 A bad value fails start-up with one line that names the key, so an operator can fix the file
-without reading a stack trace. Keys we do not know are kept (Kafka warns about them too).
+without reading a stack trace. Keys we do not know are kept, and warned about as Kafka does
+(naming the closest known key, since most are typos).
 """
 
 from __future__ import annotations
 
+import difflib
+import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kraft.properties import parse_properties
+from log.config import LOG_CONFIG_KEYS, LOG_MANAGER_KEYS, LogConfig, LogManagerConfig
+from metadata.config_defs import BROKER_DYNAMIC_CONFIGS, TOPIC_CONFIGS
 
 Role = Literal["broker", "controller"]
+MAX_PORT = 65535
+# Keys of Kafka's own shipped server.properties that kraft-py has no use for: a user's file
+# carries over without a warning for each (any other unknown key is warned about).
+KAFKA_KEYS_NOT_USED = frozenset(
+    {
+        "group.initial.rebalance.delay.ms",
+        "listener.security.protocol.map",
+        "num.io.threads",
+        "num.network.threads",
+        "num.recovery.threads.per.data.dir",
+        "offsets.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+        "share.coordinator.state.topic.replication.factor",
+        "socket.receive.buffer.bytes",
+        "socket.request.max.bytes",
+        "socket.send.buffer.bytes",
+        "transaction.state.log.min.isr",
+        "transaction.state.log.replication.factor",
+    }
+)
 
 
 class ConfigError(ValueError):
@@ -31,15 +56,23 @@ class Endpoint:
 
 
 def parse_endpoints(text: str) -> list[Endpoint]:
-    """``NAME://host:port,...`` (an empty host means all interfaces, as in Kafka)."""
+    """``NAME://host:port,...`` (an empty host means all interfaces, as in Kafka; port 0
+    binds any free port)."""
     endpoints = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, sep, rest = item.partition("://")
         host, colon, port = rest.rpartition(":")
         if not sep or not colon or not port.isdigit() or not name:
             raise ValueError(f"{item!r} is not NAME://host:port")
-        endpoints.append(Endpoint(name.upper(), host.strip("[]"), int(port)))
+        endpoints.append(Endpoint(name.upper(), host.strip("[]"), _port(item, port, 0)))
     return endpoints
+
+
+def _port(item: str, text: str, lowest: int) -> int:
+    port = int(text)
+    if not lowest <= port <= MAX_PORT:
+        raise ValueError(f"{item!r}: port {port} is not in {lowest}..{MAX_PORT}")
+    return port
 
 
 def parse_voters(text: str) -> dict[int, tuple[str, int]]:
@@ -50,7 +83,7 @@ def parse_voters(text: str) -> dict[int, tuple[str, int]]:
         host, colon, port = address.rpartition(":")
         if not at or not colon or not node.isdigit() or not port.isdigit():
             raise ValueError(f"{item!r} is not id@host:port")
-        voters[int(node)] = (host.strip("[]"), int(port))
+        voters[int(node)] = (host.strip("[]"), _port(item, port, 1))
     return voters
 
 
@@ -99,8 +132,23 @@ class ServerConfig(BaseModel):
     producer_id_expiration_ms: int = Field(
         default=86_400_000, alias="producer.id.expiration.ms", gt=0
     )
+    socket_request_max_bytes: int = Field(
+        default=104_857_600, alias="socket.request.max.bytes", gt=0
+    )
+    # Kafka's default is -1 (unbounded); -1 is accepted with that meaning (docs/operations.md).
+    queued_max_request_bytes: int = Field(
+        default=104_857_600, alias="queued.max.request.bytes", ge=-1
+    )
+    connections_max_idle_ms: int = Field(default=600_000, alias="connections.max.idle.ms", gt=0)
     broker_rack: str | None = Field(default=None, alias="broker.rack")
     inter_broker_listener_name: str = Field(default="PLAINTEXT", alias="inter.broker.listener.name")
+
+    @field_validator("queued_max_request_bytes")
+    @classmethod
+    def _queued_bytes(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("must be positive, or -1 for no limit")
+        return value
 
     @field_validator("process_roles", mode="before")
     @classmethod
@@ -172,6 +220,13 @@ def load_config(path: str) -> ServerConfig:
         text = Path(path).read_text()
     except OSError as error:
         raise ConfigError(f"{path}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path}: not a properties file (byte {error.object[error.start]:#04x} at offset "
+            f"{error.start} is not UTF-8 text)"
+        ) from None
+    if "\x00" in text:
+        raise ConfigError(f"{path}: not a properties file (it contains NUL bytes)")
     try:
         props = parse_properties(text, path)
     except ValueError as error:
@@ -190,6 +245,18 @@ def config_from_properties(
         key = ".".join(str(part) for part in first["loc"]) if first["loc"] else "?"
         key = _kafka_key(key)
         raise ConfigError(f"{source}: {key}: {first['msg']}") from None
+    resolved = {d: PurePath(os.path.abspath(d)) for d in config.all_dirs}
+    for inner, inner_path in resolved.items():
+        for outer, outer_path in resolved.items():
+            if inner != outer and inner_path.is_relative_to(outer_path):
+                # The outer dir's LogManager would list the inner one as a partition dir.
+                raise ConfigError(f"{source}: log.dirs: {inner} is inside {outer}")
+    extra = dict(config.model_extra or {})
+    try:  # the log layer's keys are checked here, not when the broker starts
+        LogConfig.from_properties(extra)
+        LogManagerConfig.from_properties(extra)
+    except ValueError as error:
+        raise ConfigError(f"{source}: {error}") from None
     if "controller" in config.process_roles:
         if config.node_id not in config.controller_quorum_voters:
             raise ConfigError(
@@ -209,6 +276,31 @@ def config_from_properties(
     return config
 
 
+def unknown_key_warnings(config: ServerConfig) -> list[str]:
+    """One warning per key nothing reads, naming the closest known key, as Kafka warns
+    "The configuration 'x' was supplied but isn't a known config." (a typo is otherwise
+    silently ignored)."""
+    known = sorted(_KNOWN_KEYS)
+    warnings = []
+    for key in sorted(config.model_extra or {}):
+        if key in _KNOWN_KEYS:
+            continue
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        warnings.append(f"The configuration '{key}' was supplied but isn't a known config{hint}")
+    return warnings
+
+
 def _kafka_key(field_name: str) -> str:
     info = ServerConfig.model_fields.get(field_name)
     return info.alias if info is not None and info.alias else field_name
+
+
+_KNOWN_KEYS = frozenset(
+    {info.alias for info in ServerConfig.model_fields.values() if info.alias}
+    | LOG_CONFIG_KEYS
+    | LOG_MANAGER_KEYS.keys()
+    | {d.broker_synonym for d in TOPIC_CONFIGS.values() if d.broker_synonym}
+    | BROKER_DYNAMIC_CONFIGS.keys()
+    | KAFKA_KEYS_NOT_USED
+)

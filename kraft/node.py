@@ -19,18 +19,25 @@ import functools
 import logging
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from broker.bugs import BROKER_BUGS
 from broker.cluster_metadata import DESCRIBE_CLUSTER, describe_controllers_response
 from broker.controller_channel import ControllerChannel
 from broker.kafka_apis import KafkaApis
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
-from broker.network import api_versions_response, serve_connection
+from broker.network import (
+    NetworkLimits,
+    RequestBytesBudget,
+    api_versions_response,
+    serve_connection,
+)
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
 from kraft.bootstrap import read_bootstrap
 from kraft.config import ServerConfig
+from kraft.storage import metadata_directory_id
 from log.config import LogConfig, LogManagerConfig
 from log.manager import METADATA_PARTITION_DIR, LogManager
 from log.records import Record
@@ -46,11 +53,14 @@ from raft import codec, wire
 from raft.core import Event, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import BUGS as RAFT_BUGS
-from raft.driver import CommittedBatch, RaftNode, RaftNodeConfig
+from raft.driver import CommittedBatch, RaftListener, RaftNode, RaftNodeConfig
 from raft.snapshot import SnapshotId
 
 logger = logging.getLogger("kraft.node")
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
+# How a listener is opened: asyncio.start_server (also the simulator's), or the real
+# process's broker.acceptor.start_acceptor with its out-of-descriptors backoff.
+Listen = Callable[..., Awaitable[Any]]
 
 
 class _RoleLogger:
@@ -99,12 +109,24 @@ class KraftNode:
         *,
         bugs: frozenset[str] = frozenset(),
         publishers: Sequence[MetadataPublisher] = (),
+        listen: Listen = asyncio.start_server,
+        raft_listeners: Sequence[RaftListener] = (),
     ) -> None:
         self.runtime = runtime
         self.config = config
         self.cluster_id = cluster_id
         self.bugs = bugs
         self._publishers = tuple(publishers)
+        self._listen = listen
+        # queued.max.request.bytes, once for the client listeners and once for the controller
+        # listener (Kafka's broker and controller SocketServers each have their pool), so
+        # clients cannot starve the quorum of it.
+        queued = config.queued_max_request_bytes
+        self._budgets = {
+            plane: RequestBytesBudget(queued) if queued > 0 else None
+            for plane in ("broker", "controller")
+        }
+        self._raft_listeners = tuple(raft_listeners)  # after the loader, e.g. a checker
         self.metadata_dir = os.path.join(config.metadata_dir, METADATA_PARTITION_DIR)
         self.is_controller = "controller" in config.process_roles
         self.is_broker = "broker" in config.process_roles
@@ -117,7 +139,7 @@ class KraftNode:
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self._channel: ControllerChannel | None = None
-        self._servers: list[asyncio.AbstractServer] = []
+        self._servers: list[Any] = []  # asyncio.Server or broker.acceptor.Acceptor
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         # When the broker opened its listeners: its broker epoch, its replayed metadata
@@ -142,6 +164,7 @@ class KraftNode:
                     request_timeout_ms=config.request_timeout_ms,
                 ),
                 bugs=self.bugs & RAFT_BUGS.keys(),
+                directory_id=metadata_directory_id(runtime.fs, config.metadata_dir),
             ),
             self.log,
         )
@@ -156,6 +179,8 @@ class KraftNode:
             self.loader.add_publisher(publisher)
         raft.add_listener(self.loader)
         raft.add_listener(_RoleLogger(config.node_id))
+        for listener in self._raft_listeners:
+            raft.add_listener(listener)
         if self.is_controller:
             self.controller = QuorumController(
                 runtime,
@@ -183,9 +208,7 @@ class KraftNode:
         if self.is_controller:
             endpoint = config.controller_endpoint()
             self._servers.append(
-                await asyncio.start_server(
-                    self._serve_controller, endpoint.host or None, endpoint.port
-                )
+                await self._listen(self._serve_controller, endpoint.host or None, endpoint.port)
             )
             logger.info(
                 "[ControllerServer id=%d] Serving %s://%s:%d (cluster %s, metadata log end %d)",
@@ -279,8 +302,8 @@ class KraftNode:
             )
             self.apis[endpoint.name] = apis
             self._servers.append(
-                await asyncio.start_server(
-                    functools.partial(self._serve_broker, apis),
+                await self._listen(
+                    functools.partial(self._serve_broker, apis, self._limits(endpoint.name)),
                     endpoint.host or None,
                     endpoint.port,
                 )
@@ -299,10 +322,25 @@ class KraftNode:
         assert self.controller is not None
         return codec.API_VERSIONS | self.controller.SUPPORTED_APIS | {DESCRIBE_CLUSTER: (1, 1)}
 
+    def _limits(self, listener: str) -> NetworkLimits:
+        config = self.config
+        return NetworkLimits(
+            socket_request_max_bytes=config.socket_request_max_bytes,
+            connections_max_idle_ms=config.connections_max_idle_ms,
+            listener=listener,
+        )
+
     async def _serve_controller(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        await serve_connection(reader, writer, self._handle_controller, self._controller_apis())
+        await serve_connection(
+            reader,
+            writer,
+            self._handle_controller,
+            self._controller_apis(),
+            limits=self._limits(self.config.controller_endpoint().name),
+            budget=self._budgets["controller"],
+        )
 
     async def _handle_controller(self, header: wire.RequestHeader, request: object) -> object:
         raft, controller = self.raft, self.controller
@@ -318,9 +356,20 @@ class KraftNode:
         return await raft.handle_request(header, request)
 
     async def _serve_broker(
-        self, apis: KafkaApis, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        apis: KafkaApis,
+        limits: NetworkLimits,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
     ) -> None:
-        await serve_connection(reader, writer, apis.handle, apis.supported_apis)
+        await serve_connection(
+            reader,
+            writer,
+            apis.handle,
+            apis.supported_apis,
+            limits=limits,
+            budget=self._budgets["broker"],
+        )
 
     # ---- run and stop ---------------------------------------------------------------------
     async def wait(self) -> None:

@@ -9,22 +9,60 @@ a leading controller hands the quorum over with EndQuorumEpoch.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import resource
 import signal
 
+from broker.acceptor import start_acceptor
 from kraft.config import ServerConfig
 from kraft.node import KraftNode
 from kraft.storage import check_and_lock
 from log.runtime import Runtime, real_runtime
 
 logger = logging.getLogger("kraft.server")
+# What the soft open-files limit is raised to when the hard limit is unlimited: Linux refuses
+# more than fs.nr_open, whose default is 2^20.
+MAX_OPEN_FILES = 1 << 20
+OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+
+
+def raise_open_files_limit() -> tuple[int, int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit, as a JVM does at start-up (every
+    segment, index and connection is a descriptor); (soft before, soft after, hard)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = MAX_OPEN_FILES if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft, soft, hard
+        return soft, target, hard
+    return soft, soft, hard
+
+
+def out_of_descriptors_message(error: OSError) -> str:
+    """The one line an operator gets when start-up (or a running node) runs out of fds."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (
+        f"out of file descriptors ({error.strerror}; open-files limit soft {soft}, hard "
+        f"{hard}): raise it (ulimit -n, LimitNOFILE=) or close other descriptors"
+    )
 
 
 async def serve(config: ServerConfig, runtime: Runtime | None = None) -> int:
     """Run until SIGTERM/SIGINT; the process exit code."""
     runtime = runtime or real_runtime()
+    before, after, hard = raise_open_files_limit()
+    logger.info(
+        "[KafkaRaftServer nodeId=%d] Open files limit: soft %d -> %d (hard %s)",
+        config.node_id,
+        before,
+        after,
+        "unlimited" if hard == resource.RLIM_INFINITY else hard,
+    )
     cluster_id = check_and_lock(runtime.fs, config)
-    node = KraftNode(runtime, config, cluster_id)
+    node = KraftNode(runtime, config, cluster_id, listen=start_acceptor)
     logger.info(
         "[KafkaRaftServer nodeId=%d] Starting %s of cluster %s",
         config.node_id,

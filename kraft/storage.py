@@ -8,6 +8,7 @@ another cluster or node, and dirs another process has locked.
 from __future__ import annotations
 
 import base64
+import errno
 import os
 import uuid
 
@@ -15,8 +16,8 @@ from kraft.bootstrap import write_bootstrap
 from kraft.config import ServerConfig
 from kraft.properties import format_properties, parse_properties
 from log.fs import FileSystem, read_all, write_atomic
+from log.manager import META_PROPERTIES
 
-META_PROPERTIES = "meta.properties"
 LOCK_FILE = ".lock"
 
 
@@ -35,6 +36,17 @@ def random_uuid() -> str:
         text = base64.urlsafe_b64encode(raw).decode().rstrip("=")
         if raw != bytes(16) and not text.startswith("-"):
             return text
+
+
+def metadata_directory_id(fs: FileSystem, directory: str) -> uuid.UUID | None:
+    """The directory.id of a formatted directory as a UUID (what KIP-853 voter keys carry),
+    or None if it has none that parses."""
+    meta = read_meta(fs, directory) or {}
+    try:
+        raw = base64.urlsafe_b64decode(meta.get("directory.id", "") + "==")
+    except ValueError:
+        return None
+    return uuid.UUID(bytes=raw) if len(raw) == 16 else None
 
 
 def check_cluster_id(cluster_id: str) -> None:
@@ -70,6 +82,7 @@ async def format_dirs(
     check_cluster_id(cluster_id)
     formatted = []
     for directory in config.all_dirs:
+        _check_is_dir(fs, directory)
         meta = read_meta(fs, directory) if fs.is_dir(directory) else None
         if meta is not None:
             if meta.get("cluster.id") != cluster_id:
@@ -82,26 +95,38 @@ async def format_dirs(
                     f"{directory} is already formatted (use --ignore-formatted to skip it)"
                 )
             continue
-        fs.mkdir(directory)
+        try:
+            fs.mkdir(directory)
+        except OSError as error:
+            raise StorageError(f"cannot create log dir {directory}: {error.strerror}") from None
         props = {
             "version": "1",
             "cluster.id": cluster_id,
             "node.id": str(config.node_id),
             "directory.id": random_uuid(),
         }
-        if directory == config.metadata_dir:
-            await write_bootstrap(fs, directory, timestamp_ms)
-        await write_atomic(
-            fs, os.path.join(directory, META_PROPERTIES), format_properties(props).encode()
-        )
+        try:
+            if directory == config.metadata_dir:
+                await write_bootstrap(fs, directory, timestamp_ms)
+            await write_atomic(
+                fs, os.path.join(directory, META_PROPERTIES), format_properties(props).encode()
+            )
+        except OSError as error:
+            raise StorageError(f"cannot write to log dir {directory}: {error.strerror}") from None
         formatted.append(directory)
     return formatted
+
+
+def _check_is_dir(fs: FileSystem, directory: str) -> None:
+    if fs.exists(directory) and not fs.is_dir(directory):
+        raise StorageError(f"log dir {directory} is not a directory")
 
 
 def check_and_lock(fs: FileSystem, config: ServerConfig) -> str:
     """Verify every dir is formatted for one cluster and this node, lock it; the cluster id."""
     cluster_ids = set()
     for directory in config.all_dirs:
+        _check_is_dir(fs, directory)
         meta = read_meta(fs, directory) if fs.is_dir(directory) else None
         if meta is None:
             raise StorageError(f"{directory} is not formatted: run kraft-server format first")
@@ -112,8 +137,12 @@ def check_and_lock(fs: FileSystem, config: ServerConfig) -> str:
         cluster_ids.add(meta.get("cluster.id", ""))
         try:
             fs.lock(os.path.join(directory, LOCK_FILE))
-        except OSError:
-            raise StorageError(f"{directory} is locked by another kraft-server process") from None
+        except OSError as error:
+            if error.errno == errno.EAGAIN:
+                raise StorageError(
+                    f"{directory} is locked by another kraft-server process"
+                ) from None
+            raise StorageError(f"cannot lock log dir {directory}: {error.strerror}") from None
     if len(cluster_ids) != 1:
         raise StorageError(f"log dirs disagree on the cluster id: {sorted(cluster_ids)}")
     return cluster_ids.pop()

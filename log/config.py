@@ -7,140 +7,112 @@ and ``kafka-configs --alter`` commands carry over unchanged. Defaults are Kafka'
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from log.config_defs import TOPIC_CONFIGS, ConfigPython, config_text
+
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
 
-# Kafka's LegacyRecord.RECORD_OVERHEAD_V0: the smallest segment.bytes Kafka accepts.
-SEGMENT_BYTES_MIN = 14
-OFFSET_INDEX_ENTRY_SIZE = 8
-# compression.type and message.timestamp.type values (log/validator.py applies them).
-COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
-TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
-_STRING_FIELDS = frozenset({"cleanup_policy", "compression_type", "message_timestamp_type"})
+
+def _key(name: str) -> Any:
+    """A LogConfig field for topic config ``name``: its default is the table's."""
+    definition = TOPIC_CONFIGS[name]
+    assert definition.default is not None, name
+    return dataclasses.field(default=definition.parse(definition.default), metadata={"key": name})
 
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    """How one partition's log rolls, indexes, flushes and expires its segments."""
+    """How one partition's log rolls, indexes, flushes and expires its segments. Every field
+    is a topic config of the one table (log/config_defs.py): its default, type and valid
+    range are the table's, so any value the controller accepted builds a LogConfig."""
 
-    segment_bytes: int = 1024 * 1024 * 1024  # segment.bytes
-    segment_ms: int = 7 * 24 * 60 * 60 * 1000  # segment.ms
-    segment_jitter_ms: int = 0  # segment.jitter.ms
-    segment_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes
-    index_interval_bytes: int = 4096  # index.interval.bytes (log.index.interval.bytes)
-    retention_ms: int = 7 * 24 * 60 * 60 * 1000  # retention.ms; -1 = forever
-    retention_bytes: int = -1  # retention.bytes; -1 = unbounded
-    flush_messages: int = LONG_MAX  # flush.messages
-    flush_ms: int = LONG_MAX  # flush.ms
-    file_delete_delay_ms: int = 60_000  # file.delete.delay.ms
-    max_message_bytes: int = 1024 * 1024 + 12  # max.message.bytes (message.max.bytes)
-    cleanup_policy: str = "delete"  # cleanup.policy; compaction is not implemented
-    compression_type: str = "producer"  # compression.type
-    message_timestamp_type: str = "CreateTime"  # message.timestamp.type
-    message_timestamp_before_max_ms: int = LONG_MAX  # message.timestamp.before.max.ms
-    message_timestamp_after_max_ms: int = 3_600_000  # message.timestamp.after.max.ms
+    segment_bytes: int = _key("segment.bytes")
+    segment_ms: int = _key("segment.ms")
+    segment_jitter_ms: int = _key("segment.jitter.ms")
+    segment_index_bytes: int = _key("segment.index.bytes")
+    index_interval_bytes: int = _key("index.interval.bytes")
+    retention_ms: int = _key("retention.ms")  # -1 = forever
+    retention_bytes: int = _key("retention.bytes")  # negative = unbounded
+    flush_messages: int = _key("flush.messages")
+    flush_ms: int = _key("flush.ms")
+    file_delete_delay_ms: int = _key("file.delete.delay.ms")
+    max_message_bytes: int = _key("max.message.bytes")
+    # compact, delete, both or neither; the log cleaner (compaction) is not built yet.
+    cleanup_policy: tuple[str, ...] = _key("cleanup.policy")
+    # What log/validator.py does to a produced batch before it is stored.
+    compression_type: str = _key("compression.type")
+    message_timestamp_type: str = _key("message.timestamp.type")
+    message_timestamp_before_max_ms: int = _key("message.timestamp.before.max.ms")
+    message_timestamp_after_max_ms: int = _key("message.timestamp.after.max.ms")
 
     def __post_init__(self) -> None:
-        # Config errors surface when the config is built, not deep inside an append.
-        if self.segment_bytes < SEGMENT_BYTES_MIN:
-            raise ValueError(f"segment.bytes {self.segment_bytes} < {SEGMENT_BYTES_MIN}")
-        if self.segment_bytes > INT_MAX:
-            raise ValueError(f"segment.bytes {self.segment_bytes} exceeds int32 (u32 positions)")
-        if self.segment_ms < 1:
-            raise ValueError(f"segment.ms {self.segment_ms} < 1")
-        if self.segment_jitter_ms < 0:
-            raise ValueError(f"segment.jitter.ms {self.segment_jitter_ms} < 0")
-        if self.segment_index_bytes < OFFSET_INDEX_ENTRY_SIZE:
-            raise ValueError(f"segment.index.bytes {self.segment_index_bytes} < 8")
-        if self.index_interval_bytes < 0:
-            raise ValueError(f"index.interval.bytes {self.index_interval_bytes} < 0")
-        if self.retention_ms < -1 or self.retention_bytes < -1:
-            raise ValueError("retention.ms and retention.bytes must be >= -1")
-        if self.flush_messages < 1 or self.flush_ms < 0:
-            raise ValueError("flush.messages must be >= 1 and flush.ms >= 0")
-        if self.file_delete_delay_ms < 0:
-            raise ValueError(f"file.delete.delay.ms {self.file_delete_delay_ms} < 0")
-        if self.max_message_bytes < 0:
-            raise ValueError(f"max.message.bytes {self.max_message_bytes} < 0")
-        if self.cleanup_policy != "delete":
-            raise ValueError(f"cleanup.policy {self.cleanup_policy!r}: only 'delete' exists")
-        if self.compression_type not in COMPRESSION_TYPES:
-            raise ValueError(f"compression.type {self.compression_type!r} is unknown")
-        if self.message_timestamp_type not in TIMESTAMP_TYPES:
-            raise ValueError(f"message.timestamp.type {self.message_timestamp_type!r} is unknown")
-        if self.message_timestamp_before_max_ms < 0 or self.message_timestamp_after_max_ms < 0:
-            raise ValueError("message.timestamp.before.max.ms and .after.max.ms must be >= 0")
+        # Config errors surface when the config is built, not deep inside an append, and
+        # are exactly the table's (so the controller refuses all of them first).
+        for f in fields(self):
+            TOPIC_CONFIGS[f.metadata["key"]].parse(config_text(getattr(self, f.name)))
+
+    @property
+    def delete(self) -> bool:
+        """Whether retention deletes old segments (Kafka's LogConfig.delete)."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def compact(self) -> bool:
+        """Whether the topic is compacted (Kafka's LogConfig.compact)."""
+        return "compact" in self.cleanup_policy
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:
         """Build from Kafka keys (topic-level or ``log.``-prefixed broker-level); unknown
-        keys are ignored because a properties file also holds every other subsystem's keys."""
-        values: dict[str, Any] = {}
+        keys are ignored because a properties file also holds every other subsystem's keys.
+        ValueError naming the key for a value the table refuses."""
+        values: dict[str, ConfigPython] = {}
         # Broker-level defaults first, so a topic-level key always overrides them.
-        ordered = sorted(props.items(), key=lambda item: item[0] in _TOPIC_KEYS)
+        ordered = sorted(props.items(), key=lambda item: item[0] in _FIELDS)
         for key, raw in ordered:
             # Kafka's precedence among broker keys: .ms over .minutes over .hours.
             if key == "log.retention.hours" and not _has(props, "log.retention.m"):
-                values["retention_ms"] = int(raw) * 3_600_000
+                values["retention_ms"] = _int(key, raw) * 3_600_000
             elif key == "log.retention.minutes" and "log.retention.ms" not in props:
-                values["retention_ms"] = int(raw) * 60_000
+                values["retention_ms"] = _int(key, raw) * 60_000
             elif key == "log.roll.hours" and "log.roll.ms" not in props:
-                values["segment_ms"] = int(raw) * 3_600_000
-            elif key in _KEYS:
-                name = _KEYS[key]
-                values[name] = str(raw) if name in _STRING_FIELDS else int(raw)
+                values["segment_ms"] = _int(key, raw) * 3_600_000
+            else:
+                topic_key = _BROKER_SYNONYMS.get(key, key)
+                if topic_key in _FIELDS:
+                    values[_FIELDS[topic_key]] = TOPIC_CONFIGS[topic_key].parse(str(raw), key)
         return replace(base or cls(), **values)
 
     def to_properties(self) -> dict[str, str]:
         """The topic-level Kafka keys and their values (what DescribeConfigs shows)."""
-        by_field = {name: key for key, name in _KEYS.items() if not key.startswith("log.")}
-        by_field["max_message_bytes"] = "max.message.bytes"
-        return {by_field[f.name]: str(getattr(self, f.name)) for f in fields(self)}
+        return {f.metadata["key"]: config_text(getattr(self, f.name)) for f in fields(self)}
 
 
-# Topic-level keys first, then the broker-level defaults they override.
-_KEYS: dict[str, str] = {
-    "segment.bytes": "segment_bytes",
-    "segment.ms": "segment_ms",
-    "segment.jitter.ms": "segment_jitter_ms",
-    "segment.index.bytes": "segment_index_bytes",
-    "index.interval.bytes": "index_interval_bytes",
-    "retention.ms": "retention_ms",
-    "retention.bytes": "retention_bytes",
-    "flush.messages": "flush_messages",
-    "flush.ms": "flush_ms",
-    "file.delete.delay.ms": "file_delete_delay_ms",
-    "max.message.bytes": "max_message_bytes",
-    "cleanup.policy": "cleanup_policy",
-    "compression.type": "compression_type",
-    "message.timestamp.type": "message_timestamp_type",
-    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
-    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
-    "log.segment.bytes": "segment_bytes",
-    "log.roll.ms": "segment_ms",
-    "log.roll.jitter.ms": "segment_jitter_ms",
-    "log.index.size.max.bytes": "segment_index_bytes",
-    "log.index.interval.bytes": "index_interval_bytes",
-    "log.retention.ms": "retention_ms",
-    "log.retention.bytes": "retention_bytes",
-    "log.flush.interval.messages": "flush_messages",
-    "log.flush.interval.ms": "flush_ms",
-    "log.segment.delete.delay.ms": "file_delete_delay_ms",
-    "message.max.bytes": "max_message_bytes",
-    "log.cleanup.policy": "cleanup_policy",
-    "log.message.timestamp.type": "message_timestamp_type",
-    "log.message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
-    "log.message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+# Topic config key -> LogConfig field, and the broker-level default -> its topic key.
+_FIELDS: dict[str, str] = {f.metadata["key"]: f.name for f in fields(LogConfig)}
+_BROKER_SYNONYMS: dict[str, str] = {
+    d.broker_synonym: name
+    for name, d in TOPIC_CONFIGS.items()
+    if name in _FIELDS and d.broker_synonym is not None
 }
 
 
-_TOPIC_KEYS = frozenset(
-    key for key in _KEYS if not key.startswith("log.") and key != "message.max.bytes"
+# Every key LogConfig.from_properties reads from server.properties.
+LOG_CONFIG_KEYS = frozenset(
+    [*_FIELDS, *_BROKER_SYNONYMS, "log.retention.hours", "log.retention.minutes", "log.roll.hours"]
 )
+
+
+def _int(key: str, raw: object) -> int:
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"Invalid value {raw} for configuration {key}: Not a number") from None
 
 
 def _has(props: Mapping[str, Any], prefix: str) -> bool:
@@ -160,18 +132,20 @@ class LogManagerConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             if getattr(self, f.name) < (0 if f.name == "initial_task_delay_ms" else 1):
-                raise ValueError(f"{f.name} must be positive")
+                key = next(k for k, name in LOG_MANAGER_KEYS.items() if name == f.name)
+                raise ValueError(f"{key} must be positive")
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> LogManagerConfig:
         """Build from the broker's ``log.*`` keys; unknown keys are ignored."""
-        keys = {
-            "log.retention.check.interval.ms": "retention_check_interval_ms",
-            "log.flush.scheduler.interval.ms": "flush_scheduler_interval_ms",
-            "log.flush.offset.checkpoint.interval.ms": "flush_offset_checkpoint_interval_ms",
-            "log.flush.start.offset.checkpoint.interval.ms": (
-                "flush_start_offset_checkpoint_interval_ms"
-            ),
-            "log.initial.task.delay.ms": "initial_task_delay_ms",
-        }
-        return cls(**{keys[k]: int(v) for k, v in props.items() if k in keys})
+        keys = LOG_MANAGER_KEYS
+        return cls(**{keys[k]: _int(k, v) for k, v in props.items() if k in keys})
+
+
+LOG_MANAGER_KEYS: dict[str, str] = {
+    "log.retention.check.interval.ms": "retention_check_interval_ms",
+    "log.flush.scheduler.interval.ms": "flush_scheduler_interval_ms",
+    "log.flush.offset.checkpoint.interval.ms": "flush_offset_checkpoint_interval_ms",
+    "log.flush.start.offset.checkpoint.interval.ms": "flush_start_offset_checkpoint_interval_ms",
+    "log.initial.task.delay.ms": "initial_task_delay_ms",
+}

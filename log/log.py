@@ -675,22 +675,23 @@ class Log:
 
     async def delete_old_segments(self, *, high_watermark: int | None = None) -> int:
         """Kafka's deleteOldSegments: segments past retention.ms (by their largest
-        timestamp), beyond retention.bytes, or below the log start offset, never past the
-        high watermark. Files are renamed ``.deleted`` and removed file.delete.delay.ms
-        later. Returns the number of segments deleted."""
+        timestamp) or beyond retention.bytes when cleanup.policy has delete, and segments
+        below the log start offset, never past the high watermark. Files are renamed
+        ``.deleted`` and removed file.delete.delay.ms later. Returns the number deleted."""
         async with self._lock:
             self._check_online()
             bound = self._log_end_offset if high_watermark is None else high_watermark
             config = self.config
             deleted = 0
-            if config.retention_ms >= 0:
+            # A compact-only topic keeps everything retention would delete (Kafka).
+            if config.delete and config.retention_ms >= 0:
                 now_ms = self.runtime.clock.now_ms()
                 deleted += self._delete_segments_locked(
                     self._deletable(
                         lambda s, _n: now_ms - s.largest_timestamp > config.retention_ms, bound
                     )
                 )
-            if config.retention_bytes >= 0:
+            if config.delete and config.retention_bytes >= 0:
                 excess = [self.size - config.retention_bytes]
 
                 def over_size(segment: LogSegment, _next: LogSegment | None) -> bool:

@@ -41,9 +41,12 @@ from log.runtime import Runtime
 logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+META_PROPERTIES = "meta.properties"  # what ``kraft-server format`` writes into a log dir
 # The metadata log shares the first log dir but belongs to the quorum (raft/disk_log.py),
-# never to the LogManager, as in Kafka.
-METADATA_PARTITION_DIR = "__cluster_metadata-0"
+# never to the LogManager, as in Kafka: no partition log of this topic is ever opened,
+# created or loaded here, whatever a metadata image or a directory listing says.
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+METADATA_PARTITION_DIR = f"{CLUSTER_METADATA_TOPIC}-0"
 HighWatermarkProvider = Callable[[TopicPartition], int | None]
 
 
@@ -56,8 +59,13 @@ def parse_topic_partition(name: str) -> TopicPartition | None:
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
+    """The dir of a partition log; ValueError for a name no partition log may have."""
     if not topic or "/" in topic or any(c.isspace() for c in topic) or partition < 0:
         raise ValueError(f"invalid topic partition {topic!r}-{partition}")
+    if topic == CLUSTER_METADATA_TOPIC:
+        raise ValueError(
+            f"{topic}-{partition}: that topic is the metadata log's, not a partition's"
+        )
     return f"{topic}-{partition}"
 
 
@@ -108,8 +116,13 @@ class LogManager:
             fs.mkdir(log_dir)
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             marker_present = clean = fs.exists(marker)
-            if not clean:
-                logger.warning("%s: no clean shutdown marker, recovering its logs", log_dir)
+            partition_dirs = self._partition_dirs(log_dir)
+            if not clean and partition_dirs:  # a fresh dir has nothing to recover
+                logger.warning(
+                    "%s: no clean shutdown marker, recovering its %d logs",
+                    log_dir,
+                    len(partition_dirs),
+                )
             try:
                 recovery_points = self._checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT).read()
             except CheckpointError as exc:
@@ -119,11 +132,7 @@ class LogManager:
                 clean = False
             self.had_clean_shutdown[log_dir] = clean
             log_starts = self._checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT).read()
-            for name in fs.list_dir(log_dir):
-                path = os.path.join(log_dir, name)
-                tp = parse_topic_partition(name)
-                if tp is None or not fs.is_dir(path) or name == METADATA_PARTITION_DIR:
-                    continue
+            for tp, path in partition_dirs:
                 if tp in self._logs:
                     raise RuntimeError(
                         f"duplicate log directories for {tp}: {self._logs[tp].dir_path}, {path}"
@@ -349,6 +358,27 @@ class LogManager:
         return result
 
     # ---- helpers ------------------------------------------------------------------------
+    def _partition_dirs(self, log_dir: str) -> list[tuple[TopicPartition, str]]:
+        """The partition logs in ``log_dir``: ``<topic>-<partition>`` dirs, never the
+        metadata log's (nor any other of its topic)."""
+        found = []
+        for name in self.fs.list_dir(log_dir):
+            path = os.path.join(log_dir, name)
+            tp = parse_topic_partition(name)
+            if tp is None or tp[0] == CLUSTER_METADATA_TOPIC or not self.fs.is_dir(path):
+                continue
+            if self.fs.exists(os.path.join(path, META_PROPERTIES)):
+                # e.g. a cluster node's dir ("broker-4") nested in this one: never loaded,
+                # served or set aside as a stray of ours.
+                logger.warning(
+                    "%s is a formatted log dir (it has %s), not a partition: left alone",
+                    path,
+                    META_PROPERTIES,
+                )
+                continue
+            found.append((tp, path))
+        return found
+
     def _checkpoint(self, log_dir: str, name: str) -> OffsetCheckpointFile:
         return OffsetCheckpointFile(self.fs, os.path.join(log_dir, name))
 

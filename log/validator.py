@@ -45,12 +45,14 @@ from log.batch import (
     validate_batch,
 )
 from log.compression import DECOMPRESSED_SIZE_BYTES_MAX, Compression, compress, decompress
-from log.config import COMPRESSION_TYPES, TIMESTAMP_TYPES, LogConfig
+from log.config import LogConfig
+from log.config_defs import COMPRESSION_TYPES, TIMESTAMP_TYPES
 from log.errors import CorruptRecordError, InvalidRecordError, RecordError, RecordTooLargeError
 from log.records import decode_records, decode_varint, decode_varlong
 
 NO_TIMESTAMP = -1
-INVALID_TIMESTAMP = 32  # Kafka's error code
+INVALID_TIMESTAMP = 32  # Kafka's error codes
+INVALID_RECORD = 87
 # The most a produced compressed batch may inflate to. Kafka streams and sets none; here a
 # batch is inflated whole and walked on the event loop, so this bounds both the memory and
 # the time one batch can take (a second or two for 16 MiB of the smallest records).
@@ -88,9 +90,15 @@ class RecordValidationError(RecordError):
 
     kafka_error_code = INVALID_TIMESTAMP
 
-    def __init__(self, message: str, record_errors: tuple[tuple[int, str], ...]) -> None:
+    def __init__(
+        self,
+        message: str,
+        record_errors: tuple[tuple[int, str], ...],
+        kafka_error_code: int = INVALID_TIMESTAMP,
+    ) -> None:
         super().__init__(message)
         self.record_errors = record_errors
+        self.kafka_error_code = kafka_error_code
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +140,12 @@ def validate_records(
     walk = walk_records(payload, count, header.base_timestamp)
     if not walk.contiguous:
         raise InvalidRecordError(f"Record offset deltas are not 0..{count - 1}")
+    if config.compact and walk.keyless >= 0:  # a key is all compaction keeps a record by
+        raise RecordValidationError(
+            "Compacted topic cannot accept message without key",
+            ((walk.keyless, "Compacted topic cannot accept message without key"),),
+            INVALID_RECORD,
+        )
     timestamp_type = _TIMESTAMP_TYPE_IDS[config.message_timestamp_type]
     errors = _record_errors(payload, header, walk, config, now_ms, timestamp_type)
     if errors:
@@ -160,6 +174,7 @@ class Walk:
     min_timestamp: int
     max_timestamp: int
     contiguous: bool  # offset deltas are exactly 0..count-1
+    keyless: int  # offset delta of the first record without a key, -1 if every one has one
     found: tuple[int, int] | None  # (offset delta, timestamp) where a search stopped
 
 
@@ -192,6 +207,7 @@ def walk_records(
     min_delta = _NEVER
     max_delta = -_NEVER
     contiguous = True
+    keyless = -1
     try:
         for index in range(count):
             byte = data[pos]
@@ -245,6 +261,8 @@ def walk_records(
                 pos += length
             elif length != -1:
                 raise InvalidRecordError(f"Invalid negative key size {length}")
+            elif keyless < 0:
+                keyless = offset_delta
             byte = data[pos]
             if byte < 0x80:
                 length, pos = zigzag[byte], pos + 1
@@ -302,14 +320,14 @@ def walk_records(
             if timestamp_delta >= stop_delta and offset_delta >= min_offset_delta:
                 found = (offset_delta, base_timestamp + timestamp_delta)
                 low, high = base_timestamp + min_delta, base_timestamp + max_delta
-                return Walk(low, high, contiguous, found)
+                return Walk(low, high, contiguous, keyless, found)
     except IndexError:
         raise InvalidRecordError("Incorrect declared batch size, premature EOF reached") from None
     except CorruptRecordError as exc:  # a varint over 5 (10) bytes or past int32 (int64)
         raise InvalidRecordError(f"Invalid record: {exc}") from None
     if pos != end:
         raise InvalidRecordError("Incorrect declared batch size, records still remaining in file")
-    return Walk(base_timestamp + min_delta, base_timestamp + max_delta, contiguous, None)
+    return Walk(base_timestamp + min_delta, base_timestamp + max_delta, contiguous, keyless, None)
 
 
 def _record_errors(

@@ -2,36 +2,43 @@
 
 Kafka's admin clients show these through DescribeConfigs and change them through
 (Incremental)AlterConfigs; both must refuse what Kafka refuses, with Kafka's wording, because
-tools and tests match on the message. Each definition carries its DescribeConfigs
-``config_type`` id, its default as text (``None`` where Kafka's is null) and a validator that
-returns the reason a value is bad, phrased as Kafka's ConfigDef validators phrase it.
+tools and tests match on the message. Topic configs are the log layer's one table
+(log/config_defs.py), which the broker's LogConfig is built from too; the dynamic broker
+configs and the resolution of a topic's effective values live here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
+from log.config_defs import (
+    TOPIC_CONFIGS,
+    ConfigDef,
+    ConfigType,
+    Validator,
+    at_least,
+    list_items,
+    typed,
+)
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
+# Re-exported: callers see one config module per layer.
+__all__ = [
+    "CLUSTER_DEFAULT",
+    "TOPIC_CONFIGS",
+    "ConfigDef",
+    "ConfigSource",
+    "ConfigType",
+    "ConfigValue",
+    "check_config",
+    "definitions",
+    "list_items",
+    "topic_config_values",
+]
+
 CLUSTER_DEFAULT = ""  # the broker resource name of the cluster-wide dynamic defaults
-
-
-class ConfigType(enum.IntEnum):
-    """DescribeConfigs' ``config_type`` ids (KIP-569)."""
-
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    SHORT = 4
-    LONG = 5
-    DOUBLE = 6
-    LIST = 7
-    CLASS = 8
-    PASSWORD = 9
 
 
 class ConfigSource(enum.IntEnum):
@@ -45,22 +52,6 @@ class ConfigSource(enum.IntEnum):
     DEFAULT_CONFIG = 5
 
 
-Validator = Callable[[str], str | None]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ConfigDef:
-    """One config key. ``validate`` returns why a value is invalid, or None if it is valid;
-    ``broker_synonym`` is the broker config that supplies a topic config's default."""
-
-    name: str
-    type: ConfigType
-    default: str | None
-    validate: Validator
-    doc: str
-    broker_synonym: str | None = None
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class ConfigValue:
     """A config's effective value for one resource, and where it came from."""
@@ -70,469 +61,71 @@ class ConfigValue:
     source: ConfigSource
 
 
-# ---- validators (messages as Kafka's ConfigDef.Type.parse and its validators word them) ----
-
-
-def _parse_error(kind: ConfigType, value: str) -> str | None:
-    text = value.strip()
-    if kind is ConfigType.BOOLEAN:
-        if text.lower() not in ("true", "false"):
-            return "Expected value to be either true or false"
-    elif kind in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
-        bound = {ConfigType.SHORT: 2**15, ConfigType.INT: 2**31, ConfigType.LONG: 2**63}[kind]
-        try:
-            number = int(text)
-        except ValueError:
-            return f"Not a number of type {kind.name}"
-        if not -bound <= number < bound:
-            return f"Not a number of type {kind.name}"
-    elif kind is ConfigType.DOUBLE:
-        try:
-            float(text)
-        except ValueError:
-            return f"Not a number of type {kind.name}"
-    return None
-
-
-def _typed(kind: ConfigType, check: Validator | None = None) -> Validator:
-    """A validator that parses the value as ``kind`` first, then applies ``check``."""
-
-    def validate(value: str) -> str | None:
-        problem = _parse_error(kind, value)
-        if problem is None and check is not None:
-            problem = check(value.strip())
-        return problem
-
-    return validate
-
-
-def _at_least(low: float) -> Validator:
-    def check(value: str) -> str | None:
-        return f"Value must be at least {_number_text(low)}" if float(value) < low else None
-
-    return check
-
-
-def _between(low: float, high: float) -> Validator:
-    def check(value: str) -> str | None:
-        number = float(value)
-        if number < low:
-            return f"Value must be at least {_number_text(low)}"
-        if number > high:
-            return f"Value must be no more than {_number_text(high)}"
-        return None
-
-    return check
-
-
-def _one_of(*allowed: str) -> Validator:
-    def check(value: str) -> str | None:
-        return None if value in allowed else f"String must be one of: {', '.join(allowed)}"
-
-    return check
-
-
-def _list_of(*allowed: str) -> Validator:
-    def check(value: str) -> str | None:
-        for item in list_items(value):
-            if item not in allowed:
-                return f"String must be one of: {', '.join(allowed)}"
-        return None
-
-    return check
-
-
-def _number_text(number: float) -> str:
-    return str(int(number)) if float(number).is_integer() else str(number)
-
-
-def list_items(value: str) -> list[str]:
-    """The items of a LIST config value (comma separated, blanks dropped), as Kafka parses."""
-    return [item.strip() for item in value.split(",") if item.strip()]
-
-
-# ---- the definitions -----------------------------------------------------------------------
-
-_COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
-
-
-def _topic(
-    name: str,
-    kind: ConfigType,
-    default: str | None,
-    doc: str,
-    check: Validator | None = None,
-    synonym: str | None = None,
-) -> ConfigDef:
-    return ConfigDef(name, kind, default, _typed(kind, check), doc, synonym)
-
-
-TOPIC_CONFIGS: Mapping[str, ConfigDef] = {
-    d.name: d
-    for d in (
-        _topic(
-            "cleanup.policy",
-            ConfigType.LIST,
-            "delete",
-            "The retention policy for old log segments: delete, compact, or both.",
-            _list_of("compact", "delete"),
-            "log.cleanup.policy",
-        ),
-        _topic(
-            "compression.type",
-            ConfigType.STRING,
-            "producer",
-            "The final compression of the topic's batches ('producer' keeps the producer's).",
-            _one_of(*_COMPRESSION_TYPES),
-            "compression.type",
-        ),
-        _topic(
-            "compression.gzip.level",
-            ConfigType.INT,
-            "-1",
-            "The gzip level used when compression.type is gzip.",
-            lambda v: None if v == "-1" else _between(1, 9)(v),
-            "compression.gzip.level",
-        ),
-        _topic(
-            "compression.lz4.level",
-            ConfigType.INT,
-            "9",
-            "The lz4 level used when compression.type is lz4.",
-            _between(1, 17),
-            "compression.lz4.level",
-        ),
-        _topic(
-            "compression.zstd.level",
-            ConfigType.INT,
-            "3",
-            "The zstd level used when compression.type is zstd.",
-            _between(-131072, 22),
-            "compression.zstd.level",
-        ),
-        _topic(
-            "delete.retention.ms",
-            ConfigType.LONG,
-            "86400000",
-            "How long delete tombstones are kept for compacted topics.",
-            _at_least(0),
-            "log.cleaner.delete.retention.ms",
-        ),
-        _topic(
-            "file.delete.delay.ms",
-            ConfigType.LONG,
-            "60000",
-            "How long to wait before deleting a file from the filesystem.",
-            _at_least(0),
-            "log.segment.delete.delay.ms",
-        ),
-        _topic(
-            "flush.messages",
-            ConfigType.LONG,
-            str(INT64_MAX),
-            "Force an fsync after this many messages.",
-            _at_least(1),
-            "log.flush.interval.messages",
-        ),
-        _topic(
-            "flush.ms",
-            ConfigType.LONG,
-            str(INT64_MAX),
-            "Force an fsync after this much time.",
-            _at_least(0),
-            "log.flush.interval.ms",
-        ),
-        _topic(
-            "follower.replication.throttled.replicas",
-            ConfigType.LIST,
-            "",
-            "Replicas whose log replication is throttled on the follower side.",
-        ),
-        _topic(
-            "index.interval.bytes",
-            ConfigType.INT,
-            "4096",
-            "How many bytes of log go between two offset index entries.",
-            _at_least(0),
-            "log.index.interval.bytes",
-        ),
-        _topic(
-            "leader.replication.throttled.replicas",
-            ConfigType.LIST,
-            "",
-            "Replicas whose log replication is throttled on the leader side.",
-        ),
-        _topic(
-            "local.retention.bytes",
-            ConfigType.LONG,
-            "-2",
-            "Bytes kept locally with tiered storage (-2: retention.bytes).",
-            _at_least(-2),
-            "log.local.retention.bytes",
-        ),
-        _topic(
-            "local.retention.ms",
-            ConfigType.LONG,
-            "-2",
-            "Time kept locally with tiered storage (-2: retention.ms).",
-            _at_least(-2),
-            "log.local.retention.ms",
-        ),
-        _topic(
-            "max.compaction.lag.ms",
-            ConfigType.LONG,
-            str(INT64_MAX),
-            "The longest a message stays uncompacted.",
-            _at_least(1),
-            "log.cleaner.max.compaction.lag.ms",
-        ),
-        _topic(
-            "max.message.bytes",
-            ConfigType.INT,
-            "1048588",
-            "The largest record batch size allowed.",
-            _at_least(0),
-            "message.max.bytes",
-        ),
-        _topic(
-            "message.timestamp.after.max.ms",
-            ConfigType.LONG,
-            "3600000",
-            "How far a CreateTime timestamp may be ahead of the broker's clock.",
-            _at_least(0),
-            "log.message.timestamp.after.max.ms",
-        ),
-        _topic(
-            "message.timestamp.before.max.ms",
-            ConfigType.LONG,
-            str(INT64_MAX),
-            "How far a CreateTime timestamp may be behind the broker's clock.",
-            _at_least(0),
-            "log.message.timestamp.before.max.ms",
-        ),
-        _topic(
-            "message.timestamp.type",
-            ConfigType.STRING,
-            "CreateTime",
-            "Whether record timestamps are the producer's or the broker's append time.",
-            _one_of("CreateTime", "LogAppendTime"),
-            "log.message.timestamp.type",
-        ),
-        _topic(
-            "min.cleanable.dirty.ratio",
-            ConfigType.DOUBLE,
-            "0.5",
-            "How dirty a log must be before the cleaner compacts it.",
-            _between(0, 1),
-            "log.cleaner.min.cleanable.ratio",
-        ),
-        _topic(
-            "min.compaction.lag.ms",
-            ConfigType.LONG,
-            "0",
-            "The shortest a message stays uncompacted.",
-            _at_least(0),
-            "log.cleaner.min.compaction.lag.ms",
-        ),
-        _topic(
-            "min.insync.replicas",
-            ConfigType.INT,
-            "1",
-            "The fewest in-sync replicas an acks=all write needs.",
-            _at_least(1),
-            "min.insync.replicas",
-        ),
-        _topic(
-            "preallocate",
-            ConfigType.BOOLEAN,
-            "false",
-            "Preallocate the file when creating a new segment.",
-            None,
-            "log.preallocate",
-        ),
-        _topic(
-            "remote.storage.enable",
-            ConfigType.BOOLEAN,
-            "false",
-            "Tiered storage for the topic.",
-        ),
-        _topic(
-            "retention.bytes",
-            ConfigType.LONG,
-            "-1",
-            "The largest a partition may grow before old segments are deleted (-1: no limit).",
-            None,
-            "log.retention.bytes",
-        ),
-        _topic(
-            "retention.ms",
-            ConfigType.LONG,
-            "604800000",
-            "How long a segment is kept before deletion (-1: no limit).",
-            _at_least(-1),
-            "log.retention.ms",
-        ),
-        _topic(
-            "segment.bytes",
-            ConfigType.INT,
-            "1073741824",
-            "The size of one segment file.",
-            _at_least(14),
-            "log.segment.bytes",
-        ),
-        _topic(
-            "segment.index.bytes",
-            ConfigType.INT,
-            "10485760",
-            "The size of the index that maps offsets to file positions.",
-            _at_least(4),
-            "log.index.size.max.bytes",
-        ),
-        _topic(
-            "segment.jitter.ms",
-            ConfigType.LONG,
-            "0",
-            "The largest random jitter subtracted from segment.ms.",
-            _at_least(0),
-            "log.roll.jitter.ms",
-        ),
-        _topic(
-            "segment.ms",
-            ConfigType.LONG,
-            "604800000",
-            "Roll a segment after this long even if it is not full.",
-            _at_least(1),
-            "log.roll.ms",
-        ),
-        _topic(
-            "unclean.leader.election.enable",
-            ConfigType.BOOLEAN,
-            "false",
-            "Whether a replica outside the ISR may become leader, at the risk of data loss.",
-            None,
-            "unclean.leader.election.enable",
-        ),
-    )
-}
-
-
 def _broker(
     name: str, kind: ConfigType, default: str | None, doc: str, check: Validator | None = None
 ) -> ConfigDef:
-    return ConfigDef(name, kind, default, _typed(kind, check), doc)
+    return ConfigDef(name, kind, default, typed(kind, check), doc)
+
+
+def _topic_default(topic_key: str, *, null_default: bool = False, doc: str = "") -> ConfigDef:
+    """The dynamic broker config that sets ``topic_key``'s cluster-wide default: the topic
+    config's type and validation (one table), under its broker synonym. Kafka's default is
+    null for a few (``log.retention.ms``: ``log.retention.hours`` decides)."""
+    topic = TOPIC_CONFIGS[topic_key]
+    assert topic.broker_synonym is not None, topic_key
+    default = None if null_default else topic.default
+    return ConfigDef(
+        topic.broker_synonym,
+        topic.type,
+        default,
+        topic.validate,
+        doc or f"The default {topic_key} of topics.",
+    )
 
 
 BROKER_DYNAMIC_CONFIGS: Mapping[str, ConfigDef] = {
     d.name: d
     for d in (
-        _broker(
-            "compression.type",
-            ConfigType.STRING,
-            "producer",
-            "The default compression.type of topics.",
-            _one_of(*_COMPRESSION_TYPES),
+        _topic_default("compression.type"),
+        _topic_default("cleanup.policy"),
+        _topic_default("flush.messages"),
+        _topic_default("flush.ms", null_default=True),
+        _topic_default("index.interval.bytes"),
+        _topic_default("message.timestamp.type"),
+        _topic_default("preallocate"),
+        _topic_default("retention.bytes"),
+        _topic_default(
+            "retention.ms",
+            null_default=True,
+            doc="The default retention.ms of topics (null: log.retention.hours, 168).",
         ),
-        _broker(
-            "log.cleanup.policy",
-            ConfigType.LIST,
-            "delete",
-            "The default cleanup.policy of topics.",
-            _list_of("compact", "delete"),
-        ),
-        _broker(
-            "log.flush.interval.messages",
-            ConfigType.LONG,
-            str(INT64_MAX),
-            "The default flush.messages of topics.",
-            _at_least(1),
-        ),
-        _broker("log.flush.interval.ms", ConfigType.LONG, None, "The default flush.ms of topics."),
-        _broker(
-            "log.index.interval.bytes",
-            ConfigType.INT,
-            "4096",
-            "The default index.interval.bytes of topics.",
-            _at_least(0),
-        ),
-        _broker(
-            "log.message.timestamp.type",
-            ConfigType.STRING,
-            "CreateTime",
-            "The default message.timestamp.type of topics.",
-            _one_of("CreateTime", "LogAppendTime"),
-        ),
-        _broker(
-            "log.preallocate", ConfigType.BOOLEAN, "false", "The default preallocate of topics."
-        ),
-        _broker(
-            "log.retention.bytes",
-            ConfigType.LONG,
-            "-1",
-            "The default retention.bytes of topics.",
-        ),
-        _broker(
-            "log.retention.ms",
-            ConfigType.LONG,
-            None,
-            "The default retention.ms of topics (null: log.retention.hours, 168).",
-            _at_least(-1),
-        ),
-        _broker("log.roll.ms", ConfigType.LONG, None, "The default segment.ms of topics."),
-        _broker(
-            "log.segment.bytes",
-            ConfigType.INT,
-            "1073741824",
-            "The default segment.bytes of topics.",
-            _at_least(14),
-        ),
-        _broker(
-            "log.segment.delete.delay.ms",
-            ConfigType.LONG,
-            "60000",
-            "The default file.delete.delay.ms of topics.",
-            _at_least(0),
-        ),
-        _broker(
-            "message.max.bytes",
-            ConfigType.INT,
-            "1048588",
-            "The default max.message.bytes of topics.",
-            _at_least(0),
-        ),
-        _broker(
-            "min.insync.replicas",
-            ConfigType.INT,
-            "1",
-            "The default min.insync.replicas of topics.",
-            _at_least(1),
-        ),
+        _topic_default("segment.ms", null_default=True),
+        _topic_default("segment.bytes"),
+        _topic_default("file.delete.delay.ms"),
+        _topic_default("max.message.bytes"),
+        _topic_default("min.insync.replicas"),
         _broker(
             "num.io.threads",
             ConfigType.INT,
             "8",
             "Threads that process requests (kraft-py runs one event loop; kept for tools).",
-            _at_least(1),
+            at_least(1),
         ),
         _broker(
             "num.network.threads",
             ConfigType.INT,
             "3",
             "Threads that serve the network (kept for tools).",
-            _at_least(1),
+            at_least(1),
         ),
         _broker(
             "num.replica.fetchers",
             ConfigType.INT,
             "1",
             "Fetcher connections per source broker.",
-            _at_least(1),
+            at_least(1),
         ),
-        _broker(
-            "unclean.leader.election.enable",
-            ConfigType.BOOLEAN,
-            "false",
-            "The default unclean.leader.election.enable of topics.",
-        ),
+        _topic_default("unclean.leader.election.enable"),
     )
 }
 

@@ -49,6 +49,7 @@ from raft.wire import API_VERSIONS_KEY
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
 METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's Uuid.METADATA_TOPIC_ID, AAAAAAAAAAAAAAAAAAAAAQ
+ZERO_DIRECTORY_ID = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: "directory unknown"
 
 FETCH = 1
 VOTE = 52
@@ -319,6 +320,19 @@ def decode_raft_request(entity: object) -> tuple[int, Request, str | None]:
         raise ValueError(f"api {api_key} is not a raft core request")
     src, message = decoder(request, _metadata_partition(request.topics))
     return src, message, request.cluster_id
+
+
+def request_voter_key(entity: object) -> tuple[int, uuid.UUID] | None:
+    """(voter id, voter directory id) a Vote or BeginQuorumEpoch (v1+, KIP-853) is addressed
+    to, or None when the version has no such fields or the sender left the id unset (-1).
+    The directory id is the zero UUID when the sender does not know it (a static quorum)."""
+    request: Any = entity
+    voter_id = getattr(request, "voter_id", -1)
+    if voter_id < 0:
+        return None
+    partition = _metadata_partition(request.topics)
+    # kio reads the zero UUID as None.
+    return voter_id, getattr(partition, "voter_directory_id", None) or ZERO_DIRECTORY_ID
 
 
 # ---------------------------------------------------------------- responses

@@ -22,6 +22,7 @@ from log.clock import WallClock
 from log.records import Record
 from raft.control import leader_change_record
 from raft.messages import (
+    MAX_EPOCH,
     NO_LEADER,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -36,6 +37,7 @@ from raft.messages import (
     Outbound,
     Request,
     RequestFailed,
+    Response,
     VoteRequest,
     VoteResponse,
 )
@@ -43,6 +45,7 @@ from raft.progress import ReplicaProgress, majority, quorum_offset
 from raft.quorum_state import QuorumState
 from raft.replicated_log import ReplicatedLog
 from raft.snapshot import SnapshotId
+from raft.validation import request_error
 
 # Planted bugs the core understands (off unless a simulation asks for them).
 CORE_BUGS = {
@@ -62,6 +65,18 @@ SNAPSHOT_CHUNK_BYTES = 1024 * 1024
 BEGIN_QUORUM_RETRY_MS = 500
 MAX_PROPOSAL_RECORDS = 10_000
 HIGH_WATERMARK_LINGER_MS = 2
+# Kafka's LeaderState forgets an observer that has not fetched for 5 minutes; the cap bounds
+# the table against fetches under ever new replica ids in between (the least recently seen
+# observer makes room).
+OBSERVER_SESSION_TIMEOUT_MS = 300_000
+MAX_OBSERVERS = 10_000
+_REQUEST_TYPES = (
+    VoteRequest,
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    FetchRequest,
+    FetchSnapshotRequest,
+)
 
 
 class Role(enum.Enum):
@@ -181,6 +196,15 @@ class RaftCore:
         self.epoch = state.leader_epoch
         self.leader_id = state.leader_id
         self.voted_id = state.voted_id
+        if log.last_fetched_epoch() > self.epoch:
+            # quorum-state is behind the log (lost, or an observer's never written): start
+            # unattached in the log's epoch, as Kafka's QuorumState.initialize does, so the
+            # fetches we send never name an epoch older than our own log's.
+            self.epoch, self.leader_id, self.voted_id = (
+                log.last_fetched_epoch(),
+                NO_LEADER,
+                NO_LEADER,
+            )
         self.role = Role.UNATTACHED
         snapshot = log.latest_snapshot()
         # A snapshot holds only committed records: its end is a high watermark we know.
@@ -203,6 +227,7 @@ class RaftCore:
         self._epoch_start_offset = 0
         self._leader_since_ms = 0
         self._begin_epoch_sent_ms: dict[int, int] = {}
+        self._observers_checked_ms = 0
         self._parked: dict[int, _Parked] = {}
         self._truncating = False
         # A snapshot download in progress: (id, next position), and whether it is installing.
@@ -323,8 +348,17 @@ class RaftCore:
         return last
 
     def step(self, message: Inbound) -> None:
-        """Handle one request or response."""
+        """Handle one request or response; a request that fails the checks of
+        raft/validation.py is answered with its error and changes nothing."""
         body = message.body
+        if isinstance(body, _REQUEST_TYPES):
+            code = request_error(body, node_id=self.node_id, voters=self.voters)
+            if code is not None:
+                self._reply(message, self.refusal(body, code))
+                return
+        elif getattr(body, "leader_epoch", 0) > MAX_EPOCH:
+            # A forged or corrupt answer: acting on it would poison our epoch.
+            body = RequestFailed(Errors.INVALID_REQUEST)
         if isinstance(body, VoteRequest):
             self._on_vote_request(message, body)
         elif isinstance(body, FetchRequest):
@@ -350,6 +384,20 @@ class RaftCore:
                 self._maybe_higher_epoch(body.leader_epoch, body.leader_id)
             elif isinstance(body, RequestFailed):
                 return
+
+    def refusal(self, body: Request, code: int) -> Response:
+        """The answer that refuses ``body`` with ``code``: our epoch and leader, nothing
+        else; the core's state is not touched."""
+        epoch, leader = self.epoch, self._leader_hint()
+        if isinstance(body, VoteRequest):
+            return VoteResponse(code, epoch, leader, False)
+        if isinstance(body, BeginQuorumEpochRequest):
+            return BeginQuorumEpochResponse(code, epoch, leader)
+        if isinstance(body, EndQuorumEpochRequest):
+            return EndQuorumEpochResponse(code, epoch, leader)
+        if isinstance(body, FetchRequest):
+            return FetchResponse(code, epoch, leader)
+        return FetchSnapshotResponse(code, epoch, leader)
 
     def resign(self) -> None:
         """Graceful shutdown of a leader: hand over leadership (EndQuorumEpoch)."""
@@ -459,6 +507,11 @@ class RaftCore:
         """KIP-996 pre-vote: ask for votes for epoch+1 without changing any stored state."""
         if not self.is_voter:
             return
+        if self.epoch >= MAX_EPOCH:
+            # Epochs are exhausted (2^31 elections, or a forged epoch let in by an older
+            # version): there is no next epoch to stand in. Wait, rather than overflow.
+            self._become_unattached(self.epoch, self.voted_id, persist=False)
+            return
         self._set_role(Role.PROSPECTIVE)
         self._election_deadline_ms = self.now_ms + self._random_election_timeout()
         self._votes[self.node_id] = True
@@ -475,6 +528,7 @@ class RaftCore:
 
     def _become_candidate(self) -> None:
         self.epoch += 1
+        assert self.epoch <= MAX_EPOCH, self.epoch
         self.voted_id = self.node_id
         self.leader_id = NO_LEADER
         self._set_role(Role.CANDIDATE)
@@ -569,6 +623,7 @@ class RaftCore:
                 self._become_resigned()
                 return
         self._send_begin_quorum_epoch()
+        self._expire_observers()
         for src, parked in list(self._parked.items()):
             if self.now_ms >= parked.deadline_ms:
                 self._answer_fetch(parked, force=True)
@@ -636,8 +691,14 @@ class RaftCore:
                     ),
                 )
                 return
+        if request.replica_id < 0:
+            # Not a replica (as in Kafka, a consumer's fetch): answered at once, not tracked.
+            parked = _Parked(message.src, request, message.reply_to, self.now_ms)
+            self._answer_fetch(parked, force=True)
+            return
         progress = self._progress.get(message.src)
         if progress is None:
+            self._make_room_for_observer()
             progress = self._progress[message.src] = ReplicaProgress(message.src)
         progress.end_offset = request.fetch_offset
         progress.last_fetch_ms = self.now_ms
@@ -656,6 +717,31 @@ class RaftCore:
         )
         if not self._answer_fetch(parked, force=request.max_wait_ms <= 0):
             self._parked[message.src] = parked
+
+    def _expire_observers(self) -> None:
+        """Forget observers that stopped fetching (Kafka's observer session timeout); looked
+        at once a retry period, not on every tick (the leader ticks on every request)."""
+        if self.now_ms - self._observers_checked_ms < BEGIN_QUORUM_RETRY_MS:
+            return
+        self._observers_checked_ms = self.now_ms
+        limit = self.now_ms - OBSERVER_SESSION_TIMEOUT_MS
+        for replica, progress in list(self._progress.items()):
+            if replica not in self.voters and progress.last_fetch_ms <= limit:
+                self._forget_observer(replica)
+
+    def _make_room_for_observer(self) -> None:
+        # A leader's progress holds every voter, so the rest are observers.
+        if len(self._progress) - len(self.voters) < MAX_OBSERVERS:
+            return
+        observers = [p for r, p in self._progress.items() if r not in self.voters]
+        oldest = min(observers, key=lambda p: (p.last_fetch_ms, p.replica_id))
+        self._forget_observer(oldest.replica_id)
+
+    def _forget_observer(self, replica: int) -> None:
+        parked = self._parked.pop(replica, None)
+        if parked is not None:
+            self._answer_fetch(parked, force=True)
+        del self._progress[replica]
 
     def _reply_snapshot_id(self, message: Inbound, snapshot: SnapshotId) -> None:
         self._reply(
@@ -716,15 +802,17 @@ class RaftCore:
         proposal, usually within a millisecond) go out with it in one answer instead of
         waiting for the fetch this answer would prompt (a round trip per commit saved)."""
         request = parked.request
-        progress = self._progress[parked.src]
+        progress = self._progress.get(parked.src)
         max_bytes = min(request.max_bytes, self.config.fetch_max_bytes)
         records = self.log.read(request.fetch_offset, max_bytes)
         if not records and not force:
+            assert progress is not None  # only tracked replicas' fetches are held
             if progress.last_sent_high_watermark != self.high_watermark:
                 linger_until = self.now_ms + HIGH_WATERMARK_LINGER_MS
                 parked.deadline_ms = min(parked.deadline_ms, linger_until)
             return False
-        progress.last_sent_high_watermark = self.high_watermark
+        if progress is not None:
+            progress.last_sent_high_watermark = self.high_watermark
         self._ready.messages.append(
             Outbound(
                 parked.src,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -137,6 +138,9 @@ class RaftNodeConfig:
     cluster_id: str
     metadata_dir: str
     raft: RaftConfig = field(default_factory=RaftConfig)
+    # This node's metadata directory id (meta.properties directory.id), checked against the
+    # voter key a Vote or BeginQuorumEpoch v1 names; None when unknown (then only the id is).
+    directory_id: uuid.UUID | None = None
     bugs: frozenset[str] = frozenset()
 
 
@@ -600,12 +604,26 @@ class RaftNode:
             return codec.error_response(api_key, version, Errors.INVALID_REQUEST)
         if cluster_id is not None and cluster_id != self.config.cluster_id:
             return codec.error_response(api_key, version, Errors.INCONSISTENT_CLUSTER_ID)
+        if not self._is_own_voter_key(codec.request_voter_key(entity)):
+            # Meant for another replica (a stale address, a replaced disk): KIP-853's answer.
+            assert self.core is not None
+            refusal = self.core.refusal(body, Errors.INVALID_VOTER_KEY)
+            return codec.encode_raft_response(refusal, api_key=api_key, api_version=version)
         if writer is None:
             answer = await self.ask(src, body)
             return codec.encode_raft_response(answer, api_key=api_key, api_version=version)
         done: asyncio.Future = asyncio.get_running_loop().create_future()
         await self._step_request(src, body, _DirectReply(writer, header, done), done)
         return _WRITTEN
+
+    def _is_own_voter_key(self, key: tuple[int, uuid.UUID] | None) -> bool:
+        if key is None:
+            return True
+        voter_id, directory_id = key
+        if voter_id != self.config.node_id:
+            return False
+        own = self.config.directory_id
+        return directory_id == codec.ZERO_DIRECTORY_ID or own is None or directory_id == own
 
     async def ask(self, src: int, body: Request) -> Response:
         """Hand a request to the core and wait for its answer (which may be long-polled)."""

@@ -27,9 +27,15 @@ class Errors:
     UNKNOWN_LEADER_EPOCH = 75
     INCONSISTENT_VOTER_SET = 94
     INCONSISTENT_CLUSTER_ID = 104
+    INVALID_VOTER_KEY = 125
 
 
 NO_LEADER = -1
+# The largest epoch a node takes from a peer, holds or loads from quorum-state: one below
+# the int32 maximum, so that the next epoch (an election's epoch + 1) always fits the record
+# batch header's partition_leader_epoch field. Reaching it takes 2^31 elections; a request
+# that names it (or more) is forged or corrupt and is refused with INVALID_REQUEST.
+MAX_EPOCH = 2**31 - 2
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 
 from log.fs import FileSystem, read_all, write_atomic
+from raft.messages import MAX_EPOCH
 
 FILE_NAME = "quorum-state"
 
@@ -45,13 +46,26 @@ class QuorumState:
             obj = json.loads(data)
             if obj.get("data_version") not in (0, 1):
                 raise QuorumStateError(f"{path}: unknown data_version {obj.get('data_version')}")
-            return QuorumState(
+            state = QuorumState(
                 leader_epoch=int(obj["leaderEpoch"]),
                 leader_id=int(obj.get("leaderId", -1)),
                 voted_id=int(obj.get("votedId", -1)),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise QuorumStateError(f"{path}: corrupt quorum state ({error})") from None
+        problem = state.problem()
+        if problem is not None:
+            raise QuorumStateError(f"{path}: {problem}; refusing to start on it")
+        return state
+
+    def problem(self) -> str | None:
+        """Why this state cannot be real (a forged epoch accepted by an older version, a
+        hand edit), or None. Checked before it is written and after it is read."""
+        if not 0 <= self.leader_epoch <= MAX_EPOCH:
+            return f"leaderEpoch {self.leader_epoch} is outside [0, {MAX_EPOCH}]"
+        if self.leader_id < -1 or self.voted_id < -1:
+            return f"leaderId {self.leader_id} / votedId {self.voted_id} below -1"
+        return None
 
 
 def load(fs: FileSystem, directory: str) -> QuorumState:
@@ -64,6 +78,7 @@ def load(fs: FileSystem, directory: str) -> QuorumState:
 
 async def store(fs: FileSystem, directory: str, state: QuorumState, *, sync: bool = True) -> None:
     """Durably replace the stored state (``sync=False`` only for the planted bug)."""
+    assert state.problem() is None, state.problem()
     path = f"{directory}/{FILE_NAME}"
     if sync:
         await write_atomic(fs, path, state.encode())

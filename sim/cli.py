@@ -1,6 +1,7 @@
 """``kraft-sim``: run, sweep and list planted bugs of deterministic simulations.
 
-Exit codes: 0 every run passed, 1 a run found a violation, 2 usage error.
+Exit codes: 0 every run passed, 1 a run found a violation, crashed, or could not decide a
+check (unknown, unless ``--allow-unknown``), 2 usage error.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ import importlib.util
 import logging
 import os
 import sys
+import time
+import traceback
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 from sim.nemesis import parse_faults
-from sim.run import RunConfig, RunResult
+from sim.run import CRASHED, OUTCOMES, RunConfig, RunResult
 from sim.scenarios import SCENARIOS
 
 # String hashing must not vary between runs of one seed (ARCHITECTURE, determinism contract).
@@ -48,7 +51,12 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
         p.add_argument("--nodes", type=int, default=6, help="simulated nodes (default 6)")
         p.add_argument("--voters", type=int, default=3, help="raft voters (default 3)")
-        p.add_argument("--observers", type=int, default=0, help="raft observers (default 0)")
+        p.add_argument(
+            "--observers",
+            type=int,
+            default=None,
+            help="raft observers (default: seed mod 3, so a sweep mixes 0, 1 and 2)",
+        )
         p.add_argument(
             "--controllers", type=int, default=3, help="metadata scenario: controllers (default 3)"
         )
@@ -64,6 +72,12 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--duration", type=float, default=30.0, help="virtual seconds of faults")
         p.add_argument("--faults", default="all", help="all, none, or a comma list")
         p.add_argument("--bug", default=None, help="a planted bug (see `kraft-sim bugs`)")
+        p.add_argument(
+            "--allow-unknown",
+            action="store_true",
+            help="pass runs whose checks could not decide (e.g. a linearizability search "
+            "out of budget); by default they fail",
+        )
         p.add_argument(
             "--trace",
             metavar="DIR",
@@ -94,7 +108,10 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         raise ValueError(f"unknown bug {args.bug!r} for scenario {args.scenario}")
     if args.nodes < 2:
         raise ValueError("--nodes must be at least 2")
-    if not 1 <= args.voters <= 9 or not 0 <= args.observers <= 9:
+    # Unless asked, the observer count varies with the seed: a sweep then exercises the
+    # observer paths too, and `run --seed N` still replays a sweep's seed N exactly.
+    observers = args.observers if args.observers is not None else seed % 3
+    if not 1 <= args.voters <= 9 or not 0 <= observers <= 9:
         raise ValueError("--voters must be 1-9 and --observers 0-9")
     if not 1 <= args.controllers <= 9 or not 1 <= args.brokers <= 9:
         raise ValueError("--controllers and --brokers must be 1-9")
@@ -113,7 +130,7 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         bug=args.bug,
         nodes=args.nodes,
         voters=args.voters,
-        observers=args.observers,
+        observers=observers,
         controllers=args.controllers,
         brokers=args.brokers,
         partitions=args.partitions,
@@ -125,15 +142,38 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
 
 
 def run_config(config: RunConfig) -> RunResult:
-    """Run one configuration (also the unit of work a sweep sends to a worker process)."""
-    return SCENARIOS[config.scenario].run(config)
+    """Run one configuration (also the unit of work a sweep sends to a worker process). The
+    simulator itself raising is a crashed run of that seed, not the end of the sweep."""
+    started = time.perf_counter()
+    try:
+        return SCENARIOS[config.scenario].run(config)
+    except Exception as error:
+        return RunResult(
+            seed=config.seed,
+            violation=f"{CRASHED}: the simulator raised {error!r}",
+            digest="-",
+            virtual_s=0.0,
+            wall_s=time.perf_counter() - started,
+            detail="".join(traceback.format_exception(error)),
+        )
 
 
-def _sweep(args: argparse.Namespace, base: RunConfig) -> int:
+def _passes(result: RunResult, allow_unknown: bool) -> bool:
+    return result.ok or (allow_unknown and result.outcome == "unknown")
+
+
+def _report(result: RunResult) -> str:
+    """The summary line, then a crash's traceback."""
+    if result.detail is None:
+        return result.summary()
+    return f"{result.summary()}\n{result.detail.rstrip()}"
+
+
+def _sweep(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    failed: list[RunResult] = []
-    configs = [replace(base, seed=seed) for seed in args.seeds]
+    results: list[RunResult] = []
+    configs = [_config(args, seed) for seed in args.seeds]
     with (
         ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool,
         Progress(transient=True, disable=not sys.stderr.isatty()) as progress,
@@ -141,14 +181,24 @@ def _sweep(args: argparse.Namespace, base: RunConfig) -> int:
         bar = progress.add_task(f"{args.scenario} seeds", total=len(configs))
         for result in pool.map(run_config, configs):
             progress.advance(bar)
-            if not result.ok:
-                failed.append(result)
+            results.append(result)
             if not args.quiet or not result.ok:
-                progress.console.print(result.summary(), highlight=False, soft_wrap=True)
-    first = min((r.seed for r in failed), default=None)
-    first_text = "none" if first is None else str(first)
-    print(f"seeds={len(configs)} failed={len(failed)} first_failing={first_text}")
+                progress.console.print(_report(result), highlight=False, soft_wrap=True)
+    line, failed = sweep_summary(results, args.allow_unknown)
+    print(line)
     return 1 if failed else 0
+
+
+def sweep_summary(results: list[RunResult], allow_unknown: bool) -> tuple[str, int]:
+    """The sweep's last line (how many runs had each outcome, how many failed, the first
+    failing seed) and the number of failing runs."""
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for result in results:
+        counts[result.outcome] += 1
+    failed = [r.seed for r in results if not _passes(r, allow_unknown)]
+    first = "none" if not failed else str(min(failed))
+    tally = " ".join(f"{outcome}={count}" for outcome, count in counts.items())
+    return f"seeds={len(results)} {tally} failed={len(failed)} first_failing={first}", len(failed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,9 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "run":
         result = run_config(replace(base, trace_path=args.trace_jsonl))
-        print(result.summary())
-        return 0 if result.ok else 1
-    return _sweep(args, base)
+        print(_report(result))
+        return 0 if _passes(result, args.allow_unknown) else 1
+    return _sweep(args)
 
 
 if __name__ == "__main__":

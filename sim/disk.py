@@ -6,10 +6,11 @@ Model (docs/simulation.md repeats it for users):
   operations and may tear the next one at a random byte, so a crash loses or tears exactly
   the unsynced data and never touches a synced byte (tests/sim/test_disk_model.py checks this
   against a model with hypothesis).
-- Names: creates, renames and removes go to an ordered journal. ``fsync_dir`` commits the whole
-  journal (what ext4/xfs do in practice); a crash keeps a random prefix of the uncommitted
-  journal. A file fsync does *not* commit its name: POSIX does not promise it, so the code
-  above must fsync the directory after creating or renaming a file it relies on.
+- Names: creates, renames (of files and of whole directories) and removes go to an ordered
+  journal. ``fsync_dir`` commits the whole journal (what ext4/xfs do in practice); a crash
+  keeps a random prefix of the uncommitted journal. A file fsync does *not* commit its name:
+  POSIX does not promise it, so the code above must fsync the directory after creating or
+  renaming a file it relies on.
 - Faults: the next N fsyncs can fail (EIO by default, data stays unsynced); writes can fail
   with ENOSPC or EIO until cleared. A failed write changes nothing.
 - Every handle belongs to one incarnation of the node; after a crash old handles raise EBADF,
@@ -147,7 +148,12 @@ class SimDisk:
         if kind in ("create", "mkdir"):
             names[op[1]] = op[2]
         elif kind == "rename":
-            names[op[2]] = names.pop(op[1])
+            src, dst = op[1], op[2]
+            names[dst] = names.pop(src)
+            if names[dst] == _DIR:  # a directory takes its whole subtree along
+                prefix = src + "/"
+                for name in [n for n in names if n.startswith(prefix)]:
+                    names[dst + name[len(src) :]] = names.pop(name)
         else:
             names.pop(op[1], None)
 
@@ -303,13 +309,26 @@ class SimFileSystem:
         self._disk._name_op(("rmdir", path))
 
     def rename(self, src: str, dst: str) -> None:
+        """POSIX rename: atomic, replacing a file ``dst`` (or an empty directory ``dst`` when
+        ``src`` is one); journaled like every name change, so durable once the directory is
+        fsynced, and after a crash before that either wholly done or not at all."""
         src, dst = _norm(src), _norm(dst)
         names = self._names(src)
         if src not in names:
             raise OSError(errno.ENOENT, "no such file", src)
-        if names[src] == _DIR:
-            raise OSError(errno.EISDIR, "renaming directories is not modelled", src)
         self._parent_must_exist(names, dst)
+        if src == dst:
+            return
+        if names[src] == _DIR:
+            if dst.startswith(src + "/"):
+                raise OSError(errno.EINVAL, "cannot move a directory into itself", dst)
+            if dst in names:
+                if names[dst] != _DIR:
+                    raise OSError(errno.ENOTDIR, "not a directory", dst)
+                if self.list_dir(dst):
+                    raise OSError(errno.ENOTEMPTY, "directory not empty", dst)
+        elif names.get(dst) == _DIR:
+            raise OSError(errno.EISDIR, "is a directory", dst)
         self._disk._name_op(("rename", src, dst))
 
     async def fsync_dir(self, path: str) -> None:

@@ -49,6 +49,11 @@ FAULTS: tuple[str, ...] = (
 )
 
 
+# Faults between nodes need that many targets; with fewer they do nothing (a one-node
+# cluster has no link to cut), so every fault handles every cluster size.
+MIN_TARGETS = {"partition": 2, "oneway": 2, "stall": 2, "reset": 2, "bridge": 3}
+
+
 def parse_faults(spec: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     """``all``, ``none`` or a comma list of fault names; ValueError names an unknown one.
     ``extra`` are a scenario's own faults (``Nemesis(custom=...)``), part of its ``all``."""
@@ -101,6 +106,8 @@ class Nemesis:
                 break
             fault = self.rng.choice(self.faults)
             hold = self.rng.uniform(*self.hold_s)
+            if len(self.targets) < MIN_TARGETS.get(fault, 1):
+                continue
             self.injected += 1
             self._inject(fault, min(hold, max(0.0, until_s - loop.time())))
 
@@ -135,7 +142,7 @@ class Nemesis:
             leader = self._leader() if self._leader is not None else None
             if leader is not None:
                 self._later(hold_s, net.restore, net.isolate(leader))
-        elif fault == "bridge" and len(nodes) >= 3:
+        elif fault == "bridge":
             rng.shuffle(nodes)
             middle = nodes[0]
             rest = nodes[1:]

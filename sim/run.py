@@ -1,12 +1,22 @@
 """What one simulated run is given and what it reports.
 
 Every scenario takes a RunConfig and returns a RunResult whose ``summary`` is the one line the
-CLI prints: ``seed=N ok ... digest=HEX speed=Xx`` or ``seed=N VIOLATION <invariant>: <detail>``.
+CLI prints: ``seed=N ok ... digest=HEX speed=Xx``, ``seed=N VIOLATION <invariant>: <detail>``
+or ``seed=N UNKNOWN <check>: <why>``.
+
+Outcomes: ``ok``; ``violation`` (an invariant broke); ``crashed`` (code under test, or the
+simulator itself, died of an unexpected exception: the ``crashed`` violation kind, with its
+traceback in ``detail``); ``unknown`` (no invariant broke, but a check could not decide, e.g.
+a linearizability search out of budget). Only ``ok`` passes; ``--allow-unknown`` lets
+``unknown`` pass too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+OUTCOMES = ("ok", "violation", "unknown", "crashed")
+CRASHED = "crashed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +56,21 @@ class RunResult:
     virtual_s: float
     wall_s: float
     stats: dict[str, int] = field(default_factory=dict)
+    # Why a check could not decide (only when there is no violation).
+    unknown: str | None = None
+    # The traceback of a crash, for the terminal (never in the trace: it names paths).
+    detail: str | None = None
+
+    @property
+    def outcome(self) -> str:
+        """One of OUTCOMES."""
+        if self.violation is not None:
+            return CRASHED if self.violation.startswith(f"{CRASHED}:") else "violation"
+        return "ok" if self.unknown is None else "unknown"
 
     @property
     def ok(self) -> bool:
-        return self.violation is None
+        return self.outcome == "ok"
 
     @property
     def speed(self) -> float:
@@ -59,5 +80,7 @@ class RunResult:
     def summary(self) -> str:
         if self.violation is not None:
             return f"seed={self.seed} VIOLATION {self.violation} digest={self.digest}"
+        if self.unknown is not None:
+            return f"seed={self.seed} UNKNOWN {self.unknown} digest={self.digest}"
         figures = " ".join(f"{key}={value}" for key, value in self.stats.items())
         return f"seed={self.seed} ok {figures} digest={self.digest} speed={self.speed:.0f}x"

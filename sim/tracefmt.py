@@ -360,7 +360,8 @@ class ParquetTraceWriter:
             "duration_faults_s": float(config.duration_s),
             "faults": list(config.faults),
             "bug": config.bug,
-            "outcome": "ok" if result.violation is None else "violation",
+            # A crash is a violation kind ("crashed: ..."); the analysis re-derives both.
+            "outcome": "violation" if result.violation is not None else result.outcome,
             "violation": result.violation,
             "digest": result.digest,
             "duration_virtual_s": float(result.virtual_s),

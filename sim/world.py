@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Coroutine
+import traceback
+from collections.abc import Callable, Coroutine
 from typing import IO, Any
 
 from sim.loop import SimLoop
@@ -33,6 +34,8 @@ class World:
         self.loop.network = self.network
         self.processes: dict[str, SimProcess] = {}
         self.failures: list[tuple[str, BaseException]] = []
+        # Told at once of every failure: (where, the error, its traceback).
+        self.on_failure: Callable[[str, BaseException, str], None] | None = None
         self.loop.set_exception_handler(self._loop_error)
 
     def random(self, stream: str) -> random.Random:
@@ -48,8 +51,13 @@ class World:
         return process
 
     def process_failed(self, process: SimProcess, error: BaseException) -> None:
-        self.failures.append((process.name, error))
         self.trace.event("process-failed", node=process.name, error=repr(error))
+        self._failed(process.name, error)
+
+    def _failed(self, where: str, error: BaseException) -> None:
+        self.failures.append((where, error))
+        if self.on_failure is not None:
+            self.on_failure(where, error, "".join(traceback.format_exception(error)))
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         error = context.get("exception")
@@ -57,8 +65,8 @@ class World:
             # asyncio 3.11's start_server callback calls task.exception() on a handler task
             # that was cancelled (by a crash); that is teardown, not a bug in node code.
             return
-        self.failures.append(("loop", error or RuntimeError(context.get("message"))))
         self.trace.event("loop-error", message=str(context.get("message")), error=repr(error))
+        self._failed("loop", error or RuntimeError(context.get("message")))
 
     def run(self, main: Coroutine[Any, Any, Any]) -> Any:
         """Run ``main`` (simulator-level code: workload driver, nemesis) to completion."""

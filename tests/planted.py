@@ -1,12 +1,13 @@
 """The seed at which a 30 s run first catches each planted bug: the sweep tests replay them,
 and the analysis tests check that kraft-analyze flags the same runs from their traces."""
 
-# Each raft planted bug, with the first seed a 30 s run catches it at (sweeps in docs/raft.md).
+# Each raft planted bug, with the first seed a 30 s run catches it at (sweeps in docs/raft.md),
+# the observer count varying with the seed as in every default run (0, 1, 2 for seed mod 3).
 RAFT_BUG_SEEDS = {
     "state-not-fsynced": 1,
-    "no-truncate-on-divergence": 1,
+    "no-truncate-on-divergence": 2,
     "hw-from-previous-epoch": 1,
-    "no-check-quorum": 2,
+    "no-check-quorum": 4,
     "ack-before-fsync": 2,
     "vote-without-log-check": 6,
 }
@@ -17,6 +18,13 @@ METADATA_BUG_SEEDS = {
     "answer-before-commit": 1,
     "unfence-before-caught-up": 1,
     "leader-outside-isr": 1,
+}
+
+
+# Raft planted bugs with a check of their own in the metadata scenario: (seed, the check).
+METADATA_RAFT_BUG_SEEDS = {
+    "hw-from-previous-epoch": (1, "commit-own-epoch"),
+    "no-check-quorum": (3, "check-quorum"),
 }
 
 

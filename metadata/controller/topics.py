@@ -26,7 +26,7 @@ from metadata.controller.context import (
 from metadata.controller.placement import PlacementError, place_replicas
 from metadata.image import TopicImage
 from metadata.records import TOPIC_RESOURCE, Config, MetadataRecord, Partition, RemoveTopic, Topic
-from metadata.topic_names import topic_name_error
+from metadata.topic_names import CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, topic_name_error
 from raft.entities import make, response_module
 
 CREATE_TOPICS = 19
@@ -41,6 +41,19 @@ def validate_topic_name(name: str) -> None:
     problem = topic_name_error(name)
     if problem is not None:
         raise ApiError(ErrorCode.invalid_topic_exception, problem)
+
+
+def _refuse_reserved(name: str) -> None:
+    """Kafka's answers to a client creating a reserved topic: the metadata log's name is
+    INVALID_REQUEST (ControllerApis.createTopics); the broker's internal topics are its own
+    to create, and kraft-py grants no client that right (TOPIC_AUTHORIZATION_FAILED)."""
+    if name == CLUSTER_METADATA_TOPIC:
+        raise ApiError(
+            ErrorCode.invalid_request,
+            f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.",
+        )
+    if name in INTERNAL_TOPICS:
+        raise ApiError(ErrorCode.topic_authorization_failed, "Authorization failed.")
 
 
 def _collision_key(name: str) -> str:
@@ -60,6 +73,7 @@ def create_topics(ctx: ControllerContext, request: Any, api_version: int) -> Con
     results = []
     for topic in request.topics:
         try:
+            _refuse_reserved(topic.name)
             if counts[topic.name] > 1:
                 raise ApiError(ErrorCode.invalid_request, DUPLICATE_TOPIC)
             created, values = _create_topic(ctx, topic, collisions, module)

@@ -7,8 +7,10 @@ tasks, the filesystem seam) and checks what the runtime promises:
   as a clean prefix (a torn tail is detected by CRC and cut off, never read as data);
 - liveness: once faults heal, within 10 virtual seconds every node completes an echo and
   answers one.
-Planted bugs (``--bug``) prove the checks can fail: ``ack-before-fsync`` counts records as
-durable before the fsync returns; ``skip-dir-fsync`` never makes the log's name durable.
+Planted bugs (``--bug``) prove the checks can fail. Each changes what the node does, never
+what the checker expects: ``ack-before-fsync`` acknowledges a sync point at once and leaves
+the fsync to a background flusher (every second, like a log.flush.interval.ms); ``skip-dir-
+fsync`` never makes the log's name durable.
 """
 
 from __future__ import annotations
@@ -32,15 +34,17 @@ LOG_PATH = "/data/echo.log"
 RECORD = struct.Struct(">QI4x")
 SYNC_EVERY = 5
 HEAL_BOUND_S = 10.0
+FLUSH_INTERVAL_S = 1.0  # the ack-before-fsync bug's background flusher
 BUGS = {
-    "ack-before-fsync": "a node counts a record durable before its fsync returns",
+    "ack-before-fsync": "a node acknowledges records durable and fsyncs them later",
     "skip-dir-fsync": "a node never fsyncs the directory that holds its log",
 }
 
 
 @dataclass(slots=True)
 class Shared:
-    """What the checker knows across incarnations (the simulator's memory, not a node's)."""
+    """What the checker knows across incarnations (the simulator's memory, not a node's):
+    ``synced`` is what each node acknowledged durable, the promise the checker holds it to."""
 
     bug: str | None
     synced: dict[str, int] = field(default_factory=dict)
@@ -88,7 +92,7 @@ async def _node(
     if recovered < shared.synced.get(name, 0):
         shared.fail(
             f"durability: {name} recovered {recovered} records, "
-            f"but {shared.synced[name]} were fsynced"
+            f"but {shared.synced[name]} were acknowledged durable"
         )
     # What this node had acknowledged as durable before it went down: the trace carries it
     # so the trace analysis can re-derive the durability verdict on its own.
@@ -117,6 +121,7 @@ async def _node(
     await asyncio.start_server(serve, None, PORT)
     conns: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
     seq = 0
+    next_flush = loop.time() + FLUSH_INTERVAL_S
     while True:
         await asyncio.sleep(rng.uniform(0.05, 0.2))
         peer = rng.choice(peers)
@@ -166,11 +171,13 @@ async def _node(
         try:
             log.append(_encode(written + 1))
             written += 1
-            if shared.bug == "ack-before-fsync":
-                shared.synced[name] = written
-            if written % SYNC_EVERY == 0:
+            if shared.bug == "ack-before-fsync" and loop.time() >= next_flush:
+                next_flush = loop.time() + FLUSH_INTERVAL_S
                 await log.fsync()
-                shared.synced[name] = written
+            if written % SYNC_EVERY == 0:
+                if shared.bug != "ack-before-fsync":
+                    await log.fsync()
+                shared.synced[name] = written  # the acknowledgement
         except OSError as error:
             # A failed append changed nothing; a failed fsync left the records unsynced, so
             # they are not counted durable and the next fsync covers them again.

@@ -11,17 +11,20 @@ Checked continuously, on every image any node publishes:
 - applied offsets never go backwards within a node incarnation;
 - every partition's leader is in its ISR, a new leader comes from the previous ISR (unclean
   election is off), and no fenced broker leads a partition;
-- a broker serves clients (RUNNING) only once it has replayed its own registration.
-At the end: acknowledged admin operations, followed by a read of every topic from the healed
-cluster's image, are linearizable per topic (the WGL search of sim/analysis against the
-topic model; unacknowledged operations may or may not have happened),
-and after the heal every broker runs and a fresh topic can be created within the bound.
+- a broker serves clients (RUNNING) only once it has replayed its own registration;
+- on the controllers' quorum: a leader commits only through an entry of its own epoch, and
+  a stale leader gives up within the check-quorum bound once another is elected.
+At the end: acknowledged admin operations, followed by a read of every topic from the
+healed cluster's image, are linearizable per topic (the WGL search of sim/analysis against
+the topic model; unacknowledged operations may or may not have happened; a search out of
+budget makes the run ``unknown``), and after the heal every broker runs and a fresh topic
+can be created within the bound. A node dying of an unexpected exception ends the run at
+once as ``crashed``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
 from dataclasses import dataclass, field
 
@@ -31,19 +34,17 @@ from kraft.config import ServerConfig, config_from_properties
 from kraft.node import KraftNode
 from log.runtime import Runtime
 from metadata.controller.quorum_controller import CONTROLLER_BUGS
-from metadata.image import MetadataImage, TopicsImage
-from metadata.records import NO_LEADER, encode_record
-from metadata.snapshot import image_records
 from raft.core import Role
 from raft.driver import BUGS as RAFT_BUGS
 from sim import admin
-from sim.analysis.linearizability import search
+from sim.analysis.linearizability import MAX_STEPS, search
 from sim.analysis.models import Operation, TopicModel
 from sim.harness import ScenarioRun
 from sim.nemesis import Nemesis
 from sim.process import SimProcess
 from sim.run import RunConfig, RunResult
-from sim.trace import Trace
+from sim.scenarios.dual_leader import DualLeaderWatch
+from sim.scenarios.metadata_checks import Checker, ImageWatcher, LeaderWatcher
 from sim.world import World
 
 BUGS = {**CONTROLLER_BUGS, **RAFT_BUGS}
@@ -60,145 +61,6 @@ HEAL_BOUND_S = 30.0
 DEFINITE = {"NONE", "TOPIC_ALREADY_EXISTS", "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_PARTITIONS"}
 # Refusals before any record was written: the request did not happen.
 NOT_APPLIED = {"INVALID_REPLICATION_FACTOR", "INVALID_CONFIG", "INVALID_REQUEST"}
-
-
-class ImageDigests:
-    """Digests of images by content, built part by part. An image shares every part a delta
-    left alone (the broker map, each topic, the configs) with its predecessor by identity,
-    so each part is hashed once however many images hold it; hashing whole images was most
-    of a run's time."""
-
-    __slots__ = ("_parts",)
-    MAX_PARTS = 200_000
-
-    def __init__(self) -> None:
-        self._parts: dict[int, tuple[object, bytes]] = {}  # id -> (the part, its digest)
-
-    def _part(self, part: object, as_image: MetadataImage) -> bytes:
-        cached = self._parts.get(id(part))
-        if cached is not None and cached[0] is part:
-            return cached[1]
-        hasher = hashlib.blake2b(digest_size=12)
-        for record in image_records(as_image):
-            hasher.update(encode_record(record))
-        digest = hasher.digest()
-        if len(self._parts) >= self.MAX_PARTS:
-            self._parts.clear()
-        self._parts[id(part)] = (part, digest)  # holding the part keeps its id unique
-        return digest
-
-    def digest(self, image: MetadataImage) -> str:
-        hasher = hashlib.blake2b(digest_size=12)
-        hasher.update(f"{image.offset}:{image.epoch}:{sorted(image.features.items())}".encode())
-        hasher.update(f":{image.next_producer_id}".encode())
-        hasher.update(self._part(image.cluster, MetadataImage(cluster=image.cluster)))
-        for name, topic_id in sorted(image.topics.by_name.items()):
-            topic = image.topics.by_id[topic_id]
-            alone = TopicsImage(by_id={topic_id: topic}, by_name={name: topic_id})
-            hasher.update(self._part(topic, MetadataImage(topics=alone)))
-        hasher.update(self._part(image.configs, MetadataImage(configs=image.configs)))
-        return hasher.hexdigest()
-
-
-@dataclass(slots=True)
-class Checker:
-    trace: Trace
-    violation: str | None = None
-    digests: dict[int, tuple[str, str]] = field(default_factory=dict)
-    images: ImageDigests = field(default_factory=ImageDigests)
-
-    def fail(self, message: str) -> None:
-        if self.violation is None:
-            self.violation = message
-            self.trace.event("violation", detail=message)
-
-
-@dataclass(slots=True)
-class ImageWatcher:
-    """A loader publisher on one node incarnation, holding each image to the invariants."""
-
-    checker: Checker
-    process: SimProcess
-    incarnation: int
-    offset: int = 0
-
-    def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
-        checker, name = self.checker, self.process.name
-        if not (self.process.alive and self.process.incarnation == self.incarnation):
-            return
-        if after.offset < self.offset:
-            checker.fail(
-                f"applied-monotone: {name} went from offset {self.offset} to {after.offset}"
-            )
-        self.offset = after.offset
-        digest = checker.images.digest(after)
-        known, where = checker.digests.setdefault(after.offset, (digest, name))
-        if known != digest:
-            checker.fail(
-                f"image-agreement: {name} and {where} hold different images at offset "
-                f"{after.offset}"
-            )
-        if where == name and known == digest and not from_snapshot:
-            self._trace_changes(before, after)
-        brokers = after.cluster.brokers
-        for topic in after.topics.by_id.values():
-            previous = None if from_snapshot else before.topics.by_id.get(topic.topic_id)
-            for index, partition in topic.partitions.items():
-                leader = partition.leader
-                if leader == NO_LEADER:
-                    continue
-                old = None if previous is None else previous.partitions.get(index)
-                if old is not None and leader != old.leader and leader not in old.isr:
-                    # Unclean election is off in this scenario and nothing grows an ISR
-                    # (no replication yet), so a new leader must come from the old ISR.
-                    checker.fail(
-                        f"leader-from-isr: {topic.name}-{index} elected {leader} from outside "
-                        f"its ISR {list(old.isr)} at offset {after.offset} on {name}"
-                    )
-                if leader not in partition.isr:
-                    checker.fail(
-                        f"leader-in-isr: {topic.name}-{index} led by {leader} outside its ISR "
-                        f"{list(partition.isr)} at offset {after.offset} on {name}"
-                    )
-                registration = brokers.get(leader)
-                if registration is None or registration.fenced:
-                    checker.fail(
-                        f"fenced-leader: {topic.name}-{index} led by fenced broker {leader} at "
-                        f"offset {after.offset} on {name}"
-                    )
-
-    def _trace_changes(self, before: MetadataImage, after: MetadataImage) -> None:
-        """The first node to apply an offset records what changed in the trace, so
-        kraft-analyze can re-derive the image checks from node events alone: broker fencing
-        first, then every partition whose registration changed (docs/traces.md)."""
-        trace, name = self.checker.trace, self.process.name
-        for broker_id, broker in sorted(after.cluster.brokers.items()):
-            old = before.cluster.brokers.get(broker_id)
-            if old is None or old.fenced != broker.fenced or old.epoch != broker.epoch:
-                trace.event(
-                    "broker-state",
-                    node=name,
-                    offset_end=after.offset,
-                    broker=broker_id,
-                    epoch=broker.epoch,
-                    fenced=broker.fenced,
-                )
-        for topic_id, topic in after.topics.by_id.items():
-            previous = before.topics.by_id.get(topic_id)
-            for index, partition in sorted(topic.partitions.items()):
-                if previous is not None and previous.partitions.get(index) == partition:
-                    continue
-                trace.event(
-                    "partition-state",
-                    node=name,
-                    offset_end=after.offset,
-                    epoch=partition.leader_epoch,
-                    topic=topic.name,
-                    topic_id=str(topic_id),
-                    partition=index,
-                    leader_id=str(partition.leader),
-                    isr=list(partition.isr),
-                )
 
 
 @dataclass(slots=True)
@@ -266,12 +128,14 @@ class Cluster:
         self.nodes.pop(process.name, None)
         bugs = frozenset({self.config.bug}) if self.config.bug else frozenset()
         watcher = ImageWatcher(self.checker, process, process.incarnation)
+        leader = LeaderWatcher(self.checker, process, process.incarnation, lambda: node.log)
         node = KraftNode(
             runtime,
             self.server_config(process.name),
             CLUSTER_ID,
             bugs=bugs,
             publishers=(watcher,),
+            raft_listeners=(leader,),
         )
         self.nodes[process.name] = node
         await node.start()
@@ -296,18 +160,7 @@ class Cluster:
             want_fence=want_fence,
             reported=reported,
         )
-        if unfenced_by is not None:
-            want_fence, reported = unfenced_by
-            if want_fence or reported < epoch:
-                self.checker.fail(
-                    f"unfenced-early: the controller unfenced {process.name} (epoch {epoch}) "
-                    f"answering a heartbeat with want_fence={want_fence} at offset {reported}"
-                )
-        if offset <= epoch:
-            self.checker.fail(
-                f"unfenced-early: {process.name} serves clients at metadata offset {offset}, "
-                f"before its registration at offset {epoch}"
-            )
+        self.checker.check_serving(process.name, epoch, offset, unfenced_by)
 
     # ---- the workload -------------------------------------------------------------------
     async def lane(self, runtime: Runtime, lane: int) -> None:
@@ -373,19 +226,41 @@ class Cluster:
             return await admin.create_partitions(conn, topic, value, OP_TIMEOUT_S)
         return await admin.alter_topic_config(conn, topic, "retention.ms", str(value), OP_TIMEOUT_S)
 
-    # ---- the end ---------------------------------------------------------------------------
+    # ---- the quorum -----------------------------------------------------------------------
+    def leading_epochs(self) -> dict[str, int]:
+        """Controller -> epoch of every live controller that believes it leads."""
+        leading = {}
+        for name in self.controllers:
+            node = self.nodes.get(name)
+            raft = None if node is None else node.raft
+            if (
+                self.world.processes[name].alive
+                and raft is not None
+                and raft.core is not None
+                and raft.role is Role.LEADER
+            ):
+                leading[name] = raft.epoch
+        return leading
+
     def active_controller(self) -> str | None:
-        leading = [
-            name
-            for name in self.controllers
-            if name in self.nodes
-            and self.world.processes[name].alive
-            and self.nodes[name].raft is not None
-            and self.nodes[name].raft.core is not None
-            and self.nodes[name].raft.role is Role.LEADER
-        ]
+        leading = list(self.leading_epochs())
         return leading[0] if len(leading) == 1 else None
 
+    async def watch_leaders(self) -> None:
+        """Two running leaders coexist only briefly (check quorum), as in the raft scenario."""
+        watch, processes = DualLeaderWatch(), self.world.processes
+        while True:
+            await asyncio.sleep(0.1)
+            running = {
+                name: epoch
+                for name, epoch in self.leading_epochs().items()
+                if not processes[name].paused
+            }
+            found = watch.observe(self.world.loop.time(), running)
+            if found is not None:
+                self.checker.fail(found)
+
+    # ---- the end ---------------------------------------------------------------------------
     async def heal_check(self) -> None:
         """After healing: every broker runs, and a fresh topic is created through each."""
         loop = self.world.loop
@@ -440,7 +315,9 @@ class Cluster:
             trace.event("op", process="final", type="ok", f="read", key=topic, value=count)
             self.history.append(op)
 
-    def check_linearizable(self) -> None:
+    def check_linearizable(self, max_steps: int = MAX_STEPS) -> None:
+        """Per topic, the history is linearizable; a search out of budget makes the run
+        ``unknown`` (never a pass), a failed one a violation."""
         model = TopicModel()
         for topic in self.keys():
             ops = []
@@ -464,7 +341,12 @@ class Cluster:
                 )
                 if model.observes(candidate):
                     ops.append(candidate)
-            result = search(model, ops)
+            result = search(model, ops, max_steps)
+            if result.verdict == "unknown" and self.checker.unknown is None:
+                self.checker.unknown = (
+                    f"linearizability: topic {topic} undecided after {result.steps} steps "
+                    f"({len(ops)} ops)"
+                )
             if result.verdict == "violation":
                 stuck = ops[result.stuck].describe() if result.stuck is not None else "?"
                 self.checker.fail(
@@ -502,11 +384,13 @@ def run_metadata(config: RunConfig) -> RunResult:
     nemesis = Nemesis(world, controllers + brokers, config.faults, leader=cluster.active_controller)
 
     async def drive() -> None:
+        watcher = world.loop.create_task(cluster.watch_leaders())
         await nemesis.run(config.duration_s)
         nemesis.heal_all()
         world.trace.event("heal-start")
         stop_workload.set()
         await healed.wait()
+        watcher.cancel()
         cluster.read_final_state()
         cluster.check_linearizable()
 
@@ -520,4 +404,5 @@ def run_metadata(config: RunConfig) -> RunResult:
             "offset": max(checker.digests, default=0),
             "faults": nemesis.injected,
         },
+        unknown=lambda: checker.unknown,
     )

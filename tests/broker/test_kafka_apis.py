@@ -27,10 +27,18 @@ from tests.broker.fakes import AUDIT_ID, LISTENER, ORDERS_ID, FakeController, cl
 METADATA, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS = 3, 60, 32
 
 
-def apis(controller: FakeController | None = None, seed: int = 0) -> KafkaApis:
+def apis(
+    controller: FakeController | None = None, seed: int = 0, *, auto_create: bool = False
+) -> KafkaApis:
     controller = controller or FakeController(cluster_image())
     return KafkaApis(
-        1, "cluster-a", LISTENER, lambda: controller.image, controller, random.Random(seed)
+        1,
+        "cluster-a",
+        LISTENER,
+        lambda: controller.image,
+        controller,
+        random.Random(seed),
+        auto_create_topics=auto_create,
     )
 
 
@@ -183,6 +191,21 @@ def test_auto_create_forwards_missing_valid_names_and_answers_leader_not_availab
         ("fresh", -1, -1)
     ]
     assert [t.error_code for t in second.topics[:1]] == [ErrorCode.none]
+
+
+def test_auto_create_never_creates_reserved_topics() -> None:
+    controller = FakeController(cluster_image())
+    handler = apis(controller, auto_create=True)
+    names = ("__cluster_metadata", "__consumer_offsets", "__transaction_state")
+    response = ask(
+        handler,
+        METADATA,
+        9,
+        {"topics": tuple(metadata_topic(9, n) for n in names), "allow_auto_topic_creation": True},
+    )
+    assert {t.error_code for t in response.topics} == {ErrorCode.unknown_topic_or_partition}
+    assert handler._background == set()
+    assert controller.requests == []
 
 
 def test_metadata_v12_looks_topics_up_by_id() -> None:

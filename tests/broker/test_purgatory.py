@@ -36,9 +36,24 @@ def test_a_notify_wakes_only_the_waiters_of_that_partition() -> None:
 
 
 def test_a_waiter_that_times_out_unregisters_from_every_key() -> None:
-    async def main() -> tuple[bool, int, bool]:
+    async def main() -> tuple[list[object], int, list[object]]:
         delayed = DelayedOperations()
         timed_out = await delayed.wait([("a", 0), ("b", 1)], 0.01)
         return timed_out, len(delayed), await delayed.wait([("a", 0)], 0)
 
-    assert asyncio.run(main()) == (False, 0, False)
+    assert asyncio.run(main()) == ([], 0, [])
+
+
+def test_a_waiter_learns_every_partition_notified_before_it_ran() -> None:
+    """A fetch re-reads only these (broker/data_plane.py)."""
+
+    async def main() -> list[object]:
+        delayed = DelayedOperations()
+        waiter = asyncio.ensure_future(delayed.wait([("a", 0), ("b", 0), ("c", 0)], 5.0))
+        await asyncio.sleep(0)
+        delayed.notify(("c", 0))
+        delayed.notify(("a", 0))
+        delayed.notify(("z", 9))  # not watched
+        return await waiter
+
+    assert asyncio.run(main()) == [("c", 0), ("a", 0)]

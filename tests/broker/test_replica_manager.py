@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import os
 import uuid
 from collections.abc import Awaitable, Callable
@@ -13,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from broker import data_plane
@@ -226,6 +228,108 @@ def test_logs_of_another_topic_id_found_at_start_are_set_aside_not_served(
     assert os.path.getsize(stray_a0 / "00000000000000000000.log") > 0  # the data is kept
 
 
+def test_a_partition_that_cannot_be_opened_goes_offline_and_the_rest_are_served(
+    tmp_path: Path,
+) -> None:
+    """An image written before today's checks (by main: a __cluster_metadata topic, a
+    config the log refuses) must not stop the reconciler or make the node crash-loop: each
+    bad partition answers KAFKA_STORAGE_ERROR, and no partition log is ever written into
+    the metadata log's directory."""
+    metadata_log = tmp_path / "__cluster_metadata-0"
+    metadata_log.mkdir()
+    (metadata_log / "00000000000000000000.log").write_bytes(b"raft's")
+    poisoned = image(
+        5,
+        {
+            "__cluster_metadata": (uuid.UUID(int=0xD), {0: partition(ME, (ME,))}),
+            "b": (uuid.UUID(int=0xB), {0: partition(ME, (ME,))}),
+            "a": (TOPIC_A, {0: partition(ME, (ME,))}),
+        },
+        configs={"b": {"segment.bytes": "1"}},
+    )
+
+    async def body(replicas: ReplicaManager) -> list[ErrorCode]:
+        codes = [
+            (await replicas.append(topic, 0, batch(b"x"), acks=1, timeout_s=5)).error
+            for topic in ("__cluster_metadata", "b", "a")
+        ]
+        # A later config the log refuses takes that topic's partitions offline too.
+        bad = image(6, {"a": (TOPIC_A, {0: partition(ME, (ME,))})}, {"a": {"segment.ms": "0"}})
+        await reconcile(replicas, bad)
+        codes.append(replicas.read("a", 0, 0, 100, -1, min_one_message=True).error)
+        return codes
+
+    expected = [ErrorCode.kafka_storage_error, ErrorCode.kafka_storage_error, ErrorCode.none]
+    assert run(tmp_path, body, poisoned) == [*expected, ErrorCode.kafka_storage_error]
+    assert run(tmp_path, body, poisoned)[:3] == expected  # the restart comes up the same
+    assert sorted(os.listdir(metadata_log)) == ["00000000000000000000.log"]
+    assert (metadata_log / "00000000000000000000.log").read_bytes() == b"raft's"
+
+
+def test_logs_take_cluster_wide_dynamic_defaults_under_their_topics_own_configs(
+    tmp_path: Path,
+) -> None:
+    """kafka-configs --entity-type brokers --entity-default --alter log.retention.ms=...:
+    DescribeConfigs shows it as every topic's value, so the logs must apply it (main
+    stored it and ignored it)."""
+    two = {
+        "a": (TOPIC_A, {0: partition(ME, (ME,))}),
+        "b": (uuid.UUID(int=0xB), {0: partition(ME, (ME,))}),
+    }
+
+    def with_defaults(offset: int, defaults: dict[str, str]) -> MetadataImage:
+        base = image(offset, two, {"b": {"retention.ms": "5"}})
+        return dataclasses.replace(base, configs={**base.configs, (4, ""): defaults})
+
+    def configs(replicas: ReplicaManager) -> list[tuple[int, int]]:
+        logs = [replicas.logs.get_log(topic, 0) for topic in ("a", "b")]
+        return [(log.config.retention_ms, log.config.segment_bytes) for log in logs if log]
+
+    async def changes(replicas: ReplicaManager) -> list[tuple[int, int]]:
+        seen = configs(replicas)
+        for offset, defaults in ((6, {"log.segment.bytes": "4096"}), (7, {})):
+            await reconcile(replicas, with_defaults(offset, defaults))
+            seen += configs(replicas)
+        return seen
+
+    week = 7 * 24 * 3600 * 1000
+    first = with_defaults(5, {"log.retention.ms": "1234", "log.segment.bytes": "2048"})
+    assert run(tmp_path, changes, first) == [
+        (1234, 2048),  # a: the cluster defaults
+        (5, 2048),  # b: its own retention.ms wins
+        (week, 4096),
+        (5, 4096),
+        (week, 1 << 30),  # defaults removed: server.properties (Kafka's) again
+        (5, 1 << 30),
+    ]
+
+
+def test_a_stray_that_cannot_be_set_aside_is_offline_never_served_as_the_new_topic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def write_old(replicas: ReplicaManager) -> None:
+        await replicas.append("a", 0, batch(b"old"), acks=1, timeout_s=5)
+
+    run(tmp_path, write_old, SOLE)
+
+    async def rename_fails(*_args: object) -> str:
+        raise OSError(errno.EIO, "rename failed")
+
+    monkeypatch.setattr(LogManager, "mark_stray", rename_fails)
+    recreated = image(9, {"a": (uuid.UUID(int=0xC), {0: partition(ME, (ME,))})})
+
+    async def use_new(replicas: ReplicaManager) -> tuple[ErrorCode, ErrorCode]:
+        read = replicas.read("a", 0, 0, 100, -1, min_one_message=True)
+        return read.error, (await replicas.append("a", 0, batch(b"new"), 1, 5)).error
+
+    assert run(tmp_path, use_new, recreated) == (
+        ErrorCode.kafka_storage_error,
+        ErrorCode.kafka_storage_error,
+    )
+    assert b"old" in (tmp_path / "a-0" / "00000000000000000000.log").read_bytes()
+    assert b"new" not in (tmp_path / "a-0" / "00000000000000000000.log").read_bytes()
+
+
 def request(api_key: int, version: int, name: str, values: dict[str, Any]) -> Any:
     return make(getattr(request_module(api_key, version), name), values)
 
@@ -295,6 +399,34 @@ def test_protocol_level_refusals(tmp_path: Path) -> None:
     )
     # Broker 2 holds no replica of a-0: its follower fetch is refused for that partition.
     assert from_broker.responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+
+
+def test_produce_to_internal_topics_is_refused_as_kafka_refuses_it(tmp_path: Path) -> None:
+    reserved = ("__consumer_offsets", "__cluster_metadata")
+    internal = image(
+        5,
+        {
+            name: (uuid.UUID(int=i + 1), {0: partition(ME, (ME,))})
+            for i, name in enumerate(reserved)
+        },
+    )
+
+    async def body(replicas: ReplicaManager) -> list[tuple[str, ErrorCode, str]]:
+        answers = []
+        for name in reserved:
+            request = dataclasses.replace(
+                produce_request(1),
+                topic_data=(dataclasses.replace(produce_request(1).topic_data[0], name=name),),
+            )
+            response = await data_plane.produce(replicas, request, 9)
+            (answer,) = response.responses[0].partition_responses
+            answers.append((name, answer.error_code, answer.error_message))
+        return answers
+
+    assert run(tmp_path, body, internal) == [
+        (name, ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {name}")
+        for name in reserved
+    ]
 
 
 def corrupt(data: bytes) -> bytes:
@@ -419,3 +551,50 @@ def test_a_restarted_replica_starts_from_its_checkpointed_high_watermark(tmp_pat
         return replicas.high_watermark_of(("a", 0))
 
     assert run(tmp_path, high_watermark, shared) == 3
+
+
+def test_a_waiting_fetch_wakes_for_its_partitions_and_reads_again_only_those(
+    tmp_path: Path,
+) -> None:
+    led = {p: partition(ME, (ME,)) for p in (0, 2, 3)}
+    two = image(5, {"a": (TOPIC_A, led)})
+    module = request_module(data_plane.FETCH, 12)
+    both = dataclasses.replace(
+        fetch_request(0, 15_000),
+        topics=(
+            make(
+                module.FetchTopic,
+                {
+                    "topic": "a",
+                    "partitions": tuple(
+                        make(
+                            module.FetchPartition,
+                            {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20},
+                        )
+                        for p in (0, 2)
+                    ),
+                },
+            ),
+        ),
+    )
+
+    async def body(replicas: ReplicaManager) -> tuple[Any, list[int]]:
+        reads: list[int] = []
+        read = replicas.read
+
+        def counting(topic: str, index: int, *args: Any, **kwargs: Any) -> Any:
+            reads.append(index)
+            return read(topic, index, *args, **kwargs)
+
+        replicas.read = counting  # type: ignore[method-assign]
+        waiting = asyncio.ensure_future(data_plane.fetch(replicas, both, 12))
+        await asyncio.sleep(0)
+        await replicas.append("a", 3, batch(b"elsewhere"), acks=1, timeout_s=5)  # not watched
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        await replicas.append("a", 2, batch(b"x"), acks=1, timeout_s=5)
+        return await asyncio.wait_for(waiting, 5), reads
+
+    fetched, reads = run(tmp_path, body, two)
+    assert [values_of(bytes(p.records)) for p in fetched.responses[0].partitions] == [[], [b"x"]]
+    assert reads == [0, 2, 2]  # a-0 did not change: read once

@@ -90,6 +90,27 @@ class Cluster:
             await asyncio.sleep(0.1)
         raise AssertionError(f"{what}: not within {timeout_s}s")
 
+    async def serving(self) -> None:
+        """Until every broker serves clients."""
+        await self.until(
+            lambda: all(
+                (n := self.nodes.get(b)) is not None
+                and n.lifecycle_ready is not None
+                and n.lifecycle_ready.done()
+                for b in BROKERS
+            ),
+            "brokers serve",
+        )
+
+    async def hosted(self) -> None:
+        """Until every broker has applied the topic's partition."""
+        await self.until(
+            lambda: all(
+                self.nodes[b].replicas.high_watermark_of((TOPIC, 0)) is not None for b in BROKERS
+            ),
+            "every broker hosts its replica",
+        )
+
     def log_of(self, broker: str) -> Any:
         node = self.nodes[broker]
         assert node.logs is not None
@@ -151,19 +172,7 @@ def test_acks_all_survives_a_leader_crash_and_the_old_leader_truncates_and_rejoi
     acked: dict[bytes, int] = {}
 
     async def scenario() -> None:
-        await cluster.until(
-            lambda: (
-                all(
-                    cluster.nodes.get(b) is not None and cluster.nodes[b].replicas is not None
-                    for b in BROKERS
-                )
-                and all(
-                    n.lifecycle_ready is not None and n.lifecycle_ready.done()
-                    for n in (cluster.nodes[b] for b in BROKERS)
-                )
-            ),
-            "brokers serve",
-        )
+        await cluster.serving()
         connection = KafkaConnection("admin")
         await connection.connect(BROKERS[0], PORT, 1.0)
         assert await admin.create_topic(connection, TOPIC, 1, 3, TIMEOUT_S) == "NONE"
@@ -174,12 +183,7 @@ def test_acks_all_survives_a_leader_crash_and_the_old_leader_truncates_and_rejoi
         await connection.close()
         registration = await cluster.until(cluster.partition, "the topic exists")
         leader = f"n{registration.leader}"
-        await cluster.until(
-            lambda: all(
-                cluster.nodes[b].replicas.high_watermark_of((TOPIC, 0)) is not None for b in BROKERS
-            ),
-            "every broker hosts its replica",
-        )
+        await cluster.hosted()
 
         for i in range(20):
             error, offset = await produce(leader, f"a{i}".encode())
@@ -266,15 +270,7 @@ def test_a_broker_that_led_an_epoch_without_appending_keeps_following() -> None:
         return check
 
     async def scenario() -> None:
-        await cluster.until(
-            lambda: all(
-                (n := cluster.nodes.get(b)) is not None
-                and n.lifecycle_ready is not None
-                and n.lifecycle_ready.done()
-                for b in BROKERS
-            ),
-            "brokers serve",
-        )
+        await cluster.serving()
         connection = KafkaConnection("admin")
         await connection.connect(BROKERS[0], PORT, 1.0)
         assert await admin.create_topic(connection, TOPIC, 1, 3, TIMEOUT_S) == "NONE"
@@ -282,12 +278,7 @@ def test_a_broker_that_led_an_epoch_without_appending_keeps_following() -> None:
         first = await cluster.until(cluster.partition, "the topic exists")
         a = f"n{first.leader}"
         assert first.leader == first.replicas[0]
-        await cluster.until(
-            lambda: all(
-                cluster.nodes[b].replicas.high_watermark_of((TOPIC, 0)) is not None for b in BROKERS
-            ),
-            "every broker hosts its replica",
-        )
+        await cluster.hosted()
         for i in range(5):
             assert (await produce(a, f"v{i}".encode()))[0] == ErrorCode.none
         await cluster.until(

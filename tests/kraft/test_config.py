@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from kraft.bootstrap import BOOTSTRAP_FILE, METADATA_VERSION, read_bootstrap
-from kraft.config import ConfigError, config_from_properties, load_config
+from kraft.config import ConfigError, config_from_properties, load_config, unknown_key_warnings
 from kraft.properties import parse_properties
-from kraft.storage import StorageError, format_dirs, random_uuid
+from kraft.storage import StorageError, check_and_lock, format_dirs, random_uuid
 from log.fs import RealFileSystem
 from metadata.records import METADATA_VERSION_FEATURE, FeatureLevel
 from raft.snapshot import SnapshotError
@@ -120,3 +121,91 @@ def test_cli_reports_config_errors_in_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0
     assert "node.id" in result.stderr
+
+
+def test_unknown_keys_warn_naming_the_closest_known_key() -> None:
+    config = config_from_properties(
+        {**BASE, "log.retention.hourz": "5", "auto.create.topic.enable": "false", "zz": "1"}
+    )
+    assert unknown_key_warnings(config) == [
+        "The configuration 'auto.create.topic.enable' was supplied but isn't a known config; "
+        "did you mean 'auto.create.topics.enable'?",
+        "The configuration 'log.retention.hourz' was supplied but isn't a known config; "
+        "did you mean 'log.retention.hours'?",
+        "The configuration 'zz' was supplied but isn't a known config",
+    ]
+
+
+def test_the_shipped_configs_and_kafkas_usual_keys_raise_no_warning() -> None:
+    root = Path(__file__).parents[2] / "config"
+    for path in [root / "server.properties", *sorted((root / "cluster").iterdir())]:
+        assert unknown_key_warnings(load_config(str(path))) == [], path
+    usual = {"log.retention.check.interval.ms": "1000", "compression.type": "zstd"}
+    assert unknown_key_warnings(config_from_properties({**BASE, **usual})) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("listeners", "PLAINTEXT://localhost:99999,CONTROLLER://localhost:9093"),
+        ("controller.quorum.voters", "1@localhost:0"),
+    ],
+)
+def test_ports_out_of_range_are_refused(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"{key}: .* is not in "):
+        config_from_properties({**BASE, key: value})
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("log.segment.bytes", "1"),
+        ("log.retention.hours", "soon"),
+        ("log.retention.check.interval.ms", "x"),
+    ],
+)
+def test_a_bad_log_key_is_refused_at_load_naming_it(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"configuration {re.escape(key)}: "):
+        config_from_properties({**BASE, key: value})
+
+
+def test_a_binary_server_properties_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_bytes(b"node.id=1\n\x91\xff\x00binary")
+    with pytest.raises(ConfigError, match="not a properties file"):
+        load_config(str(path))
+    path.write_bytes(b"node.id=1\n\x00\x01")
+    with pytest.raises(ConfigError, match="NUL bytes"):
+        load_config(str(path))
+
+
+def test_a_log_dir_that_cannot_be_locked_is_one_clear_error(tmp_path: Path) -> None:
+    class ReadOnly(RealFileSystem):
+        def lock(self, path: str) -> None:
+            raise PermissionError(13, "Permission denied", path)
+
+    config = config_from_properties({**BASE, "log.dirs": str(tmp_path / "d")})
+    asyncio.run(format_dirs(RealFileSystem(), config, random_uuid(), ignore_formatted=False))
+    with pytest.raises(StorageError, match=r"cannot lock log dir .*/d: Permission denied"):
+        check_and_lock(ReadOnly(), config)
+
+
+def test_the_shipped_cluster_keeps_its_data_out_of_the_single_nodes_tree() -> None:
+    root = Path(__file__).parents[2] / "config"
+    single = [Path(d).resolve() for d in load_config(str(root / "server.properties")).all_dirs]
+    for path in sorted((root / "cluster").iterdir()):
+        for directory in load_config(str(path)).all_dirs:
+            resolved = Path(directory).resolve()
+            assert not any(resolved.is_relative_to(d) for d in single), (path, directory)
+
+
+@pytest.mark.parametrize(
+    "dirs",
+    [
+        {"log.dirs": "/d,/d/orders-0"},
+        {"log.dirs": "/d", "metadata.log.dir": "/d/meta-0"},
+    ],
+)
+def test_a_log_dir_inside_another_is_refused(dirs: dict[str, str]) -> None:
+    with pytest.raises(ConfigError, match=r"log\.dirs: /d/.* is inside /d"):
+        config_from_properties({**BASE, **dirs})

@@ -8,6 +8,7 @@ import errno
 import random
 import selectors
 from collections.abc import Coroutine
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -380,6 +381,50 @@ def test_retention_by_bytes_and_high_watermark_bound() -> None:
         assert log.log_start_offset == 8
 
     asyncio.run(run())
+
+
+def test_compact_only_topic_is_never_deleted_by_retention() -> None:
+    async def run() -> None:
+        _, runtime, clock = make_runtime()
+        size = len(batch(2))
+        compact = LogConfig.from_properties(
+            {"cleanup.policy": "compact", "retention.ms": "1000", "retention.bytes": "1"},
+            config(segment_bytes=2 * size),
+        )
+        log = await Log.open(runtime, DIR, compact)
+        for _ in range(6):
+            log.append_as_leader(batch(2), 0)
+        clock.now = NOW_MS + 100_000
+        assert await log.delete_old_segments() == 0
+        assert log.log_start_offset == 0
+        # compact,delete keeps retention, as in Kafka.
+        log.update_config(replace(compact, cleanup_policy=("compact", "delete")))
+        assert await log.delete_old_segments() == 3
+
+    asyncio.run(run())
+
+
+def test_kafkas_smallest_segment_index_bytes_works_in_the_log() -> None:
+    async def run() -> None:
+        _, runtime, _ = make_runtime()
+        # segment.index.bytes=4 (Kafka's minimum) holds less than one entry: every
+        # segment takes one index entry and then rolls, as in Kafka.
+        tiny = LogConfig.from_properties({"segment.index.bytes": "4"}, config())
+        log = await Log.open(runtime, DIR, replace(tiny, index_interval_bytes=0))
+        for _ in range(5):
+            log.append_as_leader(batch(2), 0)
+        assert all_batches(log) == [(2 * n, 2 * n + 1, 0) for n in range(5)]
+        assert log.read(6, 1 << 20).records[:8] == (6).to_bytes(8, "big")
+
+    asyncio.run(run())
+
+
+def test_log_config_refuses_what_the_topic_config_table_refuses_naming_the_key() -> None:
+    with pytest.raises(ValueError, match=r"configuration segment\.index\.bytes:"):
+        LogConfig.from_properties({"segment.index.bytes": "3"})
+    with pytest.raises(ValueError, match=r"configuration log\.cleanup\.policy:"):
+        LogConfig.from_properties({"log.cleanup.policy": "shred"})
+    assert LogConfig.from_properties({"log.cleanup.policy": "compact"}).compact
 
 
 def test_deleted_segments_are_renamed_then_removed_after_the_delay() -> None:

@@ -86,6 +86,63 @@ def test_partition_dir_names_parse_like_kafka() -> None:
     assert parse_topic_partition("orders-0.abc-delete") is None
 
 
+def test_no_partition_log_ever_shares_the_metadata_logs_directory() -> None:
+    async def run() -> None:
+        node = Node()
+        fs = node.disk.fs()
+        fs.mkdir("/data")
+        for name in ("__cluster_metadata-0", "__cluster_metadata-1"):
+            fs.mkdir(f"/data/{name}")
+            fs.open(f"/data/{name}/00000000000000000000.log", create=True).close()
+        manager = node.manager()
+        await manager.startup()
+        assert manager.all_logs() == []  # the quorum's, never loaded as partitions
+        for partition in (0, 1):
+            with pytest.raises(ValueError, match="metadata log"):
+                await manager.get_or_create_log("__cluster_metadata", partition)
+        assert manager.all_logs() == []
+        assert fs.list_dir("/data/__cluster_metadata-0") == ["00000000000000000000.log"]
+        await manager.shutdown()
+
+    run_virtual(run())
+
+
+def test_another_nodes_formatted_dir_inside_a_log_dir_is_never_a_partition(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """config/cluster once put ./data/broker-4 inside the single node's ./data: that node
+    loaded it as partition 4 of topic "broker" and renamed it a stray."""
+
+    async def run() -> list[object]:
+        node = Node()
+        fs = node.disk.fs()
+        fs.mkdir("/data")
+        fs.mkdir("/data/broker-4")
+        fs.open("/data/broker-4/meta.properties", create=True).close()
+        fs.mkdir("/data/broker-4/orders-0")
+        manager = node.manager()
+        await manager.startup()
+        logs = [tp for tp, _ in manager.all_logs()]
+        await manager.shutdown()
+        assert sorted(fs.list_dir("/data/broker-4")) == ["meta.properties", "orders-0"]
+        return logs
+
+    with caplog.at_level("WARNING", logger="log.manager"):
+        assert run_virtual(run()) == []
+    assert "/data/broker-4 is a formatted log dir (it has meta.properties)" in caplog.text
+
+
+def test_a_fresh_log_dir_does_not_claim_to_recover(caplog: pytest.LogCaptureFixture) -> None:
+    async def run() -> None:
+        manager = Node().manager()
+        await manager.startup()
+        await manager.shutdown()
+
+    with caplog.at_level("WARNING", logger="log.manager"):
+        run_virtual(run())
+    assert "no clean shutdown marker" not in caplog.text
+
+
 def test_clean_shutdown_writes_marker_and_restart_skips_recovery() -> None:
     async def run() -> None:
         node = Node()

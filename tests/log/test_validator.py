@@ -6,6 +6,7 @@ topic's compression.type and message.timestamp.* configs change the batch as Kaf
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import pytest
 from crc32c import crc32c
@@ -272,6 +273,21 @@ def test_offset_deltas_other_than_0_to_n_minus_1_are_invalid_record() -> None:
     struct.pack_into(">i", gappy, 23, 1)  # lastOffsetDelta 1 for 2 records, deltas 0 and 3
     reseal(gappy)
     assert refused(gappy).kafka_error_code == INVALID_RECORD
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.ZSTD])
+def test_a_compacted_topic_refuses_a_record_without_a_key(codec: Compression) -> None:
+    compacted = LogConfig(cleanup_policy=("compact",), message_timestamp_after_max_ms=1 << 62)
+    records = [Record(b"k", b"a", NOW), Record(None, b"b", NOW), Record(None, b"c", NOW)]
+    error = refused(encode_batch(records, compression=codec), compacted)
+    assert error.kafka_error_code == INVALID_RECORD
+    assert isinstance(error, RecordValidationError)
+    assert error.record_errors == ((1, "Compacted topic cannot accept message without key"),)
+    keyed = encode_batch([Record(b"k", None, NOW)], compression=codec)  # a tombstone
+    assert bytes(validate_records(keyed, compacted, NOW).records) == keyed
+    both = replace(compacted, cleanup_policy=("compact", "delete"))
+    assert refused(encode_batch(records), both).kafka_error_code == INVALID_RECORD
+    validate_records(encode_batch(records), ANY_TIME, NOW)  # keys are optional elsewhere
 
 
 def test_more_than_one_batch_or_a_zero_count_is_invalid_record() -> None:

@@ -105,7 +105,7 @@ def test_fetch_with_a_diverging_log_gets_the_diverging_epoch() -> None:
                 replica_id=2,
                 current_leader_epoch=core.epoch,
                 fetch_offset=5,
-                last_fetched_epoch=core.epoch + 7,
+                last_fetched_epoch=core.epoch,
                 max_wait_ms=0,
                 max_bytes=1000,
             ),

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from metadata.delta import MetadataDelta
 from metadata.image import EMPTY, MetadataImage
 from metadata.snapshot import image_from_records, image_records
-from sim.scenarios.metadata import ImageDigests
+from sim.scenarios.metadata_checks import ImageDigests
 from tests.metadata.histories import legal_history
 
 

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.planted import KAFKA_BUG_ARGS, KAFKA_BUG_SEEDS, METADATA_BUG_SEEDS, RAFT_BUG_SEEDS
+from tests.planted import (
+    KAFKA_BUG_ARGS,
+    KAFKA_BUG_SEEDS,
+    METADATA_BUG_SEEDS,
+    METADATA_RAFT_BUG_SEEDS,
+    RAFT_BUG_SEEDS,
+)
 
 KRAFT_SIM = str(Path(sys.executable).parent / "kraft-sim")
 
@@ -26,7 +32,9 @@ def sweep(*args: str) -> subprocess.CompletedProcess[str]:
 def test_echo_sweep_slice_is_clean() -> None:
     result = sweep("--scenario", "echo", "--seeds", "1-12", "--duration", "30")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "seeds=12 failed=0 first_failing=none"
+    assert result.stdout.strip().splitlines()[-1] == (
+        "seeds=12 ok=12 violation=0 unknown=0 crashed=0 failed=0 first_failing=none"
+    )
 
 
 def test_echo_sweep_finds_a_planted_bug_and_names_the_seed() -> None:
@@ -35,7 +43,8 @@ def test_echo_sweep_finds_a_planted_bug_and_names_the_seed() -> None:
     )
     assert result.returncode == 1
     last = result.stdout.strip().splitlines()[-1]
-    assert last.startswith("seeds=6 failed=")
+    assert last.startswith("seeds=6 ok=")
+    assert " violation=0 " not in last and " unknown=0 crashed=0 " in last
     assert "first_failing=none" not in last
 
 
@@ -59,7 +68,9 @@ def test_raft_sweep_slice_is_clean_with_every_fault() -> None:
         "20",
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "seeds=4 failed=0 first_failing=none"
+    assert result.stdout.strip().splitlines()[-1] == (
+        "seeds=4 ok=4 violation=0 unknown=0 crashed=0 failed=0 first_failing=none"
+    )
 
 
 @pytest.mark.slow
@@ -100,7 +111,9 @@ def test_every_raft_bug_has_a_catching_seed() -> None:
 def test_metadata_sweep_slice_is_clean_with_every_fault() -> None:
     result = sweep("--scenario", "metadata", "--seeds", "1-4", "--duration", "20")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "seeds=4 failed=0 first_failing=none"
+    assert result.stdout.strip().splitlines()[-1] == (
+        "seeds=4 ok=4 violation=0 unknown=0 crashed=0 failed=0 first_failing=none"
+    )
 
 
 @pytest.mark.slow
@@ -124,6 +137,19 @@ def test_planted_bug_is_caught_at_its_seed(scenario: str, bug: str, seed: int) -
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.startswith(f"seed={seed} VIOLATION "), result.stdout
+
+
+@pytest.mark.parametrize("bug", sorted(METADATA_RAFT_BUG_SEEDS))
+def test_raft_bug_is_caught_in_the_metadata_scenario_by_its_own_check(bug: str) -> None:
+    seed, check = METADATA_RAFT_BUG_SEEDS[bug]
+    result = subprocess.run(
+        [KRAFT_SIM, "run", "--scenario", "metadata", "--seed", str(seed), "--bug", bug],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.startswith(f"seed={seed} VIOLATION {check}: "), result.stdout
 
 
 def test_every_controller_bug_has_a_catching_seed() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from log.config import LogConfig
 from metadata.config_defs import (
     BROKER_DYNAMIC_CONFIGS,
     TOPIC_CONFIGS,
@@ -106,3 +107,41 @@ def test_effective_values_prefer_topic_then_cluster_default_then_kafka_default()
         ConfigSource.DEFAULT_CONFIG,
     )
     assert list(values) == sorted(TOPIC_CONFIGS)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "-2",
+        "-1",
+        "0",
+        "1",
+        "4",
+        "7",
+        "14",
+        str(2**31 - 1),
+        str(2**63 - 1),
+        "compact",
+        "compact,delete",
+        "",
+    ],
+)
+def test_every_topic_config_value_the_controller_accepts_builds_the_brokers_log_config(
+    value: str,
+) -> None:
+    # One table: a value the controller lets into the metadata log can never make a
+    # broker's reconciler fail on it (main accepted segment.index.bytes=4 and
+    # cleanup.policy=compact here, then LogConfig raised on every broker).
+    for name in LogConfig().to_properties():
+        if check_config(TOPIC_RESOURCE, name, value) is None:
+            assert LogConfig.from_properties({name: value}).to_properties()[name] == value.strip()
+
+
+def test_a_dynamic_broker_default_validates_as_the_topic_config_it_defaults() -> None:
+    for name, topic in TOPIC_CONFIGS.items():
+        broker = BROKER_DYNAMIC_CONFIGS.get(topic.broker_synonym or "")
+        if broker is not None:
+            assert (broker.type, broker.validate) == (topic.type, topic.validate), name
+    assert check_config(BROKER_RESOURCE, "log.roll.ms", "0") == (
+        "Invalid value 0 for configuration log.roll.ms: Value must be at least 1"
+    )

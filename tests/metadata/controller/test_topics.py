@@ -111,6 +111,21 @@ def test_illegal_topic_names_are_refused(name: str, message: str) -> None:
     assert result.records == ()
 
 
+def test_reserved_topic_names_are_refused_as_kafka_refuses_them() -> None:
+    # On main __cluster_metadata was created, and its partition 0 log landed in the
+    # metadata log's own directory.
+    names = ("__cluster_metadata", "__consumer_offsets", "__transaction_state", "ok")
+    result = create_topics(context(brokers(1)), create(*(topic(n) for n in names)), 7)
+    refused = "Creation of internal topic __cluster_metadata is prohibited."
+    assert results(result.response) == {
+        "__cluster_metadata": (ErrorCode.invalid_request, refused),
+        "__consumer_offsets": (ErrorCode.topic_authorization_failed, "Authorization failed."),
+        "__transaction_state": (ErrorCode.topic_authorization_failed, "Authorization failed."),
+        "ok": (ErrorCode.none, None),
+    }
+    assert {r.name for r in result.records if isinstance(r, Topic)} == {"ok"}
+
+
 def test_a_name_of_249_legal_characters_is_fine() -> None:
     name = "a-b_c.D9" * 31 + "x"
     assert len(name) == 249

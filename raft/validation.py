@@ -1,0 +1,78 @@
+"""Which inbound quorum requests the core may act on at all, before any state is looked at.
+
+Kafka's KafkaRaftClient refuses, before touching its state: negative ids and epochs, a Vote
+whose last offset epoch is not below its candidate epoch, a Fetch whose last fetched epoch is
+above its current leader epoch (INVALID_REQUEST); and, for a static voter set as ours, a Vote
+or Begin/EndQuorumEpoch from a node that is not a voter, or to a node that is not one
+(INCONSISTENT_VOTER_SET). On top of Kafka's rules: no epoch above MAX_EPOCH (the next one
+must still fit a record batch header; Kafka would overflow there), and no request naming
+this node as its sender (a node never asks itself; such a request is forged). The checks
+that depend on the current epoch (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH) stay with the
+handlers in raft/core.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from raft.messages import (
+    MAX_EPOCH,
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    Errors,
+    FetchRequest,
+    FetchSnapshotRequest,
+    Request,
+    VoteRequest,
+)
+
+
+def _epoch_ok(epoch: int) -> bool:
+    return 0 <= epoch <= MAX_EPOCH
+
+
+def request_error(body: Request, *, node_id: int, voters: Collection[int]) -> int | None:
+    """The error code that refuses ``body`` outright, or None if the core may handle it."""
+    match body:
+        case VoteRequest():
+            if (
+                body.candidate_id < 0
+                or body.candidate_id == node_id
+                or not _epoch_ok(body.candidate_epoch)
+                or body.last_offset < 0
+                or not 0 <= body.last_offset_epoch < body.candidate_epoch
+            ):
+                return Errors.INVALID_REQUEST
+            return _voter_only(body.candidate_id, node_id, voters)
+        case BeginQuorumEpochRequest() | EndQuorumEpochRequest():
+            if body.leader_id < 0 or body.leader_id == node_id or not _epoch_ok(body.leader_epoch):
+                return Errors.INVALID_REQUEST
+            return _voter_only(body.leader_id, node_id, voters)
+        case FetchRequest():
+            if (
+                body.replica_id == node_id
+                or body.current_leader_epoch < 0
+                or body.fetch_offset < 0
+                or not 0 <= body.last_fetched_epoch <= body.current_leader_epoch
+                or body.max_wait_ms < 0
+                or body.max_bytes < 0
+            ):
+                return Errors.INVALID_REQUEST
+        case FetchSnapshotRequest():
+            if (
+                body.replica_id == node_id
+                or body.current_leader_epoch < 0
+                or body.snapshot_end_offset < 0
+                or not _epoch_ok(body.snapshot_epoch)
+                or body.position < 0
+                or body.max_bytes < 0
+            ):
+                return Errors.INVALID_REQUEST
+    return None
+
+
+def _voter_only(sender: int, node_id: int, voters: Collection[int]) -> int | None:
+    """Elections are among voters: both ends of the RPC must be in the static voter set."""
+    if node_id not in voters or sender not in voters:
+        return Errors.INCONSISTENT_VOTER_SET
+    return None

@@ -1,0 +1,57 @@
+"""The nemesis copes with any cluster size, and default sweeps vary the cluster's shape."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from log.runtime import Runtime
+from sim.cli import _config, _parser
+from sim.nemesis import FAULTS, Nemesis
+from sim.world import World
+
+
+async def _idle(runtime: Runtime) -> None:
+    await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_every_fault_handles_a_small_cluster(size: int) -> None:
+    with World(seed=5) as world:
+        names = [f"n{i}" for i in range(1, size + 1)]
+        for name in names:
+            world.add_process(name).start(_idle)
+        nemesis = Nemesis(world, names, FAULTS, interval_s=(0.05, 0.1), leader=lambda: names[0])
+        world.run(nemesis.run(60.0))
+        nemesis.heal_all()
+        # Each of the 15 faults was drawn many times; only those between nodes may do nothing.
+        assert nemesis.injected > 100
+        assert all(world.processes[n].alive for n in names)
+
+
+def test_default_raft_sweep_mixes_observers_and_a_run_replays_its_seed() -> None:
+    sweep = _parser().parse_args(["sweep", "--scenario", "raft", "--seeds", "1-6"])
+    mix = [_config(sweep, seed).observers for seed in range(1, 7)]
+    assert sorted(set(mix)) == [0, 1, 2]
+    run = _parser().parse_args(["run", "--scenario", "raft", "--seed", "4"])
+    assert _config(run, 4).observers == mix[3]
+    pinned = _parser().parse_args(["run", "--scenario", "raft", "--seed", "4", "--observers", "0"])
+    assert _config(pinned, 4).observers == 0
+
+
+def test_a_one_voter_sweep_with_every_fault_runs_to_its_verdicts() -> None:
+    """`--voters 1 --faults all` used to crash the nemesis itself and abort the sweep."""
+    kraft_sim = str(Path(sys.executable).parent / "kraft-sim")
+    args = ["--scenario", "raft", "--voters", "1", "--observers", "0", "--seeds", "1-3"]
+    result = subprocess.run(
+        [kraft_sim, "sweep", "--jobs", "1", "--quiet", *args, "--duration", "10"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().splitlines()[-1].startswith("seeds=3 ok=3 violation=0 ")
