@@ -661,7 +661,7 @@ class ReplicaManager:
             try:
                 epoch = partition.leader_epoch
                 if NO_EPOCH_BUMP in self.bugs:
-                    epoch = log.leader_epoch_cache.latest_epoch() or 0
+                    epoch = log.leader_epoch_cache.latest_epoch or 0
                 info = log.append_as_leader(validated.records, epoch)
             except RecordError as error:
                 return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))

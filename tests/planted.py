@@ -31,11 +31,11 @@ METADATA_RAFT_BUG_SEEDS = {
 # Each kafka-scenario planted bug (broker/bugs.py, plus the controller's leader-outside-isr,
 # the unclean election), with the first seed a 20 s run catches it at, and any flags it needs.
 KAFKA_BUG_SEEDS = {
-    "ack-before-fetch": 2,
+    "ack-before-fetch": 6,
     "hw-before-isr": 5,
-    "truncate-to-hw": 4,
+    "truncate-to-hw": 2,
     "isr-shrink-local": 7,
-    "no-epoch-bump": 1,
+    "no-epoch-bump": 7,
     "leader-outside-isr": 3,
     "skip-sequence-check": 2,
 }

@@ -161,7 +161,9 @@ def test_every_controller_bug_has_a_catching_seed() -> None:
 def test_kafka_sweep_slice_is_clean_with_every_fault() -> None:
     result = sweep("--scenario", "kafka", "--seeds", "1-2", "--duration", "10")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "seeds=2 failed=0 first_failing=none"
+    assert result.stdout.strip().splitlines()[-1] == (
+        "seeds=2 ok=2 violation=0 unknown=0 crashed=0 failed=0 first_failing=none"
+    )
 
 
 @pytest.mark.slow
