@@ -638,6 +638,7 @@ def run_kafka(config: RunConfig) -> RunResult:
             "sends": cluster.kafka.sends_ok,
             "polls": cluster.kafka.polls_ok,
             "excused": cluster.kafka.excused,
+            "lost": cluster.kafka.lost,
             "faults": nemesis.injected,
         },
     )
