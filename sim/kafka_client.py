@@ -166,8 +166,8 @@ async def fetch(
     if response.error_code != ErrorCode.none:  # type: ignore[attr-defined]
         return FetchResult(_name(response.error_code))  # type: ignore[attr-defined]
     data = response.responses[0].partitions[0]  # type: ignore[attr-defined]
-    if data.error_code != ErrorCode.none:
-        return FetchResult(_name(data.error_code))
+    if data.error_code != ErrorCode.none:  # OFFSET_OUT_OF_RANGE names the log start
+        return FetchResult(_name(data.error_code), log_start_offset=int(data.log_start_offset))
     found: list[tuple[int, int]] = []
     raw = bytes(data.records or b"")
     for pos, header in iter_batches(raw):

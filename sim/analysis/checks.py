@@ -725,7 +725,7 @@ def check_kafka(run: RunData) -> list[Violation]:
         found.append(Violation(violation.check, violation.message, violation.time_us))
     topic, partitions = str(config.get("topic")), int(config.get("partitions", 0))
     for message in check_liveness(kafka_ops, partitions, topic):
-        found.append(Violation("liveness", message, end_us))
+        found.append(Violation(message.partition(":")[0], message, end_us))
     return found
 
 

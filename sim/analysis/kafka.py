@@ -327,12 +327,17 @@ class PartitionStateChecker:
 
 def check_liveness(ops: Iterable[KafkaOp], partitions: int, topic: str) -> list[str]:
     """After the heal, every partition took an acks=all produce (process ``heal``) and the
-    final reads (process ``final``) reached its high watermark; one message per failure."""
+    final reads (process ``final``) reached its high watermark from offset 0 (nothing in the
+    workload deletes records, so a log start past 0 lost them: ``log-start-moved``); one
+    message per failure."""
     produced: set[str] = set()
     reached: set[str] = set()
+    first_final: dict[str, int] = {}
     for op in ops:
         if op.status != "ok":
             continue
+        if op.process == "final" and op.f == "poll":
+            first_final.setdefault(op.key, op.value or 0)
         if op.process == "heal" and op.f == "send":
             produced.add(op.key)
         elif op.process == "final" and op.f == "poll" and op.offset is not None:
@@ -346,4 +351,9 @@ def check_liveness(ops: Iterable[KafkaOp], partitions: int, topic: str) -> list[
             found.append(f"liveness: {key} took no acks=all produce after the heal")
         elif key not in reached:
             found.append(f"liveness: the final reads of {key} did not reach its high watermark")
+        if first_final.get(key, 0) > 0:  # nothing deletes records in this workload
+            found.append(
+                f"log-start-moved: the final reads of {key} could start only at offset "
+                f"{first_final[key]}: the records below it are gone"
+            )
     return found
