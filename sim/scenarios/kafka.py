@@ -249,6 +249,7 @@ class KafkaCluster(Cluster):
         )
         deadline = loop.time() + SEND_TIMEOUT_S
         error = "NONE"
+        uncertain = False  # an attempt may have appended: no later answer makes it definite
         while True:
             where = await routing.leader(partition, rng)
             if where is None:
@@ -262,6 +263,7 @@ class KafkaCluster(Cluster):
                     )
                 except (OSError, TimeoutError, ConnectionError) as failure:
                     error = type(failure).__name__
+                    uncertain = True
                     await routing.drop(host)
                 else:
                     if error == "NONE":
@@ -280,10 +282,12 @@ class KafkaCluster(Cluster):
                         )
                         return "ok", error
                     routing.leaders.pop(partition, None)
+                    uncertain = uncertain or error not in NOT_APPENDED
             if not idempotent or loop.time() + 0.1 >= deadline or error in NOT_APPENDED:
                 break
             await asyncio.sleep(0.1)
-        status = "fail" if error in NOT_APPENDED or error == "LEADER_NOT_AVAILABLE" else "info"
+        definite = error in NOT_APPENDED or error == "LEADER_NOT_AVAILABLE"
+        status = "fail" if definite and not uncertain else "info"
         self.world.trace.event(
             "op", process=process, type=status, f="send", key=key, value=value, error=error
         )
