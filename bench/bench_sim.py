@@ -3,7 +3,11 @@
 Prints, from one run:
 1. the echo scenario (6 nodes, sleeps between requests, disk appends) in virtual seconds per
    wall second, with no faults and with every fault;
-2. a tight ping-pong between 6 nodes (each node sends to the next as fast as replies come),
+2. the kafka scenario (3 controllers, 3 brokers replicating a 3-partition RF3 topic, 4
+   producers with acks=all and 2 consumers), with no faults and with every fault, in virtual
+   seconds per wall second, beside the metadata scenario on the same cluster (the baseline:
+   no data plane), so the ratio is what producing, replicating and consuming cost;
+3. a tight ping-pong between 6 nodes (each node sends to the next as fast as replies come),
    as messages per wall second, in the simulator and on real asyncio over loopback TCP in
    this same process: the baseline, so the ratio is the simulator's cost per message.
 
@@ -19,6 +23,9 @@ from log.runtime import Runtime
 from sim.nemesis import FAULTS
 from sim.run import RunConfig
 from sim.scenarios.echo import run_echo
+from sim.scenarios.kafka import FAULTS as KAFKA_FAULTS
+from sim.scenarios.kafka import run_kafka
+from sim.scenarios.metadata import run_metadata
 from sim.world import World
 
 NODES = 6
@@ -85,6 +92,18 @@ def main() -> None:
             f"echo scenario, {NODES} nodes, {label:10}: {result.virtual_s:7.1f} virtual s in "
             f"{result.wall_s:5.2f} wall s = {result.speed:6.0f} virtual s per wall s "
             f"({result.stats['deliveries']} deliveries)"
+        )
+    for label, faults in (("no faults", ()), ("all faults", FAULTS)):
+        kafka_faults = faults + KAFKA_FAULTS if faults else ()
+        kafka = run_kafka(RunConfig("kafka", 1, duration_s=20, faults=kafka_faults))
+        assert kafka.ok, kafka.summary()
+        baseline = run_metadata(RunConfig("metadata", 1, duration_s=20, faults=faults))
+        print(
+            f"kafka scenario, 3+3 nodes, {label:10}: {kafka.virtual_s:6.1f} virtual s in "
+            f"{kafka.wall_s:6.2f} wall s = {kafka.speed:5.1f} virtual s per wall s "
+            f"({kafka.stats['sends']} sends, {kafka.stats['polls']} polls acknowledged); "
+            f"metadata scenario (baseline) {baseline.speed:5.1f}; "
+            f"ratio kafka / metadata {kafka.speed / baseline.speed:5.2f}x"
         )
     sim_msgs, sim_wall = pingpong_sim()
     real_msgs, real_wall = pingpong_real()

@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from broker.bugs import NO_EPOCH_BUMP
 from broker.producer_state import ProducerState
 from log.batch import iter_batches
 from log.log import Log
@@ -116,6 +117,7 @@ class Partition:
     high_watermark: int = 0
     leader_epoch_start_offset: int = UNKNOWN_OFFSET
     remote: dict[int, ReplicaProgress] = field(default_factory=dict)
+    bugs: frozenset[str] = frozenset()  # planted (broker/bugs.py); simulator only
 
     @property
     def key(self) -> tuple[str, int]:
@@ -178,7 +180,8 @@ class Partition:
         if to is ReplicaState.LEADER:
             if became or new_epoch:
                 self.leader_epoch_start_offset = log.log_end_offset
-                log.leader_epoch_cache.assign(self.leader_epoch, log.log_end_offset)
+                if NO_EPOCH_BUMP not in self.bugs:
+                    log.leader_epoch_cache.assign(self.leader_epoch, log.log_end_offset)
                 self.remote = {
                     r: ReplicaProgress(last_caught_up_time_ms=now_ms if r in self.isr else 0)
                     for r in self.replicas

@@ -37,10 +37,18 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.bugs import (
+    ACK_BEFORE_FETCH,
+    HW_BEFORE_ISR,
+    ISR_SHRINK_LOCAL,
+    NO_EPOCH_BUMP,
+    SKIP_SEQUENCE_CHECK,
+    TRUNCATE_TO_HW,
+)
 from broker.controller_channel import ControllerSender
 from broker.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
-from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState
+from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState, Verdict
 from broker.purgatory import DelayedOperations
 from log.batch import parse_header
 from log.checkpoint import CheckpointError
@@ -141,8 +149,10 @@ class ReplicaManager:
         config: ReplicationConfig | None = None,
         channel: ControllerSender | None = None,
         broker_epoch: Callable[[], int] = lambda: -1,
+        bugs: frozenset[str] = frozenset(),
     ) -> None:
         self.node_id = node_id
+        self.bugs = bugs  # planted (broker/bugs.py); simulator only
         self._clock = clock
         self._producer_id_expiration_ms = producer_id_expiration_ms
         self._rng = rng  # stray names: the runtime's Random keeps simulated runs replayable
@@ -310,6 +320,8 @@ class ReplicaManager:
             transition = partition.apply(registration, now_ms)
             following = transition.after is ReplicaState.FOLLOWER
             if refetch and following and partition.leader != NO_LEADER:
+                if TRUNCATE_TO_HW in self.bugs and transition.new_epoch:
+                    await partition.log.truncate_to(partition.high_watermark)
                 self.fetchers.add(partition)
             if transition.after is ReplicaState.LEADER:
                 self._maybe_advance_high_watermark(partition)
@@ -401,6 +413,7 @@ class ReplicaManager:
             log,
             ProducerState.from_log(log, self._producer_id_expiration_ms),
             self.node_id,
+            bugs=self.bugs,
         )
         checkpointed = self._checkpointed.pop((topic.name, index), 0)
         partition.high_watermark = max(log.log_start_offset, min(checkpointed, log.log_end_offset))
@@ -436,6 +449,13 @@ class ReplicaManager:
             self._clock.now_ms(), self.config.lag_time_max_ms, self._isr_eligible
         ):
             self.delayed.notify(partition.key)
+        elif (
+            HW_BEFORE_ISR in self.bugs
+            and partition.is_leader
+            and partition.log.log_end_offset > partition.high_watermark
+        ):
+            partition.high_watermark = partition.log.log_end_offset
+            self.delayed.notify(partition.key)
 
     async def wait_for_changes(
         self, keys: Iterable[tuple[str, int]], timeout_s: float
@@ -461,6 +481,10 @@ class ReplicaManager:
                         list(partition.isr),
                         list(shrunk),
                     )
+                    if ISR_SHRINK_LOCAL in self.bugs:
+                        partition.isr = shrunk
+                        self._maybe_advance_high_watermark(partition)
+                        continue
                     self._alter_isr(partition, shrunk)
 
     def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
@@ -629,11 +653,16 @@ class ReplicaManager:
                 record_errors=error.record_errors,
             )
         verdict = partition.producers.check(header)
+        if SKIP_SEQUENCE_CHECK in self.bugs and verdict.duplicate_of >= 0:
+            verdict = Verdict()
         if verdict.error != ErrorCode.none:
             return AppendResult(verdict.error, message=f"producer {header.producer_id}")
         if verdict.append:
             try:
-                info = log.append_as_leader(validated.records, partition.leader_epoch)
+                epoch = partition.leader_epoch
+                if NO_EPOCH_BUMP in self.bugs:
+                    epoch = log.leader_epoch_cache.latest_epoch or 0
+                info = log.append_as_leader(validated.records, epoch)
             except RecordError as error:
                 return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
             except OSError as error:  # ENOSPC, EIO: Kafka takes the whole log dir offline
@@ -653,7 +682,7 @@ class ReplicaManager:
         result = AppendResult(
             ErrorCode.none, first, log.log_start_offset, log_append_time_ms=append_time_ms
         )
-        if acks != -1:
+        if acks != -1 or ACK_BEFORE_FETCH in self.bugs:
             return result
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
+from broker.bugs import BROKER_BUGS
 from broker.cluster_metadata import DESCRIBE_CLUSTER, describe_controllers_response
 from broker.controller_channel import ControllerChannel
 from broker.group.apis import GroupApis
@@ -276,6 +277,7 @@ class KraftNode:
             config=ReplicationConfig.from_properties(properties, config.inter_broker_listener_name),
             channel=self._channel,
             broker_epoch=broker_epoch,
+            bugs=self.bugs & BROKER_BUGS.keys(),
         )
         # Retention never deletes past what is committed.
         self.logs.high_watermark_provider = replicas.high_watermark_of

@@ -63,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--brokers", type=int, default=3, help="metadata scenario: brokers (default 3)"
         )
+        p.add_argument("--partitions", type=int, default=3, help="kafka: partitions (default 3)")
+        p.add_argument("--rf", type=int, default=3, help="kafka: replication factor (default 3)")
+        p.add_argument("--acks", choices=("all", "1"), default="all", help="kafka: producer acks")
+        p.add_argument(
+            "--idempotent", action="store_true", help="kafka: idempotent producers that retry"
+        )
         p.add_argument("--duration", type=float, default=30.0, help="virtual seconds of faults")
         p.add_argument("--faults", default="all", help="all, none, or a comma list")
         p.add_argument("--bug", default=None, help="a planted bug (see `kraft-sim bugs`)")
@@ -109,6 +115,8 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         raise ValueError("--voters must be 1-9 and --observers 0-9")
     if not 1 <= args.controllers <= 9 or not 1 <= args.brokers <= 9:
         raise ValueError("--controllers and --brokers must be 1-9")
+    if not 1 <= args.partitions <= 64 or not 1 <= args.rf <= args.brokers:
+        raise ValueError("--partitions must be 1-64 and --rf 1..--brokers")
     if args.trace is not None:
         if os.path.exists(args.trace) and not os.path.isdir(args.trace):
             raise ValueError(f"--trace takes a directory; {args.trace} is a file")
@@ -118,13 +126,17 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         scenario=args.scenario,
         seed=seed,
         duration_s=args.duration,
-        faults=parse_faults(args.faults),
+        faults=parse_faults(args.faults, scenario.faults),
         bug=args.bug,
         nodes=args.nodes,
         voters=args.voters,
         observers=observers,
         controllers=args.controllers,
         brokers=args.brokers,
+        partitions=args.partitions,
+        rf=args.rf,
+        acks=args.acks,
+        idempotent=args.idempotent,
         trace_dir=args.trace,
     )
 

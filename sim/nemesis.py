@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from sim.world import World
 
@@ -54,16 +54,18 @@ FAULTS: tuple[str, ...] = (
 MIN_TARGETS = {"partition": 2, "oneway": 2, "stall": 2, "reset": 2, "bridge": 3}
 
 
-def parse_faults(spec: str) -> tuple[str, ...]:
-    """``all``, ``none`` or a comma list of fault names; ValueError names an unknown one."""
+def parse_faults(spec: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``all``, ``none`` or a comma list of fault names; ValueError names an unknown one.
+    ``extra`` are a scenario's own faults (``Nemesis(custom=...)``), part of its ``all``."""
+    known = FAULTS + extra
     if spec == "all":
-        return FAULTS
+        return known
     if spec in ("none", ""):
         return ()
     names = tuple(name.strip() for name in spec.split(",") if name.strip())
-    unknown = [name for name in names if name not in FAULTS]
+    unknown = [name for name in names if name not in known]
     if unknown:
-        raise ValueError(f"unknown fault {unknown[0]!r}; choose from {', '.join(FAULTS)}")
+        raise ValueError(f"unknown fault {unknown[0]!r}; choose from {', '.join(known)}")
     return names
 
 
@@ -79,6 +81,7 @@ class Nemesis:
         interval_s: tuple[float, float] = (1.0, 4.0),
         hold_s: tuple[float, float] = (0.5, 6.0),
         leader: Callable[[], str | None] | None = None,
+        custom: Mapping[str, Callable[[Nemesis, float], None]] | None = None,
     ) -> None:
         self.world = world
         self.targets = targets
@@ -88,6 +91,7 @@ class Nemesis:
         self.rng: random.Random = world.random("nemesis")
         self.injected = 0
         self._leader = leader
+        self.custom = dict(custom or {})
         self._down: list[str] = []
 
     async def run(self, until_s: float) -> None:
@@ -119,6 +123,9 @@ class Nemesis:
         rng = self.rng
         nodes = list(self.targets)
         trace = self.world.trace
+        if fault in self.custom:
+            self.custom[fault](self, hold_s)
+            return
         # Each network fault undoes only its own cuts, so overlapping faults compose
         # (a node isolated while the leader is cut off too, say).
         if fault == "partition":
@@ -165,10 +172,7 @@ class Nemesis:
         elif fault == "crash":
             alive = self._alive()
             if alive:
-                node = rng.choice(alive)
-                self.world.processes[node].crash()
-                self._down.append(node)
-                self._later(hold_s, self._restart, node)
+                self.crash_for(rng.choice(alive), hold_s)
         elif fault == "crash-quorum":
             alive = self._alive()
             rng.shuffle(alive)
@@ -180,9 +184,7 @@ class Nemesis:
         elif fault == "pause":
             alive = self._alive()
             if alive:
-                node = rng.choice(alive)
-                self.world.processes[node].pause()
-                self._later(hold_s, self._resume, node)
+                self.pause_for(rng.choice(alive), hold_s)
         elif fault == "fsync":
             node = rng.choice(nodes)
             count = rng.randint(1, 3)
@@ -196,6 +198,17 @@ class Nemesis:
         elif fault == "skew":
             node = rng.choice(nodes)
             self.world.processes[node].skew_clock(rng.randint(-10_000, 10_000))
+
+    def crash_for(self, node: str, hold_s: float) -> None:
+        """Cut ``node``'s power now; it restarts after ``hold_s``."""
+        self.world.processes[node].crash()
+        self._down.append(node)
+        self._later(hold_s, self._restart, node)
+
+    def pause_for(self, node: str, hold_s: float) -> None:
+        """SIGSTOP ``node`` now; it resumes after ``hold_s``."""
+        self.world.processes[node].pause()
+        self._later(hold_s, self._resume, node)
 
     def _unslow(self, links: list[tuple[str, str]]) -> None:
         for src, dst in links:

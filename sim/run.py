@@ -37,6 +37,11 @@ class RunConfig:
     observers: int = 0
     controllers: int = 3
     brokers: int = 3
+    # The kafka scenario's topic and clients.
+    partitions: int = 3
+    rf: int = 3
+    acks: str = "all"
+    idempotent: bool = False
     trace_path: str | None = None
     trace_dir: str | None = None
 

@@ -29,6 +29,8 @@ class Trace:
         # A subscriber (the Parquet trace writer) sees every event after it is hashed; what
         # it adds to its own copy, such as wall-clock time, never reaches the digest.
         self.sink: Callable[[dict[str, Any]], None] | None = None
+        # A scenario's checkers that react to events (a broker's crash, say), after the sink.
+        self.watchers: list[Callable[[dict[str, Any]], None]] = []
         self.count = 0
 
     def now_us(self) -> int:
@@ -47,6 +49,8 @@ class Trace:
             self.events.append(record)
         if self.sink is not None:
             self.sink(record)
+        for watcher in self.watchers:
+            watcher(record)
 
     def mix(self, *values: int | str) -> None:
         """Fold low-level facts (a delivery) into the digest without writing an event."""

@@ -166,21 +166,21 @@ def run_id_for(config: RunConfig) -> str:
     simulator wants (same config, same trace); a changed duration, fault mix, size or bug is
     a different run.
     """
-    identity = json.dumps(
-        [
-            config.scenario,
-            config.seed,
-            config.duration_s,
-            list(config.faults),
-            config.bug,
-            config.nodes,
-            config.voters,
-            config.observers,
-            config.controllers,
-            config.brokers,
-        ],
-        separators=(",", ":"),
-    )
+    fields: list[object] = [
+        config.scenario,
+        config.seed,
+        config.duration_s,
+        list(config.faults),
+        config.bug,
+        config.nodes,
+        config.voters,
+        config.observers,
+        config.controllers,
+        config.brokers,
+    ]
+    if config.scenario == "kafka":  # other scenarios' ids stay as they were
+        fields += [config.partitions, config.rf, config.acks, config.idempotent]
+    identity = json.dumps(fields, separators=(",", ":"))
     short = hashlib.blake2b(identity.encode(), digest_size=4).hexdigest()
     return f"{config.scenario}-s{config.seed}-{short}"
 

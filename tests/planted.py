@@ -26,3 +26,17 @@ METADATA_RAFT_BUG_SEEDS = {
     "hw-from-previous-epoch": (1, "commit-own-epoch"),
     "no-check-quorum": (3, "check-quorum"),
 }
+
+
+# Each kafka-scenario planted bug (broker/bugs.py, plus the controller's leader-outside-isr,
+# the unclean election), with the first seed a 20 s run catches it at, and any flags it needs.
+KAFKA_BUG_SEEDS = {
+    "ack-before-fetch": 6,
+    "hw-before-isr": 5,
+    "truncate-to-hw": 2,
+    "isr-shrink-local": 7,
+    "no-epoch-bump": 7,
+    "leader-outside-isr": 3,
+    "skip-sequence-check": 2,
+}
+KAFKA_BUG_ARGS = {"skip-sequence-check": ("--idempotent",)}

@@ -29,6 +29,14 @@ import pandas as pd
 import pyarrow as pa
 
 from sim.analysis.history import INDETERMINATE, latest_us, op_value, pair_operations, records
+from sim.analysis.kafka import (
+    KafkaChecker,
+    KafkaOp,
+    PartitionStateChecker,
+    PowerCuts,
+    broker_id,
+    check_liveness,
+)
 from sim.analysis.linearizability import MAX_STEPS, explain, search
 from sim.analysis.models import EchoModel, Model, Operation, TopicModel
 from sim.analysis.stats import ROLE_PREFIX
@@ -639,6 +647,88 @@ def check_broker_serving(run: RunData) -> list[Violation]:
     return found
 
 
+def check_kafka(run: RunData) -> list[Violation]:
+    """The kafka scenario's checks (sim/analysis/kafka.py, the code the simulator runs
+    online), replayed in trace order: operations at their completion, brokers' power cuts
+    and partition-state events at theirs, then the end-of-history and liveness checks."""
+    cuts = PowerCuts()
+    config: dict[str, Any] = {}
+    items: list[tuple[int, str, Any]] = []
+    columns = ("seq", "kind", "node", "incarnation", "time_virtual_us", "log", "epoch")
+    offsets = ("offset_to", "detail")
+    for event in records(run.events, (*columns, *offsets)):
+        if event.kind == "kafka-config":
+            config = json.loads(event.detail) if isinstance(event.detail, str) else {}
+        elif event.kind in ("crash", "partition-state", "partition-hw", "partition-truncate"):
+            items.append((int(event.seq), "event", event))
+    if not config:
+        return []
+    op_columns = ("process", "f", "key", "status", "value_in", "offset", "values_out")
+    done = ("complete_us", "complete_seq", "detail_out")
+    kafka_ops = []
+    for row in records(run.ops, (*op_columns, *done)):
+        if row.f not in ("send", "poll") or row.status not in ("ok", "fail", "info"):
+            continue
+        detail = json.loads(row.detail_out) if isinstance(row.detail_out, str) else {}
+        pairs = [int(v) for v in row.values_out] if row.values_out is not None else []
+        op = KafkaOp(
+            str(row.process),
+            str(row.f),
+            str(row.key),
+            str(row.status),
+            _int(row.value_in),
+            _int(row.offset),
+            tuple(zip(pairs[::2], pairs[1::2], strict=True)),
+            int(row.complete_us),
+            tuple(int(r) for r in detail.get("isr", ())),
+        )
+        kafka_ops.append(op)
+        items.append((int(row.complete_seq), "op", op))
+    items.sort(key=lambda item: item[0])
+    checker = KafkaChecker(acks_all=config.get("acks") == "all", cuts=cuts)
+    states = PartitionStateChecker(cuts=cuts)
+    found: list[Violation] = []
+    end_us = 0
+    for _seq, what, item in items:
+        if what == "op":
+            checker.add(item)
+            end_us = max(end_us, item.complete_us)
+            continue
+        at = int(item.time_virtual_us)
+        end_us = max(end_us, at)
+        if item.kind == "crash":
+            broker = broker_id(item.node)
+            if broker is not None:
+                cuts.cut(broker, at)
+            continue
+        detail = json.loads(item.detail) if isinstance(item.detail, str) else {}
+        if item.kind == "partition-state":
+            if detail.get("topic") == config.get("topic"):
+                key = f"{detail['topic']}-{detail['partition']}"
+                cuts.isr_changed(key, tuple(int(r) for r in detail["isr"]), at)
+            continue
+        if item.kind == "partition-hw":
+            result = states.on_hw(
+                str(item.node),
+                _int(item.incarnation) or 0,
+                str(item.log),
+                _int(item.epoch) or 0,
+                int(detail["hw"]),
+                tuple(int(r) for r in detail.get("isr", ())),
+                at,
+            )
+        else:
+            result = states.on_truncate(str(item.node), str(item.log), int(item.offset_to), at)
+        if result is not None:
+            found.append(Violation(result.check, result.message, at, item.node))
+    for violation in checker.finish(end_us):
+        found.append(Violation(violation.check, violation.message, violation.time_us))
+    topic, partitions = str(config.get("topic")), int(config.get("partitions", 0))
+    for message in check_liveness(kafka_ops, partitions, topic):
+        found.append(Violation(message.partition(":")[0], message, end_us))
+    return found
+
+
 GENERIC_RUN_CHECKS: tuple[RunCheck, ...] = (
     check_crash_free,
     check_election_safety,
@@ -658,6 +748,8 @@ SCENARIOS: dict[str, ScenarioChecks] = {
     "metadata": ScenarioChecks(
         models=(TopicModel,), run_checks=(check_metadata_images, check_broker_serving)
     ),
+    # The Kafka workload (sim/analysis/kafka.py) plus the metadata plane's image checks.
+    "kafka": ScenarioChecks(run_checks=(check_kafka, check_metadata_images, check_broker_serving)),
 }
 
 

@@ -45,6 +45,7 @@ OPS_SCHEMA = pa.schema(
         pa.field("invoke_us", pa.int64()),
         pa.field("complete_us", pa.int64()),
         pa.field("latency_us", pa.int64()),
+        pa.field("detail_out", pa.string()),  # the completion's other fields, as JSON
     ]
 )
 OPS_COLUMNS = tuple(OPS_SCHEMA.names)
@@ -112,6 +113,7 @@ def pair_operations(history: pd.DataFrame) -> pd.DataFrame:
             "complete_seq": out("seq"),
             "invoke_us": invokes["time_virtual_us"].to_numpy(),
             "complete_us": out("time_virtual_us"),
+            "detail_out": out("detail"),
         }
     )
     orphans = rows[orphan]
@@ -151,6 +153,7 @@ def _orphan_ops(orphans: pd.DataFrame) -> pd.DataFrame:
             "complete_seq": orphans["seq"].to_numpy(),
             "invoke_us": orphans["time_virtual_us"].to_numpy(),
             "complete_us": orphans["time_virtual_us"].to_numpy(),
+            "detail_out": cells("detail"),
         }
     )
 

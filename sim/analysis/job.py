@@ -161,7 +161,7 @@ def analyze(spark: SparkSession, trace_dir: str) -> Analysis:
     # Only the columns the checks read travel to Python (wall times and details do not).
     history = (
         _with_scenario(frames.history, frames.runs)
-        .select(*_KEY_COLUMNS, "node")
+        .select(*_KEY_COLUMNS, "node", "detail")
         .repartition(int(partitions or 8), "run_id")
         .cache()
     )
@@ -169,7 +169,9 @@ def analyze(spark: SparkSession, trace_dir: str) -> Analysis:
     try:
         key_frame = checks.key_results(history.select(*_KEY_COLUMNS)).toPandas()
         run_results = (
-            history.select(*PAIRING_COLUMNS, "node", "scenario")
+            history.select(
+                *PAIRING_COLUMNS, "value", "values", "offset", "error", "detail", "node", "scenario"
+            )
             .groupBy("run_id")
             .cogroup(events.groupBy("run_id"))
             .applyInPandas(analyse_run, from_arrow_schema(RUN_RESULT_SCHEMA))

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.run import RunConfig, RunResult
-from sim.scenarios import echo, metadata, raft
+from sim.scenarios import echo, kafka, metadata, raft
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +17,7 @@ class Scenario:
     summary: str
     run: Callable[[RunConfig], RunResult]
     bugs: dict[str, str]
+    faults: tuple[str, ...] = ()  # its own faults, beyond the nemesis's (part of ``all``)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -37,5 +38,13 @@ SCENARIOS: dict[str, Scenario] = {
         "controllers (--controllers) and brokers (--brokers) serving admin clients under faults",
         metadata.run_metadata,
         metadata.BUGS,
+    ),
+    "kafka": Scenario(
+        "kafka",
+        "controllers, brokers replicating a topic (--partitions, --rf), producers (--acks, "
+        "--idempotent) and consumers under faults, with Jepsen's Kafka checks",
+        kafka.run_kafka,
+        kafka.BUGS,
+        kafka.FAULTS,
     ),
 }

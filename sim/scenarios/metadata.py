@@ -91,6 +91,8 @@ class Cluster:
     history: list[Op] = field(default_factory=list)
     fresh: dict[int, int] = field(default_factory=dict)
     ops_ok: int = 0
+    # Server properties a scenario sets on top of these (the kafka scenario's replication).
+    extra_props: dict[str, str] = field(default_factory=dict)
 
     def node_id(self, name: str) -> int:
         return int(name[1:])
@@ -119,6 +121,7 @@ class Cluster:
         }
         if not controller:
             props["broker.rack"] = f"rack-{self.node_id(name) % 2}"
+        props.update(self.extra_props)
         return config_from_properties(props, f"{name}.properties")
 
     async def main(self, runtime: Runtime, process: SimProcess) -> None:

@@ -27,7 +27,7 @@ from sim.analysis.job import analyze_local
 from sim.analysis.load import read_trace_pandas, run_dirs, spark_session
 from sim.scenarios.echo import HEAL_BOUND_S
 from sim.tracefmt import RUN_FILE
-from tests.planted import RAFT_BUG_SEEDS
+from tests.planted import KAFKA_BUG_ARGS, KAFKA_BUG_SEEDS, RAFT_BUG_SEEDS
 
 from .conftest import TraceSets
 
@@ -206,3 +206,41 @@ def test_every_raft_planted_bug_is_found_in_its_trace_alone(
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary["violating_runs"]) == expected
     assert result.stdout == f"runs={len(runs)} violations={len(expected)}\n"
+
+
+@pytest.fixture(scope="module")
+def kafka_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Kafka-scenario runs: an honest one, and two planted bugs at their catching seeds."""
+    root = tmp_path_factory.mktemp("kafka-traces")
+    runs = [("ack-before-fetch", KAFKA_BUG_SEEDS["ack-before-fetch"])]
+    runs += [("skip-sequence-check", KAFKA_BUG_SEEDS["skip-sequence-check"]), (None, 2)]
+    for bug, seed in runs:
+        args = ["run", "--scenario", "kafka", "--seed", str(seed), "--duration", "20"]
+        extra = ["--bug", bug, *KAFKA_BUG_ARGS.get(bug, ())] if bug else []
+        result = subprocess.run(
+            [str(BIN / "kraft-sim"), *args, *extra, "--trace", str(root)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == (1 if bug else 0), result.stdout + result.stderr
+    return root
+
+
+def test_kafka_runs_are_judged_from_their_history_and_partition_events(
+    spark: SparkSession, kafka_traces: Path, tmp_path: Path
+) -> None:
+    """The Jepsen checks re-derived from the trace flag exactly the runs the simulator
+    failed, with the simulator's own first verdict among their violations."""
+    expected = failing_runs_by_simulator(kafka_traces)
+    runs = read_trace_pandas(str(kafka_traces)).runs
+    assert set(runs.loc[runs["bug"].notna(), "run_id"]) == expected
+    result = run_cli(str(kafka_traces), out=tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary["violating_runs"]) == expected
+    assert result.stdout == f"runs={len(runs)} violations={len(expected)}\n"
+    local = analyze_local(read_trace_pandas(str(kafka_traces)))
+    for run_id, violation in zip(runs["run_id"], runs["violation"], strict=True):
+        if violation is not None:
+            messages = local.violations.loc[local.violations["run_id"] == run_id, "message"]
+            assert violation in set(messages), (violation, list(messages))

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.planted import METADATA_BUG_SEEDS, METADATA_RAFT_BUG_SEEDS, RAFT_BUG_SEEDS
+from tests.planted import (
+    KAFKA_BUG_ARGS,
+    KAFKA_BUG_SEEDS,
+    METADATA_BUG_SEEDS,
+    METADATA_RAFT_BUG_SEEDS,
+    RAFT_BUG_SEEDS,
+)
 
 KRAFT_SIM = str(Path(sys.executable).parent / "kraft-sim")
 
@@ -150,3 +156,37 @@ def test_every_controller_bug_has_a_catching_seed() -> None:
     from metadata.controller.quorum_controller import CONTROLLER_BUGS
 
     assert set(METADATA_BUG_SEEDS) == set(CONTROLLER_BUGS)
+
+
+def test_kafka_sweep_slice_is_clean_with_every_fault() -> None:
+    result = sweep("--scenario", "kafka", "--seeds", "1-2", "--duration", "10")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().splitlines()[-1] == (
+        "seeds=2 ok=2 violation=0 unknown=0 crashed=0 failed=0 first_failing=none"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("brokers", ["3", "5"])
+def test_kafka_full_sweep_is_clean(brokers: str) -> None:
+    result = sweep("--scenario", "kafka", "--seeds", "1-300", "--brokers", brokers)
+    assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.parametrize(("bug", "seed"), sorted(KAFKA_BUG_SEEDS.items()))
+def test_kafka_planted_bug_is_caught_at_its_seed(bug: str, seed: int) -> None:
+    args = ["--scenario", "kafka", "--seed", str(seed), "--duration", "20", "--bug", bug]
+    result = subprocess.run(
+        [KRAFT_SIM, "run", *args, *KAFKA_BUG_ARGS.get(bug, ())],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.startswith(f"seed={seed} VIOLATION "), result.stdout
+
+
+def test_every_broker_bug_has_a_catching_seed() -> None:
+    from broker.bugs import BROKER_BUGS
+
+    assert set(BROKER_BUGS) <= set(KAFKA_BUG_SEEDS)

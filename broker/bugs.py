@@ -1,0 +1,21 @@
+"""Planted bugs of the broker's replication, each a protocol change drawn from Kafka's
+history, for the simulator's kafka scenario to catch (``kraft-sim run --bug NAME``; never
+set outside a simulation). tests/planted.py pins the first seed that catches each."""
+
+from __future__ import annotations
+
+TRUNCATE_TO_HW = "truncate-to-hw"
+HW_BEFORE_ISR = "hw-before-isr"
+ISR_SHRINK_LOCAL = "isr-shrink-local"
+NO_EPOCH_BUMP = "no-epoch-bump"
+ACK_BEFORE_FETCH = "ack-before-fetch"
+SKIP_SEQUENCE_CHECK = "skip-sequence-check"
+
+BROKER_BUGS = {
+    TRUNCATE_TO_HW: "a new follower truncates its log to its high watermark (before KIP-101)",
+    HW_BEFORE_ISR: "a leader moves its high watermark to its log end before the ISR has it",
+    ISR_SHRINK_LOCAL: "a leader shrinks its ISR locally without the controller's commit",
+    NO_EPOCH_BUMP: "a new leader neither records its epoch nor stamps its batches with it",
+    ACK_BEFORE_FETCH: "acks=all is answered once the leader appended, before any follower",
+    SKIP_SEQUENCE_CHECK: "a producer's retried batch is appended again (no duplicate check)",
+}

@@ -1,0 +1,359 @@
+"""The Kafka workload's checks, as Jepsen's Kafka workload defines them: one implementation
+that the simulator runs online (``KafkaChecker.add`` as each operation completes, ``finish``
+at the end) and ``kraft-analyze`` runs over a trace's history (``check_history``).
+
+Operations (one partition each, its key ``<topic>-<partition>``):
+- ``send``: the value (unique in the run) in, the acknowledged offset out;
+- ``poll``: the position asked for in, the (offset, value) pairs read out, and the high
+  watermark the broker reported; the final reads after the heal are polls of process
+  ``final`` from offset 0 to the high watermark.
+
+Checks (the violation name leads the message):
+- ``inconsistent-offsets``: two values read at one offset, or an acknowledged send's offset
+  read holding another value;
+- ``duplicate``: one value read at two offsets (values are unique, and only an idempotent
+  producer resends, with the same sequence number, so any copy is the broker's);
+- ``nonmonotonic-send``: a producer's acknowledged offsets on a partition did not increase;
+- ``nonmonotonic-poll``: a consumer read a partition's offsets out of order;
+- ``poll-skip``: a consumer's read jumped over offsets that hold values;
+- ``lost-write``: an acknowledged value no read found, though reads passed its offset;
+- ``unseen``: an acknowledged value at an offset no read ever reached, though the final
+  reads go to the healed cluster's high watermark.
+
+What an acknowledgement promises: acks=all with min.insync.replicas=2 keeps a write while
+the ISR keeps it. Data logs are not fsynced per append (as in Kafka), so a write may be
+lost once every member of the ISR that acknowledged it, or of a later ISR, lost power while
+that ISR stood (a whole-cluster power cut can do it; so can two cuts after the ISR shrank
+to two); such a loss is excused, and counted (``PowerCuts.may_have_lost``).
+With acks=1 only the leader had the write, so sends promise nothing: lost and unseen sends
+are counted, not violations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaOp:
+    """One completed operation of the Kafka workload (pending ones are not checked)."""
+
+    process: str
+    f: str  # "send" or "poll"
+    key: str  # "<topic>-<partition>"
+    status: str  # "ok", "fail", "info"
+    value: int | None  # send: the value; poll: the position asked for
+    offset: int | None = None  # send: the acknowledged offset; poll: the high watermark
+    records: tuple[tuple[int, int], ...] = ()  # poll: (offset, value), in the order read
+    complete_us: int = 0
+    isr: tuple[int, ...] = ()  # the leader's ISR when it answered
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaViolation:
+    check: str
+    message: str
+    time_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    value: int
+    key: str
+    offset: int
+    isr: tuple[int, ...]
+    time_us: int
+
+
+@dataclass(slots=True)
+class _Send:
+    key: str
+    offset: int
+    value: int
+    complete_us: int
+    isr: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class PowerCuts:
+    """When each broker lost power, and each partition's ISR over time (as the controller
+    committed it), to excuse exactly the losses the promise allows."""
+
+    times: dict[int, list[int]] = field(default_factory=dict)
+    isrs: dict[str, list[tuple[int, tuple[int, ...]]]] = field(default_factory=dict)
+
+    def cut(self, broker: int, time_us: int) -> None:
+        self.times.setdefault(broker, []).append(time_us)
+
+    def isr_changed(self, key: str, isr: tuple[int, ...], time_us: int) -> None:
+        self.isrs.setdefault(key, []).append((time_us, isr))
+
+    def _all_cut_between(self, brokers: tuple[int, ...], after_us: int, before_us: float) -> bool:
+        return bool(brokers) and all(
+            any(after_us < t < before_us for t in self.times.get(broker, ())) for broker in brokers
+        )
+
+    def may_have_lost(self, key: str, isr: Iterable[int], time_us: int) -> bool:
+        """Whether a record ``isr`` held at ``time_us`` may since have been lost to power
+        cuts alone: every member of that ISR, or of one ISR the partition had later (the
+        record lived on it), lost power after ``time_us`` and while that ISR stood. (A
+        member that restarted and fetched the record again is not told apart: lenient.)"""
+        if self._all_cut_between(tuple(isr), time_us, float("inf")):
+            return True
+        history = self.isrs.get(key, [])
+        for index, (_since, members) in enumerate(history):
+            until = history[index + 1][0] if index + 1 < len(history) else float("inf")
+            if until > time_us and self._all_cut_between(members, time_us, until):
+                return True
+        return False
+
+
+def broker_id(node: str | None) -> int | None:
+    """The broker id of a simulated node name ``n<id>``."""
+    if node is None or not node.startswith("n") or not node[1:].isdigit():
+        return None
+    return int(node[1:])
+
+
+@dataclass(slots=True)
+class KafkaChecker:
+    """The checks over a history fed in completion order."""
+
+    acks_all: bool = True
+    cuts: PowerCuts = field(default_factory=PowerCuts)
+    violations: list[KafkaViolation] = field(default_factory=list)
+    excused: int = 0
+    lost: int = 0  # acks=1 losses (counted, not violations)
+    sends_ok: int = 0
+    polls_ok: int = 0
+    _at: dict[tuple[str, int], _Read] = field(default_factory=dict)  # by (key, offset)
+    _where: dict[int, _Read] = field(default_factory=dict)  # by value
+    _reached: dict[str, int] = field(default_factory=dict)  # key -> offsets read below this
+    _sends: list[_Send] = field(default_factory=list)
+    _last_send: dict[tuple[str, str], _Send] = field(default_factory=dict)
+    _last_poll: dict[tuple[str, str], int] = field(default_factory=dict)
+    _positions: list[tuple[str, str, int, int, int]] = field(default_factory=list)
+
+    def fail(self, check: str, message: str, time_us: int) -> None:
+        self.violations.append(KafkaViolation(check, f"{check}: {message}", time_us))
+
+    def add(self, op: KafkaOp) -> None:
+        """Check one completed operation against everything before it."""
+        if op.status != "ok":
+            return
+        if op.f == "send" and op.offset is not None and op.value is not None:
+            self.sends_ok += 1
+            slot = (op.process, op.key)
+            send = _Send(op.key, op.offset, op.value, op.complete_us, op.isr)
+            last = self._last_send.get(slot)
+            if last is not None and op.offset <= last.offset:
+                if self.cuts.may_have_lost(op.key, last.isr, last.complete_us):
+                    self.excused += 1  # the log lost the earlier one: offsets are reused
+                else:
+                    self.fail(
+                        "nonmonotonic-send",
+                        f"{op.process} was acknowledged offset {op.offset} of {op.key} after "
+                        f"offset {last.offset}",
+                        op.complete_us,
+                    )
+            self._last_send[slot] = send
+            self._sends.append(send)
+        elif op.f == "poll":
+            self.polls_ok += 1
+            self._add_poll(op)
+
+    def _add_poll(self, op: KafkaOp) -> None:
+        slot = (op.process, op.key)
+        position = op.value if op.value is not None else 0
+        previous = self._last_poll.get(slot, -1)
+        expected = position
+        for offset, value in op.records:
+            if offset <= previous:
+                self.fail(
+                    "nonmonotonic-poll",
+                    f"{op.process} read offset {offset} of {op.key} after offset {previous}",
+                    op.complete_us,
+                )
+            if offset > expected:
+                self._positions.append((op.process, op.key, expected, offset, op.complete_us))
+            previous, expected = max(previous, offset), offset + 1
+            self._read(op.key, offset, value, op)
+        self._last_poll[slot] = previous
+        reached = max(op.offset or 0, previous + 1)
+        self._reached[op.key] = max(self._reached.get(op.key, 0), reached)
+
+    def _read(self, key: str, offset: int, value: int, op: KafkaOp) -> None:
+        """One record a poll read. A record the read's ISR (the leader's, when it answered)
+        all lost to power cuts since may be replaced: that loss is excused, not a verdict."""
+        read = _Read(value, key, offset, op.isr, op.complete_us)
+        known = self._at.setdefault((key, offset), read)
+        if known.value != value:
+            if self.cuts.may_have_lost(key, known.isr, known.time_us):
+                self.excused += 1
+                self._at[(key, offset)] = read
+            else:
+                self.fail(
+                    "inconsistent-offsets",
+                    f"offset {offset} of {key} was read holding {known.value} and {value}",
+                    op.complete_us,
+                )
+        where = self._where.setdefault(value, read)
+        if (where.key, where.offset) != (key, offset):
+            if self.cuts.may_have_lost(where.key, where.isr, where.time_us):
+                self.excused += 1
+                self._where[value] = read
+            else:
+                self.fail(
+                    "duplicate",
+                    f"value {value} was read at offset {where.offset} of {where.key} and at "
+                    f"offset {offset} of {key}",
+                    op.complete_us,
+                )
+
+    def finish(self, end_us: int) -> list[KafkaViolation]:
+        """The checks that need the whole history: lost, unseen, skipped writes."""
+        for send in self._sends:
+            where = self._where.get(send.value)
+            found = None if where is None else (where.key, where.offset)
+            held = self._at.get((send.key, send.offset))
+            at = None if held is None else held.value
+            if found == (send.key, send.offset):
+                continue
+            if not self.acks_all:
+                self.lost += 1
+                continue
+            if self.cuts.may_have_lost(send.key, send.isr, send.complete_us):
+                self.excused += 1
+                continue
+            if at is not None:
+                self.fail(
+                    "inconsistent-offsets",
+                    f"{send.value} was acknowledged at offset {send.offset} of {send.key}, "
+                    f"which was read holding {at}",
+                    end_us,
+                )
+            elif found is not None:
+                continue  # read at another offset: a duplicate or inconsistency if at all
+            elif send.offset < self._reached.get(send.key, 0):
+                self.fail(
+                    "lost-write",
+                    f"{send.value} acknowledged at offset {send.offset} of {send.key} was "
+                    f"never read, though reads reached offset {self._reached[send.key]}",
+                    end_us,
+                )
+            else:
+                self.fail(
+                    "unseen",
+                    f"{send.value} acknowledged at offset {send.offset} of {send.key} was "
+                    f"never read: reads reached only offset {self._reached.get(send.key, 0)}",
+                    end_us,
+                )
+        acknowledged = {(s.key, s.offset) for s in self._sends} if self.acks_all else set()
+        for process, key, expected, offset, at_us in self._positions:
+            held = [
+                o
+                for o in range(expected, offset)
+                if (key, o) in self._at or (key, o) in acknowledged
+            ]
+            if held:
+                self.fail(
+                    "poll-skip",
+                    f"{process} read offset {offset} of {key} right after asking for offset "
+                    f"{expected}, skipping offset {held[0]} which holds a value",
+                    at_us,
+                )
+        return self.violations
+
+
+@dataclass(slots=True)
+class PartitionStateChecker:
+    """The brokers' partition state, from ``partition-hw`` events (a leader's high watermark
+    in its epoch, with its ISR) and ``partition-truncate`` events (a replica's log end moved
+    back within one incarnation):
+
+    - ``high-watermark``: a leader's high watermark never moves back within its epoch;
+    - ``committed-truncated``: no member of the ISR (as the controller committed it)
+      truncates below the highest high watermark any leader reached, unless power cuts may
+      have lost those records (``PowerCuts.may_have_lost``, as for sends). A replica out of
+      the ISR may hold an old epoch's records below it, which it rightly truncates.
+    """
+
+    cuts: PowerCuts = field(default_factory=PowerCuts)
+    _hw: dict[tuple[str, int, str, int], int] = field(default_factory=dict)
+    _committed: dict[str, tuple[int, tuple[int, ...], int]] = field(default_factory=dict)
+
+    def committed(self, key: str) -> int:
+        return self._committed.get(key, (0, (), 0))[0]
+
+    def on_hw(
+        self,
+        node: str,
+        incarnation: int,
+        key: str,
+        epoch: int,
+        hw: int,
+        isr: tuple[int, ...],
+        time_us: int,
+    ) -> KafkaViolation | None:
+        slot = (node, incarnation, key, epoch)
+        previous = self._hw.get(slot)
+        self._hw[slot] = hw if previous is None else max(previous, hw)
+        if hw > self.committed(key):
+            self._committed[key] = (hw, isr, time_us)
+        if previous is not None and hw < previous:
+            return KafkaViolation(
+                "high-watermark",
+                f"high-watermark: {node}, leader of {key} in epoch {epoch}, moved its high "
+                f"watermark back from {previous} to {hw}",
+                time_us,
+            )
+        return None
+
+    def on_truncate(self, node: str, key: str, to: int, time_us: int) -> KafkaViolation | None:
+        committed, isr, at_us = self._committed.get(key, (0, (), 0))
+        history = self.cuts.isrs.get(key)
+        if history and broker_id(node) not in history[-1][1]:
+            return None  # out of the ISR: its tail may be an old epoch's, never committed
+        if to >= committed or self.cuts.may_have_lost(key, isr, at_us):
+            return None
+        return KafkaViolation(
+            "committed-truncated",
+            f"committed-truncated: {node} truncated {key} to offset {to}, below offset "
+            f"{committed} its ISR {list(isr)} had committed",
+            time_us,
+        )
+
+
+def check_liveness(ops: Iterable[KafkaOp], partitions: int, topic: str) -> list[str]:
+    """After the heal, every partition took an acks=all produce (process ``heal``) and the
+    final reads (process ``final``) reached its high watermark from offset 0 (nothing in the
+    workload deletes records, so a log start past 0 lost them: ``log-start-moved``); one
+    message per failure."""
+    produced: set[str] = set()
+    reached: set[str] = set()
+    first_final: dict[str, int] = {}
+    for op in ops:
+        if op.status != "ok":
+            continue
+        if op.process == "final" and op.f == "poll":
+            first_final.setdefault(op.key, op.value or 0)
+        if op.process == "heal" and op.f == "send":
+            produced.add(op.key)
+        elif op.process == "final" and op.f == "poll" and op.offset is not None:
+            end = op.records[-1][0] + 1 if op.records else (op.value or 0)
+            if end >= op.offset:
+                reached.add(op.key)
+    found = []
+    for partition in range(partitions):
+        key = f"{topic}-{partition}"
+        if key not in produced:
+            found.append(f"liveness: {key} took no acks=all produce after the heal")
+        elif key not in reached:
+            found.append(f"liveness: the final reads of {key} did not reach its high watermark")
+        if first_final.get(key, 0) > 0:  # nothing deletes records in this workload
+            found.append(
+                f"log-start-moved: the final reads of {key} could start only at offset "
+                f"{first_final[key]}: the records below it are gone"
+            )
+    return found

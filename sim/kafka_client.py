@@ -1,0 +1,183 @@
+"""The kafka scenario's client: Metadata, InitProducerId, Produce and Fetch, one call each.
+
+The workload speaks the Kafka wire protocol to brokers over the simulated network, through
+the same pipelined connection the brokers use (broker/client.py) and kio's schemas, so the
+simulator exercises what kafka-python or librdkafka would. Each call answers a Kafka error
+name ("NONE" on success) and what the response said; the retry and routing policy (which
+broker, when to refresh metadata, whether to resend) is the workload's
+(sim/scenarios/kafka.py), as it is a producer's or consumer's in Kafka.
+
+aiokafka is not used: it stamps record timestamps with ``time.time()`` (so bytes, and the
+trace digest, would vary run to run) and is not a dependency of the project.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32, i32Timedelta, i64
+
+from broker.client import KafkaConnection
+from log.batch import decode_batch, encode_batch, iter_batches
+from log.records import Record
+
+FETCH_MAX_BYTES = 64 * 1024
+
+
+def _name(code: int) -> str:
+    return ErrorCode(code).name.upper()
+
+
+def _ms(seconds: float) -> i32Timedelta:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=int(seconds * 1000)))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """A partition as a Metadata response describes it."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+
+
+async def partitions(
+    conn: KafkaConnection, topic: str, timeout_s: float
+) -> tuple[str, dict[int, PartitionInfo], dict[int, str]]:
+    """(error, partition -> leader/epoch/ISR, broker id -> host) of ``topic``."""
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=None, name=TopicName(topic)),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    response: object = await conn.request(request, timeout_s)
+    brokers = {int(b.node_id): b.host for b in response.brokers}  # type: ignore[attr-defined]
+    found = response.topics[0]  # type: ignore[attr-defined]
+    result = {
+        int(p.partition_index): PartitionInfo(
+            int(p.leader_id), int(p.leader_epoch), tuple(int(r) for r in p.isr_nodes)
+        )
+        for p in found.partitions
+        if p.error_code == ErrorCode.none
+    }
+    return _name(found.error_code), result, brokers
+
+
+async def init_producer_id(conn: KafkaConnection, timeout_s: float) -> tuple[str, int, int]:
+    """(error, producer id, producer epoch) for an idempotent producer."""
+    request = InitProducerIdRequest(transactional_id=None, transaction_timeout=_ms(60))
+    response: object = await conn.request(request, timeout_s)
+    return (
+        _name(response.error_code),  # type: ignore[attr-defined]
+        int(response.producer_id),  # type: ignore[attr-defined]
+        int(response.producer_epoch),  # type: ignore[attr-defined]
+    )
+
+
+def record_batch(
+    key: str,
+    value: int,
+    timestamp_ms: int,
+    *,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    sequence: int = -1,
+) -> bytes:
+    """One batch of one record whose value is ``value`` in decimal."""
+    record = Record(key.encode(), str(value).encode(), timestamp_ms)
+    return encode_batch(
+        [record],
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=sequence,
+    )
+
+
+async def produce(
+    conn: KafkaConnection,
+    topic: str,
+    partition: int,
+    batch: bytes,
+    acks: int,
+    timeout_s: float,
+) -> tuple[str, int]:
+    """(error, base offset) of producing ``batch`` to ``topic``-``partition``."""
+    request = ProduceRequest(
+        acks=i16(acks),
+        timeout=_ms(timeout_s),
+        topic_data=(
+            TopicProduceData(
+                name=TopicName(topic),
+                partition_data=(PartitionProduceData(index=i32(partition), records=batch),),
+            ),
+        ),
+    )
+    response: object = await conn.request(request, timeout_s + 1.0)
+    answer = response.responses[0].partition_responses[0]  # type: ignore[attr-defined]
+    return _name(answer.error_code), int(answer.base_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    error: str
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: tuple[tuple[int, int], ...] = ()  # (offset, value) from the requested offset
+
+
+async def fetch(
+    conn: KafkaConnection,
+    topic: str,
+    partition: int,
+    offset: int,
+    leader_epoch: int,
+    max_wait_s: float,
+    timeout_s: float,
+) -> FetchResult:
+    """A consumer's fetch of one partition from ``offset``: the records at or after it."""
+    request = FetchRequest(
+        max_wait=_ms(max_wait_s),
+        min_bytes=i32(1),
+        max_bytes=i32(FETCH_MAX_BYTES),
+        topics=(
+            FetchTopic(
+                topic=TopicName(topic),
+                partitions=(
+                    FetchPartition(
+                        partition=i32(partition),
+                        current_leader_epoch=i32(leader_epoch),
+                        fetch_offset=i64(offset),
+                        partition_max_bytes=i32(FETCH_MAX_BYTES),
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    response: object = await conn.request(request, timeout_s)
+    if response.error_code != ErrorCode.none:  # type: ignore[attr-defined]
+        return FetchResult(_name(response.error_code))  # type: ignore[attr-defined]
+    data = response.responses[0].partitions[0]  # type: ignore[attr-defined]
+    if data.error_code != ErrorCode.none:  # OFFSET_OUT_OF_RANGE names the log start
+        return FetchResult(_name(data.error_code), log_start_offset=int(data.log_start_offset))
+    found: list[tuple[int, int]] = []
+    raw = bytes(data.records or b"")
+    for pos, header in iter_batches(raw):
+        if header.is_control:
+            continue
+        _header, records = decode_batch(raw, pos)
+        for delta, record in enumerate(records):
+            at = header.base_offset + (
+                delta if record.offset_delta is None else record.offset_delta
+            )
+            if at >= offset and record.value is not None:
+                found.append((at, int(record.value)))
+    return FetchResult("NONE", int(data.high_watermark), int(data.log_start_offset), tuple(found))

@@ -1,0 +1,152 @@
+"""The kafka scenario's checks (sim/analysis/kafka.py) on hand-made histories, and the
+scenario itself: same seed, same digest, clients included."""
+
+from __future__ import annotations
+
+from sim.analysis.kafka import (
+    KafkaChecker,
+    KafkaOp,
+    PartitionStateChecker,
+    PowerCuts,
+    check_liveness,
+)
+from sim.nemesis import FAULTS
+from sim.run import RunConfig
+from sim.scenarios.kafka import FAULTS as KAFKA_FAULTS
+from sim.scenarios.kafka import run_kafka
+
+K = "t-0"
+
+
+def send(process: str, value: int, offset: int, at: int = 1, isr: tuple[int, ...] = (4, 5)):
+    return KafkaOp(process, "send", K, "ok", value, offset, complete_us=at, isr=isr)
+
+
+def poll(process: str, position: int, pairs: list[tuple[int, int]], hw: int, at: int = 2):
+    return KafkaOp(process, "poll", K, "ok", position, hw, tuple(pairs), at, (4, 5))
+
+
+def checks(*ops: KafkaOp, cuts: PowerCuts | None = None, acks_all: bool = True) -> list[str]:
+    checker = KafkaChecker(acks_all=acks_all, cuts=cuts or PowerCuts())
+    for op in ops:
+        checker.add(op)
+    return [v.check for v in checker.finish(100)]
+
+
+def test_a_clean_history_has_no_violations() -> None:
+    ops = [send("p0", 10, 0), send("p0", 11, 1), poll("c0", 0, [(0, 10), (1, 11)], 2)]
+    assert checks(*ops) == []
+
+
+def test_an_acknowledged_value_missing_below_the_reads_is_lost() -> None:
+    ops = [send("p0", 10, 0), send("p1", 11, 1), poll("c0", 0, [(0, 10)], 2)]
+    assert "lost-write" in checks(*ops)
+
+
+def test_an_acknowledged_value_no_read_reached_is_unseen() -> None:
+    assert checks(send("p0", 10, 0), poll("c0", 0, [], 0)) == ["unseen"]
+
+
+def test_a_loss_is_excused_only_when_the_whole_acknowledging_isr_lost_power_after() -> None:
+    ops = [send("p0", 10, 0, at=5), poll("c0", 0, [], 0, at=9)]
+    partly = PowerCuts()
+    partly.cut(4, 7)
+    partly.cut(5, 3)  # before the acknowledgement: it still had the record afterwards
+    assert checks(*ops, cuts=partly) == ["unseen"]
+    wholly = PowerCuts()
+    wholly.cut(4, 7)
+    wholly.cut(5, 8)
+    assert checks(*ops, cuts=wholly) == []
+
+
+def test_a_loss_is_excused_when_a_later_isr_lost_power_while_it_stood() -> None:
+    ops = [send("p0", 10, 0, at=5, isr=(4, 5, 6)), poll("c0", 0, [], 0, at=30)]
+    cuts = PowerCuts()
+    cuts.isr_changed(K, (4, 5, 6), 1)
+    cuts.isr_changed(K, (5, 6), 10)  # 4 shrunk out: the record lives on 5 and 6
+    cuts.cut(5, 12)
+    assert checks(*ops, cuts=cuts) == ["unseen"]
+    cuts.cut(6, 14)
+    assert checks(*ops, cuts=cuts) == []
+    regrown = PowerCuts()
+    regrown.isr_changed(K, (5, 6), 10)
+    regrown.cut(5, 12)
+    regrown.isr_changed(K, (4, 5, 6), 13)  # 4 back before 6 lost power: 4 kept it
+    regrown.cut(6, 14)
+    assert checks(*ops, cuts=regrown) == ["unseen"]
+
+
+def test_acks_1_promises_nothing_about_sends() -> None:
+    assert checks(send("p0", 10, 0), poll("c0", 0, [], 0), acks_all=False) == []
+
+
+def test_one_value_at_two_offsets_is_a_duplicate() -> None:
+    assert checks(poll("c0", 0, [(0, 7), (1, 7)], 2)) == ["duplicate"]
+
+
+def test_two_values_at_one_offset_are_inconsistent() -> None:
+    ops = [poll("c0", 0, [(0, 7)], 1), poll("c1", 0, [(0, 8)], 1)]
+    assert checks(*ops) == ["inconsistent-offsets"]
+    assert checks(send("p0", 9, 0), poll("c1", 0, [(0, 8)], 1)) == ["inconsistent-offsets"]
+
+
+def test_a_producer_whose_offsets_go_back_is_non_monotonic() -> None:
+    ops = [send("p0", 1, 5), send("p0", 2, 4), poll("c0", 4, [(4, 2), (5, 1)], 6)]
+    assert checks(*ops) == ["nonmonotonic-send"]
+
+
+def test_a_consumer_reading_back_is_non_monotonic() -> None:
+    ops = [poll("c0", 0, [(0, 1), (1, 2)], 2), poll("c0", 0, [(0, 1)], 2)]
+    assert checks(*ops) == ["nonmonotonic-poll"]
+
+
+def test_a_consumer_jumping_over_held_offsets_skips() -> None:
+    ops = [poll("c0", 0, [(0, 1), (2, 3)], 3), poll("c1", 0, [(0, 1), (1, 2), (2, 3)], 3)]
+    assert checks(*ops) == ["poll-skip"]
+
+
+def test_a_leader_high_watermark_moving_back_in_its_epoch_is_flagged() -> None:
+    states = PartitionStateChecker()
+    assert states.on_hw("n4", 1, K, 3, 10, (4, 5), 1) is None
+    assert states.on_hw("n4", 1, K, 4, 8, (4, 5), 2) is None  # a new epoch starts afresh
+    found = states.on_hw("n4", 1, K, 4, 7, (4, 5), 3)
+    assert found is not None and found.check == "high-watermark"
+
+
+def test_truncating_below_a_committed_offset_is_flagged_unless_the_isr_lost_power() -> None:
+    cuts = PowerCuts()
+    states = PartitionStateChecker(cuts=cuts)
+    states.on_hw("n4", 1, K, 3, 10, (4, 5), 1)
+    assert states.on_truncate("n6", K, 10, 2) is None
+    found = states.on_truncate("n6", K, 9, 2)
+    assert found is not None and found.check == "committed-truncated"
+    cuts.isr_changed(K, (4, 5), 3)
+    assert states.on_truncate("n6", K, 9, 4) is None  # out of the ISR: an old epoch's tail
+    cuts.isr_changed(K, (4, 5, 6), 5)
+    assert states.on_truncate("n6", K, 9, 6) is not None
+    cuts.cut(4, 5)
+    cuts.cut(5, 6)
+    assert states.on_truncate("n6", K, 9, 7) is None
+
+
+def test_liveness_wants_a_heal_produce_and_final_reads_to_the_high_watermark() -> None:
+    heal = KafkaOp("heal", "send", K, "ok", 1, 0)
+    final = KafkaOp("final", "poll", K, "ok", 0, 1, ((0, 1),))
+    assert check_liveness([heal, final], 1, "t") == []
+    assert check_liveness([final], 1, "t") == [
+        "liveness: t-0 took no acks=all produce after the heal"
+    ]
+    short = KafkaOp("final", "poll", K, "ok", 0, 2, ((0, 1),))
+    assert check_liveness([heal, short], 1, "t") == [
+        "liveness: the final reads of t-0 did not reach its high watermark"
+    ]
+
+
+def test_kafka_scenario_same_seed_same_digest_with_clients() -> None:
+    config = RunConfig(
+        "kafka", 3, duration_s=6, faults=FAULTS + KAFKA_FAULTS, idempotent=True, partitions=2
+    )
+    first, second = run_kafka(config), run_kafka(config)
+    assert first.ok, first.summary()
+    assert first.stats["sends"] > 0 and first.stats["polls"] > 0
+    assert first.digest == second.digest
