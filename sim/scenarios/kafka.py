@@ -47,6 +47,7 @@ from sim.analysis.kafka import (
 )
 from sim.harness import ScenarioRun
 from sim.nemesis import Nemesis
+from sim.process import EPOCH_MS
 from sim.run import RunConfig, RunResult
 from sim.scenarios.metadata import BROKER_PORT, Checker, Cluster
 from sim.scenarios.metadata import BUGS as METADATA_BUGS
@@ -242,7 +243,9 @@ class KafkaCluster(Cluster):
         batch = kafka_client.record_batch(
             key,
             value,
-            int(loop.time() * 1000),
+            # A client's wall clock, as SimClock gives nodes: brokers' retention and timestamp
+            # checks read these, and 1970 stamps would be deleted as old on the first pass.
+            EPOCH_MS + int(loop.time() * 1000),
             producer_id=producer_id[0],
             producer_epoch=producer_id[1],
             sequence=sequence if idempotent else -1,
