@@ -33,7 +33,7 @@ METADATA_RAFT_BUG_SEEDS = {
 KAFKA_BUG_SEEDS = {
     "ack-before-fetch": 6,
     "hw-before-isr": 5,
-    "truncate-to-hw": 2,
+    "truncate-to-hw": 4,
     "isr-shrink-local": 7,
     "no-epoch-bump": 7,
     "leader-outside-isr": 3,
