@@ -42,8 +42,11 @@ class LogConfig:
     flush_ms: int = _key("flush.ms")
     file_delete_delay_ms: int = _key("file.delete.delay.ms")
     max_message_bytes: int = _key("max.message.bytes")
-    # compact, delete, both or neither; the log cleaner (compaction) is not built yet.
+    # compact, delete, both or neither; compaction is log/cleaner.py's.
     cleanup_policy: tuple[str, ...] = _key("cleanup.policy")
+    delete_retention_ms: int = _key("delete.retention.ms")
+    min_cleanable_dirty_ratio: float = _key("min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = _key("min.compaction.lag.ms")
     # What log/validator.py does to a produced batch before it is stored.
     compression_type: str = _key("compression.type")
     message_timestamp_type: str = _key("message.timestamp.type")
@@ -128,6 +131,8 @@ class LogManagerConfig:
     flush_offset_checkpoint_interval_ms: int = 60_000  # log.flush.offset.checkpoint.interval.ms
     flush_start_offset_checkpoint_interval_ms: int = 60_000  # ...start.offset.checkpoint...
     initial_task_delay_ms: int = 30_000  # log.initial.task.delay.ms
+    cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms
+    cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -148,4 +153,6 @@ LOG_MANAGER_KEYS: dict[str, str] = {
     "log.flush.offset.checkpoint.interval.ms": "flush_offset_checkpoint_interval_ms",
     "log.flush.start.offset.checkpoint.interval.ms": "flush_start_offset_checkpoint_interval_ms",
     "log.initial.task.delay.ms": "initial_task_delay_ms",
+    "log.cleaner.backoff.ms": "cleaner_backoff_ms",
+    "log.cleaner.dedupe.buffer.size": "cleaner_dedupe_buffer_size",
 }

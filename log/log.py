@@ -47,7 +47,7 @@ from log.errors import InvalidRecordError, RecordError, RecordTooLargeError
 from log.index import REL_OFFSET_MAX
 from log.loader import load_segments
 from log.runtime import Runtime
-from log.segment import LogSegment
+from log.segment import LOG_SUFFIX, SWAP_SUFFIX, LogSegment, segment_path
 from log.validator import walk_records
 
 logger = logging.getLogger(__name__)
@@ -775,6 +775,54 @@ class Log:
     def pending_deletions(self) -> int:
         """Segments renamed ``.deleted`` whose files are not removed yet."""
         return sum(len(p[1]) for p in self._pending_deletes)
+
+    # ---- compaction ---------------------------------------------------------------------
+    async def replace_segments(self, old: list[LogSegment], cleaned_path: str) -> bool:
+        """Swap the fsynced cleaned file ``cleaned_path`` in for the consecutive inactive
+        segments ``old`` (Kafka's replaceSegments): ``.cleaned`` -> ``.swap`` (durable),
+        originals -> ``.deleted``, ``.swap`` -> ``.log``, then the directory is fsynced.
+        A crash at any step leaves the originals or a whole ``.swap`` that the loader
+        completes. False (the file removed) if ``old`` is no longer part of the log."""
+        async with self._lock:
+            segments = self._segments
+            first = next((i for i, s in enumerate(segments) if s is old[0]), None)
+            if (
+                self._offline is not None
+                or self._closed
+                or first is None
+                or segments[first : first + len(old)] != old
+                or first + len(old) >= len(segments)
+            ):
+                self.fs.remove(cleaned_path)
+                return False
+            base = old[0].base_offset
+            swap_path = segment_path(self.dir_path, base, LOG_SUFFIX + SWAP_SUFFIX)
+            try:
+                self.fs.rename(cleaned_path, swap_path)
+                await self.fs.fsync_dir(self.dir_path)
+                self._delete_segments_later(old)
+                self.fs.rename(swap_path, segment_path(self.dir_path, base, LOG_SUFFIX))
+                segment = LogSegment(
+                    self.fs,
+                    self.dir_path,
+                    base,
+                    index_interval_bytes=self.config.index_interval_bytes,
+                    max_index_size=self.config.segment_index_bytes,
+                    roll_jitter_ms=0,
+                    created_ms=old[0].created_ms,
+                    create=False,
+                )
+                segments[first : first + len(old)] = [segment]
+                self._bases = [s.base_offset for s in segments]
+                assert segment.next_offset == segments[first + 1].base_offset, segment
+                segment.on_become_inactive()
+                await segment.flush(include_indexes=True)
+                await self.fs.fsync_dir(self.dir_path)
+            except OSError as exc:
+                self._mark_offline(exc)
+                raise
+            self._check_invariants()
+        return True
 
     # ---- lifecycle ----------------------------------------------------------------------
     async def close(self) -> None:

@@ -12,7 +12,9 @@ running loop, started by ``start()`` and stopped by ``shutdown()``:
 - kafka-log-flusher     every log.flush.scheduler.interval.ms (Long.MAX: off): flush logs
                         whose flush.ms elapsed;
 - kafka-recovery-point-checkpoint  every log.flush.offset.checkpoint.interval.ms (60 s);
-- kafka-log-start-offset-checkpoint every log.flush.start.offset.checkpoint.interval.ms (60 s).
+- kafka-log-start-offset-checkpoint every log.flush.start.offset.checkpoint.interval.ms (60 s);
+- kafka-log-cleaner     every log.cleaner.backoff.ms (15 s): clean the dirtiest compacted log
+                        (log/cleaner.py), then its dir's cleaner-offset-checkpoint.
 High watermarks belong to the replica manager, which calls checkpoint_high_watermarks.
 """
 
@@ -27,6 +29,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 
 from log.checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
@@ -34,6 +37,7 @@ from log.checkpoint import (
     OffsetCheckpointFile,
     TopicPartition,
 )
+from log.cleaner import CleanResult, LogCleaner
 from log.config import LONG_MAX, LogConfig, LogManagerConfig
 from log.errors import RecordError
 from log.fs import write_atomic
@@ -107,6 +111,11 @@ class LogManager:
         # LogDirFailureChannel); set once every dir has failed: the broker cannot go on.
         self.offline_dirs: dict[str, OSError] = {}
         self.all_dirs_offline = asyncio.Event()
+        self.cleaner = LogCleaner(
+            now_ms=runtime.clock.now_ms,
+            dedupe_buffer_bytes=self.manager_config.cleaner_dedupe_buffer_size,
+            high_watermark=high_watermark_provider,
+        )
 
     # ---- loading ------------------------------------------------------------------------
     @property
@@ -138,6 +147,12 @@ class LogManager:
                 clean = False
             self.had_clean_shutdown[log_dir] = clean
             log_starts = self._checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT).read()
+            try:
+                self.cleaner.first_dirty.update(
+                    self._checkpoint(log_dir, CLEANER_OFFSET_CHECKPOINT).read()
+                )
+            except CheckpointError as exc:
+                logger.warning("%s; its compacted logs are cleaned from the start", exc)
             for tp, path in partition_dirs:
                 if tp in self._logs:
                     raise RuntimeError(
@@ -183,6 +198,7 @@ class LogManager:
                 config.flush_start_offset_checkpoint_interval_ms,
                 self.checkpoint_log_start_offsets,
             ),
+            ("kafka-log-cleaner", config.cleaner_backoff_ms, self.clean_dirtiest_log),
         ]
         for name, period_ms, task in schedule:
             if period_ms >= LONG_MAX:
@@ -364,6 +380,21 @@ class LogManager:
                 high_watermark = self.high_watermark_provider(tp)
             total += await log.delete_old_segments(high_watermark=high_watermark)
         return total
+
+    async def clean_dirtiest_log(self) -> CleanResult | None:
+        """One log cleaner pass over the dirtiest compacted log, then its dir's
+        cleaner-offset-checkpoint; None when no log is dirty enough."""
+        chosen = self.cleaner.dirtiest(self.all_logs())
+        if chosen is None:
+            return None
+        tp, log = chosen
+        result = await self.cleaner.clean(tp, log)
+        log_dir = self._dir_of.get(tp)
+        if result is not None and log_dir is not None:
+            async with self._dir_locks[log_dir]:
+                entries = self.cleaner.checkpoint_entries(self._partitions_in(log_dir))
+                await self._write_checkpoint(log_dir, CLEANER_OFFSET_CHECKPOINT, entries)
+        return result
 
     async def flush_dirty_logs(self) -> None:
         """Flush every online log whose flush.ms has elapsed since its last flush."""

@@ -33,6 +33,7 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+SWAP_SUFFIX = ".swap"  # a cleaned segment being swapped in (log/cleaner.py)
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
 _BATCH_LENGTH_MIN = BATCH_HEADER_SIZE - LOG_OVERHEAD
@@ -360,6 +361,10 @@ class LogSegment:
             (max_timestamp,) = _INT64.unpack_from(chunk, at + _MAX_TIMESTAMP_AT)
             yield BatchLocation(position, base_offset, base_offset + delta, size, max_timestamp)
             position += size
+
+    def batch_locations(self) -> Iterator[BatchLocation]:
+        """Every whole batch of the segment, from its headers alone (the log cleaner's walk)."""
+        return self._scan(0)
 
     def translate_offset(self, offset: int) -> BatchLocation | None:
         """The first batch whose last offset is >= ``offset`` (None if there is none)."""
