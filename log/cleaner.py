@@ -147,18 +147,21 @@ async def clean_log(
     start = max(first_dirty_offset, log.log_start_offset)
     segments = [s for s in log.segments if s.base_offset < uncleanable][: len(log.segments) - 1]
     dirty = [s for s in segments if s.base_offset >= start or _ends_after(log, s, start)]
-    if not dirty:
-        return None
     yielder = _Yielder()
     offset_map = OffsetMap(dedupe_buffer_bytes)
-    map_end = await _build_offset_map(log, dirty, start, offset_map, yielder)
+    # With nothing dirty the clean section is still rewritten: its tombstones may have
+    # passed their delete horizon.
+    map_end = await _build_offset_map(log, dirty, start, offset_map, yielder) if dirty else start
     last_of_producer = await _last_batch_of_producers(log, yielder)
     to_clean = [s for s in segments if s.base_offset < map_end]
+    if not to_clean:
+        return None
     horizon_ms = now_ms + log.config.delete_retention_ms
     totals = [0, 0, 0, 0]
     for group in _group_segments(log, to_clean, log.config.segment_bytes):
         path = _cleaned_path(group[0])
         handle = log.fs.open(path, create=True)
+        changed = False
         try:
             handle.truncate(0)
             for segment in group:
@@ -175,6 +178,7 @@ async def clean_log(
                     )
                     if out:
                         handle.append(out)
+                    changed = changed or out is not data
                     totals[0] += read
                     totals[1] += kept
                     totals[2] += len(data)
@@ -187,7 +191,9 @@ async def clean_log(
                 log.fs.remove(path)
             raise
         handle.close()
-        if not await log.replace_segments(group, path):
+        if not changed:
+            log.fs.remove(path)  # every batch stays as it is: nothing to swap
+        elif not await log.replace_segments(group, path):
             return None  # the log changed under us: the next pass starts afresh
     return CleanResult(map_end, len(to_clean), *totals)
 

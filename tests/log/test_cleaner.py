@@ -1,0 +1,238 @@
+"""The log cleaner (log/cleaner.py) against a model, and its swap under power cuts.
+
+Model: every appended record (offset, key, value, timestamp) in order. After every step:
+- every record the log serves sits at its original offset with its original key, value and
+  timestamp (offsets and timestamps are kept; only whole records go);
+- the latest record of every key is served, except a tombstone once delete.retention.ms has
+  passed since it was appended (its delete horizon is at least that late);
+- below the end of the last cleaned range each key appears at most once;
+- each cleaned segment ends where the next one starts (the group's last batch is kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from log.batch import decode_batch, encode_batch, iter_batches
+from log.cleaner import clean_log
+from log.config import LogConfig
+from log.log import Log
+from log.records import Record
+from log.runtime import Runtime
+from sim.disk import SimDisk
+
+DIR = "/data/compact-0"
+NOW_MS = 1_700_000_000_000
+RETENTION_MS = 1_000
+CONFIG = LogConfig(
+    cleanup_policy=("compact",),
+    segment_bytes=600,
+    index_interval_bytes=100,
+    delete_retention_ms=RETENTION_MS,
+    file_delete_delay_ms=0,
+)
+KEYS = [b"a", b"b", b"c", b"d", b"e"]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = NOW_MS
+
+    def now_ms(self) -> int:
+        return self.now
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    offset: int
+    key: bytes
+    value: bytes | None
+    timestamp: int
+
+
+def served(log: Log) -> list[tuple[int, Record]]:
+    """Every record the log serves, with its absolute offset."""
+    out: list[tuple[int, Record]] = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:  # bounded: each read moves past >= 1 batch
+        info = log.read(offset, 1 << 20)
+        assert info.records, offset
+        data = bytes(info.records)
+        for position, header in iter_batches(data):
+            _, records = decode_batch(data, position)
+            out.extend((header.base_offset + (r.offset_delta or 0), r) for r in records)
+        offset = info.next_offset
+    return out
+
+
+def check_against_model(log: Log, history: list[Appended], now_ms: int, cleaned_to: int) -> None:
+    by_offset = {a.offset: a for a in history}
+    got = served(log)
+    seen_below: set[bytes] = set()
+    for offset, record in got:
+        appended = by_offset[offset]
+        assert (record.key, record.value, record.timestamp) == (
+            appended.key,
+            appended.value,
+            appended.timestamp,
+        ), offset
+        if offset < cleaned_to:
+            assert record.key not in seen_below, (record.key, offset, cleaned_to)
+            assert record.key is not None
+            seen_below.add(record.key)
+    offsets = {offset for offset, _ in got}
+    latest = {a.key: a for a in history}
+    for key, appended in latest.items():
+        if appended.offset in offsets:
+            continue
+        assert appended.value is None, (key, appended)
+        assert now_ms - appended.timestamp >= RETENTION_MS, (key, appended)
+    segments = log.segments
+    for segment, following in itertools.pairwise(segments):
+        assert segment.next_offset == following.base_offset, (segment, following)
+
+
+class CleanerModelMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.disk = SimDisk(random.Random(0))
+        self.clock = FakeClock()
+        fs = self.disk.fs()
+        fs.mkdir("/data")
+        self.runtime = Runtime(fs, self.clock, random.Random(0))
+        self.log: Log = self.run(Log.open(self.runtime, DIR, CONFIG))
+        self.history: list[Appended] = []
+        self.first_dirty = 0
+        self.producer_id = 7
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def teardown(self) -> None:
+        try:
+            self.run(self.log.close())
+        finally:
+            self.loop.close()
+
+    @rule(
+        entries=st.lists(
+            st.tuples(st.sampled_from(KEYS), st.one_of(st.none(), st.binary(max_size=40))),
+            min_size=1,
+            max_size=4,
+        ),
+        idempotent=st.booleans(),
+    )
+    def append(self, entries: list[tuple[bytes, bytes | None]], idempotent: bool) -> None:
+        now = self.clock.now
+        records = [Record(k, v, now + i) for i, (k, v) in enumerate(entries)]
+        producer = {"producer_id": self.producer_id, "producer_epoch": 0, "base_sequence": 0}
+        data = encode_batch(records, **(producer if idempotent else {}))
+        info = self.log.append_as_leader(data, 0)
+        for i, record in enumerate(records):
+            self.history.append(
+                Appended(info.first_offset + i, record.key, record.value, record.timestamp)  # type: ignore[arg-type]
+            )
+
+    @rule()
+    def roll(self) -> None:
+        self.log.roll()
+
+    @rule(ms=st.integers(1, 2 * RETENTION_MS))
+    def advance_clock(self, ms: int) -> None:
+        self.clock.now += ms
+
+    @rule()
+    def flush(self) -> None:
+        self.run(self.log.flush())
+
+    @rule()
+    def clean(self) -> None:
+        result = self.run(clean_log(self.log, self.first_dirty, now_ms=self.clock.now))
+        if result is not None:
+            assert result.next_dirty_offset >= self.first_dirty
+            self.first_dirty = result.next_dirty_offset
+
+    @rule()
+    def reopen(self) -> None:
+        self.run(self.log.close())
+        self.log = self.run(
+            Log.open(
+                self.runtime,
+                DIR,
+                CONFIG,
+                recovery_point=self.log.recovery_point,
+                had_clean_shutdown=True,
+            )
+        )
+
+    @invariant()
+    def serves_the_model(self) -> None:
+        check_against_model(self.log, self.history, self.clock.now, self.first_dirty)
+
+
+CleanerModelMachine.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_cleaner_matches_model = CleanerModelMachine.TestCase
+
+
+def test_tombstone_is_removed_only_after_delete_retention() -> None:
+    async def run() -> None:
+        clock = FakeClock()
+        disk = SimDisk(random.Random(1))
+        fs = disk.fs()
+        fs.mkdir("/data")
+        log = await Log.open(Runtime(fs, clock, random.Random(1)), DIR, CONFIG)
+        log.append_as_leader(encode_batch([Record(b"k", b"v", clock.now)]), 0)
+        log.append_as_leader(encode_batch([Record(b"k", None, clock.now)]), 0)
+        log.roll()
+        log.append_as_leader(encode_batch([Record(b"other", b"x", clock.now)]), 0)
+        await log.flush()
+        first = await clean_log(log, 0, now_ms=clock.now)
+        assert first is not None
+        assert [(o, r.value) for o, r in served(log)] == [(1, None), (2, b"x")]
+        clock.now += RETENTION_MS - 1
+        await clean_log(log, first.next_dirty_offset, now_ms=clock.now)
+        assert [o for o, _ in served(log)] == [1, 2]  # the horizon has not passed
+        clock.now += 1
+        await clean_log(log, first.next_dirty_offset, now_ms=clock.now)
+        assert [o for o, _ in served(log)] == [2]
+        assert log.log_end_offset == 3
+        await log.close()
+
+    asyncio.run(run())
+
+
+def test_min_compaction_lag_keeps_young_segments_dirty() -> None:
+    async def run() -> None:
+        clock = FakeClock()
+        disk = SimDisk(random.Random(2))
+        fs = disk.fs()
+        fs.mkdir("/data")
+        config = LogConfig(cleanup_policy=("compact",), min_compaction_lag_ms=500)
+        log = await Log.open(Runtime(fs, clock, random.Random(2)), DIR, config)
+        for value in (b"1", b"2"):
+            log.append_as_leader(encode_batch([Record(b"k", value, clock.now)]), 0)
+        log.roll()
+        log.append_as_leader(encode_batch([Record(b"z", b"z", clock.now)]), 0)
+        await log.flush()
+        assert await clean_log(log, 0, now_ms=clock.now + 499) is None
+        assert len(served(log)) == 3
+        assert await clean_log(log, 0, now_ms=clock.now + 500) is not None
+        assert [(o, r.value) for o, r in served(log)] == [(1, b"2"), (2, b"z")]
+        await log.close()
+
+    asyncio.run(run())
