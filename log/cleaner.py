@@ -143,6 +143,7 @@ async def clean_log(
     """One cleaning pass over ``log``; None when nothing is cleanable. OSError if the disk
     fails (the swap then takes the log offline) or a segment vanished under it (retention
     or truncation ran meanwhile: the pass is simply over, the next one starts afresh)."""
+    truncations = log.truncations
     uncleanable = first_uncleanable_offset(log, now_ms, high_watermark)
     start = max(first_dirty_offset, log.log_start_offset)
     segments = [s for s in log.segments if s.base_offset < uncleanable][: len(log.segments) - 1]
@@ -193,8 +194,10 @@ async def clean_log(
         handle.close()
         if not changed:
             log.fs.remove(path)  # every batch stays as it is: nothing to swap
-        elif not await log.replace_segments(group, path):
+        elif not await log.replace_segments(group, path, truncations=truncations):
             return None  # the log changed under us: the next pass starts afresh
+    if log.truncations != truncations:
+        return None  # what was mapped may be gone: the checkpoint must not pass it
     return CleanResult(map_end, len(to_clean), *totals)
 
 
@@ -382,6 +385,7 @@ class LogCleaner:
         if result is None:
             return None
         self.first_dirty[tp] = result.next_dirty_offset
+        assert result.next_dirty_offset <= log.log_end_offset, (result, log)
         logger.info(
             "Cleaned %s: %d segments, %d of %d records kept, %d -> %d bytes",
             log.name,
@@ -392,6 +396,11 @@ class LogCleaner:
             result.bytes_written,
         )
         return result
+
+    def truncated(self, tp: TopicPartition, log_end_offset: int) -> None:
+        """The log now ends at ``log_end_offset``: the first dirty offset goes no further."""
+        if self.first_dirty.get(tp, -1) > log_end_offset:
+            self.first_dirty[tp] = log_end_offset
 
     def checkpoint_entries(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """The cleaner-offset-checkpoint lines of one dir's partitions."""

@@ -150,6 +150,9 @@ class Log:
         self._flush_request = 0
         self._flush_task: asyncio.Task[None] | None = None
         self._pending_deletes: list[tuple[asyncio.TimerHandle, list[LogSegment]]] = []
+        # Bumped by every truncation: a log cleaner pass that read segments before one
+        # must not swap its (now stale) rewrite in, nor advance its checkpoint.
+        self.truncations = 0
         self._check_invariants()
 
     # ---- construction -------------------------------------------------------------------
@@ -594,6 +597,7 @@ class Log:
             self._check_online()
             if target_offset >= self._log_end_offset:
                 return False
+            self.truncations += 1
             if target_offset < self._segments[0].base_offset:
                 await self._truncate_fully_locked(target_offset)
                 return True
@@ -638,6 +642,7 @@ class Log:
 
     async def _truncate_fully_locked(self, new_offset: int) -> None:
         doomed = self._segments
+        self.truncations += 1
         try:
             self._delete_segments_later(doomed)
             segment = self._new_segment(new_offset)
@@ -777,18 +782,22 @@ class Log:
         return sum(len(p[1]) for p in self._pending_deletes)
 
     # ---- compaction ---------------------------------------------------------------------
-    async def replace_segments(self, old: list[LogSegment], cleaned_path: str) -> bool:
+    async def replace_segments(
+        self, old: list[LogSegment], cleaned_path: str, *, truncations: int
+    ) -> bool:
         """Swap the fsynced cleaned file ``cleaned_path`` in for the consecutive inactive
         segments ``old`` (Kafka's replaceSegments): ``.cleaned`` -> ``.swap`` (durable),
         originals -> ``.deleted``, ``.swap`` -> ``.log``, then the directory is fsynced.
         A crash at any step leaves the originals or a whole ``.swap`` that the loader
-        completes. False (the file removed) if ``old`` is no longer part of the log."""
+        completes. False (the file removed) if ``old`` is no longer part of the log or
+        the log was truncated since the pass read it (``truncations`` then differs)."""
         async with self._lock:
             segments = self._segments
             first = next((i for i, s in enumerate(segments) if s is old[0]), None)
             if (
                 self._offline is not None
                 or self._closed
+                or self.truncations != truncations
                 or first is None
                 or segments[first : first + len(old)] != old
                 or first + len(old) >= len(segments)

@@ -13,8 +13,11 @@ running loop, started by ``start()`` and stopped by ``shutdown()``:
                         whose flush.ms elapsed;
 - kafka-recovery-point-checkpoint  every log.flush.offset.checkpoint.interval.ms (60 s);
 - kafka-log-start-offset-checkpoint every log.flush.start.offset.checkpoint.interval.ms (60 s);
-- kafka-log-cleaner     every log.cleaner.backoff.ms (15 s): clean the dirtiest compacted log
-                        (log/cleaner.py), then its dir's cleaner-offset-checkpoint.
+- kafka-log-cleaner     (log.cleaner.enable, default true) clean the dirtiest compacted log
+                        (log/cleaner.py), then write its dir's cleaner-offset-checkpoint;
+                        again at once while some log is dirty enough, else after
+                        log.cleaner.backoff.ms (15 s). One cleaner: log.cleaner.threads is
+                        not read (a pass yields to the event loop, see log/cleaner.py).
 High watermarks belong to the replica manager, which calls checkpoint_high_watermarks.
 """
 
@@ -114,7 +117,7 @@ class LogManager:
         self.cleaner = LogCleaner(
             now_ms=runtime.clock.now_ms,
             dedupe_buffer_bytes=self.manager_config.cleaner_dedupe_buffer_size,
-            high_watermark=high_watermark_provider,
+            high_watermark=self._high_watermark_of,
         )
 
     # ---- loading ------------------------------------------------------------------------
@@ -198,7 +201,6 @@ class LogManager:
                 config.flush_start_offset_checkpoint_interval_ms,
                 self.checkpoint_log_start_offsets,
             ),
-            ("kafka-log-cleaner", config.cleaner_backoff_ms, self.clean_dirtiest_log),
         ]
         for name, period_ms, task in schedule:
             if period_ms >= LONG_MAX:
@@ -206,6 +208,8 @@ class LogManager:
             self._tasks.append(
                 loop.create_task(self._run_periodically(name, period_ms, task), name=name)
             )
+        if config.cleaner_enable:
+            self._tasks.append(loop.create_task(self._run_cleaner(), name="kafka-log-cleaner"))
 
     async def _run_periodically(
         self, name: str, period_ms: int, task: Callable[[], Awaitable[object]]
@@ -218,6 +222,19 @@ class LogManager:
                 # A failing disk takes its logs offline; the task keeps serving the others.
                 logger.exception("scheduled task %s failed", name)
             await asyncio.sleep(period_ms / 1000)
+
+    async def _run_cleaner(self) -> None:
+        """Kafka's CleanerThread: clean while some log is dirty enough, else back off."""
+        await asyncio.sleep(self.manager_config.initial_task_delay_ms / 1000)
+        while True:  # ends when shutdown cancels the task
+            try:
+                cleaned = await self.clean_dirtiest_log() is not None
+            except (OSError, CheckpointError):
+                logger.exception("the log cleaner's pass failed")
+                cleaned = False
+            # A pass moves its log's first dirty offset on, so cleaning again at once
+            # makes progress; sleep(0) still lets every other task run in between.
+            await asyncio.sleep(0 if cleaned else self.manager_config.cleaner_backoff_ms / 1000)
 
     async def shutdown(self) -> None:
         """Stop the tasks, close every log (flushing it), write the checkpoints and, per
@@ -350,6 +367,7 @@ class LogManager:
         if log is None:
             return None
         log_dir = self._dir_of.pop(tp)
+        self.cleaner.first_dirty.pop(tp, None)  # a log made again here starts dirty
         try:
             await log.close()
         except OSError:
@@ -373,13 +391,13 @@ class LogManager:
         """Retention for every online log; returns the number of segments deleted."""
         total = 0
         for tp, log in self.all_logs():
-            if not log.is_online:
-                continue
-            high_watermark = None
-            if self.high_watermark_provider is not None:
-                high_watermark = self.high_watermark_provider(tp)
-            total += await log.delete_old_segments(high_watermark=high_watermark)
+            if log.is_online:
+                total += await log.delete_old_segments(high_watermark=self._high_watermark_of(tp))
         return total
+
+    def _high_watermark_of(self, tp: TopicPartition) -> int | None:
+        provider = self.high_watermark_provider  # set by the replica manager after start-up
+        return provider(tp) if provider is not None else None
 
     async def clean_dirtiest_log(self) -> CleanResult | None:
         """One log cleaner pass over the dirtiest compacted log, then its dir's
@@ -391,10 +409,13 @@ class LogManager:
         result = await self.cleaner.clean(tp, log)
         log_dir = self._dir_of.get(tp)
         if result is not None and log_dir is not None:
-            async with self._dir_locks[log_dir]:
-                entries = self.cleaner.checkpoint_entries(self._partitions_in(log_dir))
-                await self._write_checkpoint(log_dir, CLEANER_OFFSET_CHECKPOINT, entries)
+            await self._write_cleaner_checkpoint(log_dir)
         return result
+
+    async def _write_cleaner_checkpoint(self, log_dir: str) -> None:
+        async with self._dir_locks[log_dir]:
+            entries = self.cleaner.checkpoint_entries(self._partitions_in(log_dir))
+            await self._write_checkpoint(log_dir, CLEANER_OFFSET_CHECKPOINT, entries)
 
     async def flush_dirty_logs(self) -> None:
         """Flush every online log whose flush.ms has elapsed since its last flush."""
@@ -483,11 +504,19 @@ class LogManager:
     async def _write_dir_checkpoints(self, log_dir: str) -> None:
         await self._write_offsets(log_dir, RECOVERY_POINT_CHECKPOINT, "recovery_point")
         await self._write_offsets(log_dir, LOG_START_OFFSET_CHECKPOINT, "log_start_offset")
+        partitions = self._partitions_in(log_dir)
+        if self.cleaner.checkpoint_entries(partitions) or self.fs.exists(
+            os.path.join(log_dir, CLEANER_OFFSET_CHECKPOINT)
+        ):
+            await self._write_cleaner_checkpoint(log_dir)
 
     async def _on_log_offsets_changed(self, log: Log) -> None:
         """A log truncated or moved its start offset: checkpoint its dir now, so a crash
         cannot pair a stale (too high) recovery point or too low start with the new data."""
         for tp, candidate in self._logs.items():
             if candidate is log:
+                # Below the first dirty offset every key appears once; a truncation must
+                # pull it back, or re-appended records there would never be mapped.
+                self.cleaner.truncated(tp, log.log_end_offset)
                 await self._write_dir_checkpoints(self._dir_of[tp])
                 return

@@ -23,12 +23,15 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from log.batch import decode_batch, encode_batch, iter_batches
+from log.checkpoint import OffsetCheckpointFile
 from log.cleaner import clean_log
-from log.config import LogConfig
+from log.config import LogConfig, LogManagerConfig
 from log.log import Log
+from log.manager import LogManager
 from log.records import Record
 from log.runtime import Runtime
 from sim.disk import SimDisk
+from tests.log.test_manager import run_virtual
 
 DIR = "/data/compact-0"
 NOW_MS = 1_700_000_000_000
@@ -347,3 +350,84 @@ def test_a_power_cut_at_any_step_of_a_clean_loses_no_latest_value() -> None:
             assert crash_at > 5, crash_at  # the clean really went through several steps
 
     asyncio.run(run())
+
+
+# ---- the LogManager's background cleaner ---------------------------------------------------
+
+
+def _compacted_manager(disk: SimDisk, clock: FakeClock, **manager_config: Any) -> LogManager:
+    runtime = Runtime(disk.fs(), clock, random.Random(4))
+    config = LogManagerConfig(initial_task_delay_ms=0, cleaner_backoff_ms=100, **manager_config)
+    return LogManager(runtime, ["/data"], CONFIG, manager_config=config)
+
+
+async def _fill_with_updates(log: Log, clock: FakeClock, updates: int) -> None:
+    """``updates`` values of the five KEYS in turn, over many segments, all fsynced."""
+    for index in range(updates):
+        key = KEYS[index % len(KEYS)]
+        log.append_as_leader(encode_batch([Record(key, b"v%d" % index, clock.now)]), 0)
+    log.roll()
+    await log.flush()
+
+
+def test_the_managers_cleaner_compacts_in_the_background_and_checkpoints() -> None:
+    """The high watermark provider set after construction (as the broker does) bounds the
+    cleaner; the cleaner-offset-checkpoint survives a restart; a truncation below it pulls
+    it back, on disk too."""
+
+    async def run() -> None:
+        disk, clock = SimDisk(random.Random(4)), FakeClock()
+        manager = _compacted_manager(disk, clock)
+        await manager.startup()
+        log = await manager.get_or_create_log("compact", 0)
+        await _fill_with_updates(log, clock, 60)
+        high_watermark = [30]
+        manager.high_watermark_provider = lambda _tp: high_watermark[0]
+        for _ in range(50):  # bounded poll in virtual time
+            if manager.cleaner.first_dirty.get(("compact", 0), 0) > 0:
+                break
+            await asyncio.sleep(0.1)
+        first_dirty = manager.cleaner.first_dirty[("compact", 0)]
+        assert 0 < first_dirty <= 30
+        clean_keys = [r.key for o, r in served(log) if o < first_dirty]
+        assert sorted(clean_keys) == sorted(set(clean_keys))  # once each below first dirty
+        assert [o for o, _ in served(log) if o >= 30] == list(range(30, 60))  # above the HW
+        high_watermark[0] = log.log_end_offset
+        for _ in range(50):
+            if manager.cleaner.first_dirty[("compact", 0)] == log.log_end_offset:
+                break
+            await asyncio.sleep(0.1)
+        assert [o for o, _ in served(log)] == list(range(55, 60))
+        checkpoint = OffsetCheckpointFile(disk.fs(), "/data/cleaner-offset-checkpoint")
+        assert checkpoint.read() == {("compact", 0): 60}
+        await manager.shutdown()
+
+        manager = _compacted_manager(disk, clock)
+        await manager.startup()
+        assert manager.cleaner.first_dirty == {("compact", 0): 60}
+        log = manager.get_log("compact", 0)
+        assert log is not None
+        await log.truncate_to(57)
+        assert manager.cleaner.first_dirty == {("compact", 0): 57}
+        assert checkpoint.read() == {("compact", 0): 57}
+        await manager.delete_log("compact", 0)
+        assert checkpoint.read() == {}  # a topic made again with this name starts dirty
+        await manager.shutdown()
+
+    run_virtual(run())
+
+
+def test_log_cleaner_enable_false_runs_no_cleaner() -> None:
+    async def run() -> None:
+        disk, clock = SimDisk(random.Random(5)), FakeClock()
+        manager = _compacted_manager(disk, clock, cleaner_enable=False)
+        await manager.startup()
+        log = await manager.get_or_create_log("compact", 0)
+        await _fill_with_updates(log, clock, 60)
+        await asyncio.sleep(10)  # a hundred backoffs of virtual time
+        assert len(served(log)) == 60
+        assert await manager.clean_dirtiest_log() is not None  # it was dirty enough
+        assert len(served(log)) == 5
+        await manager.shutdown()
+
+    run_virtual(run())
