@@ -162,7 +162,7 @@ async def clean_log(
     for group in _group_segments(log, to_clean, log.config.segment_bytes):
         path = _cleaned_path(group[0])
         handle = log.fs.open(path, create=True)
-        changed = False
+        changed = len(group) > 1  # merging small cleaned segments is worth a swap too
         try:
             handle.truncate(0)
             for segment in group:
@@ -193,7 +193,7 @@ async def clean_log(
             raise
         handle.close()
         if not changed:
-            log.fs.remove(path)  # every batch stays as it is: nothing to swap
+            log.fs.remove(path)  # one segment whose batches all stay: nothing to swap
         elif not await log.replace_segments(group, path, truncations=truncations):
             return None  # the log changed under us: the next pass starts afresh
     if log.truncations != truncations:

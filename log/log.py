@@ -820,6 +820,7 @@ class Log:
                     roll_jitter_ms=0,
                     created_ms=old[0].created_ms,
                     create=False,
+                    indexes_expected=False,
                 )
                 segments[first : first + len(old)] = [segment]
                 self._bases = [s.base_offset for s in segments]

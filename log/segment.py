@@ -123,9 +123,11 @@ class LogSegment:
         roll_jitter_ms: int,
         created_ms: int,
         create: bool,
+        indexes_expected: bool = True,
     ) -> None:
         """Open the segment's files; ``create`` starts a fresh, empty segment (replacing any
-        leftover files of that name, as Kafka's roll does)."""
+        leftover files of that name, as Kafka's roll does). ``indexes_expected`` False (a
+        segment the log cleaner just wrote) builds missing indexes without a warning."""
         assert base_offset >= 0, base_offset
         self.fs = fs
         self.dir_path = dir_path
@@ -156,6 +158,8 @@ class LogSegment:
             self.time_index.reset()
             self._max_timestamp = NO_TIMESTAMP
             self._next_offset = base_offset
+        elif indexes_missing and not indexes_expected:
+            self.rebuild_indexes()
         elif indexes_missing or not self._indexes_look_sane():
             logger.warning("rebuilding missing or corrupt indexes of %s", self.log.path)
             self.rebuild_indexes()
