@@ -346,6 +346,7 @@ class LogCleaner:
         self._dedupe_buffer_bytes = dedupe_buffer_bytes
         self._high_watermark = high_watermark
         self.first_dirty: dict[TopicPartition, int] = {}
+        self.segments_cleaned = 0  # since start-up (a figure for operators and the simulator)
 
     def first_dirty_offset(self, tp: TopicPartition, log: Log) -> int:
         """Where cleaning resumes; the log start when the checkpoint is out of range."""
@@ -385,6 +386,7 @@ class LogCleaner:
         if result is None:
             return None
         self.first_dirty[tp] = result.next_dirty_offset
+        self.segments_cleaned += result.segments_cleaned
         assert result.next_dirty_offset <= log.log_end_offset, (result, log)
         logger.info(
             "Cleaned %s: %d segments, %d of %d records kept, %d -> %d bytes",
