@@ -28,6 +28,7 @@ control batches are kept as they are and aborted data is never looked for.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -87,6 +88,9 @@ class CleanResult:
     records_kept: int
     bytes_read: int
     bytes_written: int
+    # The earliest delete horizon of a tombstone left in the cleaned range (None: none
+    # left): once it passes, the log is worth a pass even with nothing dirty (KIP-534).
+    delete_horizon_ms: int | None = None
 
 
 def first_uncleanable_offset(log: Log, now_ms: int, high_watermark: int | None) -> int:
@@ -159,6 +163,7 @@ async def clean_log(
         return None
     horizon_ms = now_ms + log.config.delete_retention_ms
     totals = [0, 0, 0, 0]
+    earliest_horizon: int | None = None
     for group in _group_segments(log, to_clean, log.config.segment_bytes):
         path = _cleaned_path(group[0])
         handle = log.fs.open(path, create=True)
@@ -169,7 +174,7 @@ async def clean_log(
                 last = segment is group[-1]
                 for location in list(segment.batch_locations()):  # bounded by the segment
                     data = segment.log.pread(location.position, location.size)
-                    out, read, kept = _clean_batch(
+                    out, read, kept, horizon = _clean_batch(
                         data,
                         offset_map,
                         last_of_producer,
@@ -180,6 +185,8 @@ async def clean_log(
                     if out:
                         handle.append(out)
                     changed = changed or out is not data
+                    if horizon is not None:
+                        earliest_horizon = min(horizon, earliest_horizon or horizon)
                     totals[0] += read
                     totals[1] += kept
                     totals[2] += len(data)
@@ -198,7 +205,18 @@ async def clean_log(
             return None  # the log changed under us: the next pass starts afresh
     if log.truncations != truncations:
         return None  # what was mapped may be gone: the checkpoint must not pass it
-    return CleanResult(map_end, len(to_clean), *totals)
+    return CleanResult(map_end, len(to_clean), *totals, delete_horizon_ms=earliest_horizon)
+
+
+def _overdue(log: Log, first_dirty_offset: int, now_ms: int) -> bool:
+    """Whether the first dirty batch is older than max.compaction.lag.ms (KIP-354)."""
+    lag_ms = log.config.max_compaction_lag_ms
+    if lag_ms >= now_ms:
+        return False  # the default (Long.MAX): never
+    segments = log.segments
+    index = max(0, bisect.bisect_right([s.base_offset for s in segments], first_dirty_offset) - 1)
+    first = next(iter(segments[index].batch_locations()), None)
+    return first is not None and 0 <= first.max_timestamp <= now_ms - lag_ms
 
 
 def _ends_after(log: Log, segment: LogSegment, offset: int) -> bool:
@@ -272,11 +290,12 @@ def _clean_batch(
     now_ms: int,
     horizon_ms: int,
     keep_empty: bool,
-) -> tuple[bytes, int, int]:
-    """(the batch's cleaned bytes, b"" to drop it; records read; records kept)."""
+) -> tuple[bytes, int, int, int | None]:
+    """(the batch's cleaned bytes, b"" to drop it; records read; records kept; the delete
+    horizon of the tombstones it keeps, None if it keeps none)."""
     header, records = decode_batch(data)
     if header.is_control:
-        return data, 0, 0
+        return data, 0, 0, None
     kept: list[Record] = []
     tombstones = False
     for record in records:
@@ -292,10 +311,10 @@ def _clean_batch(
     if tombstones:
         horizon = header.base_timestamp if header.has_delete_horizon else horizon_ms
     if len(kept) == len(records) and tombstones == header.has_delete_horizon:
-        return data, len(records), len(kept)
+        return data, len(records), len(kept), horizon
     producer_last = last_of_producer.get(header.producer_id) == header.base_offset
     if not kept and not keep_empty and not (header.producer_id >= 0 and producer_last):
-        return b"", len(records), 0
+        return b"", len(records), 0, None
     out = encode_batch(
         kept,
         base_offset=header.base_offset,
@@ -310,7 +329,7 @@ def _clean_batch(
         empty_max_timestamp=header.max_timestamp,
         delete_horizon_ms=horizon,
     )
-    return out, len(records), len(kept)
+    return out, len(records), len(kept), horizon
 
 
 def _group_segments(log: Log, segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
@@ -346,6 +365,8 @@ class LogCleaner:
         self._dedupe_buffer_bytes = dedupe_buffer_bytes
         self._high_watermark = high_watermark
         self.first_dirty: dict[TopicPartition, int] = {}
+        # Per log, the earliest delete horizon its last pass left a tombstone with.
+        self.delete_horizon: dict[TopicPartition, int] = {}
         self.segments_cleaned = 0  # since start-up (a figure for operators and the simulator)
 
     def first_dirty_offset(self, tp: TopicPartition, log: Log) -> int:
@@ -356,18 +377,28 @@ class LogCleaner:
         return offset
 
     def dirtiest(self, logs: list[tuple[TopicPartition, Log]]) -> tuple[TopicPartition, Log] | None:
-        """The compacted log with the highest dirty ratio above its min.cleanable.dirty.ratio
-        (ties: the first listed)."""
+        """Kafka's grabFilthiestCompactedLog: the compacted log with the highest dirty ratio
+        among those above their min.cleanable.dirty.ratio or with a dirty record older than
+        max.compaction.lag.ms (ties: the first listed); failing that, the first whose kept
+        tombstones have passed their delete horizon."""
         best: tuple[float, TopicPartition, Log] | None = None
+        expired: tuple[TopicPartition, Log] | None = None
         now_ms = self._now_ms()
-        for tp, log in logs:
+        for tp, log in logs:  # bounded by the log count
             if not log.config.compact or not log.is_online:
                 continue
+            first_dirty = self.first_dirty_offset(tp, log)
             uncleanable = first_uncleanable_offset(log, now_ms, self._hw(tp))
-            ratio = dirty_ratio(log, self.first_dirty_offset(tp, log), uncleanable)
-            if ratio > log.config.min_cleanable_dirty_ratio and (best is None or ratio > best[0]):
+            ratio = dirty_ratio(log, first_dirty, uncleanable)
+            due = ratio > 0 and _overdue(log, first_dirty, now_ms)
+            if (due or ratio > log.config.min_cleanable_dirty_ratio) and (
+                best is None or ratio > best[0]
+            ):
                 best = (ratio, tp, log)
-        return None if best is None else (best[1], best[2])
+            horizon = self.delete_horizon.get(tp)
+            if expired is None and horizon is not None and horizon <= now_ms:
+                expired = (tp, log)
+        return expired if best is None else (best[1], best[2])
 
     async def clean(self, tp: TopicPartition, log: Log) -> CleanResult | None:
         """One pass over ``log``; advances its first dirty offset. None if nothing was
@@ -386,6 +417,10 @@ class LogCleaner:
         if result is None:
             return None
         self.first_dirty[tp] = result.next_dirty_offset
+        if result.delete_horizon_ms is None:
+            self.delete_horizon.pop(tp, None)
+        else:
+            self.delete_horizon[tp] = result.delete_horizon_ms
         self.segments_cleaned += result.segments_cleaned
         assert result.next_dirty_offset <= log.log_end_offset, (result, log)
         logger.info(
@@ -403,6 +438,11 @@ class LogCleaner:
         """The log now ends at ``log_end_offset``: the first dirty offset goes no further."""
         if self.first_dirty.get(tp, -1) > log_end_offset:
             self.first_dirty[tp] = log_end_offset
+
+    def forget(self, tp: TopicPartition) -> None:
+        """The log is gone from this broker (deleted, or moved away as a stray)."""
+        self.first_dirty.pop(tp, None)
+        self.delete_horizon.pop(tp, None)
 
     def checkpoint_entries(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """The cleaner-offset-checkpoint lines of one dir's partitions."""

@@ -47,6 +47,7 @@ class LogConfig:
     delete_retention_ms: int = _key("delete.retention.ms")
     min_cleanable_dirty_ratio: float = _key("min.cleanable.dirty.ratio")
     min_compaction_lag_ms: int = _key("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _key("max.compaction.lag.ms")
     # What log/validator.py does to a produced batch before it is stored.
     compression_type: str = _key("compression.type")
     message_timestamp_type: str = _key("message.timestamp.type")
@@ -68,6 +69,14 @@ class LogConfig:
     def compact(self) -> bool:
         """Whether the topic is compacted (Kafka's LogConfig.compact)."""
         return "compact" in self.cleanup_policy
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How old the active segment may get (Kafka's maxSegmentMs): a compacted log
+        rolls by max.compaction.lag.ms too, as the cleaner never touches the active one."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:

@@ -404,7 +404,7 @@ class Log:
         config = self.config
         if not segment.should_roll(
             segment_bytes=config.segment_bytes,
-            segment_ms=config.segment_ms,
+            segment_ms=config.max_segment_ms,
             messages_size=size,
             max_timestamp_in_messages=max_timestamp,
             max_offset_in_messages=last_offset,
@@ -447,7 +447,9 @@ class Log:
         config = self.config
         jitter = 0
         if config.segment_jitter_ms > 0:
-            jitter = self.runtime.rng.randrange(min(config.segment_jitter_ms, config.segment_ms))
+            jitter = self.runtime.rng.randrange(
+                min(config.segment_jitter_ms, config.max_segment_ms)
+            )
         return LogSegment(
             self.fs,
             self.dir_path,

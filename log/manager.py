@@ -367,7 +367,7 @@ class LogManager:
         if log is None:
             return None
         log_dir = self._dir_of.pop(tp)
-        self.cleaner.first_dirty.pop(tp, None)  # a log made again here starts dirty
+        self.cleaner.forget(tp)  # a log made again here starts dirty
         try:
             await log.close()
         except OSError:

@@ -24,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from log.batch import decode_batch, encode_batch, iter_batches
 from log.checkpoint import OffsetCheckpointFile
-from log.cleaner import clean_log
+from log.cleaner import LogCleaner, clean_log
 from log.config import LogConfig, LogManagerConfig
 from log.log import Log
 from log.manager import LogManager
@@ -431,3 +431,70 @@ def test_log_cleaner_enable_false_runs_no_cleaner() -> None:
         await manager.shutdown()
 
     run_virtual(run())
+
+
+def test_max_compaction_lag_rolls_and_cleans_a_log_below_its_dirty_ratio() -> None:
+    lagging = LogConfig(cleanup_policy=("compact",), max_compaction_lag_ms=1000)
+    assert lagging.max_segment_ms == 1000  # the active segment rolls by it too
+    assert LogConfig(max_compaction_lag_ms=1000).max_segment_ms == LogConfig().segment_ms
+
+    async def run() -> None:
+        clock, disk = FakeClock(), SimDisk(random.Random(6))
+        fs = disk.fs()
+        fs.mkdir("/data")
+        config = LogConfig(
+            cleanup_policy=("compact",),
+            min_cleanable_dirty_ratio=0.9,
+            max_compaction_lag_ms=1000,
+            segment_ms=500,
+        )
+        log = await Log.open(Runtime(fs, clock, random.Random(6)), DIR, config)
+        cleaner = LogCleaner(now_ms=clock.now_ms, dedupe_buffer_bytes=1 << 20)
+        tp = ("compact", 0)
+        for index in range(40):
+            log.append_as_leader(encode_batch([Record(b"k%d" % index, b"v", clock.now)]), 0)
+        clock.now += 501
+        log.append_as_leader(encode_batch([Record(b"k0", b"new", clock.now)]), 0)
+        await log.flush()
+        assert cleaner.dirtiest([(tp, log)]) == (tp, log)  # all dirty: ratio 1
+        await cleaner.clean(tp, log)
+        assert cleaner.first_dirty == {tp: 40}
+        clock.now += 501
+        log.append_as_leader(encode_batch([Record(b"k1", b"new", clock.now)]), 0)
+        await log.flush()
+        # k0's update is dirty, a small part of the bytes, and younger than the lag ...
+        assert cleaner.dirtiest([(tp, log)]) is None
+        clock.now += 499
+        assert cleaner.dirtiest([(tp, log)]) == (tp, log)  # ... and now older than it
+        await cleaner.clean(tp, log)
+        assert [r.key for _, r in served(log)].count(b"k0") == 1
+        await log.close()
+
+    asyncio.run(run())
+
+
+def test_an_idle_log_is_cleaned_again_once_its_tombstones_expire() -> None:
+    async def run() -> None:
+        clock, disk = FakeClock(), SimDisk(random.Random(7))
+        fs = disk.fs()
+        fs.mkdir("/data")
+        log = await Log.open(Runtime(fs, clock, random.Random(7)), DIR, CONFIG)
+        cleaner = LogCleaner(now_ms=clock.now_ms, dedupe_buffer_bytes=1 << 20)
+        tp = ("compact", 0)
+        log.append_as_leader(encode_batch([Record(b"k", b"v", clock.now)]), 0)
+        log.append_as_leader(encode_batch([Record(b"k", None, clock.now)]), 0)
+        log.roll()
+        await log.flush()
+        await cleaner.clean(tp, log)
+        assert cleaner.delete_horizon == {tp: clock.now + RETENTION_MS}
+        assert [o for o, _ in served(log)] == [1]
+        clock.now += RETENTION_MS - 1
+        assert cleaner.dirtiest([(tp, log)]) is None  # nothing dirty, horizon ahead
+        clock.now += 1
+        assert cleaner.dirtiest([(tp, log)]) == (tp, log)
+        await cleaner.clean(tp, log)
+        assert served(log) == [] and cleaner.delete_horizon == {}
+        assert cleaner.dirtiest([(tp, log)]) is None
+        await log.close()
+
+    asyncio.run(run())
