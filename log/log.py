@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from log.batch import (
     BATCH_HEADER_SIZE,
     LOG_APPEND_TIME,
+    LOG_OVERHEAD,
     BatchHeader,
     assign_offsets,
     validate_batch,
@@ -469,10 +470,15 @@ class Log:
         *,
         max_offset: int | None = None,
         min_one_message: bool = True,
+        skip_emptied: bool = False,
     ) -> FetchDataInfo:
         """Whole batches from the one holding ``offset``: at most ``max_bytes`` (except a
         first batch larger than that when ``min_one_message``), none reaching ``max_offset``
-        (the high watermark for consumers). OffsetOutOfRangeError outside [start, LEO]."""
+        (the high watermark for consumers). OffsetOutOfRangeError outside [start, LEO].
+        ``skip_emptied`` (a consumer's read) steps over batches the log cleaner left without
+        records when they are all an answer would hold: librdkafka, kafka-go and others
+        cannot move past such an answer (they take it for a truncated large message);
+        replicas and the producer state still read them."""
         leo = self._log_end_offset
         if offset < self._log_start_offset or offset > leo:
             raise OffsetOutOfRangeError(
@@ -480,10 +486,24 @@ class Log:
             )
         index = max(0, bisect.bisect_right(self._bases, offset) - 1)
         if offset < leo and (max_offset is None or offset < max_offset):
+            end = leo if max_offset is None else min(leo, max_offset)
+            skip_emptied = skip_emptied and self.config.compact
             for segment in self._segments[index:]:  # bounded by the segment count
+                position = max(offset, segment.base_offset)
                 result = segment.read(
-                    offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message
+                    position, max_bytes, max_offset=max_offset, min_one_message=min_one_message
                 )
+                # Bounded: each read starts past the last one, within this segment.
+                while (
+                    skip_emptied
+                    and result is not None
+                    and result.next_offset < end
+                    and _holds_no_record(result.records)
+                ):
+                    position = result.next_offset
+                    result = segment.read(
+                        position, max_bytes, max_offset=max_offset, min_one_message=min_one_message
+                    )
                 if result is not None:
                     return FetchDataInfo(
                         offset,
@@ -905,3 +925,13 @@ class Log:
             f"Log({self.dir_path!r}, start={self._log_start_offset}, "
             f"end={self._log_end_offset}, segments={len(self._segments)})"
         )
+
+
+def _holds_no_record(batches: memoryview) -> bool:
+    """Whether ``batches`` (whole ones) are some, all with a record count of 0."""
+    position = 0
+    while position + BATCH_HEADER_SIZE <= len(batches):  # bounded by the bytes
+        if int.from_bytes(batches[position + 57 : position + 61], "big") != 0:
+            return False
+        position += int.from_bytes(batches[position + 8 : position + 12], "big") + LOG_OVERHEAD
+    return position > 0

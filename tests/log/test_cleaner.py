@@ -498,3 +498,28 @@ def test_an_idle_log_is_cleaned_again_once_its_tombstones_expire() -> None:
         await log.close()
 
     asyncio.run(run())
+
+
+def test_a_consumers_read_steps_over_batches_the_cleaner_emptied() -> None:
+    """librdkafka cannot move past a fetch answer of record-less batches; replicas and the
+    producer state rebuild still read them."""
+
+    async def run() -> None:
+        clock, disk = FakeClock(), SimDisk(random.Random(8))
+        fs = disk.fs()
+        fs.mkdir("/data")
+        config = LogConfig(cleanup_policy=("compact",), segment_bytes=100)
+        log = await Log.open(Runtime(fs, clock, random.Random(8)), DIR, config)
+        for key, value in ((b"a", b"1"), (b"a", b"2"), (b"b", b"1")):  # one segment each
+            log.append_as_leader(encode_batch([Record(key, value, clock.now)]), 0)
+        await log.flush()
+        assert [s.base_offset for s in log.segments] == [0, 1, 2]
+        assert await clean_log(log, 0, now_ms=clock.now) is not None
+        emptied = decode_batch(bytes(log.read(0, 1 << 20).records))
+        assert emptied[0].base_offset == 0 and emptied[1] == []  # kept: its segment's end
+        consumer = log.read(0, 1 << 20, max_offset=log.log_end_offset, skip_emptied=True)
+        header, records = decode_batch(bytes(consumer.records))
+        assert (header.base_offset, [r.value for r in records]) == (1, [b"2"])
+        await log.close()
+
+    asyncio.run(run())
