@@ -157,6 +157,9 @@ async def clean_log(
     # With nothing dirty the clean section is still rewritten: its tombstones may have
     # passed their delete horizon.
     map_end = await _build_offset_map(log, dirty, start, offset_map, yielder) if dirty else start
+    if dirty and map_end == start:
+        logger.warning("%s: not one batch's keys fit log.cleaner.dedupe.buffer.size", log.name)
+        return None
     last_of_producer = await _last_batch_of_producers(log, yielder)
     to_clean = [s for s in segments if s.base_offset < map_end]
     if not to_clean:
@@ -174,6 +177,11 @@ async def clean_log(
                 last = segment is group[-1]
                 for location in list(segment.batch_locations()):  # bounded by the segment
                     data = segment.log.pread(location.position, location.size)
+                    if location.base_offset >= map_end:  # not mapped: kept as it is
+                        handle.append(data)
+                        totals[2] += len(data)
+                        totals[3] += len(data)
+                        continue
                     out, read, kept, horizon = _clean_batch(
                         data,
                         offset_map,
@@ -236,36 +244,41 @@ def _cleaned_path(segment: LogSegment) -> str:
 async def _build_offset_map(
     log: Log, dirty: list[LogSegment], start: int, offset_map: OffsetMap, yielder: _Yielder
 ) -> int:
-    """Map the dirty segments' keys; the offset the map covers up to (a segment boundary,
-    or the first dirty segment's end when even that one does not fit)."""
+    """Map the dirty segments' keys; the offset the map covers up to: a segment boundary,
+    or, when even the first dirty segment does not fit, the end of its last batch that
+    did (Kafka's partially mapped segment). Nothing at or past it may be removed: keys
+    there were not mapped, so their older records could outlive a removed tombstone."""
     segments = log.segments
     map_end = start
     for segment in dirty:  # bounded by the segment count
         end = segments[segments.index(segment) + 1].base_offset
         full = False
+        mapped_to = map_end
         for location in list(segment.batch_locations()):
             if location.last_offset < start:
                 continue
             data = segment.log.pread(location.position, location.size)
             header, records = decode_batch(data)
-            if header.is_control:
-                continue
-            for record in records:
-                if record.key is not None and not offset_map.put(
-                    record.key, header.base_offset + (record.offset_delta or 0)
-                ):
+            for record in [] if header.is_control else records:
+                offset = header.base_offset + (record.offset_delta or 0)
+                if record.key is not None and not offset_map.put(record.key, offset):
                     full = True
+                    break
+            if full:
+                break
+            mapped_to = location.last_offset + 1
             await yielder.done(len(data))
-        if full and map_end > start:
-            break  # the partly mapped segment waits for the next pass
-        map_end = end
-        if full:
+        if not full:
+            map_end = end
+            continue
+        if map_end == start:  # the partly mapped segment waits, unless it is the first
+            map_end = mapped_to
             logger.warning(
                 "%s: log.cleaner.dedupe.buffer.size holds %d keys, fewer than one segment has",
                 log.name,
                 len(offset_map),
             )
-            break
+        break
     return map_end
 
 

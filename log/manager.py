@@ -407,6 +407,9 @@ class LogManager:
             return None
         tp, log = chosen
         result = await self.cleaner.clean(tp, log)
+        if self._logs.get(tp) is not log:
+            self.cleaner.forget(tp)  # deleted or made a stray during the pass
+            return None
         log_dir = self._dir_of.get(tp)
         if result is not None and log_dir is not None:
             await self._write_cleaner_checkpoint(log_dir)

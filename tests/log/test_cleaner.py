@@ -523,3 +523,42 @@ def test_a_consumers_read_steps_over_batches_the_cleaner_emptied() -> None:
         await log.close()
 
     asyncio.run(run())
+
+
+def test_a_full_key_map_never_lets_an_old_value_outlive_its_tombstone() -> None:
+    """log.cleaner.dedupe.buffer.size smaller than a segment's keys: the pass maps what fits
+    and cleans only up to there, so a tombstone it did not map is never removed while an
+    older value of its key stays behind."""
+
+    async def run() -> None:
+        clock, disk = FakeClock(), SimDisk(random.Random(9))
+        fs = disk.fs()
+        fs.mkdir("/data")
+        log = await Log.open(Runtime(fs, clock, random.Random(9)), DIR, CONFIG)
+        three_keys = 3 * (1 + 24)
+        log.append_as_leader(encode_batch([Record(b"k", b"old", clock.now)]), 0)
+        log.roll()
+        await log.flush()
+        first = await clean_log(log, 0, now_ms=clock.now, dedupe_buffer_bytes=three_keys)
+        assert first is not None and first.next_dirty_offset == 1  # "old" is clean now
+        for key in (b"a", b"b", b"c", b"d"):
+            log.append_as_leader(encode_batch([Record(key, b"x", clock.now)]), 0)
+        log.append_as_leader(encode_batch([Record(b"k", None, clock.now)]), 0)  # offset 5
+        log.roll()
+        await log.flush()
+        first_dirty = 1
+        for _ in range(6):  # passes, with the clock past every delete horizon in between
+            result = await clean_log(
+                log, first_dirty, now_ms=clock.now, dedupe_buffer_bytes=three_keys
+            )
+            if result is not None:
+                assert result.next_dirty_offset > first_dirty or result.segments_cleaned
+                first_dirty = result.next_dirty_offset
+            clock.now += 2 * RETENTION_MS
+            values = [r.value for _, r in served(log) if r.key == b"k"]
+            assert values in ([b"old", None], [None], []), values  # never "old" alone
+        assert first_dirty == 6  # every pass moved on, a partly mapped segment included
+        assert [r.key for _, r in served(log)] == [b"a", b"b", b"c", b"d"]
+        await log.close()
+
+    asyncio.run(run())
