@@ -5,9 +5,11 @@ One cleaning pass over a log (Kafka's Cleaner.doClean):
    recovery point (only fsynced data is rewritten), the high watermark, and the first
    segment younger than ``min.compaction.lag.ms``.
 2. The offset map (key -> latest offset) is built over the dirty section, from the cleaner
-   checkpoint's first dirty offset on, whole segments at a time, its memory bounded by
+   checkpoint's first dirty offset on, whole segments at a time (the first one up to its
+   last whole batch that fits, if it does not fit whole), its memory bounded by
    ``log.cleaner.dedupe.buffer.size``. Any entry names a later record that exists, so a
-   record it supersedes may go whatever else the map holds.
+   record it supersedes may go whatever else the map holds; nothing at or past the end of
+   the map goes (a tombstone there was not mapped, so its key's older records stayed).
 3. Every segment from the log start up to the end of the map is rewritten, grouped so a
    group fits one segment: a record stays if no later record has its key; a tombstone
    (null value) gets a delete horizon (KIP-534: now + ``delete.retention.ms``, stored in
