@@ -27,7 +27,14 @@ from crc32c import crc32c
 
 from log.compression import DECOMPRESSED_SIZE_BYTES_MAX, Compression, compress, decompress
 from log.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
-from log.records import Buffer, Record, decode_records, encode_record
+from log.records import (
+    Buffer,
+    Record,
+    RecordKey,
+    decode_records,
+    encode_record,
+    scan_record_keys,
+)
 
 BATCH_HEADER_SIZE = 61
 LOG_OVERHEAD = 12
@@ -322,6 +329,23 @@ def decode_batch(
         )
     _check_offset_deltas(records, header, pos)
     return header, records
+
+
+def decode_batch_keys(buf: Buffer, pos: int = 0) -> tuple[BatchHeader, list[RecordKey]]:
+    """Validate the batch at pos and scan its records' keys (scan_record_keys), in order,
+    with the offset-delta checks decode_batch makes: the log cleaner's cheaper read."""
+    header = validate_batch(buf, pos)
+    with memoryview(buf) as view:
+        payload: Buffer = view[pos + BATCH_HEADER_SIZE : pos + header.size]
+        if header.compression is not Compression.NONE:
+            payload = decompress(header.compression, payload, max_size=DECOMPRESSED_SIZE_BYTES_MAX)
+        keys = scan_record_keys(payload, header.records_count)
+    previous = -1
+    for delta, _, _ in keys:
+        if delta <= previous or delta > header.last_offset_delta:
+            raise InvalidRecordError(f"batch at {pos} has offset delta {delta} after {previous}")
+        previous = delta
+    return header, keys
 
 
 def _check_offset_deltas(records: list[Record], header: BatchHeader, pos: int) -> None:

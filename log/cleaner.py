@@ -35,12 +35,11 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from log.batch import decode_batch, encode_batch
+from log.batch import decode_batch, decode_batch_keys, encode_batch
 from log.checkpoint import TopicPartition
 from log.errors import RecordError
 from log.index import REL_OFFSET_MAX
 from log.log import Log
-from log.records import Record
 from log.segment import LogSegment
 
 logger = logging.getLogger(__name__)
@@ -260,10 +259,9 @@ async def _build_offset_map(
             if location.last_offset < start:
                 continue
             data = segment.log.pread(location.position, location.size)
-            header, records = decode_batch(data)
-            for record in [] if header.is_control else records:
-                offset = header.base_offset + (record.offset_delta or 0)
-                if record.key is not None and not offset_map.put(record.key, offset):
+            header, keys = decode_batch_keys(data)
+            for delta, key, _ in [] if header.is_control else keys:
+                if key is not None and not offset_map.put(key, header.base_offset + delta):
                     full = True
                     break
             if full:
@@ -308,28 +306,29 @@ def _clean_batch(
 ) -> tuple[bytes, int, int, int | None]:
     """(the batch's cleaned bytes, b"" to drop it; records read; records kept; the delete
     horizon of the tombstones it keeps, None if it keeps none)."""
-    header, records = decode_batch(data)
+    header, keys = decode_batch_keys(data)  # values and headers only when rewritten
     if header.is_control:
         return data, 0, 0, None
-    kept: list[Record] = []
+    keep: list[int] = []
     tombstones = False
-    for record in records:
-        offset = header.base_offset + (record.offset_delta or 0)
-        if record.key is not None and offset_map.get(record.key) > offset:
+    for index, (delta, key, has_value) in enumerate(keys):
+        if key is not None and offset_map.get(key) > header.base_offset + delta:
             continue  # a later record has this key
-        if record.key is not None and record.value is None:
+        if key is not None and not has_value:
             if header.has_delete_horizon and now_ms >= header.base_timestamp:
                 continue  # delete.retention.ms has passed since the tombstone was cleaned
             tombstones = True
-        kept.append(record)
+        keep.append(index)
     horizon = None
     if tombstones:
         horizon = header.base_timestamp if header.has_delete_horizon else horizon_ms
-    if len(kept) == len(records) and tombstones == header.has_delete_horizon:
-        return data, len(records), len(kept), horizon
+    if len(keep) == len(keys) and tombstones == header.has_delete_horizon:
+        return data, len(keys), len(keep), horizon
     producer_last = last_of_producer.get(header.producer_id) == header.base_offset
-    if not kept and not keep_empty and not (header.producer_id >= 0 and producer_last):
-        return b"", len(records), 0, None
+    if not keep and not keep_empty and not (header.producer_id >= 0 and producer_last):
+        return b"", len(keys), 0, None
+    records = decode_batch(data)[1] if keep else []
+    kept = [records[index] for index in keep]
     out = encode_batch(
         kept,
         base_offset=header.base_offset,
