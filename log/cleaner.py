@@ -172,11 +172,11 @@ async def clean_log(
         path = _cleaned_path(group[0])
         handle = log.fs.open(path, create=True)
         changed = len(group) > 1  # merging small cleaned segments is worth a swap too
+        group_last_offset = _group_end(log, group) - 1
         try:
             handle.truncate(0)
             for segment in group:
-                last = segment is group[-1]
-                for location in list(segment.batch_locations()):  # bounded by the segment
+                for location in segment.batch_locations():  # bounded by the segment
                     data = segment.log.pread(location.position, location.size)
                     if location.base_offset >= map_end:  # not mapped: kept as it is
                         handle.append(data)
@@ -189,7 +189,7 @@ async def clean_log(
                         last_of_producer,
                         now_ms=now_ms,
                         horizon_ms=horizon_ms,
-                        keep_empty=last and location.last_offset == _group_end(log, group) - 1,
+                        keep_empty=location.last_offset == group_last_offset,
                     )
                     if out:
                         handle.append(out)
@@ -255,7 +255,7 @@ async def _build_offset_map(
         end = segments[segments.index(segment) + 1].base_offset
         full = False
         mapped_to = map_end
-        for location in list(segment.batch_locations()):
+        for location in segment.batch_locations():
             if location.last_offset < start:
                 continue
             data = segment.log.pread(location.position, location.size)
@@ -286,7 +286,7 @@ async def _last_batch_of_producers(log: Log, yielder: _Yielder) -> dict[int, int
     """Producer id -> base offset of its last batch in the log (headers only)."""
     last: dict[int, int] = {}
     for segment in log.segments:  # bounded by the segment count
-        for location in list(segment.batch_locations()):
+        for location in segment.batch_locations():
             header = segment.log.pread(location.position, 61)
             producer_id = int.from_bytes(header[43:51], "big", signed=True)
             if producer_id >= 0:
