@@ -31,10 +31,9 @@ from log.manager import LogManager
 from log.records import Record
 from log.runtime import Runtime
 from sim.disk import SimDisk
-from tests.log.test_manager import run_virtual
+from tests.log.test_manager import FakeClock, run_virtual
 
 DIR = "/data/compact-0"
-NOW_MS = 1_700_000_000_000
 RETENTION_MS = 1_000
 CONFIG = LogConfig(
     cleanup_policy=("compact",),
@@ -46,12 +45,12 @@ CONFIG = LogConfig(
 KEYS = [b"a", b"b", b"c", b"d", b"e"]
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = NOW_MS
-
-    def now_ms(self) -> int:
-        return self.now
+async def open_log(seed: int, config: LogConfig = CONFIG) -> tuple[FakeClock, Log]:
+    """A fresh log on a simulated disk, with the clock it reads."""
+    clock, disk = FakeClock(), SimDisk(random.Random(seed))
+    fs = disk.fs()
+    fs.mkdir("/data")
+    return clock, await Log.open(Runtime(fs, clock, random.Random(seed)), DIR, config)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +193,7 @@ test_cleaner_matches_model = CleanerModelMachine.TestCase
 
 def test_tombstone_is_removed_only_after_delete_retention() -> None:
     async def run() -> None:
-        clock = FakeClock()
-        disk = SimDisk(random.Random(1))
-        fs = disk.fs()
-        fs.mkdir("/data")
-        log = await Log.open(Runtime(fs, clock, random.Random(1)), DIR, CONFIG)
+        clock, log = await open_log(1)
         log.append_as_leader(encode_batch([Record(b"k", b"v", clock.now)]), 0)
         log.append_as_leader(encode_batch([Record(b"k", None, clock.now)]), 0)
         log.roll()
@@ -221,12 +216,9 @@ def test_tombstone_is_removed_only_after_delete_retention() -> None:
 
 def test_min_compaction_lag_keeps_young_segments_dirty() -> None:
     async def run() -> None:
-        clock = FakeClock()
-        disk = SimDisk(random.Random(2))
-        fs = disk.fs()
-        fs.mkdir("/data")
-        config = LogConfig(cleanup_policy=("compact",), min_compaction_lag_ms=500)
-        log = await Log.open(Runtime(fs, clock, random.Random(2)), DIR, config)
+        clock, log = await open_log(
+            2, LogConfig(cleanup_policy=("compact",), min_compaction_lag_ms=500)
+        )
         for value in (b"1", b"2"):
             log.append_as_leader(encode_batch([Record(b"k", value, clock.now)]), 0)
         log.roll()
@@ -439,16 +431,15 @@ def test_max_compaction_lag_rolls_and_cleans_a_log_below_its_dirty_ratio() -> No
     assert LogConfig(max_compaction_lag_ms=1000).max_segment_ms == LogConfig().segment_ms
 
     async def run() -> None:
-        clock, disk = FakeClock(), SimDisk(random.Random(6))
-        fs = disk.fs()
-        fs.mkdir("/data")
-        config = LogConfig(
-            cleanup_policy=("compact",),
-            min_cleanable_dirty_ratio=0.9,
-            max_compaction_lag_ms=1000,
-            segment_ms=500,
+        clock, log = await open_log(
+            6,
+            LogConfig(
+                cleanup_policy=("compact",),
+                min_cleanable_dirty_ratio=0.9,
+                max_compaction_lag_ms=1000,
+                segment_ms=500,
+            ),
         )
-        log = await Log.open(Runtime(fs, clock, random.Random(6)), DIR, config)
         cleaner = LogCleaner(now_ms=clock.now_ms, dedupe_buffer_bytes=1 << 20)
         tp = ("compact", 0)
         for index in range(40):
@@ -475,10 +466,7 @@ def test_max_compaction_lag_rolls_and_cleans_a_log_below_its_dirty_ratio() -> No
 
 def test_an_idle_log_is_cleaned_again_once_its_tombstones_expire() -> None:
     async def run() -> None:
-        clock, disk = FakeClock(), SimDisk(random.Random(7))
-        fs = disk.fs()
-        fs.mkdir("/data")
-        log = await Log.open(Runtime(fs, clock, random.Random(7)), DIR, CONFIG)
+        clock, log = await open_log(7)
         cleaner = LogCleaner(now_ms=clock.now_ms, dedupe_buffer_bytes=1 << 20)
         tp = ("compact", 0)
         log.append_as_leader(encode_batch([Record(b"k", b"v", clock.now)]), 0)
@@ -505,11 +493,7 @@ def test_a_consumers_read_steps_over_batches_the_cleaner_emptied() -> None:
     producer state rebuild still read them."""
 
     async def run() -> None:
-        clock, disk = FakeClock(), SimDisk(random.Random(8))
-        fs = disk.fs()
-        fs.mkdir("/data")
-        config = LogConfig(cleanup_policy=("compact",), segment_bytes=100)
-        log = await Log.open(Runtime(fs, clock, random.Random(8)), DIR, config)
+        clock, log = await open_log(8, LogConfig(cleanup_policy=("compact",), segment_bytes=100))
         for key, value in ((b"a", b"1"), (b"a", b"2"), (b"b", b"1")):  # one segment each
             log.append_as_leader(encode_batch([Record(key, value, clock.now)]), 0)
         await log.flush()
@@ -531,10 +515,7 @@ def test_a_full_key_map_never_lets_an_old_value_outlive_its_tombstone() -> None:
     older value of its key stays behind."""
 
     async def run() -> None:
-        clock, disk = FakeClock(), SimDisk(random.Random(9))
-        fs = disk.fs()
-        fs.mkdir("/data")
-        log = await Log.open(Runtime(fs, clock, random.Random(9)), DIR, CONFIG)
+        clock, log = await open_log(9)
         three_keys = 3 * (1 + 24)
         log.append_as_leader(encode_batch([Record(b"k", b"old", clock.now)]), 0)
         log.roll()
