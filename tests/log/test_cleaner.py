@@ -4,7 +4,9 @@ Model: every appended record (offset, key, value, timestamp) in order. After eve
 - every record the log serves sits at its original offset with its original key, value and
   timestamp (offsets and timestamps are kept; only whole records go);
 - the latest record of every key is served, except a tombstone once delete.retention.ms has
-  passed since it was appended (its delete horizon is at least that late);
+  passed since it was appended (its delete horizon is at least that late), and then no
+  record of that key is (an older value never outlives its tombstone, whatever the size
+  of the key map);
 - below the end of the last cleaned range each key appears at most once;
 - each cleaned segment ends where the next one starts (the group's last batch is kept).
 """
@@ -59,6 +61,9 @@ class Appended:
     key: bytes
     value: bytes | None
     timestamp: int
+    # The broker's clock at the append: a delete horizon counts from a clean, never earlier
+    # (a record's own timestamp may be ahead of the clock).
+    appended_ms: int
 
 
 def served(log: Log) -> list[tuple[int, Record]]:
@@ -97,7 +102,9 @@ def check_against_model(log: Log, history: list[Appended], now_ms: int, cleaned_
         if appended.offset in offsets:
             continue
         assert appended.value is None, (key, appended)
-        assert now_ms - appended.timestamp >= RETENTION_MS, (key, appended)
+        assert now_ms - appended.appended_ms >= RETENTION_MS, (key, appended)
+        # Its tombstone gone, no older value of the key may be served (a resurrection).
+        assert all(record.key != key for _, record in got), (key, appended)
     segments = log.segments
     for segment, following in itertools.pairwise(segments):
         assert segment.next_offset == following.base_offset, (segment, following)
@@ -142,7 +149,7 @@ class CleanerModelMachine(RuleBasedStateMachine):
         info = self.log.append_as_leader(data, 0)
         for i, record in enumerate(records):
             self.history.append(
-                Appended(info.first_offset + i, record.key, record.value, record.timestamp)  # type: ignore[arg-type]
+                Appended(info.first_offset + i, record.key, record.value, record.timestamp, now)  # type: ignore[arg-type]
             )
 
     @rule()
@@ -157,9 +164,17 @@ class CleanerModelMachine(RuleBasedStateMachine):
     def flush(self) -> None:
         self.run(self.log.flush())
 
-    @rule()
-    def clean(self) -> None:
-        result = self.run(clean_log(self.log, self.first_dirty, now_ms=self.clock.now))
+    @rule(keys_fitting=st.sampled_from([2, 3, 1 << 20]))
+    def clean(self, keys_fitting: int) -> None:
+        """A pass whose key map holds ``keys_fitting`` one-byte keys (few: partly mapped)."""
+        result = self.run(
+            clean_log(
+                self.log,
+                self.first_dirty,
+                now_ms=self.clock.now,
+                dedupe_buffer_bytes=keys_fitting * (1 + 24),
+            )
+        )
         if result is not None:
             assert result.next_dirty_offset >= self.first_dirty
             self.first_dirty = result.next_dirty_offset
@@ -306,7 +321,7 @@ async def _crash_cleaning_at(crash_at: int, seed: int) -> bool:
         ]
         info = log.append_as_leader(encode_batch(records), 0)
         history.extend(
-            Appended(info.first_offset + i, r.key, r.value, r.timestamp)  # type: ignore[arg-type]
+            Appended(info.first_offset + i, r.key, r.value, r.timestamp, clock.now)  # type: ignore[arg-type]
             for i, r in enumerate(records)
         )
     log.roll()
