@@ -688,9 +688,13 @@ def run_kafka(config: RunConfig) -> RunResult:
             "excused": cluster.kafka.excused,
             "lost": cluster.kafka.lost,
             "faults": nemesis.injected,
-            # by the brokers' current incarnations (a crash forgets its own count)
-            "segments_cleaned": sum(
-                n.logs.cleaner.segments_cleaned for n in cluster.nodes.values() if n.logs
-            ),
+            **(_cleaned(cluster) if config.compact else {}),
         },
     )
+
+
+def _cleaned(cluster: KafkaCluster) -> dict[str, int]:
+    """--compact's figure: segments the brokers' current incarnations cleaned (a crash
+    forgets its own count)."""
+    nodes = cluster.nodes.values()
+    return {"segments_cleaned": sum(n.logs.cleaner.segments_cleaned for n in nodes if n.logs)}
