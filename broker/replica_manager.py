@@ -822,6 +822,7 @@ class ReplicaManager:
                 max_bytes,
                 max_offset=hw if to_high_watermark else None,
                 min_one_message=min_one_message,
+                skip_emptied=to_high_watermark,  # consumers only: replicas copy them
             )
         except OffsetOutOfRangeError:
             return ReadResult(ErrorCode.offset_out_of_range, hw, log.log_start_offset)
