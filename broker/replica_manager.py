@@ -239,8 +239,12 @@ class ReplicaManager:
         }
         try:
             await self.logs.checkpoint_high_watermarks(high_watermarks)
-        except OSError:
-            logger.exception("[ReplicaManager id=%d] writing high watermarks", self.node_id)
+        except OSError as exc:
+            # The log manager has taken the failing dir offline and said why in one line;
+            # no traceback, and the next write skips that dir.
+            logger.warning(
+                "[ReplicaManager id=%d] could not write high watermarks: %s", self.node_id, exc
+            )
 
     async def _reconcile_forever(self) -> None:
         while True:

@@ -31,12 +31,12 @@ METADATA_RAFT_BUG_SEEDS = {
 # Each kafka-scenario planted bug (broker/bugs.py, plus the controller's leader-outside-isr,
 # the unclean election), with the first seed a 20 s run catches it at, and any flags it needs.
 KAFKA_BUG_SEEDS = {
-    "ack-before-fetch": 6,
+    "ack-before-fetch": 5,
     "hw-before-isr": 5,
     "truncate-to-hw": 4,
     "isr-shrink-local": 7,
     "no-epoch-bump": 7,
-    "leader-outside-isr": 3,
+    "leader-outside-isr": 2,
     "skip-sequence-check": 2,
 }
 KAFKA_BUG_ARGS = {"skip-sequence-check": ("--idempotent",)}
