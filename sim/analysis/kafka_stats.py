@@ -149,7 +149,8 @@ def acknowledged_offsets(ops: pd.DataFrame, key: str) -> pd.DataFrame:
 
 def polled_records(ops: pd.DataFrame, key: str) -> pd.DataFrame:
     """Every record successful polls of ``key`` read: time_us (completion), offset, value,
-    process, and ``disagrees``: an acknowledged send put another value at that offset."""
+    process, and ``disagrees``: an acknowledged send put another value at that offset (any
+    of them: a leader that lost acknowledged records acknowledges their offsets again)."""
     polls = ops[(ops["f"] == "poll") & (ops["key"] == key) & (ops["status"] == "ok")]
     rows = []
     for time_us, process, flat in zip(
@@ -159,10 +160,12 @@ def polled_records(ops: pd.DataFrame, key: str) -> pd.DataFrame:
         pairs_read = zip(pairs[::2], pairs[1::2], strict=True)
         rows.extend((int(time_us), offset, value, process) for offset, value in pairs_read)
     read = pd.DataFrame(rows, columns=["time_us", "offset", "value", "process"])
-    acked = acknowledged_offsets(ops, key).drop_duplicates("offset", keep="last")
-    expected = read["offset"].map(acked.set_index("offset")["value"])
-    read["disagrees"] = expected.notna() & (expected != read["value"])
-    return read.astype({"time_us": "int64", "offset": "int64", "value": "int64"})
+    read = read.astype({"time_us": "int64", "offset": "int64", "value": "int64"})
+    acked = acknowledged_offsets(ops, key)[["offset", "value"]].drop_duplicates()
+    pairs = read[["offset", "value"]].reset_index().merge(acked, on="offset", suffixes=("", "_ack"))
+    wrong = pairs.loc[pairs["value"] != pairs["value_ack"], "index"]
+    read["disagrees"] = read.index.isin(wrong)
+    return read
 
 
 def high_watermarks(events: pd.DataFrame, key: str) -> pd.DataFrame:

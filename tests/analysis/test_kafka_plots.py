@@ -32,8 +32,9 @@ def send(start_ms: float, end_ms: float | None, status: str, value: int, **out: 
 
 def kafka_history() -> list[dict[str, Any]]:
     """Sends in 500 ms buckets: [0] 2 ok + 1 fail, [1] 1 ok + 1 info, [2] one never
-    answered, [3] nothing finishes, [4] 1 ok; one poll reads offset 1 holding 99, though
-    the send acknowledged there was value 4."""
+    answered, [3] nothing finishes, [4] 2 ok, the second acknowledged at offset 1 again (as
+    a leader that lost offset 1 would); one poll reads offset 1 holding 7 and offset 2
+    holding 99, though the sends acknowledged there include values 8 and 4."""
     records = [
         *send(10, 100, "ok", 1, offset=0, isr=[1, 2, 3]),
         *send(20, 150, "ok", 7, offset=1, isr=[1, 2, 3]),
@@ -42,6 +43,7 @@ def kafka_history() -> list[dict[str, Any]]:
         *send(800, 900, "ok", 4, offset=2, isr=[1, 2, 3]),
         *send(1100, None, "", 5),
         *send(2100, 2200, "ok", 6, offset=3, isr=[1, 2, 3]),
+        *send(2120, 2250, "ok", 8, offset=1, isr=[1]),
         op(2300, "c0", "invoke", "poll", value=0),
         op(2310, "c0", "ok", "poll", value=0, values=[0, 1, 1, 7, 2, 99], offset=4, isr=[1]),
     ]
@@ -64,14 +66,14 @@ def test_availability_is_the_fraction_of_finished_sends_acknowledged_per_bucket(
         [1, 0, 1, 0],
         [0, 0, 0, 1],
         [0, 0, 0, 0],
-        [1, 0, 0, 0],
+        [2, 0, 0, 0],
     ]
     fraction = table["availability"].tolist()
     assert fraction[:3] == [pytest.approx(2 / 3), 0.5, 0.0]
     assert math.isnan(fraction[3]) and fraction[4] == 1.0
-    assert table["ok_per_s"].tolist() == [4.0, 2.0, 0.0, 0.0, 2.0]
+    assert table["ok_per_s"].tolist() == [4.0, 2.0, 0.0, 0.0, 4.0]
     longer = kafka_stats.send_availability(kafka_ops[0], bucket_us=1_000_000, end_us=4_100_000)
-    assert len(longer) == 5 and longer["sends"].tolist() == [5, 1, 1, 0, 0]
+    assert len(longer) == 5 and longer["sends"].tolist() == [5, 1, 2, 0, 0]
 
 
 def test_bucket_width_must_be_positive(kafka_ops: tuple[pd.DataFrame, pd.DataFrame]) -> None:
@@ -83,11 +85,11 @@ def test_polled_records_disagreeing_with_an_acknowledgement_are_flagged(
     kafka_ops: tuple[pd.DataFrame, pd.DataFrame],
 ) -> None:
     acked = kafka_stats.acknowledged_offsets(kafka_ops[0], KEY)
-    assert acked[["offset", "value"]].values.tolist() == [[0, 1], [1, 7], [2, 4], [3, 6]]
+    assert acked[["offset", "value"]].values.tolist() == [[0, 1], [1, 7], [2, 4], [3, 6], [1, 8]]
     read = kafka_stats.polled_records(kafka_ops[0], KEY)
     assert read[["offset", "value", "disagrees"]].values.tolist() == [
         [0, 1, False],
-        [1, 7, False],
+        [1, 7, True],
         [2, 99, True],
     ]
     assert read["time_us"].tolist() == [2_310_000] * 3
