@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 FOCUS_OFFSETS = 25
 # Availability below this counts as an outage in the report's one-line summary.
 OUTAGE_BELOW = 0.5
+# The legend entry of reads that contradict an acknowledged send.
+DISAGREES = "polled, not the acknowledged value"
 
 
 def _mark_times(ax: Axes, times_us: list[int]) -> None:
@@ -135,31 +137,17 @@ def plot_offset_timeline(
             alpha=0.8,
             label=f"high watermark ({node} leading)",
         )
-    agree, disagree = read[~read["disagrees"]], read[read["disagrees"]]
-    series.append(
-        ax.scatter(agree["time_us"] / 1e6, agree["offset"], s=5, color="#7f7f7f", label="polled")
+    points = (
+        (read[~read["disagrees"]], {"s": 5, "color": "#7f7f7f", "label": "polled"}),
+        (
+            acked,
+            {"s": 16, "facecolors": "none", "edgecolors": "#1f77b4", "label": "acknowledged send"},
+        ),
+        (read[read["disagrees"]], {"s": 22, "marker": "x", "color": "#d62728", "label": DISAGREES}),
     )
-    series.append(
-        ax.scatter(
-            acked["time_us"] / 1e6,
-            acked["offset"],
-            s=16,
-            facecolors="none",
-            edgecolors="#1f77b4",
-            label="acknowledged send",
-        )
-    )
-    if not disagree.empty:
-        series.append(
-            ax.scatter(
-                disagree["time_us"] / 1e6,
-                disagree["offset"],
-                s=22,
-                marker="x",
-                color="#d62728",
-                label="polled, not the acknowledged value",
-            )
-        )
+    for frame, style in points:
+        if not frame.empty:
+            series.append(ax.scatter(frame["time_us"] / 1e6, frame["offset"], **style))
     for row in cut.itertuples(index=False):
         ax.annotate(
             "",
@@ -193,9 +181,7 @@ def plot_offset_timeline(
 def plot_kafka_run(trace: LocalTrace, run_id: str, analysis: Analysis | None = None) -> plt.Figure:
     """Produce latency, produce availability and the node timeline of one kafka run, on a
     shared time axis, violation times marked."""
-    history = trace.history[trace.history["run_id"] == run_id]
-    events = trace.events[trace.events["run_id"] == run_id]
-    ops = stats.operations_for_run(history, events)
+    events, ops = _run_frames(trace, run_id)
     windows = stats.fault_windows(events)
     nodes = events.loc[events["kind"] == "start", "node"].dropna().unique()
     marks = None
@@ -221,6 +207,13 @@ def plot_kafka_run(trace: LocalTrace, run_id: str, analysis: Analysis | None = N
     )
     figure.tight_layout()
     return figure
+
+
+def _run_frames(trace: LocalTrace, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One run's node events and its paired operations."""
+    events = trace.events[trace.events["run_id"] == run_id]
+    history = trace.history[trace.history["run_id"] == run_id]
+    return events, stats.operations_for_run(history, events)
 
 
 def _first_times(violations: pd.DataFrame) -> list[int]:
@@ -249,9 +242,7 @@ def kafka_run_section(trace: LocalTrace, run_id: str, analysis: Analysis, out: P
     """The report's Markdown for one kafka run; writes its PNGs under ``out``."""
     name = f"run-{run_id}.png"
     save_figure(plot_kafka_run(trace, run_id, analysis), out / name)
-    history = trace.history[trace.history["run_id"] == run_id]
-    events = trace.events[trace.events["run_id"] == run_id]
-    ops = stats.operations_for_run(history, events)
+    events, ops = _run_frames(trace, run_id)
     table = kafka_stats.send_availability(ops, end_us=stats.latest_us(ops))
     label = "violating" if run_id in analysis.violating_runs else "clean"
     lines = [f"## Run {run_id} ({label})", "", f"![{run_id}]({name})", ""]

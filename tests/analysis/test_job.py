@@ -27,7 +27,12 @@ from sim import analyze_cli
 from sim.analysis import kafka_stats, stats
 from sim.analysis.checks import ECHO_HEAL_BOUND_S
 from sim.analysis.job import Analysis, analyze_local
-from sim.analysis.kafka_report import FOCUS_OFFSETS, plot_kafka_run, plot_offset_timeline
+from sim.analysis.kafka_report import (
+    DISAGREES,
+    FOCUS_OFFSETS,
+    plot_kafka_run,
+    plot_offset_timeline,
+)
 from sim.analysis.load import LocalTrace, read_trace_pandas, run_dirs, spark_session
 from sim.analysis.report import LATENCY_FAULTS
 from sim.scenarios.echo import HEAL_BOUND_S
@@ -327,7 +332,7 @@ def test_kafka_run_figures_shade_faults_and_mark_the_violating_offset(
     plot_offset_timeline(ops, events, key, ax, focus=focus)
     series = {collection.get_label(): collection for collection in ax.collections}
     assert offset in series["acknowledged send"].get_offsets()[:, 1]
-    assert offset in series["polled, not the acknowledged value"].get_offsets()[:, 1]
+    assert offset in series[DISAGREES].get_offsets()[:, 1]
     low, high = ax.get_ylim()
     assert low < offset < high and high - low < 4 * FOCUS_OFFSETS
     plt.close("all")

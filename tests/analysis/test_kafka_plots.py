@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from sim.analysis import kafka_stats, stats
-from sim.analysis.kafka_report import plot_offset_timeline, plot_send_availability
+from sim.analysis.kafka_report import DISAGREES, plot_offset_timeline, plot_send_availability
 
 from .test_checks import write_run
 
@@ -128,5 +128,5 @@ def test_plots_label_their_axes_and_zoom_on_the_violation(
     low, high = bottom.get_ylim()
     assert low == 2 - 26 and high == 2 + 26
     labels = [text.get_text() for text in bottom.get_legend().get_texts()]
-    assert "polled, not the acknowledged value" in labels and "inconsistent-offsets" in labels
+    assert DISAGREES in labels and "inconsistent-offsets" in labels
     plt.close("all")
