@@ -1,7 +1,8 @@
 """``kraft-analyze`` on traces written by ``kraft-sim``: it flags exactly the failing runs.
 
 One Spark session serves the whole module (starting one costs seconds). The trace sets come
-from conftest: clean echo runs, and the same plus runs with the ack-before-fsync bug.
+from conftest: clean echo runs, the same plus runs with the ack-before-fsync bug, and kafka
+runs (two planted bugs, one honest run) whose report plots are checked against the trace.
 """
 
 from __future__ import annotations
