@@ -588,18 +588,33 @@ def check_commit_own_epoch(run: RunData) -> list[Violation]:
 def check_metadata_images(run: RunData) -> list[Violation]:
     """The metadata scenario's image changes (``broker-state``, ``partition-state``, in
     offset order): a partition's leader is in its ISR, a new leader comes from the previous
-    ISR (unclean election is off there), and no fenced broker leads."""
+    ISR (unclean election is off there), and no fenced broker leads.
+
+    Every node reports the changes it replays, and a restarted one replays the log from its
+    start again: each broker's or partition's changes are taken once, in offset order, so
+    an old state reported late is not read as a new election."""
     found: list[Violation] = []
     fenced: dict[int, bool] = {}
     partitions: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
+    applied: dict[tuple[str, int] | int, int] = {}  # broker or partition -> offset taken
     kinds = run.events["kind"].isin(("broker-state", "partition-state"))
+    changes = run.events[kinds].sort_values("offset_end", kind="stable")
     columns = ("kind", "node", "time_virtual_us", "leader", "offset_end", "detail")
-    for event in records(run.events[kinds], columns):
+    for event in records(changes, columns):
         detail = json.loads(event.detail) if isinstance(event.detail, str) else {}
+        subject: tuple[str, int] | int = (
+            int(detail["broker"])
+            if event.kind == "broker-state"
+            else (str(detail["topic_id"]), int(detail["partition"]))
+        )
+        offset = int(event.offset_end)
+        if applied.get(subject, -1) >= offset:
+            continue
+        applied[subject] = offset
         if event.kind == "broker-state":
             fenced[int(detail["broker"])] = bool(detail["fenced"])
             continue
-        where = f"{detail['topic']}-{detail['partition']} at offset {_int(event.offset_end)}"
+        where = f"{detail['topic']}-{detail['partition']} at offset {offset}"
         leader, isr = int(event.leader), tuple(int(r) for r in detail["isr"])
         slot = (str(detail["topic_id"]), int(detail["partition"]))
         previous = partitions.get(slot)

@@ -53,6 +53,7 @@ STATE_COLORS = {
     "unattached": "#dddddd",
     "resigned": "#c7c7c7",
 }
+STATUS_MARKERS = (("ok", ".", "#1f77b4"), ("fail", "x", "#d62728"), ("info", "^", "#ff7f0e"))
 # Faults shaded behind latency: those that hold up requests. Clock skew, ENOSPC and instant
 # faults are drawn per node on the node timeline instead, where they do not hide the points.
 LATENCY_FAULTS = ("partition", "oneway", "slow", "stall", "crash", "pause")
@@ -91,13 +92,19 @@ def shade_faults(ax: Axes, windows: pd.DataFrame, *, legend: bool = True) -> Non
 
 
 def plot_latency_over_time(
-    ops: pd.DataFrame, windows: pd.DataFrame, ax: Axes | None = None, *, title: str = ""
+    ops: pd.DataFrame,
+    windows: pd.DataFrame,
+    ax: Axes | None = None,
+    *,
+    title: str = "",
+    what: str = "operation",
 ) -> Axes:
-    """Latency of every completed operation against its invoke time, fault windows shaded."""
+    """Latency of every completed operation against its invoke time, fault windows shaded
+    (``info``: the outcome is unknown, e.g. a timeout)."""
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 4))
     shade_faults(ax, windows[windows["fault"].isin(LATENCY_FAULTS)])
-    for status, marker, color in (("ok", ".", "#1f77b4"), ("fail", "x", "#d62728")):
+    for status, marker, color in STATUS_MARKERS:
         done = ops[(ops["status"] == status) & ops["latency_us"].notna()]
         if not done.empty:
             ax.scatter(
@@ -110,8 +117,8 @@ def plot_latency_over_time(
             )
     ax.set_yscale("log")
     ax.set_xlabel("virtual time (s)")
-    ax.set_ylabel("operation latency (ms, log scale)")
-    ax.set_title(title or "Operation latency over time")
+    ax.set_ylabel(f"{what} latency (ms, log scale)")
+    ax.set_title(title or f"{what.capitalize()} latency over time")
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         first = ax.get_legend()
@@ -383,7 +390,7 @@ def write_report(
         lines.append(markdown_table(analysis.latency))
         figure, ax = plt.subplots(figsize=(10, 4))
         plot_latency_percentiles(analysis.latency, ax)
-        _save(figure, out / "latency_percentiles.png")
+        save_figure(figure, out / "latency_percentiles.png")
         lines += ["", "![latency percentiles](latency_percentiles.png)", ""]
 
     lines += ["## Availability and elections", ""]
@@ -401,20 +408,27 @@ def write_report(
         )
         figure, axes = plt.subplots(1, 2, figsize=(11, 3.5))
         plot_availability(analysis.metrics, axes)
-        _save(figure, out / "availability.png")
+        save_figure(figure, out / "availability.png")
         lines += ["", "![availability](availability.png)"]
     lines += ["", "## Verdicts by fault mix", ""]
     lines.append(markdown_table(analysis.fault_mix))
     if not analysis.fault_mix.empty and (analysis.fault_mix["grouping"] == "fault seen").any():
         figure, ax = plt.subplots(figsize=(10, 4))
         plot_fault_mix(analysis.fault_mix, ax)
-        _save(figure, out / "fault_mix.png")
+        save_figure(figure, out / "fault_mix.png")
         lines += ["", "![fault mix](fault_mix.png)", ""]
 
+    # Imported here: the kafka plots build on this module's.
+    from sim.analysis.kafka_report import kafka_run_section
+
+    scenario_of = dict(zip(analysis.verdicts["run_id"], analysis.verdicts["scenario"], strict=True))
     for run_id in sorted(runs or {}):
-        figure = plot_run(runs[run_id], run_id, analysis)  # type: ignore[index]
+        trace = runs[run_id]  # type: ignore[index]
+        if scenario_of.get(run_id) == "kafka":
+            lines += kafka_run_section(trace, run_id, analysis, out)
+            continue
         name = f"run-{run_id}.png"
-        _save(figure, out / name)
+        save_figure(plot_run(trace, run_id, analysis), out / name)
         label = "violating" if run_id in analysis.violating_runs else "clean"
         lines += [f"## Run {run_id} ({label})", "", f"![{run_id}]({name})", ""]
     report = out / "report.md"
@@ -422,7 +436,8 @@ def write_report(
     return report
 
 
-def _save(figure: plt.Figure, path: Path) -> None:
+def save_figure(figure: plt.Figure, path: Path) -> None:
+    """Write ``figure`` as a PNG at ``path`` and free it."""
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.planted import KAFKA_BUG_ARGS, KAFKA_BUG_SEEDS
 
 BIN = Path(sys.executable).parent
 
@@ -55,3 +58,35 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> TraceSets:
         "2",
     )
     return TraceSets(clean=clean, mixed=mixed)
+
+
+@pytest.fixture(scope="session")
+def kafka_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Kafka-scenario runs: two planted bugs at their catching seeds (20 s runs, as pinned),
+    whose first violations are a data check each (inconsistent-offsets, duplicate), and a
+    shorter honest run with faults in which a restarted broker replays the metadata log
+    (old image changes reported late). Shared by the report and notebook tests."""
+    root = tmp_path_factory.mktemp("kafka-traces")
+    runs = [
+        (bug, KAFKA_BUG_SEEDS[bug], "20") for bug in ("ack-before-fetch", "skip-sequence-check")
+    ]
+    for bug, seed, duration in [*runs, (None, 1, "10")]:
+        args = ["run", "--scenario", "kafka", "--seed", str(seed), "--duration", duration]
+        extra = ["--bug", bug, *KAFKA_BUG_ARGS.get(bug, ())] if bug else []
+        result = subprocess.run(
+            [str(BIN / "kraft-sim"), *args, *extra, "--trace", str(root)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == (1 if bug else 0), result.stdout + result.stderr
+    return root
+
+
+def named_partition(violation: str) -> tuple[str, str]:
+    """(check, partition) of a kafka data violation as the simulator worded it, e.g.
+    ``duplicate: value 3 was read at offset 4 of jepsen-1 ...`` gives (duplicate, jepsen-1)."""
+    check, _, text = violation.partition(": ")
+    found = re.search(r"\bof ([\w.]+-\d+)\b", text)
+    assert found is not None, f"no partition named in {violation!r}"
+    return check, found.group(1)

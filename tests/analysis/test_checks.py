@@ -319,3 +319,48 @@ def test_a_leader_must_commit_through_an_entry_of_its_own_epoch(tmp_path: Path) 
     # A follower applies older epochs' batches freely: the rule binds leaders.
     follower = [start("n2"), role("n2", "follower", 2, 10), hw("n2", 5, 20)]
     assert run_checks(write_run(tmp_path, [*follower, commit("n2", 3, 5, 1, 20)])) == []
+
+
+def image(node: str, t_us: int, offset: int, leader: int, isr: list[int]) -> dict[str, Any]:
+    """A ``partition-state`` event: ``node`` replayed partition 0's change at ``offset``."""
+    return {
+        "t_us": t_us,
+        "kind": "partition-state",
+        "node": node,
+        "offset_end": offset,
+        "topic": "jepsen",
+        "topic_id": "t1",
+        "partition": 0,
+        "leader_id": str(leader),
+        "isr": isr,
+    }
+
+
+def test_image_changes_replayed_after_a_restart_are_not_new_elections(tmp_path: Path) -> None:
+    """n2 restarts and replays the log from its start, reporting offset 16's leader 4 after
+    n1 reported offset 30's leader 5 with ISR [5, 6]: an old state, not an election. A
+    leader from outside the ISR at offset 40, reported by both nodes, is one violation."""
+    brokers = [
+        {"t_us": 1, "kind": "broker-state", "node": "n1", "offset_end": 5, "broker": b}
+        | {"fenced": False}
+        for b in (4, 5, 6)
+    ]
+    history = [
+        *brokers,
+        image("n1", 10, 16, 4, [4, 5, 6]),
+        image("n2", 11, 16, 4, [4, 5, 6]),
+        image("n1", 20, 30, 5, [5, 6]),
+        image("n2", 21, 30, 5, [5, 6]),
+        {"t_us": 25, "kind": "crash", "node": "n2"},
+        start("n2", 26, 2),
+        image("n2", 27, 16, 4, [4, 5, 6]),
+        image("n2", 27, 30, 5, [5, 6]),
+    ]
+    assert run_checks(write_run(tmp_path, history, scenario="metadata")) == []
+    unclean = [image(node, 40 + i, 40, 4, [4]) for i, node in enumerate(("n2", "n1"))]
+    [found] = run_checks(write_run(tmp_path, history + unclean, scenario="metadata"))
+    assert (
+        found.message
+        == "leader-from-isr: jepsen-0 at offset 40 elected 4 from outside its ISR [5, 6]"
+    )
+    assert (found.node, found.time_virtual_us) == ("n2", 40)

@@ -1,7 +1,8 @@
 """``kraft-analyze`` on traces written by ``kraft-sim``: it flags exactly the failing runs.
 
 One Spark session serves the whole module (starting one costs seconds). The trace sets come
-from conftest: clean echo runs, and the same plus runs with the ack-before-fsync bug.
+from conftest: clean echo runs, the same plus runs with the ack-before-fsync bug, and kafka
+runs (two planted bugs, one honest run) whose report plots are checked against the trace.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -16,20 +18,29 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
 from sim import analyze_cli
+from sim.analysis import kafka_stats, stats
 from sim.analysis.checks import ECHO_HEAL_BOUND_S
-from sim.analysis.job import analyze_local
-from sim.analysis.load import read_trace_pandas, run_dirs, spark_session
+from sim.analysis.job import Analysis, analyze_local
+from sim.analysis.kafka_report import (
+    DISAGREES,
+    FOCUS_OFFSETS,
+    plot_kafka_run,
+    plot_offset_timeline,
+)
+from sim.analysis.load import LocalTrace, read_trace_pandas, run_dirs, spark_session
+from sim.analysis.report import LATENCY_FAULTS
 from sim.scenarios.echo import HEAL_BOUND_S
 from sim.tracefmt import RUN_FILE
-from tests.planted import KAFKA_BUG_ARGS, KAFKA_BUG_SEEDS, RAFT_BUG_SEEDS
+from tests.planted import RAFT_BUG_SEEDS
 
-from .conftest import TraceSets
+from .conftest import TraceSets, named_partition
 
 BIN = Path(sys.executable).parent
 
@@ -209,38 +220,120 @@ def test_every_raft_planted_bug_is_found_in_its_trace_alone(
 
 
 @pytest.fixture(scope="module")
-def kafka_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Kafka-scenario runs: an honest one, and two planted bugs at their catching seeds."""
-    root = tmp_path_factory.mktemp("kafka-traces")
-    runs = [("ack-before-fetch", KAFKA_BUG_SEEDS["ack-before-fetch"])]
-    runs += [("skip-sequence-check", KAFKA_BUG_SEEDS["skip-sequence-check"]), (None, 2)]
-    for bug, seed in runs:
-        args = ["run", "--scenario", "kafka", "--seed", str(seed), "--duration", "20"]
-        extra = ["--bug", bug, *KAFKA_BUG_ARGS.get(bug, ())] if bug else []
-        result = subprocess.run(
-            [str(BIN / "kraft-sim"), *args, *extra, "--trace", str(root)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert result.returncode == (1 if bug else 0), result.stdout + result.stderr
-    return root
+def kafka_report(
+    spark: SparkSession, kafka_traces: Path, tmp_path_factory: pytest.TempPathFactory
+) -> CliRun:
+    return run_cli(str(kafka_traces), out=tmp_path_factory.mktemp("kafka-report"))
+
+
+@pytest.fixture(scope="module")
+def kafka_local(kafka_traces: Path) -> tuple[LocalTrace, Analysis]:
+    """The kafka traces in pandas and their single-process analysis."""
+    trace = read_trace_pandas(str(kafka_traces))
+    return trace, analyze_local(trace)
 
 
 def test_kafka_runs_are_judged_from_their_history_and_partition_events(
-    spark: SparkSession, kafka_traces: Path, tmp_path: Path
+    kafka_report: CliRun, kafka_traces: Path, kafka_local: tuple[LocalTrace, Analysis]
 ) -> None:
     """The Jepsen checks re-derived from the trace flag exactly the runs the simulator
     failed, with the simulator's own first verdict among their violations."""
     expected = failing_runs_by_simulator(kafka_traces)
-    runs = read_trace_pandas(str(kafka_traces)).runs
+    trace, local = kafka_local
+    runs = trace.runs
     assert set(runs.loc[runs["bug"].notna(), "run_id"]) == expected
-    result = run_cli(str(kafka_traces), out=tmp_path)
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = json.loads((kafka_report.out / "summary.json").read_text())
     assert set(summary["violating_runs"]) == expected
-    assert result.stdout == f"runs={len(runs)} violations={len(expected)}\n"
-    local = analyze_local(read_trace_pandas(str(kafka_traces)))
+    assert kafka_report.code == 1
+    assert kafka_report.stdout == f"runs={len(runs)} violations={len(expected)}\n"
     for run_id, violation in zip(runs["run_id"], runs["violation"], strict=True):
         if violation is not None:
             messages = local.violations.loc[local.violations["run_id"] == run_id, "message"]
             assert violation in set(messages), (violation, list(messages))
+
+
+def report_sections(report: str) -> dict[str, str]:
+    """The report's ``## Run <id> (violating|clean)`` sections, by run id."""
+    parts = re.split(r"^## Run (\S+) \((?:violating|clean)\)$", report, flags=re.MULTILINE)
+    return {
+        run_id: body.split("\n## ", 1)[0]
+        for run_id, body in zip(parts[1::2], parts[2::2], strict=True)
+    }
+
+
+def test_kafka_report_draws_offsets_only_around_the_violating_partition(
+    kafka_report: CliRun, kafka_local: tuple[LocalTrace, Analysis]
+) -> None:
+    """The report shows the first violating run and a clean one, each with its produce
+    latency and availability figure and its sends counted as the history has them; only the
+    violating run gets offset timelines, one of them of the partition and check the
+    simulator's own verdict names."""
+    trace = kafka_local[0]
+    runs = trace.runs.set_index("run_id")
+    sections = report_sections((kafka_report.out / "report.md").read_text())
+    outcome = {run_id: runs.loc[run_id, "outcome"] for run_id in sections}
+    assert sorted(outcome.values()) == ["ok", "violation"], outcome
+    [bad] = [run_id for run_id, verdict in outcome.items() if verdict == "violation"]
+    [good] = [run_id for run_id, verdict in outcome.items() if verdict == "ok"]
+
+    message = runs.loc[bad, "violation"]
+    check, key = named_partition(message)
+    assert f"### Offsets of {key} around `{check}`" in sections[bad]
+    assert f"> {message}" in sections[bad]
+    png = kafka_report.out / f"offsets-{bad}-{check}.png"
+    assert png.stat().st_size > 10_000 and f"]({png.name})" in sections[bad]
+    drawn = [path.name for path in kafka_report.out.glob("offsets-*.png")]
+    assert drawn and all(name.startswith(f"offsets-{bad}-") for name in drawn), drawn
+    assert "### Offsets" not in sections[good]
+
+    history = trace.history
+    for run_id, section in sections.items():
+        assert (kafka_report.out / f"run-{run_id}.png").stat().st_size > 10_000
+        assert f"](run-{run_id}.png)" in section
+        sends = history[(history["run_id"] == run_id) & (history["f"] == "send")]
+        count = sends["type"].value_counts()
+        ok, fail, info = (int(count.get(status, 0)) for status in ("ok", "fail", "info"))
+        pending = int(count["invoke"]) - ok - fail - info
+        assert f"Sends: {ok} ok, {fail} fail, {info} info, {pending} pending." in section
+
+
+def test_kafka_run_figures_shade_faults_and_mark_the_violating_offset(
+    kafka_local: tuple[LocalTrace, Analysis],
+) -> None:
+    """On the ack-before-fetch run: the availability panel shades every fault window, its
+    bars add up to the acknowledged sends, and the offset timeline of the partition the
+    simulator flagged shows a read disagreeing with the acknowledged send at that offset."""
+    trace, analysis = kafka_local
+    runs = trace.runs.set_index("run_id")
+    [run_id] = runs.index[runs["bug"] == "ack-before-fetch"]
+    message = runs.loc[run_id, "violation"]
+    found = re.search(r"acknowledged at offset (\d+) of (\S+), which was read", message)
+    assert found is not None, message
+    offset, key = int(found.group(1)), found.group(2)
+    history = trace.history[trace.history["run_id"] == run_id]
+    events = trace.events[trace.events["run_id"] == run_id]
+
+    figure = plot_kafka_run(trace, run_id, analysis)
+    availability = next(ax for ax in figure.axes if ax.get_title() == "produce availability")
+    rate = next(ax for ax in figure.axes if ax.get_ylabel() == "acknowledged sends per second")
+    windows = stats.fault_windows(events)
+    spans = windows[
+        windows["fault"].isin(LATENCY_FAULTS) & (windows["end_us"] > windows["start_us"])
+    ]
+    assert len(spans) > 0 and len(availability.patches) == len(spans)
+    acknowledged = int(((history["f"] == "send") & (history["type"] == "ok")).sum())
+    bucket_s = kafka_stats.DEFAULT_BUCKET_US / 1e6
+    assert sum(bar.get_height() for bar in rate.patches) * bucket_s == pytest.approx(acknowledged)
+    assert any(line.get_linestyle() == "--" for line in availability.lines), "violation unmarked"
+    plt.close(figure)
+
+    ops = stats.operations_for_run(history, events)
+    focus = kafka_stats.Focus("inconsistent-offsets", key, offset, None, message)
+    _, ax = plt.subplots()
+    plot_offset_timeline(ops, events, key, ax, focus=focus)
+    series = {collection.get_label(): collection for collection in ax.collections}
+    assert offset in series["acknowledged send"].get_offsets()[:, 1]
+    assert offset in series[DISAGREES].get_offsets()[:, 1]
+    low, high = ax.get_ylim()
+    assert low < offset < high and high - low < 4 * FOCUS_OFFSETS
+    plt.close("all")

@@ -82,6 +82,8 @@ def test_acks_1_promises_nothing_about_sends() -> None:
 
 def test_one_value_at_two_offsets_is_a_duplicate() -> None:
     assert checks(poll("c0", 0, [(0, 7), (1, 7)], 2)) == ["duplicate"]
+    # Acknowledged at the second offset, where it was read too: a duplicate, nothing else.
+    assert checks(send("p0", 7, 1), poll("c0", 0, [(0, 7), (1, 7)], 2)) == ["duplicate"]
 
 
 def test_two_values_at_one_offset_are_inconsistent() -> None:
