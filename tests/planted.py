@@ -38,5 +38,6 @@ KAFKA_BUG_SEEDS = {
     "no-epoch-bump": 7,
     "leader-outside-isr": 2,
     "skip-sequence-check": 2,
+    "coordinator-hw-over-truncated": 7,
 }
 KAFKA_BUG_ARGS = {"skip-sequence-check": ("--idempotent",)}

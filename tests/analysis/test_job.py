@@ -210,10 +210,14 @@ def test_every_raft_planted_bug_is_found_in_its_trace_alone(
 
 @pytest.fixture(scope="module")
 def kafka_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Kafka-scenario runs: an honest one, and two planted bugs at their catching seeds."""
+    """Kafka-scenario runs: an honest one, and three planted bugs at their catching seeds
+    (the coordinator's caught by ``lost-commit``, from the group consumers' history)."""
     root = tmp_path_factory.mktemp("kafka-traces")
-    runs = [("ack-before-fetch", KAFKA_BUG_SEEDS["ack-before-fetch"])]
-    runs += [("skip-sequence-check", KAFKA_BUG_SEEDS["skip-sequence-check"]), (None, 2)]
+    runs: list[tuple[str | None, int]] = [
+        (bug, KAFKA_BUG_SEEDS[bug])
+        for bug in ("ack-before-fetch", "skip-sequence-check", "coordinator-hw-over-truncated")
+    ]
+    runs.append((None, 2))
     for bug, seed in runs:
         args = ["run", "--scenario", "kafka", "--seed", str(seed), "--duration", "20"]
         extra = ["--bug", bug, *KAFKA_BUG_ARGS.get(bug, ())] if bug else []
