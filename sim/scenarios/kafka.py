@@ -588,7 +588,7 @@ class KafkaCluster(Cluster):
             member.assigned = kafka_client.assigned_partitions(synced[0], TOPIC)
             member.positions = None
             member.next_heartbeat = self.world.loop.time() + HEARTBEAT_S
-        elif error in REJOIN and error == "UNKNOWN_MEMBER_ID":
+        elif error == "UNKNOWN_MEMBER_ID":
             member.member_id = ""
 
     def coordinator_state(self, host: str, *, leading: bool) -> tuple[int, tuple[int, ...]]:
