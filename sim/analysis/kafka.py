@@ -340,7 +340,7 @@ class KafkaChecker:
                         "lost-commit",
                         f"{fetch.process} fetched committed offset {got} of {key}, though "
                         f"{commit.process}'s commit of offset {commit.value} was acknowledged "
-                        "before it and no commit of that offset may have followed",
+                        f"before it and no commit of offset {got} may have followed that one",
                         fetch.complete_us,
                     )
                     break
