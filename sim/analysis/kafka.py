@@ -59,14 +59,15 @@ class KafkaOp:
     """One completed operation of the Kafka workload (pending ones are not checked)."""
 
     process: str
-    f: str  # "send" or "poll"
-    key: str  # "<topic>-<partition>"
-    status: str  # "ok", "fail", "info"
-    value: int | None  # send: the value; poll: the position asked for
-    offset: int | None = None  # send: the acknowledged offset; poll: the high watermark
+    f: str  # "send", "poll", "commit" or "offset-fetch"
+    key: str  # "<topic>-<partition>" ("<group>/<topic>-<partition>" for commit, offset-fetch)
+    status: str  # "ok", "fail", "info" ("pending" too for a commit)
+    value: int | None  # send: the value; poll: the position asked for; commit: the offset
+    offset: int | None = None  # send: acknowledged offset; poll: high watermark; offset-fetch:
+    # the committed offset (-1 for none)
     records: tuple[tuple[int, int], ...] = ()  # poll: (offset, value), in the order read
     complete_us: int = 0
-    isr: tuple[int, ...] = ()  # the leader's ISR when it answered
+    isr: tuple[int, ...] = ()  # the leader's (coordinator's) ISR when it answered
     invoke_us: int = 0
     epoch: int = -1  # commit, offset-fetch: the coordinator's leader epoch when it answered
 
