@@ -4,9 +4,10 @@ Prints, from one run:
 1. the echo scenario (6 nodes, sleeps between requests, disk appends) in virtual seconds per
    wall second, with no faults and with every fault;
 2. the kafka scenario (3 controllers, 3 brokers replicating a 3-partition RF3 topic, 4
-   producers with acks=all and 2 consumers), with no faults and with every fault, in virtual
-   seconds per wall second, beside the metadata scenario on the same cluster (the baseline:
-   no data plane), so the ratio is what producing, replicating and consuming cost;
+   producers with acks=all, 2 consumers and 2 group consumers committing), with no faults
+   and with every fault, in virtual seconds per wall second, beside the metadata scenario on
+   the same cluster (the baseline: no data plane), so the ratio is what producing,
+   replicating, consuming and committing cost;
 3. a tight ping-pong between 6 nodes (each node sends to the next as fast as replies come),
    as messages per wall second, in the simulator and on real asyncio over loopback TCP in
    this same process: the baseline, so the ratio is the simulator's cost per message.
@@ -101,7 +102,8 @@ def main() -> None:
         print(
             f"kafka scenario, 3+3 nodes, {label:10}: {kafka.virtual_s:6.1f} virtual s in "
             f"{kafka.wall_s:6.2f} wall s = {kafka.speed:5.1f} virtual s per wall s "
-            f"({kafka.stats['sends']} sends, {kafka.stats['polls']} polls acknowledged); "
+            f"({kafka.stats['sends']} sends, {kafka.stats['polls']} polls, "
+            f"{kafka.stats['commits']} commits acknowledged); "
             f"metadata scenario (baseline) {baseline.speed:5.1f}; "
             f"ratio kafka / metadata {kafka.speed / baseline.speed:5.2f}x"
         )

@@ -1,6 +1,7 @@
-"""Planted bugs of the broker's replication, each a protocol change drawn from Kafka's
-history, for the simulator's kafka scenario to catch (``kraft-sim run --bug NAME``; never
-set outside a simulation). tests/planted.py pins the first seed that catches each."""
+"""Planted bugs of the broker's replication and group coordinator, each a protocol change
+drawn from Kafka's history, for the simulator's kafka scenario to catch (``kraft-sim run
+--bug NAME``; never set outside a simulation). tests/planted.py pins the first seed that
+catches each."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ ISR_SHRINK_LOCAL = "isr-shrink-local"
 NO_EPOCH_BUMP = "no-epoch-bump"
 ACK_BEFORE_FETCH = "ack-before-fetch"
 SKIP_SEQUENCE_CHECK = "skip-sequence-check"
+COORDINATOR_HW_OVER_TRUNCATED = "coordinator-hw-over-truncated"
 
 BROKER_BUGS = {
     TRUNCATE_TO_HW: "a new follower truncates its log to its high watermark (before KIP-101)",
@@ -18,4 +20,7 @@ BROKER_BUGS = {
     NO_EPOCH_BUMP: "a new leader neither records its epoch nor stamps its batches with it",
     ACK_BEFORE_FETCH: "acks=all is answered once the leader appended, before any follower",
     SKIP_SEQUENCE_CHECK: "a producer's retried batch is appended again (no duplicate check)",
+    COORDINATOR_HW_OVER_TRUNCATED: "a group coordinator acknowledges a commit once the high "
+    "watermark passes its offset, though leadership moved and the record was truncated "
+    "(KAFKA-20634)",
 }

@@ -309,6 +309,7 @@ class KraftNode:
             GroupCoordinatorConfig.from_properties(properties),
             runtime.rng,
             runtime.clock,
+            bugs=self.bugs & BROKER_BUGS.keys(),
         )
         loader.add_publisher(groups)
         groups.start(loader.image)

@@ -1,4 +1,6 @@
-"""The kafka scenario's client: Metadata, InitProducerId, Produce and Fetch, one call each.
+"""The kafka scenario's client: Metadata, InitProducerId, Produce and Fetch, and a classic
+group member's FindCoordinator, JoinGroup, SyncGroup, Heartbeat, OffsetCommit and
+OffsetFetch, one call each.
 
 The workload speaks the Kafka wire protocol to brokers over the simulated network, through
 the same pipelined connection the brokers use (broker/client.py) and kio's schemas, so the
@@ -14,15 +16,39 @@ trace digest, would vary run to run) and is not a dependency of the project.
 from __future__ import annotations
 
 import datetime
+import io
+import struct
 from dataclasses import dataclass
 
+from kio.schema.consumer_protocol_assignment.v0.data import (
+    ConsumerProtocolAssignment,
+)
+from kio.schema.consumer_protocol_assignment.v0.data import (
+    TopicPartition as AssignedPartitions,
+)
+from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.join_group.v7.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.offset_commit.v8.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kio.schema.offset_fetch.v8.request import (
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchRequestTopics,
+)
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.schema.types import TopicName
-from kio.static.primitive import i16, i32, i32Timedelta, i64
+from kio.schema.sync_group.v5.request import SyncGroupRequest, SyncGroupRequestAssignment
+from kio.schema.types import GroupId, TopicName
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from broker.client import KafkaConnection
 from log.batch import decode_batch, encode_batch, iter_batches
@@ -181,3 +207,171 @@ async def fetch(
             if at >= offset and record.value is not None:
                 found.append((at, int(record.value)))
     return FetchResult("NONE", int(data.high_watermark), int(data.log_start_offset), tuple(found))
+
+
+# ---- a classic group member (protocol type "consumer", Kafka's ConsumerProtocol bytes) -----
+PROTOCOL_TYPE = "consumer"
+PROTOCOL_NAME = "range"
+_write_subscription = entity_writer(ConsumerProtocolSubscription)
+_write_assignment = entity_writer(ConsumerProtocolAssignment)
+_read_assignment = entity_reader(ConsumerProtocolAssignment)
+
+
+def subscription(topic: str) -> bytes:
+    """A member's JoinGroup metadata: ConsumerProtocolSubscription v0 naming ``topic``."""
+    buffer = io.BytesIO()
+    buffer.write(struct.pack(">h", 0))
+    _write_subscription(buffer, ConsumerProtocolSubscription(topics=(topic,)))
+    return buffer.getvalue()
+
+
+def assignment(topic: str, partitions: list[int]) -> bytes:
+    """A member's SyncGroup assignment: ConsumerProtocolAssignment v0."""
+    buffer = io.BytesIO()
+    buffer.write(struct.pack(">h", 0))
+    topics = (AssignedPartitions(topic=TopicName(topic), partitions=tuple(map(i32, partitions))),)
+    _write_assignment(buffer, ConsumerProtocolAssignment(assigned_partitions=topics))
+    return buffer.getvalue()
+
+
+def assigned_partitions(data: bytes, topic: str) -> list[int]:
+    """The partitions of ``topic`` an assignment gives (none for an empty one)."""
+    if len(data) < 2:
+        return []
+    decoded, _ = _read_assignment(memoryview(data), 2)
+    return sorted(
+        int(p) for t in decoded.assigned_partitions if t.topic == topic for p in t.partitions
+    )
+
+
+async def find_coordinator(conn: KafkaConnection, group: str, timeout_s: float) -> tuple[str, int]:
+    """(error, coordinator broker id) of ``group``."""
+    request = FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group,))
+    response: object = await conn.request(request, timeout_s)
+    found = response.coordinators[0]  # type: ignore[attr-defined]
+    return _name(found.error_code), int(found.node_id)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: str
+    member_id: str
+    generation: int = -1
+    leader: str = ""
+    members: tuple[str, ...] = ()  # the leader's answer lists every member
+
+
+async def join_group(
+    conn: KafkaConnection,
+    group: str,
+    member_id: str,
+    topic: str,
+    session_s: float,
+    rebalance_s: float,
+) -> JoinResult:
+    """JoinGroup v7 (MEMBER_ID_REQUIRED first, with the member id to join again with)."""
+    request = JoinGroupRequest(
+        group_id=GroupId(group),
+        session_timeout=_ms(session_s),
+        rebalance_timeout=_ms(rebalance_s),
+        member_id=member_id,
+        protocol_type=PROTOCOL_TYPE,
+        protocols=(JoinGroupRequestProtocol(name=PROTOCOL_NAME, metadata=subscription(topic)),),
+    )
+    response: object = await conn.request(request, rebalance_s + session_s)
+    return JoinResult(
+        _name(response.error_code),  # type: ignore[attr-defined]
+        response.member_id,  # type: ignore[attr-defined]
+        int(response.generation_id),  # type: ignore[attr-defined]
+        response.leader,  # type: ignore[attr-defined]
+        tuple(m.member_id for m in response.members),  # type: ignore[attr-defined]
+    )
+
+
+async def sync_group(
+    conn: KafkaConnection,
+    group: str,
+    generation: int,
+    member_id: str,
+    assignments: dict[str, bytes],
+    timeout_s: float,
+) -> tuple[str, bytes]:
+    """(error, this member's assignment); the leader passes everyone's ``assignments``."""
+    request = SyncGroupRequest(
+        group_id=GroupId(group),
+        generation_id=i32(generation),
+        member_id=member_id,
+        protocol_type=PROTOCOL_TYPE,
+        protocol_name=PROTOCOL_NAME,
+        assignments=tuple(
+            SyncGroupRequestAssignment(member_id=m, assignment=a) for m, a in assignments.items()
+        ),
+    )
+    response: object = await conn.request(request, timeout_s)
+    return _name(response.error_code), bytes(response.assignment)  # type: ignore[attr-defined]
+
+
+async def heartbeat(
+    conn: KafkaConnection, group: str, generation: int, member_id: str, timeout_s: float
+) -> str:
+    request = HeartbeatRequest(
+        group_id=GroupId(group), generation_id=i32(generation), member_id=member_id
+    )
+    response: object = await conn.request(request, timeout_s)
+    return _name(response.error_code)  # type: ignore[attr-defined]
+
+
+async def offset_commit(
+    conn: KafkaConnection,
+    group: str,
+    generation: int,
+    member_id: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    timeout_s: float,
+) -> str:
+    """The error of committing ``offset`` for one partition, as a group member."""
+    request = OffsetCommitRequest(
+        group_id=GroupId(group),
+        generation_id_or_member_epoch=i32(generation),
+        member_id=member_id,
+        topics=(
+            OffsetCommitRequestTopic(
+                name=TopicName(topic),
+                partitions=(
+                    OffsetCommitRequestPartition(
+                        partition_index=i32(partition),
+                        committed_offset=i64(offset),
+                        committed_metadata="",
+                    ),
+                ),
+            ),
+        ),
+    )
+    response: object = await conn.request(request, timeout_s)
+    return _name(response.topics[0].partitions[0].error_code)  # type: ignore[attr-defined]
+
+
+async def offset_fetch(
+    conn: KafkaConnection, group: str, topic: str, partition: int, timeout_s: float
+) -> tuple[str, int]:
+    """(error, committed offset: -1 for none) of one partition."""
+    request = OffsetFetchRequest(
+        groups=(
+            OffsetFetchRequestGroup(
+                group_id=GroupId(group),
+                topics=(
+                    OffsetFetchRequestTopics(
+                        name=TopicName(topic), partition_indexes=(i32(partition),)
+                    ),
+                ),
+            ),
+        ),
+    )
+    response: object = await conn.request(request, timeout_s)
+    answer = response.groups[0]  # type: ignore[attr-defined]
+    if answer.error_code != ErrorCode.none:
+        return _name(answer.error_code), -1
+    found = answer.topics[0].partitions[0]
+    return _name(found.error_code), int(found.committed_offset)

@@ -33,10 +33,11 @@ METADATA_RAFT_BUG_SEEDS = {
 KAFKA_BUG_SEEDS = {
     "ack-before-fetch": 5,
     "hw-before-isr": 5,
-    "truncate-to-hw": 4,
+    "truncate-to-hw": 1,
     "isr-shrink-local": 7,
-    "no-epoch-bump": 7,
-    "leader-outside-isr": 2,
-    "skip-sequence-check": 2,
+    "no-epoch-bump": 36,
+    "leader-outside-isr": 3,
+    "skip-sequence-check": 10,
+    "coordinator-hw-over-truncated": 7,
 }
 KAFKA_BUG_ARGS = {"skip-sequence-check": ("--idempotent",)}

@@ -30,6 +30,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.bugs import COORDINATOR_HW_OVER_TRUNCATED
 from broker.group.classic import (
     ClassicGroup,
     GroupState,
@@ -87,8 +88,11 @@ class GroupCoordinator:
         config: GroupCoordinatorConfig,
         rng: random.Random,
         clock: WallClock,
+        *,
+        bugs: frozenset[str] = frozenset(),
     ) -> None:
         self.node_id = node_id
+        self.bugs = bugs  # planted (broker/bugs.py); simulator only
         self.config = config
         self._replicas = replicas
         self._rng = rng
@@ -293,6 +297,8 @@ class GroupCoordinator:
     async def _write(self, shard: Shard, records: list[Record]) -> tuple[ErrorCode, int]:
         """Append records to the shard's partition with acks=all; (error, base offset)."""
         batch = encode_batch(records)
+        if COORDINATOR_HW_OVER_TRUNCATED in self.bugs:
+            return await self._write_until_high_watermark(shard, batch, len(records))
         result = await self._replicas.append(
             OFFSETS_TOPIC,
             shard.partition,
@@ -304,6 +310,27 @@ class GroupCoordinator:
             return _WRITE_ERRORS.get(result.error, ErrorCode.unknown_server_error), -1
         if self._shards.get(shard.partition) is not shard:
             return ErrorCode.not_coordinator, -1  # leadership moved while we waited
+        return ErrorCode.none, result.base_offset
+
+    async def _write_until_high_watermark(
+        self, shard: Shard, batch: bytes, count: int
+    ) -> tuple[ErrorCode, int]:
+        """The planted bug (KAFKA-20634): append as leader, then acknowledge once this
+        broker's high watermark of the partition passes the records' offsets, even if it
+        lost leadership meanwhile, truncated them and refilled those offsets with the new
+        leader's records: the commit is acknowledged and lost."""
+        key = (OFFSETS_TOPIC, shard.partition)
+        timeout_s = self.config.offsets_commit_timeout_ms / 1000
+        result = await self._replicas.append(*key, batch, 1, timeout_s)
+        if result.error is not ErrorCode.none:
+            return _WRITE_ERRORS.get(result.error, ErrorCode.unknown_server_error), -1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while (self._replicas.high_watermark_of(key) or 0) < result.base_offset + count:
+            if loop.time() >= deadline:
+                return ErrorCode.coordinator_not_available, -1
+            # A follower's high watermark moves without a notification: look again soon.
+            await self._replicas.delayed.wait((key,), min(0.05, deadline - loop.time()))
         return ErrorCode.none, result.base_offset
 
     def _handle(

@@ -30,6 +30,10 @@ import pyarrow as pa
 
 from sim.analysis.history import INDETERMINATE, latest_us, op_value, pair_operations, records
 from sim.analysis.kafka import (
+    COMMIT,
+    COMMIT_EPOCH_UNKNOWN,
+    KAFKA_OPS,
+    OFFSETS_TOPIC,
     KafkaChecker,
     KafkaOp,
     PartitionStateChecker,
@@ -679,10 +683,24 @@ def check_kafka(run: RunData) -> list[Violation]:
     if not config:
         return []
     op_columns = ("process", "f", "key", "status", "value_in", "offset", "values_out")
-    done = ("complete_us", "complete_seq", "detail_out")
+    done = ("invoke_us", "invoke_seq", "complete_us", "complete_seq", "detail_out")
     kafka_ops = []
+    pending = []
     for row in records(run.ops, (*op_columns, *done)):
-        if row.f not in ("send", "poll") or row.status not in ("ok", "fail", "info"):
+        # A commit still open at the end may have landed (the checker judges commits at the
+        # end, pending ones included); any other open operation is not checked.
+        if row.f == COMMIT and row.status == "pending":
+            op = KafkaOp(
+                str(row.process),
+                COMMIT,
+                str(row.key),
+                "pending",
+                _int(row.value_in),
+                invoke_us=int(row.invoke_us),
+            )
+            pending.append((int(row.invoke_seq), "op", op))
+            continue
+        if row.f not in KAFKA_OPS or row.status not in ("ok", "fail", "info"):
             continue
         detail = json.loads(row.detail_out) if isinstance(row.detail_out, str) else {}
         pairs = [int(v) for v in row.values_out] if row.values_out is not None else []
@@ -696,11 +714,16 @@ def check_kafka(run: RunData) -> list[Violation]:
             tuple(zip(pairs[::2], pairs[1::2], strict=True)),
             int(row.complete_us),
             tuple(int(r) for r in detail.get("isr", ())),
+            int(row.invoke_us),
+            int(detail.get("epoch", COMMIT_EPOCH_UNKNOWN)),
         )
         kafka_ops.append(op)
         items.append((int(row.complete_seq), "op", op))
     items.sort(key=lambda item: item[0])
-    checker = KafkaChecker(acks_all=config.get("acks") == "all", cuts=cuts)
+    items.extend(sorted(pending, key=lambda item: item[0]))
+    checker = KafkaChecker(
+        acks_all=config.get("acks") == "all", cuts=cuts, offsets_log=config.get("offsets_log", "")
+    )
     states = PartitionStateChecker(cuts=cuts)
     found: list[Violation] = []
     end_us = 0
@@ -718,7 +741,7 @@ def check_kafka(run: RunData) -> list[Violation]:
             continue
         detail = json.loads(item.detail) if isinstance(item.detail, str) else {}
         if item.kind == "partition-state":
-            if detail.get("topic") == config.get("topic"):
+            if detail.get("topic") in (config.get("topic"), OFFSETS_TOPIC):
                 key = f"{detail['topic']}-{detail['partition']}"
                 cuts.isr_changed(key, tuple(int(r) for r in detail["isr"]), at)
             continue

@@ -8,6 +8,14 @@ Operations (one partition each, its key ``<topic>-<partition>``):
   watermark the broker reported; the final reads after the heal are polls of process
   ``final`` from offset 0 to the high watermark.
 
+A group's consumers also commit and fetch committed offsets (key ``<group>/<topic>-<partition>``):
+
+- ``commit``: the offset in; ok once the coordinator acknowledged it; a refused commit
+  (ILLEGAL_GENERATION, ...) is ``fail``, any other error ``info`` (the record may be written);
+- ``offset-fetch``: the committed offset out (-1 for none), from the process ``final`` too
+  after the heal. Both carry the coordinator's ISR of the group's ``__consumer_offsets``
+  partition and its leader epoch there when it answered (a fetch: only while it leads).
+
 Checks (the violation name leads the message):
 - ``inconsistent-offsets``: two values read at one offset, or an acknowledged send's offset
   read holding another value;
@@ -18,7 +26,18 @@ Checks (the violation name leads the message):
 - ``poll-skip``: a consumer's read jumped over offsets that hold values;
 - ``lost-write``: an acknowledged value no read found, though reads passed its offset;
 - ``unseen``: an acknowledged value at an offset no read ever reached, though the final
-  reads go to the healed cluster's high watermark.
+  reads go to the healed cluster's high watermark;
+- ``lost-commit``: an offset fetch returned an offset older than a commit acknowledged
+  before it began, and no commit of the offset it returned may have come after that one;
+- ``offset-backwards``: an offset fetch returned an offset older than an earlier fetch
+  did, and no commit of the offset it returned may have come between them.
+
+A commit "may come after" another unless it failed or completed before the other began
+(pending and ``info`` commits may land any time later). Commits and fetches are ordered by
+the coordinator's leader epoch too: a deposed coordinator that has not yet heard of its
+successor answers from its older state, as Kafka's does, so a fetch is compared only with
+commits acknowledged at its epoch or earlier, and with fetches answered at its epoch or
+earlier.
 
 What an acknowledgement promises: acks=all with min.insync.replicas=2 keeps a write while
 the ISR keeps it. Data logs are not fsynced per append (as in Kafka), so a write may be
@@ -40,14 +59,27 @@ class KafkaOp:
     """One completed operation of the Kafka workload (pending ones are not checked)."""
 
     process: str
-    f: str  # "send" or "poll"
-    key: str  # "<topic>-<partition>"
-    status: str  # "ok", "fail", "info"
-    value: int | None  # send: the value; poll: the position asked for
-    offset: int | None = None  # send: the acknowledged offset; poll: the high watermark
+    f: str  # "send", "poll", "commit" or "offset-fetch"
+    key: str  # "<topic>-<partition>" ("<group>/<topic>-<partition>" for commit, offset-fetch)
+    status: str  # "ok", "fail", "info" ("pending" too for a commit)
+    value: int | None  # send: the value; poll: the position asked for; commit: the offset
+    offset: int | None = None  # send: acknowledged offset; poll: high watermark; offset-fetch:
+    # the committed offset (-1 for none)
     records: tuple[tuple[int, int], ...] = ()  # poll: (offset, value), in the order read
     complete_us: int = 0
-    isr: tuple[int, ...] = ()  # the leader's ISR when it answered
+    isr: tuple[int, ...] = ()  # the leader's (coordinator's) ISR when it answered
+    invoke_us: int = 0
+    epoch: int = -1  # commit, offset-fetch: the coordinator's leader epoch when it answered
+
+
+# The group operations: their key is "<group>/<topic>-<partition>".
+COMMIT, OFFSET_FETCH = "commit", "offset-fetch"
+KAFKA_OPS = ("send", "poll", COMMIT, OFFSET_FETCH)
+# A commit whose coordinator's epoch is unknown (a failed one, or its node gone before the
+# answer arrived) is compared with no fetch, as one from a later coordinator would be.
+COMMIT_EPOCH_UNKNOWN = 2**31 - 1
+# broker.group.coordinator.OFFSETS_TOPIC; not imported: Spark workers load no broker code.
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,13 +166,25 @@ class KafkaChecker:
     _last_send: dict[tuple[str, str], _Send] = field(default_factory=dict)
     _last_poll: dict[tuple[str, str], int] = field(default_factory=dict)
     _positions: list[tuple[str, str, int, int, int]] = field(default_factory=list)
+    offsets_log: str = ""  # the group's __consumer_offsets partition, "<topic>-<partition>"
+    commits_ok: int = 0
+    _commits: dict[str, list[KafkaOp]] = field(default_factory=dict)  # by key, any status
+    _fetches: dict[str, list[KafkaOp]] = field(default_factory=dict)  # by key, ok ones
 
     def fail(self, check: str, message: str, time_us: int) -> None:
         self.violations.append(KafkaViolation(check, f"{check}: {message}", time_us))
 
     def add(self, op: KafkaOp) -> None:
-        """Check one completed operation against everything before it."""
+        """Check one completed operation against everything before it (a commit, any
+        status, pending ones included: they are judged at the end)."""
+        if op.f == COMMIT:
+            self._commits.setdefault(op.key, []).append(op)
+            self.commits_ok += op.status == "ok"
+            return
         if op.status != "ok":
+            return
+        if op.f == OFFSET_FETCH:
+            self._fetches.setdefault(op.key, []).append(op)
             return
         if op.f == "send" and op.offset is not None and op.value is not None:
             self.sends_ok += 1
@@ -263,7 +307,61 @@ class KafkaChecker:
                     f"{expected}, skipping offset {held[0]} which holds a value",
                     at_us,
                 )
+        for key, fetches in sorted(self._fetches.items()):
+            self._check_committed(key, fetches, self._commits.get(key, []))
         return self.violations
+
+    def _check_committed(self, key: str, fetches: list[KafkaOp], commits: list[KafkaOp]) -> None:
+        """``lost-commit`` and ``offset-backwards`` over one key's fetches."""
+
+        def latest_end(value: int | None, before_us: int) -> float:
+            """When the last commit of ``value`` begun before ``before_us`` completed (inf
+            if it may still be in flight; -inf if there is none)."""
+            ends = [
+                float("inf") if c.status != "ok" else c.complete_us
+                for c in commits
+                if c.value == value and c.status != "fail" and c.invoke_us < before_us
+            ]
+            return max(ends, default=float("-inf"))
+
+        cuts, log = self.cuts, self.offsets_log
+        for fetch in fetches:
+            got = fetch.offset if fetch.offset is not None else -1
+            end = latest_end(got, fetch.complete_us)
+            for commit in commits:
+                if (
+                    commit.status == "ok"
+                    and commit.complete_us < fetch.invoke_us
+                    and (commit.value or 0) > got
+                    and commit.epoch <= fetch.epoch
+                    and end < commit.invoke_us
+                    and not cuts.may_have_lost(log, commit.isr, commit.complete_us)
+                ):
+                    self.fail(
+                        "lost-commit",
+                        f"{fetch.process} fetched committed offset {got} of {key}, though "
+                        f"{commit.process}'s commit of offset {commit.value} was acknowledged "
+                        f"before it and no commit of offset {got} may have followed that one",
+                        fetch.complete_us,
+                    )
+                    break
+            for earlier in fetches:
+                before = earlier.offset if earlier.offset is not None else -1
+                if (
+                    earlier.complete_us < fetch.invoke_us
+                    and got < before
+                    and earlier.epoch <= fetch.epoch
+                    and end < earlier.invoke_us
+                    and not cuts.may_have_lost(log, earlier.isr, earlier.complete_us)
+                ):
+                    self.fail(
+                        "offset-backwards",
+                        f"{fetch.process} fetched committed offset {got} of {key} after "
+                        f"{earlier.process} had fetched offset {before}, with no commit of "
+                        f"offset {got} in between",
+                        fetch.complete_us,
+                    )
+                    break
 
 
 @dataclass(slots=True)

@@ -10,17 +10,24 @@ starts, and with it the workload (sim/kafka_client.py, the Kafka wire protocol):
   batch whose outcome it does not know, with the same sequence, until acknowledged or 10 s
   passed (it then starts over with a new producer id, as Kafka's does);
 - consumer lanes assign every partition and poll them in turn from their positions;
+- group consumer lanes join one classic group (FindCoordinator, JoinGroup, SyncGroup,
+  Heartbeat), fetch the committed offsets of the partitions they are assigned, poll them
+  and commit each new position; a rebalance, a coordinator move or a restart fetches the
+  committed offsets again and resumes from them (a new process each time: a seek back to
+  the committed offset is not a non-monotonic poll);
 - a lane sometimes crashes (its connections dropped, its state forgotten) and restarts as a
-  new process (Jepsen's rule), a consumer from offset 0.
+  new process (Jepsen's rule), a consumer from offset 0, a group consumer from its group's
+  committed offsets.
 
 Checked online as operations complete and at the end (sim/analysis/kafka.py, the same code
 kraft-analyze runs): inconsistent offsets, duplicates, non-monotonic sends and polls, poll
-skips, lost and unseen writes; on the brokers' partition state, sampled every few virtual
-milliseconds: a leader's high watermark never moves back within its epoch, and no replica
-truncates below an offset a leader committed (``partition-hw``, ``partition-truncate``
-events). After the heal, within 30 s every partition has a leader in its ISR and takes an
-acks=all produce (liveness); then the final reads fetch every partition up to its high
-watermark.
+skips, lost and unseen writes, lost commits and committed offsets going backwards (the
+final offset fetches after the heal included); on the brokers' partition state, sampled
+every few virtual milliseconds: a leader's high watermark never moves back within its
+epoch, and no replica truncates below an offset a leader committed (``partition-hw``,
+``partition-truncate`` events). After the heal, within 30 s every partition has a leader in
+its ISR and takes an acks=all produce (liveness); then the final reads fetch every
+partition up to its high watermark, and the group's committed offsets are fetched.
 """
 
 from __future__ import annotations
@@ -33,11 +40,16 @@ from typing import Any
 
 from broker.bugs import BROKER_BUGS
 from broker.client import KafkaConnection
+from broker.group.coordinator import OFFSETS_TOPIC
+from broker.group.records import partition_for
 from broker.replica_manager import Partition
 from log.runtime import Runtime
 from metadata.records import NO_LEADER
 from sim import admin, kafka_client
 from sim.analysis.kafka import (
+    COMMIT,
+    COMMIT_EPOCH_UNKNOWN,
+    OFFSET_FETCH,
     KafkaChecker,
     KafkaOp,
     PartitionStateChecker,
@@ -77,6 +89,28 @@ NOT_APPENDED = {
     "OUT_OF_ORDER_SEQUENCE_NUMBER",
     "INVALID_PRODUCER_EPOCH",
 }
+GROUP = "jepsen-group"
+GROUP_CONSUMERS = 2
+GROUP_CRASH_CHANCE = 0.003  # lower: a crashed member stalls its group's next rebalance
+OFFSETS_PARTITIONS = 3  # offsets.topic.num.partitions (Kafka's 50 would only slow the run)
+SESSION_TIMEOUT_S = 6.0  # group.min.session.timeout.ms
+REBALANCE_TIMEOUT_S = 5.0
+HEARTBEAT_S = 1.0
+# How long each group lane waits for a commit's answer: the first longer than the
+# coordinator's offsets.commit.timeout.ms (5 s), as Kafka's default request.timeout.ms (30 s)
+# is, the other shorter: when a coordinator is cut off, one member moves on to the new
+# coordinator and commits there while the other still waits on the old one.
+COMMIT_TIMEOUTS_S = (8.0, REQUEST_TIMEOUT_S)
+# Commit errors a coordinator answers before writing anything: the commit did not happen.
+COMMIT_REFUSED = {
+    "ILLEGAL_GENERATION",
+    "UNKNOWN_MEMBER_ID",
+    "REBALANCE_IN_PROGRESS",
+    "FENCED_INSTANCE_ID",
+    "COORDINATOR_LOAD_IN_PROGRESS",
+    "UNKNOWN_TOPIC_OR_PARTITION",
+}
+REJOIN = {"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS"}
 # Kafka's own replication faults, on top of the nemesis's (``--faults all`` includes them).
 FAULTS = ("isolate-partition-leader", "kill-partition-leader", "pause-follower")
 
@@ -94,6 +128,14 @@ COMPACT_BROKER_PROPS = {"log.cleaner.backoff.ms": "500", "log.initial.task.delay
 
 def key_of(partition: int) -> str:
     return f"{TOPIC}-{partition}"
+
+
+def group_key_of(partition: int) -> str:
+    return f"{GROUP}/{TOPIC}-{partition}"
+
+
+OFFSETS_PARTITION = partition_for(GROUP, OFFSETS_PARTITIONS)
+OFFSETS_LOG = f"{OFFSETS_TOPIC}-{OFFSETS_PARTITION}"
 
 
 @dataclass(slots=True)
@@ -148,6 +190,38 @@ class Routing:
 
 
 @dataclass(slots=True)
+class GroupMember:
+    """One group consumer's session: its coordinator, membership and positions."""
+
+    routing: Routing
+    lane: str
+    commit_timeout_s: float = REQUEST_TIMEOUT_S
+    coordinator: str | None = None
+    member_id: str = ""
+    generation: int = -1
+    assigned: list[int] = field(default_factory=list)
+    positions: dict[int, int] | None = None  # None: fetch the committed offsets first
+    loads: int = 0  # positions loaded so far: each load starts a new process
+    next_heartbeat: float = 0.0
+    turn: int = 0
+
+    @property
+    def process(self) -> str:
+        return f"{self.lane}.{self.loads}"
+
+    def lost_coordinator(self) -> None:
+        """Find the coordinator again, and then resume from its committed offsets."""
+        self.coordinator = None
+        self.positions = None
+
+    def rejoin(self, error: str) -> None:
+        self.generation = -1
+        self.positions = None
+        if error == "UNKNOWN_MEMBER_ID":
+            self.member_id = ""
+
+
+@dataclass(slots=True)
 class KafkaCluster(Cluster):
     """The metadata scenario's cluster plus the Kafka workload and its checks."""
 
@@ -162,23 +236,27 @@ class KafkaCluster(Cluster):
     next_value: int = 0
     sends: int = 0
     polls: int = 0
+    group_ops: int = 0
+    open_commits: dict[str, KafkaOp] = field(default_factory=dict)  # by process
     # What the sampler last saw: (node, incarnation, key[, epoch]) -> high watermark, log end.
     _hw_seen: dict[tuple[str, int, str, int], int] = field(default_factory=dict)
     _end_seen: dict[tuple[str, int, str], int] = field(default_factory=dict)
 
     # ---- history ---------------------------------------------------------------------------
-    def invoke(self, process: str, f: str, key: str, value: int) -> None:
+    def invoke(self, process: str, f: str, key: str, value: int | None) -> None:
         self.world.trace.event("op", process=process, type="invoke", f=f, key=key, value=value)
 
-    def complete(self, op: KafkaOp) -> None:
+    def complete(self, op: KafkaOp, error: str | None = None) -> None:
         trace = self.world.trace
-        fields: dict[str, object] = {"error": None}
+        fields: dict[str, object] = {"error": error}
         if op.offset is not None:
             fields["offset"] = op.offset
         if op.f == "poll" and op.status == "ok":
             fields["values"] = [n for pair in op.records for n in pair]
         if op.isr:
             fields["isr"] = list(op.isr)
+        if op.f in (COMMIT, OFFSET_FETCH) and op.status == "ok":
+            fields["epoch"] = op.epoch
         trace.event(
             "op", process=op.process, type=op.status, f=op.f, key=op.key, value=op.value, **fields
         )
@@ -385,6 +463,255 @@ class KafkaCluster(Cluster):
         )
         return kafka_client.FetchResult(error, log_start_offset=start)
 
+    # ---- group consumers -------------------------------------------------------------------
+    async def group_consumer(self, runtime: Runtime, lane: int) -> None:
+        rng = runtime.rng
+        generation = 0
+        while True:
+            name = f"g{lane}.{generation}"
+            timeout_s = COMMIT_TIMEOUTS_S[lane % len(COMMIT_TIMEOUTS_S)]
+            member = GroupMember(Routing(self, name), name, timeout_s)
+            while rng.random() >= GROUP_CRASH_CHANCE:
+                await asyncio.sleep(rng.uniform(0.005, 0.05))
+                await self.group_step(member, rng)
+            await member.routing.close()
+            generation += 1
+
+    async def group_step(self, member: GroupMember, rng: random.Random) -> None:
+        """One step of a group consumer: find its coordinator, (re)join, load its positions
+        from the committed offsets, heartbeat when due, or poll one assigned partition and
+        commit the new position."""
+        loop = self.world.loop
+        if member.coordinator is None:
+            member.coordinator = await self._find_coordinator(member.routing, rng)
+            member.positions = None
+            return
+        if member.generation < 0:
+            await self._join(member)
+            return
+        if member.positions is None:
+            member.loads += 1
+            positions = {}
+            for partition in member.assigned:
+                committed = await self.fetch_offset(member, member.process, partition)
+                if committed is None:
+                    return
+                positions[partition] = max(committed, 0)
+            member.positions = positions
+            return
+        if loop.time() >= member.next_heartbeat:
+            member.next_heartbeat = loop.time() + HEARTBEAT_S
+            error = await self._group_call(
+                member,
+                lambda c: kafka_client.heartbeat(
+                    c, GROUP, member.generation, member.member_id, REQUEST_TIMEOUT_S
+                ),
+            )
+            if error in REJOIN:
+                member.rejoin(error)
+            return
+        if not member.assigned:
+            return
+        partition = member.assigned[member.turn % len(member.assigned)]
+        member.turn += 1
+        position = member.positions[partition]
+        result = await self.poll(member.routing, rng, member.process, partition, position)
+        if result.error == "OFFSET_OUT_OF_RANGE":
+            # auto.offset.reset=earliest, as a new process (a seek back is no poll of ours).
+            member.loads += 1
+            member.positions[partition] = 0
+        elif result.records:
+            member.positions[partition] = result.records[-1][0] + 1
+            await self.commit(member, partition, member.positions[partition])
+
+    async def _find_coordinator(self, routing: Routing, rng: random.Random) -> str | None:
+        host = rng.choice(self.brokers)
+        self.group_ops += 1
+        try:
+            conn = await routing.conn(host)
+            error, node = await kafka_client.find_coordinator(conn, GROUP, REQUEST_TIMEOUT_S)
+        except (OSError, TimeoutError, ConnectionError):
+            await routing.drop(host)
+            return None
+        if error != "NONE":
+            await asyncio.sleep(0.2)
+            return None
+        return f"n{node}"
+
+    async def _group_call(self, member: GroupMember, call: Callable[[KafkaConnection], Any]) -> str:
+        """One request to the member's coordinator: its error (a connection failure's type
+        name). Errors that mean the coordinator moved make the member find it again."""
+        host = member.coordinator
+        assert host is not None
+        self.group_ops += 1
+        try:
+            error = await call(await member.routing.conn(host))
+        except (OSError, TimeoutError, ConnectionError) as failure:
+            await member.routing.drop(host)
+            member.lost_coordinator()
+            return type(failure).__name__
+        if error in ("NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE"):
+            member.lost_coordinator()
+        return str(error)
+
+    async def _join(self, member: GroupMember) -> None:
+        """JoinGroup (again with the member id MEMBER_ID_REQUIRED names), then SyncGroup; the
+        leader assigns the partitions round-robin over the sorted member ids."""
+        joined: list[kafka_client.JoinResult] = []
+
+        async def join(conn: KafkaConnection) -> str:
+            result = await kafka_client.join_group(
+                conn, GROUP, member.member_id, TOPIC, SESSION_TIMEOUT_S, REBALANCE_TIMEOUT_S
+            )
+            joined.append(result)
+            return result.error
+
+        error = await self._group_call(member, join)
+        if joined and joined[0].member_id:
+            member.member_id = joined[0].member_id
+        if error != "NONE":
+            if error == "UNKNOWN_MEMBER_ID":
+                member.member_id = ""
+            return
+        result = joined[0]
+        assignments: dict[str, bytes] = {}
+        if result.leader == member.member_id:
+            members = sorted(result.members)
+            for index, member_id in enumerate(members):
+                mine = list(range(index, self.partitions, len(members)))
+                assignments[member_id] = kafka_client.assignment(TOPIC, mine)
+        synced: list[bytes] = []
+
+        async def sync(conn: KafkaConnection) -> str:
+            error, data = await kafka_client.sync_group(
+                conn,
+                GROUP,
+                result.generation,
+                member.member_id,
+                assignments,
+                REBALANCE_TIMEOUT_S + REQUEST_TIMEOUT_S,
+            )
+            synced.append(data)
+            return error
+
+        error = await self._group_call(member, sync)
+        if error == "NONE":
+            member.generation = result.generation
+            member.assigned = kafka_client.assigned_partitions(synced[0], TOPIC)
+            member.positions = None
+            member.next_heartbeat = self.world.loop.time() + HEARTBEAT_S
+        elif error == "UNKNOWN_MEMBER_ID":
+            member.member_id = ""
+
+    def coordinator_state(self, host: str, *, leading: bool) -> tuple[int, tuple[int, ...]]:
+        """(leader epoch, ISR) of the group's ``__consumer_offsets`` partition on ``host``
+        now (what its answer was given under); epoch -1 if it is not there, or (with
+        ``leading``) not its leader."""
+        node = self.nodes.get(host)
+        replicas = node.replicas if node is not None else None
+        state = replicas._partitions.get((OFFSETS_TOPIC, OFFSETS_PARTITION)) if replicas else None
+        if state is None or (leading and not state.is_leader):
+            return -1, ()
+        return state.leader_epoch, tuple(state.maximal_isr)
+
+    async def commit(self, member: GroupMember, partition: int, offset: int) -> None:
+        """One commit operation: a refused commit is ``fail``, any other error ``info``."""
+        key, process = group_key_of(partition), member.process
+        invoked = self.world.trace.now_us()
+        self.invoke(process, COMMIT, key, offset)
+        self.open_commits[process] = KafkaOp(
+            process, COMMIT, key, "pending", offset, invoke_us=invoked
+        )
+        host = member.coordinator
+        error = await self._group_call(
+            member,
+            lambda c: kafka_client.offset_commit(
+                c,
+                GROUP,
+                member.generation,
+                member.member_id,
+                TOPIC,
+                partition,
+                offset,
+                member.commit_timeout_s,
+            ),
+        )
+        del self.open_commits[process]
+        if error == "NONE" and host is not None:
+            epoch, isr = self.coordinator_state(host, leading=False)
+            status = "ok"
+        else:
+            epoch, isr = -1, ()
+            status = "fail" if error in COMMIT_REFUSED else "info"
+        op = KafkaOp(
+            process,
+            COMMIT,
+            key,
+            status,
+            offset,
+            complete_us=self.world.trace.now_us(),
+            isr=isr,
+            invoke_us=invoked,
+            epoch=epoch if epoch >= 0 else COMMIT_EPOCH_UNKNOWN,
+        )
+        self.complete(op, None if status == "ok" else error)
+        if error in REJOIN:
+            member.rejoin(error)
+
+    async def fetch_offset(self, member: GroupMember, process: str, partition: int) -> int | None:
+        """One offset-fetch operation: the committed offset (-1 for none), None on an error."""
+        key = group_key_of(partition)
+        invoked = self.world.trace.now_us()
+        self.invoke(process, OFFSET_FETCH, key, None)
+        host = member.coordinator
+        answer: list[int] = []
+
+        async def fetch(conn: KafkaConnection) -> str:
+            error, committed = await kafka_client.offset_fetch(
+                conn, GROUP, TOPIC, partition, REQUEST_TIMEOUT_S
+            )
+            answer.append(committed)
+            return error
+
+        error = await self._group_call(member, fetch)
+        if error != "NONE" or host is None:
+            self.world.trace.event(
+                "op", process=process, type="fail", f=OFFSET_FETCH, key=key, error=error
+            )
+            return None
+        epoch, isr = self.coordinator_state(host, leading=True)
+        op = KafkaOp(
+            process,
+            OFFSET_FETCH,
+            key,
+            "ok",
+            None,
+            answer[0],
+            complete_us=self.world.trace.now_us(),
+            isr=isr,
+            invoke_us=invoked,
+            epoch=epoch,
+        )
+        self.complete(op)
+        return answer[0]
+
+    async def final_offsets(self, rng: random.Random) -> None:
+        """Fetch the group's committed offset of every partition from the healed cluster's
+        coordinator (process ``final``): the last word on lost commits."""
+        loop = self.world.loop
+        deadline = loop.time() + HEAL_BOUND_S
+        member = GroupMember(Routing(self, "final"), "final")
+        try:
+            for partition in range(self.partitions):
+                while loop.time() < deadline:
+                    if member.coordinator is None:
+                        member.coordinator = await self._find_coordinator(member.routing, rng)
+                    elif await self.fetch_offset(member, "final", partition) is not None:
+                        break
+                    await asyncio.sleep(0.2)
+        finally:
+            await member.routing.close()
+
     # ---- partition state -------------------------------------------------------------------
     async def sample_partitions(self) -> None:
         """Watch every broker's partitions: a leader's high watermark, each log's end."""
@@ -431,8 +758,8 @@ class KafkaCluster(Cluster):
             broker = broker_id(str(event["node"]))
             assert broker is not None
             self.cuts.cut(broker, int(event["t_us"]))
-        elif event["kind"] == "partition-state" and event["topic"] == TOPIC:
-            key = key_of(int(event["partition"]))
+        elif event["kind"] == "partition-state" and event["topic"] in (TOPIC, OFFSETS_TOPIC):
+            key = f"{event['topic']}-{event['partition']}"
             self.cuts.isr_changed(key, tuple(int(r) for r in event["isr"]), int(event["t_us"]))
 
     # ---- setup, heal, final reads ----------------------------------------------------------
@@ -598,6 +925,10 @@ def run_kafka(config: RunConfig) -> RunResult:
             "num.partitions": str(config.partitions),
             "replica.lag.time.max.ms": str(REPLICA_LAG_TIME_MAX_MS),
             "unclean.leader.election.enable": "false",
+            "min.insync.replicas": str(min(2, rf)),  # __consumer_offsets' too: commits acks=all
+            "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+            "offsets.topic.replication.factor": str(rf),
+            "group.initial.rebalance.delay.ms": "0",
             **(COMPACT_BROKER_PROPS if config.compact else {}),
         },
         partitions=config.partitions,
@@ -605,7 +936,9 @@ def run_kafka(config: RunConfig) -> RunResult:
         idempotent=config.idempotent,
         compact=config.compact,
     )
-    cluster.kafka = KafkaChecker(acks_all=config.acks == "all", cuts=cluster.cuts)
+    cluster.kafka = KafkaChecker(
+        acks_all=config.acks == "all", cuts=cluster.cuts, offsets_log=OFFSETS_LOG
+    )
     cluster.states = PartitionStateChecker(cuts=cluster.cuts)
     world.trace.watchers.append(cluster.watch)
     world.trace.event(
@@ -615,7 +948,9 @@ def run_kafka(config: RunConfig) -> RunResult:
         rf=rf,
         partitions=config.partitions,
         idempotent=config.idempotent,
-        **({"compact": True} if config.compact else {}),  # other runs' traces unchanged
+        group=GROUP,
+        offsets_log=OFFSETS_LOG,
+        **({"compact": True} if config.compact else {}),
     )
     for name in controllers + brokers:
         process = world.add_process(name)
@@ -640,6 +975,10 @@ def run_kafka(config: RunConfig) -> RunResult:
         lanes = [
             *(asyncio.ensure_future(cluster.producer(runtime, i)) for i in range(PRODUCERS)),
             *(asyncio.ensure_future(cluster.consumer(runtime, i)) for i in range(CONSUMERS)),
+            *(
+                asyncio.ensure_future(cluster.group_consumer(runtime, i))
+                for i in range(GROUP_CONSUMERS)
+            ),
         ]
         await stop_workload.wait()
         for task in lanes:  # what is still in flight stays of unknown outcome
@@ -647,8 +986,11 @@ def run_kafka(config: RunConfig) -> RunResult:
         for outcome in await asyncio.gather(*lanes, return_exceptions=True):
             if not isinstance(outcome, asyncio.CancelledError | None):
                 raise outcome  # a lane that raised: crash-free fails on it
+        for pending in cluster.open_commits.values():  # cancelled mid-commit: may land later
+            cluster.kafka.add(pending)
         await cluster.heal_check(runtime.rng)
         await cluster.final_reads(runtime.rng)
+        await cluster.final_offsets(runtime.rng)
 
     client = world.add_process("client")
     client.start(client_main)
@@ -683,9 +1025,10 @@ def run_kafka(config: RunConfig) -> RunResult:
         lambda: checker.violation,
         checker.fail,
         lambda: {
-            "ops": cluster.sends + cluster.polls,
+            "ops": cluster.sends + cluster.polls + cluster.group_ops,
             "sends": cluster.kafka.sends_ok,
             "polls": cluster.kafka.polls_ok,
+            "commits": cluster.kafka.commits_ok,
             "excused": cluster.kafka.excused,
             "lost": cluster.kafka.lost,
             "faults": nemesis.injected,

@@ -62,13 +62,15 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> TraceSets:
 
 @pytest.fixture(scope="session")
 def kafka_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Kafka-scenario runs: two planted bugs at their catching seeds (20 s runs, as pinned),
-    whose first violations are a data check each (inconsistent-offsets, duplicate), and a
+    """Kafka-scenario runs: three planted bugs at their catching seeds (20 s runs, as pinned),
+    the first two caught by a data check each (inconsistent-offsets, duplicate), the
+    coordinator's by ``lost-commit`` from the group consumers' history, and a
     shorter honest run with faults in which a restarted broker replays the metadata log
     (old image changes reported late). Shared by the report and notebook tests."""
     root = tmp_path_factory.mktemp("kafka-traces")
     runs = [
-        (bug, KAFKA_BUG_SEEDS[bug], "20") for bug in ("ack-before-fetch", "skip-sequence-check")
+        (bug, KAFKA_BUG_SEEDS[bug], "20")
+        for bug in ("ack-before-fetch", "skip-sequence-check", "coordinator-hw-over-truncated")
     ]
     for bug, seed, duration in [*runs, (None, 1, "10")]:
         args = ["run", "--scenario", "kafka", "--seed", str(seed), "--duration", duration]

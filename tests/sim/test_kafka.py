@@ -3,7 +3,10 @@ scenario itself: same seed, same digest, clients included."""
 
 from __future__ import annotations
 
+from sim.analysis import kafka as analysis
 from sim.analysis.kafka import (
+    COMMIT,
+    OFFSET_FETCH,
     KafkaChecker,
     KafkaOp,
     PartitionStateChecker,
@@ -13,7 +16,7 @@ from sim.analysis.kafka import (
 from sim.nemesis import FAULTS
 from sim.run import RunConfig
 from sim.scenarios.kafka import FAULTS as KAFKA_FAULTS
-from sim.scenarios.kafka import run_kafka
+from sim.scenarios.kafka import OFFSETS_LOG, run_kafka
 
 K = "t-0"
 
@@ -129,6 +132,92 @@ def test_truncating_below_a_committed_offset_is_flagged_unless_the_isr_lost_powe
     cuts.cut(4, 5)
     cuts.cut(5, 6)
     assert states.on_truncate("n6", K, 9, 7) is None
+
+
+G = "g/t-0"
+
+
+def commit(
+    process: str,
+    offset: int,
+    start: int,
+    end: int,
+    status: str = "ok",
+    *,
+    epoch: int = 1,
+    isr: tuple[int, ...] = (4, 5),
+) -> KafkaOp:
+    return KafkaOp(process, COMMIT, G, status, offset, None, (), end, isr, start, epoch)
+
+
+def fetched(process: str, offset: int, start: int, end: int, *, epoch: int = 1) -> KafkaOp:
+    return KafkaOp(process, OFFSET_FETCH, G, "ok", None, offset, (), end, (4, 5), start, epoch)
+
+
+def group_checks(*ops: KafkaOp, cuts: PowerCuts | None = None) -> list[str]:
+    checker = KafkaChecker(cuts=cuts or PowerCuts(), offsets_log="__consumer_offsets-1")
+    for op in sorted(ops, key=lambda op: op.complete_us):
+        checker.add(op)
+    return [v.check for v in checker.finish(1000)]
+
+
+def test_a_fetch_after_an_acknowledged_commit_sees_it_or_a_later_one() -> None:
+    assert group_checks(commit("g0", 5, 1, 2), fetched("g1", 5, 3, 4)) == []
+    assert group_checks(commit("g0", 5, 1, 2), commit("g0", 9, 3, 4), fetched("g1", 9, 5, 6)) == []
+
+
+def test_an_acknowledged_commit_the_fetch_does_not_see_is_lost() -> None:
+    assert group_checks(commit("g0", 5, 1, 2), fetched("g1", -1, 3, 4)) == ["lost-commit"]
+    ops = [commit("g0", 3, 1, 2), commit("g0", 5, 3, 4), fetched("g1", 3, 5, 6)]
+    assert group_checks(*ops) == ["lost-commit"]
+
+
+def test_a_lower_commit_that_may_have_come_later_explains_an_older_offset() -> None:
+    # g1's commit of 3 overlapped g0's commit of 5, or was never answered: it may be last.
+    for late in (commit("g1", 3, 1, 4), commit("g1", 3, 1, 0, "pending")):
+        assert group_checks(commit("g0", 5, 2, 3), late, fetched("g2", 3, 5, 6)) == []
+    assert (
+        group_checks(commit("g0", 5, 2, 3), commit("g1", 3, 1, 4, "info"), fetched("g2", 3, 5, 6))
+        == []
+    )
+    # A refused commit never happened.
+    refused = commit("g1", 3, 1, 4, "fail")
+    assert group_checks(commit("g0", 5, 2, 3), refused, fetched("g2", 3, 5, 6)) == ["lost-commit"]
+
+
+def test_a_fetch_overlapping_the_commit_may_miss_it() -> None:
+    assert group_checks(commit("g0", 5, 1, 4), fetched("g1", -1, 3, 5)) == []
+
+
+def test_a_deposed_coordinator_may_answer_from_its_older_epoch() -> None:
+    ops = [commit("g0", 3, 1, 2, epoch=1), commit("g0", 5, 3, 4, epoch=2)]
+    assert group_checks(*ops, fetched("g1", 3, 5, 6, epoch=1)) == []
+    assert group_checks(*ops, fetched("g1", 3, 5, 6, epoch=2)) == ["lost-commit"]
+
+
+def test_a_commit_whose_whole_isr_lost_power_may_be_lost() -> None:
+    cuts = PowerCuts()
+    cuts.cut(4, 3)
+    cuts.cut(5, 4)
+    ops = [commit("g0", 3, 1, 2, isr=(4, 5)), fetched("g1", -1, 5, 6)]
+    assert group_checks(*ops, cuts=cuts) == []
+    assert group_checks(*ops) == ["lost-commit"]
+
+
+def test_a_committed_offset_going_backwards_between_fetches_is_flagged() -> None:
+    # A commit of 5 that timed out (info) was read, then the offset went back to 3.
+    ops = [commit("g0", 3, 1, 2), commit("g0", 5, 3, 4, "info"), fetched("g1", 5, 5, 6)]
+    assert group_checks(*ops, fetched("g1", 3, 7, 8)) == ["offset-backwards"]
+    assert group_checks(*ops, fetched("g1", 5, 7, 8)) == []
+    # ... unless a commit of 3 may have come between the two fetches.
+    assert group_checks(*ops, commit("g2", 3, 6, 7), fetched("g1", 3, 7, 8)) == []
+    # ... or the later fetch came from a deposed coordinator (an older epoch).
+    assert group_checks(*ops, fetched("g1", 3, 7, 8, epoch=0)) == []
+
+
+def test_the_offsets_topic_name_is_the_brokers() -> None:
+    # Not imported by the analysis (Spark workers load no broker code): kept equal here.
+    assert OFFSETS_LOG.startswith(f"{analysis.OFFSETS_TOPIC}-")
 
 
 def test_liveness_wants_a_heal_produce_and_final_reads_to_the_high_watermark() -> None:
