@@ -430,7 +430,7 @@ class ConsumerGroup:
                 for m, v in sorted(others.items())
             }
             counts = {t.topic_id: t.num_partitions for t in subscription}
-            computed = ASSIGNORS[self._assignor_for(others)](specs, counts)
+            computed = ASSIGNORS[self.assignor_for(others)](specs, counts)
             for m, partitions in sorted(computed.items()):
                 if target.get(m) != partitions:
                     records.append(
@@ -472,7 +472,12 @@ class ConsumerGroup:
             and request.owned is not None
         )
         before = self.members.get(request.member_id)
-        changed = before is None or before.assigned != reconciled.assigned
+        # Also resent when the member asks at an older epoch: its last answer was lost.
+        changed = (
+            before is None
+            or before.assigned != reconciled.assigned
+            or request.member_epoch != reconciled.member_epoch
+        )
         return Result(
             member_id=member.member_id,
             member_epoch=reconciled.member_epoch,
@@ -480,7 +485,7 @@ class ConsumerGroup:
             records=tuple(records),
         )
 
-    def _assignor_for(self, members: Mapping[str, Member]) -> str:
+    def assignor_for(self, members: Mapping[str, Member]) -> str:
         """The assignor most members ask for (ties: the first configured), as in Kafka."""
         votes = Counter(
             name

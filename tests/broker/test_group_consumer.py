@@ -81,9 +81,17 @@ class Client:
     instance_id: str | None = None
     epoch: int = 0
     held: frozenset[tuple[uuid.UUID, int]] = frozenset()
+    full_next: bool = False
 
-    def heartbeat(self, full: bool = False, assignor: str | None = None) -> Result:
+    def heartbeat(
+        self,
+        full: bool = False,
+        assignor: str | None = None,
+        rejoin: bool = True,
+        lose: bool = False,
+    ) -> Result:
         joining = self.epoch == 0
+        full, self.full_next = full or self.full_next, False
         request = Heartbeat(
             member_id=self.member_id,
             member_epoch=self.epoch,
@@ -96,7 +104,14 @@ class Client:
             owned=self.held,
         )
         result = self.harness.commit(self.harness.group.heartbeat(request, self.harness.topics))
-        if result.error is ErrorCode.none:
+        if result.error is ErrorCode.fenced_member_epoch and rejoin:
+            self.held, self.epoch = frozenset(), 0  # as the Java client: give up all, rejoin
+            return self.heartbeat(rejoin=False, lose=lose)
+        if result.error is ErrorCode.none and lose:
+            # Stored and applied, but the answer never arrives: the client keeps its view
+            # and, as the Java client does after a failed heartbeat, sends every field next.
+            self.full_next = True
+        elif result.error is ErrorCode.none:
             self.epoch = result.member_epoch
             if result.assignment is not None:
                 self.held = result.assignment
@@ -326,16 +341,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
         if not self.clients:
             return
         client = self.clients[data.draw(st.sampled_from(sorted(self.clients)))]
-        if lose_answer:
-            # Stored and applied, but the client never hears: it keeps its old view.
-            held, epoch = client.held, client.epoch
-            client.heartbeat()
-            client.held, client.epoch = held, epoch
-        else:
-            result = client.heartbeat()
-            if result.error is ErrorCode.fenced_member_epoch:
-                client.held, client.epoch = frozenset(), 0  # Java: give up all, rejoin
-                client.heartbeat()
+        client.heartbeat(lose=lose_answer)
 
     @rule(data=st.data())
     def leave(self, data: st.DataObject) -> None:
