@@ -66,12 +66,14 @@ class ConsumerGroupCoordinator:
         write: Write,
         image: Callable[[], MetadataImage | None],
         clock: WallClock,
+        wake_before: Callable[[float], None],
     ) -> None:
         self.node_id = node_id
         self._shard_for = shard_for
         self._write = write
         self._image = image
         self._clock = clock
+        self._wake_before = wake_before  # the timer loop must run by this deadline
         self._locks: dict[str, list] = {}  # group id -> [lock, holders and waiters]
         self._fencing: set[asyncio.Task[None]] = set()
 
@@ -153,6 +155,9 @@ class ConsumerGroupCoordinator:
             if shard.consumer_groups.get(group.group_id, group) is not group:
                 return Result(ErrorCode.not_coordinator, None, result.member_id)
         group.apply(result, asyncio.get_running_loop().time())
+        deadline = group.next_deadline()
+        if deadline is not None:
+            self._wake_before(deadline)
         if known and result.member_id not in group.members:
             self._log_member(group, result, "left")
         elif not known and result.member_id in group.members and before[0] > 0:
@@ -221,13 +226,18 @@ class ConsumerGroupCoordinator:
             result = await self._store(shard, group, group.fence(member_id))
             if result.error is not ErrorCode.none and member_id in group.members:
                 timeout_s = group.limits.session_timeout_ms / 1000
-                group.session_deadlines[member_id] = asyncio.get_running_loop().time() + timeout_s
+                retry_at = asyncio.get_running_loop().time() + timeout_s
+                group.session_deadlines[member_id] = retry_at
+                self._wake_before(retry_at)
 
     def start(self, shard: Shard) -> None:
         """A shard was loaded: every member gets a fresh session, as Kafka does."""
         now = asyncio.get_running_loop().time()
         for group in shard.consumer_groups.values():
             group.start_deadlines(now)
+            deadline = group.next_deadline()
+            if deadline is not None:
+                self._wake_before(deadline)
 
     def unload(self, shard: Shard) -> None:
         for group in shard.consumer_groups.values():

@@ -104,10 +104,11 @@ class GroupCoordinator:
         self._applied_offset = -1  # the last image whose leadership changes are done
         self._applied = asyncio.Event()  # set and replaced after each image
         self._timer_wake = asyncio.Event()
+        self._alarm_at: float | None = None  # when the timer loop wakes next by itself
         self._tasks: list[asyncio.Task[None]] = []
         self._writes: set[asyncio.Task[None]] = set()
         self.consumer = ConsumerGroupCoordinator(
-            node_id, self.shard_for, self._write, lambda: self._image, clock
+            node_id, self.shard_for, self._write, lambda: self._image, clock, self._wake_before
         )
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -448,12 +449,20 @@ class GroupCoordinator:
             self._timer_wake.clear()  # what this pass did itself needs no second pass
             # A timer that sets the event, rather than wait_for: Python 3.11's wait_for can
             # swallow a cancellation that arrives as the event is set, and close() would hang.
+            self._alarm_at = next_at
             alarm = loop.call_at(next_at, self._timer_wake.set) if next_at is not None else None
             try:
                 await self._timer_wake.wait()
             finally:
                 if alarm is not None:
                     alarm.cancel()
+
+    def _wake_before(self, deadline: float) -> None:
+        """A new deadline: wake the timer loop only if it would sleep past it (a heartbeat
+        only pushes its member's session later, so most wake nothing)."""
+        if self._alarm_at is None or deadline < self._alarm_at:
+            self._alarm_at = deadline
+            self._timer_wake.set()
 
     # ---- group requests ----------------------------------------------------------------------
     async def join(self, group_id: str, request: JoinRequest) -> JoinReply:

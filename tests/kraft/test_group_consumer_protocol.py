@@ -61,36 +61,84 @@ def test_java_console_consumer_joins_commits_and_resumes_without_redelivery(
     assert consume(3, 30_000) == [9, 10, 11]  # only the records after the commit
 
 
-def test_two_java_consumers_split_a_topic_and_rebalance_when_one_leaves(bootstrap: str) -> None:
-    create_topic(bootstrap, "kip848-split", 3, 0)
+def java_member(bootstrap: str, topic: str, group: str, *extra: str) -> subprocess.Popen[bytes]:
+    """A console consumer left running as a group member (stopped by a signal)."""
     command = [
         "bash", str(tools.SCRIPT), "console-consumer", "--bootstrap-server", bootstrap,
-        "--topic", "kip848-split", "--group", "split848", *CONSUMER_PROTOCOL,
+        "--topic", topic, "--group", group, *CONSUMER_PROTOCOL, *extra,
     ]  # fmt: skip
-    members = [
-        subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(2)
-    ]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop(member: subprocess.Popen[bytes], sig: signal.Signals = signal.SIGTERM) -> None:
+    """SIGTERM closes the consumer (it leaves the group); SIGKILL leaves it to time out.
+    The launcher execs java, so the signal reaches the JVM itself."""
+    if member.poll() is None:
+        member.send_signal(sig)
+        member.wait(60)
+
+
+def assignment(bootstrap: str, group: str) -> list[int]:
+    """Partitions per member, sorted (kafka-consumer-groups --describe --members)."""
+    out = groups_tool(bootstrap, "--describe", "--group", group, "--members")
+    # GROUP CONSUMER-ID [GROUP-INSTANCE-ID] HOST CLIENT-ID #PARTITIONS (the instance id
+    # column is there when a member is static, blank for the others)
+    return sorted(int(r[-1]) for r in rows(out, group))
+
+
+def group_state(bootstrap: str, group: str) -> list[str]:
+    """GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE GROUP-EPOCH TARGET-EPOCH #MEMBERS"""
+    return rows(groups_tool(bootstrap, "--describe", "--group", group, "--state"), group)[0]
+
+
+def test_java_consumers_split_a_topic_and_rebalance_on_leave_death_and_new_partitions(
+    bootstrap: str,
+) -> None:
+    create_topic(bootstrap, "kip848-split", 3, 0)
+    members = [java_member(bootstrap, "kip848-split", "split848") for _ in range(3)]
     try:
-
-        def assignment() -> list[int]:
-            out = groups_tool(bootstrap, "--describe", "--group", "split848", "--members")
-            # GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS
-            return sorted(int(r[4]) for r in rows(out, "split848"))
-
-        wait_until(lambda: assignment() == [1, 2], "two members splitting three partitions")
-        state = rows(groups_tool(bootstrap, "--describe", "--group", "split848", "--state"),
-                     "split848")  # fmt: skip
-        # GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE GROUP-EPOCH TARGET-EPOCH #MEMBERS
-        assert state[0][3:5] == ["uniform", "Stable"] and state[0][-1] == "2"
-        members[1].send_signal(signal.SIGTERM)  # closes the consumer: it leaves (epoch -1)
-        members[1].wait(60)
-        wait_until(lambda: assignment() == [3], "the remaining member holding all three")
+        wait_until(lambda: assignment(bootstrap, "split848") == [1, 1, 1], "three members")
+        state = group_state(bootstrap, "split848")
+        assert state[3:5] == ["uniform", "Stable"] and state[-1] == "3"
+        stop(members[2])  # leaves (member epoch -1): the others take its partition at once
+        wait_until(lambda: assignment(bootstrap, "split848") == [1, 2], "two members")
+        stop(members[1], signal.SIGKILL)  # silent: fenced after the session timeout (6 s)
+        wait_until(lambda: assignment(bootstrap, "split848") == [3], "the survivor holds all")
+        tools.run(
+            "topics", "--bootstrap-server", bootstrap, "--alter", "--topic", "kip848-split",
+            "--partitions", "5",
+        )  # fmt: skip
+        wait_until(lambda: assignment(bootstrap, "split848") == [5], "the new partitions")
     finally:
         for member in members:
-            if member.poll() is None:
-                member.send_signal(signal.SIGTERM)
-                member.wait(60)
+            stop(member)
+
+
+def test_a_static_java_member_comes_back_to_its_partitions_without_a_rebalance(
+    bootstrap: str,
+) -> None:
+    create_topic(bootstrap, "kip848-static", 3, 0)
+    static = ("--consumer-property", "group.instance.id=static-1")
+    first = java_member(bootstrap, "kip848-static", "static848", *static)
+    other = java_member(bootstrap, "kip848-static", "static848")
+    again = None
+    try:
+        wait_until(lambda: assignment(bootstrap, "static848") == [1, 2], "two members")
+        epoch = group_state(bootstrap, "static848")[5]
+        stop(first)  # a static member's close leaves with epoch -2: its partitions wait
+        again = java_member(bootstrap, "kip848-static", "static848", *static)
+        wait_until(
+            lambda: (
+                group_state(bootstrap, "static848")[4] == "Stable"
+                and assignment(bootstrap, "static848") == [1, 2]
+            ),
+            "the static member back",
+        )
+        assert group_state(bootstrap, "static848")[5] == epoch  # no rebalance
+    finally:
+        for member in (first, other, again):
+            if member is not None:
+                stop(member)
 
 
 def test_librdkafka_consumer_protocol_commits_and_resumes_without_redelivery(
