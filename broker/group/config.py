@@ -75,6 +75,9 @@ class GroupCoordinatorConfig:
         )
 
 
+KEYS = frozenset(item.name.replace("_", ".") for item in fields(GroupCoordinatorConfig))
+
+
 def _assignors(text: str) -> tuple[str, ...]:
     """``group.consumer.assignors``: a comma-separated list of ``uniform``/``range`` or
     Kafka's class names; the first is the default."""

@@ -8,6 +8,7 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.group.apis import (
@@ -20,6 +21,7 @@ from broker.group.apis import (
     OFFSET_FETCH,
     GroupApis,
 )
+from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import GroupCoordinator
 from raft.entities import make, request_module
 from tests.broker.test_group_apis import LISTENER, request, with_broker
@@ -203,3 +205,21 @@ def test_a_failed_write_changes_nothing_and_a_silent_member_is_fenced() -> None:
         assert again.error_code is ErrorCode.unknown_member_id
 
     run(body, partitions)
+
+
+def test_group_consumer_settings_are_read_and_checked() -> None:
+    config = GroupCoordinatorConfig.from_properties(
+        {
+            "group.consumer.session.timeout.ms": "6000",
+            "group.consumer.heartbeat.interval.ms": "500",
+            "group.consumer.assignors": "org.apache.kafka.coordinator.group.assignor.RangeAssignor,"
+            " uniform",
+        }
+    )
+    limits = config.consumer_limits()
+    assert (limits.session_timeout_ms, limits.heartbeat_interval_ms) == (6000, 500)
+    assert limits.assignors == ("range", "uniform")
+    with pytest.raises(ValueError, match=r"group\.consumer\.assignors: unknown assignor 'sticky'"):
+        GroupCoordinatorConfig.from_properties({"group.consumer.assignors": "sticky"})
+    with pytest.raises(ValueError, match=r"group\.consumer\.session\.timeout\.ms"):
+        GroupCoordinatorConfig.from_properties({"group.consumer.session.timeout.ms": "0"})
