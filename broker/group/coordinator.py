@@ -792,6 +792,20 @@ class GroupCoordinator:
                         )
                 elif expired:
                     await self._delete_offsets(shard, group.group_id, expired)
+            for consumer in list(shard.consumer_groups.values()):
+                offsets = shard.offsets.get(consumer.group_id, {})
+                expired = shard.expired_offsets(consumer, retention_ms, now_ms)
+                if not consumer.members and len(expired) == len(offsets):
+                    if await self.delete_group(consumer.group_id) is ErrorCode.none:
+                        logger.info(
+                            "[GroupCoordinator id=%d] Consumer group %s expired: empty, %d "
+                            "offsets past offsets.retention.minutes",
+                            self.node_id,
+                            consumer.group_id,
+                            len(expired),
+                        )
+                elif expired:
+                    await self._delete_offsets(shard, consumer.group_id, expired)
 
 
 def _snapshot(group: ClassicGroup) -> tuple[GroupState, int, int]:

@@ -141,16 +141,22 @@ class Shard:
             self.offsets.pop(group.group_id, None)
 
     def expired_offsets(
-        self, group: ClassicGroup, retention_ms: int, now_ms: int
+        self, group: ClassicGroup | ConsumerGroup, retention_ms: int, now_ms: int
     ) -> list[TopicPartition]:
         """Kafka's offsets retention: an Empty group's offsets expire ``retention_ms`` after
         the later of their commit and the group becoming empty (KIP-211); a Stable consumer
         group's offsets of topics no member subscribes to any more, ``retention_ms`` after
-        their commit (KIP-496). Other groups' offsets are kept."""
+        their commit (KIP-496). Other groups' offsets are kept. A KIP-848 group's offsets of
+        topics no member subscribes to expire ``retention_ms`` after their commit, in any
+        state (Kafka's ConsumerGroup rule)."""
         offsets = self.offsets.get(group.group_id, {})
-        if group.state is GroupState.EMPTY:
-            since = group.state_timestamp_ms
-            keep: frozenset[str] | None = frozenset()
+        if isinstance(group, ConsumerGroup):
+            since = -1
+            keep: frozenset[str] | None = (
+                group.subscribed_topics() if group.members else frozenset()
+            )
+        elif group.state is GroupState.EMPTY:
+            since, keep = group.state_timestamp_ms, frozenset()
         elif group.state is GroupState.STABLE:
             since, keep = -1, group.subscribed_topics()
         else:

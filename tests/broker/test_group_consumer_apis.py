@@ -223,3 +223,31 @@ def test_group_consumer_settings_are_read_and_checked() -> None:
         GroupCoordinatorConfig.from_properties({"group.consumer.assignors": "sticky"})
     with pytest.raises(ValueError, match=r"group\.consumer\.session\.timeout\.ms"):
         GroupCoordinatorConfig.from_properties({"group.consumer.session.timeout.ms": "0"})
+
+
+def test_retention_expires_unsubscribed_offsets_then_the_empty_consumer_group() -> None:
+    async def main() -> None:
+        clock = Clock()
+        coordinator = await started(Partitions(), clock, offsets_retention_minutes=1)
+        apis = GroupApis(coordinator, lambda: with_broker(image(NODE)), forward_nothing)
+        try:
+            await beat(apis, "a", 0)
+            await apis.handle(OFFSET_COMMIT, 9, offset_commit("a", 1, 5), LISTENER, "c")
+            clock.ms += 61_000
+            await coordinator.expire_offsets()  # "t" is subscribed: kept
+            kept = coordinator.fetch_offsets("g", None, "a", 1)
+            assert not isinstance(kept, ErrorCode)
+            assert [(t, p, v.offset) for t, parts in kept for p, v in parts if v] == [("t", 0, 5)]
+            await beat(apis, "a", -1)
+            await coordinator.expire_offsets()  # Empty: its offsets and then itself go
+            assert coordinator.describe_consumer("g") is None
+            assert coordinator.fetch_offsets("g", None) == []
+        finally:
+            await apis.close()
+            await coordinator.close()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+
+
+async def forward_nothing(sent: object) -> object:
+    raise AssertionError(sent)
