@@ -397,3 +397,10 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
 
 TestConsumerGroupMachine = ConsumerGroupMachine.TestCase
 TestConsumerGroupMachine.settings = settings(max_examples=150, stateful_step_count=30)
+
+
+def test_a_catastrophic_backtracking_regex_is_answered_at_once() -> None:
+    """RE2 runs in linear time: the classic ReDoS pattern against a long name is instant."""
+    h = Harness({"a" * 5000 + "b": (T1, 1), "aaa": (T2, 1)})
+    request = Heartbeat("m", 0, "c", "h", rebalance_timeout_ms=1, subscribed_topic_regex="(a+)+")
+    assert h.commit(h.group.heartbeat(request, h.topics)).assignment == parts(T2, 0)
