@@ -29,6 +29,8 @@ KAFKA_KEYS_NOT_USED = frozenset(
     {
         "group.initial.rebalance.delay.ms",
         "listener.security.protocol.map",
+        # One log cleaner task on the event loop (log/manager.py), never a thread pool.
+        "log.cleaner.threads",
         "num.io.threads",
         "num.network.threads",
         "num.recovery.threads.per.data.dir",

@@ -30,6 +30,7 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"  # first dirty offsets (log cleaner)
 
 # A checkpoint lists at most one line per partition; this bounds parsing of a garbled count.
 ENTRIES_MAX = 10_000_000

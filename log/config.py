@@ -42,8 +42,12 @@ class LogConfig:
     flush_ms: int = _key("flush.ms")
     file_delete_delay_ms: int = _key("file.delete.delay.ms")
     max_message_bytes: int = _key("max.message.bytes")
-    # compact, delete, both or neither; the log cleaner (compaction) is not built yet.
+    # compact, delete, both or neither; compaction is log/cleaner.py's.
     cleanup_policy: tuple[str, ...] = _key("cleanup.policy")
+    delete_retention_ms: int = _key("delete.retention.ms")
+    min_cleanable_dirty_ratio: float = _key("min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = _key("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _key("max.compaction.lag.ms")
     # What log/validator.py does to a produced batch before it is stored.
     compression_type: str = _key("compression.type")
     message_timestamp_type: str = _key("message.timestamp.type")
@@ -65,6 +69,14 @@ class LogConfig:
     def compact(self) -> bool:
         """Whether the topic is compacted (Kafka's LogConfig.compact)."""
         return "compact" in self.cleanup_policy
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How old the active segment may get (Kafka's maxSegmentMs): a compacted log
+        rolls by max.compaction.lag.ms too, as the cleaner never touches the active one."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:
@@ -128,18 +140,40 @@ class LogManagerConfig:
     flush_offset_checkpoint_interval_ms: int = 60_000  # log.flush.offset.checkpoint.interval.ms
     flush_start_offset_checkpoint_interval_ms: int = 60_000  # ...start.offset.checkpoint...
     initial_task_delay_ms: int = 30_000  # log.initial.task.delay.ms
+    cleaner_enable: bool = True  # log.cleaner.enable
+    cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms
+    # Bounds the cleaner's key -> offset map (the only memory a pass holds on to).
+    cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if getattr(self, f.name) < (0 if f.name == "initial_task_delay_ms" else 1):
+            if f.type == "bool":
+                continue
+            least = 0 if f.name == "initial_task_delay_ms" else 1
+            if getattr(self, f.name) < least:
                 key = next(k for k, name in LOG_MANAGER_KEYS.items() if name == f.name)
-                raise ValueError(f"{key} must be positive")
+                raise ValueError(
+                    f"Invalid value {getattr(self, f.name)} for configuration {key}: "
+                    f"Value must be at least {least}"
+                )
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> LogManagerConfig:
         """Build from the broker's ``log.*`` keys; unknown keys are ignored."""
         keys = LOG_MANAGER_KEYS
-        return cls(**{keys[k]: _int(k, v) for k, v in props.items() if k in keys})
+        return cls(**{keys[k]: _parse(k, v) for k, v in props.items() if k in keys})
+
+
+def _parse(key: str, raw: object) -> int | bool:
+    if key != "log.cleaner.enable":
+        return _int(key, raw)
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(
+            f"Invalid value {raw} for configuration {key}: Expected value to be "
+            "either true or false"
+        )
+    return text == "true"
 
 
 LOG_MANAGER_KEYS: dict[str, str] = {
@@ -148,4 +182,7 @@ LOG_MANAGER_KEYS: dict[str, str] = {
     "log.flush.offset.checkpoint.interval.ms": "flush_offset_checkpoint_interval_ms",
     "log.flush.start.offset.checkpoint.interval.ms": "flush_start_offset_checkpoint_interval_ms",
     "log.initial.task.delay.ms": "initial_task_delay_ms",
+    "log.cleaner.enable": "cleaner_enable",
+    "log.cleaner.backoff.ms": "cleaner_backoff_ms",
+    "log.cleaner.dedupe.buffer.size": "cleaner_dedupe_buffer_size",
 }

@@ -76,6 +76,8 @@ def config_text(value: ConfigPython) -> str:
         return str(value).lower()
     if isinstance(value, tuple):
         return ",".join(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # a ratio set as "1" reads back as "1", as Kafka shows it
     return str(value)
 
 

@@ -1,10 +1,14 @@
 """LogLoader: turn a partition directory into LogSegments, recovering after a crash.
 
 Steps (Kafka's LogLoader, simplified to what this broker writes):
+0. Complete an interrupted cleaner swap (log/cleaner.py): a ``<base>.log.swap`` is a whole,
+   fsynced cleaned segment (it is only renamed from ``.cleaned`` after its fsync), so the
+   originals it replaces, every segment with a base in [base, its next offset), are
+   removed with their indexes and it takes the ``.log`` name (Kafka's LogLoader does the
+   same). Its indexes are rebuilt when it is opened.
 1. Remove leftovers of interrupted operations: ``.deleted`` (segment deletion that had
-   renamed but not removed), ``.cleaned``/``.swap`` (Kafka's cleaner, which we never run, so
-   no complete operation depends on them) and ``.tmp`` (an interrupted write_atomic), plus
-   index files whose ``.log`` is gone.
+   renamed but not removed), ``.cleaned`` (a cleaning that had not reached its swap) and
+   ``.tmp`` (an interrupted write_atomic), plus index files whose ``.log`` is gone.
 2. Open every ``.log`` in base-offset order; a missing or implausible index is rebuilt.
 3. After an unclean shutdown, recover every segment from the one holding the recovery point:
    validate each batch (CRC-32C, header, increasing offsets), cut the file at the first
@@ -25,22 +29,26 @@ import logging
 import os
 from dataclasses import dataclass
 
-from log.batch import BatchHeader
+from log.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 from log.config import LogConfig
 from log.epoch_cache import LeaderEpochFileCache
+from log.fs import FileSystem
 from log.runtime import Runtime
 from log.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
     parse_base_offset,
+    segment_path,
 )
 
 logger = logging.getLogger(__name__)
 
-LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap", ".tmp")
+LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", SWAP_SUFFIX, ".tmp")
 
 
 @dataclass(slots=True)
@@ -66,6 +74,7 @@ async def load_segments(
 ) -> LoadedSegments:
     """Open (and after an unclean shutdown, recover) the segments of ``dir_path``."""
     fs = runtime.fs
+    await _complete_swaps(fs, dir_path)
     names = fs.list_dir(dir_path)
     log_bases: list[int] = []
     for name in names:  # names are sorted, so removal order is deterministic
@@ -104,6 +113,52 @@ async def load_segments(
     # After a recovery everything up to the log end was made durable by _recover.
     point = min(recovery_point, log_end) if had_clean_shutdown else log_end
     return LoadedSegments(segments, start, point, recovered, truncated)
+
+
+async def _complete_swaps(fs: FileSystem, dir_path: str) -> None:
+    swap_suffix = LOG_SUFFIX + SWAP_SUFFIX
+    swaps = [n for n in fs.list_dir(dir_path) if n.endswith(swap_suffix)]
+    for name in swaps:  # sorted by base offset
+        base = parse_base_offset(name)
+        if base is None:
+            continue
+        swap = os.path.join(dir_path, name)
+        end = _next_offset(fs, swap, base)
+        if end == base:
+            continue  # holds no batch, so not a cleaned segment: removed as a leftover
+        for other in fs.list_dir(dir_path):
+            other_base = parse_base_offset(other)
+            if (
+                other_base is not None
+                and base <= other_base < end
+                and other.endswith(SEGMENT_SUFFIXES)
+            ):
+                fs.remove(os.path.join(dir_path, other))
+        fs.rename(swap, segment_path(dir_path, base, LOG_SUFFIX))
+        logger.info("%s: completed the swap of cleaned segment %d..%d", dir_path, base, end)
+    if swaps:
+        await fs.fsync_dir(dir_path)
+
+
+def _next_offset(fs: FileSystem, path: str, base: int) -> int:
+    """One past the last offset in a segment file, from its batch headers (a ``.swap`` is
+    fsynced whole, so there is no torn tail to expect)."""
+    handle = fs.open(path, create=False)
+    try:
+        size = handle.size()
+        position, next_offset = 0, base
+        while position + BATCH_HEADER_SIZE <= size:  # bounded: each batch >= 61 bytes
+            raw = handle.pread(position, 27)
+            batch_base = int.from_bytes(raw[0:8], "big", signed=True)
+            length = int.from_bytes(raw[8:12], "big", signed=True)
+            delta = int.from_bytes(raw[23:27], "big", signed=True)
+            if length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+                break
+            next_offset = batch_base + delta + 1
+            position += length + LOG_OVERHEAD
+        return next_offset
+    finally:
+        handle.close()
 
 
 def _open_segment(

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from log.batch import (
     BATCH_HEADER_SIZE,
     LOG_APPEND_TIME,
+    LOG_OVERHEAD,
     BatchHeader,
     assign_offsets,
     validate_batch,
@@ -47,7 +48,7 @@ from log.errors import InvalidRecordError, RecordError, RecordTooLargeError
 from log.index import REL_OFFSET_MAX
 from log.loader import load_segments
 from log.runtime import Runtime
-from log.segment import LogSegment
+from log.segment import LOG_SUFFIX, SWAP_SUFFIX, LogSegment, segment_path
 from log.validator import walk_records
 
 logger = logging.getLogger(__name__)
@@ -150,6 +151,9 @@ class Log:
         self._flush_request = 0
         self._flush_task: asyncio.Task[None] | None = None
         self._pending_deletes: list[tuple[asyncio.TimerHandle, list[LogSegment]]] = []
+        # Bumped by every truncation: a log cleaner pass that read segments before one
+        # must not swap its (now stale) rewrite in, nor advance its checkpoint.
+        self.truncations = 0
         self._check_invariants()
 
     # ---- construction -------------------------------------------------------------------
@@ -401,7 +405,7 @@ class Log:
         config = self.config
         if not segment.should_roll(
             segment_bytes=config.segment_bytes,
-            segment_ms=config.segment_ms,
+            segment_ms=config.max_segment_ms,
             messages_size=size,
             max_timestamp_in_messages=max_timestamp,
             max_offset_in_messages=last_offset,
@@ -444,7 +448,9 @@ class Log:
         config = self.config
         jitter = 0
         if config.segment_jitter_ms > 0:
-            jitter = self.runtime.rng.randrange(min(config.segment_jitter_ms, config.segment_ms))
+            jitter = self.runtime.rng.randrange(
+                min(config.segment_jitter_ms, config.max_segment_ms)
+            )
         return LogSegment(
             self.fs,
             self.dir_path,
@@ -464,10 +470,15 @@ class Log:
         *,
         max_offset: int | None = None,
         min_one_message: bool = True,
+        skip_emptied: bool = False,
     ) -> FetchDataInfo:
         """Whole batches from the one holding ``offset``: at most ``max_bytes`` (except a
         first batch larger than that when ``min_one_message``), none reaching ``max_offset``
-        (the high watermark for consumers). OffsetOutOfRangeError outside [start, LEO]."""
+        (the high watermark for consumers). OffsetOutOfRangeError outside [start, LEO].
+        ``skip_emptied`` (a consumer's read) steps over batches the log cleaner left without
+        records when they are all an answer would hold: librdkafka, kafka-go and others
+        cannot move past such an answer (they take it for a truncated large message);
+        replicas and the producer state still read them."""
         leo = self._log_end_offset
         if offset < self._log_start_offset or offset > leo:
             raise OffsetOutOfRangeError(
@@ -475,10 +486,24 @@ class Log:
             )
         index = max(0, bisect.bisect_right(self._bases, offset) - 1)
         if offset < leo and (max_offset is None or offset < max_offset):
+            end = leo if max_offset is None else min(leo, max_offset)
+            skip_emptied = skip_emptied and self.config.compact
             for segment in self._segments[index:]:  # bounded by the segment count
+                position = max(offset, segment.base_offset)
                 result = segment.read(
-                    offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message
+                    position, max_bytes, max_offset=max_offset, min_one_message=min_one_message
                 )
+                # Bounded: each read starts past the last one, within this segment.
+                while (
+                    skip_emptied
+                    and result is not None
+                    and result.next_offset < end
+                    and _holds_no_record(result.records)
+                ):
+                    position = result.next_offset
+                    result = segment.read(
+                        position, max_bytes, max_offset=max_offset, min_one_message=min_one_message
+                    )
                 if result is not None:
                     return FetchDataInfo(
                         offset,
@@ -594,6 +619,7 @@ class Log:
             self._check_online()
             if target_offset >= self._log_end_offset:
                 return False
+            self.truncations += 1
             if target_offset < self._segments[0].base_offset:
                 await self._truncate_fully_locked(target_offset)
                 return True
@@ -638,6 +664,7 @@ class Log:
 
     async def _truncate_fully_locked(self, new_offset: int) -> None:
         doomed = self._segments
+        self.truncations += 1
         try:
             self._delete_segments_later(doomed)
             segment = self._new_segment(new_offset)
@@ -776,6 +803,59 @@ class Log:
         """Segments renamed ``.deleted`` whose files are not removed yet."""
         return sum(len(p[1]) for p in self._pending_deletes)
 
+    # ---- compaction ---------------------------------------------------------------------
+    async def replace_segments(
+        self, old: list[LogSegment], cleaned_path: str, *, truncations: int
+    ) -> bool:
+        """Swap the fsynced cleaned file ``cleaned_path`` in for the consecutive inactive
+        segments ``old`` (Kafka's replaceSegments): ``.cleaned`` -> ``.swap`` (durable),
+        originals -> ``.deleted``, ``.swap`` -> ``.log``, then the directory is fsynced.
+        A crash at any step leaves the originals or a whole ``.swap`` that the loader
+        completes. False (the file removed) if ``old`` is no longer part of the log or
+        the log was truncated since the pass read it (``truncations`` then differs)."""
+        async with self._lock:
+            segments = self._segments
+            first = next((i for i, s in enumerate(segments) if s is old[0]), None)
+            if (
+                self._offline is not None
+                or self._closed
+                or self.truncations != truncations
+                or first is None
+                or segments[first : first + len(old)] != old
+                or first + len(old) >= len(segments)
+            ):
+                self.fs.remove(cleaned_path)
+                return False
+            base = old[0].base_offset
+            swap_path = segment_path(self.dir_path, base, LOG_SUFFIX + SWAP_SUFFIX)
+            try:
+                self.fs.rename(cleaned_path, swap_path)
+                await self.fs.fsync_dir(self.dir_path)
+                self._delete_segments_later(old)
+                self.fs.rename(swap_path, segment_path(self.dir_path, base, LOG_SUFFIX))
+                segment = LogSegment(
+                    self.fs,
+                    self.dir_path,
+                    base,
+                    index_interval_bytes=self.config.index_interval_bytes,
+                    max_index_size=self.config.segment_index_bytes,
+                    roll_jitter_ms=0,
+                    created_ms=old[0].created_ms,
+                    create=False,
+                    indexes_expected=False,
+                )
+                segments[first : first + len(old)] = [segment]
+                self._bases = [s.base_offset for s in segments]
+                assert segment.next_offset == segments[first + 1].base_offset, segment
+                segment.on_become_inactive()
+                await segment.flush(include_indexes=True)
+                await self.fs.fsync_dir(self.dir_path)
+            except OSError as exc:
+                self._mark_offline(exc)
+                raise
+            self._check_invariants()
+        return True
+
     # ---- lifecycle ----------------------------------------------------------------------
     async def close(self) -> None:
         """Flush everything, persist the indexes of the active segment, close the files.
@@ -845,3 +925,13 @@ class Log:
             f"Log({self.dir_path!r}, start={self._log_start_offset}, "
             f"end={self._log_end_offset}, segments={len(self._segments)})"
         )
+
+
+def _holds_no_record(batches: memoryview) -> bool:
+    """Whether ``batches`` (whole ones) are some, all with a record count of 0."""
+    position = 0
+    while position + BATCH_HEADER_SIZE <= len(batches):  # bounded by the bytes
+        if int.from_bytes(batches[position + 57 : position + 61], "big") != 0:
+            return False
+        position += int.from_bytes(batches[position + 8 : position + 12], "big") + LOG_OVERHEAD
+    return position > 0

@@ -12,7 +12,12 @@ running loop, started by ``start()`` and stopped by ``shutdown()``:
 - kafka-log-flusher     every log.flush.scheduler.interval.ms (Long.MAX: off): flush logs
                         whose flush.ms elapsed;
 - kafka-recovery-point-checkpoint  every log.flush.offset.checkpoint.interval.ms (60 s);
-- kafka-log-start-offset-checkpoint every log.flush.start.offset.checkpoint.interval.ms (60 s).
+- kafka-log-start-offset-checkpoint every log.flush.start.offset.checkpoint.interval.ms (60 s);
+- kafka-log-cleaner     (log.cleaner.enable, default true) clean the dirtiest compacted log
+                        (log/cleaner.py), then write its dir's cleaner-offset-checkpoint;
+                        again at once while some log is dirty enough, else after
+                        log.cleaner.backoff.ms (15 s). One cleaner: log.cleaner.threads is
+                        not read (a pass yields to the event loop, see log/cleaner.py).
 High watermarks belong to the replica manager, which calls checkpoint_high_watermarks.
 """
 
@@ -27,6 +32,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 
 from log.checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
@@ -34,6 +40,7 @@ from log.checkpoint import (
     OffsetCheckpointFile,
     TopicPartition,
 )
+from log.cleaner import CleanResult, LogCleaner
 from log.config import LONG_MAX, LogConfig, LogManagerConfig
 from log.errors import RecordError
 from log.fs import write_atomic
@@ -107,6 +114,11 @@ class LogManager:
         # LogDirFailureChannel); set once every dir has failed: the broker cannot go on.
         self.offline_dirs: dict[str, OSError] = {}
         self.all_dirs_offline = asyncio.Event()
+        self.cleaner = LogCleaner(
+            now_ms=runtime.clock.now_ms,
+            dedupe_buffer_bytes=self.manager_config.cleaner_dedupe_buffer_size,
+            high_watermark=self._high_watermark_of,
+        )
 
     # ---- loading ------------------------------------------------------------------------
     @property
@@ -138,6 +150,12 @@ class LogManager:
                 clean = False
             self.had_clean_shutdown[log_dir] = clean
             log_starts = self._checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT).read()
+            try:
+                self.cleaner.first_dirty.update(
+                    self._checkpoint(log_dir, CLEANER_OFFSET_CHECKPOINT).read()
+                )
+            except CheckpointError as exc:
+                logger.warning("%s; its compacted logs are cleaned from the start", exc)
             for tp, path in partition_dirs:
                 if tp in self._logs:
                     raise RuntimeError(
@@ -190,6 +208,8 @@ class LogManager:
             self._tasks.append(
                 loop.create_task(self._run_periodically(name, period_ms, task), name=name)
             )
+        if config.cleaner_enable:
+            self._tasks.append(loop.create_task(self._run_cleaner(), name="kafka-log-cleaner"))
 
     async def _run_periodically(
         self, name: str, period_ms: int, task: Callable[[], Awaitable[object]]
@@ -202,6 +222,19 @@ class LogManager:
                 # A failing disk takes its logs offline; the task keeps serving the others.
                 logger.exception("scheduled task %s failed", name)
             await asyncio.sleep(period_ms / 1000)
+
+    async def _run_cleaner(self) -> None:
+        """Kafka's CleanerThread: clean while some log is dirty enough, else back off."""
+        await asyncio.sleep(self.manager_config.initial_task_delay_ms / 1000)
+        while True:  # ends when shutdown cancels the task
+            try:
+                cleaned = await self.clean_dirtiest_log() is not None
+            except (OSError, CheckpointError):
+                logger.exception("the log cleaner's pass failed")
+                cleaned = False
+            # A pass moves its log's first dirty offset on, so cleaning again at once
+            # makes progress; sleep(0) still lets every other task run in between.
+            await asyncio.sleep(0 if cleaned else self.manager_config.cleaner_backoff_ms / 1000)
 
     async def shutdown(self) -> None:
         """Stop the tasks, close every log (flushing it), write the checkpoints and, per
@@ -334,6 +367,7 @@ class LogManager:
         if log is None:
             return None
         log_dir = self._dir_of.pop(tp)
+        self.cleaner.forget(tp)  # a log made again here starts dirty
         try:
             await log.close()
         except OSError:
@@ -357,13 +391,34 @@ class LogManager:
         """Retention for every online log; returns the number of segments deleted."""
         total = 0
         for tp, log in self.all_logs():
-            if not log.is_online:
-                continue
-            high_watermark = None
-            if self.high_watermark_provider is not None:
-                high_watermark = self.high_watermark_provider(tp)
-            total += await log.delete_old_segments(high_watermark=high_watermark)
+            if log.is_online:
+                total += await log.delete_old_segments(high_watermark=self._high_watermark_of(tp))
         return total
+
+    def _high_watermark_of(self, tp: TopicPartition) -> int | None:
+        provider = self.high_watermark_provider  # set by the replica manager after start-up
+        return provider(tp) if provider is not None else None
+
+    async def clean_dirtiest_log(self) -> CleanResult | None:
+        """One log cleaner pass over the dirtiest compacted log, then its dir's
+        cleaner-offset-checkpoint; None when no log is dirty enough."""
+        chosen = self.cleaner.dirtiest(self.all_logs())
+        if chosen is None:
+            return None
+        tp, log = chosen
+        result = await self.cleaner.clean(tp, log)
+        if self._logs.get(tp) is not log:
+            self.cleaner.forget(tp)  # deleted or made a stray during the pass
+            return None
+        log_dir = self._dir_of.get(tp)
+        if result is not None and log_dir is not None:
+            await self._write_cleaner_checkpoint(log_dir)
+        return result
+
+    async def _write_cleaner_checkpoint(self, log_dir: str) -> None:
+        async with self._dir_locks[log_dir]:
+            entries = self.cleaner.checkpoint_entries(self._partitions_in(log_dir))
+            await self._write_checkpoint(log_dir, CLEANER_OFFSET_CHECKPOINT, entries)
 
     async def flush_dirty_logs(self) -> None:
         """Flush every online log whose flush.ms has elapsed since its last flush."""
@@ -452,11 +507,19 @@ class LogManager:
     async def _write_dir_checkpoints(self, log_dir: str) -> None:
         await self._write_offsets(log_dir, RECOVERY_POINT_CHECKPOINT, "recovery_point")
         await self._write_offsets(log_dir, LOG_START_OFFSET_CHECKPOINT, "log_start_offset")
+        partitions = self._partitions_in(log_dir)
+        if self.cleaner.checkpoint_entries(partitions) or self.fs.exists(
+            os.path.join(log_dir, CLEANER_OFFSET_CHECKPOINT)
+        ):
+            await self._write_cleaner_checkpoint(log_dir)
 
     async def _on_log_offsets_changed(self, log: Log) -> None:
         """A log truncated or moved its start offset: checkpoint its dir now, so a crash
         cannot pair a stale (too high) recovery point or too low start with the new data."""
         for tp, candidate in self._logs.items():
             if candidate is log:
+                # Below the first dirty offset every key appears once; a truncation must
+                # pull it back, or re-appended records there would never be mapped.
+                self.cleaner.truncated(tp, log.log_end_offset)
                 await self._write_dir_checkpoints(self._dir_of[tp])
                 return

@@ -241,6 +241,38 @@ def decode_records(
     return records
 
 
+RecordKey: TypeAlias = tuple[int, bytes | None, bool]  # (offset delta, key, has a value)
+
+
+def scan_record_keys(payload: Buffer, count: int) -> list[RecordKey]:
+    """Each of ``count`` records' (offset delta, key, whether its value is non-null), all
+    that the log cleaner decides on: values and headers are stepped over by the record's
+    length, which is checked against the payload as decode_records checks it."""
+    data = payload if type(payload) is bytes else bytes(payload)
+    end = len(data)
+    if not 0 <= count <= end // RECORD_SIZE_MIN:
+        raise InvalidRecordError(f"batch declares {count} records in {end} bytes")
+    keys: list[RecordKey] = []
+    pos = 0
+    for index in range(count):
+        length, pos = decode_varint(data, pos)
+        record_end = pos + length
+        if length <= 0 or record_end > end:
+            raise CorruptRecordError(f"record {index} claims {length} bytes, {end - pos} remain")
+        try:
+            _, pos = decode_varlong(data, pos + 1)  # after the attributes: timestamp delta
+            offset_delta, pos = decode_varint(data, pos)
+            key, pos = _read_nullable(data, pos, record_end)
+            value_length, _ = decode_varint(data, pos)
+        except IndexError:
+            raise CorruptRecordError(f"record {index} runs past the end of the batch") from None
+        keys.append((offset_delta, key, value_length != _NULL_LENGTH))
+        pos = record_end
+    if pos != end:
+        raise InvalidRecordError(f"{end - pos} bytes remain after the {count} records")
+    return keys
+
+
 def _decode_record(
     data: bytes, pos: int, end: int, base_timestamp: int, log_append_time_ms: int | None
 ) -> tuple[Record, int]:

@@ -33,6 +33,7 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+SWAP_SUFFIX = ".swap"  # a cleaned segment being swapped in (log/cleaner.py)
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
 _BATCH_LENGTH_MIN = BATCH_HEADER_SIZE - LOG_OVERHEAD
@@ -122,9 +123,11 @@ class LogSegment:
         roll_jitter_ms: int,
         created_ms: int,
         create: bool,
+        indexes_expected: bool = True,
     ) -> None:
         """Open the segment's files; ``create`` starts a fresh, empty segment (replacing any
-        leftover files of that name, as Kafka's roll does)."""
+        leftover files of that name, as Kafka's roll does). ``indexes_expected`` False (a
+        segment the log cleaner just wrote) builds missing indexes without a warning."""
         assert base_offset >= 0, base_offset
         self.fs = fs
         self.dir_path = dir_path
@@ -155,6 +158,8 @@ class LogSegment:
             self.time_index.reset()
             self._max_timestamp = NO_TIMESTAMP
             self._next_offset = base_offset
+        elif indexes_missing and not indexes_expected:
+            self.rebuild_indexes()
         elif indexes_missing or not self._indexes_look_sane():
             logger.warning("rebuilding missing or corrupt indexes of %s", self.log.path)
             self.rebuild_indexes()
@@ -360,6 +365,10 @@ class LogSegment:
             (max_timestamp,) = _INT64.unpack_from(chunk, at + _MAX_TIMESTAMP_AT)
             yield BatchLocation(position, base_offset, base_offset + delta, size, max_timestamp)
             position += size
+
+    def batch_locations(self) -> Iterator[BatchLocation]:
+        """Every whole batch of the segment, from its headers alone (the log cleaner's walk)."""
+        return self._scan(0)
 
     def translate_offset(self, offset: int) -> BatchLocation | None:
         """The first batch whose last offset is >= ``offset`` (None if there is none)."""

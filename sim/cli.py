@@ -69,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--idempotent", action="store_true", help="kafka: idempotent producers that retry"
         )
+        p.add_argument(
+            "--compact",
+            action="store_true",
+            help="kafka: a compacted topic (unique keys) that the brokers' log cleaner rewrites",
+        )
         p.add_argument("--duration", type=float, default=30.0, help="virtual seconds of faults")
         p.add_argument("--faults", default="all", help="all, none, or a comma list")
         p.add_argument("--bug", default=None, help="a planted bug (see `kraft-sim bugs`)")
@@ -137,6 +142,7 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         rf=args.rf,
         acks=args.acks,
         idempotent=args.idempotent,
+        compact=args.compact,
         trace_dir=args.trace,
     )
 
@@ -207,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         _fix_hash_seed()
     args = _parser().parse_args(argv)
     # Node code logs recoveries and disk failures; in a simulation the trace records what
-    # matters, so only errors reach the terminal.
-    logging.basicConfig(level=logging.ERROR)
+    # matters, so only errors reach the terminal of one run, and none that of a sweep (where
+    # injected disk faults would bury the one line per failing seed).
+    logging.basicConfig(level=logging.ERROR if args.command == "run" else logging.CRITICAL)
     if args.command == "bugs":
         for name, scenario in sorted(SCENARIOS.items()):
             for bug, what in sorted(scenario.bugs.items()):

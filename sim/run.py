@@ -42,6 +42,9 @@ class RunConfig:
     rf: int = 3
     acks: str = "all"
     idempotent: bool = False
+    # The topic is compacted (unique record keys, so nothing may go) with 1 s segments,
+    # and every broker's log cleaner merges and swaps them under the faults.
+    compact: bool = False
     trace_path: str | None = None
     trace_dir: str | None = None
 

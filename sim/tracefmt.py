@@ -180,6 +180,8 @@ def run_id_for(config: RunConfig) -> str:
     ]
     if config.scenario == "kafka":  # other scenarios' ids stay as they were
         fields += [config.partitions, config.rf, config.acks, config.idempotent]
+        if config.compact:  # runs without it keep their ids
+            fields.append("compact")
     identity = json.dumps(fields, separators=(",", ":"))
     short = hashlib.blake2b(identity.encode(), digest_size=4).hexdigest()
     return f"{config.scenario}-s{config.seed}-{short}"

@@ -191,8 +191,8 @@ class GroupApis:
     async def _create(self) -> None:
         config = self.coordinator.config
         module: Any = request_module(CREATE_TOPICS, CREATE_TOPICS_VERSION)
-        # Kafka's settings. Compaction keeps the latest record of every key; until the log
-        # has a cleaner, a compacted topic simply keeps everything (never loses an offset).
+        # Kafka's settings. Compaction (log/cleaner.py) keeps the latest record of every
+        # key, so repeated commits of one partition's offset do not grow the topic.
         configs = {
             "cleanup.policy": "compact",
             "compression.type": "producer",

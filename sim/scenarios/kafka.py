@@ -81,6 +81,17 @@ NOT_APPENDED = {
 FAULTS = ("isolate-partition-leader", "kill-partition-leader", "pause-follower")
 
 
+# --compact: the topic is compacted and its segments roll every second, so every broker's
+# cleaner (every 0.5 s) keeps merging them, swapping files under the power cuts; the keys
+# are unique, so the checks above hold unchanged: the cleaner may lose nothing.
+COMPACT_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact,delete",
+    "segment.ms": "1000",
+    "min.cleanable.dirty.ratio": "0.01",
+}
+COMPACT_BROKER_PROPS = {"log.cleaner.backoff.ms": "500", "log.initial.task.delay.ms": "1000"}
+
+
 def key_of(partition: int) -> str:
     return f"{TOPIC}-{partition}"
 
@@ -143,6 +154,7 @@ class KafkaCluster(Cluster):
     partitions: int = 3
     acks: int = -1
     idempotent: bool = False
+    compact: bool = False
     cuts: PowerCuts = field(default_factory=PowerCuts)
     kafka: KafkaChecker = field(default_factory=KafkaChecker)
     states: PartitionStateChecker = field(default_factory=PartitionStateChecker)
@@ -241,7 +253,7 @@ class KafkaCluster(Cluster):
         self.sends += 1
         idempotent = producer_id[0] >= 0
         batch = kafka_client.record_batch(
-            key,
+            f"{key}-{value}" if self.compact else key,  # unique: compaction removes nothing
             value,
             # A client's wall clock, as SimClock gives nodes: brokers' retention and timestamp
             # checks read these, and 1970 stamps would be deleted as old on the first pass.
@@ -435,6 +447,11 @@ class KafkaCluster(Cluster):
                 c, TOPIC, "min.insync.replicas", str(min(2, rf)), REQUEST_TIMEOUT_S
             ),
         ]
+        if self.compact:
+            steps += [
+                lambda c, k=k, v=v: admin.alter_topic_config(c, TOPIC, k, v, REQUEST_TIMEOUT_S)
+                for k, v in COMPACT_TOPIC_CONFIGS.items()
+            ]
         routing = Routing(self, "setup")
         try:
             while steps and loop.time() < deadline:
@@ -549,10 +566,11 @@ def _replication_faults(cluster: KafkaCluster) -> dict[str, Callable[[Nemesis, f
 
     def pause_follower(nemesis: Nemesis, hold_s: float) -> None:
         _, followers = replicas(nemesis)
-        alive = [f for f in followers if nemesis.world.processes[f].alive]
-        if alive and not nemesis.world.processes[alive[0]].paused:
+        processes = nemesis.world.processes
+        running = [f for f in followers if processes[f].alive and not processes[f].paused]
+        if running:
             lag_s = REPLICA_LAG_TIME_MAX_MS / 1000
-            nemesis.pause_for(nemesis.rng.choice(alive), nemesis.rng.uniform(1.5, 3) * lag_s)
+            nemesis.pause_for(nemesis.rng.choice(running), nemesis.rng.uniform(1.5, 3) * lag_s)
 
     return {
         "isolate-partition-leader": isolate_leader,
@@ -580,10 +598,12 @@ def run_kafka(config: RunConfig) -> RunResult:
             "num.partitions": str(config.partitions),
             "replica.lag.time.max.ms": str(REPLICA_LAG_TIME_MAX_MS),
             "unclean.leader.election.enable": "false",
+            **(COMPACT_BROKER_PROPS if config.compact else {}),
         },
         partitions=config.partitions,
         acks=-1 if config.acks == "all" else 1,
         idempotent=config.idempotent,
+        compact=config.compact,
     )
     cluster.kafka = KafkaChecker(acks_all=config.acks == "all", cuts=cluster.cuts)
     cluster.states = PartitionStateChecker(cuts=cluster.cuts)
@@ -595,6 +615,7 @@ def run_kafka(config: RunConfig) -> RunResult:
         rf=rf,
         partitions=config.partitions,
         idempotent=config.idempotent,
+        **({"compact": True} if config.compact else {}),  # other runs' traces unchanged
     )
     for name in controllers + brokers:
         process = world.add_process(name)
@@ -668,5 +689,13 @@ def run_kafka(config: RunConfig) -> RunResult:
             "excused": cluster.kafka.excused,
             "lost": cluster.kafka.lost,
             "faults": nemesis.injected,
+            **(_cleaned(cluster) if config.compact else {}),
         },
     )
+
+
+def _cleaned(cluster: KafkaCluster) -> dict[str, int]:
+    """--compact's figure: segments the brokers' current incarnations cleaned (a crash
+    forgets its own count)."""
+    nodes = cluster.nodes.values()
+    return {"segments_cleaned": sum(n.logs.cleaner.segments_cleaned for n in nodes if n.logs)}

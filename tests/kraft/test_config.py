@@ -142,7 +142,14 @@ def test_the_shipped_configs_and_kafkas_usual_keys_raise_no_warning() -> None:
     root = Path(__file__).parents[2] / "config"
     for path in [root / "server.properties", *sorted((root / "cluster").iterdir())]:
         assert unknown_key_warnings(load_config(str(path))) == [], path
-    usual = {"log.retention.check.interval.ms": "1000", "compression.type": "zstd"}
+    usual = {
+        "log.retention.check.interval.ms": "1000",
+        "compression.type": "zstd",
+        "log.cleaner.enable": "false",
+        "log.cleaner.threads": "2",
+        "log.cleaner.backoff.ms": "100",
+        "log.cleaner.min.cleanable.ratio": "0.1",
+    }
     assert unknown_key_warnings(config_from_properties({**BASE, **usual})) == []
 
 
@@ -164,6 +171,8 @@ def test_ports_out_of_range_are_refused(key: str, value: str) -> None:
         ("log.segment.bytes", "1"),
         ("log.retention.hours", "soon"),
         ("log.retention.check.interval.ms", "x"),
+        ("log.cleaner.enable", "sometimes"),
+        ("log.cleaner.dedupe.buffer.size", "0"),
     ],
 )
 def test_a_bad_log_key_is_refused_at_load_naming_it(key: str, value: str) -> None:

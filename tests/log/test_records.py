@@ -23,6 +23,7 @@ from log.records import (
     encode_record,
     encode_varint,
     encode_varlong,
+    scan_record_keys,
 )
 
 # Zigzag varints as Kafka's ByteUtils writes them.
@@ -130,6 +131,21 @@ def test_records_round_trip(records: list[Record], base_timestamp: int) -> None:
         Record(r.key, r.value, r.timestamp, r.headers, 3 * index, r.attributes)
         for index, r in enumerate(records)
     ]
+
+
+@given(st.lists(record_strategy, min_size=1, max_size=12), st.integers(0, 1 << 40))
+def test_the_cleaners_key_scan_agrees_with_the_full_decode(
+    records: list[Record], base_timestamp: int
+) -> None:
+    payload = b"".join(
+        encode_record(record, 2 * index, record.timestamp - base_timestamp)
+        for index, record in enumerate(records)
+    )
+    assert scan_record_keys(payload, len(records)) == [
+        (2 * index, r.key, r.value is not None) for index, r in enumerate(records)
+    ]
+    with pytest.raises((CorruptRecordError, InvalidRecordError)):
+        scan_record_keys(payload[:-1], len(records))  # a record cut short
 
 
 def test_log_append_time_replaces_every_record_timestamp() -> None:
