@@ -96,7 +96,9 @@ class Shard:
             if value is None:
                 self.groups.pop(decoded.group, None)
                 self.offsets.pop(decoded.group, None)
-            else:
+            elif decoded.group not in self.consumer_groups:
+                # (A classic group's last write can land after the consumer group that
+                # replaced it, Empty, was created: the consumer group stands.)
                 self.group(decoded.group).load(decode_group_value(value), now)
 
     def _replay_consumer(self, key: bytes, value: bytes | None) -> None:

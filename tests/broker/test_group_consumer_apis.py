@@ -22,7 +22,10 @@ from broker.group.apis import (
     GroupApis,
 )
 from broker.group.config import GroupCoordinatorConfig
-from broker.group.coordinator import GroupCoordinator
+from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from broker.group.records import GroupKey, GroupValue, encode_group_key, encode_group_value
+from log.batch import encode_batch
+from log.records import Record
 from raft.entities import make, request_module
 from tests.broker.test_group_apis import LISTENER, request, with_broker
 from tests.broker.test_group_coordinator import NODE, Clock, Partitions, image, move, started
@@ -251,3 +254,24 @@ def test_retention_expires_unsubscribed_offsets_then_the_empty_consumer_group() 
 
 async def forward_nothing(sent: object) -> object:
     raise AssertionError(sent)
+
+
+def test_a_shard_with_a_late_classic_record_for_a_consumer_group_loads_the_consumer_group() -> None:
+    partitions = Partitions()
+
+    async def body(apis: GroupApis, coordinator: GroupCoordinator) -> None:
+        await beat(apis, "a", 0)
+        shard = coordinator.shard_for("g")
+        assert not isinstance(shard, ErrorCode)
+        empty = GroupValue("consumer", 1, None, None, 0, ())
+        record = Record(encode_group_key(GroupKey("g")), encode_group_value(empty), 0)
+        await partitions.append(OFFSETS_TOPIC, shard.partition, encode_batch([record]), -1, 5)
+        await move(coordinator, image(2, epoch=1))
+        await move(coordinator, image(NODE, epoch=2))
+        group = coordinator.describe_consumer("g")
+        assert (
+            group is not None and not isinstance(group, ErrorCode) and list(group.members) == ["a"]
+        )
+        assert coordinator.describe("g") is None
+
+    run(body, partitions)
