@@ -9,6 +9,7 @@ Both are deterministic: ties go to the smaller member id.
 
 from __future__ import annotations
 
+import heapq
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,36 +41,44 @@ def _eligible(members: Mapping[str, MemberSpec], topic_id: uuid.UUID) -> list[st
 def uniform(
     members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int]
 ) -> dict[str, Partitions]:
-    """Balanced and sticky: members keep their previous partitions that are still valid,
-    new or orphaned partitions go to the least loaded subscriber, then partitions move from
-    a member to a subscriber holding at least two fewer until none can (each move lowers
-    the sum of squared loads, so the loop ends)."""
+    """Balanced and sticky: members keep their previous partitions that are still valid
+    (up to an even share), new or orphaned partitions go to the least loaded subscriber,
+    then partitions move from a member to a subscriber holding at least two fewer until
+    none can (each move lowers the sum of squared loads, so the loop ends)."""
     owned: dict[str, set[TopicIdPartition]] = {m: set() for m in members}
     taken: set[TopicIdPartition] = set()
+    # No member keeps more than an even share: the balancing below then moves few.
+    cap = -(-sum(topics.values()) // max(len(members), 1))
     for member in sorted(members):
         for where in sorted(members[member].previous):
             topic_id, index = where
             if (
-                topic_id in members[member].subscribed
+                len(owned[member]) < cap
+                and topic_id in members[member].subscribed
                 and index < topics.get(topic_id, 0)
                 and where not in taken
             ):
                 owned[member].add(where)
                 taken.add(where)
-    for topic_id in sorted(topics, key=lambda t: (len(_eligible(members, t)), t)):
-        eligible = _eligible(members, topic_id)
+    eligible = {t: _eligible(members, t) for t in topics}
+    for topic_id in sorted(topics, key=lambda t: (len(eligible[t]), t)):
+        # The least loaded subscriber first; only this topic changes loads meanwhile.
+        lightest = [(len(owned[m]), m) for m in eligible[topic_id]]
+        heapq.heapify(lightest)
         for index in range(topics[topic_id]):
-            if (topic_id, index) not in taken and eligible:
-                target = min(eligible, key=lambda m: (len(owned[m]), m))
+            if (topic_id, index) not in taken and lightest:
+                load, target = lightest[0]
                 owned[target].add((topic_id, index))
-    moved = True
+                heapq.heapreplace(lightest, (load + 1, target))
+    moved = bool(owned)
     while moved:
         moved = False
+        lightest = min(len(p) for p in owned.values())
         for giver in sorted(owned, key=lambda m: (-len(owned[m]), m)):
+            if len(owned[giver]) <= lightest + 1:
+                break  # the rest are lighter still: nobody can give
             for where in sorted(owned[giver]):
-                receivers = [
-                    m for m in _eligible(members, where[0]) if len(owned[m]) + 1 < len(owned[giver])
-                ]
+                receivers = [m for m in eligible[where[0]] if len(owned[m]) + 1 < len(owned[giver])]
                 if receivers:
                     receiver = min(receivers, key=lambda m: (len(owned[m]), m))
                     owned[giver].remove(where)
