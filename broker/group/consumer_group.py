@@ -175,10 +175,9 @@ class ConsumerGroup:
         return ConsumerGroupState.STABLE
 
     def subscribed_topics(self) -> frozenset[str]:
-        """Topic names some member subscribes to (by name; regexes resolve at heartbeat)."""
-        return frozenset(
-            n for m in self.members.values() for n in m.metadata.subscribed_topic_names
-        )
+        """Topics some member subscribes to: by name, or matched by a regex at the last
+        subscription change."""
+        return frozenset(self.topic_names) | {t.name for t in self.subscription_metadata}
 
     def next_deadline(self) -> float | None:
         deadlines = [*self.session_deadlines.values(), *self.revocation_deadlines.values()]
@@ -236,6 +235,8 @@ class ConsumerGroup:
         elif key.kind == CURRENT_MEMBER_ASSIGNMENT:
             assert member_id is not None
             old = self.members.get(member_id)
+            if old is None and value is None:
+                return  # a removed member's tombstone that compaction left behind
             if old is None:  # its metadata record comes first; tolerate another order
                 old = Member(member_id, MemberMetadataValue(None, None, "", "", (), None, -1, None))
             self._set_owned(old, NO_PARTITIONS)

@@ -404,3 +404,20 @@ def test_a_catastrophic_backtracking_regex_is_answered_at_once() -> None:
     h = Harness({"a" * 5000 + "b": (T1, 1), "aaa": (T2, 1)})
     request = Heartbeat("m", 0, "c", "h", rebalance_timeout_ms=1, subscribed_topic_regex="(a+)+")
     assert h.commit(h.group.heartbeat(request, h.topics)).assignment == parts(T2, 0)
+
+
+def test_a_compacted_log_with_only_some_tombstones_left_loads_no_phantom_member() -> None:
+    h = Harness({"t1": (T1, 2)})
+    a, b = Client(h, "a"), Client(h, "b")
+    a.heartbeat()
+    b.heartbeat()
+    b.leave()
+    # The cleaner dropped b's records and all but its CurrentMemberAssignment tombstone.
+    h.log.entries = [
+        (key, value)
+        for key, value in h.log.entries
+        if b"\x00\x01b" not in key or (key[:2] == b"\x00\x08" and value is None)
+    ]
+    reloaded = h.log.reload()
+    assert list(reloaded.members) == ["a"]
+    assert reloaded.subscribed_topics() == {"t1"}
