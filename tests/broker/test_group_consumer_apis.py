@@ -275,3 +275,29 @@ def test_a_shard_with_a_late_classic_record_for_a_consumer_group_loads_the_consu
         assert coordinator.describe("g") is None
 
     run(body, partitions)
+
+
+def test_v0_members_get_an_id_and_bad_heartbeats_get_kafkas_errors() -> None:
+    async def body(apis: GroupApis, coordinator: GroupCoordinator) -> None:
+        module = request_module(CONSUMER_GROUP_HEARTBEAT, 0)
+        v0 = make(module.ConsumerGroupHeartbeatRequest, {
+            "group_id": "g", "member_id": "", "member_epoch": 0,
+            "rebalance_timeout": timedelta(seconds=30), "subscribed_topic_names": ("t",),
+            "topic_partitions": None,
+        })  # fmt: skip
+        joined = await apis.handle(CONSUMER_GROUP_HEARTBEAT, 0, v0, LISTENER, "c")
+        assert joined.error_code is ErrorCode.none and len(joined.member_id) == 36
+        no_id = await beat(apis, "", 0)
+        no_group = await apis.handle(
+            CONSUMER_GROUP_HEARTBEAT, 1, heartbeat("m", 0, group_id=""), LISTENER, "c"
+        )
+        bad_assignor = await beat(apis, "m", 0, server_assignor="sticky")
+        bad_epoch = await beat(apis, joined.member_id, 9, owned=[])
+        assert [(a.error_code, a.error_message) for a in (no_id, no_group)] == [
+            (ErrorCode.invalid_request, "MemberId can't be empty."),
+            (ErrorCode.invalid_request, "GroupId can't be empty."),
+        ]
+        assert bad_assignor.error_code is ErrorCode.unsupported_assignor
+        assert bad_epoch.error_code is ErrorCode.fenced_member_epoch
+
+    run(body)
