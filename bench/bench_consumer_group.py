@@ -21,50 +21,21 @@ import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient, NewTopic
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench_groups import PROPS as GROUP_PROPS
+from bench_groups import rebalance
+
 from broker.group.assignors import MemberSpec, uniform
 from broker.group.consumer_group import ConsumerGroup, ConsumerGroupLimits, Heartbeat
 from tests.kraft.procs import single_node
 
-DEADLINE_S = 60.0
 PROPS = {
-    "offsets.topic.replication.factor": "1",
-    "offsets.topic.num.partitions": "50",
-    "group.initial.rebalance.delay.ms": "0",
+    **GROUP_PROPS,
     # The classic members heartbeat every 200 ms (client setting); KIP-848 members at the
     # broker's interval: the same 200 ms, so the protocols, not the intervals, are compared.
     "group.consumer.heartbeat.interval.ms": "200",
 }
-
-
-def rebalance(bootstrap: str, topic: str, members: int, protocol: str) -> float:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, members, 1)]).values():
-        future.result(DEADLINE_S)
-    config: dict[str, object] = {"bootstrap.servers": bootstrap, "group.id": topic}
-    if protocol == "consumer":
-        config["group.protocol"] = "consumer"
-    else:
-        config |= {"session.timeout.ms": 6000, "heartbeat.interval.ms": 200}
-    consumers = [Consumer(config) for _ in range(members)]
-    start = time.perf_counter()
-    deadline = start + DEADLINE_S
-    for c in consumers:
-        c.subscribe([topic])
-    while time.perf_counter() < deadline:
-        for c in consumers:
-            c.poll(0.01)
-        if all(c.assignment() for c in consumers):
-            break
-    elapsed = time.perf_counter() - start
-    for c in consumers:
-        c.close()
-    if elapsed >= DEADLINE_S:
-        raise RuntimeError(f"{protocol}: the members did not all get partitions")
-    return elapsed
+CONSUMER_MEMBER: dict[str, object] = {"group.protocol": "consumer"}
 
 
 def heartbeats_per_s(members: int, rounds: int) -> float:
@@ -117,9 +88,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-kip848-") as tmp:
         procs, bootstrap = single_node(Path(tmp), PROPS)
         try:
-            rebalance(bootstrap, "warm-up", 1, "classic")  # creates __consumer_offsets
-            classic_s = rebalance(bootstrap, "spread-classic", args.members, "classic")
-            consumer_s = rebalance(bootstrap, "spread-consumer", args.members, "consumer")
+            rebalance(bootstrap, 1, "warm-up")  # creates __consumer_offsets
+            classic_s = rebalance(bootstrap, args.members, "spread-classic")
+            consumer_s = rebalance(bootstrap, args.members, "spread-consumer", CONSUMER_MEMBER)
         finally:
             procs.stop_all()
     rate = heartbeats_per_s(100, args.rounds)
