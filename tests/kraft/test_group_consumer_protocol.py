@@ -178,3 +178,38 @@ def test_librdkafka_consumer_protocol_commits_and_resumes_without_redelivery(
     assert state[0][4] == "Empty"  # the member left on close
     produce(bootstrap, "kip848-rd", 3, range(9, 12))
     assert consume(3) == [9, 10, 11]
+
+
+def test_two_librdkafka_members_split_by_range_and_rebalance_when_one_leaves(
+    bootstrap: str,
+) -> None:
+    create_topic(bootstrap, "kip848-range", 3, 0)
+    members = [
+        Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "range848",
+                "group.protocol": "consumer",
+                "group.remote.assignor": "range",
+            }
+        )
+        for _ in range(2)
+    ]
+    try:
+        for member in members:
+            member.subscribe(["kip848-range"])
+
+        def held(among: list[Consumer]) -> list[list[int]]:
+            for member in among:
+                member.poll(0.05)
+            return sorted(sorted(tp.partition for tp in m.assignment()) for m in among)
+
+        # range: contiguous ranges over the members sorted by id, the first one larger
+        wait_until(lambda: held(members) == [[0, 1], [2]], "a range split")
+        state = group_state(bootstrap, "range848")
+        assert state[3:5] == ["range", "Stable"]
+        members.pop().close()  # leaves (epoch -1)
+        wait_until(lambda: held(members) == [[0, 1, 2]], "the survivor holding all three")
+    finally:
+        for member in members:
+            member.close()
