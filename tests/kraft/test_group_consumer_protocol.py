@@ -13,22 +13,29 @@ from confluent_kafka import Consumer
 
 from tests import kafka_tools as tools
 from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
-from tests.kraft.procs import single_node, wait_until
+from tests.kraft.procs import Processes, port_open, single_node, wait_until
 from tests.kraft.test_group_clients import GROUP_PROPS, create_topic, produce
 
 pytestmark = pytest.mark.usefixtures("kafka_tools")
 CONSUMER_PROTOCOL = ("--consumer-property", "group.protocol=consumer")
-# The consumer protocol's session timeout is the broker's (KIP-848), not the client's.
-PROPS = {**GROUP_PROPS, "group.consumer.session.timeout.ms": "6000"}
+# The consumer protocol's session timeout is the broker's (KIP-848), not the client's: long
+# enough for a static member's new JVM to start on a loaded machine before its partitions
+# are given away, short enough for a SIGKILLed member to be fenced within a wait.
+PROPS = {**GROUP_PROPS, "group.consumer.session.timeout.ms": "15000"}
 
 
 @pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Processes, str]]:
     procs, address = single_node(tmp_path_factory.mktemp("data"), PROPS)
     try:
-        yield address
+        yield procs, address
     finally:
         procs.cleanup()
+
+
+@pytest.fixture(scope="module")
+def bootstrap(node: tuple[Processes, str]) -> str:
+    return node[1]
 
 
 def groups_tool(bootstrap: str, *args: str) -> str:
@@ -87,8 +94,10 @@ def assignment(bootstrap: str, group: str) -> list[int]:
 
 
 def group_state(bootstrap: str, group: str) -> list[str]:
-    """GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE GROUP-EPOCH TARGET-EPOCH #MEMBERS"""
-    return rows(groups_tool(bootstrap, "--describe", "--group", group, "--state"), group)[0]
+    """GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE GROUP-EPOCH TARGET-EPOCH #MEMBERS
+    (the epochs are shown with --verbose only)."""
+    out = groups_tool(bootstrap, "--describe", "--group", group, "--state", "--verbose")
+    return rows(out, group)[0]
 
 
 def test_java_consumers_split_a_topic_and_rebalance_on_leave_death_and_new_partitions(
@@ -102,7 +111,7 @@ def test_java_consumers_split_a_topic_and_rebalance_on_leave_death_and_new_parti
         assert state[3:5] == ["uniform", "Stable"] and state[-1] == "3"
         stop(members[2])  # leaves (member epoch -1): the others take its partition at once
         wait_until(lambda: assignment(bootstrap, "split848") == [1, 2], "two members")
-        stop(members[1], signal.SIGKILL)  # silent: fenced after the session timeout (6 s)
+        stop(members[1], signal.SIGKILL)  # silent: fenced after the session timeout (15 s)
         wait_until(lambda: assignment(bootstrap, "split848") == [3], "the survivor holds all")
         tools.run(
             "topics", "--bootstrap-server", bootstrap, "--alter", "--topic", "kip848-split",
@@ -213,3 +222,49 @@ def test_two_librdkafka_members_split_by_range_and_rebalance_when_one_leaves(
     finally:
         for member in members:
             member.close()
+
+
+def test_a_live_member_keeps_its_epoch_and_partitions_across_a_node_restart(
+    node: tuple[Processes, str],
+) -> None:
+    """The group comes back from its records: the member's next heartbeat, at the epoch
+    it had, is accepted, and it goes on consuming without rejoining."""
+    procs, bootstrap = node
+    create_topic(bootstrap, "kip848-restart", 3, 3)
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "restart848",
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+    }
+    member = Consumer(config)
+    member.subscribe(["kip848-restart"])
+    # A second member that comes and goes takes the group epoch to 3, so a group that
+    # came back empty (epoch 1) would show.
+    passing = Consumer(config)
+    passing.subscribe(["kip848-restart"])
+    wait_until(lambda: passing.poll(0.1) or passing.assignment(), "the passing member joined")
+    passing.close()
+    got: list[int] = []
+
+    def consumed(count: int) -> bool:
+        message = member.poll(0.1)
+        if message is not None and message.error() is None:
+            got.append(int(message.value()))
+        return len(got) >= count
+
+    try:
+        wait_until(lambda: consumed(3), "the first records")
+        before = group_state(bootstrap, "restart848")
+        procs.kill(1)
+        procs.start(1)
+        host, port = bootstrap.split(":")
+        wait_until(lambda: port_open(host, int(port)), "the broker listener reopens")
+        produce(bootstrap, "kip848-restart", 3, range(3, 6))
+        wait_until(lambda: consumed(6), "the records after the restart")
+        assert set(got) == set(range(6))
+        after = group_state(bootstrap, "restart848")
+        # The group epoch did not start again: the group was loaded from its records.
+        assert after[4] == "Stable" and int(after[5]) >= int(before[5]) >= 3
+    finally:
+        member.close()
