@@ -16,6 +16,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -56,6 +57,12 @@ class TopicsView(Mapping[str, tuple[uuid.UUID, int]]):
         return len(self._image.topics.by_name)
 
 
+@dataclass(slots=True)
+class _GroupLock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0  # holders and waiters: the entry goes when the last one is done
+
+
 class ConsumerGroupCoordinator:
     """Consumer-protocol groups of the shards a GroupCoordinator holds."""
 
@@ -74,7 +81,7 @@ class ConsumerGroupCoordinator:
         self._image = image
         self._clock = clock
         self._wake_before = wake_before  # the timer loop must run by this deadline
-        self._locks: dict[str, list] = {}  # group id -> [lock, holders and waiters]
+        self._locks: dict[str, _GroupLock] = {}
         self._fencing: set[asyncio.Task[None]] = set()
 
     @contextlib.asynccontextmanager
@@ -83,14 +90,14 @@ class ConsumerGroupCoordinator:
         requests for ids that never become groups leave nothing behind."""
         entry = self._locks.get(group_id)
         if entry is None:
-            entry = self._locks[group_id] = [asyncio.Lock(), 0]
-        entry[1] += 1
+            entry = self._locks[group_id] = _GroupLock()
+        entry.users += 1
         try:
-            async with entry[0]:
+            async with entry.lock:
                 yield
         finally:
-            entry[1] -= 1
-            if entry[1] == 0:
+            entry.users -= 1
+            if entry.users == 0:
                 del self._locks[group_id]
 
     def busy(self, group_id: str) -> bool:
