@@ -63,25 +63,28 @@ def produces(bootstrap: str, count: int) -> float:
     return time.perf_counter() - start
 
 
-def rebalance(bootstrap: str, members: int) -> float:
+CLASSIC_MEMBER = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 200}
+
+
+def rebalance(
+    bootstrap: str,
+    members: int,
+    topic: str = "spread",
+    member_config: dict[str, object] = CLASSIC_MEMBER,
+) -> float:
+    """``members`` consumers subscribe to a new topic of as many partitions, in a group of
+    the topic's name: seconds until every one holds a partition."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic("spread", members, 1)]).values():
+    for future in admin.create_topics([NewTopic(topic, members, 1)]).values():
         future.result(DEADLINE_S)
     consumers = [
-        Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": "bench-rebalance",
-                "session.timeout.ms": 6000,
-                "heartbeat.interval.ms": 200,
-            }
-        )
+        Consumer({"bootstrap.servers": bootstrap, "group.id": topic, **member_config})
         for _ in range(members)
     ]
     start = time.perf_counter()
     deadline = start + DEADLINE_S
     for c in consumers:
-        c.subscribe(["spread"])
+        c.subscribe([topic])
     while time.perf_counter() < deadline:
         for c in consumers:
             c.poll(0.01)

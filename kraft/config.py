@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from broker.group.config import KEYS as GROUP_COORDINATOR_KEYS
 from broker.group.config import GroupCoordinatorConfig
 from kraft.properties import parse_properties
 from log.config import LOG_CONFIG_KEYS, LOG_MANAGER_KEYS, LogConfig, LogManagerConfig
@@ -310,4 +311,5 @@ _KNOWN_KEYS = frozenset(
     | {d.broker_synonym for d in TOPIC_CONFIGS.values() if d.broker_synonym}
     | BROKER_DYNAMIC_CONFIGS.keys()
     | KAFKA_KEYS_NOT_USED
+    | GROUP_COORDINATOR_KEYS
 )

@@ -1,6 +1,7 @@
 """The group APIs' request and response shapes around the GroupCoordinator (the group part
 of Kafka's KafkaApis): FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete, and
+KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe.
 
 Each handler reads the fields its version has (``getattr`` with Kafka's default for fields
 older versions lack) and answers with ``make`` at the request's version. FindCoordinator
@@ -19,6 +20,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.group.classic import GroupState, JoinRequest
+from broker.group.consumer_group import ConsumerGroup, Heartbeat
+from broker.group.consumer_records import Partitions
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.group.shard import OffsetCommit
 from broker.network import CLIENT_HOST
@@ -39,6 +42,8 @@ DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
+CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_DESCRIBE = 69
 CREATE_TOPICS = 19
 CREATE_TOPICS_VERSION = 7
 
@@ -54,9 +59,12 @@ SUPPORTED = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 GROUP_KEY_TYPE = 0
 CLASSIC = "classic"
+CONSUMER = "consumer"
 NO_THROTTLE = timedelta(0)
 
 Forward = Callable[[object], Awaitable[object]]
@@ -106,6 +114,10 @@ class GroupApis:
             return self._describe_groups(response, request)
         if api_key == DELETE_GROUPS:
             return await self._delete_groups(response, request)
+        if api_key == CONSUMER_GROUP_HEARTBEAT:
+            return await self._consumer_heartbeat(response, version, request, client_id)
+        if api_key == CONSUMER_GROUP_DESCRIBE:
+            return self._consumer_describe(response, request)
         assert api_key == OFFSET_DELETE, api_key
         return await self._offset_delete(response, request)
 
@@ -394,14 +406,14 @@ class GroupApis:
 
     def _offset_fetch(self, module: Any, version: int, request: Any) -> object:
         if version < 8:
-            error, topics = self._fetch_group(module, request.group_id, request.topics, "")
+            error, topics = self._fetch_group(module, request.group_id, request.topics, "", None)
             return make(
                 module.OffsetFetchResponse,
                 {"throttle_time": NO_THROTTLE, "topics": topics, "error_code": error},
             )
         groups = []
         for group in request.groups:
-            error, topics = self._fetch_group(module, group.group_id, group.topics, "s")
+            error, topics = self._fetch_group(module, group.group_id, group.topics, "s", group)
             groups.append(
                 make(
                     module.OffsetFetchResponseGroup,
@@ -413,12 +425,17 @@ class GroupApis:
         )
 
     def _fetch_group(
-        self, module: Any, group_id: str, topics: Any, plural: str
+        self, module: Any, group_id: str, topics: Any, plural: str, group: Any
     ) -> tuple[ErrorCode, tuple[object, ...]]:
         """One group's OffsetFetch answer: (group error, topics). v8+ names its types
-        ``OffsetFetchResponseTopics``/``Partitions`` (``plural``)."""
+        ``OffsetFetchResponseTopics``/``Partitions`` (``plural``); v9 names the member."""
         wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
-        result = self.coordinator.fetch_offsets(group_id, wanted)
+        result = self.coordinator.fetch_offsets(
+            group_id,
+            wanted,
+            getattr(group, "member_id", None),
+            getattr(group, "member_epoch", -1),
+        )
         topic_type = getattr(module, f"OffsetFetchResponseTopic{plural}")
         partition_type = getattr(module, f"OffsetFetchResponsePartition{plural}")
         if isinstance(result, ErrorCode):
@@ -495,9 +512,9 @@ class GroupApis:
         states = {s.lower() for s in getattr(request, "states_filter", ())}
         types = {t.lower() for t in getattr(request, "types_filter", ())}
         listed = [
-            g
+            (g, CONSUMER if isinstance(g, ConsumerGroup) else CLASSIC)
             for g in result
-            if (not states or g.state.value.lower() in states) and (not types or CLASSIC in types)
+            if not states or g.state.value.lower() in states
         ]
         return make(
             module.ListGroupsResponse,
@@ -509,12 +526,15 @@ class GroupApis:
                         module.ListedGroup,
                         {
                             "group_id": g.group_id,
-                            "protocol_type": g.protocol_type or "",
+                            "protocol_type": CONSUMER
+                            if isinstance(g, ConsumerGroup)
+                            else g.protocol_type or "",
                             "group_state": g.state.value,
-                            "group_type": CLASSIC,
+                            "group_type": kind,
                         },
                     )
-                    for g in listed
+                    for g, kind in listed
+                    if not types or kind in types
                 ),
             },
         )
@@ -574,3 +594,155 @@ class GroupApis:
         return make(
             module.DeleteGroupsResponse, {"throttle_time": NO_THROTTLE, "results": tuple(results)}
         )
+
+    # ---- KIP-848: ConsumerGroupHeartbeat, ConsumerGroupDescribe ---------------------------
+    async def _consumer_heartbeat(
+        self, module: Any, version: int, request: Any, client_id: str
+    ) -> object:
+        member_id = request.member_id
+        if version == 0 and not member_id and request.member_epoch == 0:
+            member_id = self.coordinator.new_member_id()  # v1+: the client makes its own
+        owned = request.topic_partitions
+        heartbeat = Heartbeat(
+            member_id=member_id,
+            member_epoch=request.member_epoch,
+            client_id=client_id,
+            client_host=CLIENT_HOST.get(),
+            instance_id=request.instance_id,
+            rack_id=request.rack_id,
+            rebalance_timeout_ms=int(request.rebalance_timeout.total_seconds() * 1000),
+            subscribed_topic_names=request.subscribed_topic_names,
+            subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+            server_assignor=request.server_assignor,
+            owned=None
+            if owned is None
+            else frozenset((t.topic_id, p) for t in owned for p in t.partitions),
+        )
+        invalid = _invalid_heartbeat(request, member_id)
+        if invalid is not None:
+            error, message = ErrorCode.invalid_request, invalid
+            result = None
+        else:
+            result = await self.coordinator.consumer.heartbeat(request.group_id, heartbeat)
+            error, message = result.error, result.message
+        fields: dict[str, object] = {
+            "throttle_time": NO_THROTTLE,
+            "error_code": error,
+            "error_message": message,
+            "member_id": member_id,
+            "member_epoch": request.member_epoch if result is None else result.member_epoch,
+            "heartbeat_interval": timedelta(
+                milliseconds=self.coordinator.config.group_consumer_heartbeat_interval_ms
+            ),
+        }
+        if result is not None and error is ErrorCode.none and result.assignment is not None:
+            fields["assignment"] = make(
+                module.Assignment,
+                {"topic_partitions": _topic_partitions(module, result.assignment, None)},
+            )
+        return make(module.ConsumerGroupHeartbeatResponse, fields)
+
+    def _consumer_describe(self, module: Any, request: Any) -> object:
+        image = self._image()
+        names = {topic_id: name for name, topic_id in image.topics.by_name.items()}
+        described = []
+        for group_id in request.group_ids:
+            found = self.coordinator.describe_consumer(group_id)
+            fields: dict[str, object] = {
+                "error_code": ErrorCode.none,
+                "group_id": group_id,
+                "group_state": "",
+                "group_epoch": -1,
+                "assignment_epoch": -1,
+                "assignor_name": "",
+                "members": (),
+                "authorized_operations": -(2**31),
+            }
+            if isinstance(found, ErrorCode):
+                fields["error_code"] = found
+            elif found is None:
+                # Kafka's answer for an unknown or classic group; the admin client then
+                # falls back to DescribeGroups.
+                fields |= {
+                    "error_code": ErrorCode.group_id_not_found,
+                    "error_message": f"Group {group_id} not found.",
+                }
+            else:
+                fields |= {
+                    "group_state": found.state.value,
+                    "group_epoch": found.group_epoch,
+                    "assignment_epoch": found.assignment_epoch,
+                    "assignor_name": found.assignor_for(found.members),
+                    "members": tuple(
+                        make(
+                            module.Member,
+                            {
+                                "member_id": m.member_id,
+                                "instance_id": m.metadata.instance_id,
+                                "rack_id": m.metadata.rack_id,
+                                "member_epoch": m.member_epoch,
+                                "client_id": m.metadata.client_id,
+                                "client_host": m.metadata.client_host,
+                                "subscribed_topic_names": m.metadata.subscribed_topic_names,
+                                "subscribed_topic_regex": m.metadata.subscribed_topic_regex,
+                                "assignment": make(
+                                    module.Assignment,
+                                    {
+                                        "topic_partitions": _topic_partitions(
+                                            module, m.assigned, names
+                                        )
+                                    },
+                                ),
+                                "target_assignment": make(
+                                    module.Assignment,
+                                    {
+                                        "topic_partitions": _topic_partitions(
+                                            module,
+                                            found.target.get(m.member_id, frozenset()),
+                                            names,
+                                        )
+                                    },
+                                ),
+                                "member_type": 1,
+                            },
+                        )
+                        for m in sorted(found.members.values(), key=lambda m: m.member_id)
+                    ),
+                }
+            described.append(make(module.DescribedGroup, fields))
+        return make(
+            module.ConsumerGroupDescribeResponse,
+            {"throttle_time": NO_THROTTLE, "groups": tuple(described)},
+        )
+
+
+def _invalid_heartbeat(request: Any, member_id: str) -> str | None:
+    """Kafka's request checks that need no group: INVALID_REQUEST with this message."""
+    if not request.group_id:
+        return "GroupId can't be empty."
+    if not member_id:
+        return "MemberId can't be empty."
+    if request.instance_id is not None and not request.instance_id:
+        return "InstanceId can't be empty."
+    if request.member_epoch == 0 and request.rebalance_timeout.total_seconds() < 0:
+        return "RebalanceTimeoutMs must be provided in first request."
+    if request.member_epoch < -2:
+        return f"MemberEpoch {request.member_epoch} is invalid."
+    return None
+
+
+def _topic_partitions(
+    module: Any, partitions: Partitions, names: dict[Any, str] | None
+) -> tuple[object, ...]:
+    """Partitions grouped by topic id (ConsumerGroupDescribe also names the topic)."""
+    by_topic: dict[Any, list[int]] = {}
+    for topic_id, index in sorted(partitions):
+        by_topic.setdefault(topic_id, []).append(index)
+    return tuple(
+        make(
+            module.TopicPartitions,
+            {"topic_id": topic_id, "partitions": tuple(indexes)}
+            | ({} if names is None else {"topic_name": names.get(topic_id, "")}),
+        )
+        for topic_id, indexes in by_topic.items()
+    )

@@ -6,7 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from broker.group.assignors import assignor_name
 from broker.group.classic import GroupLimits
+from broker.group.consumer_group import ConsumerGroupLimits
+
+ASSIGNORS_KEY = "group.consumer.assignors"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,16 +30,24 @@ class GroupCoordinatorConfig:
     # Kafka's default is unbounded (Int.MaxValue); every limit here has a bound.
     group_max_size: int = 1000
     group_initial_rebalance_delay_ms: int = 3000
+    # KIP-848 consumer groups. Kafka bounds a consumer group to 2^31-1 members by default;
+    # here, as for classic groups, 1000.
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_max_size: int = 1000
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> GroupCoordinatorConfig:
         """From Kafka keys (``offsets.topic.num.partitions`` ...); others are ignored. A
         value that is not a positive integer (zero allowed for the delay) is a ValueError
         naming the key."""
-        values: dict[str, int] = {}
+        values: dict[str, Any] = {}
+        if ASSIGNORS_KEY in props:
+            values["group_consumer_assignors"] = _assignors(str(props[ASSIGNORS_KEY]))
         for item in fields(cls):
             key = item.name.replace("_", ".")
-            if key in props:
+            if key in props and key != ASSIGNORS_KEY:
                 try:
                     value = int(props[key])
                 except ValueError:
@@ -53,3 +65,28 @@ class GroupCoordinatorConfig:
             self.group_max_size,
             self.group_initial_rebalance_delay_ms,
         )
+
+    def consumer_limits(self) -> ConsumerGroupLimits:
+        return ConsumerGroupLimits(
+            self.group_consumer_session_timeout_ms,
+            self.group_consumer_heartbeat_interval_ms,
+            self.group_consumer_max_size,
+            self.group_consumer_assignors,
+        )
+
+
+KEYS = frozenset(item.name.replace("_", ".") for item in fields(GroupCoordinatorConfig))
+
+
+def _assignors(text: str) -> tuple[str, ...]:
+    """``group.consumer.assignors``: a comma-separated list of ``uniform``/``range`` or
+    Kafka's class names; the first is the default."""
+    names = []
+    for item in (part.strip() for part in text.split(",")):
+        name = assignor_name(item)
+        if name is None:
+            raise ValueError(f"{ASSIGNORS_KEY}: unknown assignor {item!r} (uniform, range)")
+        names.append(name)
+    if not names:
+        raise ValueError(f"{ASSIGNORS_KEY}: names no assignor")
+    return tuple(dict.fromkeys(names))

@@ -42,6 +42,8 @@ from broker.group.classic import (
     SyncReply,
 )
 from broker.group.config import GroupCoordinatorConfig
+from broker.group.consumer_coordinator import ConsumerGroupCoordinator
+from broker.group.consumer_group import ConsumerGroup
 from broker.group.records import (
     GroupKey,
     OffsetKey,
@@ -106,8 +108,12 @@ class GroupCoordinator:
         self._applied_offset = -1  # the last image whose leadership changes are done
         self._applied = asyncio.Event()  # set and replaced after each image
         self._timer_wake = asyncio.Event()
+        self._alarm_at: float | None = None  # when the timer loop wakes next by itself
         self._tasks: list[asyncio.Task[None]] = []
         self._writes: set[asyncio.Task[None]] = set()
+        self.consumer = ConsumerGroupCoordinator(
+            node_id, self.shard_for, self._write, lambda: self._image, clock, self._wake_before
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------
     def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
@@ -128,6 +134,7 @@ class GroupCoordinator:
         for task in [*self._tasks, *self._writes]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._writes, return_exceptions=True)
+        await self.consumer.close()
         for shard in list(self._shards.values()):
             self._unload(shard)
 
@@ -163,7 +170,11 @@ class GroupCoordinator:
             for index in sorted(leading):
                 if index not in self._shards:
                     shard = self._shards[index] = Shard(
-                        index, leading[index], self._limits, self._member_id
+                        index,
+                        leading[index],
+                        self._limits,
+                        self._member_id,
+                        self.config.consumer_limits(),
                     )
                     await self._load(shard)
             gone = frozenset(
@@ -200,6 +211,7 @@ class GroupCoordinator:
         for group in shard.groups.values():
             if group.state is not GroupState.DEAD:
                 self._deliver(group, group.mark_dead().replies)
+        self.consumer.unload(shard)
         if shard.loaded:
             logger.info(
                 "[GroupCoordinator id=%d] Unloaded %s-%d (%d groups): no longer its leader",
@@ -251,6 +263,7 @@ class GroupCoordinator:
         if self._shards.get(shard.partition) is not shard:
             return
         shard.loaded = True
+        self.consumer.start(shard)
         logger.info(
             "[GroupCoordinator id=%d] Loaded %s-%d at epoch %d: %d records, %d groups",
             self.node_id,
@@ -258,7 +271,7 @@ class GroupCoordinator:
             shard.partition,
             shard.leader_epoch,
             records_read,
-            len(shard.groups),
+            len(shard.groups) + len(shard.consumer_groups),
         )
         self._timer_wake.set()
 
@@ -277,6 +290,10 @@ class GroupCoordinator:
                 shard.partition,
                 error,
             )
+
+    def new_member_id(self) -> str:
+        """A KIP-848 member id for a v0 ConsumerGroupHeartbeat (v1 clients make their own)."""
+        return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
 
     def _member_id(self, prefix: str) -> str:
         return f"{prefix}-{uuid.UUID(int=self._rng.getrandbits(128), version=4)}"
@@ -453,9 +470,13 @@ class GroupCoordinator:
                         deadline = group.next_deadline()
                     if deadline is not None and deadline > now:
                         next_at = deadline if next_at is None else min(next_at, deadline)
+                deadline = self.consumer.due(shard, now)
+                if deadline is not None:
+                    next_at = deadline if next_at is None else min(next_at, deadline)
             self._timer_wake.clear()  # what this pass did itself needs no second pass
             # A timer that sets the event, rather than wait_for: Python 3.11's wait_for can
             # swallow a cancellation that arrives as the event is set, and close() would hang.
+            self._alarm_at = next_at
             alarm = loop.call_at(next_at, self._timer_wake.set) if next_at is not None else None
             try:
                 await self._timer_wake.wait()
@@ -463,11 +484,22 @@ class GroupCoordinator:
                 if alarm is not None:
                     alarm.cancel()
 
+    def _wake_before(self, deadline: float) -> None:
+        """A new deadline: wake the timer loop only if it would sleep past it (a heartbeat
+        only pushes its member's session later, so most wake nothing)."""
+        if self._alarm_at is None or deadline < self._alarm_at:
+            self._alarm_at = deadline
+            self._timer_wake.set()
+
     # ---- group requests ----------------------------------------------------------------------
     async def join(self, group_id: str, request: JoinRequest) -> JoinReply:
         shard = self.shard_for(group_id)
         if isinstance(shard, ErrorCode):
             return JoinReply(request.member_id, shard)
+        if group_id in shard.consumer_groups or self.consumer.busy(group_id):
+            # Kafka's answer when classic members may not join a consumer group
+            # (group.consumer.migration.policy=disabled, the only policy built here).
+            return JoinReply(request.member_id, ErrorCode.inconsistent_group_protocol)
         group = shard.groups.get(group_id)
         if group is None:
             if request.member_id:
@@ -570,11 +602,15 @@ class GroupCoordinator:
         shard = self.shard_for(group_id)
         if isinstance(shard, ErrorCode):
             return [shard] * len(commits)
+        consumer = shard.consumer_groups.get(group_id)
         group = shard.groups.get(group_id)
-        error = validate_commit(group, member_id, instance, generation)
+        if consumer is not None:
+            error = consumer.validate_offset_commit(member_id, generation)
+        else:
+            error = validate_commit(group, member_id, instance, generation)
         if error is not ErrorCode.none:
             return [error] * len(commits)
-        if group is None:
+        if group is None and consumer is None:
             shard.group(group_id)  # a simple (admin) commit creates the group, as in Kafka
         now_ms = self._clock.now_ms()
         errors: list[ErrorCode] = []
@@ -602,13 +638,23 @@ class GroupCoordinator:
         return errors
 
     def fetch_offsets(
-        self, group_id: str, wanted: list[tuple[str, list[int]]] | None
+        self,
+        group_id: str,
+        wanted: list[tuple[str, list[int]]] | None,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> ErrorCode | list[tuple[str, list[tuple[int, OffsetValue | None]]]]:
         """OffsetFetch of one group: per topic, per partition, its committed offset (None
-        when there is none); ``wanted`` None means every committed offset."""
+        when there is none); ``wanted`` None means every committed offset. A consumer
+        group's member (OffsetFetch v9) must ask at its current member epoch."""
         shard = self.shard_for(group_id)
         if isinstance(shard, ErrorCode):
             return shard
+        consumer = shard.consumer_groups.get(group_id)
+        if consumer is not None:
+            error = consumer.validate_offset_fetch(member_id, member_epoch)
+            if error is not ErrorCode.none:
+                return error
         offsets = shard.offsets.get(group_id, {})
         if wanted is None:
             by_topic: dict[str, list[tuple[int, OffsetValue | None]]] = {}
@@ -637,12 +683,17 @@ class GroupCoordinator:
         shard = self.shard_for(group_id)
         if isinstance(shard, ErrorCode):
             return shard
+        consumer = shard.consumer_groups.get(group_id)
         group = shard.groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
+        subscribed: frozenset[str] | None
+        if consumer is not None:
+            subscribed = consumer.subscribed_topics() if consumer.members else frozenset()
+        elif group is None or group.state is GroupState.DEAD:
             return ErrorCode.group_id_not_found
-        if group.members and group.protocol_type != "consumer":
+        elif group.members and group.protocol_type != "consumer":
             return ErrorCode.non_empty_group
-        subscribed = group.subscribed_topics() if group.members else frozenset()
+        else:
+            subscribed = group.subscribed_topics() if group.members else frozenset()
         if subscribed is None:
             return ErrorCode.non_empty_group
         offsets = shard.offsets.get(group_id, {})
@@ -678,13 +729,14 @@ class GroupCoordinator:
         return error
 
     # ---- listing and deleting groups ---------------------------------------------------------
-    def groups(self) -> ErrorCode | list[ClassicGroup]:
+    def groups(self) -> ErrorCode | list[ClassicGroup | ConsumerGroup]:
         """Every group of the loaded shards (COORDINATOR_LOAD_IN_PROGRESS while loading)."""
-        found: list[ClassicGroup] = []
+        found: list[ClassicGroup | ConsumerGroup] = []
         for shard in self._shards.values():
             if not shard.loaded:
                 return ErrorCode.coordinator_load_in_progress
             found += [g for g in shard.groups.values() if g.state is not GroupState.DEAD]
+            found += shard.consumer_groups.values()
         return sorted(found, key=lambda g: g.group_id)
 
     def describe(self, group_id: str) -> ErrorCode | ClassicGroup | None:
@@ -693,10 +745,27 @@ class GroupCoordinator:
             return shard
         return shard.groups.get(group_id)
 
+    def describe_consumer(self, group_id: str) -> ErrorCode | ConsumerGroup | None:
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return shard
+        return shard.consumer_groups.get(group_id)
+
     async def delete_group(self, group_id: str) -> ErrorCode:
         shard = self.shard_for(group_id)
         if isinstance(shard, ErrorCode):
             return shard
+        consumer = shard.consumer_groups.get(group_id)
+        if consumer is not None:
+            now_ms = self._clock.now_ms()
+            offsets = [
+                Record(encode_offset_key(OffsetKey(group_id, topic, p)), None, now_ms)
+                for topic, p in sorted(shard.offsets.get(group_id, {}))
+            ]
+            error = await self.consumer.delete(shard, consumer, offsets)
+            if error is ErrorCode.none:
+                logger.info("[GroupCoordinator id=%d] Deleted group %s", self.node_id, group_id)
+            return error
         group = shard.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             return ErrorCode.group_id_not_found
@@ -750,6 +819,20 @@ class GroupCoordinator:
                         )
                 elif expired:
                     await self._delete_offsets(shard, group.group_id, expired)
+            for consumer in list(shard.consumer_groups.values()):
+                offsets = shard.offsets.get(consumer.group_id, {})
+                expired = shard.expired_offsets(consumer, retention_ms, now_ms)
+                if not consumer.members and len(expired) == len(offsets):
+                    if await self.delete_group(consumer.group_id) is ErrorCode.none:
+                        logger.info(
+                            "[GroupCoordinator id=%d] Consumer group %s expired: empty, %d "
+                            "offsets past offsets.retention.minutes",
+                            self.node_id,
+                            consumer.group_id,
+                            len(expired),
+                        )
+                elif expired:
+                    await self._delete_offsets(shard, consumer.group_id, expired)
 
 
 def _snapshot(group: ClassicGroup) -> tuple[GroupState, int, int]:

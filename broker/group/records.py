@@ -147,7 +147,7 @@ def encode_group_value(value: GroupValue) -> bytes:
 
 
 # ---- reading -------------------------------------------------------------------------------
-class _Reader:
+class Reader:
     """Kafka's classic (v0-3) and flexible (v4) field encodings over one buffer; any overrun
     is a CorruptRecordError, never an IndexError or a silently short value."""
 
@@ -158,7 +158,7 @@ class _Reader:
         self.pos = 0
         self.flexible = flexible
 
-    def _take(self, size: int) -> bytes:
+    def take(self, size: int) -> bytes:
         end = self.pos + size
         if size < 0 or end > len(self.data):
             raise CorruptRecordError("__consumer_offsets record is truncated")
@@ -167,7 +167,7 @@ class _Reader:
         return chunk
 
     def _fixed(self, fmt: struct.Struct) -> int:
-        return fmt.unpack(self._take(fmt.size))[0]
+        return fmt.unpack(self.take(fmt.size))[0]
 
     def i16(self) -> int:
         return self._fixed(_I16)
@@ -181,7 +181,7 @@ class _Reader:
     def uvarint(self) -> int:
         value = shift = 0
         while True:
-            byte = self._take(1)[0]
+            byte = self.take(1)[0]
             value |= (byte & 0x7F) << shift
             if not byte & 0x80:
                 return value
@@ -194,7 +194,7 @@ class _Reader:
         if size < 0:
             return None
         try:
-            return self._take(size).decode()
+            return self.take(size).decode()
         except UnicodeDecodeError as error:
             raise CorruptRecordError(f"__consumer_offsets string: {error}") from None
 
@@ -206,7 +206,7 @@ class _Reader:
 
     def bytes_(self) -> bytes:
         size = self.uvarint() - 1 if self.flexible else self.i32()
-        return self._take(max(size, 0))
+        return self.take(max(size, 0))
 
     def array_length(self) -> int:
         size = self.uvarint() - 1 if self.flexible else self.i32()
@@ -218,13 +218,13 @@ class _Reader:
         if self.flexible:
             for _ in range(self.uvarint()):
                 self.uvarint()
-                self._take(self.uvarint())
+                self.take(self.uvarint())
 
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
     """The key of a ``__consumer_offsets`` record; None for versions groups do not use
     (transaction and share-group records live in other topics, newer kinds are skipped)."""
-    reader = _Reader(data)
+    reader = Reader(data)
     version = reader.i16()
     if version in (0, 1):
         return OffsetKey(reader.string(), reader.string(), reader.i32())
@@ -237,7 +237,7 @@ def decode_offset_value(data: bytes) -> OffsetValue:
     version = _I16.unpack(data[:2])[0] if len(data) >= 2 else -1
     if not 0 <= version <= 4:
         raise CorruptRecordError(f"unknown OffsetCommitValue version {version}")
-    reader = _Reader(data, flexible=version >= 4)
+    reader = Reader(data, flexible=version >= 4)
     reader.pos = 2
     offset = reader.i64()
     epoch = reader.i32() if version >= 3 else NO_LEADER_EPOCH
@@ -252,7 +252,7 @@ def decode_group_value(data: bytes) -> GroupValue:
     version = _I16.unpack(data[:2])[0] if len(data) >= 2 else -1
     if not 0 <= version <= 4:
         raise CorruptRecordError(f"unknown GroupMetadataValue version {version}")
-    reader = _Reader(data, flexible=version >= 4)
+    reader = Reader(data, flexible=version >= 4)
     reader.pos = 2
     protocol_type = reader.string()
     generation = reader.i32()

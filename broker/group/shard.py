@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from broker.group import consumer_records
 from broker.group.classic import ClassicGroup, GroupLimits, GroupState
+from broker.group.consumer_group import ConsumerGroup, ConsumerGroupLimits
 from broker.group.records import (
     GroupKey,
     OffsetKey,
@@ -51,35 +53,69 @@ class Shard:
     leader_epoch: int
     limits: GroupLimits
     new_id: Callable[[str], str]  # member ids, from the node's Random
+    consumer_limits: ConsumerGroupLimits = field(default_factory=ConsumerGroupLimits)
     loaded: bool = False
     groups: dict[str, ClassicGroup] = field(default_factory=dict)
+    # KIP-848 groups; a group id is in at most one of the two maps.
+    consumer_groups: dict[str, ConsumerGroup] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
 
     def group(self, group_id: str) -> ClassicGroup:
         """The group, created Empty if it does not exist (as Kafka creates one on a
         commit or a first JoinGroup)."""
+        assert group_id not in self.consumer_groups, group_id
         group = self.groups.get(group_id)
         if group is None:
             group = self.groups[group_id] = ClassicGroup(group_id, self.limits, self.new_id)
         return group
 
+    def consumer_group(self, group_id: str) -> ConsumerGroup:
+        """The consumer group, created if it does not exist; an Empty classic group of that
+        id (one that only holds offsets) becomes it, as Kafka converts one."""
+        group = self.consumer_groups.get(group_id)
+        if group is None:
+            self.groups.pop(group_id, None)  # the coordinator converts only an Empty one
+            group = self.consumer_groups[group_id] = ConsumerGroup(group_id, self.consumer_limits)
+        return group
+
     def replay(self, key: bytes, value: bytes | None, log_offset: int, now: float) -> None:
         """Apply one stored record; a CorruptRecordError for one that cannot be read."""
         decoded = decode_key(key)
-        if isinstance(decoded, OffsetKey):
+        if decoded is None:
+            self._replay_consumer(key, value)
+        elif isinstance(decoded, OffsetKey):
             where = (decoded.topic, decoded.partition)
             if value is None:
                 self.offsets.get(decoded.group, {}).pop(where, None)
                 return
             committed = CommittedOffset(decode_offset_value(value), log_offset)
             self.offsets.setdefault(decoded.group, {})[where] = committed
-            self.group(decoded.group)
+            if decoded.group not in self.consumer_groups:
+                self.group(decoded.group)
         elif isinstance(decoded, GroupKey):
             if value is None:
                 self.groups.pop(decoded.group, None)
                 self.offsets.pop(decoded.group, None)
-            else:
+            elif decoded.group not in self.consumer_groups:
+                # (A classic group's last write can land after the consumer group that
+                # replaced it, Empty, was created: the consumer group stands.)
                 self.group(decoded.group).load(decode_group_value(value), now)
+
+    def _replay_consumer(self, key: bytes, value: bytes | None) -> None:
+        decoded = consumer_records.decode_key(key)
+        if decoded is None:
+            return  # another kind of record (share groups, newer versions): not ours
+        group = self.consumer_groups.get(decoded.group)
+        if group is None and value is None:
+            return
+        if group is None:
+            group = self.consumer_group(decoded.group)
+        group.replay(
+            decoded, None if value is None else consumer_records.decode_value(decoded.kind, value)
+        )
+        if group.dead:
+            del self.consumer_groups[decoded.group]
+            self.offsets.pop(decoded.group, None)
 
     def store_offsets(
         self, group_id: str, values: list[tuple[TopicPartition, OffsetValue]], base_offset: int
@@ -107,16 +143,22 @@ class Shard:
             self.offsets.pop(group.group_id, None)
 
     def expired_offsets(
-        self, group: ClassicGroup, retention_ms: int, now_ms: int
+        self, group: ClassicGroup | ConsumerGroup, retention_ms: int, now_ms: int
     ) -> list[TopicPartition]:
         """Kafka's offsets retention: an Empty group's offsets expire ``retention_ms`` after
         the later of their commit and the group becoming empty (KIP-211); a Stable consumer
         group's offsets of topics no member subscribes to any more, ``retention_ms`` after
-        their commit (KIP-496). Other groups' offsets are kept."""
+        their commit (KIP-496). Other groups' offsets are kept. A KIP-848 group's offsets of
+        topics no member subscribes to expire ``retention_ms`` after their commit, in any
+        state (Kafka's ConsumerGroup rule)."""
         offsets = self.offsets.get(group.group_id, {})
-        if group.state is GroupState.EMPTY:
-            since = group.state_timestamp_ms
-            keep: frozenset[str] | None = frozenset()
+        if isinstance(group, ConsumerGroup):
+            since = -1
+            keep: frozenset[str] | None = (
+                group.subscribed_topics() if group.members else frozenset()
+            )
+        elif group.state is GroupState.EMPTY:
+            since, keep = group.state_timestamp_ms, frozenset()
         elif group.state is GroupState.STABLE:
             since, keep = -1, group.subscribed_topics()
         else:

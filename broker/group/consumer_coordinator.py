@@ -1,0 +1,276 @@
+"""The I/O around KIP-848 consumer groups: ConsumerGroupHeartbeat, fencing on deadlines.
+
+Each input runs under its group's lock: the sans-I/O ``ConsumerGroup`` computes a result
+from the group as it is, the result's records are appended to the group's
+``__consumer_offsets`` partition (acks=all, as every group write), and only once they are
+acknowledged does the group ``apply`` them and the member get its answer. A failed write
+changes nothing and the member retries (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE), so
+memory never runs ahead of what a new coordinator would load. The lock makes one group's
+heartbeats take turns (each sees the last one's records); other groups are not held up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from broker.group.classic import GroupState
+from broker.group.consumer_group import ConsumerGroup, Heartbeat, Result
+from broker.group.consumer_records import encode_key, encode_value
+from broker.group.shard import Shard
+from log.records import Record
+from metadata.image import MetadataImage
+
+if TYPE_CHECKING:
+    from log.clock import WallClock
+
+logger = logging.getLogger("broker.group.coordinator")
+
+Write = Callable[[Shard, list[Record]], Awaitable[tuple[ErrorCode, int]]]
+
+
+class TopicsView(Mapping[str, tuple[uuid.UUID, int]]):
+    """Topic name -> (id, partition count) over a metadata image, read lazily."""
+
+    __slots__ = ("_image",)
+
+    def __init__(self, image: MetadataImage) -> None:
+        self._image = image
+
+    def __getitem__(self, name: str) -> tuple[uuid.UUID, int]:
+        topic = self._image.topics.get(name)
+        if topic is None:
+            raise KeyError(name)
+        return self._image.topics.by_name[name], len(topic.partitions)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._image.topics.by_name)
+
+    def __len__(self) -> int:
+        return len(self._image.topics.by_name)
+
+
+@dataclass(slots=True)
+class _GroupLock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0  # holders and waiters: the entry goes when the last one is done
+
+
+class ConsumerGroupCoordinator:
+    """Consumer-protocol groups of the shards a GroupCoordinator holds."""
+
+    def __init__(
+        self,
+        node_id: int,
+        shard_for: Callable[[str], Shard | ErrorCode],
+        write: Write,
+        image: Callable[[], MetadataImage | None],
+        clock: WallClock,
+        wake_before: Callable[[float], None],
+    ) -> None:
+        self.node_id = node_id
+        self._shard_for = shard_for
+        self._write = write
+        self._image = image
+        self._clock = clock
+        self._wake_before = wake_before  # the timer loop must run by this deadline
+        self._locks: dict[str, _GroupLock] = {}
+        self._fencing: set[asyncio.Task[None]] = set()
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, group_id: str) -> AsyncIterator[None]:
+        """Hold the group's lock; it exists only while someone holds or waits for it, so
+        requests for ids that never become groups leave nothing behind."""
+        entry = self._locks.get(group_id)
+        if entry is None:
+            entry = self._locks[group_id] = _GroupLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._locks[group_id]
+
+    def busy(self, group_id: str) -> bool:
+        """A consumer group input of this id is running (maybe creating the group)."""
+        return group_id in self._locks
+
+    async def heartbeat(self, group_id: str, request: Heartbeat) -> Result:
+        """ConsumerGroupHeartbeat: join, stay, or leave (epoch -1 / -2)."""
+        async with self._locked(group_id):
+            return await self._heartbeat(group_id, request)
+
+    async def _heartbeat(self, group_id: str, request: Heartbeat) -> Result:
+        shard = self._shard_for(group_id)
+        image = self._image()
+        if isinstance(shard, ErrorCode) or image is None:
+            error = shard if isinstance(shard, ErrorCode) else ErrorCode.coordinator_not_available
+            return Result(error, None, request.member_id, request.member_epoch)
+        classic = shard.groups.get(group_id)
+        if classic is not None and classic.state is not GroupState.EMPTY:
+            return Result(
+                ErrorCode.group_id_not_found,
+                f"Group {group_id} is not a consumer group.",
+                request.member_id,
+                request.member_epoch,
+            )
+        group = shard.consumer_groups.get(group_id)
+        if request.member_epoch < 0:
+            if group is None:
+                return Result(ErrorCode.unknown_member_id, "unknown member", request.member_id)
+            result = group.leave(request.member_id, request.instance_id, request.member_epoch)
+        else:
+            if group is None and request.member_epoch != 0:
+                return Result(ErrorCode.unknown_member_id, "unknown member", request.member_id)
+            fresh = group is None
+            if group is None:
+                group = ConsumerGroup(group_id, shard.consumer_limits)
+            result = group.heartbeat(request, TopicsView(image))
+            if fresh and result.error is ErrorCode.none:
+                result = await self._store(shard, group, result)
+                if result.error is ErrorCode.none:
+                    shard.groups.pop(group_id, None)  # an Empty classic group becomes this
+                    shard.consumer_groups[group_id] = group
+                    self._log_member(group, result, "joins")
+                return result
+        return await self._store(shard, group, result)
+
+    async def _store(self, shard: Shard, group: ConsumerGroup, result: Result) -> Result:
+        """Write the result's records; apply them once acknowledged."""
+        if result.error is not ErrorCode.none:
+            return result
+        before = (group.group_epoch, group.assignment_epoch, group.state)
+        known = result.member_id in group.members
+        if result.records:
+            now_ms = self._clock.now_ms()
+            records = [
+                Record(encode_key(key), None if value is None else encode_value(value), now_ms)
+                for key, value in result.records
+            ]
+            error, _ = await self._write(shard, records)
+            if error is not ErrorCode.none:
+                return Result(error, None, result.member_id, result.member_epoch)
+            if shard.consumer_groups.get(group.group_id, group) is not group:
+                return Result(ErrorCode.not_coordinator, None, result.member_id)
+        group.apply(result, asyncio.get_running_loop().time())
+        deadline = group.next_deadline()
+        if deadline is not None:
+            self._wake_before(deadline)
+        if known and result.member_id not in group.members:
+            self._log_member(group, result, "left")
+        elif not known and result.member_id in group.members and before[0] > 0:
+            self._log_member(group, result, "joins")
+        after = (group.group_epoch, group.assignment_epoch, group.state)
+        if after != before:
+            logger.info(
+                "[GroupCoordinator id=%d] Consumer group %s: %s (group epoch %d, assignment "
+                "epoch %d) -> %s (group epoch %d, assignment epoch %d, %d members)",
+                self.node_id,
+                group.group_id,
+                before[2].value,
+                before[0],
+                before[1],
+                after[2].value,
+                after[0],
+                after[1],
+                len(group.members),
+            )
+        return result
+
+    def _log_member(self, group: ConsumerGroup, result: Result, verb: str) -> None:
+        logger.info(
+            "[GroupCoordinator id=%d] Member %s %s consumer group %s",
+            self.node_id,
+            result.member_id,
+            verb,
+            group.group_id,
+        )
+
+    # ---- deadlines -------------------------------------------------------------------------
+    def due(self, shard: Shard, now: float) -> float | None:
+        """Fence the members of the shard's groups whose deadlines passed (in background
+        tasks); the next deadline still ahead."""
+        next_at: float | None = None
+        for group in shard.consumer_groups.values():
+            for member_id in group.expired_members(now):
+                # Off the timer: a failed fence re-arms the session deadline.
+                group.session_deadlines.pop(member_id, None)
+                group.revocation_deadlines.pop(member_id, None)
+                task = asyncio.get_running_loop().create_task(self._fence(group, member_id))
+                self._fencing.add(task)
+                task.add_done_callback(self._fencing.discard)
+            deadline = group.next_deadline()
+            if deadline is not None:
+                next_at = deadline if next_at is None else min(next_at, deadline)
+        return next_at
+
+    async def _fence(self, group: ConsumerGroup, member_id: str) -> None:
+        async with self._locked(group.group_id):
+            shard = self._shard_for(group.group_id)
+            if (
+                isinstance(shard, ErrorCode)
+                or shard.consumer_groups.get(group.group_id) is not group
+            ):
+                return
+            if member_id not in group.members:
+                return
+            logger.info(
+                "[GroupCoordinator id=%d] Member %s of consumer group %s fenced: no heartbeat "
+                "within its session timeout, or no revocation within its rebalance timeout",
+                self.node_id,
+                member_id,
+                group.group_id,
+            )
+            result = await self._store(shard, group, group.fence(member_id))
+            if result.error is not ErrorCode.none and member_id in group.members:
+                timeout_s = group.limits.session_timeout_ms / 1000
+                retry_at = asyncio.get_running_loop().time() + timeout_s
+                group.session_deadlines[member_id] = retry_at
+                self._wake_before(retry_at)
+
+    def start(self, shard: Shard) -> None:
+        """A shard was loaded: every member gets a fresh session, as Kafka does."""
+        now = asyncio.get_running_loop().time()
+        for group in shard.consumer_groups.values():
+            group.start_deadlines(now)
+            deadline = group.next_deadline()
+            if deadline is not None:
+                self._wake_before(deadline)
+
+    def unload(self, shard: Shard) -> None:
+        for group in shard.consumer_groups.values():
+            group.dead = True
+
+    async def delete(self, shard: Shard, group: ConsumerGroup, offsets: list[Record]) -> ErrorCode:
+        """DeleteGroups of an Empty consumer group: its offsets' and its own tombstones."""
+        async with self._locked(group.group_id):
+            if group.members:
+                return ErrorCode.non_empty_group
+            now_ms = self._clock.now_ms()
+            records = offsets + [
+                Record(encode_key(key), None, now_ms) for key, _ in group.deletion_records()
+            ]
+            error, _ = await self._write(shard, records)
+            if error is ErrorCode.none and shard.consumer_groups.get(group.group_id) is group:
+                del shard.consumer_groups[group.group_id]
+                shard.offsets.pop(group.group_id, None)
+                group.dead = True
+        return error
+
+    async def fenced(self) -> None:
+        """Until the fences started so far are stored (or failed)."""
+        await asyncio.gather(*self._fencing, return_exceptions=True)
+
+    async def close(self) -> None:
+        for task in self._fencing:
+            task.cancel()
+        await asyncio.gather(*self._fencing, return_exceptions=True)
