@@ -145,6 +145,7 @@ class Cluster:
         self.clock = clock
         self.incarnation: dict[int, int] = dict.fromkeys(props, 0)
         self.paused: set[int] = set()
+        self.down: set[int] = set()  # killed, or found dead: not running on purpose or not
         self.controllers = [n for n, p in props.items() if "controller" in p["process.roles"]]
         self.brokers = [n for n, p in props.items() if "broker" in p["process.roles"]]
         for node in props:
@@ -181,13 +182,16 @@ class Cluster:
 
     def start(self, node: int) -> None:
         self.procs.start(node)
+        self.down.discard(node)
         self.incarnation[node] += 1
         self.recorder.event("start", node_name(node), incarnation=self.incarnation[node])
 
     def kill(self, node: int) -> None:
         """SIGKILL: the process dies, its page cache (written, unsynced data) survives."""
+        self.reap()
         self.paused.discard(node)
         self.procs.kill(node)
+        self.down.add(node)
         self.recorder.event("kill", node_name(node))
 
     def pause(self, node: int) -> None:
@@ -205,8 +209,22 @@ class Cluster:
         self.clock_file(node).write_text(f"{offset_s:+.3f}\n")
         self.recorder.event("clock-skew", node_name(node), skew_ms=round(offset_s * 1000))
 
+    def reap(self) -> None:
+        """Record every node that exited on its own since the last look (``process-failed``,
+        which kraft-analyze's crash-free check reports): no fault the nemesis injects may
+        make a node exit."""
+        for node, proc in sorted(self.procs.procs.items()):
+            code = proc.poll()
+            if code is not None and node not in self.down:
+                self.down.add(node)
+                lines = self.procs.log(node).strip().splitlines()
+                last = lines[-1] if lines else ""
+                error = f"exit code {code}: {last}"
+                self.recorder.event("process-failed", node_name(node), error=error)
+
     def heal(self) -> None:
         """Every node running, unpaused, on real time."""
+        self.reap()
         for node in sorted(self.paused):
             self.resume(node)
         for node in self.props:

@@ -31,7 +31,9 @@ from jepsen.watch import LeaderWatch
 NEMESES = ("partition", "kill", "pause", "clock", "netem")
 PARTITIONS = ("halves", "isolate-leader", "one-way", "bridge")
 INTERVAL_S = (1.0, 4.0)  # quiet time between two faults
-HOLD_S = (2.0, 6.0)  # how long a fault lasts
+# How long a fault lasts: up to past broker.session.timeout.ms (9 s), so a cut-off or paused
+# leader is fenced and replaced, and a cut follower leaves the ISR.
+HOLD_S = (3.0, 12.0)
 CLOCK_JUMP_S = 60.0
 
 
@@ -62,6 +64,7 @@ class Nemesis:
     def run(self) -> None:
         rng = random.Random(f"nemesis-{self.seed}")
         while self.kinds and not self.stop.wait(rng.uniform(*INTERVAL_S)):
+            self.cluster.reap()
             kind = rng.choice(self.kinds)
             hold = rng.uniform(*HOLD_S)
             undo = self._inject(kind, rng)

@@ -64,6 +64,7 @@ class RunOptions:
 
 @dataclass(frozen=True, slots=True)
 class RunReport:
+    tag: str  # in every name the run gave the machine (jepsen/netns.py)
     run_id: str
     run_dir: Path
     work_dir: Path
@@ -179,6 +180,7 @@ def run(options: RunOptions) -> RunReport:
             workload.final_reads()
             watch.stop.set()
             watcher.join(JOIN_S)
+            cluster.reap()
             run_dir = recorder.commit(options.seed)
     finally:
         for stop in stops:
@@ -188,7 +190,7 @@ def run(options: RunOptions) -> RunReport:
         backend.down()
         if not options.keep_data:
             shutil.rmtree(work, ignore_errors=True)
-    return RunReport(run_id, run_dir, work, nemesis.injected if nemesis else 0, recorder.count)
+    return RunReport(tag, run_id, run_dir, work, nemesis.injected if nemesis else 0, recorder.count)
 
 
 def _client_endpoints(cluster: Cluster) -> list[tuple[str, int]]:
