@@ -121,7 +121,7 @@ class Nemesis:
             cut = len(rest) // 2
             groups = [rest[:cut], rest[cut:]]
             self._cut(groups)
-            named = [[node_name(n) for n in (*group, middle)] for group in groups]
+            named = [[node_name(n) for n in group] for group in groups]
             self.recorder.event("partition", groups=named, bridge=node_name(middle))
             return self._heal_network
         else:

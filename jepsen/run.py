@@ -130,6 +130,7 @@ def run(options: RunOptions) -> RunReport:
         brokers=options.brokers,
         partitions=options.partitions,
         rf=rf,
+        idempotent=True,
     )
     run_id = f"jepsen-s{options.seed}-{time.strftime('%Y%m%dT%H%M%S')}-{tag}"
     recorder = Recorder(options.trace_dir, config, run_id)
@@ -146,7 +147,7 @@ def run(options: RunOptions) -> RunReport:
             props = place(chosen, backend.address, work, options.partitions)
             cluster = Cluster(work, backend, recorder, props, bug=options.bug, clock=clock)
             recorder.event("kafka-config", topic=TOPIC, acks="all", rf=rf,
-                           partitions=options.partitions, idempotent=False)  # fmt: skip
+                           partitions=options.partitions, idempotent=True)  # fmt: skip
             for node in props:
                 cluster.start(node)
             create_topic(cluster.bootstrap, options.partitions, rf)
@@ -162,8 +163,10 @@ def run(options: RunOptions) -> RunReport:
                 _thread(workload.producer_lane, lane, options.seed * 100 + lane)
                 for lane in range(PRODUCERS)
             ]
+            # The simulator's consumer lanes, half of them (rounded down) aiokafka's.
+            consumers = [workload.consumer_lane, workload.aiokafka_consumer_lane]
             lanes += [
-                _thread(workload.consumer_lane, lane, options.seed * 100 + 50 + lane)
+                _thread(consumers[lane % 2], lane, options.seed * 100 + 50 + lane)
                 for lane in range(CONSUMERS)
             ]
             nemesis = Nemesis(cluster, backend, recorder, watch, options.nemeses, options.seed)

@@ -5,8 +5,9 @@ The operations are the simulator's (sim/scenarios/kafka.py), so sim/analysis/kaf
 checks them unchanged: ``send`` of a unique integer value to one partition with acks=all
 (its ``ok`` carries the acknowledged offset), and ``poll`` of one partition from a position
 (its ``ok`` carries the (offset, value) pairs read and the high watermark the broker last
-reported). Producers never retry (``retries=0``, not idempotent): a resend could append a
-value twice, which the checks would rightly call a duplicate. A consumer polls every
+reported). Producers are idempotent: librdkafka resends a request whose answer it lost,
+and only an idempotent resend is deduplicated by the broker, so a value read twice is the
+broker's fault (the checks' ``duplicate``). A consumer polls every
 partition at once, as one process per partition (each has at most one open operation). A
 lane sometimes starts over as a new client and process (Jepsen's rule), a consumer from 0.
 After the nemesis stops: process ``heal`` sends one acks=all value to every partition, and
@@ -15,11 +16,16 @@ process ``final`` reads every partition from 0 up to its settled high watermark.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError as KafkaErrorAio
+from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from jepsen.history import Recorder
@@ -69,8 +75,10 @@ class Workload:
                 "client.id": process,
                 "log_level": LOG_LEVEL,
                 "acks": "all",
-                "enable.idempotence": False,
-                "retries": 0,
+                # librdkafka resends a request whose answer it lost even with retries=0 (a
+                # leader paused mid-request, then replaced): only an idempotent producer's
+                # resend is deduplicated, so only then is a copy the broker's fault.
+                "enable.idempotence": True,
                 "max.in.flight.requests.per.connection": 1,
                 "linger.ms": 0,
                 "request.timeout.ms": int(REQUEST_TIMEOUT_S * 1000),
@@ -124,14 +132,14 @@ class Workload:
         name = _error_name(error)
         status = "fail" if name in NOT_APPENDED else "info"
         self.recorder.op(process, status, "send", key, value, error=name)
-        return status
+        # A fatal error (the producer id fenced, a sequence gap) leaves the producer
+        # unusable: the lane starts over with a new one.
+        return None if error.fatal() else status
 
     def poll(self, consumer: Consumer, process: str, positions: dict[int, int]) -> bool:
         """One poll of every partition (one operation each); False when a partition's
         position became invalid (the consumer must start over)."""
-        processes = {p: f"{process}/{p}" for p in positions}
-        for partition, position in positions.items():
-            self.recorder.op(processes[partition], "invoke", "poll", key_of(partition), position)
+        processes = self._invoke_polls(process, positions)
         read: dict[int, list[int]] = {p: [] for p in positions}
         errors: dict[int, str] = {}
         for message in consumer.consume(POLL_MAX_RECORDS, POLL_WAIT_S):
@@ -142,20 +150,66 @@ class Workload:
                     errors[partition] = _error_name(error)
                 continue
             read[partition] += [message.offset(), int(message.value())]
+
+        def high_watermark(partition: int) -> int | None:
+            high = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), cached=True)
+            return high[1] if high is not None and high[1] >= 0 else None
+
+        return self._complete_polls(processes, positions, read, errors, high_watermark)
+
+    def _invoke_polls(self, process: str, positions: dict[int, int]) -> dict[int, str]:
+        processes = {p: f"{process}/{p}" for p in positions}
+        for partition, position in positions.items():
+            self.recorder.op(processes[partition], "invoke", "poll", key_of(partition), position)
+        return processes
+
+    def _complete_polls(
+        self,
+        processes: dict[int, str],
+        positions: dict[int, int],
+        read: dict[int, list[int]],
+        errors: dict[int, str],
+        high_watermark: Callable[[int], int | None],
+    ) -> bool:
+        """Complete one poll per partition: the (offset, value) pairs read (flattened) and
+        the high watermark the client last heard, or the partition's error."""
         for partition, position in positions.items():
             key, name = key_of(partition), processes[partition]
             if partition in errors:
                 self.recorder.op(name, "fail", "poll", key, position, error=errors[partition])
                 continue
-            high = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), cached=True)
-            hw = high[1] if high is not None and high[1] >= 0 else None
             values = read[partition]
+            hw = high_watermark(partition)
             self.recorder.op(
                 name, "ok", "poll", key, position, values=values, offset=hw, error=None
             )
             if values:
                 positions[partition] = values[-2] + 1
         return not errors
+
+    async def _aio_poll(
+        self, consumer: AIOKafkaConsumer, process: str, positions: dict[int, int]
+    ) -> bool:
+        """``poll`` with aiokafka: one getmany over every partition."""
+        processes = self._invoke_polls(process, positions)
+        read: dict[int, list[int]] = {p: [] for p in positions}
+        errors: dict[int, str] = {}
+        try:
+            batches = await consumer.getmany(
+                timeout_ms=int(POLL_WAIT_S * 1000), max_records=POLL_MAX_RECORDS
+            )
+        except KafkaErrorAio as error:
+            errors = dict.fromkeys(positions, type(error).__name__)
+            batches = {}
+        for tp, records in batches.items():
+            for record in records:
+                read[tp.partition] += [record.offset, int(record.value)]
+
+        def high_watermark(partition: int) -> int | None:
+            high = consumer.highwater(AioTopicPartition(TOPIC, partition))
+            return high if high is not None and high >= 0 else None
+
+        return self._complete_polls(processes, positions, read, errors, high_watermark)
 
     # ---- lanes ------------------------------------------------------------------------------
     def producer_lane(self, lane: int, seed: int) -> None:
@@ -169,6 +223,43 @@ class Workload:
                 if status is None or rng.random() < CRASH_CHANCE:
                     break
             producer.purge()
+            generation += 1
+
+    def aiokafka_consumer_lane(self, lane: int, seed: int) -> None:
+        """A consumer lane driven by aiokafka (asyncio, its own loop in this thread)."""
+        asyncio.run(self._aiokafka_consumers(lane, seed))
+
+    async def _aiokafka_consumers(self, lane: int, seed: int) -> None:
+        rng = random.Random(seed)
+        generation = 0
+        while not self.stop.is_set():
+            process = f"a{lane}.{generation}"
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self.bootstrap,
+                client_id=process,
+                enable_auto_commit=False,
+                auto_offset_reset="none",  # a position past the log end is an error
+                fetch_max_wait_ms=int(POLL_WAIT_S * 1000),
+                request_timeout_ms=int(REQUEST_TIMEOUT_S * 1000) + 1000,
+                metadata_max_age_ms=1000,
+            )
+            try:
+                await consumer.start()
+                positions = dict.fromkeys(range(self.partitions), 0)
+                partitions = [AioTopicPartition(TOPIC, p) for p in positions]
+                consumer.assign(partitions)
+                for tp in partitions:
+                    consumer.seek(tp, 0)
+                while not self.stop.is_set():
+                    await asyncio.sleep(rng.uniform(0.005, 0.05))
+                    if not await self._aio_poll(consumer, process, positions):
+                        break
+                    if rng.random() < CRASH_CHANCE:
+                        break
+            except KafkaErrorAio:
+                await asyncio.sleep(0.5)  # no broker answered start(): a new client, later
+            finally:
+                await consumer.stop()
             generation += 1
 
     def consumer_lane(self, lane: int, seed: int) -> None:

@@ -135,6 +135,8 @@ def test_a_short_fault_run_is_clean_and_leaves_nothing_behind(tmp_path: Path) ->
     ok = history[history["type"] == "ok"]
     assert {"send", "poll"} <= set(ok["f"])
     assert {"heal", "final"} <= set(ok["process"])
+    pollers = {process.split(".")[0] for process in ok[ok["f"] == "poll"]["process"]}
+    assert {"c0", "a1"} <= pollers  # confluent-kafka's and aiokafka's consumers both read
     assert report.faults >= 1
     assert {"kill", "restart"} & set(events["kind"]) or {"partition", "oneway"} & set(
         events["kind"]
@@ -179,3 +181,23 @@ def test_cleanup_removes_what_a_killed_harness_left(tmp_path: Path) -> None:
     assert main(["cleanup"]) == 0
     assert leftovers(tag) == []
     assert not list(Path("/tmp").glob(f"kraft-jepsen-{tag}-*"))
+
+
+@pytest.mark.slow
+def test_a_planted_ack_before_fetch_loses_acknowledged_writes_the_checks_flag(
+    tmp_path: Path,
+) -> None:
+    # Seed 10's schedule isolates partition leaders past the session timeout; a leader
+    # that answered acks=all before any follower fetched takes those writes with it.
+    options = RunOptions(
+        trace_dir=tmp_path / "traces",
+        time_limit_s=30.0,
+        nemeses=("partition",),
+        seed=10,
+        bug="ack-before-fetch",
+    )
+    report = run(options)
+    assert leftovers(report.tag, report.work_dir) == []
+    analysis = analyze_local(read_trace_pandas(str(options.trace_dir)))
+    lost = {"lost-write", "unseen", "inconsistent-offsets"} & set(analysis.violations["check"])
+    assert lost, analysis.violations.to_dict("records")
