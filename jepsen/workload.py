@@ -17,6 +17,7 @@ process ``final`` reads every partition from 0 up to its settled high watermark.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 import time
@@ -50,6 +51,11 @@ LOG_LEVEL = 2
 
 def _error_name(error: KafkaError) -> str:
     return str(error.name())
+
+
+def _per_partition(process: str, positions: dict[int, int]) -> dict[int, str]:
+    """A consumer's history processes: one per partition, each with one open operation."""
+    return {partition: f"{process}/{partition}" for partition in positions}
 
 
 @dataclass(slots=True)
@@ -136,10 +142,13 @@ class Workload:
         # unusable: the lane starts over with a new one.
         return None if error.fatal() else status
 
-    def poll(self, consumer: Consumer, process: str, positions: dict[int, int]) -> bool:
-        """One poll of every partition (one operation each); False when a partition's
-        position became invalid (the consumer must start over)."""
-        processes = self._invoke_polls(process, positions)
+    def poll(
+        self, consumer: Consumer, processes: dict[int, str], positions: dict[int, int]
+    ) -> bool:
+        """One poll of every partition in ``positions`` (one operation each, by the process
+        ``processes`` names); False when a partition's position became invalid (the consumer
+        must start over)."""
+        self._invoke_polls(processes, positions)
         read: dict[int, list[int]] = {p: [] for p in positions}
         errors: dict[int, str] = {}
         for message in consumer.consume(POLL_MAX_RECORDS, POLL_WAIT_S):
@@ -157,11 +166,9 @@ class Workload:
 
         return self._complete_polls(processes, positions, read, errors, high_watermark)
 
-    def _invoke_polls(self, process: str, positions: dict[int, int]) -> dict[int, str]:
-        processes = {p: f"{process}/{p}" for p in positions}
+    def _invoke_polls(self, processes: dict[int, str], positions: dict[int, int]) -> None:
         for partition, position in positions.items():
             self.recorder.op(processes[partition], "invoke", "poll", key_of(partition), position)
-        return processes
 
     def _complete_polls(
         self,
@@ -191,7 +198,8 @@ class Workload:
         self, consumer: AIOKafkaConsumer, process: str, positions: dict[int, int]
     ) -> bool:
         """``poll`` with aiokafka: one getmany over every partition."""
-        processes = self._invoke_polls(process, positions)
+        processes = _per_partition(process, positions)
+        self._invoke_polls(processes, positions)
         read: dict[int, list[int]] = {p: [] for p in positions}
         errors: dict[int, str] = {}
         try:
@@ -227,6 +235,9 @@ class Workload:
 
     def aiokafka_consumer_lane(self, lane: int, seed: int) -> None:
         """A consumer lane driven by aiokafka (asyncio, its own loop in this thread)."""
+        # aiokafka logs every refused connect and failed fetch as an error: under faults
+        # that is noise (the history records what the client saw).
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
         asyncio.run(self._aiokafka_consumers(lane, seed))
 
     async def _aiokafka_consumers(self, lane: int, seed: int) -> None:
@@ -271,7 +282,8 @@ class Workload:
             positions = dict.fromkeys(range(self.partitions), 0)
             consumer.assign([TopicPartition(TOPIC, p, 0) for p in positions])
             while not self.stop.wait(rng.uniform(0.005, 0.05)):
-                if not self.poll(consumer, process, positions) or rng.random() < CRASH_CHANCE:
+                polled = self.poll(consumer, _per_partition(process, positions), positions)
+                if not polled or rng.random() < CRASH_CHANCE:
                     break
             consumer.close()
             generation += 1
@@ -305,7 +317,7 @@ class Workload:
                         settled = high
                         time.sleep(SETTLE_S)
                         continue
-                    self._final_poll(consumer, positions)
+                    self.poll(consumer, {partition: "final"}, positions)
             finally:
                 consumer.close()
 
@@ -317,24 +329,3 @@ class Workload:
         except KafkaException:
             return None
         return high if high >= 0 else None
-
-    def _final_poll(self, consumer: Consumer, positions: dict[int, int]) -> None:
-        (partition,) = positions
-        key, position = key_of(partition), positions[partition]
-        self.recorder.op("final", "invoke", "poll", key, position)
-        read: list[int] = []
-        error = None
-        for message in consumer.consume(POLL_MAX_RECORDS, POLL_WAIT_S):
-            if message.error() is not None:
-                if message.partition() == partition:
-                    error = _error_name(message.error())
-                continue
-            read += [message.offset(), int(message.value())]
-        if error is not None:
-            self.recorder.op("final", "fail", "poll", key, position, error=error)
-            return
-        high = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), cached=True)
-        hw = high[1] if high is not None and high[1] >= 0 else None
-        self.recorder.op("final", "ok", "poll", key, position, values=read, offset=hw, error=None)
-        if read:
-            positions[partition] = read[-2] + 1
