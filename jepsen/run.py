@@ -32,7 +32,6 @@ from jepsen.workload import LOG_LEVEL, Workload
 from sim.run import RunConfig
 from sim.scenarios.kafka import (
     CONSUMERS,
-    PRODUCERS,
     REQUEST_TIMEOUT_S,
     SETUP_BOUND_S,
     TOPIC,
@@ -40,6 +39,7 @@ from sim.scenarios.kafka import (
 )
 
 WORK_PREFIX = "kraft-jepsen-"
+PRODUCER_LANES_PER_PARTITION = 2
 JOIN_S = 30.0  # a client lane finishes its operation within its timeouts
 
 
@@ -161,7 +161,7 @@ def run(options: RunOptions) -> RunReport:
             stops.append(workload.stop)
             lanes = [
                 _thread(workload.producer_lane, lane, options.seed * 100 + lane)
-                for lane in range(PRODUCERS)
+                for lane in range(PRODUCER_LANES_PER_PARTITION * options.partitions)
             ]
             # The simulator's consumer lanes, half of them (rounded down) aiokafka's.
             consumers = [workload.consumer_lane, workload.aiokafka_consumer_lane]

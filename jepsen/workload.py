@@ -221,13 +221,16 @@ class Workload:
 
     # ---- lanes ------------------------------------------------------------------------------
     def producer_lane(self, lane: int, seed: int) -> None:
+        """Sends to partition ``lane % partitions``: a partition that takes no writes (its
+        ISR below min.insync.replicas, its leader cut off) holds its own lanes for up to
+        ``SEND_TIMEOUT_S`` per send, not all of them."""
         rng = random.Random(seed)
         generation = 0
         while not self.stop.is_set():
             process = f"p{lane}.{generation}"
             producer = self.producer(process)
             while not self.stop.wait(rng.uniform(0.005, 0.05)):
-                status = self.send(producer, process, rng.randrange(self.partitions))
+                status = self.send(producer, process, lane % self.partitions)
                 if status is None or rng.random() < CRASH_CHANCE:
                     break
             producer.purge()
