@@ -166,16 +166,6 @@ class Partition:
         the leader-epoch cache and restarts the followers' progress."""
         assert self.node_id in registration.replicas, (self.key, registration)
         to = ReplicaState.LEADER if registration.leader == self.node_id else ReplicaState.FOLLOWER
-        if (
-            self.state is ReplicaState.LEADER
-            and registration.leader == self.node_id
-            and registration.leader_epoch == self.leader_epoch
-            and registration.partition_epoch < self.partition_epoch
-        ):
-            # The controller's answer to our AlterPartition (isr_committed) overtook the
-            # image that carries an earlier ISR change of this epoch: that image is stale,
-            # as Kafka's makeLeader skips it; the newer one follows.
-            return Transition(self.state, self.state, False)
         new_epoch = self._check_epochs(registration)
         before = self._transition(to)
         became = before is not to

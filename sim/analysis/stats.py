@@ -26,9 +26,8 @@ if TYPE_CHECKING:
 # Faults that last. A partition (isolate, bridge and isolate-leader are partitions too) or
 # a one-way cut ends with the ``restore`` of exactly the links it cut; ``heal`` ends every
 # network fault. A crash (or a real process's kill) ends when the node starts again, a pause
-# at resume. ``slow`` and
-# ``enospc`` have no traced end, so their windows close at the next ``heal``/``heal-all``
-# (an upper bound). ``heal-all`` ends everything.
+# at resume. ``slow`` and ``enospc`` have no traced end, so their windows close at the next
+# ``heal``/``heal-all`` (an upper bound). ``heal-all`` ends everything.
 NODE_FAULTS = {"crash": "crash", "kill": "kill", "pause": "pause", "enospc": "enospc"}
 NODE_FAULT_ENDS = {
     "start": ("crash", "kill"),

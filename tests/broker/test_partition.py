@@ -118,20 +118,6 @@ def test_epochs_going_backwards_are_illegal() -> None:
         partition.apply(registration(2, (1, 2, 3), leader_epoch=5, partition_epoch=4), 0)
 
 
-def test_a_leader_skips_an_image_its_alter_partition_answer_overtook() -> None:
-    # Found by kraft-jepsen: a broker whose metadata replay lagged got the answer to its
-    # second AlterPartition (partition epoch 7) before the image of its first (epoch 6).
-    partition, _ = replica()
-    partition.apply(registration(ME, (1, 2, 3), leader_epoch=5, partition_epoch=5), now_ms=0)
-    assert partition.isr_committed(5, 7, (1, 2))
-    stale = partition.apply(registration(ME, (1, 2, 3), leader_epoch=5, partition_epoch=6), 0)
-    assert not stale.new_epoch and (partition.partition_epoch, partition.isr) == (7, (1, 2))
-    partition.apply(registration(ME, (1, 2, 3), leader_epoch=5, partition_epoch=8), now_ms=0)
-    assert partition.partition_epoch == 8
-    with pytest.raises(IllegalReplicaTransition):  # a follower's image never goes back
-        partition.apply(registration(2, (1, 2, 3), leader_epoch=5, partition_epoch=7), 0)
-
-
 def test_the_high_watermark_is_the_least_log_end_over_the_isr_and_never_goes_back() -> None:
     partition, log = replica(log_end=0)
     partition.apply(registration(ME, (1, 2, 3)), now_ms=0)
