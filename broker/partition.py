@@ -145,14 +145,23 @@ class Partition:
         self.state = to
         return before
 
+    def _is_stale(self, registration: PartitionRegistration) -> bool:
+        """Whether ``registration`` is older than what this replica already knows, in the
+        same leader epoch: a leader learns a partition epoch from its AlterPartition answer,
+        which can overtake the metadata replay of an earlier change (Kafka's makeLeader and
+        makeFollower skip such a state, as here)."""
+        return (
+            self.state is not ReplicaState.NONE
+            and registration.leader_epoch == self.leader_epoch
+            and registration.partition_epoch < self.partition_epoch
+        )
+
     def _check_epochs(self, registration: PartitionRegistration) -> bool:
-        """Whether ``registration`` starts a new leader epoch; raises if it is older."""
+        """Whether ``registration`` starts a new leader epoch; raises if it is older (the
+        images replay the metadata log in order, so only a bug brings an older one)."""
         if self.state is ReplicaState.NONE:
             return True
-        if registration.leader_epoch < self.leader_epoch or (
-            registration.leader_epoch == self.leader_epoch
-            and registration.partition_epoch < self.partition_epoch
-        ):
+        if registration.leader_epoch < self.leader_epoch:
             raise IllegalReplicaTransition(
                 f"{self.topic}-{self.index} on broker {self.node_id}: epochs went back from "
                 f"leader {self.leader_epoch}/partition {self.partition_epoch} to "
@@ -165,6 +174,8 @@ class Partition:
         / makeFollower). A new leader epoch on a leader records the epoch's start offset in
         the leader-epoch cache and restarts the followers' progress."""
         assert self.node_id in registration.replicas, (self.key, registration)
+        if self._is_stale(registration):
+            return Transition(self.state, self.state, False)
         to = ReplicaState.LEADER if registration.leader == self.node_id else ReplicaState.FOLLOWER
         new_epoch = self._check_epochs(registration)
         before = self._transition(to)

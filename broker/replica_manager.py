@@ -332,8 +332,10 @@ class ReplicaManager:
             self.delayed.notify(key)
         if previous is None or image.configs is not previous.configs:
             before = previous.configs if previous is not None else {}
-            defaults = (BROKER_RESOURCE, CLUSTER_DEFAULT)
-            defaults_changed = before.get(defaults) is not image.configs.get(defaults)
+            defaults_changed = any(
+                before.get(resource) is not image.configs.get(resource)
+                for resource in self._dynamic_broker_resources
+            )
             changed = {
                 name
                 for resource, name in before.keys() | image.configs.keys()
@@ -358,10 +360,24 @@ class ReplicaManager:
             )
             self._offline.add(key)
 
+    @property
+    def _dynamic_broker_resources(self) -> tuple[tuple[int, str], ...]:
+        """The dynamic broker config resources that apply here, weakest first: the
+        cluster-wide default (``""``) and this broker's own (its id)."""
+        return ((BROKER_RESOURCE, CLUSTER_DEFAULT), (BROKER_RESOURCE, str(self.node_id)))
+
+    def _dynamic_broker_configs(self, image: MetadataImage) -> dict[str, str]:
+        """This broker's dynamic configs over the cluster-wide dynamic defaults, as Kafka's
+        DynamicBrokerConfig layers them (both over server.properties)."""
+        merged: dict[str, str] = {}
+        for resource in self._dynamic_broker_resources:
+            merged.update(image.configs.get(resource, {}))
+        return merged
+
     def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
-        """The topic's own configs over the cluster-wide dynamic defaults (``log.*`` broker
-        configs set on resource ``""``) over server.properties, as Kafka resolves them."""
-        defaults = image.configs.get((BROKER_RESOURCE, CLUSTER_DEFAULT), {})
+        """The topic's own configs over the dynamic broker configs (``log.*`` keys set for
+        this broker or cluster-wide) over server.properties, as Kafka resolves them."""
+        defaults = self._dynamic_broker_configs(image)
         values = image.configs.get((TOPIC_RESOURCE, topic), {})
         if not values and not defaults:
             return self.default_config
@@ -711,14 +727,15 @@ class ReplicaManager:
                 return AppendResult(ErrorCode.request_timed_out, first)
 
     def _min_insync_replicas(self, topic: str) -> int:
-        """min.insync.replicas of ``topic``: its own config, the cluster-wide dynamic
-        default, or the broker's static one."""
+        """min.insync.replicas of ``topic``: its own config, this broker's dynamic one,
+        the cluster-wide dynamic default, or the broker's static one."""
         image = self._image
         if image is not None:
-            for resource in ((TOPIC_RESOURCE, topic), (BROKER_RESOURCE, CLUSTER_DEFAULT)):
-                value = image.configs.get(resource, {}).get("min.insync.replicas")
-                if value is not None:
-                    return int(value)
+            value = image.configs.get((TOPIC_RESOURCE, topic), {}).get("min.insync.replicas")
+            if value is None:
+                value = self._dynamic_broker_configs(image).get("min.insync.replicas")
+            if value is not None:
+                return int(value)
         return self.config.min_insync_replicas
 
     def read(

@@ -207,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         _fix_hash_seed()
     args = _parser().parse_args(argv)
     # Node code logs recoveries and disk failures; in a simulation the trace records what
-    # matters, so only errors reach the terminal.
-    logging.basicConfig(level=logging.ERROR)
+    # matters, so only errors reach the terminal of one run, and none that of a sweep (where
+    # injected disk faults would bury the one line per failing seed).
+    logging.basicConfig(level=logging.ERROR if args.command == "run" else logging.CRITICAL)
     if args.command == "bugs":
         for name, scenario in sorted(SCENARIOS.items()):
             for bug, what in sorted(scenario.bugs.items()):

@@ -24,6 +24,7 @@ import asyncio
 import contextvars
 import selectors
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -34,6 +35,17 @@ if TYPE_CHECKING:
 CURRENT: contextvars.ContextVar[tuple[SimProcess, int] | None] = contextvars.ContextVar(
     "kraft_sim_current_process", default=None
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """A callback that came due while its process was paused, with the handle its owner
+    may still cancel."""
+
+    handle: asyncio.Handle
+    callback: Callable[..., Any]
+    args: tuple
+    context: contextvars.Context
 
 
 class SimulationStalled(RuntimeError):
@@ -103,14 +115,18 @@ class SimLoop(asyncio.SelectorEventLoop):
     def _gate(
         self,
         owner: tuple[SimProcess, int],
+        handle: list[asyncio.Handle],
         callback: Callable[..., Any],
         args: tuple,
         context: contextvars.Context | None,
     ) -> None:
         process, incarnation = owner
         if process.paused and process.incarnation == incarnation:
+            # The handle goes along: code that cancels it while the process is paused (an
+            # ``asyncio.timeout`` exited by a task step parked ahead of its timer) must still
+            # see it not run, as asyncio promises.
             parked = context if context is not None else contextvars.copy_context()
-            process.parked.append((callback, args, parked))
+            process.parked.append(Parked(handle[0], callback, args, parked))
             return
         self.callbacks_run += 1
         callback(*args)
@@ -121,7 +137,12 @@ class SimLoop(asyncio.SelectorEventLoop):
         owner = self._owner(context)
         if owner is None:
             return super().call_soon(callback, *args, context=context)
-        return super().call_soon(self._gate, owner, callback, args, context, context=context)
+        cell: list[asyncio.Handle] = []
+        handle = super().call_soon(
+            self._gate, owner, cell, callback, args, context, context=context
+        )
+        cell.append(handle)
+        return handle
 
     def call_at(
         self,
@@ -133,12 +154,25 @@ class SimLoop(asyncio.SelectorEventLoop):
         owner = self._owner(context)
         if owner is None:
             return super().call_at(when, callback, *args, context=context)
-        return super().call_at(when, self._gate, owner, callback, args, context, context=context)
+        cell: list[asyncio.Handle] = []
+        handle = super().call_at(
+            when, self._gate, owner, cell, callback, args, context, context=context
+        )
+        cell.append(handle)
+        return handle
 
-    def unpark(self, parked: list[tuple[Callable[..., Any], tuple, contextvars.Context]]) -> None:
+    def unpark(self, parked: list[Parked]) -> None:
         """Reschedule callbacks a paused process could not run, in their original order."""
-        for callback, args, context in parked:
-            super().call_soon(callback, *args, context=context)
+        for entry in parked:
+            super().call_soon(self._run_parked, entry, context=entry.context)
+
+    @staticmethod
+    def _run_parked(entry: Parked) -> None:
+        # Checked when it runs, not when it is rescheduled: a crash cancels the tasks and
+        # unparks in one step, and a cancelled task's unwinding (leaving its timeouts) runs
+        # ahead of the parked timers.
+        if not entry.handle.cancelled():
+            entry.callback(*entry.args)
 
     # ---- tasks belong to the process that creates them ------------------------------------
     def create_task(

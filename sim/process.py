@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from log.runtime import Runtime
 from sim.disk import SimDisk
-from sim.loop import CURRENT, SimLoop
+from sim.loop import CURRENT, Parked, SimLoop
 
 if TYPE_CHECKING:
     from sim.world import World
@@ -52,7 +52,7 @@ class SimProcess:
         self.alive = False
         self.paused = False
         self.skew_ms = 0
-        self.parked: list[tuple[Callable[..., Any], tuple, contextvars.Context]] = []
+        self.parked: list[Parked] = []
         self.disk = SimDisk(
             random.Random(f"disk/{world.seed}/{name}"), fsync_latency_s=FSYNC_LATENCY_S
         )

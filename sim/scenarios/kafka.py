@@ -549,10 +549,11 @@ def _replication_faults(cluster: KafkaCluster) -> dict[str, Callable[[Nemesis, f
 
     def pause_follower(nemesis: Nemesis, hold_s: float) -> None:
         _, followers = replicas(nemesis)
-        alive = [f for f in followers if nemesis.world.processes[f].alive]
-        if alive and not nemesis.world.processes[alive[0]].paused:
+        processes = nemesis.world.processes
+        running = [f for f in followers if processes[f].alive and not processes[f].paused]
+        if running:
             lag_s = REPLICA_LAG_TIME_MAX_MS / 1000
-            nemesis.pause_for(nemesis.rng.choice(alive), nemesis.rng.uniform(1.5, 3) * lag_s)
+            nemesis.pause_for(nemesis.rng.choice(running), nemesis.rng.uniform(1.5, 3) * lag_s)
 
     return {
         "isolate-partition-leader": isolate_leader,

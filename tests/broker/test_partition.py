@@ -14,6 +14,7 @@ from broker.partition import (
     IllegalReplicaTransition,
     Partition,
     ReplicaState,
+    Transition,
 )
 from broker.producer_state import ProducerState
 from metadata.image import PartitionRegistration
@@ -109,13 +110,28 @@ def test_only_the_table_s_transitions_are_legal(steps: list[str], legal: bool) -
     assert (ReplicaState.STOPPED, ReplicaState.LEADER) not in REPLICA_TRANSITIONS
 
 
-def test_epochs_going_backwards_are_illegal() -> None:
+def test_a_leader_epoch_going_backwards_is_illegal() -> None:
     partition, _ = replica()
     partition.apply(registration(2, (1, 2, 3), leader_epoch=5, partition_epoch=5), now_ms=0)
     with pytest.raises(IllegalReplicaTransition):
         partition.apply(registration(ME, (1, 2, 3), leader_epoch=4, partition_epoch=9), 0)
-    with pytest.raises(IllegalReplicaTransition):
-        partition.apply(registration(2, (1, 2, 3), leader_epoch=5, partition_epoch=4), 0)
+
+
+def test_an_image_older_than_the_alter_partition_answer_is_skipped() -> None:
+    """Kafka seed 80: the leader's AlterPartition answer (partition epoch 6) arrived before
+    the replay of the earlier change at epoch 5; that image must not undo the ISR (it
+    raised IllegalReplicaTransition and killed the broker)."""
+    partition, _ = replica(log_end=10)
+    partition.apply(registration(ME, (1, 2, 3), leader_epoch=1, partition_epoch=4), now_ms=0)
+    partition.pending_isr = (1, 2)
+    assert partition.isr_committed(1, 6, (1, 2))
+    stale = registration(ME, (1, 2, 3), leader_epoch=1, partition_epoch=5)
+    assert partition.apply(stale, now_ms=0) == Transition(
+        ReplicaState.LEADER, ReplicaState.LEADER, new_epoch=False
+    )
+    assert (partition.isr, partition.partition_epoch) == ((1, 2), 6)
+    partition.apply(registration(ME, (1, 2), leader_epoch=1, partition_epoch=6), now_ms=0)
+    assert (partition.isr, partition.partition_epoch) == ((1, 2), 6)
 
 
 def test_the_high_watermark_is_the_least_log_end_over_the_isr_and_never_goes_back() -> None:

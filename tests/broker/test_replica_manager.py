@@ -304,6 +304,40 @@ def test_logs_take_cluster_wide_dynamic_defaults_under_their_topics_own_configs(
     ]
 
 
+def test_this_brokers_dynamic_configs_sit_between_the_cluster_defaults_and_topic_configs(
+    tmp_path: Path,
+) -> None:
+    """kafka-configs --entity-type brokers --entity-name <id> --alter: DescribeConfigs of
+    that broker shows the value, so its logs apply it over the cluster-wide default; another
+    broker's override does not reach this one."""
+    topics = {"a": (TOPIC_A, {0: partition(ME, (ME,))})}
+
+    def with_broker_configs(offset: int, layers: dict[str, dict[str, str]]) -> MetadataImage:
+        base = image(offset, topics)
+        extra = {(4, name): values for name, values in layers.items()}
+        return dataclasses.replace(base, configs={**base.configs, **extra})
+
+    async def changes(replicas: ReplicaManager) -> list[tuple[int, int]]:
+        seen = []
+        for offset, layers in (
+            (6, {"": {"log.retention.ms": "1000"}, str(ME + 1): {"log.retention.ms": "7"}}),
+            (7, {"": {"log.retention.ms": "1000"}, str(ME): {"log.retention.ms": "2000"}}),
+            (8, {str(ME): {"min.insync.replicas": "2"}}),
+        ):
+            await reconcile(replicas, with_broker_configs(offset, layers))
+            log = replicas.logs.get_log("a", 0)
+            assert log is not None
+            seen.append((log.config.retention_ms, replicas._min_insync_replicas("a")))
+        return seen
+
+    week = 7 * 24 * 3600 * 1000
+    assert run(tmp_path, changes, with_broker_configs(5, {})) == [
+        (1000, 1),  # the cluster default; broker ME+1's own value is not ours
+        (2000, 1),  # ours wins over the cluster default
+        (week, 2),  # every layer removed but min.insync.replicas for this broker
+    ]
+
+
 def test_a_stray_that_cannot_be_set_aside_is_offline_never_served_as_the_new_topic(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

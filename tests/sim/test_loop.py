@@ -80,6 +80,45 @@ def test_pause_holds_timers_until_resume(world: World) -> None:
     assert fired == [1.0, 4.5, 5.5, 6.5, 7.5]
 
 
+@pytest.mark.parametrize("then", ["crash", "resume"])
+def test_a_timer_cancelled_while_parked_never_runs(world: World, then: str) -> None:
+    """A process paused inside ``asyncio.timeout`` whose timer comes due: if the task leaves
+    the timeout first (its crash-time cancellation, or a wake-up parked ahead of the timer),
+    the timer is cancelled and must not run. Seed 66 of the kafka scenario died of this
+    (``assert self._state is _State.ENTERED`` in asyncio's timeouts)."""
+    left: list[str] = []
+    wake: list[asyncio.Future[None]] = []
+
+    async def node(rt: Runtime) -> None:
+        wake.append(asyncio.get_running_loop().create_future())
+        try:
+            async with asyncio.timeout(1.0):
+                await wake[0]
+                left.append("woken")
+        except TimeoutError:
+            left.append("timed out")
+        except asyncio.CancelledError:
+            left.append("cancelled")
+            raise
+
+    process = world.add_process("n1")
+    process.start(node)
+
+    async def driver() -> None:
+        await asyncio.sleep(0.5)
+        process.pause()
+        await asyncio.sleep(0.4)
+        if then == "resume":
+            wake[0].set_result(None)  # its task step parks at 0.9, ahead of the timer at 1.0
+        await asyncio.sleep(0.6)
+        getattr(process, then)()
+        await asyncio.sleep(5)
+
+    world.run(driver())
+    assert world.failures == []
+    assert left == ["cancelled" if then == "crash" else "woken"]
+
+
 def test_crash_cancels_every_task_and_restart_runs_a_new_incarnation(world: World) -> None:
     progress: list[tuple[int, str]] = []
     workers: list[asyncio.Task] = []

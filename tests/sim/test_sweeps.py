@@ -166,6 +166,25 @@ def test_kafka_sweep_slice_is_clean_with_every_fault() -> None:
     )
 
 
+# Seeds of the full kafka sweep that once failed on correct code, each replayed with the
+# sweep's own settings: 66 (a timer cancelled while its process was paused still ran),
+# 80 (an image older than the leader's AlterPartition answer killed the broker), 89 (the
+# nemesis paused a follower that was already paused).
+KAFKA_REGRESSION_SEEDS = (66, 80, 89)
+
+
+@pytest.mark.parametrize("seed", KAFKA_REGRESSION_SEEDS)
+def test_kafka_seeds_that_once_failed_on_correct_code_pass(seed: int) -> None:
+    result = subprocess.run(
+        [KRAFT_SIM, "run", "--scenario", "kafka", "--seed", str(seed), "--faults", "all"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith(f"seed={seed} ok "), result.stdout
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("brokers", ["3", "5"])
 def test_kafka_full_sweep_is_clean(brokers: str) -> None:
