@@ -75,8 +75,23 @@ class NetnsBackend:
         _run(["ip", "link", "set", bridge, "up"])
         # With br_netfilter loaded, bridged packets traverse the root FORWARD chain, whose
         # policy may be DROP (Docker sets it): let the bridge's own traffic through.
-        _run(["iptables", "-I", "FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT",
-              "-m", "comment", "--comment", self.comment])  # fmt: skip
+        _run(
+            [
+                "iptables",
+                "-I",
+                "FORWARD",
+                "-i",
+                bridge,
+                "-o",
+                bridge,
+                "-j",
+                "ACCEPT",
+                "-m",
+                "comment",
+                "--comment",
+                self.comment,
+            ]
+        )
         for node in nodes:
             self.nodes.append(node)
             namespace, host_end = self.namespace(node), self._veth(node)

@@ -96,8 +96,12 @@ def _thread(target, *args: object) -> threading.Thread:  # type: ignore[no-untyp
 def create_topic(bootstrap: str, partitions: int, rf: int) -> None:
     """The workload's topic with min.insync.replicas 2 (1 when rf is 1), as the simulator's."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": LOG_LEVEL})
-    topic = NewTopic(TOPIC, num_partitions=partitions, replication_factor=rf,
-                     config={"min.insync.replicas": str(min(2, rf))})  # fmt: skip
+    topic = NewTopic(
+        TOPIC,
+        num_partitions=partitions,
+        replication_factor=rf,
+        config={"min.insync.replicas": str(min(2, rf))},
+    )
     deadline = time.monotonic() + SETUP_BOUND_S
     while True:
         try:
@@ -146,8 +150,14 @@ def run(options: RunOptions) -> RunReport:
             backend.up(list(chosen))
             props = place(chosen, backend.address, work, options.partitions)
             cluster = Cluster(work, backend, recorder, props, bug=options.bug, clock=clock)
-            recorder.event("kafka-config", topic=TOPIC, acks="all", rf=rf,
-                           partitions=options.partitions, idempotent=True)  # fmt: skip
+            recorder.event(
+                "kafka-config",
+                topic=TOPIC,
+                acks="all",
+                rf=rf,
+                partitions=options.partitions,
+                idempotent=True,
+            )
             for node in props:
                 cluster.start(node)
             create_topic(cluster.bootstrap, options.partitions, rf)
