@@ -138,7 +138,6 @@ class Cluster:
         clock: ClockMode | None = None,
     ) -> None:
         self.root = root
-        self.backend = backend
         self.recorder = recorder
         self.props = props
         self.bug = bug
@@ -168,11 +167,13 @@ class Cluster:
             )
         return environ
 
+    def broker_endpoints(self) -> list[tuple[str, int]]:
+        return [e for b in self.brokers if (e := _endpoint(self.props[b], "PLAINTEXT"))]
+
     @property
     def bootstrap(self) -> str:
         """The brokers' client endpoints, for a client's bootstrap.servers."""
-        endpoints = [_endpoint(self.props[b], "PLAINTEXT") for b in self.brokers]
-        return ",".join(f"{host}:{port}" for host, port in filter(None, endpoints))
+        return ",".join(f"{host}:{port}" for host, port in self.broker_endpoints())
 
     def controller_endpoints(self) -> list[tuple[str, int]]:
         return [e for c in self.controllers if (e := _endpoint(self.props[c], "CONTROLLER"))]

@@ -69,7 +69,7 @@ class RunReport:
     run_dir: Path
     work_dir: Path
     faults: int
-    history_rows: int
+    trace_events: int
 
 
 def _interrupt(signum: int, _frame: FrameType | None) -> None:
@@ -118,6 +118,10 @@ def create_topic(bootstrap: str, partitions: int, rf: int) -> None:
 
 def run(options: RunOptions) -> RunReport:
     """One run; its trace is published under ``options.trace_dir``."""
+    chosen = choose(options.layout, options.controllers, options.brokers)
+    clock = None
+    if "clock" in options.nemeses:
+        clock = ClockMode(libfaketime(), options.fake_monotonic)
     tag = secrets.token_hex(2)
     backend = NetnsBackend(tag)
     work = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{tag}-"))
@@ -138,10 +142,6 @@ def run(options: RunOptions) -> RunReport:
     )
     run_id = f"jepsen-s{options.seed}-{time.strftime('%Y%m%dT%H%M%S')}-{tag}"
     recorder = Recorder(options.trace_dir, config, run_id)
-    clock = None
-    if "clock" in options.nemeses:
-        clock = ClockMode(libfaketime(), options.fake_monotonic)
-    chosen = choose(options.layout, options.controllers, options.brokers)
     cluster: Cluster | None = None
     stops: list[threading.Event] = []
     nemesis = None
@@ -162,7 +162,7 @@ def run(options: RunOptions) -> RunReport:
                 cluster.start(node)
             create_topic(cluster.bootstrap, options.partitions, rf)
             watch = LeaderWatch(
-                recorder, _client_endpoints(cluster), cluster.controller_endpoints()
+                recorder, cluster.broker_endpoints(), cluster.controller_endpoints()
             )
             stops.append(watch.stop)
             watcher = _thread(watch.run)
@@ -204,14 +204,6 @@ def run(options: RunOptions) -> RunReport:
         if not options.keep_data:
             shutil.rmtree(work, ignore_errors=True)
     return RunReport(tag, run_id, run_dir, work, nemesis.injected if nemesis else 0, recorder.count)
-
-
-def _client_endpoints(cluster: Cluster) -> list[tuple[str, int]]:
-    endpoints = []
-    for entry in cluster.bootstrap.split(","):
-        host, _, port = entry.rpartition(":")
-        endpoints.append((host, int(port)))
-    return endpoints
 
 
 def _wait_for_leaders(watch: LeaderWatch, partitions: int) -> None:

@@ -1,5 +1,6 @@
 """The kafka scenario's workload with real clients: confluent-kafka (librdkafka) producers
-and consumers in the harness's (root) namespace, reaching the brokers over the bridge.
+and consumers and an aiokafka consumer, in the harness's (root) namespace, reaching the
+brokers over the bridge.
 
 The operations are the simulator's (sim/scenarios/kafka.py), so sim/analysis/kafka.py
 checks them unchanged: ``send`` of a unique integer value to one partition with acks=all
@@ -7,8 +8,8 @@ checks them unchanged: ``send`` of a unique integer value to one partition with 
 (its ``ok`` carries the (offset, value) pairs read and the high watermark the broker last
 reported). Producers are idempotent: librdkafka resends a request whose answer it lost,
 and only an idempotent resend is deduplicated by the broker, so a value read twice is the
-broker's fault (the checks' ``duplicate``). A consumer polls every
-partition at once, as one process per partition (each has at most one open operation). A
+broker's fault (the checks' ``duplicate``). A consumer polls every partition at once, as
+one process per partition (each has at most one open operation). A
 lane sometimes starts over as a new client and process (Jepsen's rule), a consumer from 0.
 After the nemesis stops: process ``heal`` sends one acks=all value to every partition, and
 process ``final`` reads every partition from 0 up to its settled high watermark.
