@@ -6,11 +6,11 @@ The operations are the simulator's (sim/scenarios/kafka.py), so sim/analysis/kaf
 checks them unchanged: ``send`` of a unique integer value to one partition with acks=all
 (its ``ok`` carries the acknowledged offset), and ``poll`` of one partition from a position
 (its ``ok`` carries the (offset, value) pairs read and the high watermark the broker last
-reported). Producers are idempotent: librdkafka resends a request whose answer it lost,
-and only an idempotent resend is deduplicated by the broker, so a value read twice is the
-broker's fault (the checks' ``duplicate``). A consumer polls every partition at once, as
-one process per partition (each has at most one open operation). A
-lane sometimes starts over as a new client and process (Jepsen's rule), a consumer from 0.
+reported). Producers are idempotent: an idempotent resend is deduplicated by the broker,
+so a value read twice is the broker's fault (the checks' ``duplicate``). A consumer polls
+every partition at once, as one process per partition (each has at most one open
+operation). A lane sometimes starts over as a new client and process (Jepsen's rule), a
+consumer from 0.
 After the nemesis stops: process ``heal`` sends one acks=all value to every partition, and
 process ``final`` reads every partition from 0 up to its settled high watermark.
 """
@@ -83,9 +83,9 @@ class Workload:
                 "client.id": process,
                 "log_level": LOG_LEVEL,
                 "acks": "all",
-                # librdkafka resends a request whose answer it lost even with retries=0 (a
-                # leader paused mid-request, then replaced): only an idempotent producer's
-                # resend is deduplicated, so only then is a copy the broker's fault.
+                # With retries=0 a value still showed up twice once (its leader paused
+                # mid-request, then replaced): only an idempotent producer's resend is
+                # deduplicated by the broker, so only then is a copy surely the broker's.
                 "enable.idempotence": True,
                 "max.in.flight.requests.per.connection": 1,
                 "linger.ms": 0,
