@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import resource
 import signal
 
 from broker.acceptor import start_acceptor
 from kraft.config import ServerConfig
 from kraft.node import FatalStorageError, KraftNode
+from kraft.planted import PLANTED_BUGS_ENV, planted_bugs
 from kraft.storage import check_and_lock
 from log.runtime import Runtime, real_runtime
 
@@ -61,8 +63,16 @@ async def serve(config: ServerConfig, runtime: Runtime | None = None) -> int:
         after,
         "unlimited" if hard == resource.RLIM_INFINITY else hard,
     )
+    bugs = planted_bugs(os.environ)
+    if bugs:
+        logger.warning(
+            "[KafkaRaftServer nodeId=%d] %s plants bugs %s: this node is broken on purpose",
+            config.node_id,
+            PLANTED_BUGS_ENV,
+            ",".join(sorted(bugs)),
+        )
     cluster_id = check_and_lock(runtime.fs, config)
-    node = KraftNode(runtime, config, cluster_id, listen=start_acceptor)
+    node = KraftNode(runtime, config, cluster_id, bugs=bugs, listen=start_acceptor)
     logger.info(
         "[KafkaRaftServer nodeId=%d] Starting %s of cluster %s",
         config.node_id,

@@ -5,12 +5,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh test,spark
-# kcat (Debian package) is one of the real clients the admin tests drive.
-if ! command -v kcat >/dev/null 2>&1; then
+# Debian packages the tests drive: kcat (one of the real clients of the admin tests);
+# iproute2, iptables and faketime (kraft-jepsen's namespaces, cuts and clock faults).
+missing=""
+for pair in kcat:kcat ip:iproute2 tc:iproute2 iptables:iptables faketime:faketime; do
+    if ! command -v "${pair%%:*}" >/dev/null 2>&1; then missing="$missing ${pair##*:}"; fi
+done
+if [ -n "$missing" ]; then
     SUDO=""
     if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
     $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq kcat
+    # shellcheck disable=SC2086  # one word per package
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

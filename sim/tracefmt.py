@@ -260,10 +260,13 @@ class _Columns:
 class ParquetTraceWriter:
     """Collects one run's events and publishes them as a run directory under ``root``."""
 
-    def __init__(self, root: str | os.PathLike[str], config: RunConfig) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], config: RunConfig, run_id: str | None = None
+    ) -> None:
         self.root = Path(root)
         self.config = config
-        self.run_id = run_id_for(config)
+        # A real-process run (kraft-jepsen) is never repeated exactly: it names its own id.
+        self.run_id = run_id or run_id_for(config)
         self._started_wall_ns = time.time_ns()
         self._history = _Columns.of(HISTORY_SCHEMA)
         self._events = _Columns.of(EVENTS_SCHEMA)

@@ -1,4 +1,5 @@
-"""The dependency rule: log <- raft <- metadata <- broker <- kraft; sim on top, never imported."""
+"""The dependency rule: log <- raft <- metadata <- broker <- kraft; sim and jepsen (the test
+harnesses) on top, never imported."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("log", "raft", "metadata", "broker", "kraft")
-PACKAGES = (*LAYERS, "sim")
+HARNESSES = ("sim", "jepsen")
+PACKAGES = (*LAYERS, *HARNESSES)
 
 
 def imported_packages(source: str) -> list[tuple[int, str]]:
@@ -28,13 +30,13 @@ def imported_packages(source: str) -> list[tuple[int, str]]:
 
 
 def layering_violations(root: Path) -> list[str]:
-    """Every import in a production package of a higher layer or of the simulator."""
+    """Every import in a production package of a higher layer or of a harness."""
     problems = []
     for package in LAYERS:
         rank = LAYERS.index(package)
         for path in sorted((root / package).rglob("*.py")):
             for line, top in imported_packages(path.read_text()):
-                if top == "sim" or LAYERS.index(top) > rank:
+                if top in HARNESSES or LAYERS.index(top) > rank:
                     where = path.relative_to(root)
                     problems.append(f"{where}:{line} ({package}) imports {top}")
     return problems
@@ -49,13 +51,15 @@ def test_every_layer_is_a_package() -> None:
         assert (ROOT / package / "__init__.py").is_file(), package
 
 
-def test_checker_reports_an_upward_import_and_a_sim_import(tmp_path: Path) -> None:
+def test_checker_reports_an_upward_import_and_a_harness_import(tmp_path: Path) -> None:
     for package in LAYERS:
         (tmp_path / package).mkdir()
     (tmp_path / "log" / "bad.py").write_text("import raft.core\n")
     (tmp_path / "broker" / "worse.py").write_text("from sim.world import World\n")
     (tmp_path / "kraft" / "fine.py").write_text("from broker import x\nimport log\n")
+    (tmp_path / "kraft" / "harnessed.py").write_text("from jepsen.run import run\n")
     assert layering_violations(tmp_path) == [
         "log/bad.py:1 (log) imports raft",
         "broker/worse.py:1 (broker) imports sim",
+        "kraft/harnessed.py:1 (kraft) imports jepsen",
     ]

@@ -25,11 +25,15 @@ if TYPE_CHECKING:
 
 # Faults that last. A partition (isolate, bridge and isolate-leader are partitions too) or
 # a one-way cut ends with the ``restore`` of exactly the links it cut; ``heal`` ends every
-# network fault. A crash ends when the node starts again, a pause at resume. ``slow`` and
-# ``enospc`` have no traced end, so their windows close at the next ``heal``/``heal-all``
-# (an upper bound). ``heal-all`` ends everything.
-NODE_FAULTS = {"crash": "crash", "pause": "pause", "enospc": "enospc"}
-NODE_FAULT_ENDS = {"start": "crash", "restart": "crash", "resume": "pause"}
+# network fault. A crash (or a real process's kill) ends when the node starts again, a pause
+# at resume. ``slow`` and ``enospc`` have no traced end, so their windows close at the next
+# ``heal``/``heal-all`` (an upper bound). ``heal-all`` ends everything.
+NODE_FAULTS = {"crash": "crash", "kill": "kill", "pause": "pause", "enospc": "enospc"}
+NODE_FAULT_ENDS = {
+    "start": ("crash", "kill"),
+    "restart": ("crash", "kill"),
+    "resume": ("pause",),
+}
 # Faults that are instants: they show in the fault mix but label no operation.
 POINT_FAULTS = {"fsync-fail": "fsync", "reset": "reset", "refuse": "refuse"}
 ROLE_PREFIX = "became-"
@@ -179,7 +183,8 @@ def fault_windows(events: pd.DataFrame) -> pd.DataFrame:
             close_node(NODE_FAULTS[kind], node, at)
             per_node[(NODE_FAULTS[kind], node)] = (node, at)
         elif kind in NODE_FAULT_ENDS and node is not None:
-            close_node(NODE_FAULT_ENDS[kind], node, at)
+            for fault in NODE_FAULT_ENDS[kind]:
+                close_node(fault, node, at)
         elif kind == "clock-skew" and node is not None:
             close_node("skew", node, at)
             if detail.get("skew_ms"):

@@ -1,0 +1,177 @@
+"""Each node in its own Linux network namespace on one machine: a veth pair per node on one
+bridge, one address per node, the harness and its clients in the root namespace.
+
+Every name made here starts with ``PREFIX`` and the run's tag (namespaces
+``kj-<tag>-n<id>``, links ``kj<tag>...``, the root FORWARD rule's comment ``kj-<tag>``), so
+``cleanup`` finds and removes what any run left behind (a harness killed by SIGKILL, say)
+without touching anything else. Cuts are iptables rules inside a node's namespace; netem is
+a qdisc on its end of the veth pair; both die with the namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+PREFIX = "kj"
+SUBNET = "10.213"  # 10.213.<octet>.0/24 per run; .254 is the bridge (the harness's address)
+DEVICE = "eth0"  # a node's end of its veth pair, inside its namespace
+
+
+class BackendError(RuntimeError):
+    """A host could not be set up (not root, no ``ip``/``iptables``): one line for the CLI."""
+
+
+def _run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(list(argv), capture_output=True, text=True, check=False)
+    if check and result.returncode != 0:
+        raise BackendError(f"{' '.join(argv)}: {result.stderr.strip() or result.returncode}")
+    return result
+
+
+def _octet(tag: str) -> int:
+    """A /24 for this run that no route of the machine uses yet."""
+    used = _run(["ip", "-4", "route", "show"]).stdout
+    first = int(tag, 16) % 250 + 1
+    for step in range(250):
+        octet = (first + step - 1) % 250 + 1
+        if f"{SUBNET}.{octet}.0/24" not in used:
+            return octet
+    raise BackendError(f"no free {SUBNET}.X.0/24 subnet")
+
+
+@dataclass(slots=True)
+class NetnsBackend:
+    """Namespaces ``kj-<tag>-n<id>`` on bridge ``kj<tag>br``; ``tag`` is 4 hex digits."""
+
+    tag: str
+    nodes: list[int] = field(default_factory=list)
+    octet: int = 0
+
+    @property
+    def bridge(self) -> str:
+        return f"{PREFIX}{self.tag}br"
+
+    @property
+    def comment(self) -> str:
+        return f"{PREFIX}-{self.tag}"
+
+    def namespace(self, node: int) -> str:
+        return f"{PREFIX}-{self.tag}-n{node}"
+
+    def address(self, node: int) -> str:
+        return f"{SUBNET}.{self.octet}.{node}"
+
+    def up(self, nodes: Sequence[int]) -> None:
+        if os.geteuid() != 0:
+            raise BackendError("network namespaces need root (run kraft-jepsen as root)")
+        self.octet = _octet(self.tag)
+        bridge = self.bridge
+        _run(["ip", "link", "add", bridge, "type", "bridge"])
+        _run(["ip", "addr", "add", f"{SUBNET}.{self.octet}.254/24", "dev", bridge])
+        _run(["ip", "link", "set", bridge, "up"])
+        # With br_netfilter loaded, bridged packets traverse the root FORWARD chain, whose
+        # policy may be DROP (Docker sets it): let the bridge's own traffic through.
+        _run(
+            [
+                "iptables",
+                "-I",
+                "FORWARD",
+                "-i",
+                bridge,
+                "-o",
+                bridge,
+                "-j",
+                "ACCEPT",
+                "-m",
+                "comment",
+                "--comment",
+                self.comment,
+            ]
+        )
+        for node in nodes:
+            self.nodes.append(node)
+            namespace, host_end = self.namespace(node), self._veth(node)
+            inner = f"{PREFIX}{self.tag}c{node}"
+            _run(["ip", "netns", "add", namespace])
+            _run(["ip", "link", "add", host_end, "type", "veth", "peer", "name", inner])
+            _run(["ip", "link", "set", host_end, "master", bridge])
+            _run(["ip", "link", "set", host_end, "up"])
+            _run(["ip", "link", "set", inner, "netns", namespace])
+            ns = ["ip", "netns", "exec", namespace]
+            _run([*ns, "ip", "link", "set", inner, "name", DEVICE])
+            _run([*ns, "ip", "addr", "add", f"{self.address(node)}/24", "dev", DEVICE])
+            _run([*ns, "ip", "link", "set", DEVICE, "up"])
+            _run([*ns, "ip", "link", "set", "lo", "up"])
+
+    def _veth(self, node: int) -> str:
+        return f"{PREFIX}{self.tag}n{node}"
+
+    def wrap(self, node: int, argv: list[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.namespace(node), *argv]
+
+    def drop_from(self, node: int, peers: Sequence[int]) -> None:
+        for peer in peers:
+            rule = ["-s", self.address(peer), "-j", "DROP", "-m", "comment", "--comment"]
+            _run(self.wrap(node, ["iptables", "-A", "INPUT", *rule, self.comment]))
+
+    def netem(self, node: int, spec: Sequence[str]) -> None:
+        _run(self.wrap(node, ["tc", "qdisc", "replace", "dev", DEVICE, "root", "netem", *spec]))
+
+    def heal(self) -> None:
+        for node in self.nodes:
+            _run(self.wrap(node, ["iptables", "-F", "INPUT"]), check=False)
+            _run(self.wrap(node, ["tc", "qdisc", "del", "dev", DEVICE, "root"]), check=False)
+
+    def down(self) -> None:
+        remove(f"{PREFIX}-{self.tag}-", f"{PREFIX}{self.tag}", self.comment)
+        self.nodes = []
+
+
+def remove(namespace_prefix: str, link_prefix: str, comment_prefix: str) -> list[str]:
+    """Kill the processes in, and delete, every namespace, link and root FORWARD rule whose
+    name (comment) starts with the given prefix; what it removed, one line each."""
+    removed = []
+    listing = _run(["ip", "netns", "list"], check=False).stdout.split("\n")
+    for namespace in sorted({line.split()[0] for line in listing if line.strip()}):
+        if not namespace.startswith(namespace_prefix):
+            continue
+        for pid in _run(["ip", "netns", "pids", namespace], check=False).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+            else:
+                removed.append(f"process {pid} in {namespace}")
+        # A killed process may hold the namespace a moment; deleting it still unmounts the
+        # name, and the kernel frees the namespace with its last process.
+        _run(["ip", "netns", "del", namespace], check=False)
+        removed.append(f"namespace {namespace}")
+    links = _run(["ip", "-o", "link", "show"], check=False).stdout.split("\n")
+    for line in links:
+        parts = line.split(": ")
+        if len(parts) < 2:
+            continue
+        name = parts[1].split("@")[0]
+        deleted = name.startswith(link_prefix) and _run(["ip", "link", "del", name], check=False)
+        if deleted and deleted.returncode == 0:
+            removed.append(f"link {name}")
+    rules = _run(["iptables", "-S", "FORWARD"], check=False).stdout.split("\n")
+    for rule in rules:
+        words = rule.split()
+        if "--comment" not in words or not rule.startswith("-A "):
+            continue
+        comment = words[words.index("--comment") + 1].strip('"')
+        if comment.startswith(comment_prefix):
+            _run(["iptables", "-D", *words[1:]], check=False)
+            removed.append(f"iptables FORWARD rule {comment}")
+    return removed
+
+
+def cleanup() -> list[str]:
+    """Remove what every kraft-jepsen run on this machine left behind (``kraft-jepsen
+    cleanup``): namespaces ``kj-*`` and their processes, links ``kj*``, rules ``kj-*``."""
+    return remove(f"{PREFIX}-", PREFIX, f"{PREFIX}-")

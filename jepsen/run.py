@@ -1,0 +1,223 @@
+"""One fault run, start to finish: hosts up, cluster formatted and started, the topic
+created, workload and nemesis for the time limit, the heal, the final reads, the trace
+published, everything torn down (also on Ctrl-C, SIGTERM or an exception).
+
+A harness killed outright (SIGKILL, a power cut) leaves its namespaces, their processes and
+its root FORWARD rule behind: ``kraft-jepsen cleanup`` removes them by name.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from jepsen.cluster import LAYOUT, ClockMode, Cluster, choose, libfaketime, place
+from jepsen.history import Recorder
+from jepsen.nemesis import Nemesis
+from jepsen.netns import NetnsBackend
+from jepsen.watch import LeaderWatch
+from jepsen.workload import LOG_LEVEL, Workload
+from sim.run import RunConfig
+from sim.scenarios.kafka import (
+    CONSUMERS,
+    REQUEST_TIMEOUT_S,
+    SETUP_BOUND_S,
+    TOPIC,
+    key_of,
+)
+
+WORK_PREFIX = "kraft-jepsen-"
+PRODUCER_LANES_PER_PARTITION = 2
+JOIN_S = 30.0  # a client lane finishes its operation within its timeouts
+
+
+class RunError(RuntimeError):
+    """The run could not get going (no leaders, no topic): one line for the CLI."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    trace_dir: Path
+    controllers: int = 3
+    brokers: int = 3
+    time_limit_s: float = 60.0
+    nemeses: tuple[str, ...] = ("partition", "kill")
+    seed: int = 1
+    partitions: int = 3
+    bug: str | None = None
+    layout: Path = LAYOUT
+    fake_monotonic: bool = False
+    keep_data: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    tag: str  # in every name the run gave the machine (jepsen/netns.py)
+    run_id: str
+    run_dir: Path
+    work_dir: Path
+    faults: int
+    trace_events: int
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the run like Ctrl-C: through the teardown."""
+    previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _thread(target, *args: object) -> threading.Thread:  # type: ignore[no-untyped-def]
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
+def create_topic(bootstrap: str, partitions: int, rf: int) -> None:
+    """The workload's topic with min.insync.replicas 2 (1 when rf is 1), as the simulator's."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": LOG_LEVEL})
+    topic = NewTopic(
+        TOPIC,
+        num_partitions=partitions,
+        replication_factor=rf,
+        config={"min.insync.replicas": str(min(2, rf))},
+    )
+    deadline = time.monotonic() + SETUP_BOUND_S
+    while True:
+        try:
+            admin.create_topics([topic])[TOPIC].result(timeout=REQUEST_TIMEOUT_S)
+            return
+        except (KafkaException, TimeoutError) as failure:
+            name = failure.args[0].name() if failure.args else type(failure).__name__
+            if name == "TOPIC_ALREADY_EXISTS":
+                return
+            if time.monotonic() > deadline:
+                raise RunError(f"the topic could not be created: {name}") from None
+        time.sleep(0.5)
+
+
+def run(options: RunOptions) -> RunReport:
+    """One run; its trace is published under ``options.trace_dir``."""
+    chosen = choose(options.layout, options.controllers, options.brokers)
+    clock = None
+    if "clock" in options.nemeses:
+        clock = ClockMode(libfaketime(), options.fake_monotonic)
+    tag = secrets.token_hex(2)
+    backend = NetnsBackend(tag)
+    work = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{tag}-"))
+    rf = min(3, options.brokers)
+    config = RunConfig(
+        scenario="kafka",
+        seed=options.seed,
+        duration_s=options.time_limit_s,
+        faults=options.nemeses,
+        bug=options.bug,
+        nodes=options.controllers + options.brokers,
+        voters=options.controllers,
+        controllers=options.controllers,
+        brokers=options.brokers,
+        partitions=options.partitions,
+        rf=rf,
+        idempotent=True,
+    )
+    run_id = f"jepsen-s{options.seed}-{time.strftime('%Y%m%dT%H%M%S')}-{tag}"
+    recorder = Recorder(options.trace_dir, config, run_id)
+    cluster: Cluster | None = None
+    stops: list[threading.Event] = []
+    nemesis = None
+    try:
+        with _signals_interrupt():
+            backend.up(list(chosen))
+            props = place(chosen, backend.address, work, options.partitions)
+            cluster = Cluster(work, backend, recorder, props, bug=options.bug, clock=clock)
+            recorder.event(
+                "kafka-config",
+                topic=TOPIC,
+                acks="all",
+                rf=rf,
+                partitions=options.partitions,
+                idempotent=True,
+            )
+            for node in props:
+                cluster.start(node)
+            create_topic(cluster.bootstrap, options.partitions, rf)
+            watch = LeaderWatch(
+                recorder, cluster.broker_endpoints(), cluster.controller_endpoints()
+            )
+            stops.append(watch.stop)
+            watcher = _thread(watch.run)
+            _wait_for_leaders(watch, options.partitions)
+            workload = Workload(recorder, cluster.bootstrap, options.partitions)
+            stops.append(workload.stop)
+            lanes = [
+                _thread(workload.producer_lane, lane, options.seed * 100 + lane)
+                for lane in range(PRODUCER_LANES_PER_PARTITION * options.partitions)
+            ]
+            # The simulator's consumer lanes, half of them (rounded down) aiokafka's.
+            consumers = [workload.consumer_lane, workload.aiokafka_consumer_lane]
+            lanes += [
+                _thread(consumers[lane % 2], lane, options.seed * 100 + 50 + lane)
+                for lane in range(CONSUMERS)
+            ]
+            nemesis = Nemesis(cluster, backend, recorder, watch, options.nemeses, options.seed)
+            stops.append(nemesis.stop)
+            faulting = _thread(nemesis.run)
+            time.sleep(options.time_limit_s)
+            nemesis.stop.set()
+            faulting.join()
+            nemesis.heal()
+            workload.stop.set()
+            for lane in lanes:
+                lane.join(JOIN_S)
+            workload.heal_sends()
+            workload.final_reads()
+            watch.stop.set()
+            watcher.join(JOIN_S)
+            cluster.reap()
+            run_dir = recorder.commit(options.seed)
+    finally:
+        for stop in stops:
+            stop.set()
+        if cluster is not None:
+            cluster.close()
+        backend.down()
+        if not options.keep_data:
+            shutil.rmtree(work, ignore_errors=True)
+    return RunReport(tag, run_id, run_dir, work, nemesis.injected if nemesis else 0, recorder.count)
+
+
+def _wait_for_leaders(watch: LeaderWatch, partitions: int) -> None:
+    deadline = time.monotonic() + SETUP_BOUND_S
+    while not all(key_of(p) in watch.leaders for p in range(partitions)):
+        if time.monotonic() > deadline:
+            raise RunError(f"the topic had no leaders {SETUP_BOUND_S:.0f}s after start")
+        time.sleep(0.1)
+
+
+def cleanup_work_dirs() -> list[str]:
+    """Remove the data dirs runs killed outright left in the temp dir."""
+    removed = []
+    for path in sorted(Path(tempfile.gettempdir()).glob(f"{WORK_PREFIX}*")):
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(f"directory {path}")
+    return removed

@@ -1,0 +1,339 @@
+"""The kafka scenario's workload with real clients: confluent-kafka (librdkafka) producers
+and consumers and an aiokafka consumer, in the harness's (root) namespace, reaching the
+brokers over the bridge.
+
+The operations are the simulator's (sim/scenarios/kafka.py), so sim/analysis/kafka.py
+checks them unchanged: ``send`` of a unique integer value to one partition with acks=all
+(its ``ok`` carries the acknowledged offset), and ``poll`` of one partition from a position
+(its ``ok`` carries the (offset, value) pairs read and the high watermark the broker last
+reported). Producers are idempotent: an idempotent resend is deduplicated by the broker,
+so a value read twice is the broker's fault (the checks' ``duplicate``). A consumer polls
+every partition at once, as one process per partition (each has at most one open
+operation). A lane sometimes starts over as a new client and process (Jepsen's rule), a
+consumer from 0.
+After the nemesis stops: process ``heal`` sends one acks=all value to every partition, and
+process ``final`` reads every partition from 0 up to its settled high watermark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError as KafkaErrorAio
+from aiokafka.structs import TopicPartition as AioTopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from jepsen.history import Recorder
+from sim.scenarios.kafka import (
+    CRASH_CHANCE,
+    HEAL_BOUND_S,
+    NOT_APPENDED,
+    POLL_WAIT_S,
+    REQUEST_TIMEOUT_S,
+    SEND_TIMEOUT_S,
+    SETTLE_S,
+    TOPIC,
+    key_of,
+)
+
+POLL_MAX_RECORDS = 200
+# librdkafka reports a delivery within message.timeout.ms; past this margin it is lost.
+REPORT_MARGIN_S = 5.0
+# librdkafka logs every refused connect to stderr; during faults that is most of them.
+LOG_LEVEL = 2
+
+
+def _error_name(error: KafkaError) -> str:
+    return str(error.name())
+
+
+def _per_partition(process: str, positions: dict[int, int]) -> dict[int, str]:
+    """A consumer's history processes: one per partition, each with one open operation."""
+    return {partition: f"{process}/{partition}" for partition in positions}
+
+
+@dataclass(slots=True)
+class Workload:
+    """The client lanes of one run and the values they send."""
+
+    recorder: Recorder
+    bootstrap: str
+    partitions: int
+    stop: threading.Event = field(default_factory=threading.Event)
+    _values: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_value(self) -> int:
+        with self._lock:
+            value, self._values = self._values, self._values + 1
+            return value
+
+    def producer(self, process: str) -> Producer:
+        return Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "client.id": process,
+                "log_level": LOG_LEVEL,
+                "acks": "all",
+                # With retries=0 a value still showed up twice once (its leader paused
+                # mid-request, then replaced): only an idempotent producer's resend is
+                # deduplicated by the broker, so only then is a copy surely the broker's.
+                "enable.idempotence": True,
+                "max.in.flight.requests.per.connection": 1,
+                "linger.ms": 0,
+                "request.timeout.ms": int(REQUEST_TIMEOUT_S * 1000),
+                "message.timeout.ms": int(SEND_TIMEOUT_S * 1000),
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+
+    def consumer(self, process: str) -> Consumer:
+        return Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "client.id": process,
+                "log_level": LOG_LEVEL,
+                "group.id": f"jepsen-{process}",  # assign() only: never joins or commits
+                "enable.auto.commit": False,
+                "auto.offset.reset": "error",  # a position past the log end is an error
+                "enable.partition.eof": False,
+                "fetch.wait.max.ms": int(POLL_WAIT_S * 1000),
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+
+    # ---- operations -------------------------------------------------------------------------
+    def send(self, producer: Producer, process: str, partition: int) -> str | None:
+        """One send: its status, None when librdkafka never reported on it (the client is
+        suspect: the lane starts over)."""
+        key, value = key_of(partition), self.next_value()
+        self.recorder.op(process, "invoke", "send", key, value)
+        reports: list[tuple[KafkaError | None, Message]] = []
+        try:
+            producer.produce(
+                TOPIC,
+                str(value).encode(),
+                partition=partition,
+                on_delivery=lambda error, message: reports.append((error, message)),
+            )
+        except (BufferError, KafkaException) as error:
+            self.recorder.op(process, "fail", "send", key, value, error=type(error).__name__)
+            return "fail"
+        deadline = time.monotonic() + SEND_TIMEOUT_S + REPORT_MARGIN_S
+        while not reports and time.monotonic() < deadline:
+            producer.poll(0.05)
+        if not reports:
+            self.recorder.op(process, "info", "send", key, value, error="no-delivery-report")
+            return None
+        error, message = reports[0]
+        if error is None:
+            self.recorder.op(process, "ok", "send", key, value, offset=message.offset(), error=None)
+            return "ok"
+        name = _error_name(error)
+        status = "fail" if name in NOT_APPENDED else "info"
+        self.recorder.op(process, status, "send", key, value, error=name)
+        # A fatal error (the producer id fenced, a sequence gap) leaves the producer
+        # unusable: the lane starts over with a new one.
+        return None if error.fatal() else status
+
+    def poll(
+        self, consumer: Consumer, processes: dict[int, str], positions: dict[int, int]
+    ) -> bool:
+        """One poll of every partition in ``positions`` (one operation each, by the process
+        ``processes`` names); False when a partition's position became invalid (the consumer
+        must start over)."""
+        self._invoke_polls(processes, positions)
+        read: dict[int, list[int]] = {p: [] for p in positions}
+        errors: dict[int, str] = {}
+        for message in consumer.consume(POLL_MAX_RECORDS, POLL_WAIT_S):
+            partition, error = message.partition(), message.error()
+            if error is not None:
+                # Client-level errors (a broker down) carry no partition: librdkafka retries.
+                if partition in positions:
+                    errors[partition] = _error_name(error)
+                continue
+            read[partition] += [message.offset(), int(message.value())]
+
+        def high_watermark(partition: int) -> int | None:
+            high = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), cached=True)
+            return high[1] if high is not None and high[1] >= 0 else None
+
+        return self._complete_polls(processes, positions, read, errors, high_watermark)
+
+    def _invoke_polls(self, processes: dict[int, str], positions: dict[int, int]) -> None:
+        for partition, position in positions.items():
+            self.recorder.op(processes[partition], "invoke", "poll", key_of(partition), position)
+
+    def _complete_polls(
+        self,
+        processes: dict[int, str],
+        positions: dict[int, int],
+        read: dict[int, list[int]],
+        errors: dict[int, str],
+        high_watermark: Callable[[int], int | None],
+    ) -> bool:
+        """Complete one poll per partition: the (offset, value) pairs read (flattened) and
+        the high watermark the client last heard, or the partition's error."""
+        for partition, position in positions.items():
+            key, name = key_of(partition), processes[partition]
+            if partition in errors:
+                self.recorder.op(name, "fail", "poll", key, position, error=errors[partition])
+                continue
+            values = read[partition]
+            hw = high_watermark(partition)
+            self.recorder.op(
+                name, "ok", "poll", key, position, values=values, offset=hw, error=None
+            )
+            if values:
+                positions[partition] = values[-2] + 1
+        return not errors
+
+    async def _aio_poll(
+        self, consumer: AIOKafkaConsumer, process: str, positions: dict[int, int]
+    ) -> bool:
+        """``poll`` with aiokafka: one getmany over every partition."""
+        processes = _per_partition(process, positions)
+        self._invoke_polls(processes, positions)
+        read: dict[int, list[int]] = {p: [] for p in positions}
+        errors: dict[int, str] = {}
+        try:
+            batches = await consumer.getmany(
+                timeout_ms=int(POLL_WAIT_S * 1000), max_records=POLL_MAX_RECORDS
+            )
+        except KafkaErrorAio as error:
+            errors = dict.fromkeys(positions, type(error).__name__)
+            batches = {}
+        for tp, records in batches.items():
+            for record in records:
+                read[tp.partition] += [record.offset, int(record.value)]
+
+        def high_watermark(partition: int) -> int | None:
+            high = consumer.highwater(AioTopicPartition(TOPIC, partition))
+            return high if high is not None and high >= 0 else None
+
+        return self._complete_polls(processes, positions, read, errors, high_watermark)
+
+    # ---- lanes ------------------------------------------------------------------------------
+    def producer_lane(self, lane: int, seed: int) -> None:
+        """Sends to partition ``lane % partitions``: a partition that takes no writes (its
+        ISR below min.insync.replicas, its leader cut off) holds its own lanes for up to
+        ``SEND_TIMEOUT_S`` per send, not all of them."""
+        rng = random.Random(seed)
+        generation = 0
+        while not self.stop.is_set():
+            process = f"p{lane}.{generation}"
+            producer = self.producer(process)
+            while not self.stop.wait(rng.uniform(0.005, 0.05)):
+                status = self.send(producer, process, lane % self.partitions)
+                if status is None or rng.random() < CRASH_CHANCE:
+                    break
+            producer.purge()
+            generation += 1
+
+    def aiokafka_consumer_lane(self, lane: int, seed: int) -> None:
+        """A consumer lane driven by aiokafka (asyncio, its own loop in this thread)."""
+        # aiokafka logs every refused connect and failed fetch as an error: under faults
+        # that is noise (the history records what the client saw).
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+        asyncio.run(self._aiokafka_consumers(lane, seed))
+
+    async def _aiokafka_consumers(self, lane: int, seed: int) -> None:
+        rng = random.Random(seed)
+        generation = 0
+        while not self.stop.is_set():
+            process = f"a{lane}.{generation}"
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self.bootstrap,
+                client_id=process,
+                enable_auto_commit=False,
+                auto_offset_reset="none",  # a position past the log end is an error
+                fetch_max_wait_ms=int(POLL_WAIT_S * 1000),
+                request_timeout_ms=int(REQUEST_TIMEOUT_S * 1000) + 1000,
+                metadata_max_age_ms=1000,
+            )
+            try:
+                await consumer.start()
+                positions = dict.fromkeys(range(self.partitions), 0)
+                partitions = [AioTopicPartition(TOPIC, p) for p in positions]
+                consumer.assign(partitions)
+                for tp in partitions:
+                    consumer.seek(tp, 0)
+                while not self.stop.is_set():
+                    await asyncio.sleep(rng.uniform(0.005, 0.05))
+                    if not await self._aio_poll(consumer, process, positions):
+                        break
+                    if rng.random() < CRASH_CHANCE:
+                        break
+            except KafkaErrorAio:
+                await asyncio.sleep(0.5)  # no broker answered start(): a new client, later
+            finally:
+                # stop() re-raises what its fetch task died of (a cancelled retry sleep):
+                # the client is dropped either way.
+                with contextlib.suppress(asyncio.CancelledError, KafkaErrorAio):
+                    await consumer.stop()
+            generation += 1
+
+    def consumer_lane(self, lane: int, seed: int) -> None:
+        rng = random.Random(seed)
+        generation = 0
+        while not self.stop.is_set():
+            process = f"c{lane}.{generation}"
+            consumer = self.consumer(process)
+            positions = dict.fromkeys(range(self.partitions), 0)
+            consumer.assign([TopicPartition(TOPIC, p, 0) for p in positions])
+            while not self.stop.wait(rng.uniform(0.005, 0.05)):
+                polled = self.poll(consumer, _per_partition(process, positions), positions)
+                if not polled or rng.random() < CRASH_CHANCE:
+                    break
+            consumer.close()
+            generation += 1
+
+    # ---- after the heal ---------------------------------------------------------------------
+    def heal_sends(self) -> None:
+        """Process ``heal``: one acknowledged acks=all send per partition, within the bound."""
+        deadline = time.monotonic() + HEAL_BOUND_S
+        producer = self.producer("heal")
+        for partition in range(self.partitions):
+            while time.monotonic() < deadline:
+                if self.send(producer, "heal", partition) == "ok":
+                    break
+                time.sleep(0.2)
+        producer.purge()
+
+    def final_reads(self) -> None:
+        """Process ``final``: every partition from offset 0 to a high watermark that stays
+        the same for ``SETTLE_S`` (a new leader learns the committed offset late)."""
+        deadline = time.monotonic() + HEAL_BOUND_S
+        for partition in range(self.partitions):
+            consumer = self.consumer(f"final-{partition}")
+            consumer.assign([TopicPartition(TOPIC, partition, 0)])
+            positions, settled = {partition: 0}, None
+            try:
+                while time.monotonic() < deadline:
+                    high = self._high_watermark(consumer, partition)
+                    if high is not None and positions[partition] >= high:
+                        if settled == high:
+                            break
+                        settled = high
+                        time.sleep(SETTLE_S)
+                        continue
+                    self.poll(consumer, {partition: "final"}, positions)
+            finally:
+                consumer.close()
+
+    def _high_watermark(self, consumer: Consumer, partition: int) -> int | None:
+        try:
+            _low, high = consumer.get_watermark_offsets(
+                TopicPartition(TOPIC, partition), timeout=REQUEST_TIMEOUT_S
+            )
+        except KafkaException:
+            return None
+        return high if high >= 0 else None

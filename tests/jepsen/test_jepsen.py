@@ -1,0 +1,203 @@
+"""kraft-jepsen: the node layer, the CLI's refusals, and one short fault run on real
+processes whose verdict comes from kraft-analyze's checks; nothing is left behind, whether
+the harness ends normally, is told to stop (SIGTERM) or is killed (then ``cleanup``).
+
+Needs root (network namespaces, iptables), as kraft-jepsen itself does; scripts/test.sh
+installs iproute2, iptables and faketime."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jepsen.cli import main
+from jepsen.cluster import LAYOUT, choose, place
+from jepsen.nemesis import parse_nemeses
+from jepsen.netns import NetnsBackend
+from jepsen.processes import Processes, wait_until
+from jepsen.run import RunOptions, run
+from kraft.config import ConfigError
+from kraft.planted import PLANTED_BUGS_ENV, planted_bugs
+from sim.analysis.job import analyze_local
+from sim.analysis.load import read_trace_pandas
+from tests.jepsen.leftovers import leftovers, namespaces
+from tests.kraft.procs import free_port
+
+
+def test_the_layout_is_placed_on_the_hosts_with_only_the_chosen_voters(tmp_path: Path) -> None:
+    chosen = choose(LAYOUT, 1, 3)
+    assert sorted(chosen) == [1, 4, 5, 6]
+    placed = place(chosen, lambda node: f"10.9.9.{node}", tmp_path, partitions=3)
+    assert placed[1]["controller.quorum.voters"] == "1@10.9.9.1:9093"
+    assert placed[5]["controller.quorum.voters"] == "1@10.9.9.1:9093"
+    assert placed[5]["listeners"] == "PLAINTEXT://10.9.9.5:9092"
+    assert placed[5]["advertised.listeners"] == "PLAINTEXT://10.9.9.5:9092"
+    assert placed[4]["log.dirs"] == str(tmp_path / "data-n4")
+    assert placed[4]["default.replication.factor"] == "3"
+
+
+def test_usage_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, message in (
+        (["run", "--nodes", "3x3"], "--nodes '3x3' is not CONTROLLERS+BROKERS"),
+        (["run", "--nemesis", "kill,flood"], "unknown nemesis 'flood'"),
+        (["run", "--bug", "no-such-bug"], "unknown planted bug 'no-such-bug'"),
+        (["run", "--nodes", "4+3"], "not enough for 4+3"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert parse_nemeses("all") == ("partition", "kill", "pause", "clock", "netem")
+    assert parse_nemeses("none") == ()
+
+
+def test_planted_bugs_are_read_from_the_environment() -> None:
+    assert planted_bugs({}) == frozenset()
+    named = {PLANTED_BUGS_ENV: "ack-before-fetch, truncate-to-hw"}
+    assert planted_bugs(named) == {"ack-before-fetch", "truncate-to-hw"}
+    with pytest.raises(ConfigError, match="unknown planted bug 'fast-path'"):
+        planted_bugs({PLANTED_BUGS_ENV: "fast-path"})
+
+
+def test_a_server_refuses_to_start_with_an_unknown_planted_bug(tmp_path: Path) -> None:
+    port = free_port()
+    props = {
+        "process.roles": "controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{port}",
+        "listeners": f"CONTROLLER://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+    }
+    environ = {**os.environ, PLANTED_BUGS_ENV: "fast-path"}
+    procs = Processes(tmp_path, {1: props}, environ=lambda _node: environ)
+    procs.start(1)
+    try:
+        assert procs.procs[1].wait(timeout=60) == 1
+    finally:
+        procs.cleanup()
+    assert "kraft-server start: KRAFT_PLANTED_BUGS: unknown planted bug 'fast-path'" in procs.log(1)
+
+
+def _connects(backend: NetnsBackend, src: int | None, dst: int, port: int) -> bool:
+    code = (
+        "import socket, sys\n"
+        "try:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1)\n"
+        "except OSError:\n    sys.exit(1)\n"
+    )
+    argv = [sys.executable, "-c", code, backend.address(dst), str(port)]
+    return subprocess.run(argv if src is None else backend.wrap(src, argv)).returncode == 0
+
+
+def test_a_cut_drops_one_direction_until_healed_and_down_removes_everything() -> None:
+    backend = NetnsBackend("f" + os.urandom(2).hex()[:3])
+    try:
+        backend.up([1, 2])
+        server = subprocess.Popen(
+            backend.wrap(
+                2, [sys.executable, "-m", "http.server", "-b", backend.address(2), "8000"]
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(lambda: _connects(backend, None, 2, 8000), "the server in n2 listens")
+        assert _connects(backend, 1, 2, 8000)
+        backend.drop_from(2, [1])
+        assert not _connects(backend, 1, 2, 8000)
+        assert _connects(backend, None, 2, 8000)  # the harness's clients are never cut off
+        backend.heal()
+        assert _connects(backend, 1, 2, 8000)
+        assert leftovers(backend.tag)
+    finally:
+        backend.down()
+    assert server.wait(timeout=10) == -signal.SIGKILL  # down() killed what ran in n2
+    assert leftovers(backend.tag) == []
+
+
+def test_a_short_fault_run_is_clean_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    options = RunOptions(
+        trace_dir=tmp_path / "traces",
+        controllers=1,
+        brokers=3,
+        time_limit_s=20.0,
+        nemeses=("partition", "kill"),
+        seed=2,
+    )
+    report = run(options)
+    assert leftovers(report.tag, report.work_dir) == []
+    assert not report.work_dir.exists()
+    trace = read_trace_pandas(str(options.trace_dir))
+    history, events = trace.history, trace.events
+    assert set(trace.runs["scenario"]) == {"kafka"}
+    ok = history[history["type"] == "ok"]
+    assert {"send", "poll"} <= set(ok["f"])
+    assert {"heal", "final"} <= set(ok["process"])
+    pollers = {process.split(".")[0] for process in ok[ok["f"] == "poll"]["process"]}
+    assert {"c0", "a1"} <= pollers  # confluent-kafka's and aiokafka's consumers both read
+    assert report.faults >= 1
+    assert {"kill", "restart"} & set(events["kind"]) or {"partition", "oneway"} & set(
+        events["kind"]
+    )
+    assert "became-leader" in set(events["kind"])
+    analysis = analyze_local(trace)
+    assert analysis.violating_runs == [], analysis.violations.to_dict("records")
+
+
+def _harness(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A harness run in its own process, once its cluster's nodes run; (it, its tag)."""
+    before = namespaces()
+    argv = [sys.executable, "-m", "jepsen.cli", "run", "--nodes", "1+1", "--time-limit", "120"]
+    harness = subprocess.Popen(
+        [*argv, "--trace", str(tmp_path / "traces")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def running() -> str | None:
+        ours = sorted(namespaces() - before)
+        pids = [
+            subprocess.run(["ip", "netns", "pids", n], capture_output=True).stdout for n in ours
+        ]
+        return ours[0].split("-")[1] if len(ours) == 2 and all(pids) else None
+
+    return harness, wait_until(running, "the harness's nodes run", deadline_s=120)
+
+
+def test_sigterm_tears_the_run_down(tmp_path: Path) -> None:
+    harness, tag = _harness(tmp_path)
+    harness.send_signal(signal.SIGTERM)
+    assert harness.wait(timeout=60) == 130
+    assert leftovers(tag) == []
+
+
+def test_cleanup_removes_what_a_killed_harness_left(tmp_path: Path) -> None:
+    harness, tag = _harness(tmp_path)
+    harness.kill()
+    harness.wait()
+    assert leftovers(tag)
+    assert main(["cleanup"]) == 0
+    assert leftovers(tag) == []
+    assert not list(Path("/tmp").glob(f"kraft-jepsen-{tag}-*"))
+
+
+@pytest.mark.slow
+def test_a_planted_ack_before_fetch_loses_acknowledged_writes_the_checks_flag(
+    tmp_path: Path,
+) -> None:
+    # Seed 10's schedule isolates partition leaders past the session timeout; a leader
+    # that answered acks=all before any follower fetched takes those writes with it.
+    options = RunOptions(
+        trace_dir=tmp_path / "traces",
+        time_limit_s=30.0,
+        nemeses=("partition",),
+        seed=10,
+        bug="ack-before-fetch",
+    )
+    report = run(options)
+    assert leftovers(report.tag, report.work_dir) == []
+    analysis = analyze_local(read_trace_pandas(str(options.trace_dir)))
+    lost = {"lost-write", "unseen", "inconsistent-offsets"} & set(analysis.violations["check"])
+    assert lost, analysis.violations.to_dict("records")
