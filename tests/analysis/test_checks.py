@@ -319,3 +319,67 @@ def test_a_leader_must_commit_through_an_entry_of_its_own_epoch(tmp_path: Path) 
     # A follower applies older epochs' batches freely: the rule binds leaders.
     follower = [start("n2"), role("n2", "follower", 2, 10), hw("n2", 5, 20)]
     assert run_checks(write_run(tmp_path, [*follower, commit("n2", 3, 5, 1, 20)])) == []
+
+
+def loaded(node: str, end: int, high_watermark: int, log_start: int, t_us: int) -> dict[str, Any]:
+    return {
+        "t_us": t_us,
+        "kind": "snapshot-loaded",
+        "node": node,
+        "end_offset": end,
+        "epoch": 1,
+        "high_watermark": high_watermark,
+        "log_start": log_start,
+    }
+
+
+def test_a_snapshot_load_must_adopt_its_end_as_high_watermark_and_log_start(
+    tmp_path: Path,
+) -> None:
+    assert run_checks(write_run(tmp_path, [start("n1"), loaded("n1", 40, 42, 40, 10)])) == []
+    [low] = run_checks(write_run(tmp_path, [start("n1"), loaded("n1", 40, 0, 40, 10)]))
+    assert low.check == "snapshot-load"
+    assert low.message == (
+        "snapshot-load: n1 loaded the snapshot ending at 40 but its high watermark is 0"
+    )
+    [kept] = run_checks(write_run(tmp_path, [start("n1"), loaded("n1", 40, 40, 0, 10)]))
+    assert kept.message.endswith("but its log starts at 0")
+
+
+def test_a_sole_voter_never_resigns_but_one_of_three_may(tmp_path: Path) -> None:
+    def resign(voters: int) -> list[dict[str, Any]]:
+        led = [start("n1"), role("n1", "leader", 1, 10)]
+        return [*led, role("n1", "resigned", 1, 20, voters=voters)]
+
+    assert run_checks(write_run(tmp_path, resign(3))) == []
+    # Restarting as resigned after leading is no resignation of a running leader.
+    restarted = [
+        start("n1"),
+        role("n1", "leader", 1, 10),
+        {"t_us": 15, "kind": "crash", "node": "n1"},
+        start("n1", 16, 2),
+        role("n1", "resigned", 1, 20, voters=1),
+    ]
+    assert run_checks(write_run(tmp_path, restarted)) == []
+    [found] = run_checks(write_run(tmp_path, resign(1)))
+    assert found.check == "check-quorum"
+    assert "the sole voter, resigned epoch 1" in found.message
+
+
+def test_a_cut_off_leader_must_resign_within_the_bound(tmp_path: Path) -> None:
+    def spell(end_us: int | None) -> list[dict[str, Any]]:
+        cut = {"t_us": 1_000_000, "kind": "quorum-cut-off", "node": "n1", "epoch": 1}
+        events = [start("n1"), role("n1", "leader", 1, 10), cut]
+        if end_us is not None:
+            events.append({"t_us": end_us, "kind": "quorum-cut-off-end", "node": "n1", "epoch": 1})
+        events.append(hw("n2", 1, 9_000_000))
+        return events
+
+    assert run_checks(write_run(tmp_path, spell(4_400_000))) == []
+    [late] = run_checks(write_run(tmp_path, spell(4_600_000)))
+    assert late.check == "cut-off-leader"
+    assert late.message == (
+        "cut-off-leader: n1 led epoch 1 for 3.6s cut off from a majority of the voters"
+    )
+    [never] = run_checks(write_run(tmp_path, spell(None)))  # still cut off when the run ends
+    assert never.message.startswith("cut-off-leader: n1 led epoch 1 for 8.0s")
