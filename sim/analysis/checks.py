@@ -43,6 +43,7 @@ from sim.analysis.quorum_rules import (
     cut_off_violation,
     resign_violation,
     snapshot_load_violation,
+    truncation_violation,
 )
 from sim.analysis.stats import ROLE_PREFIX
 
@@ -545,6 +546,31 @@ def check_snapshot_loads(run: RunData) -> list[Violation]:
     return found
 
 
+def check_truncated_commits(run: RunData) -> list[Violation]:
+    """No truncation cuts a committed record: the first record a ``truncation`` cut
+    (``cut_epoch``) must not have the epoch a ``commit`` event applied at its offset before
+    (quorum_rules, as the online checker; the node's own HW is check_committed_offsets')."""
+    found = []
+    committed: dict[int, int] = {}  # offset -> epoch of the record committed there
+    columns = ("kind", "node", "time_virtual_us", "offset_from", "offset_to", "epoch", "detail")
+    events = run.events[run.events["kind"].isin(["commit", "truncation"])]
+    for event in records(events, columns):
+        start, end = _int(event.offset_from), _int(event.offset_to)
+        if start is None or end is None:
+            continue
+        if event.kind == "commit":
+            for offset in range(start, end):
+                committed.setdefault(offset, _int(event.epoch) or 0)
+            continue
+        cut_epoch = _detail(event.detail).get("cut_epoch")
+        message = truncation_violation(str(event.node), end, cut_epoch, committed.get(end))
+        if message is not None:
+            found.append(
+                Violation("committed-lost", message, int(event.time_virtual_us), event.node)
+            )
+    return found
+
+
 def check_resignations(run: RunData) -> list[Violation]:
     """A leader resigns (``became-resigned`` after ``became-leader`` within one incarnation)
     only when it can lose its quorum, which a sole voter cannot (quorum_rules)."""
@@ -823,6 +849,7 @@ SCENARIOS: dict[str, ScenarioChecks] = {
             check_state_machine_safety,
             check_commit_own_epoch,
             check_snapshot_loads,
+            check_truncated_commits,
             check_resignations,
             check_cut_off_leaders,
         )

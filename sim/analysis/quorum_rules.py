@@ -33,6 +33,19 @@ def snapshot_load_violation(
     return None
 
 
+def truncation_violation(
+    node: str, to_offset: int, cut_epoch: int | None, committed_epoch: int | None
+) -> str | None:
+    """A truncation may cut only records the cluster has not committed. By log matching, if
+    the first record it cut has the epoch committed at its offset, it *is* that record."""
+    if committed_epoch is not None and cut_epoch == committed_epoch:
+        return (
+            f"committed-lost: {node} truncated to {to_offset}, cutting the record of epoch "
+            f"{cut_epoch} the cluster committed there"
+        )
+    return None
+
+
 def resign_violation(node: str, epoch: int, voters: int) -> str | None:
     """A leader resigns only when it has lost its quorum, which a sole voter never can: it is
     its own majority (KAFKA-16144: check quorum waited for fetches a sole voter never gets)."""

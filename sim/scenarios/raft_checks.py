@@ -20,7 +20,12 @@ from raft.core import HighWatermarkAdvanced, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import CommittedBatch
 from raft.snapshot import SnapshotId
-from sim.analysis.quorum_rules import CutOffWatch, resign_violation, snapshot_load_violation
+from sim.analysis.quorum_rules import (
+    CutOffWatch,
+    resign_violation,
+    snapshot_load_violation,
+    truncation_violation,
+)
 from sim.scenarios.dual_leader import DualLeaderWatch
 from sim.trace import Trace
 
@@ -175,12 +180,14 @@ class Checker:
             )
             return
         committed = self.committed.get(to_offset)
-        cut_epoch = log.cut_entry_epoch(to_offset)
-        if committed is not None and cut_epoch == committed[0]:
-            self.fail(
-                f"committed-lost: {node} truncated to {to_offset}, cutting the record of epoch "
-                f"{cut_epoch} the cluster committed there"
-            )
+        found = truncation_violation(
+            node,
+            to_offset,
+            log.cut_entry_epoch(to_offset),
+            committed[0] if committed is not None else None,
+        )
+        if found is not None:
+            self.fail(found)
 
     def check_dual_leadership(self, now_s: float, processes: Mapping[str, ProcessView]) -> None:
         """Called periodically: how long has a stale leader kept running beside a newer one?"""
@@ -294,8 +301,14 @@ class NodeListener:
                 checker.check_own_epoch(name, self.log, event.high_watermark)
                 checker.check_majority(name, event.high_watermark)
         elif isinstance(event, Truncated):
+            # The epoch of the first record cut lets kraft-analyze tell a committed record
+            # cut from a stale one at a committed offset, as check_truncation does.
             checker.trace.event(
-                "truncation", node=name, from_offset=event.from_offset, to_offset=event.to_offset
+                "truncation",
+                node=name,
+                from_offset=event.from_offset,
+                to_offset=event.to_offset,
+                cut_epoch=self.log.cut_entry_epoch(event.to_offset),
             )
             checker.check_truncation(name, self.log, event.to_offset, self.high_watermark)
 

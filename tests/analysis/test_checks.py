@@ -383,3 +383,27 @@ def test_a_cut_off_leader_must_resign_within_the_bound(tmp_path: Path) -> None:
     )
     [never] = run_checks(write_run(tmp_path, spell(None)))  # still cut off when the run ends
     assert never.message.startswith("cut-off-leader: n1 led epoch 1 for 8.0s")
+
+
+def test_a_truncation_must_not_cut_the_record_committed_at_its_offset(tmp_path: Path) -> None:
+    """n2's HW (2) lags what n1 committed (offsets 0-4 of epoch 1): truncating to 3 cuts the
+    committed record if the first record cut is of epoch 1, not if it is a stale one."""
+
+    def truncate(cut_epoch: int) -> dict[str, Any]:
+        return {
+            "t_us": 30,
+            "kind": "truncation",
+            "node": "n2",
+            "from_offset": 6,
+            "to_offset": 3,
+            "cut_epoch": cut_epoch,
+        }
+
+    before = [start("n1"), start("n2"), commit("n1", 0, 5, 1, 10), hw("n2", 2, 20)]
+    assert run_checks(write_run(tmp_path, [*before, truncate(2)])) == []
+    [found] = run_checks(write_run(tmp_path, [*before, truncate(1)]))
+    assert found.check == "committed-lost"
+    assert found.message == (
+        "committed-lost: n2 truncated to 3, cutting the record of epoch 1 the cluster "
+        "committed there"
+    )
