@@ -170,7 +170,7 @@ class KraftNode:
     # ---- start -----------------------------------------------------------------------------
     async def start(self) -> None:
         runtime, config = self.runtime, self.config
-        self.log = await DiskLog.open(runtime, self.metadata_dir)
+        self.log = await DiskLog.open(runtime, self.metadata_dir, bugs=self.bugs)
         raft = RaftNode(
             runtime,
             RaftNodeConfig(

@@ -57,6 +57,16 @@ CORE_BUGS = {
     "truncate and simply fetches again",
     "ack-before-fsync": "the metadata log is flushed lazily like a data log (every second), "
     "while followers acknowledge (fetch on) and the leader counts its own entries at once",
+    "truncate-to-high-watermark": "a follower told its log diverges truncates to its own high "
+    "watermark instead of the epoch end offset the leader gave (KIP-101's bug in Raft form)",
+    "leader-counts-unflushed": "the leader counts its own log end toward the high watermark "
+    "before its flush returned",
+    "fetch-before-flush": "a follower fetches on (acknowledging what it appended) before its "
+    "flush returned",
+    "check-quorum-needs-fetch": "check quorum is satisfied only by followers' fetches, so a sole "
+    "voter, which has none, resigns every fetch timeout (KAFKA-16144)",
+    "snapshot-hw-not-adopted": "a node loading a snapshot (at start-up or after downloading it) "
+    "does not take its end offset as its high watermark",
 }
 
 RETRY_BACKOFF_MS = 100
@@ -208,7 +218,8 @@ class RaftCore:
         self.role = Role.UNATTACHED
         snapshot = log.latest_snapshot()
         # A snapshot holds only committed records: its end is a high watermark we know.
-        self.high_watermark = snapshot.end_offset if snapshot is not None else 0
+        adopt = snapshot is not None and "snapshot-hw-not-adopted" not in bugs
+        self.high_watermark = snapshot.end_offset if adopt else 0
         # What the driver has synced: at start-up the driver flushes before building the core.
         self.flushed_offset = log.end_offset()
         self._ready = Ready()
@@ -324,7 +335,8 @@ class RaftCore:
         self._download = None
         self._installing = False
         self.flushed_offset = snapshot.end_offset
-        if snapshot.end_offset > self.high_watermark:
+        adopt = "snapshot-hw-not-adopted" not in self.bugs
+        if adopt and snapshot.end_offset > self.high_watermark:
             self.high_watermark = snapshot.end_offset
             self._event(HighWatermarkAdvanced(snapshot.end_offset))
         self._maybe_fetch()
@@ -447,6 +459,10 @@ class RaftCore:
 
     def _durable_end(self) -> int:
         if "ack-before-fsync" in self.bugs:
+            return self.log.end_offset()
+        if self.role is Role.LEADER and "leader-counts-unflushed" in self.bugs:
+            return self.log.end_offset()
+        if self.role is not Role.LEADER and "fetch-before-flush" in self.bugs:
             return self.log.end_offset()
         return min(self.flushed_offset, self.log.end_offset())
 
@@ -619,6 +635,8 @@ class RaftCore:
                 if voter == self.node_id
                 or self.now_ms - self._progress[voter].last_fetch_ms < window
             )
+            if "check-quorum-needs-fetch" in self.bugs and heard == 1:
+                heard = 0  # only a follower's fetch counts, and a sole voter has none
             if heard < majority(len(self.voters)) and self.now_ms - self._leader_since_ms >= window:
                 self._become_resigned()
                 return
@@ -998,6 +1016,8 @@ class RaftCore:
             return False
         local_epoch, local_end = self.log.end_offset_for_epoch(response.diverging_epoch)
         target = min(response.diverging_end_offset, local_end if local_epoch >= 0 else 0)
+        if "truncate-to-high-watermark" in self.bugs:
+            target = self.high_watermark
         target = min(target, end)
         target = max(target, self.log.start_offset())
         if target >= end:

@@ -19,6 +19,11 @@ from raft import snapshot as snapshots
 from raft.snapshot import SnapshotId
 
 METADATA_LOG_CONFIG = LogConfig(segment_bytes=8 * 1024 * 1024, segment_index_bytes=1024 * 1024)
+# Planted bugs of the log's own (off unless a simulation asks for them).
+LOG_BUGS = {
+    "snapshot-keeps-log-start": "a node loading its snapshot at start-up keeps the log below "
+    "it: its log start offset is not moved to the snapshot's end",
+}
 
 
 class DiskLog:
@@ -31,7 +36,9 @@ class DiskLog:
         self._snapshot = snapshot
 
     @classmethod
-    async def open(cls, runtime: Runtime, directory: str) -> DiskLog:
+    async def open(
+        cls, runtime: Runtime, directory: str, *, bugs: frozenset[str] = frozenset()
+    ) -> DiskLog:
         """Open (recovering after a crash) the log in ``directory``; the log starts no
         earlier than the latest snapshot, which holds everything before it."""
         found = snapshots.list_snapshots(runtime.fs, directory)
@@ -42,7 +49,7 @@ class DiskLog:
             # A downloaded snapshot was published but the crash came before the log was
             # restarted at its end: finish that step now.
             await log.truncate_fully_and_start_at(start)
-        elif log.log_start_offset < start:
+        elif log.log_start_offset < start and "snapshot-keeps-log-start" not in bugs:
             await log.delete_records(start)
         return cls(log, latest)
 

@@ -38,6 +38,7 @@ from raft.core import (
     Role,
     RoleChanged,
 )
+from raft.disk_log import LOG_BUGS
 from raft.messages import Errors, Inbound, Outbound, Request, Response
 from raft.progress import ReplicaProgress
 from raft.replicated_log import DurableLog
@@ -49,7 +50,7 @@ DRIVER_BUGS = {
     "state-not-fsynced": "the quorum state (epoch, vote) is written but not fsynced before "
     "the vote it records is sent",
 }
-BUGS = {**CORE_BUGS, **DRIVER_BUGS}
+BUGS = {**CORE_BUGS, **DRIVER_BUGS, **LOG_BUGS}
 RAFT_API_KEYS = (
     codec.VOTE,
     codec.BEGIN_QUORUM_EPOCH,

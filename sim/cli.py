@@ -50,7 +50,13 @@ def _parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
         p.add_argument("--nodes", type=int, default=6, help="simulated nodes (default 6)")
-        p.add_argument("--voters", type=int, default=3, help="raft voters (default 3)")
+        p.add_argument(
+            "--voters",
+            type=int,
+            default=None,
+            help="raft voters (default: 1 for seeds divisible by 7, else 3, so a sweep "
+            "runs sole-voter quorums too)",
+        )
         p.add_argument(
             "--observers",
             type=int,
@@ -113,10 +119,12 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         raise ValueError(f"unknown bug {args.bug!r} for scenario {args.scenario}")
     if args.nodes < 2:
         raise ValueError("--nodes must be at least 2")
-    # Unless asked, the observer count varies with the seed: a sweep then exercises the
-    # observer paths too, and `run --seed N` still replays a sweep's seed N exactly.
+    # Unless asked, the observer and voter counts vary with the seed: a sweep then exercises
+    # the observer and sole-voter paths too, and `run --seed N` still replays a sweep's seed
+    # N exactly.
     observers = args.observers if args.observers is not None else seed % 3
-    if not 1 <= args.voters <= 9 or not 0 <= observers <= 9:
+    voters = args.voters if args.voters is not None else (1 if seed % 7 == 0 else 3)
+    if not 1 <= voters <= 9 or not 0 <= observers <= 9:
         raise ValueError("--voters must be 1-9 and --observers 0-9")
     if not 1 <= args.controllers <= 9 or not 1 <= args.brokers <= 9:
         raise ValueError("--controllers and --brokers must be 1-9")
@@ -134,7 +142,7 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         faults=parse_faults(args.faults, scenario.faults),
         bug=args.bug,
         nodes=args.nodes,
-        voters=args.voters,
+        voters=voters,
         observers=observers,
         controllers=args.controllers,
         brokers=args.brokers,

@@ -75,6 +75,7 @@ class SimDisk:
         self._fsync_failures_left = 0
         self._fsync_errno = errno.EIO
         self._write_errno: int | None = None
+        self._stalled_until_s = 0.0
         self.fsyncs = 0
 
     # ---- faults -------------------------------------------------------------------------
@@ -82,6 +83,11 @@ class SimDisk:
         """Make the next ``count`` fsyncs (file or directory) fail with ``err``."""
         self._fsync_failures_left = count
         self._fsync_errno = err
+
+    def stall_fsyncs(self, until_s: float) -> None:
+        """Make every fsync (file or directory) hang until virtual time ``until_s``, as a
+        disk in trouble does for seconds: what is written meanwhile stays unsynced."""
+        self._stalled_until_s = until_s
 
     def fail_writes(self, err: int | None = errno.ENOSPC) -> None:
         """Make every write fail with ``err`` until called again with None."""
@@ -114,6 +120,7 @@ class SimDisk:
             inode.current = bytearray(data)
             inode.pending = []
         self._locks = {}
+        self._stalled_until_s = 0.0  # a power cycle ends a stall
         self.incarnation += 1
 
     def process_exited(self) -> None:
@@ -131,6 +138,9 @@ class SimDisk:
         low, high = self.fsync_latency_s
         if high > 0:
             await asyncio.sleep(self._rng.uniform(low, high))
+        stalled_s = self._stalled_until_s - asyncio.get_running_loop().time()
+        if stalled_s > 0:
+            await asyncio.sleep(stalled_s)
         if incarnation != self.incarnation:
             raise OSError(errno.EBADF, "node crashed during fsync", path)
         if self._fsync_failures_left:

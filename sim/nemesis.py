@@ -82,6 +82,7 @@ class Nemesis:
         hold_s: tuple[float, float] = (0.5, 6.0),
         leader: Callable[[], str | None] | None = None,
         custom: Mapping[str, Callable[[Nemesis, float], None]] | None = None,
+        supervise: bool = False,
     ) -> None:
         self.world = world
         self.targets = targets
@@ -92,7 +93,12 @@ class Nemesis:
         self.injected = 0
         self._leader = leader
         self.custom = dict(custom or {})
+        # Restart a node that exited on its own (a disk error halts it, as Kafka halts) at
+        # the next step, as systemd's Restart=on-failure would; otherwise it stays down
+        # until the heal and the rest of the run has one node fewer to fault.
+        self.supervise = supervise
         self._down: list[str] = []
+        self._healed = False
 
     async def run(self, until_s: float) -> None:
         """Inject faults until virtual time ``until_s``."""
@@ -104,12 +110,19 @@ class Nemesis:
             await asyncio.sleep(self.rng.uniform(*self.interval_s))
             if loop.time() >= until_s:
                 break
+            if self.supervise:
+                self._restart_exited()
             fault = self.rng.choice(self.faults)
             hold = self.rng.uniform(*self.hold_s)
             if len(self.targets) < MIN_TARGETS.get(fault, 1):
                 continue
             self.injected += 1
             self._inject(fault, min(hold, max(0.0, until_s - loop.time())))
+
+    def _restart_exited(self) -> None:
+        for name in self.targets:
+            if not self.world.processes[name].alive and name not in self._down:
+                self.world.processes[name].restart()
 
     def _alive(self) -> list[str]:
         procs = self.world.processes
@@ -199,6 +212,40 @@ class Nemesis:
             node = rng.choice(nodes)
             self.world.processes[node].skew_clock(rng.randint(-10_000, 10_000))
 
+    def stall_crash(self, quorum: list[str], hold_s: float) -> None:
+        """A brown-out: the disks of a majority of ``quorum`` (the leader's first, if it is
+        one of them) stall, every fsync hanging for ``hold_s``; then every node loses power.
+        The stalled come back first and the others 3-6 s later, so the next leader comes
+        from nodes whose writes of the last ``hold_s`` were never durable."""
+        alive = [name for name in self._alive() if name in quorum]
+        if not alive:
+            return
+        leader = self._leader() if self._leader is not None else None
+        self.rng.shuffle(alive)
+        if leader in alive:
+            alive.remove(leader)
+            alive.insert(0, leader)
+        stalled = alive[: len(quorum) // 2 + 1]
+        until_s = self.world.loop.time() + hold_s
+        for node in stalled:
+            self.world.processes[node].disk.stall_fsyncs(until_s)
+        self.world.trace.event("fsync-stall", nodes=sorted(stalled), hold_us=int(hold_s * 1e6))
+        self._later(hold_s, self._brown_out, stalled)
+
+    def _brown_out(self, stalled: list[str]) -> None:
+        """The end of a stall-crash: every node loses power; the stalled come back first."""
+        if self._healed:
+            return
+        for node in self.targets:
+            process = self.world.processes[node]
+            if not process.alive:
+                continue
+            process.crash()
+            self._down.append(node)
+            first = node in stalled
+            delay = self.rng.uniform(0.1, 0.5) if first else self.rng.uniform(3.0, 6.0)
+            self._later(delay, self._restart, node)
+
     def crash_for(self, node: str, hold_s: float) -> None:
         """Cut ``node``'s power now; it restarts after ``hold_s``."""
         self.world.processes[node].crash()
@@ -231,11 +278,13 @@ class Nemesis:
 
     def heal_all(self) -> None:
         """End every fault now: links healed, nodes resumed and restarted, disks healthy."""
+        self._healed = True
         self.world.network.heal()
         for name in self.targets:
             process = self.world.processes[name]
             process.disk.fail_writes(None)
             process.disk.fail_fsyncs(0)
+            process.disk.stall_fsyncs(0.0)
             if process.alive and process.paused:
                 process.resume()
             if not process.alive:

@@ -1,15 +1,23 @@
 """The seed at which a 30 s run first catches each planted bug: the sweep tests replay them,
 and the analysis tests check that kraft-analyze flags the same runs from their traces."""
 
-# Each raft planted bug, with the first seed a 30 s run catches it at (sweeps in docs/raft.md),
-# the observer count varying with the seed as in every default run (0, 1, 2 for seed mod 3).
+# Each raft planted bug, with the first seed a 30 s run catches it at (sweeps in docs/raft.md
+# and docs/simulation.md), the observer count varying with the seed as in every default run
+# (0, 1, 2 for seed mod 3) and the voter count too (1 for seeds divisible by 7, else 3).
 RAFT_BUG_SEEDS = {
     "state-not-fsynced": 1,
-    "no-truncate-on-divergence": 2,
+    "no-truncate-on-divergence": 1,
     "hw-from-previous-epoch": 1,
-    "no-check-quorum": 4,
-    "ack-before-fsync": 2,
+    "no-check-quorum": 2,
+    "ack-before-fsync": 1,
     "vote-without-log-check": 6,
+    # Issue 17, classes 1-4 (docs/simulation.md, "Raft: the bugs Kafka had").
+    "truncate-to-high-watermark": 1,
+    "leader-counts-unflushed": 1,
+    "fetch-before-flush": 1,
+    "check-quorum-needs-fetch": 7,
+    "snapshot-hw-not-adopted": 1,
+    "snapshot-keeps-log-start": 1,
 }
 
 

@@ -43,6 +43,12 @@ from sim.analysis.kafka import (
 )
 from sim.analysis.linearizability import MAX_STEPS, explain, search
 from sim.analysis.models import EchoModel, Model, Operation, TopicModel
+from sim.analysis.quorum_rules import (
+    cut_off_violation,
+    resign_violation,
+    snapshot_load_violation,
+    truncation_violation,
+)
 from sim.analysis.stats import ROLE_PREFIX
 
 if TYPE_CHECKING:
@@ -521,6 +527,103 @@ def check_dual_leadership(run: RunData) -> list[Violation]:
     return []
 
 
+def _detail(value: object) -> dict[str, Any]:
+    return json.loads(value) if isinstance(value, str) else {}
+
+
+def check_snapshot_loads(run: RunData) -> list[Violation]:
+    """A node that loaded a snapshot (``snapshot-loaded``) has a high watermark at least its
+    end and a log that starts exactly there (quorum_rules, as the online checker)."""
+    found = []
+    loads = run.events[run.events["kind"] == "snapshot-loaded"]
+    columns = ("node", "time_virtual_us", "offset_end", "offset_high_watermark", "detail")
+    for event in records(loads, columns):
+        end, hw = _int(event.offset_end), _int(event.offset_high_watermark)
+        log_start = _detail(event.detail).get("log_start")
+        if end is None or hw is None or log_start is None:
+            continue
+        message = snapshot_load_violation(str(event.node), end, hw, int(log_start))
+        if message is not None:
+            found.append(
+                Violation("snapshot-load", message, int(event.time_virtual_us), event.node)
+            )
+    return found
+
+
+def check_truncated_commits(run: RunData) -> list[Violation]:
+    """No truncation cuts a committed record: the first record a ``truncation`` cut
+    (``cut_epoch``) must not have the epoch a ``commit`` event applied at its offset before
+    (quorum_rules, as the online checker; the node's own HW is check_committed_offsets')."""
+    found = []
+    committed: dict[int, int] = {}  # offset -> epoch of the record committed there
+    columns = ("kind", "node", "time_virtual_us", "offset_from", "offset_to", "epoch", "detail")
+    events = run.events[run.events["kind"].isin(["commit", "truncation"])]
+    for event in records(events, columns):
+        start, end = _int(event.offset_from), _int(event.offset_to)
+        if start is None or end is None:
+            continue
+        if event.kind == "commit":
+            for offset in range(start, end):
+                committed.setdefault(offset, _int(event.epoch) or 0)
+            continue
+        cut_epoch = _detail(event.detail).get("cut_epoch")
+        message = truncation_violation(str(event.node), end, cut_epoch, committed.get(end))
+        if message is not None:
+            found.append(
+                Violation("committed-lost", message, int(event.time_virtual_us), event.node)
+            )
+    return found
+
+
+def check_resignations(run: RunData) -> list[Violation]:
+    """A leader resigns (``became-resigned`` after ``became-leader`` within one incarnation)
+    only when it can lose its quorum, which a sole voter cannot (quorum_rules)."""
+    found = []
+    led: dict[str, int] = {}
+    columns = ("kind", "node", "time_virtual_us", "epoch", "detail")
+    for event in records(run.events, columns):
+        kind, node = event.kind, event.node
+        if node is None:
+            continue
+        if kind == f"{ROLE_PREFIX}leader":
+            led[node] = _int(event.epoch) or 0
+        elif kind == f"{ROLE_PREFIX}resigned" and node in led:
+            voters = _detail(event.detail).get("voters")
+            message = None if voters is None else resign_violation(node, led[node], int(voters))
+            if message is not None:
+                found.append(Violation("check-quorum", message, int(event.time_virtual_us), node))
+        if (
+            kind.startswith(ROLE_PREFIX) and kind != f"{ROLE_PREFIX}leader"
+        ) or kind in _NOT_RUNNING:
+            led.pop(node, None)
+    return found
+
+
+def check_cut_off_leaders(run: RunData) -> list[Violation]:
+    """No leader keeps leading for more than CUT_OFF_BOUND_S cut off from a majority of the
+    voters: spells from ``quorum-cut-off`` to ``quorum-cut-off-end`` (the simulator traces
+    both, knowing the network), or to the end of the trace (quorum_rules)."""
+    since: dict[str, tuple[int, int]] = {}
+    last_us = 0
+    found = []
+    columns = ("kind", "node", "time_virtual_us", "epoch")
+    for event in records(run.events, columns):
+        kind, node, now = event.kind, event.node, int(event.time_virtual_us)
+        last_us = max(last_us, now)
+        if kind == "quorum-cut-off" and node is not None:
+            since[node] = (now, _int(event.epoch) or 0)
+        elif kind == "quorum-cut-off-end" and node in since:
+            start, epoch = since.pop(node)
+            message = cut_off_violation(node, epoch, (now - start) / 1e6)
+            if message is not None:
+                found.append(Violation("cut-off-leader", message, now, node))
+    for node, (start, epoch) in sorted(since.items()):
+        message = cut_off_violation(node, epoch, (last_us - start) / 1e6)
+        if message is not None:
+            found.append(Violation("cut-off-leader", message, last_us, node))
+    return found
+
+
 def check_state_machine_safety(run: RunData) -> list[Violation]:
     """Every node that applied a committed batch at an offset applied the same one: same
     end, epoch and record digest (``commit`` events)."""
@@ -779,7 +882,15 @@ SCENARIOS: dict[str, ScenarioChecks] = {
     # The raft scenario is judged by the generic node-event checks; its history (proposals
     # and reads of the replicated log) gets a model when it records one.
     "raft": ScenarioChecks(
-        run_checks=(check_dual_leadership, check_state_machine_safety, check_commit_own_epoch)
+        run_checks=(
+            check_dual_leadership,
+            check_state_machine_safety,
+            check_commit_own_epoch,
+            check_snapshot_loads,
+            check_truncated_commits,
+            check_resignations,
+            check_cut_off_leaders,
+        )
     ),
     # Topic create/delete/create-partitions and the final read, one topic per key
     # (models.TopicModel), plus the image and broker-lifecycle checks from node events.

@@ -32,6 +32,7 @@ SCENARIOS: dict[str, Scenario] = {
         "a KRaft quorum (--voters, --observers) proposing records under faults",
         raft.run_raft,
         raft.BUGS,
+        raft.FAULTS,
     ),
     "metadata": Scenario(
         "metadata",

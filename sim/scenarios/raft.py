@@ -20,6 +20,12 @@ Raft's invariants:
 - bounded dual leadership (what check quorum buys): a running leader that no longer has a
   quorum gives up within fetch.timeout plus slack, so two running leaders never coexist
   for longer than that;
+- cut-off leaders resign: a running leader that the network (or down and paused voters)
+  cuts off from a majority of voters resigns within CUT_OFF_BOUND_S, whether or not the
+  majority side elects anyone; and a leader never resigns while it is its own majority
+  (a sole voter);
+- snapshot loads: a node that loads a snapshot has a high watermark at least its end and a
+  log that starts exactly there;
 - liveness: after the heal phase a single leader exists and a fresh proposal commits on
   every live node within 10 virtual seconds.
 """
@@ -47,6 +53,9 @@ HEAL_BOUND_S = 10.0
 PROPOSERS = 3
 SNAPSHOT_EVERY_RECORDS = 40
 SNAPSHOT_CHECK_S = 2.0
+# The raft scenario's own fault (beyond the nemesis's): a brown-out of a majority of the
+# voters (Nemesis.stall_crash), where durability ordering bugs lose committed records.
+FAULTS = ("stall-crash",)
 
 
 @dataclass(slots=True)
@@ -65,21 +74,24 @@ class Cluster:
     def node_id(self, name: str) -> int:
         return int(name[1:])
 
+    def bugs(self) -> frozenset[str]:
+        return frozenset({self.config.bug}) if self.config.bug else frozenset()
+
     def raft_config(self, name: str) -> RaftNodeConfig:
         return RaftNodeConfig(
             node_id=self.node_id(name),
             voters={self.node_id(v): (v, PORT) for v in self.voters},
             cluster_id=CLUSTER_ID,
             metadata_dir=METADATA_DIR,
-            bugs=frozenset({self.config.bug}) if self.config.bug else frozenset(),
+            bugs=self.bugs(),
         )
 
     async def main(self, runtime: Runtime, process: SimProcess) -> None:
         # The previous incarnation's node is dead: nothing may reach it from now on.
         self.nodes.pop(process.name, None)
-        log = await WatchedDiskLog.open(runtime, METADATA_DIR)
+        log = await WatchedDiskLog.open(runtime, METADATA_DIR, bugs=self.bugs())
         node = RaftNode(runtime, self.raft_config(process.name), log)
-        listener = self.checker.listener(process, log)
+        listener = self.checker.listener(process, log, node)
         if process.name in self.voters:
             self.checker.voter_logs[process.name] = log
             self.checker.voter_alive[process.name] = process
@@ -172,6 +184,27 @@ class Cluster:
             and self.nodes[n].role is Role.LEADER
         ]
 
+    def cut_off_leaders(self) -> set[str]:
+        """Running leaders from which fewer than a majority of voters (themselves included)
+        are up, running and reachable both ways: they cannot hear a quorum's fetches."""
+        procs, net = self.world.processes, self.world.network
+        cut_off = set()
+        for leader in self.leaders():
+            if procs[leader].paused:
+                continue
+            reachable = 1 + sum(
+                1
+                for voter in self.voters
+                if voter != leader
+                and procs[voter].alive
+                and not procs[voter].paused
+                and net.reachable(voter, leader)
+                and net.reachable(leader, voter)
+            )
+            if reachable <= len(self.voters) // 2:
+                cut_off.add(leader)
+        return cut_off
+
     async def heal_check(self) -> None:
         """After healing: one leader, and a fresh proposal committed on every live node."""
         loop = self.world.loop
@@ -198,7 +231,7 @@ def run_raft(config: RunConfig) -> RunResult:
     """Run the raft scenario once and judge it."""
     run = ScenarioRun(config, BUGS)
     world = run.world
-    checker = Checker(world.trace)
+    checker = Checker(world.trace, voters=config.voters)
     voters = [f"n{i}" for i in range(1, config.voters + 1)]
     observers = [f"n{100 + i}" for i in range(config.observers)]
     cluster = Cluster(world, config, checker, voters, observers)
@@ -210,12 +243,20 @@ def run_raft(config: RunConfig) -> RunResult:
         leading = cluster.leaders()
         return leading[0] if len(leading) == 1 else None
 
-    nemesis = Nemesis(world, voters + observers, config.faults, leader=leader)
+    nemesis = Nemesis(
+        world,
+        voters + observers,
+        config.faults,
+        leader=leader,
+        custom={"stall-crash": lambda nemesis, hold_s: nemesis.stall_crash(voters, hold_s)},
+        supervise=True,
+    )
 
     async def watch() -> None:
         while True:
             await asyncio.sleep(0.1)
             checker.check_dual_leadership(world.loop.time(), world.processes)
+            checker.check_cut_off(world.loop.time(), cluster.cut_off_leaders())
 
     async def drive() -> None:
         watcher = world.loop.create_task(watch())

@@ -20,6 +20,12 @@ from raft.core import HighWatermarkAdvanced, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import CommittedBatch
 from raft.snapshot import SnapshotId
+from sim.analysis.quorum_rules import (
+    CutOffWatch,
+    resign_violation,
+    snapshot_load_violation,
+    truncation_violation,
+)
 from sim.scenarios.dual_leader import DualLeaderWatch
 from sim.trace import Trace
 
@@ -33,6 +39,13 @@ class ProcessView(Protocol):
     alive: bool
     paused: bool
     incarnation: int
+
+
+class NodeView(Protocol):
+    """What the checker reads of a running node."""
+
+    @property
+    def high_watermark(self) -> int: ...
 
 
 class LogView(Protocol):
@@ -107,12 +120,14 @@ class Checker:
     """Raft's invariants over every node incarnation of one run."""
 
     trace: Trace
+    voters: int = 3
     violation: str | None = None
     leaders: dict[int, str] = field(default_factory=dict)
     committed: dict[int, Entry] = field(default_factory=dict)
     acked: dict[int, bytes] = field(default_factory=dict)
     leading: dict[str, int] = field(default_factory=dict)
     dual: DualLeaderWatch = field(default_factory=DualLeaderWatch)
+    cut_off: CutOffWatch = field(default_factory=CutOffWatch)
     max_commit: int = 0
     # The largest epoch each node has acted in (every role change carries a persisted epoch).
     epochs: dict[str, int] = field(default_factory=dict)
@@ -165,12 +180,14 @@ class Checker:
             )
             return
         committed = self.committed.get(to_offset)
-        cut_epoch = log.cut_entry_epoch(to_offset)
-        if committed is not None and cut_epoch == committed[0]:
-            self.fail(
-                f"committed-lost: {node} truncated to {to_offset}, cutting the record of epoch "
-                f"{cut_epoch} the cluster committed there"
-            )
+        found = truncation_violation(
+            node,
+            to_offset,
+            log.cut_entry_epoch(to_offset),
+            committed[0] if committed is not None else None,
+        )
+        if found is not None:
+            self.fail(found)
 
     def check_dual_leadership(self, now_s: float, processes: Mapping[str, ProcessView]) -> None:
         """Called periodically: how long has a stale leader kept running beside a newer one?"""
@@ -183,6 +200,20 @@ class Checker:
         if found is not None:
             self.fail(found)
 
+    def check_cut_off(self, now_s: float, cut_off: set[str]) -> None:
+        """Called periodically with the running leaders cut off from a majority of voters
+        (the simulator knows the network): each must resign within CUT_OFF_BOUND_S. The
+        start and end of each spell are traced, so kraft-analyze judges the same spells."""
+        leaders = {name: self.leading[name] for name in cut_off if name in self.leading}
+        for name in sorted(leaders.keys() - self.cut_off.since.keys()):
+            self.trace.event("quorum-cut-off", node=name, epoch=leaders[name])
+        for name in sorted(self.cut_off.since.keys() - leaders.keys()):
+            epoch = self.cut_off.since[name][1]
+            self.trace.event("quorum-cut-off-end", node=name, epoch=epoch)
+        found = self.cut_off.observe(now_s, leaders)
+        if found is not None:
+            self.fail(found)
+
     def check_acked(self) -> None:
         """At the end: every acknowledged proposal is committed at the offset it was given."""
         for offset, value in sorted(self.acked.items()):
@@ -192,8 +223,8 @@ class Checker:
                 )
                 return
 
-    def listener(self, process: ProcessView, log: LogView) -> NodeListener:
-        return NodeListener(self, process, process.incarnation, log)
+    def listener(self, process: ProcessView, log: LogView, node: NodeView) -> NodeListener:
+        return NodeListener(self, process, process.incarnation, log, node)
 
 
 @dataclass(slots=True)
@@ -204,7 +235,9 @@ class NodeListener:
     process: ProcessView
     incarnation: int
     log: LogView
+    node: NodeView
     high_watermark: int = 0
+    led_epoch: int | None = None  # the epoch this incarnation led, while it leads
     applied: int = 0
     # The replicated state: every committed record (offset, epoch, value), in order.
     state: list[tuple[int, int, bytes | None]] = field(default_factory=list)
@@ -229,16 +262,27 @@ class NodeListener:
                 checker.leading[name] = event.epoch
             else:
                 checker.leading.pop(name, None)
-            # A leader's log end lets kraft-analyze check leader completeness on its own.
-            end = {"end_offset": self.log.end_offset()} if event.role is Role.LEADER else {}
+            # A leader's log end lets kraft-analyze check leader completeness on its own;
+            # the voter count, whether a resignation was allowed at all.
+            extra: dict[str, int] = {}
+            if event.role is Role.LEADER:
+                extra["end_offset"] = self.log.end_offset()
+            elif event.role is Role.RESIGNED:
+                extra["voters"] = checker.voters
             checker.trace.event(
                 f"became-{event.role.value}",
                 node=name,
                 epoch=event.epoch,
                 leader=event.leader_id,
-                **end,
+                **extra,
             )
+            led, self.led_epoch = self.led_epoch, None
+            if event.role is Role.RESIGNED and led is not None:
+                found = resign_violation(name, led, checker.voters)
+                if found is not None:
+                    checker.fail(found)
             if event.role is Role.LEADER:
+                self.led_epoch = event.epoch
                 self._became_leader(event.epoch)
         elif isinstance(event, HighWatermarkAdvanced):
             if event.high_watermark < self.high_watermark:
@@ -257,8 +301,14 @@ class NodeListener:
                 checker.check_own_epoch(name, self.log, event.high_watermark)
                 checker.check_majority(name, event.high_watermark)
         elif isinstance(event, Truncated):
+            # The epoch of the first record cut lets kraft-analyze tell a committed record
+            # cut from a stale one at a committed offset, as check_truncation does.
             checker.trace.event(
-                "truncation", node=name, from_offset=event.from_offset, to_offset=event.to_offset
+                "truncation",
+                node=name,
+                from_offset=event.from_offset,
+                to_offset=event.to_offset,
+                cut_epoch=self.log.cut_entry_epoch(event.to_offset),
             )
             checker.check_truncation(name, self.log, event.to_offset, self.high_watermark)
 
@@ -337,6 +387,15 @@ class NodeListener:
         self.state = state
         self.applied = snapshot.end_offset
         self.snapshots_loaded += 1
+        high_watermark, log_start = self.node.high_watermark, self.log.start_offset()
         checker.trace.event(
-            "snapshot-loaded", node=name, end_offset=snapshot.end_offset, epoch=snapshot.epoch
+            "snapshot-loaded",
+            node=name,
+            end_offset=snapshot.end_offset,
+            epoch=snapshot.epoch,
+            high_watermark=high_watermark,
+            log_start=log_start,
         )
+        found = snapshot_load_violation(name, snapshot.end_offset, high_watermark, log_start)
+        if found is not None:
+            checker.fail(found)

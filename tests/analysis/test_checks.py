@@ -364,3 +364,91 @@ def test_image_changes_replayed_after_a_restart_are_not_new_elections(tmp_path: 
         == "leader-from-isr: jepsen-0 at offset 40 elected 4 from outside its ISR [5, 6]"
     )
     assert (found.node, found.time_virtual_us) == ("n2", 40)
+
+
+def loaded(node: str, end: int, high_watermark: int, log_start: int, t_us: int) -> dict[str, Any]:
+    return {
+        "t_us": t_us,
+        "kind": "snapshot-loaded",
+        "node": node,
+        "end_offset": end,
+        "epoch": 1,
+        "high_watermark": high_watermark,
+        "log_start": log_start,
+    }
+
+
+def test_a_snapshot_load_must_adopt_its_end_as_high_watermark_and_log_start(
+    tmp_path: Path,
+) -> None:
+    assert run_checks(write_run(tmp_path, [start("n1"), loaded("n1", 40, 42, 40, 10)])) == []
+    [low] = run_checks(write_run(tmp_path, [start("n1"), loaded("n1", 40, 0, 40, 10)]))
+    assert low.check == "snapshot-load"
+    assert low.message == (
+        "snapshot-load: n1 loaded the snapshot ending at 40 but its high watermark is 0"
+    )
+    [kept] = run_checks(write_run(tmp_path, [start("n1"), loaded("n1", 40, 40, 0, 10)]))
+    assert kept.message.endswith("but its log starts at 0")
+
+
+def test_a_sole_voter_never_resigns_but_one_of_three_may(tmp_path: Path) -> None:
+    def resign(voters: int) -> list[dict[str, Any]]:
+        led = [start("n1"), role("n1", "leader", 1, 10)]
+        return [*led, role("n1", "resigned", 1, 20, voters=voters)]
+
+    assert run_checks(write_run(tmp_path, resign(3))) == []
+    # Restarting as resigned after leading is no resignation of a running leader.
+    restarted = [
+        start("n1"),
+        role("n1", "leader", 1, 10),
+        {"t_us": 15, "kind": "crash", "node": "n1"},
+        start("n1", 16, 2),
+        role("n1", "resigned", 1, 20, voters=1),
+    ]
+    assert run_checks(write_run(tmp_path, restarted)) == []
+    [found] = run_checks(write_run(tmp_path, resign(1)))
+    assert found.check == "check-quorum"
+    assert "the sole voter, resigned epoch 1" in found.message
+
+
+def test_a_cut_off_leader_must_resign_within_the_bound(tmp_path: Path) -> None:
+    def spell(end_us: int | None) -> list[dict[str, Any]]:
+        cut = {"t_us": 1_000_000, "kind": "quorum-cut-off", "node": "n1", "epoch": 1}
+        events = [start("n1"), role("n1", "leader", 1, 10), cut]
+        if end_us is not None:
+            events.append({"t_us": end_us, "kind": "quorum-cut-off-end", "node": "n1", "epoch": 1})
+        events.append(hw("n2", 1, 9_000_000))
+        return events
+
+    assert run_checks(write_run(tmp_path, spell(4_400_000))) == []
+    [late] = run_checks(write_run(tmp_path, spell(4_600_000)))
+    assert late.check == "cut-off-leader"
+    assert late.message == (
+        "cut-off-leader: n1 led epoch 1 for 3.6s cut off from a majority of the voters"
+    )
+    [never] = run_checks(write_run(tmp_path, spell(None)))  # still cut off when the run ends
+    assert never.message.startswith("cut-off-leader: n1 led epoch 1 for 8.0s")
+
+
+def test_a_truncation_must_not_cut_the_record_committed_at_its_offset(tmp_path: Path) -> None:
+    """n2's HW (2) lags what n1 committed (offsets 0-4 of epoch 1): truncating to 3 cuts the
+    committed record if the first record cut is of epoch 1, not if it is a stale one."""
+
+    def truncate(cut_epoch: int) -> dict[str, Any]:
+        return {
+            "t_us": 30,
+            "kind": "truncation",
+            "node": "n2",
+            "from_offset": 6,
+            "to_offset": 3,
+            "cut_epoch": cut_epoch,
+        }
+
+    before = [start("n1"), start("n2"), commit("n1", 0, 5, 1, 10), hw("n2", 2, 20)]
+    assert run_checks(write_run(tmp_path, [*before, truncate(2)])) == []
+    [found] = run_checks(write_run(tmp_path, [*before, truncate(1)]))
+    assert found.check == "committed-lost"
+    assert found.message == (
+        "committed-lost: n2 truncated to 3, cutting the record of epoch 1 the cluster "
+        "committed there"
+    )

@@ -118,3 +118,30 @@ def test_handles_of_a_crashed_incarnation_are_dead() -> None:
         with pytest.raises(OSError) as info:
             call()
         assert info.value.errno == errno.EBADF
+
+
+def test_a_stalled_fsync_returns_when_the_stall_ends_and_a_crash_meanwhile_loses_it() -> None:
+    async def stalled_then(crash: bool) -> tuple[float, object]:
+        loop = asyncio.get_running_loop()
+        disk = SimDisk(random.Random(1))
+        fs = disk.fs()
+        handle = fs.open("/f")
+        await fs.fsync_dir("/")
+        handle.append(b"abc")
+        started = loop.time()
+        disk.stall_fsyncs(started + 0.05)
+        sync = loop.create_task(handle.fsync())
+        await asyncio.sleep(0.01)
+        assert not sync.done()  # still hanging inside the stall
+        if crash:
+            disk.crash()
+        [outcome] = await asyncio.gather(sync, return_exceptions=True)
+        durable = disk.durable_snapshot() if not crash else None
+        return loop.time() - started, outcome if crash else durable
+
+    waited, durable = asyncio.run(stalled_then(crash=False))
+    assert waited >= 0.05 and durable == {"/f": b"abc"}
+    # The power cut came first: the fsync never succeeded (what survives is the crash's
+    # random prefix of the unsynced writes, as for any crash).
+    _, error = asyncio.run(stalled_then(crash=True))
+    assert isinstance(error, OSError) and error.errno == errno.EBADF

@@ -55,3 +55,49 @@ def test_a_one_voter_sweep_with_every_fault_runs_to_its_verdicts() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().splitlines()[-1].startswith("seeds=3 ok=3 violation=0 ")
+
+
+def test_stall_crash_stalls_a_majority_with_the_leader_then_cuts_every_node() -> None:
+    with World(seed=3) as world:
+        names = ["n1", "n2", "n3", "n100"]
+        for name in names:
+            world.add_process(name).start(_idle)
+        nemesis = Nemesis(world, names, ("stall-crash",), leader=lambda: "n2")
+        voters = names[:3]
+
+        async def brown_out() -> tuple[list[str], list[int]]:
+            nemesis.stall_crash(voters, 1.0)
+            disks = {n: world.processes[n].disk for n in names}
+            stalled = [n for n in names if disks[n]._stalled_until_s > 0]
+            await asyncio.sleep(1.5)  # the power cut came at 1 s; the stalled are back
+            back = [world.processes[n].incarnation for n in names]
+            await asyncio.sleep(6.0)
+            return stalled, back + [world.processes[n].incarnation for n in names]
+
+        stalled, incarnations = world.run(brown_out())
+        assert "n2" in stalled and len(stalled) == 2 and "n100" not in stalled
+        after_cut, after_all = incarnations[:4], incarnations[4:]
+        assert [after_cut[names.index(n)] for n in stalled] == [2, 2]
+        assert sorted(after_cut) == [1, 1, 2, 2]  # the others are still down
+        assert after_all == [2, 2, 2, 2]
+
+
+def test_a_supervised_nemesis_restarts_a_node_that_exited_on_its_own() -> None:
+    async def halts(runtime: Runtime) -> None:
+        raise OSError(5, "disk failed")
+
+    for supervise, expected in ((False, False), (True, True)):
+        with World(seed=2) as world:
+            world.add_process("n1").start(halts)
+            nemesis = Nemesis(world, ["n1"], ("skew",), supervise=supervise)
+            world.run(nemesis.run(5.0))
+            assert (world.processes["n1"].incarnation > 1) is expected
+
+
+def test_default_raft_sweep_runs_a_sole_voter_every_seventh_seed() -> None:
+    sweep = _parser().parse_args(["sweep", "--scenario", "raft", "--seeds", "1-14"])
+    voters = {seed: _config(sweep, seed).voters for seed in range(1, 15)}
+    assert [seed for seed, count in voters.items() if count == 1] == [7, 14]
+    assert {count for seed, count in voters.items() if seed % 7} == {3}
+    pinned = _parser().parse_args(["run", "--scenario", "raft", "--seed", "7", "--voters", "3"])
+    assert _config(pinned, 7).voters == 3

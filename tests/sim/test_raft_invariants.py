@@ -23,9 +23,10 @@ class Log:
 
     held: dict[int, Entry] = field(default_factory=dict)
     cut: tuple[int, int] | None = None
+    start: int | None = None  # where the log starts when a snapshot holds what is below
 
     def start_offset(self) -> int:
-        return min(self.held, default=0)
+        return self.start if self.start is not None else min(self.held, default=0)
 
     def end_offset(self) -> int:
         return max(self.held, default=-1) + 1
@@ -46,6 +47,13 @@ class Log:
         return Truncated(end, offset)
 
 
+@dataclass(slots=True)
+class Node:
+    """A running node as the checker sees it."""
+
+    high_watermark: int = 0
+
+
 def log_of(*epochs: int) -> Log:
     return Log({offset: (epoch, f"r{offset}".encode()) for offset, epoch in enumerate(epochs)})
 
@@ -60,7 +68,7 @@ def node(checker: Checker, name: str, log: Log, *, voter: bool = True) -> NodeLi
     if voter:
         checker.voter_logs[name] = log
         checker.voter_alive[name] = process
-    return checker.listener(process, log)
+    return checker.listener(process, log, Node())
 
 
 def lead(listener: NodeListener, epoch: int) -> None:
@@ -85,7 +93,7 @@ def test_epoch_durable_fires_when_a_node_forgets_its_epoch(checker: Checker) -> 
     follow(n1, 3)
     follow(n1, 3)
     assert kind(checker) is None
-    restarted = checker.listener(Process("n1", incarnation=2), log_of())
+    restarted = checker.listener(Process("n1", incarnation=2), log_of(), Node())
     follow(restarted, 2)
     assert kind(checker) == "epoch-durable"
 
@@ -221,7 +229,8 @@ def test_state_machine_safety_fires_on_two_records_at_one_offset(checker: Checke
 def test_snapshot_fires_on_a_snapshot_that_disagrees_with_the_committed_log(
     checker: Checker,
 ) -> None:
-    n1, n2 = node(checker, "n1", log_of()), node(checker, "n2", log_of())
+    n1, n2 = node(checker, "n1", log_of()), node(checker, "n2", Log(start=2))
+    n2.node.high_watermark = 2  # type: ignore[misc]
     commit(n1, 0, 1, b"a", b"b")
     n2.handle_load_snapshot(SnapshotId(2, 1), n1.snapshot_records())
     assert kind(checker) is None and n2.applied == 2
@@ -270,3 +279,74 @@ def test_dual_leadership_is_forgiven_when_the_stale_leader_stops() -> None:
     assert watch.observe(3.4, {"n1": 1, "n2": 2}) is None
     found = watch.observe(3.6, {"n1": 1, "n2": 2})
     assert found is not None and found.startswith("check-quorum: n1 still leads epoch 1")
+
+
+def loaded(checker: Checker, high_watermark: int, log_start: int) -> NodeListener:
+    """n2 loads n1's snapshot of two committed records, its core then at the given high
+    watermark and its log at the given start."""
+    n1 = node(checker, "n1", log_of())
+    commit(n1, 0, 1, b"a", b"b")
+    n2 = checker.listener(Process("n2"), Log(start=log_start), Node(high_watermark))
+    n2.handle_load_snapshot(SnapshotId(2, 1), n1.snapshot_records())
+    return n2
+
+
+def test_snapshot_load_is_quiet_when_the_node_adopts_the_snapshot(checker: Checker) -> None:
+    loaded(checker, high_watermark=3, log_start=2)
+    assert kind(checker) is None
+
+
+def test_snapshot_load_fires_when_the_high_watermark_stays_below_the_snapshot(
+    checker: Checker,
+) -> None:
+    loaded(checker, high_watermark=0, log_start=2)
+    assert kind(checker) == "snapshot-load" and "high watermark is 0" in str(checker.violation)
+
+
+def test_snapshot_load_fires_when_the_log_start_does_not_move(checker: Checker) -> None:
+    loaded(checker, high_watermark=2, log_start=0)
+    assert kind(checker) == "snapshot-load" and "log starts at 0" in str(checker.violation)
+
+
+def test_a_sole_voter_that_resigns_fires(world: World) -> None:
+    checker = Checker(world.trace, voters=1)
+    n1 = node(checker, "n1", log_of())
+    lead(n1, 1)
+    n1.handle_event(RoleChanged(Role.RESIGNED, 1, 1))
+    assert kind(checker) == "check-quorum" and "sole voter" in str(checker.violation)
+
+
+def test_a_resigning_leader_of_three_voters_and_a_restart_as_resigned_are_quiet(
+    checker: Checker,
+) -> None:
+    n1 = node(checker, "n1", log_of())
+    lead(n1, 1)
+    n1.handle_event(RoleChanged(Role.RESIGNED, 1, 1))
+    sole = Checker(checker.trace, voters=1)
+    restarted = sole.listener(Process("n1", incarnation=2), log_of(), Node())
+    restarted.handle_event(RoleChanged(Role.RESIGNED, 1, 1))  # it led before the restart
+    assert kind(checker) is None and kind(sole) is None
+
+
+def test_cut_off_leader_fires_when_it_outstays_the_bound(checker: Checker) -> None:
+    n1 = node(checker, "n1", log_of())
+    lead(n1, 1)
+    checker.check_cut_off(0.0, {"n1"})
+    checker.check_cut_off(3.5, {"n1"})
+    assert kind(checker) is None
+    checker.check_cut_off(3.6, {"n1"})
+    assert kind(checker) == "cut-off-leader"
+
+
+def test_cut_off_leader_is_quiet_when_the_leader_resigns_or_reconnects(
+    checker: Checker,
+) -> None:
+    n1 = node(checker, "n1", log_of())
+    lead(n1, 1)
+    checker.check_cut_off(0.0, {"n1"})
+    checker.check_cut_off(2.6, set())  # reconnected (or resigned) within the bound
+    checker.check_cut_off(3.0, {"n1"})  # a new spell starts
+    checker.check_cut_off(6.4, {"n1"})
+    n1.handle_event(RoleChanged(Role.RESIGNED, 1, 1))
+    checker.check_cut_off(6.45, {"n1"})  # no longer a leader: the spell lasted 3.45 s
+    assert kind(checker) is None
