@@ -189,7 +189,10 @@ def _sweep(args: argparse.Namespace) -> int:
     results: list[RunResult] = []
     configs = [_config(args, seed) for seed in args.seeds]
     with (
-        ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool,
+        # One fresh process per seed, as `kraft-sim run` has: a run must not depend on what
+        # earlier runs left in the interpreter (heap layout, caches), or a failing seed of
+        # a sweep might not replay on its own.
+        ProcessPoolExecutor(max_workers=max(1, args.jobs), max_tasks_per_child=1) as pool,
         Progress(transient=True, disable=not sys.stderr.isatty()) as progress,
     ):
         bar = progress.add_task(f"{args.scenario} seeds", total=len(configs))

@@ -82,7 +82,9 @@ class ConsumerGroupCoordinator:
         self._clock = clock
         self._wake_before = wake_before  # the timer loop must run by this deadline
         self._locks: dict[str, _GroupLock] = {}
-        self._fencing: set[asyncio.Task[None]] = set()
+        # Insertion-ordered (a dict, not a set): cancelling and gathering them in a
+        # hash order of task ids would make the simulator's runs depend on memory layout.
+        self._fencing: dict[asyncio.Task[None], None] = {}
 
     @contextlib.asynccontextmanager
     async def _locked(self, group_id: str) -> AsyncIterator[None]:
@@ -206,8 +208,8 @@ class ConsumerGroupCoordinator:
                 group.session_deadlines.pop(member_id, None)
                 group.revocation_deadlines.pop(member_id, None)
                 task = asyncio.get_running_loop().create_task(self._fence(group, member_id))
-                self._fencing.add(task)
-                task.add_done_callback(self._fencing.discard)
+                self._fencing[task] = None
+                task.add_done_callback(lambda done: self._fencing.pop(done, None))
             deadline = group.next_deadline()
             if deadline is not None:
                 next_at = deadline if next_at is None else min(next_at, deadline)

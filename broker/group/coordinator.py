@@ -110,7 +110,9 @@ class GroupCoordinator:
         self._timer_wake = asyncio.Event()
         self._alarm_at: float | None = None  # when the timer loop wakes next by itself
         self._tasks: list[asyncio.Task[None]] = []
-        self._writes: set[asyncio.Task[None]] = set()
+        # Insertion-ordered (a dict, not a set): cancelling and gathering them in a
+        # hash order of task ids would make the simulator's runs depend on memory layout.
+        self._writes: dict[asyncio.Task[None], None] = {}
         self.consumer = ConsumerGroupCoordinator(
             node_id, self.shard_for, self._write, lambda: self._image, clock, self._wake_before
         )
@@ -363,8 +365,8 @@ class GroupCoordinator:
     def _spawn(self, write: Coroutine[Any, Any, None]) -> None:
         """Run a background write; close() cancels the ones still waiting."""
         task = asyncio.get_running_loop().create_task(write)
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        self._writes[task] = None
+        task.add_done_callback(lambda done: self._writes.pop(done, None))
 
     async def _persist(self, shard: Shard, group: ClassicGroup, persist: Persist) -> None:
         now_ms = self._clock.now_ms()

@@ -37,6 +37,24 @@ def test_echo_sweep_slice_is_clean() -> None:
     )
 
 
+def test_a_sweep_runs_each_seed_as_kraft_sim_run_does() -> None:
+    """Every seed of a sweep runs in a fresh process, so its digest is the one `kraft-sim
+    run` replays (a worker reused across seeds once failed a kafka seed that passed alone)."""
+
+    def digests(*args: str) -> list[str]:
+        result = subprocess.run(
+            [KRAFT_SIM, *args, "--scenario", "echo", "--duration", "5"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return [line.split("digest=")[1].split()[0] for line in result.stdout.splitlines()[:3]]
+
+    alone = [digest for seed in "123" for digest in digests("run", "--seed", seed)]
+    assert digests("sweep", "--seeds", "1-3", "--jobs", "1") == alone
+    assert len(set(alone)) == 3
+
+
 def test_echo_sweep_finds_a_planted_bug_and_names_the_seed() -> None:
     result = sweep(
         "--scenario", "echo", "--seeds", "1-6", "--duration", "60", "--bug", "ack-before-fsync"
