@@ -53,6 +53,8 @@ CORE_BUGS = {
     "hw-from-previous-epoch": "a new leader exposes its whole log as committed on election, "
     "before an entry of its own epoch (the LeaderChange record) is replicated",
     "no-check-quorum": "a leader that no longer hears from a majority never resigns",
+    "observer-stops-on-fetch-error": "an observer (a broker) whose Fetch to the leader it "
+    "follows fails stops fetching: its metadata replay stalls until it restarts",
     "no-truncate-on-divergence": "a follower told its log diverges (divergingEpoch) does not "
     "truncate and simply fetches again",
     "ack-before-fsync": "the metadata log is flushed lazily like a data log (every second), "
@@ -221,6 +223,7 @@ class RaftCore:
         self._leader_contact_ms = -(10**12)
         self._fetch_correlation: int | None = None
         self._fetch_backoff_until_ms = 0
+        self._fetch_stopped = False  # only the observer-stops-on-fetch-error bug sets it
         self._bootstrap_index = 0
         self._votes: dict[int, bool] = {}
         self._progress: dict[int, ReplicaProgress] = {}
@@ -862,6 +865,8 @@ class RaftCore:
     def _maybe_fetch(self) -> None:
         if self._fetch_correlation is not None or self.now_ms < self._fetch_backoff_until_ms:
             return
+        if self._fetch_stopped:
+            return
         if self.role is not Role.FOLLOWER and self.is_voter:
             return
         if self._truncating or self._download is not None:
@@ -904,6 +909,8 @@ class RaftCore:
                     return
             self._fetch_backoff_until_ms = self.now_ms + RETRY_BACKOFF_MS
             if not self.is_voter and self.role is Role.FOLLOWER:
+                if "observer-stops-on-fetch-error" in self.bugs:
+                    self._fetch_stopped = True
                 self._become_unattached(self.epoch, NO_LEADER)
             return
         if self._maybe_higher_epoch(response.leader_epoch, response.leader_id):

@@ -34,9 +34,11 @@ from kraft.config import ServerConfig, config_from_properties
 from kraft.node import KraftNode
 from log.runtime import Runtime
 from metadata.controller.quorum_controller import CONTROLLER_BUGS
+from metadata.records import TOPIC_RESOURCE
 from raft.core import Role
 from raft.driver import BUGS as RAFT_BUGS
 from sim import admin
+from sim.analysis.catch_up import CatchUp
 from sim.analysis.linearizability import MAX_STEPS, search
 from sim.analysis.models import Operation, TopicModel
 from sim.harness import ScenarioRun
@@ -53,9 +55,14 @@ CONTROLLER_PORT = 9093
 BROKER_PORT = 9092
 TOPICS = ("t0", "t1", "t2", "t3")
 FRESH_SHARE = 0.2
+FRESH_CONFIG_SHARE = 0.1
 LANES = 6
 OP_TIMEOUT_S = 6.0
 HEAL_BOUND_S = 30.0
+# Every node replays what was committed before the heal within this bound: a third of the
+# liveness bound, so a stalled replay is named as such before it shows up as a liveness loss.
+CATCH_UP_BOUND_S = 10.0
+CATCH_UP_SAMPLE_S = 0.25
 # Answers that say what holds after the request (the topic model reads them as such: a
 # retried forward may itself have caused the state they report).
 DEFINITE = {"NONE", "TOPIC_ALREADY_EXISTS", "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_PARTITIONS"}
@@ -90,6 +97,7 @@ class Cluster:
     nodes: dict[str, KraftNode] = field(default_factory=dict)
     history: list[Op] = field(default_factory=list)
     fresh: dict[int, int] = field(default_factory=dict)
+    config_changes: int = 0
     ops_ok: int = 0
     # Server properties a scenario sets on top of these (the kafka scenario's replication).
     extra_props: dict[str, str] = field(default_factory=dict)
@@ -206,14 +214,24 @@ class Cluster:
             # lost, the final read says so and no other operation can explain it away.
             self.fresh[lane] += 1
             return "create", f"u{lane}-{self.fresh[lane]}", 1
+        if roll < FRESH_SHARE + FRESH_CONFIG_SHARE and self.fresh[lane]:
+            # Reconfigure the lane's latest topic of its own: no delete or other lane can
+            # overwrite the change, so the final read shows a lost acknowledged one.
+            return "alter-config", f"u{lane}-{self.fresh[lane]}", self._retention()
         topic = rng.choice(TOPICS)
-        if roll < 0.45:
+        if roll < 0.5:
             return "create", topic, rng.randint(1, 3)
         if roll < 0.65:
             return "delete", topic, None
         if roll < 0.85:
             return "create-partitions", topic, rng.randint(2, 6)
-        return "alter-config", topic, rng.choice((60_000, 120_000, 3_600_000))
+        return "alter-config", topic, self._retention()
+
+    def _retention(self) -> int:
+        """A ``retention.ms`` no other change sets: a lost change cannot hide behind an
+        equal value."""
+        self.config_changes += 1
+        return 3_600_000 + self.config_changes
 
     async def _request(self, conn: KafkaConnection, f: str, topic: str, value: int | None) -> str:
         if f == "create":
@@ -292,6 +310,29 @@ class Cluster:
                 "of healing"
             )
 
+    async def watch_catch_up(self) -> None:
+        """Bounded staleness: within the heal bound every node replays the metadata log up
+        to the highest offset published when the heal began (sim/analysis/catch_up.py). The
+        samples go to the trace (``metadata-applied``) for kraft-analyze's copy."""
+        trace, processes = self.world.trace, self.world.processes
+        names = tuple(self.controllers + self.brokers)
+        target = max(self.checker.digests, default=0)
+        start = trace.now_us()
+        trace.event("heal-start", offset_end=target, nodes=list(names), bound_s=CATCH_UP_BOUND_S)
+        watch = CatchUp(target, start, int(CATCH_UP_BOUND_S * 1e6), names)
+        while watch.lagging() and trace.now_us() - start <= watch.bound_us:
+            for name in watch.lagging():
+                node = self.nodes.get(name)
+                if not processes[name].alive or node is None or node.loader is None:
+                    continue
+                offset = node.loader.image.offset
+                if watch.last.get(name) != offset:
+                    trace.event("metadata-applied", node=name, offset_end=offset)
+                    watch.observe(name, offset, trace.now_us())
+            await asyncio.sleep(CATCH_UP_SAMPLE_S)
+        for message in watch.violations():
+            self.checker.fail(message)
+
     def keys(self) -> list[str]:
         """Every topic the workload touched, in first-touch order."""
         return list(dict.fromkeys(op.key for op in self.history if op.process != "final"))
@@ -304,16 +345,21 @@ class Cluster:
         node = self.nodes.get(active) if active is not None else None
         if node is None or node.loader is None:
             return  # the liveness check has already failed the run
-        image, trace = node.loader.image, self.world.trace
+        image = node.loader.image
         for topic in self.keys():
             found = image.topics.get(topic)
-            count = None if found is None else len(found.partitions)
-            op = Op("final", "read", topic, None, trace.now_us(), trace.count)
-            trace.event("op", process="final", type="invoke", f="read", key=topic, value=None)
-            op.status, op.output = "ok", count
-            op.complete_us, op.complete_seq = trace.now_us(), trace.count
-            trace.event("op", process="final", type="ok", f="read", key=topic, value=count)
-            self.history.append(op)
+            self._final_read(topic, "read", None if found is None else len(found.partitions))
+            retention = image.configs.get((TOPIC_RESOURCE, topic), {}).get("retention.ms")
+            self._final_read(topic, "read-config", None if retention is None else int(retention))
+
+    def _final_read(self, topic: str, f: str, value: int | None) -> None:
+        trace = self.world.trace
+        op = Op("final", f, topic, None, trace.now_us(), trace.count)
+        trace.event("op", process="final", type="invoke", f=f, key=topic, value=None)
+        op.status, op.output = "ok", value
+        op.complete_us, op.complete_seq = trace.now_us(), trace.count
+        trace.event("op", process="final", type="ok", f=f, key=topic, value=value)
+        self.history.append(op)
 
     def check_linearizable(self, max_steps: int = MAX_STEPS) -> None:
         """Per topic, the history is linearizable; a search out of budget makes the run
@@ -387,9 +433,10 @@ def run_metadata(config: RunConfig) -> RunResult:
         watcher = world.loop.create_task(cluster.watch_leaders())
         await nemesis.run(config.duration_s)
         nemesis.heal_all()
-        world.trace.event("heal-start")
+        catch_up = world.loop.create_task(cluster.watch_catch_up())
         stop_workload.set()
         await healed.wait()
+        await catch_up
         watcher.cancel()
         cluster.read_final_state()
         cluster.check_linearizable()
