@@ -40,7 +40,7 @@ from sim.analysis.kafka import (
     check_liveness,
 )
 from sim.analysis.linearizability import MAX_STEPS, explain, search
-from sim.analysis.models import EchoModel, Model, Operation, TopicModel
+from sim.analysis.models import METADATA_MODELS, EchoModel, Model, Operation
 from sim.analysis.stats import ROLE_PREFIX
 
 if TYPE_CHECKING:
@@ -770,11 +770,11 @@ SCENARIOS: dict[str, ScenarioChecks] = {
     "raft": ScenarioChecks(
         run_checks=(check_dual_leadership, check_state_machine_safety, check_commit_own_epoch)
     ),
-    # Topic create/delete/create-partitions/alter-config and the final reads, one topic per
-    # key (models.TopicModel), plus the image, broker-lifecycle and catch-up checks from
-    # node events.
+    # Topic create/delete/create-partitions/alter-config and broker config changes with the
+    # final reads, one topic or config per key (models.METADATA_MODELS), plus the image,
+    # broker-lifecycle and catch-up checks from node events.
     "metadata": ScenarioChecks(
-        models=(TopicModel,),
+        models=METADATA_MODELS,
         run_checks=(check_metadata_images, check_broker_serving, check_metadata_catch_up),
     ),
     # The Kafka workload (sim/analysis/kafka.py) plus the metadata plane's image checks.

@@ -224,3 +224,30 @@ class TopicModel(Model):
         partitions, retention = state
         config = "" if retention is None else f", retention.ms={retention}"
         return f"{partitions} partitions{config}"
+
+
+class ConfigModel(Model):
+    """One key of one config resource that only ``alter-config`` changes (the metadata
+    scenario's broker configs): unset (None) or a value. ``alter-broker-config(v)`` sets it,
+    ``read-broker-config`` returns it."""
+
+    name = "config"
+    functions = frozenset({"alter-broker-config", "read-broker-config"})
+
+    def init(self) -> State:
+        return None
+
+    def step(self, state: State, op: Operation) -> tuple[bool, State]:
+        if op.f == "alter-broker-config":
+            return True, op.input
+        if op.f == "read-broker-config":
+            return (not op.determinate or op.output == state), state
+        raise ValueError(f"config: unknown function {op.f!r}")
+
+    def describe_state(self, state: State) -> str:
+        return "unset" if state is None else repr(state)
+
+
+# The metadata scenario's models, one per kind of key (a topic, a broker config): the
+# simulator and kraft-analyze check its history against exactly these.
+METADATA_MODELS: tuple[type[Model], ...] = (TopicModel, ConfigModel)
