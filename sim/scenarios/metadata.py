@@ -4,7 +4,8 @@ Controllers n1..nC form the quorum; brokers n(C+1).. are raft observers that reg
 heartbeat and answer admin requests by forwarding them to the active controller. Every node
 runs the real KraftNode (kraft/node.py), the same assembly ``kraft-server start`` runs.
 Client lanes (a process the nemesis leaves alone) create, delete, grow and reconfigure a
-small set of topics through random brokers, one request at a time per lane.
+small set of topics through random brokers, one request at a time per lane; one more lane
+changes broker configs at the controllers directly (KIP-919).
 
 Checked continuously, on every image any node publishes:
 - image agreement: every node that applied offset X has the same image at X;
@@ -14,12 +15,13 @@ Checked continuously, on every image any node publishes:
 - a broker serves clients (RUNNING) only once it has replayed its own registration;
 - on the controllers' quorum: a leader commits only through an entry of its own epoch, and
   a stale leader gives up within the check-quorum bound once another is elected.
-At the end: acknowledged admin operations, followed by a read of every topic from the
-healed cluster's image, are linearizable per topic (the WGL search of sim/analysis against
-the topic model; unacknowledged operations may or may not have happened; a search out of
-budget makes the run ``unknown``), and after the heal every broker runs and a fresh topic
-can be created within the bound. A node dying of an unexpected exception ends the run at
-once as ``crashed``.
+At the end: acknowledged admin operations, followed by a read of every topic and broker
+config from the healed cluster's image, are linearizable per key (the WGL search of
+sim/analysis against METADATA_MODELS; unacknowledged operations may or may not have happened;
+a search out of budget makes the run ``unknown``); after the heal every node replays what was
+committed before it within a bound (bounded staleness), and every broker runs and a fresh
+topic can be created within the liveness bound. A node dying of an unexpected exception ends
+the run at once as ``crashed``.
 """
 
 from __future__ import annotations
