@@ -6,6 +6,7 @@
 #   scripts/sim-coverage.sh [RAFT_SEEDS] [METADATA_SEEDS] [DURATION_S]   (default 1-3 1-2 30)
 #
 # Needs the test extra (coverage). One job per scenario: a few minutes on an idle core.
+# COVERAGE_JSON=FILE keeps coverage.py's JSON report (every file's missed lines) there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RAFT_SEEDS=${1:-1-3}
@@ -32,6 +33,7 @@ for spec in "raft $RAFT_SEEDS" "metadata $METADATA_SEEDS"; do
 done
 "$PY" -m coverage combine --rcfile="$data/rc" -q
 "$PY" -m coverage json --rcfile="$data/rc" -q -o "$data/coverage.json"
+if [ -n "${COVERAGE_JSON:-}" ]; then cp "$data/coverage.json" "$COVERAGE_JSON"; fi
 "$PY" - "$data/coverage.json" "$PACKAGES" <<'EOF'
 import json
 import sys

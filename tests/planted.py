@@ -15,7 +15,7 @@ RAFT_BUG_SEEDS = {
 
 # Each controller planted bug, with the first seed a 30 s run catches it at.
 METADATA_BUG_SEEDS = {
-    "answer-before-commit": 1,
+    "answer-before-commit": 2,
     "config-answer-before-commit": 2,
     "unfence-before-caught-up": 1,
     "leader-outside-isr": 1,
