@@ -57,7 +57,7 @@ from metadata.records import Listener
 from raft import codec, wire
 from raft.core import Event, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
-from raft.driver import BUGS as RAFT_BUGS
+from raft.driver import NODE_BUGS as RAFT_BUGS
 from raft.driver import CommittedBatch, RaftListener, RaftNode, RaftNodeConfig
 from raft.snapshot import SnapshotId
 

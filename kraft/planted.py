@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from broker.bugs import BROKER_BUGS
 from kraft.config import ConfigError
 from metadata.controller.quorum_controller import CONTROLLER_BUGS
-from raft.driver import BUGS as RAFT_BUGS
+from raft.driver import NODE_BUGS as RAFT_BUGS
 
 PLANTED_BUGS_ENV = "KRAFT_PLANTED_BUGS"
 PLANTED_BUGS: dict[str, str] = {**RAFT_BUGS, **CONTROLLER_BUGS, **BROKER_BUGS}

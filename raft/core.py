@@ -68,6 +68,14 @@ CORE_BUGS = {
     "snapshot-hw-not-adopted": "a node loading a snapshot (at start-up or after downloading it) "
     "does not take its end offset as its high watermark",
 }
+# Planted bugs of an observer's fetching, which is a broker's metadata replay: the metadata
+# scenario plants them (its brokers are the observers that serve clients). They are not in
+# the raft scenario's set: its liveness check sees a stalled observer, but its trace analysis
+# has no liveness check to re-derive that from.
+OBSERVER_BUGS = {
+    "observer-stops-on-fetch-error": "an observer (a broker) whose Fetch to the leader it "
+    "follows fails stops fetching: its metadata replay stalls until it restarts",
+}
 
 RETRY_BACKOFF_MS = 100
 SNAPSHOT_NOT_FOUND = 98
@@ -192,7 +200,7 @@ class RaftCore:
         config: RaftConfig | None = None,
         bugs: frozenset[str] = frozenset(),
     ) -> None:
-        unknown = bugs - CORE_BUGS.keys()
+        unknown = bugs - CORE_BUGS.keys() - OBSERVER_BUGS.keys()
         assert not unknown, f"unknown planted bugs {sorted(unknown)}"
         self.node_id = node_id
         self.voters = tuple(sorted(voters))
@@ -232,6 +240,7 @@ class RaftCore:
         self._leader_contact_ms = -(10**12)
         self._fetch_correlation: int | None = None
         self._fetch_backoff_until_ms = 0
+        self._fetch_stopped = False  # only the observer-stops-on-fetch-error bug sets it
         self._bootstrap_index = 0
         self._votes: dict[int, bool] = {}
         self._progress: dict[int, ReplicaProgress] = {}
@@ -880,6 +889,8 @@ class RaftCore:
     def _maybe_fetch(self) -> None:
         if self._fetch_correlation is not None or self.now_ms < self._fetch_backoff_until_ms:
             return
+        if self._fetch_stopped:
+            return
         if self.role is not Role.FOLLOWER and self.is_voter:
             return
         if self._truncating or self._download is not None:
@@ -922,6 +933,8 @@ class RaftCore:
                     return
             self._fetch_backoff_until_ms = self.now_ms + RETRY_BACKOFF_MS
             if not self.is_voter and self.role is Role.FOLLOWER:
+                if "observer-stops-on-fetch-error" in self.bugs:
+                    self._fetch_stopped = True
                 self._become_unattached(self.epoch, NO_LEADER)
             return
         if self._maybe_higher_epoch(response.leader_epoch, response.leader_id):

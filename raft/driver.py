@@ -30,6 +30,7 @@ from raft.batch_accumulator import BatchAccumulator
 from raft.core import (
     CORE_BUGS,
     MAX_PROPOSAL_RECORDS,
+    OBSERVER_BUGS,
     Event,
     HighWatermarkAdvanced,
     NotLeaderError,
@@ -50,7 +51,8 @@ DRIVER_BUGS = {
     "state-not-fsynced": "the quorum state (epoch, vote) is written but not fsynced before "
     "the vote it records is sent",
 }
-BUGS = {**CORE_BUGS, **DRIVER_BUGS, **LOG_BUGS}
+BUGS = {**CORE_BUGS, **DRIVER_BUGS, **LOG_BUGS}  # the raft scenario's planted bugs
+NODE_BUGS = {**BUGS, **OBSERVER_BUGS}  # every planted bug a RaftNode takes
 RAFT_API_KEYS = (
     codec.VOTE,
     codec.BEGIN_QUORUM_EPOCH,
@@ -149,7 +151,7 @@ class RaftNode:
     """One quorum member (or observer) running on asyncio."""
 
     def __init__(self, runtime: Runtime, config: RaftNodeConfig, log: DurableLog) -> None:
-        unknown = config.bugs - BUGS.keys()
+        unknown = config.bugs - NODE_BUGS.keys()
         assert not unknown, f"unknown planted bugs {sorted(unknown)}"
         self.runtime = runtime
         self.config = config
@@ -192,7 +194,7 @@ class RaftNode:
             clock=self.runtime.clock,
             now_ms=self._now_ms(),
             config=self.config.raft,
-            bugs=self.config.bugs & CORE_BUGS.keys(),
+            bugs=self.config.bugs & (CORE_BUGS.keys() | OBSERVER_BUGS.keys()),
         )
         self.core.flushed(flushed)
         snapshot = self.log.latest_snapshot()
@@ -683,6 +685,7 @@ class RaftNode:
 
 __all__ = [
     "BUGS",
+    "NODE_BUGS",
     "CommittedBatch",
     "NotLeaderError",
     "ProposalLost",

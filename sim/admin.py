@@ -28,6 +28,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 from broker.client import KafkaConnection
 
 TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
 SET = 0
 _TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=5))
 
@@ -77,11 +78,18 @@ async def create_partitions(conn: KafkaConnection, topic: str, count: int, timeo
 async def alter_topic_config(
     conn: KafkaConnection, topic: str, key: str, value: str, timeout_s: float
 ) -> str:
+    return await alter_config(conn, TOPIC_RESOURCE, topic, key, value, timeout_s)
+
+
+async def alter_config(
+    conn: KafkaConnection, resource_type: int, name: str, key: str, value: str, timeout_s: float
+) -> str:
+    """IncrementalAlterConfigs SET of one key of one resource (a topic or a broker)."""
     request = IncrementalAlterConfigsRequest(
         resources=(
             AlterConfigsResource(
-                resource_type=i8(TOPIC_RESOURCE),
-                resource_name=topic,
+                resource_type=i8(resource_type),
+                resource_name=name,
                 configs=(AlterableConfig(name=key, config_operation=i8(SET), value=value),),
             ),
         ),

@@ -23,7 +23,8 @@ RAFT_BUG_SEEDS = {
 
 # Each controller planted bug, with the first seed a 30 s run catches it at.
 METADATA_BUG_SEEDS = {
-    "answer-before-commit": 1,
+    "answer-before-commit": 2,
+    "config-answer-before-commit": 2,
     "unfence-before-caught-up": 1,
     "leader-outside-isr": 1,
 }
@@ -33,6 +34,8 @@ METADATA_BUG_SEEDS = {
 METADATA_RAFT_BUG_SEEDS = {
     "hw-from-previous-epoch": (1, "commit-own-epoch"),
     "no-check-quorum": (3, "check-quorum"),
+    # An observer bug (raft/core.py OBSERVER_BUGS), planted in the metadata scenario only.
+    "observer-stops-on-fetch-error": (1, "stale-metadata"),
 }
 
 

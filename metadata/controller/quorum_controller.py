@@ -77,10 +77,13 @@ __all__ = ["CONTROLLER_BUGS", "ControllerConfig", "QuorumController"]
 logger = logging.getLogger("metadata.controller")
 
 ANSWER_BEFORE_COMMIT = "answer-before-commit"
+CONFIG_ANSWER_BEFORE_COMMIT = "config-answer-before-commit"
 MAX_ELECTIONS_PER_IMBALANCE = 1000  # Kafka's QuorumController.MAX_ELECTIONS_PER_IMBALANCE
 CONTROLLER_BUGS = {
     ANSWER_BEFORE_COMMIT: "the controller answers a request once its records are proposed, "
     "before they commit",
+    CONFIG_ANSWER_BEFORE_COMMIT: "the controller answers a config change (AlterConfigs, "
+    "IncrementalAlterConfigs) once its records are proposed, before they commit",
     UNFENCE_BEFORE_CAUGHT_UP: "a broker is unfenced on its first heartbeat, whatever its "
     "metadata offset",
     LEADER_OUTSIDE_ISR: "elections pick the first live replica, ignoring the ISR",
@@ -180,7 +183,10 @@ class QuorumController:
             except NotLeaderError:
                 self._deactivate()
                 return refusal(api_key, api_version, request, ErrorCode.not_controller)
-            if ANSWER_BEFORE_COMMIT in self.bugs:
+            if ANSWER_BEFORE_COMMIT in self.bugs or (
+                CONFIG_ANSWER_BEFORE_COMMIT in self.bugs
+                and api_key in (ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS)
+            ):
                 return result.response
         else:
             # An answer read from the working image (TOPIC_ALREADY_EXISTS, a heartbeat that

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import pyarrow as pa
 
+from sim.analysis.catch_up import CHECK as CATCH_UP_CHECK
+from sim.analysis.catch_up import CatchUp
 from sim.analysis.history import INDETERMINATE, latest_us, op_value, pair_operations, records
 from sim.analysis.kafka import (
     COMMIT,
@@ -42,7 +44,7 @@ from sim.analysis.kafka import (
     check_liveness,
 )
 from sim.analysis.linearizability import MAX_STEPS, explain, search
-from sim.analysis.models import EchoModel, Model, Operation, TopicModel
+from sim.analysis.models import METADATA_MODELS, EchoModel, Model, Operation
 from sim.analysis.quorum_rules import (
     cut_off_violation,
     resign_violation,
@@ -769,6 +771,31 @@ def check_broker_serving(run: RunData) -> list[Violation]:
     return found
 
 
+def check_metadata_catch_up(run: RunData) -> list[Violation]:
+    """Bounded staleness after the heal (sim/analysis/catch_up.py): every node listed by the
+    ``heal-start`` event reaches its ``offset_end`` within ``bound_s``, judged from the
+    ``metadata-applied`` samples."""
+    kinds = run.events["kind"].isin(("heal-start", "metadata-applied"))
+    columns = ("kind", "node", "time_virtual_us", "offset_end", "detail")
+    watch: CatchUp | None = None
+    end_us = 0
+    for event in records(run.events[kinds], columns):
+        at = int(event.time_virtual_us)
+        end_us = max(end_us, at)
+        if event.kind == "heal-start":
+            detail = json.loads(event.detail) if isinstance(event.detail, str) else {}
+            if event.offset_end is None or "nodes" not in detail:
+                return []  # a trace from before the check
+            bound_us = int(float(detail["bound_s"]) * 1e6)
+            nodes = tuple(str(n) for n in detail["nodes"])
+            watch = CatchUp(int(event.offset_end), at, bound_us, nodes)
+        elif watch is not None:
+            watch.observe(str(event.node), int(event.offset_end), at)
+    if watch is None:
+        return []
+    return [Violation(CATCH_UP_CHECK, message, end_us) for message in watch.violations()]
+
+
 def check_kafka(run: RunData) -> list[Violation]:
     """The kafka scenario's checks (sim/analysis/kafka.py, the code the simulator runs
     online), replayed in trace order: operations at their completion, brokers' power cuts
@@ -892,10 +919,12 @@ SCENARIOS: dict[str, ScenarioChecks] = {
             check_cut_off_leaders,
         )
     ),
-    # Topic create/delete/create-partitions and the final read, one topic per key
-    # (models.TopicModel), plus the image and broker-lifecycle checks from node events.
+    # Topic create/delete/create-partitions/alter-config and broker config changes with the
+    # final reads, one topic or config per key (models.METADATA_MODELS), plus the image,
+    # broker-lifecycle and catch-up checks from node events.
     "metadata": ScenarioChecks(
-        models=(TopicModel,), run_checks=(check_metadata_images, check_broker_serving)
+        models=METADATA_MODELS,
+        run_checks=(check_metadata_images, check_broker_serving, check_metadata_catch_up),
     ),
     # The Kafka workload (sim/analysis/kafka.py) plus the metadata plane's image checks.
     "kafka": ScenarioChecks(run_checks=(check_kafka, check_metadata_images, check_broker_serving)),

@@ -142,17 +142,21 @@ class SetModel(Model):
 # Kafka error codes that are observations of a topic's state, not "nothing happened".
 _TOPIC_ERRORS = {
     "TOPIC_ALREADY_EXISTS": ("create",),
-    "UNKNOWN_TOPIC_OR_PARTITION": ("delete", "create-partitions"),
+    "UNKNOWN_TOPIC_OR_PARTITION": ("delete", "create-partitions", "alter-config"),
     "INVALID_PARTITIONS": ("create-partitions",),
 }
 
 
 class TopicModel(Model):
-    """One topic of the metadata log: absent, or present with N partitions.
+    """One topic of the metadata log: absent, or present with N partitions and one config.
 
-    ``create(n)`` succeeds only on an absent topic; ``delete`` only on a present one;
-    ``create-partitions(n)`` (the new total) only when present with fewer than n; ``read``
-    returns the partition count, or None for an absent topic (the metadata scenario reads
+    The state is None (absent) or ``(partitions, retention)``, where ``retention`` is the
+    topic's ``retention.ms`` override (None: not set). ``create(n)`` succeeds only on an
+    absent topic and sets no config; ``delete`` only on a present one, and takes its configs
+    with it (a RemoveTopic record drops them, as in Kafka); ``create-partitions(n)`` (the new
+    total) only when present with fewer than n; ``alter-config(v)`` (IncrementalAlterConfigs
+    SET of ``retention.ms``) only on a present topic. ``read`` returns the partition count and
+    ``read-config`` the override, each None for an absent topic (the metadata scenario reads
     every topic once at the end, from the healed cluster's image).
 
     The errors in ``_TOPIC_ERRORS`` are observations of the state *after* the request, not
@@ -160,12 +164,16 @@ class TopicModel(Model):
     request across a controller failover, so the retry of a create that took effect answers
     TOPIC_ALREADY_EXISTS (likewise UNKNOWN_TOPIC_OR_PARTITION for a delete, INVALID_PARTITIONS
     for a grow). So "already exists" says the topic exists now, perhaps created by this very
-    request. Other errors (NOT_CONTROLLER, ...) leave the outcome unknown or say the request
-    was refused before any record (INVALID_REPLICATION_FACTOR, ...).
+    request. An alter-config answered UNKNOWN_TOPIC_OR_PARTITION saw the topic absent (a
+    retried alter that had taken effect before a delete changes nothing the delete did not
+    undo). Other errors (NOT_CONTROLLER, ...) leave the outcome unknown or say the request
+    was refused before any record (INVALID_REPLICATION_FACTOR, INVALID_CONFIG, ...).
     """
 
     name = "topic"
-    functions = frozenset({"create", "delete", "create-partitions", "read"})
+    functions = frozenset(
+        {"create", "delete", "create-partitions", "alter-config", "read", "read-config"}
+    )
 
     def init(self) -> State:
         return None
@@ -176,31 +184,70 @@ class TopicModel(Model):
         return op.f in _TOPIC_ERRORS.get(op.error or "", ())
 
     def step(self, state: State, op: Operation) -> tuple[bool, State]:
-        partitions = state
+        assert state is None or isinstance(state, tuple)
+        partitions, retention = state if state is not None else (None, None)
         failed = op.status == "fail"
         unknown = op.status in ("info", "pending")
         if op.f == "create":
             if failed:  # TOPIC_ALREADY_EXISTS: present now, perhaps by this very request
-                return True, op.input if partitions is None else partitions
-            if partitions is None:
-                return True, op.input
-            return unknown, partitions
+                return True, (op.input, None) if state is None else state
+            if state is None:
+                return True, (op.input, None)
+            return unknown, state
         if op.f == "delete":
             if failed:  # UNKNOWN_TOPIC_OR_PARTITION: absent now, perhaps by this request
                 return True, None
-            return (partitions is not None or unknown), None
+            return (state is not None or unknown), None
         if op.f == "read":
-            return (not op.determinate or op.output == partitions), partitions
+            return (not op.determinate or op.output == partitions), state
+        if op.f == "read-config":
+            return (not op.determinate or op.output == retention), state
         if op.f == "create-partitions":
-            assert partitions is None or isinstance(partitions, int)
             if failed and op.error == "UNKNOWN_TOPIC_OR_PARTITION":
-                return partitions is None, partitions
+                return state is None, state
             if failed:  # INVALID_PARTITIONS: at least n now, perhaps by this request
-                return partitions is not None, max(partitions or 0, op.input)
+                return state is not None, (max(partitions or 0, op.input), retention)
             if partitions is not None and op.input > partitions:
-                return True, op.input
-            return unknown, partitions
+                return True, (op.input, retention)
+            return unknown, state
+        if op.f == "alter-config":
+            if failed:  # UNKNOWN_TOPIC_OR_PARTITION: absent when it was looked at
+                return state is None, state
+            if state is not None:
+                return True, (partitions, op.input)
+            return unknown, state
         raise ValueError(f"topic: unknown function {op.f!r}")
 
     def describe_state(self, state: State) -> str:
-        return "absent" if state is None else f"{state} partitions"
+        if state is None:
+            return "absent"
+        partitions, retention = state
+        config = "" if retention is None else f", retention.ms={retention}"
+        return f"{partitions} partitions{config}"
+
+
+class ConfigModel(Model):
+    """One key of one config resource that only ``alter-config`` changes (the metadata
+    scenario's broker configs): unset (None) or a value. ``alter-broker-config(v)`` sets it,
+    ``read-broker-config`` returns it."""
+
+    name = "config"
+    functions = frozenset({"alter-broker-config", "read-broker-config"})
+
+    def init(self) -> State:
+        return None
+
+    def step(self, state: State, op: Operation) -> tuple[bool, State]:
+        if op.f == "alter-broker-config":
+            return True, op.input
+        if op.f == "read-broker-config":
+            return (not op.determinate or op.output == state), state
+        raise ValueError(f"config: unknown function {op.f!r}")
+
+    def describe_state(self, state: State) -> str:
+        return "unset" if state is None else repr(state)
+
+
+# The metadata scenario's models, one per kind of key (a topic, a broker config): the
+# simulator and kraft-analyze check its history against exactly these.
+METADATA_MODELS: tuple[type[Model], ...] = (TopicModel, ConfigModel)

@@ -39,6 +39,7 @@ SCENARIOS: dict[str, Scenario] = {
         "controllers (--controllers) and brokers (--brokers) serving admin clients under faults",
         metadata.run_metadata,
         metadata.BUGS,
+        metadata.FAULTS,
     ),
     "kafka": Scenario(
         "kafka",

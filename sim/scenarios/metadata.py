@@ -4,7 +4,8 @@ Controllers n1..nC form the quorum; brokers n(C+1).. are raft observers that reg
 heartbeat and answer admin requests by forwarding them to the active controller. Every node
 runs the real KraftNode (kraft/node.py), the same assembly ``kraft-server start`` runs.
 Client lanes (a process the nemesis leaves alone) create, delete, grow and reconfigure a
-small set of topics through random brokers, one request at a time per lane.
+small set of topics through random brokers, one request at a time per lane; one more lane
+changes broker configs at the controllers directly (KIP-919).
 
 Checked continuously, on every image any node publishes:
 - image agreement: every node that applied offset X has the same image at X;
@@ -14,18 +15,20 @@ Checked continuously, on every image any node publishes:
 - a broker serves clients (RUNNING) only once it has replayed its own registration;
 - on the controllers' quorum: a leader commits only through an entry of its own epoch, and
   a stale leader gives up within the check-quorum bound once another is elected.
-At the end: acknowledged admin operations, followed by a read of every topic from the
-healed cluster's image, are linearizable per topic (the WGL search of sim/analysis against
-the topic model; unacknowledged operations may or may not have happened; a search out of
-budget makes the run ``unknown``), and after the heal every broker runs and a fresh topic
-can be created within the bound. A node dying of an unexpected exception ends the run at
-once as ``crashed``.
+At the end: acknowledged admin operations, followed by a read of every topic and broker
+config from the healed cluster's image, are linearizable per key (the WGL search of
+sim/analysis against METADATA_MODELS; unacknowledged operations may or may not have happened;
+a search out of budget makes the run ``unknown``); after the heal every node replays what was
+committed before it within a bound (bounded staleness), and every broker runs and a fresh
+topic can be created within the liveness bound. A node dying of an unexpected exception ends
+the run at once as ``crashed``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.client import KafkaConnection
@@ -34,11 +37,13 @@ from kraft.config import ServerConfig, config_from_properties
 from kraft.node import KraftNode
 from log.runtime import Runtime
 from metadata.controller.quorum_controller import CONTROLLER_BUGS
+from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from raft.core import Role
-from raft.driver import BUGS as RAFT_BUGS
+from raft.driver import NODE_BUGS as RAFT_BUGS
 from sim import admin
+from sim.analysis.catch_up import CatchUp
 from sim.analysis.linearizability import MAX_STEPS, search
-from sim.analysis.models import Operation, TopicModel
+from sim.analysis.models import METADATA_MODELS, Operation
 from sim.harness import ScenarioRun
 from sim.nemesis import Nemesis
 from sim.process import SimProcess
@@ -53,9 +58,19 @@ CONTROLLER_PORT = 9093
 BROKER_PORT = 9092
 TOPICS = ("t0", "t1", "t2", "t3")
 FRESH_SHARE = 0.2
+FRESH_CONFIG_SHARE = 0.25
 LANES = 6
 OP_TIMEOUT_S = 6.0
 HEAL_BOUND_S = 30.0
+BROKER_CONFIG = "num.io.threads"  # the broker config the controller lane sets (harmless here)
+FAULTS = ("depose-controller",)  # the scenario's own, beyond the nemesis's
+# Check-quorum resigns a cut-off leader after controller.quorum.fetch.timeout.ms (2 s); the
+# others elect one after their own fetch timeout and an election.
+DEPOSE_MIN_S = 5.0
+# Every node replays what was committed before the heal within this bound: a third of the
+# liveness bound, so a stalled replay is named as such before it shows up as a liveness loss.
+CATCH_UP_BOUND_S = 10.0
+CATCH_UP_SAMPLE_S = 0.25
 # Answers that say what holds after the request (the topic model reads them as such: a
 # retried forward may itself have caused the state they report).
 DEFINITE = {"NONE", "TOPIC_ALREADY_EXISTS", "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_PARTITIONS"}
@@ -90,6 +105,9 @@ class Cluster:
     nodes: dict[str, KraftNode] = field(default_factory=dict)
     history: list[Op] = field(default_factory=list)
     fresh: dict[int, int] = field(default_factory=dict)
+    reconfigured: dict[int, bool] = field(default_factory=dict)  # lane's latest fresh topic
+    config_changes: int = 0
+    broker_configs: int = 0
     ops_ok: int = 0
     # Server properties a scenario sets on top of these (the kafka scenario's replication).
     extra_props: dict[str, str] = field(default_factory=dict)
@@ -164,22 +182,43 @@ class Cluster:
 
     # ---- the workload -------------------------------------------------------------------
     async def lane(self, runtime: Runtime, lane: int) -> None:
-        rng, trace = runtime.rng, self.world.trace
-        process = f"client:{lane}"
-        conn: KafkaConnection | None = None
+        """A client's admin requests on topics, through random brokers (forwarded)."""
         self.fresh[lane] = 0
+        self.reconfigured[lane] = False
+        pick = lambda rng: self._pick(rng, lane)  # noqa: E731
+        await self._run_lane(runtime, f"client:{lane}", self.brokers, BROKER_PORT, pick)
+
+    async def controller_lane(self, runtime: Runtime) -> None:
+        """An admin client talking to the controllers directly (KIP-919's
+        ``--bootstrap-controller``), changing broker configs. Its requests do not queue
+        behind other clients' in a broker's one forwarding connection, so while a deposed
+        controller still believes it leads, every change it sends there is answered by it."""
+        pick = lambda rng: self._pick_broker_config()  # noqa: E731
+        await self._run_lane(runtime, "client:c", self.controllers, CONTROLLER_PORT, pick)
+
+    async def _run_lane(
+        self,
+        runtime: Runtime,
+        process: str,
+        servers: list[str],
+        port: int,
+        pick: Callable[[random.Random], tuple[str, str, int | None]],
+    ) -> None:
+        """One request at a time to a random server of ``servers``, another one after a
+        failure or a NOT_CONTROLLER answer."""
+        rng, trace = runtime.rng, self.world.trace
+        conn: KafkaConnection | None = None
         while True:
             await asyncio.sleep(rng.uniform(0.02, 0.2))
-            f, topic, value = self._pick(rng, lane)
-            op = Op(process, f, topic, value, trace.now_us(), trace.count)
+            f, key, value = pick(rng)
+            op = Op(process, f, key, value, trace.now_us(), trace.count)
             self.history.append(op)
-            trace.event("op", process=process, type="invoke", f=f, key=topic, value=value)
+            trace.event("op", process=process, type="invoke", f=f, key=key, value=value)
             try:
                 if conn is None or conn.closed:
-                    broker = rng.choice(self.brokers)
                     conn = KafkaConnection(process)
-                    await conn.connect(broker, BROKER_PORT, 1.0)
-                error = await self._request(conn, f, topic, value)
+                    await conn.connect(rng.choice(servers), port, 1.0)
+                error = await self._request(conn, f, key, value)
             except (OSError, TimeoutError, ConnectionError) as failure:
                 op.status, op.error = "info", type(failure).__name__
                 if conn is not None:
@@ -193,26 +232,46 @@ class Cluster:
                     op.status, op.error = "fail", error
                 else:  # NOT_CONTROLLER, REQUEST_TIMED_OUT...: may or may not have happened
                     op.status, op.error = "info", error
+                    if error == "NOT_CONTROLLER":
+                        await conn.close()
+                        conn = None
             op.complete_us, op.complete_seq = trace.now_us(), trace.count
             trace.event(
-                "op", process=process, type=op.status, f=f, key=topic, value=value, error=op.error
+                "op", process=process, type=op.status, f=f, key=key, value=value, error=op.error
             )
+
+    def _pick_broker_config(self) -> tuple[str, str, int | None]:
+        """A config change of a broker resource no other change touches (ids past any
+        real broker's): a lost acknowledged change shows in the final read."""
+        self.broker_configs += 1
+        return "alter-broker-config", f"broker:{1000 + self.broker_configs}", 1 + len(self.history)
 
     def _pick(self, rng: random.Random, lane: int) -> tuple[str, str, int | None]:
         """The next operation: (function, topic, value)."""
         roll = rng.random()
-        if roll < FRESH_SHARE:
+        if roll < FRESH_SHARE + FRESH_CONFIG_SHARE:
+            if roll >= FRESH_SHARE and self.fresh[lane] and not self.reconfigured[lane]:
+                # Reconfigure the lane's latest topic of its own, once, to a value no other
+                # change sets: nothing can overwrite, repeat or delete the change, so the
+                # final read shows it if it was acknowledged and lost.
+                self.reconfigured[lane] = True
+                self.config_changes += 1
+                value = 3_600_000 + self.config_changes
+                return "alter-config", f"u{lane}-{self.fresh[lane]}", value
             # A topic of its own that nothing else touches: if an acknowledged create is
             # lost, the final read says so and no other operation can explain it away.
             self.fresh[lane] += 1
+            self.reconfigured[lane] = False
             return "create", f"u{lane}-{self.fresh[lane]}", 1
         topic = rng.choice(TOPICS)
-        if roll < 0.45:
+        if roll < 0.6:
             return "create", topic, rng.randint(1, 3)
-        if roll < 0.65:
+        if roll < 0.73:
             return "delete", topic, None
-        if roll < 0.85:
+        if roll < 0.9:
             return "create-partitions", topic, rng.randint(2, 6)
+        # Few values on the shared topics: each distinct value of an operation of unknown
+        # outcome is one more state for the linearizability search to carry.
         return "alter-config", topic, rng.choice((60_000, 120_000, 3_600_000))
 
     async def _request(self, conn: KafkaConnection, f: str, topic: str, value: int | None) -> str:
@@ -224,6 +283,11 @@ class Cluster:
         if f == "create-partitions":
             assert value is not None
             return await admin.create_partitions(conn, topic, value, OP_TIMEOUT_S)
+        if f == "alter-broker-config":
+            broker = topic.removeprefix("broker:")
+            return await admin.alter_config(
+                conn, BROKER_RESOURCE, broker, BROKER_CONFIG, str(value), OP_TIMEOUT_S
+            )
         return await admin.alter_topic_config(conn, topic, "retention.ms", str(value), OP_TIMEOUT_S)
 
     # ---- the quorum -----------------------------------------------------------------------
@@ -292,68 +356,127 @@ class Cluster:
                 "of healing"
             )
 
+    async def watch_catch_up(self) -> None:
+        """Bounded staleness: within the heal bound every node replays the metadata log up
+        to the highest offset published when the heal began (sim/analysis/catch_up.py). The
+        samples go to the trace (``metadata-applied``) for kraft-analyze's copy."""
+        trace, processes = self.world.trace, self.world.processes
+        names = tuple(self.controllers + self.brokers)
+        target = max(self.checker.digests, default=0)
+        start = trace.now_us()
+        trace.event("heal-start", offset_end=target, nodes=list(names), bound_s=CATCH_UP_BOUND_S)
+        watch = CatchUp(target, start, int(CATCH_UP_BOUND_S * 1e6), names)
+        while watch.lagging() and trace.now_us() - start <= watch.bound_us:
+            for name in watch.lagging():
+                node = self.nodes.get(name)
+                if not processes[name].alive or node is None or node.loader is None:
+                    continue
+                offset = node.loader.image.offset
+                if watch.last.get(name) != offset:
+                    trace.event("metadata-applied", node=name, offset_end=offset)
+                    watch.observe(name, offset, trace.now_us())
+            await asyncio.sleep(CATCH_UP_SAMPLE_S)
+        for message in watch.violations():
+            self.checker.fail(message)
+
     def keys(self) -> list[str]:
-        """Every topic the workload touched, in first-touch order."""
+        """Every topic or broker config the workload touched, in first-touch order."""
         return list(dict.fromkeys(op.key for op in self.history if op.process != "final"))
 
     def read_final_state(self) -> None:
-        """Read every topic once from the healed cluster's committed image (the active
-        controller's), as the history's last operation: an acknowledged change that the
-        log lost shows up here even when no later operation touches its topic."""
+        """Read every topic and broker config once from the healed cluster's committed image
+        (the active controller's), as the history's last operations: an acknowledged change
+        that the log lost shows up here even when no later operation touches its key."""
         active = self.active_controller()
         node = self.nodes.get(active) if active is not None else None
         if node is None or node.loader is None:
             return  # the liveness check has already failed the run
-        image, trace = node.loader.image, self.world.trace
-        for topic in self.keys():
-            found = image.topics.get(topic)
-            count = None if found is None else len(found.partitions)
-            op = Op("final", "read", topic, None, trace.now_us(), trace.count)
-            trace.event("op", process="final", type="invoke", f="read", key=topic, value=None)
-            op.status, op.output = "ok", count
-            op.complete_us, op.complete_seq = trace.now_us(), trace.count
-            trace.event("op", process="final", type="ok", f="read", key=topic, value=count)
-            self.history.append(op)
+        image = node.loader.image
+        for key in self.keys():
+            if key.startswith("broker:"):
+                resource = (BROKER_RESOURCE, key.removeprefix("broker:"))
+                value = image.configs.get(resource, {}).get(BROKER_CONFIG)
+                self._final_read(key, "read-broker-config", None if value is None else int(value))
+                continue
+            found = image.topics.get(key)
+            self._final_read(key, "read", None if found is None else len(found.partitions))
+            retention = image.configs.get((TOPIC_RESOURCE, key), {}).get("retention.ms")
+            self._final_read(key, "read-config", None if retention is None else int(retention))
+
+    def _final_read(self, key: str, f: str, value: int | None) -> None:
+        trace = self.world.trace
+        op = Op("final", f, key, None, trace.now_us(), trace.count)
+        trace.event("op", process="final", type="invoke", f=f, key=key, value=None)
+        op.status, op.output = "ok", value
+        op.complete_us, op.complete_seq = trace.now_us(), trace.count
+        trace.event("op", process="final", type="ok", f=f, key=key, value=value)
+        self.history.append(op)
 
     def check_linearizable(self, max_steps: int = MAX_STEPS) -> None:
-        """Per topic, the history is linearizable; a search out of budget makes the run
-        ``unknown`` (never a pass), a failed one a violation."""
-        model = TopicModel()
-        for topic in self.keys():
-            ops = []
-            for op in self.history:
-                if op.key != topic or op.f not in model.functions:
+        """Per key, the history is linearizable against its model (METADATA_MODELS, as
+        kraft-analyze checks it); a search out of budget makes the run ``unknown`` (never a
+        pass), a failed one a violation."""
+        by_key: dict[str, list[Op]] = {}
+        for op in self.history:
+            by_key.setdefault(op.key, []).append(op)
+        for key, history in by_key.items():
+            for model in (factory() for factory in METADATA_MODELS):
+                ops = []
+                for op in history:
+                    if op.f not in model.functions:
+                        continue
+                    determinate = op.status in ("ok", "fail")
+                    candidate = Operation(
+                        id=len(ops),
+                        index=op.invoke_seq,
+                        process=op.process,
+                        f=op.f,
+                        input=op.value,
+                        output=op.output,
+                        status=op.status,
+                        error=op.error,
+                        invoke_us=op.invoke_us,
+                        complete_us=op.complete_us if determinate else None,
+                        invoke_seq=op.invoke_seq,
+                        complete_seq=op.complete_seq if determinate else None,
+                    )
+                    if model.observes(candidate):
+                        ops.append(candidate)
+                if not ops:
                     continue
-                determinate = op.status in ("ok", "fail")
-                candidate = Operation(
-                    id=len(ops),
-                    index=op.invoke_seq,
-                    process=op.process,
-                    f=op.f,
-                    input=op.value,
-                    output=op.output,
-                    status=op.status,
-                    error=op.error,
-                    invoke_us=op.invoke_us,
-                    complete_us=op.complete_us if determinate else None,
-                    invoke_seq=op.invoke_seq,
-                    complete_seq=op.complete_seq if determinate else None,
-                )
-                if model.observes(candidate):
-                    ops.append(candidate)
-            result = search(model, ops, max_steps)
-            if result.verdict == "unknown" and self.checker.unknown is None:
-                self.checker.unknown = (
-                    f"linearizability: topic {topic} undecided after {result.steps} steps "
-                    f"({len(ops)} ops)"
-                )
-            if result.verdict == "violation":
-                stuck = ops[result.stuck].describe() if result.stuck is not None else "?"
-                self.checker.fail(
-                    f"linearizability: topic {topic}: {stuck} cannot be linearized "
-                    f"({len(ops)} ops; state {model.describe_state(result.state)})"
-                )
-                return
+                result = search(model, ops, max_steps)
+                if result.verdict == "unknown" and self.checker.unknown is None:
+                    self.checker.unknown = (
+                        f"linearizability: {model.name} {key} undecided after {result.steps} "
+                        f"steps ({len(ops)} ops)"
+                    )
+                if result.verdict == "violation":
+                    stuck = ops[result.stuck].describe() if result.stuck is not None else "?"
+                    self.checker.fail(
+                        f"linearizability: {model.name} {key}: {stuck} cannot be linearized "
+                        f"({len(ops)} ops; state {model.describe_state(result.state)})"
+                    )
+                    return
+
+
+def _controller_faults(cluster: Cluster) -> dict[str, Callable[[Nemesis, float], None]]:
+    """The metadata scenario's own faults (part of its ``--faults all``)."""
+
+    def depose_controller(nemesis: Nemesis, hold_s: float) -> None:
+        # Cut the active controller from the other controllers only: brokers still reach
+        # it and forward requests to it until check-quorum makes it resign, the window in
+        # which a controller that answers before its records commit loses acknowledged
+        # changes (isolate-leader cuts the brokers off too, so they could not ask it). The
+        # cut lasts long enough for the others to elect a leader, whose first record then
+        # truncates whatever the deposed one appended.
+        active = cluster.active_controller()
+        others = [c for c in cluster.controllers if c != active]
+        if active is not None and others:
+            net = nemesis.world.network
+            cut = net.partition([active], others)
+            nemesis.world.loop.call_later(max(hold_s, DEPOSE_MIN_S), net.restore, cut)
+
+    return {"depose-controller": depose_controller}
 
 
 def run_metadata(config: RunConfig) -> RunResult:
@@ -372,6 +495,7 @@ def run_metadata(config: RunConfig) -> RunResult:
 
     async def client_main(runtime: Runtime) -> None:
         lanes = [asyncio.ensure_future(cluster.lane(runtime, i)) for i in range(LANES)]
+        lanes.append(asyncio.ensure_future(cluster.controller_lane(runtime)))
         await stop_workload.wait()
         for task in lanes:  # what is still in flight stays of unknown outcome
             task.cancel()
@@ -381,15 +505,22 @@ def run_metadata(config: RunConfig) -> RunResult:
 
     client = world.add_process("client")
     client.start(client_main)
-    nemesis = Nemesis(world, controllers + brokers, config.faults, leader=cluster.active_controller)
+    nemesis = Nemesis(
+        world,
+        controllers + brokers,
+        config.faults,
+        leader=cluster.active_controller,
+        custom=_controller_faults(cluster),
+    )
 
     async def drive() -> None:
         watcher = world.loop.create_task(cluster.watch_leaders())
         await nemesis.run(config.duration_s)
         nemesis.heal_all()
-        world.trace.event("heal-start")
+        catch_up = world.loop.create_task(cluster.watch_catch_up())
         stop_workload.set()
         await healed.wait()
+        await catch_up
         watcher.cancel()
         cluster.read_final_state()
         cluster.check_linearizable()

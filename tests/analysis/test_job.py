@@ -38,7 +38,11 @@ from sim.analysis.load import LocalTrace, read_trace_pandas, run_dirs, spark_ses
 from sim.analysis.report import LATENCY_FAULTS
 from sim.scenarios.echo import HEAL_BOUND_S
 from sim.tracefmt import RUN_FILE
-from tests.planted import RAFT_BUG_SEEDS
+from tests.planted import (
+    METADATA_BUG_SEEDS,
+    METADATA_RAFT_BUG_SEEDS,
+    RAFT_BUG_SEEDS,
+)
 
 from .conftest import TraceSets, named_partition
 
@@ -163,11 +167,12 @@ def test_echo_heal_bound_matches_the_scenario() -> None:
 
 @pytest.fixture(scope="module")
 def metadata_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Metadata-scenario runs: one honest, one per controller planted bug (seed 1)."""
+    """Metadata-scenario runs: one honest, one per controller planted bug at its seed."""
     root = tmp_path_factory.mktemp("metadata-traces")
     for bug in (None, "answer-before-commit", "unfence-before-caught-up", "leader-outside-isr"):
-        args = ["run", "--scenario", "metadata", "--seed", "1", "--duration", "15"]
-        args += ["--trace", str(root)] + (["--bug", bug] if bug else [])
+        seed = METADATA_BUG_SEEDS[bug] if bug else 1
+        args = ["run", "--scenario", "metadata", "--seed", str(seed), "--trace", str(root)]
+        args += ["--bug", bug] if bug else []
         result = subprocess.run(
             [str(BIN / "kraft-sim"), *args], capture_output=True, text=True, check=False
         )
@@ -180,12 +185,49 @@ def test_metadata_runs_are_judged_from_their_history_and_image_events(
 ) -> None:
     expected = failing_runs_by_simulator(metadata_traces)
     runs = read_trace_pandas(str(metadata_traces)).runs
-    assert len(expected) >= 2, "at least two planted bugs must fail a run at seed 1"
-    assert expected <= set(runs.loc[runs["bug"].notna(), "run_id"])
+    assert expected == set(runs.loc[runs["bug"].notna(), "run_id"])
     result = run_cli(str(metadata_traces), out=tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary["violating_runs"]) == expected
     assert result.stdout == f"runs={len(runs)} violations={len(expected)}\n"
+
+
+@pytest.fixture(scope="module")
+def metadata_bug_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Metadata-scenario runs of the config and stalled-replay bugs at their catching seeds,
+    and an honest run."""
+    root = tmp_path_factory.mktemp("metadata-bug-traces")
+    config_bug = "config-answer-before-commit"
+    stall_bug = "observer-stops-on-fetch-error"
+    runs = [(config_bug, METADATA_BUG_SEEDS[config_bug])]
+    runs += [(stall_bug, METADATA_RAFT_BUG_SEEDS[stall_bug][0]), (None, 1)]
+    for bug, seed in runs:
+        args = ["run", "--scenario", "metadata", "--seed", str(seed), "--trace", str(root)]
+        result = subprocess.run(
+            [str(BIN / "kraft-sim"), *args, *(["--bug", bug] if bug else [])],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == (1 if bug else 0), result.stdout + result.stderr
+    return root
+
+
+def test_lost_config_changes_and_stale_replays_are_found_in_the_trace(
+    spark: SparkSession, metadata_bug_traces: Path, tmp_path: Path
+) -> None:
+    """The config history (linearizability) and the catch-up samples (stale-metadata)
+    re-derived from the trace flag exactly the runs the simulator failed."""
+    expected = failing_runs_by_simulator(metadata_bug_traces)
+    runs = read_trace_pandas(str(metadata_bug_traces)).runs
+    assert set(runs.loc[runs["bug"].notna(), "run_id"]) == expected
+    result = run_cli(str(metadata_bug_traces), out=tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary["violating_runs"]) == expected
+    assert result.stdout == f"runs={len(runs)} violations={len(expected)}\n"
+    checks = {row["bug"]: row["checks"] for row in summary["per_run"] if row["run_id"] in expected}
+    assert "linearizability" in checks["config-answer-before-commit"]
+    assert "stale-metadata" in checks["observer-stops-on-fetch-error"]
 
 
 @pytest.fixture(scope="module")

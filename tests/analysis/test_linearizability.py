@@ -234,3 +234,40 @@ def test_histories_produced_by_the_model_are_linearizable_and_a_lie_is_not(
         assert search(RegisterModel(), ops).verdict == "violation"
         found = explain(RegisterModel(), ops)
         assert found is not None and found.op.index == lie
+
+
+def test_config_changes_are_checked_with_the_topic_they_belong_to() -> None:
+    # An acknowledged config change the log lost: the final read-config catches it.
+    lost = History()
+    lost.run("a", "create", 1)
+    lost.run("a", "alter-config", 3_600_001)
+    lost.run("final", "read", output=1)
+    lost.run("final", "read-config", output=None)
+    assert verdict(TopicModel(), lost) == "violation"
+    found = explain(TopicModel(), lost.observed(TopicModel()))
+    assert found is not None and found.state == "1 partitions, retention.ms=3600001"
+    # The same history with the change kept, or a later change overwriting it, is fine.
+    kept = History()
+    kept.run("a", "create", 1)
+    kept.run("a", "alter-config", 3_600_001)
+    kept.run("b", "alter-config", 3_600_002, status="info", error="NOT_CONTROLLER")
+    kept.run("final", "read-config", output=3_600_002)
+    assert verdict(TopicModel(), kept) == "ok"
+    # A delete takes the topic's configs with it; a re-created topic has none.
+    recreated = History()
+    recreated.run("a", "create", 1)
+    recreated.run("a", "alter-config", 3_600_001)
+    recreated.run("b", "delete")
+    recreated.run("b", "create", 2)
+    recreated.run("final", "read-config", output=3_600_001)
+    assert verdict(TopicModel(), recreated) == "violation"
+    # UNKNOWN_TOPIC_OR_PARTITION says the topic was absent; INVALID_CONFIG changes nothing.
+    absent = History()
+    absent.run("a", "create", 1)
+    absent.run("b", "alter-config", 3_600_001, status="fail", error="UNKNOWN_TOPIC_OR_PARTITION")
+    assert verdict(TopicModel(), absent) == "violation"
+    refused = History()
+    refused.run("a", "create", 1)
+    refused.run("b", "alter-config", -7, status="fail", error="INVALID_CONFIG")
+    refused.run("final", "read-config", output=None)
+    assert verdict(TopicModel(), refused) == "ok"

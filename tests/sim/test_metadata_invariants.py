@@ -217,6 +217,20 @@ def test_a_lost_acknowledged_create_is_a_linearizability_violation() -> None:
     assert kind(checker) == "linearizability" and checker.unknown is None
 
 
+@pytest.mark.parametrize(("final", "fires"), [(7, False), (None, True)])
+def test_a_lost_acknowledged_broker_config_change_is_a_linearizability_violation(
+    final: int | None, fires: bool
+) -> None:
+    key = "broker:1001"
+    history = [
+        Op("client:c", "alter-broker-config", key, 7, 0, 1, "ok", None, None, 40, 2),
+        Op("final", "read-broker-config", key, None, 100, 3, "ok", final, None, 100, 4),
+    ]
+    checker = _judge(history)
+    assert kind(checker) == ("linearizability" if fires else None)
+    assert not fires or (checker.violation or "").startswith(f"linearizability: config {key}:")
+
+
 def test_a_search_out_of_budget_is_unknown_never_a_pass() -> None:
     checker = _judge(_history(3), max_steps=2)
     assert checker.violation is None

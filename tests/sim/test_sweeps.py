@@ -170,6 +170,12 @@ def test_raft_bug_is_caught_in_the_metadata_scenario_by_its_own_check(bug: str) 
     assert result.stdout.startswith(f"seed={seed} VIOLATION {check}: "), result.stdout
 
 
+def test_every_observer_bug_has_a_catching_seed_in_the_metadata_scenario() -> None:
+    from raft.core import OBSERVER_BUGS
+
+    assert set(OBSERVER_BUGS) <= set(METADATA_RAFT_BUG_SEEDS)
+
+
 def test_every_controller_bug_has_a_catching_seed() -> None:
     from metadata.controller.quorum_controller import CONTROLLER_BUGS
 
