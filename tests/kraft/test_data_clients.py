@@ -100,8 +100,11 @@ def test_kafka_python_produces_gzip_and_reads_offsets_by_time(
     _, bootstrap = single
     create_topic(bootstrap, "metrics", 2)
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, compression_type="gzip")
+    # An hour ago: inside retention.ms (a week), so the retention task cannot delete them
+    # between the produce and the reads (stamps in 1970 made this test flaky).
+    base = int(time.time() * 1000) - 3_600_000
     sent = [
-        producer.send("metrics", value=f"m{i}".encode(), partition=i % 2, timestamp_ms=10_000 + i)
+        producer.send("metrics", value=f"m{i}".encode(), partition=i % 2, timestamp_ms=base + i)
         for i in range(40)
     ]
     producer.flush()
@@ -116,9 +119,9 @@ def test_kafka_python_produces_gzip_and_reads_offsets_by_time(
         values = [record.value for record in consumer]
         assert sorted(values) == sorted(f"m{i}".encode() for i in range(40))
         assert consumer.end_offsets(partitions) == {p: 20 for p in partitions}
-        by_time = consumer.offsets_for_times({partitions[1]: 10_021})
-        assert (by_time[partitions[1]].offset, by_time[partitions[1]].timestamp) == (10, 10_021)
-        assert consumer.offsets_for_times({partitions[0]: 99_999}) == {partitions[0]: None}
+        by_time = consumer.offsets_for_times({partitions[1]: base + 21})
+        assert (by_time[partitions[1]].offset, by_time[partitions[1]].timestamp) == (10, base + 21)
+        assert consumer.offsets_for_times({partitions[0]: base + 99_999}) == {partitions[0]: None}
     finally:
         consumer.close()
 

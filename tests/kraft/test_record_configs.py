@@ -66,7 +66,9 @@ def test_compression_type_and_log_append_time_are_applied_by_the_broker(
     single: tuple[Processes, str],
 ) -> None:
     procs, bootstrap = single
-    create(bootstrap, "stored-zstd", {"compression.type": "zstd"})
+    # retention.ms=-1: the CreateTime below is long ago, and the retention task must not
+    # delete the records between the produce and the reads.
+    create(bootstrap, "stored-zstd", {"compression.type": "zstd", "retention.ms": "-1"})
     create(bootstrap, "append-time", {"message.timestamp.type": "LogAppendTime"})
     producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "gzip"})
     reports: list[tuple[object, tuple[int, int]]] = []
