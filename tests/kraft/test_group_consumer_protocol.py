@@ -253,14 +253,17 @@ def test_a_live_member_keeps_its_epoch_and_partitions_across_a_node_restart(
         consumed(0)
         return passing.poll(0.1) is not None or bool(passing.assignment())
 
-    # A second member that comes and goes takes the group epoch to 3, so a group that
-    # came back empty (epoch 1) would show.
-    passing = Consumer({**config, "enable.auto.commit": False})  # it must not move offsets
-    passing.subscribe(["kip848-restart"])
-    wait_until(passing_joined, "the passing member joined")
-    passing.close()
-
     try:
+        # A second member that comes and goes takes the group epoch to 3, so a group that
+        # came back empty (epoch 1) would show.
+        passing = Consumer({**config, "enable.auto.commit": False})  # it must not move offsets
+        try:
+            passing.subscribe(["kip848-restart"])
+            wait_until(passing_joined, "the passing member joined")
+        finally:
+            # Closed even when the wait fails: a leaked client retries a dead node every
+            # 50 ms for the rest of the session and starves later tests of the GIL.
+            passing.close()
         wait_until(lambda: consumed(3), "the first records")
         before = group_state(bootstrap, "restart848")
         procs.kill(1)
