@@ -323,6 +323,7 @@ def test_planted_bug_answers_before_commit(tmp_path: Path) -> None:
 def test_bug_names_are_checked() -> None:
     assert set(CONTROLLER_BUGS) == {
         "answer-before-commit",
+        "config-answer-before-commit",
         "unfence-before-caught-up",
         "leader-outside-isr",
     }
