@@ -431,12 +431,18 @@ class LogManager:
                     logger.exception("flushing %s failed", tp)
 
     async def checkpoint_log_recovery_offsets(self) -> None:
-        for log_dir in self.log_dirs:
-            await self._write_offsets(log_dir, RECOVERY_POINT_CHECKPOINT, "recovery_point")
+        await self._checkpoint_live_dirs(RECOVERY_POINT_CHECKPOINT, "recovery_point")
 
     async def checkpoint_log_start_offsets(self) -> None:
-        for log_dir in self.log_dirs:
-            await self._write_offsets(log_dir, LOG_START_OFFSET_CHECKPOINT, "log_start_offset")
+        await self._checkpoint_live_dirs(LOG_START_OFFSET_CHECKPOINT, "log_start_offset")
+
+    async def _checkpoint_live_dirs(self, name: str, attribute: str) -> None:
+        """One checkpoint file in every live dir. A dir whose write fails goes offline with
+        one line from ``fail_log_dir`` and the dirs after it are still written: a traceback
+        per period for a disk already reported, or a healthy dir left stale, helps nobody."""
+        for log_dir in self.live_log_dirs:
+            with contextlib.suppress(OSError):  # reported by fail_log_dir
+                await self._write_offsets(log_dir, name, attribute)
 
     async def checkpoint_high_watermarks(
         self, high_watermarks: Mapping[TopicPartition, int]

@@ -402,3 +402,35 @@ def test_a_disk_error_takes_its_log_dir_offline_and_the_other_dirs_keep_serving(
         asyncio.run(run())
     offline = [r for r in caplog.records if "is offline after a disk error" in r.getMessage()]
     assert len(offline) == 1 and "/a" in offline[0].getMessage()
+
+
+def test_a_checkpoint_write_that_fails_takes_its_dir_offline_in_one_line_and_spares_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The periodic recovery-point checkpoint hit a failing disk in a sweep and printed a
+    traceback every period; now the failing dir goes offline with one line, the next dir's
+    checkpoint is still written, and the task itself does not fail."""
+
+    async def run() -> None:
+        node = Node(dirs=["/a", "/b"])
+        manager = node.manager()
+        await manager.load_logs()
+        for i in range(2):
+            (await manager.get_or_create_log("orders", i)).append_as_leader(batch(), 1)
+        node.disk.fail_fsyncs(1)  # the first checkpoint written, /a's, fails
+        await manager.checkpoint_log_recovery_offsets()
+        assert list(manager.offline_dirs) == ["/a"]
+        fs = node.disk.fs()
+        assert OffsetCheckpointFile(fs, "/b/recovery-point-offset-checkpoint").read() == {
+            ("orders", 1): 0
+        }
+        await manager.checkpoint_log_start_offsets()  # the offline dir is skipped
+        assert OffsetCheckpointFile(fs, "/b/log-start-offset-checkpoint").read() == {
+            ("orders", 1): 0
+        }
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(run())
+    assert not [r for r in caplog.records if r.exc_info]
+    offline = [r for r in caplog.records if "is offline after a disk error" in r.getMessage()]
+    assert len(offline) == 1 and "/a" in offline[0].getMessage()
