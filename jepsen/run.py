@@ -127,8 +127,12 @@ def run(options: RunOptions) -> RunReport:
             raise RunError("--bug plants kraft-py's bugs: it cannot go with --kafka-lib")
         program = ApacheKafka(options.kafka_lib)
     clock = None
+    clock_skipped = None  # why the clock nemesis injects nothing on this program
     if "clock" in options.nemeses:
-        clock = ClockMode(libfaketime(), options.fake_monotonic)
+        if options.fake_monotonic or program.wall_clock_only is None:
+            clock = ClockMode(libfaketime(), options.fake_monotonic)
+        else:
+            clock_skipped = program.wall_clock_only
     tag = secrets.token_hex(2)
     backend = NetnsBackend(tag)
     work = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{tag}-"))
@@ -168,6 +172,8 @@ def run(options: RunOptions) -> RunReport:
                 partitions=options.partitions,
                 idempotent=True,
             )
+            if clock_skipped is not None:
+                recorder.event("nemesis-skipped", nemesis="clock", reason=clock_skipped)
             for node in props:
                 cluster.start(node)
             create_topic(cluster.bootstrap, options.partitions, rf)
