@@ -17,6 +17,8 @@
 # The jars land in ./.cache/kafka-dist (gitignored) with Maven's local repository beside
 # them, so after one install everything runs offline: the launcher needs only java 17+.
 set -euo pipefail
+# shellcheck source=scripts/maven-classpath.sh
+source "$(dirname "$0")/maven-classpath.sh"
 
 KAFKA_VERSION="${KAFKA_DIST_VERSION:-4.1.0}"
 LOG4J_VERSION="2.24.3" # the version kafka-server 4.1.0 depends on
@@ -30,25 +32,9 @@ install() {
     if [ -f "$STAMP" ]; then
         return 0
     fi
-    command -v mvn >/dev/null || { echo "kafka-dist: mvn not found (need Maven and Java 17+)" >&2; exit 2; }
-    mkdir -p "$CACHE"
-    local pom="$CACHE/pom-$KAFKA_VERSION.xml"
-    cat >"$pom" <<POM
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>kraft-py</groupId>
-  <artifactId>kafka-dist-classpath</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>$LOG4J_VERSION</version></dependency>
-  </dependencies>
-</project>
-POM
-    rm -rf "$LIB.tmp"
-    mvn -q -B -Dstyle.color=never -f "$pom" -Dmaven.repo.local="$CACHE/m2" \
-        -DincludeScope=runtime dependency:copy-dependencies -DoutputDirectory="$LIB.tmp" >&2 # stdout: the lib dir only
+    maven_classpath "$CACHE" "$LIB.tmp" "kafka-dist-$KAFKA_VERSION" \
+        "org.apache.kafka:kafka_2.13:$KAFKA_VERSION" \
+        "org.apache.logging.log4j:log4j-slf4j-impl:$LOG4J_VERSION"
     cat >"$LIB.tmp/log4j2.properties" <<'LOG4J'
 # INFO to stdout (the caller redirects it to the node's log file).
 rootLogger.level = INFO
