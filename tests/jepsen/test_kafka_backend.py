@@ -42,6 +42,11 @@ def test_a_node_is_kafkas_own_main_class_on_the_lib_dirs_jars(tmp_path: Path) ->
     assert argv[0] == "java"
     assert argv[-3:] == [f"{lib.resolve()}/*", "kafka.Kafka", str(tmp_path / "node1.properties")]
     assert len(kafka.random_uuid()) == 22  # StorageTool answers: the classpath is complete
+    # The script's own launcher: the answer alone on stdout (the tool logs to stderr).
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "storage", "random-uuid"], capture_output=True, text=True, check=True
+    )
+    assert len(out.stdout.strip()) == 22 and out.stdout.count("\n") == 1, out.stdout
 
 
 def test_a_short_fault_run_against_apache_kafka_is_judged_and_leaves_nothing(
