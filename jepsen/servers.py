@@ -19,7 +19,16 @@ KRAFT_SERVER = str(Path(sys.executable).parent / "kraft-server")
 # fit a two-core machine; a benchmark passes Kafka's own defaults (KAFKA_JVM_OPTS below).
 SMALL_JVM_OPTS = ("-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 # kafka-server-start.sh's defaults (KAFKA_HEAP_OPTS, KAFKA_JVM_PERFORMANCE_OPTS).
-KAFKA_JVM_OPTS = ("-Xms1g", "-Xmx1g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20")
+KAFKA_JVM_OPTS = (
+    "-Xms1g",
+    "-Xmx1g",
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+)
 # Where a lib dir's logging configuration is looked for: kafka-dist.sh writes the first
 # two, a distribution ships the others.
 SERVER_LOG4J = ("log4j2.properties", "../config/log4j2.yaml")
