@@ -1,19 +1,26 @@
 """Replicated produce: acks=all throughput and latency with replication factor 3 against 1.
 
 Run: ``.venv/bin/python bench/bench_replication.py [--records N] [--size BYTES]
-[--latency-records M] [--kafka-dir DIR]``.
+[--latency-records M] [--warmup-records W] [--kafka-lib DIR | --kafka-dir DIR]``.
 
 Starts one controller and three brokers (real kraft-server processes) on loopback in a
 temporary dir, creates two one-partition topics, ``rf1`` (replication factor 1) and ``rf3``
 (replication factor 3, min.insync.replicas=2), and for each:
 1. throughput: confluent-kafka (librdkafka) sends ``--records`` records of ``--size`` bytes
-   with acks=all, 64 KiB batches, linger 5 ms, and waits for every delivery report;
+   with acks=all, 64 KiB batches, linger 5 ms, and waits for every delivery report, after
+   ``--warmup-records`` sent the same way untimed (a cold JVM runs interpreted code:
+   without it Kafka's figures measure its JIT, not its broker);
 2. latency: ``--latency-records`` records sent one at a time (each waits for the previous
    one's acknowledgement): p50 and p99 of send-to-acknowledgement.
 RF3 against RF1 in the same run is what replication costs (two follower fetch round trips
-and the followers' appends before the high watermark moves). With ``--kafka-dir`` (an
-Apache Kafka distribution, e.g. kafka_2.13-4.1.0/) the same runs go against three Kafka
-nodes (combined broker+controller, KRaft) started from it, for the absolute comparison.
+and the followers' appends before the high watermark moves). With ``--kafka-lib`` (a lib dir
+of Apache Kafka's jars: ``scripts/kafka-dist.sh lib`` assembles Kafka 4.1.0's from Maven
+Central and prints it) or ``--kafka-dir`` (an unpacked distribution, e.g.
+kafka_2.13-4.1.0/, whose ``libs/`` is used) the same runs go against three Kafka nodes
+(combined broker+controller, KRaft, ``java -cp LIB/* kafka.Kafka`` with
+kafka-server-start.sh's JVM options) in the same run, and kraft-py's figures are printed as
+ratios of Kafka's. For two cores, keep it short: ``--records 30000 --latency-records 300
+--kafka-lib "$(scripts/kafka-dist.sh lib)"``.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from jepsen.servers import KAFKA_JVM_OPTS, ApacheKafka
 
 BIN = Path(sys.executable).parent
 DEADLINE_S = 90.0
@@ -91,16 +100,11 @@ def start_kraft_py(root: Path) -> tuple[list[subprocess.Popen], str]:
     return procs, ",".join(f"127.0.0.1:{p}" for p in ports.values())
 
 
-def start_kafka(root: Path, kafka_dir: Path) -> tuple[list[subprocess.Popen], str]:
-    """Three Apache Kafka nodes, each broker and controller (KRaft), from ``kafka_dir``."""
+def start_kafka(root: Path, kafka: ApacheKafka) -> tuple[list[subprocess.Popen], str]:
+    """Three Apache Kafka nodes, each broker and controller (KRaft), from ``kafka``'s jars."""
     ports = {node: (free_port(), free_port()) for node in (1, 2, 3)}
     voters = ",".join(f"{n}@127.0.0.1:{c}" for n, (_, c) in ports.items())
-    cluster_id = subprocess.run(
-        [kafka_dir / "bin" / "kafka-storage.sh", "random-uuid"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    cluster_id = kafka.random_uuid()
     procs = []
     for node, (broker, controller) in ports.items():
         config = root / f"kafka{node}.properties"
@@ -111,18 +115,10 @@ def start_kafka(root: Path, kafka_dir: Path) -> tuple[list[subprocess.Popen], st
             "controller.listener.names=CONTROLLER\ninter.broker.listener.name=PLAINTEXT\n"
             f"log.dirs={root / f'kafka-data{node}'}\n"
         )
-        subprocess.run(
-            [kafka_dir / "bin" / "kafka-storage.sh", "format", "-t", cluster_id, "-c", config],
-            check=True,
-            capture_output=True,
-        )
+        subprocess.run(kafka.format_argv(cluster_id, config), check=True, capture_output=True)
         with open(root / f"kafka{node}.log", "w") as out:
             procs.append(
-                subprocess.Popen(
-                    [kafka_dir / "bin" / "kafka-server-start.sh", config],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
+                subprocess.Popen(kafka.start_argv(config), stdout=out, stderr=subprocess.STDOUT)
             )
     for broker, _ in ports.values():
         wait_port(broker, procs)
@@ -190,23 +186,39 @@ def latencies(bootstrap: str, topic: str, count: int, value: bytes) -> list[floa
     return out
 
 
-def measure(label: str, bootstrap: str, args: argparse.Namespace, value: bytes) -> list[str]:
+Figures = dict[str, tuple[float, float, float]]  # topic -> (records/s, p50 ms, p99 ms)
+
+
+def measure(
+    label: str, bootstrap: str, args: argparse.Namespace, value: bytes
+) -> tuple[list[str], Figures]:
     create_topics(bootstrap)
     lines = []
-    rates = {}
+    figures = {}
     for topic in ("rf1", "rf3"):
+        throughput(bootstrap, topic, args.warmup_records, value)  # JIT, caches, connections
         seconds = throughput(bootstrap, topic, args.records, value)
         lat = sorted(latencies(bootstrap, topic, args.latency_records, value))
         p50 = statistics.median(lat) * 1000
         p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
-        rates[topic] = args.records / seconds
+        figures[topic] = (args.records / seconds, p50, p99)
         lines.append(
-            f"{label:9} {topic.upper()} acks=all {rates[topic]:10.0f} records/s "
+            f"{label:9} {topic.upper()} acks=all {figures[topic][0]:10.0f} records/s "
             f"{args.records * args.size / seconds / 1e6:7.1f} MB/s   "
             f"p50 {p50:6.2f} ms  p99 {p99:6.2f} ms"
         )
-    lines.append(f"{label:9} RF3 / RF1 throughput: {rates['rf3'] / rates['rf1']:.2f}x")
-    return lines
+    ratio = figures["rf3"][0] / figures["rf1"][0]
+    lines.append(f"{label:9} RF3 / RF1 throughput: {ratio:.2f}x")
+    return lines, figures
+
+
+def ratios(ours: Figures, kafka: Figures) -> list[str]:
+    """kraft-py's figures as multiples of Kafka's (throughput >1: faster; latency >1: slower)."""
+    return [
+        f"kraft-py / kafka {topic.upper()}: throughput {ours[topic][0] / kafka[topic][0]:.2f}x, "
+        f"p50 {ours[topic][1] / kafka[topic][1]:.2f}x, p99 {ours[topic][2] / kafka[topic][2]:.2f}x"
+        for topic in ("rf1", "rf3")
+    ]
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
@@ -225,23 +237,39 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--latency-records", type=int, default=1000)
-    parser.add_argument("--kafka-dir", type=Path, help="an Apache Kafka distribution")
+    parser.add_argument(
+        "--warmup-records",
+        type=int,
+        default=None,
+        help="sent untimed to each topic first, so a JVM's JIT is warm (default --records)",
+    )
+    dist = parser.add_mutually_exclusive_group()
+    dist.add_argument("--kafka-lib", type=Path, help="Apache Kafka's jars (kafka-dist.sh lib)")
+    dist.add_argument("--kafka-dir", type=Path, help="an Apache Kafka distribution")
     args = parser.parse_args()
+    if args.warmup_records is None:
+        args.warmup_records = args.records
     value = os.urandom(args.size)
     lines = [
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.records} records of "
         f"{args.size} bytes for throughput, {args.latency_records} one at a time for latency"
     ]
-    starts = [("kraft-py", lambda root: start_kraft_py(root))]
-    if args.kafka_dir is not None:
-        starts.append(("kafka", lambda root: start_kafka(root, args.kafka_dir)))
+    starts = [("kraft-py", start_kraft_py)]
+    lib = args.kafka_dir / "libs" if args.kafka_dir is not None else args.kafka_lib
+    if lib is not None:
+        kafka = ApacheKafka(lib, jvm_opts=KAFKA_JVM_OPTS)
+        starts.append(("kafka", lambda root: start_kafka(root, kafka)))
+    figures = {}
     for label, start in starts:
         with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
             procs, bootstrap = start(Path(tmp))
             try:
-                lines += measure(label, bootstrap, args, value)
+                measured, figures[label] = measure(label, bootstrap, args, value)
+                lines += measured
             finally:
                 stop(procs)
+    if "kafka" in figures:
+        lines += ratios(figures["kraft-py"], figures["kafka"])
     print("\n".join(lines))
 
 

@@ -1,7 +1,7 @@
 """``kraft-jepsen``: fault runs on real kraft-server processes (docs/jepsen.md).
 
     kraft-jepsen run [--nodes 3+3] [--time-limit 60] [--nemesis partition,kill] [--seed 1]
-                     [--bug NAME] [--trace DIR]
+                     [--bug NAME] [--trace DIR] [--kafka-lib DIR]
     kraft-jepsen cleanup
 
 ``run`` prints the run's trace directory and its verdict (the checks kraft-analyze runs,
@@ -47,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
         help="clock faults move the monotonic clock (asyncio's timers) too, not only wall time",
     )
     run.add_argument("--keep-data", action="store_true", help="keep the nodes' data and logs")
+    run.add_argument(
+        "--kafka-lib",
+        type=Path,
+        help="run Apache Kafka from this lib dir (scripts/kafka-dist.sh lib) instead of kraft-py",
+    )
     sub.add_parser("cleanup", help="remove what any run left behind")
     return parser
 
@@ -96,6 +101,7 @@ def _run(args: argparse.Namespace) -> int:
             layout=Path(args.layout),
             fake_monotonic=args.fake_monotonic,
             keep_data=args.keep_data,
+            kafka_lib=args.kafka_lib,
         )
         report = run(options)
     except (ValueError, ConfigError, LayoutError, BackendError, RunError) as error:

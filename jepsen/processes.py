@@ -1,22 +1,22 @@
-"""Real kraft-server processes described by property dicts: formatted with one cluster id,
-started, signalled. Used by the end-to-end tests (tests/kraft/procs.py, on loopback) and by
-kraft-jepsen (each node wrapped into its own network namespace and clock)."""
+"""Real node processes described by property dicts: formatted with one cluster id, started,
+signalled. kraft-server by default, or Apache Kafka (jepsen/servers.py). Used by the
+end-to-end tests (tests/kraft/procs.py, on loopback) and by kraft-jepsen (each node wrapped
+into its own network namespace and clock)."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
+from jepsen.servers import KRAFT_PY, KRAFT_SERVER, NodeProgram
 from kraft.quorum_tool import QuorumStatus, describe_quorum
 
-BIN = Path(sys.executable).parent
-KRAFT_SERVER = str(BIN / "kraft-server")
+__all__ = ["KRAFT_SERVER", "Processes", "wait_until"]
 DEADLINE_S = 40.0
 T = TypeVar("T")
 # How a node's command line is wrapped (a namespace, say) and what environment it gets.
@@ -37,11 +37,11 @@ def wait_until(condition: Callable[[], T | None], what: str, deadline_s: float =
 
 
 class Processes:
-    """kraft-server nodes described by property dicts, formatted with one cluster id.
+    """Nodes described by property dicts, formatted with one cluster id.
 
-    ``wrap`` turns a node's ``kraft-server start`` command line into the one to run (it must
-    exec the server in place, as ``ip netns exec`` does, so signals reach it), ``environ``
-    gives its environment (None: this process's)."""
+    ``program`` is what runs (kraft-server unless told), ``wrap`` turns a node's start
+    command line into the one to run (it must exec the server in place, as ``ip netns exec``
+    does, so signals reach it), ``environ`` gives its environment (None: this process's)."""
 
     def __init__(
         self,
@@ -50,21 +50,21 @@ class Processes:
         *,
         wrap: Wrap = lambda _node, argv: argv,
         environ: Environ = lambda _node: None,
+        program: NodeProgram = KRAFT_PY,
     ) -> None:
         self.root = root
         self.nodes = nodes
         self.procs: dict[int, subprocess.Popen] = {}
+        self.program = program
         self._wrap = wrap
         self._environ = environ
-        cluster_id = subprocess.run(
-            [KRAFT_SERVER, "random-uuid"], capture_output=True, text=True, check=True
-        ).stdout.strip()
+        cluster_id = program.random_uuid()
         formats = []
         for node, props in nodes.items():
             props.setdefault("log.dirs", str(root / f"data{node}"))
             self.config(node).write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-            argv = [KRAFT_SERVER, "format", "-t", cluster_id, "-c", str(self.config(node))]
-            # All at once: each is a Python start-up, seconds on a busy machine.
+            argv = program.format_argv(cluster_id, self.config(node))
+            # All at once: each is a Python (or JVM) start-up, seconds on a busy machine.
             formats.append(
                 (argv, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
             )
@@ -83,7 +83,7 @@ class Processes:
         out = open(self.root / f"node{node}.log", "a")  # noqa: SIM115
         environ = self._environ(node)
         self.procs[node] = subprocess.Popen(
-            self._wrap(node, [KRAFT_SERVER, "start", str(self.config(node))]),
+            self._wrap(node, self.program.start_argv(self.config(node))),
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=cwd,

@@ -27,6 +27,7 @@ from jepsen.cluster import LAYOUT, ClockMode, Cluster, choose, libfaketime, plac
 from jepsen.history import Recorder
 from jepsen.nemesis import Nemesis
 from jepsen.netns import NetnsBackend
+from jepsen.servers import KRAFT_PY, ApacheKafka, NodeProgram
 from jepsen.watch import LeaderWatch
 from jepsen.workload import LOG_LEVEL, Workload
 from sim.run import RunConfig
@@ -60,6 +61,7 @@ class RunOptions:
     layout: Path = LAYOUT
     fake_monotonic: bool = False
     keep_data: bool = False
+    kafka_lib: Path | None = None  # run Apache Kafka from this lib dir, not kraft-server
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +121,18 @@ def create_topic(bootstrap: str, partitions: int, rf: int) -> None:
 def run(options: RunOptions) -> RunReport:
     """One run; its trace is published under ``options.trace_dir``."""
     chosen = choose(options.layout, options.controllers, options.brokers)
+    program: NodeProgram = KRAFT_PY
+    if options.kafka_lib is not None:
+        if options.bug is not None:
+            raise RunError("--bug plants kraft-py's bugs: it cannot go with --kafka-lib")
+        program = ApacheKafka(options.kafka_lib)
     clock = None
+    clock_skipped = None  # why the clock nemesis injects nothing on this program
     if "clock" in options.nemeses:
-        clock = ClockMode(libfaketime(), options.fake_monotonic)
+        if options.fake_monotonic or program.wall_clock_only is None:
+            clock = ClockMode(libfaketime(), options.fake_monotonic)
+        else:
+            clock_skipped = program.wall_clock_only
     tag = secrets.token_hex(2)
     backend = NetnsBackend(tag)
     work = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{tag}-"))
@@ -140,7 +151,8 @@ def run(options: RunOptions) -> RunReport:
         rf=rf,
         idempotent=True,
     )
-    run_id = f"jepsen-s{options.seed}-{time.strftime('%Y%m%dT%H%M%S')}-{tag}"
+    system = "" if options.kafka_lib is None else f"{program.name}-"
+    run_id = f"jepsen-{system}s{options.seed}-{time.strftime('%Y%m%dT%H%M%S')}-{tag}"
     recorder = Recorder(options.trace_dir, config, run_id)
     cluster: Cluster | None = None
     stops: list[threading.Event] = []
@@ -149,7 +161,9 @@ def run(options: RunOptions) -> RunReport:
         with _signals_interrupt():
             backend.up(list(chosen))
             props = place(chosen, backend.address, work, options.partitions)
-            cluster = Cluster(work, backend, recorder, props, bug=options.bug, clock=clock)
+            cluster = Cluster(
+                work, backend, recorder, props, bug=options.bug, clock=clock, program=program
+            )
             recorder.event(
                 "kafka-config",
                 topic=TOPIC,
@@ -158,6 +172,8 @@ def run(options: RunOptions) -> RunReport:
                 partitions=options.partitions,
                 idempotent=True,
             )
+            if clock_skipped is not None:
+                recorder.event("nemesis-skipped", nemesis="clock", reason=clock_skipped)
             for node in props:
                 cluster.start(node)
             create_topic(cluster.bootstrap, options.partitions, rf)

@@ -17,10 +17,14 @@ from jepsen.history import Recorder
 from kraft.quorum_tool import describe_quorum
 from metadata.records import NO_LEADER
 from raft.codec import METADATA_TOPIC
+from raft.wire import FrameError
 from sim import kafka_client
 from sim.scenarios.kafka import REQUEST_TIMEOUT_S, TOPIC, key_of
 
 WATCH_INTERVAL_S = 0.25
+# What asking a node that is gone, restarting, or not the node we meant can raise: the
+# watch skips that node this turn (a dead watch would leave the nemesis blind).
+UNANSWERED = (OSError, TimeoutError, ConnectionError, FrameError)
 METADATA_LOG = f"{METADATA_TOPIC}-0"
 
 
@@ -60,7 +64,7 @@ class LeaderWatch:
         try:
             await conn.connect(host, port, REQUEST_TIMEOUT_S)
             error, found, _hosts = await kafka_client.partitions(conn, TOPIC, REQUEST_TIMEOUT_S)
-        except (OSError, TimeoutError, ConnectionError):
+        except UNANSWERED:
             return
         finally:
             await conn.close()
@@ -72,7 +76,7 @@ class LeaderWatch:
     async def _quorum(self, host: str, port: int) -> bool:
         try:
             status = await describe_quorum(host, port, REQUEST_TIMEOUT_S)
-        except (OSError, TimeoutError, ConnectionError):
+        except UNANSWERED:
             return False
         if status.error_code != 0:
             return False

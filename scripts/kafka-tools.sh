@@ -9,6 +9,8 @@
 # The jars land in ./.cache/kafka-tools/lib (gitignored), with Maven's local repository
 # beside them, so after one install the tools run offline: the launcher needs only java.
 set -euo pipefail
+# shellcheck source=scripts/maven-classpath.sh
+source "$(dirname "$0")/maven-classpath.sh"
 
 KAFKA_VERSION="${KAFKA_TOOLS_VERSION:-4.1.0}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -20,26 +22,10 @@ install() {
     if [ -f "$STAMP" ]; then
         return 0
     fi
-    command -v mvn >/dev/null || { echo "kafka-tools: mvn not found (need Maven and Java 17+)" >&2; exit 2; }
-    mkdir -p "$CACHE"
-    local pom="$CACHE/pom-$KAFKA_VERSION.xml"
-    cat >"$pom" <<POM
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>kraft-py</groupId>
-  <artifactId>kafka-tools-classpath</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$KAFKA_VERSION</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-clients</artifactId><version>$KAFKA_VERSION</version></dependency>
-    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-nop</artifactId><version>1.7.36</version></dependency>
-  </dependencies>
-</project>
-POM
-    rm -rf "$LIB.tmp"
-    mvn -q -B -Dstyle.color=never -f "$pom" -Dmaven.repo.local="$CACHE/m2" \
-        dependency:copy-dependencies -DoutputDirectory="$LIB.tmp"
+    maven_classpath "$CACHE" "$LIB.tmp" "kafka-tools-$KAFKA_VERSION" \
+        "org.apache.kafka:kafka-tools:$KAFKA_VERSION" \
+        "org.apache.kafka:kafka-clients:$KAFKA_VERSION" \
+        org.slf4j:slf4j-nop:1.7.36
     rm -rf "$LIB"
     mv "$LIB.tmp" "$LIB"
     touch "$STAMP"

@@ -47,6 +47,8 @@ def test_usage_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]
         (["run", "--nemesis", "kill,flood"], "unknown nemesis 'flood'"),
         (["run", "--bug", "no-such-bug"], "unknown planted bug 'no-such-bug'"),
         (["run", "--nodes", "4+3"], "not enough for 4+3"),
+        (["run", "--kafka-lib", "/nonexistent"], "/nonexistent holds no kafka_2.*.jar"),
+        (["run", "--kafka-lib", "/x", "--bug", "truncate-to-hw"], "cannot go with --kafka-lib"),
     ):
         assert main(argv) == 2
         err = capsys.readouterr().err

@@ -1,0 +1,83 @@
+"""kraft-jepsen against Apache Kafka (``--kafka-lib``): the same harness, workload, nemesis
+and checks on Kafka's own broker and controllers, started from the lib dir
+scripts/kafka-dist.sh assembles from Maven Central (installed here on first use; later runs
+reuse ./.cache and work offline). Needs root, java 17+ and mvn, like the kraft-py runs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from jepsen.run import RunOptions, run
+from jepsen.servers import ApacheKafka
+from sim.analysis.job import analyze_local
+from sim.analysis.load import read_trace_pandas
+from tests.jepsen.leftovers import leftovers
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+SCRIPT = ROOT / "scripts" / "kafka-dist.sh"
+INSTALL_TIMEOUT_S = 600.0
+
+
+def kafka_lib() -> Path:
+    """The lib dir, installed once; a missing java or mvn is a clear failure."""
+    for needed in ("java", "mvn"):
+        if shutil.which(needed) is None:
+            raise RuntimeError(f"Apache Kafka's broker needs {needed} on PATH (Java 17+, Maven)")
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "lib"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=INSTALL_TIMEOUT_S,
+    )
+    return Path(out.stdout.strip())
+
+
+def test_a_node_is_kafkas_own_main_class_on_the_lib_dirs_jars(tmp_path: Path) -> None:
+    lib = kafka_lib()
+    kafka = ApacheKafka(lib)
+    argv = kafka.start_argv(tmp_path / "node1.properties")
+    assert argv[0] == "java"
+    assert argv[-3:] == [f"{lib.resolve()}/*", "kafka.Kafka", str(tmp_path / "node1.properties")]
+    assert len(kafka.random_uuid()) == 22  # StorageTool answers: the classpath is complete
+    # The script's own launcher: the answer alone on stdout (the tool logs to stderr).
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "storage", "random-uuid"], capture_output=True, text=True, check=True
+    )
+    assert len(out.stdout.strip()) == 22 and out.stdout.count("\n") == 1, out.stdout
+
+
+def test_a_short_fault_run_against_apache_kafka_is_judged_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    options = RunOptions(
+        trace_dir=tmp_path / "traces",
+        controllers=1,
+        brokers=3,
+        time_limit_s=20.0,
+        nemeses=("partition", "kill", "clock"),
+        seed=2,
+        kafka_lib=kafka_lib(),
+    )
+    report = run(options)
+    assert report.run_id.startswith("jepsen-kafka-s2-")
+    assert leftovers(report.tag, report.work_dir) == []
+    assert not report.work_dir.exists()
+    trace = read_trace_pandas(str(options.trace_dir))
+    history, events = trace.history, trace.events
+    ok = history[history["type"] == "ok"]
+    assert {"send", "poll"} <= set(ok["f"])
+    assert {"heal", "final"} <= set(ok["process"])
+    assert report.faults >= 1
+    # Kafka's Metadata and its controllers' DescribeQuorum both answer the leader watch.
+    led = set(events[events["kind"] == "became-leader"]["log"])
+    assert {"__cluster_metadata-0", "jepsen-0"} <= led, led
+    # A JVM under wall-clock-only libfaketime crawls: the clock nemesis keeps its schedule,
+    # moves no clock, and the run says why.
+    skipped = events[events["kind"] == "nemesis-skipped"]
+    assert list(skipped["detail"].str.contains("--fake-monotonic")) == [True]
+    assert "clock-skew" not in set(events["kind"])
+    analysis = analyze_local(trace)
+    assert analysis.violating_runs == [], analysis.violations.to_dict("records")
