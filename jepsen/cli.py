@@ -18,6 +18,7 @@ from pathlib import Path
 
 from jepsen.cluster import LAYOUT
 from jepsen.nemesis import NEMESES
+from jepsen.run import ADMIN_LANES
 
 _MAX_LISTED = 20
 
@@ -38,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--seed", type=int, default=1, help="the nemesis schedule's and clients' seed")
     run.add_argument("--partitions", type=int, default=3)
+    run.add_argument(
+        "--admin-lanes",
+        type=int,
+        default=ADMIN_LANES,
+        help=f"admin clients changing topics, as the metadata scenario (default {ADMIN_LANES})",
+    )
     run.add_argument("--bug", help="plant a bug in every node (KRAFT_PLANTED_BUGS)")
     run.add_argument("--trace", default="jepsen-traces", help="Parquet trace dir (kraft-analyze)")
     run.add_argument("--layout", default=str(LAYOUT), help="cluster layout dir (config/cluster)")
@@ -96,6 +103,7 @@ def _run(args: argparse.Namespace) -> int:
             layout=Path(args.layout),
             fake_monotonic=args.fake_monotonic,
             keep_data=args.keep_data,
+            admin_lanes=args.admin_lanes,
         )
         report = run(options)
     except (ValueError, ConfigError, LayoutError, BackendError, RunError) as error:

@@ -23,6 +23,7 @@ from types import FrameType
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from jepsen.admin import AdminWorkload
 from jepsen.cluster import LAYOUT, ClockMode, Cluster, choose, libfaketime, place
 from jepsen.history import Recorder
 from jepsen.nemesis import Nemesis
@@ -40,6 +41,7 @@ from sim.scenarios.kafka import (
 
 WORK_PREFIX = "kraft-jepsen-"
 PRODUCER_LANES_PER_PARTITION = 2
+ADMIN_LANES = 2  # the metadata scenario's admin workload (jepsen/admin.py)
 JOIN_S = 30.0  # a client lane finishes its operation within its timeouts
 
 
@@ -60,6 +62,7 @@ class RunOptions:
     layout: Path = LAYOUT
     fake_monotonic: bool = False
     keep_data: bool = False
+    admin_lanes: int = ADMIN_LANES
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,12 @@ def run(options: RunOptions) -> RunReport:
                 _thread(consumers[lane % 2], lane, options.seed * 100 + 50 + lane)
                 for lane in range(CONSUMERS)
             ]
+            admin = AdminWorkload(recorder, cluster.bootstrap)
+            stops.append(admin.stop)
+            lanes += [
+                _thread(admin.lane, lane, options.seed * 100 + 80 + lane)
+                for lane in range(options.admin_lanes)
+            ]
             nemesis = Nemesis(cluster, backend, recorder, watch, options.nemeses, options.seed)
             stops.append(nemesis.stop)
             faulting = _thread(nemesis.run)
@@ -187,10 +196,13 @@ def run(options: RunOptions) -> RunReport:
             faulting.join()
             nemesis.heal()
             workload.stop.set()
+            admin.stop.set()
             for lane in lanes:
                 lane.join(JOIN_S)
             workload.heal_sends()
             workload.final_reads()
+            if options.admin_lanes:
+                admin.final_reads(cluster.broker_endpoints())
             watch.stop.set()
             watcher.join(JOIN_S)
             cluster.reap()
