@@ -9,7 +9,8 @@ Faults (``--nemesis partition,kill,pause,clock,netem``, or ``all``):
   kill       SIGKILL a node (half the time a leader), restarted when the hold ends
   pause      SIGSTOP a node, SIGCONT when the hold ends
   clock      a node's clock jumps by up to +-60 s (libfaketime), back when the hold ends
-  netem      delay, jitter and loss on a node's link (tc netem; needs sch_netem)
+  netem      delay, jitter and loss on a node's link (tc netem; without sch_netem a tbf
+             rate limit and random iptables drops: jepsen/netns.py)
 The harness's clients are never cut off: rules name only the nodes' addresses.
 
 The schedule (which fault, which node, how long) is a function of the seed; a target named
@@ -98,9 +99,8 @@ class Nemesis:
             return lambda: self.cluster.set_clock(node, 0.0)
         assert kind == "netem", kind
         delay_ms, jitter_ms, loss = rng.randint(5, 200), rng.randint(0, 100), rng.randint(0, 10)
-        spec = ["delay", f"{delay_ms}ms", f"{jitter_ms}ms", "loss", f"{loss}%"]
-        self.backend.netem(node, spec)
-        self.recorder.event("slow", node_name(node), extra_us=delay_ms * 1000, loss_pct=loss)
+        applied = self.backend.slow(node, delay_ms, jitter_ms, loss)
+        self.recorder.event("slow", node_name(node), **applied)
         return self._heal_network
 
     def _partition(self, shape: str, nodes: list[int], rng: random.Random) -> Callable[[], None]:

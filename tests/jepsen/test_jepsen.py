@@ -117,6 +117,49 @@ def test_a_cut_drops_one_direction_until_healed_and_down_removes_everything() ->
     assert leftovers(backend.tag) == []
 
 
+def _in(backend: NetnsBackend, node: int, *argv: str) -> str:
+    return subprocess.run(backend.wrap(node, list(argv)), capture_output=True, text=True).stdout
+
+
+def test_a_slow_link_is_what_the_kernel_allows_and_heal_removes_it() -> None:
+    backend = NetnsBackend("f" + os.urandom(2).hex()[:3])
+    try:
+        backend.up([1, 2])
+        server = subprocess.Popen(
+            backend.wrap(
+                2, [sys.executable, "-m", "http.server", "-b", backend.address(2), "8000"]
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(lambda: _connects(backend, 1, 2, 8000), "the server in n2 listens")
+        applied = backend.slow(2, delay_ms=50, jitter_ms=10, loss_pct=100)
+        qdiscs = _in(backend, 2, "tc", "qdisc", "show", "dev", "eth0")
+        rules = _in(backend, 2, "iptables", "-S", "INPUT")
+        if applied["method"] == "netem":  # a kernel with sch_netem
+            assert "netem" in qdiscs and "loss 100%" in qdiscs
+        else:  # this machine's: no sch_netem
+            assert backend.netem_missing
+            assert applied == {
+                "method": "tbf+iptables",
+                "rate_kbit": 10485,  # 64 KiB in 50 ms
+                "queue_ms": 120,
+                "loss_pct": 100,
+            }
+            assert "tbf" in qdiscs and "rate 10485Kbit" in qdiscs
+            assert "--mode random --probability 1" in rules and "-j DROP" in rules
+        assert not _connects(backend, 1, 2, 8000)  # every packet n2 gets is lost
+        backend.heal()
+        assert "netem" not in _in(backend, 2, "tc", "qdisc", "show", "dev", "eth0")
+        assert "tbf" not in _in(backend, 2, "tc", "qdisc", "show", "dev", "eth0")
+        assert "statistic" not in _in(backend, 2, "iptables", "-S", "INPUT")
+        assert _connects(backend, 1, 2, 8000)
+    finally:
+        backend.down()
+    assert server.wait(timeout=10) == -signal.SIGKILL
+    assert leftovers(backend.tag) == []
+
+
 def test_a_short_fault_run_is_clean_and_leaves_nothing_behind(tmp_path: Path) -> None:
     options = RunOptions(
         trace_dir=tmp_path / "traces",
