@@ -88,6 +88,8 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         controllers, brokers = _nodes(args.nodes)
+        if args.admin_lanes < 0:
+            raise ValueError(f"--admin-lanes {args.admin_lanes}: must be 0 or more")
         nemeses = parse_nemeses(args.nemesis)
         if args.bug is not None:
             planted_bugs({PLANTED_BUGS_ENV: args.bug})
