@@ -172,8 +172,10 @@ def run(options: RunOptions) -> RunReport:
             _wait_for_leaders(watch, options.partitions)
             workload = Workload(recorder, cluster.bootstrap, options.partitions)
             stops.append(workload.stop)
+            # Each partition's first producer lane is confluent-kafka's, its second aiokafka's.
+            producers = [workload.producer_lane, workload.aiokafka_producer_lane]
             lanes = [
-                _thread(workload.producer_lane, lane, options.seed * 100 + lane)
+                _thread(producers[lane // options.partitions % 2], lane, options.seed * 100 + lane)
                 for lane in range(PRODUCER_LANES_PER_PARTITION * options.partitions)
             ]
             # The simulator's consumer lanes, half of them (rounded down) aiokafka's.

@@ -1,6 +1,6 @@
-"""The kafka scenario's workload with real clients: confluent-kafka (librdkafka) producers
-and consumers and an aiokafka consumer, in the harness's (root) namespace, reaching the
-brokers over the bridge.
+"""The kafka scenario's workload with real clients: confluent-kafka (librdkafka) and aiokafka
+producers and consumers, in the harness's (root) namespace, reaching the brokers over the
+bridge.
 
 The operations are the simulator's (sim/scenarios/kafka.py), so sim/analysis/kafka.py
 checks them unchanged: ``send`` of a unique integer value to one partition with acks=all
@@ -26,7 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import BrokerResponseError
 from aiokafka.errors import KafkaError as KafkaErrorAio
 from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -221,6 +222,29 @@ class Workload:
 
         return self._complete_polls(processes, positions, read, errors, high_watermark)
 
+    async def _aio_send(
+        self, producer: AIOKafkaProducer, process: str, partition: int
+    ) -> str | None:
+        """``send`` with aiokafka: its status, None when the client is suspect (no answer
+        in time, or an answer of unknown outcome: the lane starts over)."""
+        key, value = key_of(partition), self.next_value()
+        self.recorder.op(process, "invoke", "send", key, value)
+        sending = producer.send_and_wait(TOPIC, str(value).encode(), partition=partition)
+        try:
+            sent = await asyncio.wait_for(sending, SEND_TIMEOUT_S + REPORT_MARGIN_S)
+        except TimeoutError:
+            self.recorder.op(process, "info", "send", key, value, error="no-delivery-report")
+            return None
+        except KafkaErrorAio as error:
+            # aiokafka retries what is retriable until the batch expires (its request
+            # timeout, here SEND_TIMEOUT_S): an error it gives up with is final.
+            name = error.message if isinstance(error, BrokerResponseError) else type(error).__name__
+            status = "fail" if name in NOT_APPENDED else "info"
+            self.recorder.op(process, status, "send", key, value, error=name)
+            return status if status == "fail" else None
+        self.recorder.op(process, "ok", "send", key, value, offset=sent.offset, error=None)
+        return "ok"
+
     # ---- lanes ------------------------------------------------------------------------------
     def producer_lane(self, lane: int, seed: int) -> None:
         """Sends to partition ``lane % partitions``: a partition that takes no writes (its
@@ -236,6 +260,41 @@ class Workload:
                 if status is None or rng.random() < CRASH_CHANCE:
                     break
             producer.purge()
+            generation += 1
+
+    def aiokafka_producer_lane(self, lane: int, seed: int) -> None:
+        """``producer_lane`` with an idempotent aiokafka producer (its own loop here)."""
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+        asyncio.run(self._aiokafka_producers(lane, seed))
+
+    async def _aiokafka_producers(self, lane: int, seed: int) -> None:
+        rng = random.Random(seed)
+        generation = 0
+        while not self.stop.is_set():
+            process = f"ap{lane}.{generation}"
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap,
+                client_id=process,
+                acks="all",
+                enable_idempotence=True,
+                linger_ms=0,
+                # Also how long a batch may wait for its acknowledgement (retries included):
+                # librdkafka's message.timeout.ms.
+                request_timeout_ms=int(SEND_TIMEOUT_S * 1000),
+                metadata_max_age_ms=1000,
+            )
+            try:
+                await producer.start()
+                while not self.stop.is_set():
+                    await asyncio.sleep(rng.uniform(0.005, 0.05))
+                    status = await self._aio_send(producer, process, lane % self.partitions)
+                    if status is None or rng.random() < CRASH_CHANCE:
+                        break
+            except KafkaErrorAio:
+                await asyncio.sleep(0.5)  # no broker answered start(): a new client, later
+            finally:
+                with contextlib.suppress(asyncio.CancelledError, KafkaErrorAio):
+                    await producer.stop()
             generation += 1
 
     def aiokafka_consumer_lane(self, lane: int, seed: int) -> None:

@@ -182,6 +182,10 @@ def test_a_short_fault_run_is_clean_and_leaves_nothing_behind(tmp_path: Path) ->
     assert {"heal", "final"} <= set(ok["process"])
     pollers = {process.split(".")[0] for process in ok[ok["f"] == "poll"]["process"]}
     assert {"c0", "a1"} <= pollers  # confluent-kafka's and aiokafka's consumers both read
+    senders = {
+        process.split(".")[0].rstrip("0123456789") for process in ok[ok["f"] == "send"]["process"]
+    }
+    assert {"p", "ap"} <= senders  # and both clients' producers had sends acknowledged
     assert report.faults >= 1
     assert {"kill", "restart"} & set(events["kind"]) or {"partition", "oneway"} & set(
         events["kind"]
