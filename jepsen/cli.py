@@ -45,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
         default=ADMIN_LANES,
         help=f"admin clients changing topics, as the metadata scenario (default {ADMIN_LANES})",
     )
+    run.add_argument(
+        "--java-lanes",
+        type=int,
+        default=0,
+        help="lanes of Apache Kafka's Java client (needs java; scripts/kafka-tools.sh's jars)",
+    )
     run.add_argument("--bug", help="plant a bug in every node (KRAFT_PLANTED_BUGS)")
     run.add_argument("--trace", default="jepsen-traces", help="Parquet trace dir (kraft-analyze)")
     run.add_argument("--layout", default=str(LAYOUT), help="cluster layout dir (config/cluster)")
@@ -88,8 +94,9 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         controllers, brokers = _nodes(args.nodes)
-        if args.admin_lanes < 0:
-            raise ValueError(f"--admin-lanes {args.admin_lanes}: must be 0 or more")
+        for flag, lanes in (("--admin-lanes", args.admin_lanes), ("--java-lanes", args.java_lanes)):
+            if lanes < 0:
+                raise ValueError(f"{flag} {lanes}: must be 0 or more")
         nemeses = parse_nemeses(args.nemesis)
         if args.bug is not None:
             planted_bugs({PLANTED_BUGS_ENV: args.bug})
@@ -106,6 +113,7 @@ def _run(args: argparse.Namespace) -> int:
             fake_monotonic=args.fake_monotonic,
             keep_data=args.keep_data,
             admin_lanes=args.admin_lanes,
+            java_lanes=args.java_lanes,
         )
         report = run(options)
     except (ValueError, ConfigError, LayoutError, BackendError, RunError) as error:

@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from jepsen.admin import AdminWorkload
 from jepsen.cluster import LAYOUT, ClockMode, Cluster, choose, libfaketime, place
 from jepsen.history import Recorder
+from jepsen.java_lane import JavaClient, JavaGone, java_lane
 from jepsen.nemesis import Nemesis
 from jepsen.netns import NetnsBackend
 from jepsen.watch import LeaderWatch
@@ -63,6 +64,7 @@ class RunOptions:
     fake_monotonic: bool = False
     keep_data: bool = False
     admin_lanes: int = ADMIN_LANES
+    java_lanes: int = 0  # Apache Kafka's Java client (jepsen/java_lane.py): needs java
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +150,7 @@ def run(options: RunOptions) -> RunReport:
     cluster: Cluster | None = None
     stops: list[threading.Event] = []
     nemesis = None
+    javas: list[JavaClient] = []
     try:
         with _signals_interrupt():
             backend.up(list(chosen))
@@ -184,6 +187,26 @@ def run(options: RunOptions) -> RunReport:
                 _thread(consumers[lane % 2], lane, options.seed * 100 + 50 + lane)
                 for lane in range(CONSUMERS)
             ]
+            for lane in range(options.java_lanes):  # each JVM ready before the clock runs
+                try:
+                    javas.append(
+                        JavaClient.start(
+                            cluster.bootstrap, options.partitions, work / f"java-{lane}.log"
+                        )
+                    )
+                except JavaGone as gone:
+                    raise RunError(str(gone)) from None
+            lanes += [
+                _thread(
+                    java_lane,
+                    workload,
+                    javas,
+                    lane,
+                    options.seed * 100 + 70 + lane,
+                    work / f"java-{lane}.log",
+                )
+                for lane in range(options.java_lanes)
+            ]
             admin = AdminWorkload(recorder, cluster.bootstrap)
             stops.append(admin.stop)
             lanes += [
@@ -212,6 +235,8 @@ def run(options: RunOptions) -> RunReport:
     finally:
         for stop in stops:
             stop.set()
+        for java in list(javas):
+            java.close()
         if cluster is not None:
             cluster.close()
         backend.down()

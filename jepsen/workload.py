@@ -56,7 +56,7 @@ def _error_name(error: KafkaError) -> str:
     return str(error.name())
 
 
-def _per_partition(process: str, positions: dict[int, int]) -> dict[int, str]:
+def per_partition(process: str, positions: dict[int, int]) -> dict[int, str]:
     """A consumer's history processes: one per partition, each with one open operation."""
     return {partition: f"{process}/{partition}" for partition in positions}
 
@@ -151,7 +151,7 @@ class Workload:
         """One poll of every partition in ``positions`` (one operation each, by the process
         ``processes`` names); False when a partition's position became invalid (the consumer
         must start over)."""
-        self._invoke_polls(processes, positions)
+        self.invoke_polls(processes, positions)
         read: dict[int, list[int]] = {p: [] for p in positions}
         errors: dict[int, str] = {}
         for message in consumer.consume(POLL_MAX_RECORDS, POLL_WAIT_S):
@@ -167,13 +167,13 @@ class Workload:
             high = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), cached=True)
             return high[1] if high is not None and high[1] >= 0 else None
 
-        return self._complete_polls(processes, positions, read, errors, high_watermark)
+        return self.complete_polls(processes, positions, read, errors, high_watermark)
 
-    def _invoke_polls(self, processes: dict[int, str], positions: dict[int, int]) -> None:
+    def invoke_polls(self, processes: dict[int, str], positions: dict[int, int]) -> None:
         for partition, position in positions.items():
             self.recorder.op(processes[partition], "invoke", "poll", key_of(partition), position)
 
-    def _complete_polls(
+    def complete_polls(
         self,
         processes: dict[int, str],
         positions: dict[int, int],
@@ -201,8 +201,8 @@ class Workload:
         self, consumer: AIOKafkaConsumer, process: str, positions: dict[int, int]
     ) -> bool:
         """``poll`` with aiokafka: one getmany over every partition."""
-        processes = _per_partition(process, positions)
-        self._invoke_polls(processes, positions)
+        processes = per_partition(process, positions)
+        self.invoke_polls(processes, positions)
         read: dict[int, list[int]] = {p: [] for p in positions}
         errors: dict[int, str] = {}
         try:
@@ -220,7 +220,7 @@ class Workload:
             high = consumer.highwater(AioTopicPartition(TOPIC, partition))
             return high if high is not None and high >= 0 else None
 
-        return self._complete_polls(processes, positions, read, errors, high_watermark)
+        return self.complete_polls(processes, positions, read, errors, high_watermark)
 
     async def _aio_send(
         self, producer: AIOKafkaProducer, process: str, partition: int
@@ -349,7 +349,7 @@ class Workload:
             positions = dict.fromkeys(range(self.partitions), 0)
             consumer.assign([TopicPartition(TOPIC, p, 0) for p in positions])
             while not self.stop.wait(rng.uniform(0.005, 0.05)):
-                polled = self.poll(consumer, _per_partition(process, positions), positions)
+                polled = self.poll(consumer, per_partition(process, positions), positions)
                 if not polled or rng.random() < CRASH_CHANCE:
                     break
             consumer.close()

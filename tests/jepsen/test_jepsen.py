@@ -18,6 +18,7 @@ import pytest
 
 from jepsen.cli import main
 from jepsen.cluster import LAYOUT, choose, place
+from jepsen.java_lane import JAVA_SOURCE
 from jepsen.nemesis import parse_nemeses
 from jepsen.netns import NetnsBackend
 from jepsen.processes import Processes, wait_until
@@ -27,6 +28,7 @@ from kraft.planted import PLANTED_BUGS_ENV, planted_bugs
 from sim.analysis.job import analyze_local
 from sim.analysis.load import read_trace_pandas
 from tests.jepsen.leftovers import leftovers, namespaces
+from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
 from tests.kraft.procs import free_port
 
 
@@ -49,6 +51,7 @@ def test_usage_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]
         (["run", "--bug", "no-such-bug"], "unknown planted bug 'no-such-bug'"),
         (["run", "--nodes", "4+3"], "not enough for 4+3"),
         (["run", "--admin-lanes", "-1"], "--admin-lanes -1: must be 0 or more"),
+        (["run", "--java-lanes", "-2"], "--java-lanes -2: must be 0 or more"),
     ):
         assert main(argv) == 2
         err = capsys.readouterr().err
@@ -195,10 +198,12 @@ def test_a_short_fault_run_is_clean_and_leaves_nothing_behind(tmp_path: Path) ->
     assert analysis.violating_runs == [], analysis.violations.to_dict("records")
 
 
+@pytest.mark.usefixtures("kafka_tools")
 def test_the_admin_workload_under_pauses_and_slow_links_is_linearizable(tmp_path: Path) -> None:
     """The metadata scenario's admin workload on real clients: every topic it touched is read
     after the heal and judged linearizable by kraft-analyze's topic model; seed 1's schedule
-    slows a node's link (netem, or tbf and iptables drops here) then pauses one."""
+    slows a node's link (netem, or tbf and iptables drops here) then pauses one. A lane of
+    Apache Kafka's Java client sends and polls beside the Python clients."""
     options = RunOptions(
         trace_dir=tmp_path / "traces",
         controllers=1,
@@ -207,9 +212,11 @@ def test_the_admin_workload_under_pauses_and_slow_links_is_linearizable(tmp_path
         nemeses=("pause", "netem"),
         seed=1,
         admin_lanes=3,
+        java_lanes=1,
     )
     report = run(options)
     assert leftovers(report.tag, report.work_dir) == []
+    assert not _processes_running(str(JAVA_SOURCE))  # the Java lane's JVMs are gone too
     trace = read_trace_pandas(str(options.trace_dir))
     history, events = trace.history, trace.events
     slow = [json.loads(d) for d in events[events["kind"] == "slow"]["detail"]]
@@ -223,10 +230,24 @@ def test_the_admin_workload_under_pauses_and_slow_links_is_linearizable(tmp_path
     finals = admin[admin["process"].str.startswith("admin-final") & (admin["type"] == "ok")]
     assert set(finals[finals["f"] == "read"]["key"]) == touched
     assert set(finals[finals["f"] == "read-config"]["key"]) == touched
+    java = history[history["process"].str.startswith("j") & (history["type"] == "ok")]
+    assert {"send", "poll"} <= set(java["f"])
     analysis = analyze_local(trace)
     assert analysis.violating_runs == [], analysis.violations.to_dict("records")
     assert analysis.keys.empty  # no topic's search was a violation or gave up
     assert analysis.keys_checked >= len(touched)
+
+
+def _processes_running(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # exited while we looked
+        if text in line:
+            found.append(line)
+    return found
 
 
 def _harness(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
