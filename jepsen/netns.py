@@ -4,9 +4,9 @@ bridge, one address per node, the harness and its clients in the root namespace.
 Every name made here starts with ``PREFIX`` and the run's tag (namespaces
 ``kj-<tag>-n<id>``, links ``kj<tag>...``, the root FORWARD rule's comment ``kj-<tag>``), so
 ``cleanup`` finds and removes what any run left behind (a harness killed by SIGKILL, say)
-without touching anything else. Cuts are iptables rules inside a node's namespace; a slow link
-a qdisc on its end of the veth pair (netem, or tbf plus an iptables rule where the kernel has
-no netem); all die with the namespace, and ``heal`` removes them before.
+without touching anything else. Cuts are iptables rules inside a node's namespace; a slow
+link is a qdisc on its end of the veth pair (netem, or tbf plus an iptables rule where the
+kernel has no netem); ``heal`` removes them, and they die with the namespace.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class NetnsBackend:
 
     def slow(self, node: int, delay_ms: int, jitter_ms: int, loss_pct: int) -> dict[str, object]:
         """tc netem on the node's ``eth0``; on a kernel without ``sch_netem`` (many
-        containers' and cloud kernels'), ``slow_link``'s tbf and iptables instead."""
+        containers' and cloud kernels'), ``_slow_link``'s tbf and iptables instead."""
         if not self.netem_missing:
             spec = ["delay", f"{delay_ms}ms", f"{jitter_ms}ms", "loss", f"{loss_pct}%"]
             tc = ["tc", "qdisc", "replace", "dev", DEVICE, "root", "netem", *spec]
@@ -153,7 +153,7 @@ class NetnsBackend:
         ``delay_ms``, queueing up to twice the delay and jitter (what overflows is dropped,
         as on a congested link), plus an iptables rule dropping ``loss_pct`` % of what the
         node receives at random (its peers see a lossy link; TCP retransmits)."""
-        rate_kbit = max(MIN_RATE_KBIT, SLOW_LINK_BYTES * 8 // (delay_ms or 1))
+        rate_kbit = max(MIN_RATE_KBIT, SLOW_LINK_BYTES * 8 // max(1, delay_ms))
         latency_ms = max(MIN_QUEUE_MS, 2 * (delay_ms + jitter_ms))
         # At least two full frames, and a 250 Hz kernel tick's worth of the rate.
         burst = max(2 * 1514, rate_kbit * 1000 // 8 // 250)

@@ -187,25 +187,15 @@ def run(options: RunOptions) -> RunReport:
                 _thread(consumers[lane % 2], lane, options.seed * 100 + 50 + lane)
                 for lane in range(CONSUMERS)
             ]
-            for lane in range(options.java_lanes):  # each JVM ready before the clock runs
+            java_logs = [work / f"java-{lane}.log" for lane in range(options.java_lanes)]
+            for log in java_logs:  # each JVM ready before the faults begin
                 try:
-                    javas.append(
-                        JavaClient.start(
-                            cluster.bootstrap, options.partitions, work / f"java-{lane}.log"
-                        )
-                    )
+                    javas.append(JavaClient.start(cluster.bootstrap, options.partitions, log))
                 except JavaGone as gone:
                     raise RunError(str(gone)) from None
             lanes += [
-                _thread(
-                    java_lane,
-                    workload,
-                    javas,
-                    lane,
-                    options.seed * 100 + 70 + lane,
-                    work / f"java-{lane}.log",
-                )
-                for lane in range(options.java_lanes)
+                _thread(java_lane, workload, javas, lane, options.seed * 100 + 70 + lane, log)
+                for lane, log in enumerate(java_logs)
             ]
             admin = AdminWorkload(recorder, cluster.bootstrap)
             stops.append(admin.stop)

@@ -250,6 +250,19 @@ def _processes_running(text: str) -> list[str]:
     return found
 
 
+def _parents(namespace: str) -> set[int]:
+    """The parent process ids of the processes in ``namespace``."""
+    listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
+    parents = set()
+    for pid in listed.stdout.split():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        parents.add(int(stat.rpartition(")")[2].split()[1]))
+    return parents
+
+
 def _harness(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     """A harness run in its own process, once its cluster's nodes run; (it, its tag)."""
     before = namespaces()
@@ -261,11 +274,10 @@ def _harness(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     )
 
     def running() -> str | None:
-        ours = sorted(namespaces() - before)
-        pids = [
-            subprocess.run(["ip", "netns", "pids", n], capture_output=True).stdout for n in ours
-        ]
-        return ours[0].split("-")[1] if len(ours) == 2 and all(pids) else None
+        # Namespaces whose processes the harness started: other runs on the machine (other
+        # test sessions) make namespaces too.
+        ours = [n for n in sorted(namespaces() - before) if harness.pid in _parents(n)]
+        return ours[0].split("-")[1] if len(ours) == 2 else None
 
     return harness, wait_until(running, "the harness's nodes run", deadline_s=120)
 
