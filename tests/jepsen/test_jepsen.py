@@ -12,6 +12,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -97,7 +99,10 @@ def _connects(backend: NetnsBackend, src: int | None, dst: int, port: int) -> bo
     return subprocess.run(argv if src is None else backend.wrap(src, argv)).returncode == 0
 
 
-def test_a_cut_drops_one_direction_until_healed_and_down_removes_everything() -> None:
+@contextmanager
+def _server_in_n2() -> Iterator[NetnsBackend]:
+    """Hosts n1 and n2 with an HTTP server listening in n2; ``down`` afterwards must kill
+    the server and leave nothing behind."""
     backend = NetnsBackend("f" + os.urandom(2).hex()[:3])
     try:
         backend.up([1, 2])
@@ -109,6 +114,15 @@ def test_a_cut_drops_one_direction_until_healed_and_down_removes_everything() ->
             stderr=subprocess.DEVNULL,
         )
         wait_until(lambda: _connects(backend, None, 2, 8000), "the server in n2 listens")
+        yield backend
+    finally:
+        backend.down()
+    assert server.wait(timeout=10) == -signal.SIGKILL  # down() killed what ran in n2
+    assert leftovers(backend.tag) == []
+
+
+def test_a_cut_drops_one_direction_until_healed_and_down_removes_everything() -> None:
+    with _server_in_n2() as backend:
         assert _connects(backend, 1, 2, 8000)
         backend.drop_from(2, [1])
         assert not _connects(backend, 1, 2, 8000)
@@ -116,10 +130,6 @@ def test_a_cut_drops_one_direction_until_healed_and_down_removes_everything() ->
         backend.heal()
         assert _connects(backend, 1, 2, 8000)
         assert leftovers(backend.tag)
-    finally:
-        backend.down()
-    assert server.wait(timeout=10) == -signal.SIGKILL  # down() killed what ran in n2
-    assert leftovers(backend.tag) == []
 
 
 def _in(backend: NetnsBackend, node: int, *argv: str) -> str:
@@ -127,17 +137,8 @@ def _in(backend: NetnsBackend, node: int, *argv: str) -> str:
 
 
 def test_a_slow_link_is_what_the_kernel_allows_and_heal_removes_it() -> None:
-    backend = NetnsBackend("f" + os.urandom(2).hex()[:3])
-    try:
-        backend.up([1, 2])
-        server = subprocess.Popen(
-            backend.wrap(
-                2, [sys.executable, "-m", "http.server", "-b", backend.address(2), "8000"]
-            ),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_until(lambda: _connects(backend, 1, 2, 8000), "the server in n2 listens")
+    with _server_in_n2() as backend:
+        assert _connects(backend, 1, 2, 8000)
         applied = backend.slow(2, delay_ms=50, jitter_ms=10, loss_pct=100)
         qdiscs = _in(backend, 2, "tc", "qdisc", "show", "dev", "eth0")
         rules = _in(backend, 2, "iptables", "-S", "INPUT")
@@ -159,10 +160,6 @@ def test_a_slow_link_is_what_the_kernel_allows_and_heal_removes_it() -> None:
         assert "tbf" not in _in(backend, 2, "tc", "qdisc", "show", "dev", "eth0")
         assert "statistic" not in _in(backend, 2, "iptables", "-S", "INPUT")
         assert _connects(backend, 1, 2, 8000)
-    finally:
-        backend.down()
-    assert server.wait(timeout=10) == -signal.SIGKILL
-    assert leftovers(backend.tag) == []
 
 
 def test_a_short_fault_run_is_clean_and_leaves_nothing_behind(tmp_path: Path) -> None:
