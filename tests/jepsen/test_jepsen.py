@@ -314,3 +314,25 @@ def test_a_planted_ack_before_fetch_loses_acknowledged_writes_the_checks_flag(
     analysis = analyze_local(read_trace_pandas(str(options.trace_dir)))
     lost = {"lost-write", "unseen", "inconsistent-offsets"} & set(analysis.violations["check"])
     assert lost, analysis.violations.to_dict("records")
+
+
+@pytest.mark.slow
+def test_a_planted_answer_before_commit_loses_topic_changes_the_admin_checks_flag(
+    tmp_path: Path,
+) -> None:
+    # Seed 9's schedule splits the cluster in halves four times, each time one controller
+    # alone with two brokers; when it is the active one, it answers the changes those
+    # brokers forward before they commit, and the other two controllers' new leader
+    # truncates them. Without the bug the same schedule is clean.
+    options = RunOptions(
+        trace_dir=tmp_path / "traces",
+        time_limit_s=60.0,
+        nemeses=("partition",),
+        seed=9,
+        bug="answer-before-commit",
+        admin_lanes=3,
+    )
+    report = run(options)
+    assert leftovers(report.tag, report.work_dir) == []
+    analysis = analyze_local(read_trace_pandas(str(options.trace_dir)))
+    assert "linearizability" in set(analysis.violations["check"]), analysis.violations
