@@ -11,6 +11,9 @@ Faults (``--nemesis partition,kill,pause,clock,netem``, or ``all``):
   clock      a node's clock jumps by up to +-60 s (libfaketime), back when the hold ends
   netem      delay, jitter and loss on a node's link (tc netem; without sch_netem a tbf
              rate limit and random iptables drops: jepsen/netns.py)
+  depose-controller
+             the active controller cut off from the other controllers only (the metadata
+             scenario's fault): brokers still forward it admin requests until it resigns
 The harness's clients are never cut off: rules name only the nodes' addresses.
 
 The schedule (which fault, which node, how long) is a function of the seed; a target named
@@ -27,9 +30,10 @@ from dataclasses import dataclass, field
 from jepsen.backend import Backend
 from jepsen.cluster import Cluster, node_name
 from jepsen.history import Recorder
-from jepsen.watch import LeaderWatch
+from jepsen.watch import METADATA_LOG, LeaderWatch
+from sim.scenarios.metadata import DEPOSE_MIN_S
 
-NEMESES = ("partition", "kill", "pause", "clock", "netem")
+NEMESES = ("partition", "kill", "pause", "clock", "netem", "depose-controller")
 PARTITIONS = ("halves", "isolate-leader", "one-way", "bridge")
 INTERVAL_S = (1.0, 4.0)  # quiet time between two faults
 # How long a fault lasts: up to past broker.session.timeout.ms (9 s), so a cut-off or paused
@@ -68,6 +72,8 @@ class Nemesis:
             self.cluster.reap()
             kind = rng.choice(self.kinds)
             hold = rng.uniform(*HOLD_S)
+            if kind == "depose-controller":  # long enough for the others to elect a leader
+                hold = max(hold, DEPOSE_MIN_S)
             undo = self._inject(kind, rng)
             self.injected += 1
             self.stop.wait(hold)
@@ -85,6 +91,8 @@ class Nemesis:
         nodes = self._nodes()
         if kind == "partition":
             return self._partition(rng.choice(PARTITIONS), nodes, rng)
+        if kind == "depose-controller":
+            return self._depose()
         node = rng.choice(nodes)
         if kind == "kill":
             leader = self._leader(rng)
@@ -128,6 +136,21 @@ class Nemesis:
             groups = [nodes[: len(nodes) // 2], nodes[len(nodes) // 2 :]]
         self._cut(groups)
         self.recorder.event("partition", groups=[[node_name(n) for n in g] for g in groups])
+        return self._heal_network
+
+    def _depose(self) -> Callable[[], None]:
+        """Cut the active controller (the quorum's last seen leader) from the other
+        controllers only: brokers still reach it and forward it requests until check
+        quorum makes it resign, the window in which a controller that answers before its
+        records commit loses acknowledged changes to the others' new leader."""
+        active = self.watch.leaders.get(METADATA_LOG, (self.cluster.controllers[0], -1))[0]
+        others = [c for c in self.cluster.controllers if c != active]
+        if not others:
+            return lambda: None  # a sole controller has no one to be cut from
+        groups = [[active], others]
+        self._cut(groups)
+        named = [[node_name(n) for n in group] for group in groups]
+        self.recorder.event("partition", groups=named, depose=node_name(active))
         return self._heal_network
 
     def _cut(self, groups: list[list[int]]) -> None:
