@@ -1,7 +1,7 @@
 """The nemesis of a real run: one fault at a time on a schedule drawn from the seed, each
 held for a while and undone, every change written to the trace with its time.
 
-Faults (``--nemesis partition,kill,pause,clock,netem``, or ``all``):
+Faults (``--nemesis partition,kill,pause,clock,netem,depose-controller``, or ``all``):
   partition  iptables DROP rules in the nodes' namespaces, one of: halves (a random split
              into two sides), isolate-leader (the last seen leader of a random log, the
              metadata quorum's or a partition's, cut off from every node), one-way (one
