@@ -128,13 +128,13 @@ class AdminWorkload:
         if f == "create":
             assert value is not None
             new = NewTopic(topic, num_partitions=value, replication_factor=-1)
-            return client.create_topics([new], operation_timeout=OPERATION_TIMEOUT_S, **timeouts)[
-                topic
-            ]
+            created = client.create_topics([new], operation_timeout=OPERATION_TIMEOUT_S, **timeouts)
+            return created[topic]
         if f == "delete":
-            return client.delete_topics([topic], operation_timeout=OPERATION_TIMEOUT_S, **timeouts)[
-                topic
-            ]
+            deleted = client.delete_topics(
+                [topic], operation_timeout=OPERATION_TIMEOUT_S, **timeouts
+            )
+            return deleted[topic]
         if f == "create-partitions":
             assert value is not None
             return client.create_partitions([NewPartitions(topic, value)], **timeouts)[topic]

@@ -69,6 +69,7 @@ public class JepsenClient {
         p.put("max.in.flight.requests.per.connection", "1");
         p.put("linger.ms", "0");
         p.put("delivery.timeout.ms", String.valueOf(deliveryTimeoutMs));
+        p.put("max.block.ms", String.valueOf(requestTimeoutMs)); // send() waiting for metadata
         p.put("key.serializer", "org.apache.kafka.common.serialization.StringSerializer");
         p.put("value.serializer", "org.apache.kafka.common.serialization.StringSerializer");
         producer = new KafkaProducer<>(p);
