@@ -23,8 +23,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import BrokerResponseError
@@ -264,15 +265,9 @@ class Workload:
 
     def aiokafka_producer_lane(self, lane: int, seed: int) -> None:
         """``producer_lane`` with an idempotent aiokafka producer (its own loop here)."""
-        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-        asyncio.run(self._aiokafka_producers(lane, seed))
 
-    async def _aiokafka_producers(self, lane: int, seed: int) -> None:
-        rng = random.Random(seed)
-        generation = 0
-        while not self.stop.is_set():
-            process = f"ap{lane}.{generation}"
-            producer = AIOKafkaProducer(
+        def producer(process: str) -> AIOKafkaProducer:
+            return AIOKafkaProducer(
                 bootstrap_servers=self.bootstrap,
                 client_id=process,
                 acks="all",
@@ -283,33 +278,17 @@ class Workload:
                 request_timeout_ms=int(SEND_TIMEOUT_S * 1000),
                 metadata_max_age_ms=1000,
             )
-            try:
-                await producer.start()
-                while not self.stop.is_set():
-                    await asyncio.sleep(rng.uniform(0.005, 0.05))
-                    status = await self._aio_send(producer, process, lane % self.partitions)
-                    if status is None or rng.random() < CRASH_CHANCE:
-                        break
-            except KafkaErrorAio:
-                await asyncio.sleep(0.5)  # no broker answered start(): a new client, later
-            finally:
-                with contextlib.suppress(asyncio.CancelledError, KafkaErrorAio):
-                    await producer.stop()
-            generation += 1
+
+        def begin(client: AIOKafkaProducer, process: str) -> Callable[[], Awaitable[object]]:
+            return lambda: self._aio_send(client, process, lane % self.partitions)
+
+        self._aiokafka_lane("ap", lane, seed, producer, begin)
 
     def aiokafka_consumer_lane(self, lane: int, seed: int) -> None:
         """A consumer lane driven by aiokafka (asyncio, its own loop in this thread)."""
-        # aiokafka logs every refused connect and failed fetch as an error: under faults
-        # that is noise (the history records what the client saw).
-        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-        asyncio.run(self._aiokafka_consumers(lane, seed))
 
-    async def _aiokafka_consumers(self, lane: int, seed: int) -> None:
-        rng = random.Random(seed)
-        generation = 0
-        while not self.stop.is_set():
-            process = f"a{lane}.{generation}"
-            consumer = AIOKafkaConsumer(
+        def consumer(process: str) -> AIOKafkaConsumer:
+            return AIOKafkaConsumer(
                 bootstrap_servers=self.bootstrap,
                 client_id=process,
                 enable_auto_commit=False,
@@ -318,27 +297,55 @@ class Workload:
                 request_timeout_ms=int(REQUEST_TIMEOUT_S * 1000) + 1000,
                 metadata_max_age_ms=1000,
             )
-            try:
-                await consumer.start()
-                positions = dict.fromkeys(range(self.partitions), 0)
-                partitions = [AioTopicPartition(TOPIC, p) for p in positions]
-                consumer.assign(partitions)
-                for tp in partitions:
-                    consumer.seek(tp, 0)
-                while not self.stop.is_set():
-                    await asyncio.sleep(rng.uniform(0.005, 0.05))
-                    if not await self._aio_poll(consumer, process, positions):
-                        break
-                    if rng.random() < CRASH_CHANCE:
-                        break
-            except KafkaErrorAio:
-                await asyncio.sleep(0.5)  # no broker answered start(): a new client, later
-            finally:
-                # stop() re-raises what its fetch task died of (a cancelled retry sleep):
-                # the client is dropped either way.
-                with contextlib.suppress(asyncio.CancelledError, KafkaErrorAio):
-                    await consumer.stop()
-            generation += 1
+
+        def begin(client: AIOKafkaConsumer, process: str) -> Callable[[], Awaitable[object]]:
+            positions = dict.fromkeys(range(self.partitions), 0)
+            partitions = [AioTopicPartition(TOPIC, p) for p in positions]
+            client.assign(partitions)
+            for tp in partitions:
+                client.seek(tp, 0)
+            return lambda: self._aio_poll(client, process, positions)
+
+        self._aiokafka_lane("a", lane, seed, consumer, begin)
+
+    def _aiokafka_lane(
+        self,
+        prefix: str,
+        lane: int,
+        seed: int,
+        client_for: Callable[[str], Any],
+        begin: Callable[[Any, str], Callable[[], Awaitable[object]]],
+    ) -> None:
+        """An aiokafka lane in its own event loop: a client (process ``<prefix><lane>.<n>``)
+        takes steps until one returns something false (the client is suspect) or it
+        crashes by chance, then the lane starts over with a new one (Jepsen's rule)."""
+        # aiokafka logs every refused connect and failed fetch as an error: under faults
+        # that is noise (the history records what the client saw).
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+
+        async def lanes() -> None:
+            rng = random.Random(seed)
+            generation = 0
+            while not self.stop.is_set():
+                process = f"{prefix}{lane}.{generation}"
+                client = client_for(process)
+                try:
+                    await client.start()
+                    step = begin(client, process)
+                    while not self.stop.is_set():
+                        await asyncio.sleep(rng.uniform(0.005, 0.05))
+                        if not await step() or rng.random() < CRASH_CHANCE:
+                            break
+                except KafkaErrorAio:
+                    await asyncio.sleep(0.5)  # no broker answered start(): a new client, later
+                finally:
+                    # stop() re-raises what a background task died of (a cancelled retry
+                    # sleep): the client is dropped either way.
+                    with contextlib.suppress(asyncio.CancelledError, KafkaErrorAio):
+                        await client.stop()
+                generation += 1
+
+        asyncio.run(lanes())
 
     def consumer_lane(self, lane: int, seed: int) -> None:
         rng = random.Random(seed)
