@@ -28,11 +28,12 @@ class Backend(Protocol):
     def drop_from(self, node: int, peers: Sequence[int]) -> None:
         """Drop every packet ``node`` receives from ``peers`` (one direction of a cut)."""
 
-    def netem(self, node: int, spec: Sequence[str]) -> None:
-        """Delay, lose or reorder what ``node`` sends (tc netem arguments)."""
+    def slow(self, node: int, delay_ms: int, jitter_ms: int, loss_pct: int) -> dict[str, object]:
+        """Delay (with jitter) and lose ``loss_pct`` % of ``node``'s traffic, or the nearest
+        the host allows; what was applied, for the nemesis log (``method`` names how)."""
 
     def heal(self) -> None:
-        """Remove every cut and every netem qdisc."""
+        """Remove every cut and every slow link."""
 
     def down(self) -> None:
         """Remove every host, address and rule ``up`` made; idempotent, also after a crash

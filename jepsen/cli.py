@@ -18,6 +18,7 @@ from pathlib import Path
 
 from jepsen.cluster import LAYOUT
 from jepsen.nemesis import NEMESES
+from jepsen.run import ADMIN_LANES
 
 _MAX_LISTED = 20
 
@@ -38,6 +39,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--seed", type=int, default=1, help="the nemesis schedule's and clients' seed")
     run.add_argument("--partitions", type=int, default=3)
+    run.add_argument(
+        "--admin-lanes",
+        type=int,
+        default=ADMIN_LANES,
+        help=f"admin clients changing topics, as the metadata scenario (default {ADMIN_LANES})",
+    )
+    run.add_argument(
+        "--java-lanes",
+        type=int,
+        default=0,
+        help="lanes of Apache Kafka's Java client (needs java; scripts/kafka-tools.sh's jars)",
+    )
     run.add_argument("--bug", help="plant a bug in every node (KRAFT_PLANTED_BUGS)")
     run.add_argument("--trace", default="jepsen-traces", help="Parquet trace dir (kraft-analyze)")
     run.add_argument("--layout", default=str(LAYOUT), help="cluster layout dir (config/cluster)")
@@ -86,6 +99,9 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         controllers, brokers = _nodes(args.nodes)
+        for flag, lanes in (("--admin-lanes", args.admin_lanes), ("--java-lanes", args.java_lanes)):
+            if lanes < 0:
+                raise ValueError(f"{flag} {lanes}: must be 0 or more")
         nemeses = parse_nemeses(args.nemesis)
         if args.bug is not None:
             planted_bugs({PLANTED_BUGS_ENV: args.bug})
@@ -102,6 +118,8 @@ def _run(args: argparse.Namespace) -> int:
             fake_monotonic=args.fake_monotonic,
             keep_data=args.keep_data,
             kafka_lib=args.kafka_lib,
+            admin_lanes=args.admin_lanes,
+            java_lanes=args.java_lanes,
         )
         report = run(options)
     except (ValueError, ConfigError, LayoutError, BackendError, RunError) as error:

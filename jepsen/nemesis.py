@@ -1,7 +1,7 @@
 """The nemesis of a real run: one fault at a time on a schedule drawn from the seed, each
 held for a while and undone, every change written to the trace with its time.
 
-Faults (``--nemesis partition,kill,pause,clock,netem``, or ``all``):
+Faults (``--nemesis partition,kill,pause,clock,netem,depose-controller``, or ``all``):
   partition  iptables DROP rules in the nodes' namespaces, one of: halves (a random split
              into two sides), isolate-leader (the last seen leader of a random log, the
              metadata quorum's or a partition's, cut off from every node), one-way (one
@@ -9,7 +9,11 @@ Faults (``--nemesis partition,kill,pause,clock,netem``, or ``all``):
   kill       SIGKILL a node (half the time a leader), restarted when the hold ends
   pause      SIGSTOP a node, SIGCONT when the hold ends
   clock      a node's clock jumps by up to +-60 s (libfaketime), back when the hold ends
-  netem      delay, jitter and loss on a node's link (tc netem; needs sch_netem)
+  netem      delay, jitter and loss on a node's link (tc netem; without sch_netem a tbf
+             rate limit and random iptables drops: jepsen/netns.py)
+  depose-controller
+             the active controller cut off from the other controllers only (the metadata
+             scenario's fault): brokers still forward it admin requests until it resigns
 The harness's clients are never cut off: rules name only the nodes' addresses.
 
 The schedule (which fault, which node, how long) is a function of the seed; a target named
@@ -26,9 +30,10 @@ from dataclasses import dataclass, field
 from jepsen.backend import Backend
 from jepsen.cluster import Cluster, node_name
 from jepsen.history import Recorder
-from jepsen.watch import LeaderWatch
+from jepsen.watch import METADATA_LOG, LeaderWatch
+from sim.scenarios.metadata import DEPOSE_MIN_S
 
-NEMESES = ("partition", "kill", "pause", "clock", "netem")
+NEMESES = ("partition", "kill", "pause", "clock", "netem", "depose-controller")
 PARTITIONS = ("halves", "isolate-leader", "one-way", "bridge")
 INTERVAL_S = (1.0, 4.0)  # quiet time between two faults
 # How long a fault lasts: up to past broker.session.timeout.ms (9 s), so a cut-off or paused
@@ -67,6 +72,8 @@ class Nemesis:
             self.cluster.reap()
             kind = rng.choice(self.kinds)
             hold = rng.uniform(*HOLD_S)
+            if kind == "depose-controller":  # long enough for the others to elect a leader
+                hold = max(hold, DEPOSE_MIN_S)
             undo = self._inject(kind, rng)
             self.injected += 1
             self.stop.wait(hold)
@@ -84,6 +91,8 @@ class Nemesis:
         nodes = self._nodes()
         if kind == "partition":
             return self._partition(rng.choice(PARTITIONS), nodes, rng)
+        if kind == "depose-controller":
+            return self._depose()
         node = rng.choice(nodes)
         if kind == "kill":
             leader = self._leader(rng)
@@ -98,9 +107,8 @@ class Nemesis:
             return lambda: self.cluster.set_clock(node, 0.0)
         assert kind == "netem", kind
         delay_ms, jitter_ms, loss = rng.randint(5, 200), rng.randint(0, 100), rng.randint(0, 10)
-        spec = ["delay", f"{delay_ms}ms", f"{jitter_ms}ms", "loss", f"{loss}%"]
-        self.backend.netem(node, spec)
-        self.recorder.event("slow", node_name(node), extra_us=delay_ms * 1000, loss_pct=loss)
+        applied = self.backend.slow(node, delay_ms, jitter_ms, loss)
+        self.recorder.event("slow", node_name(node), **applied)
         return self._heal_network
 
     def _partition(self, shape: str, nodes: list[int], rng: random.Random) -> Callable[[], None]:
@@ -128,6 +136,21 @@ class Nemesis:
             groups = [nodes[: len(nodes) // 2], nodes[len(nodes) // 2 :]]
         self._cut(groups)
         self.recorder.event("partition", groups=[[node_name(n) for n in g] for g in groups])
+        return self._heal_network
+
+    def _depose(self) -> Callable[[], None]:
+        """Cut the active controller (the quorum's last seen leader) from the other
+        controllers only: brokers still reach it and forward it requests until check
+        quorum makes it resign, the window in which a controller that answers before its
+        records commit loses acknowledged changes to the others' new leader."""
+        active = self.watch.leaders.get(METADATA_LOG, (self.cluster.controllers[0], -1))[0]
+        others = [c for c in self.cluster.controllers if c != active]
+        if not others:
+            return lambda: None  # a sole controller has no one to be cut from
+        groups = [[active], others]
+        self._cut(groups)
+        named = [[node_name(n) for n in group] for group in groups]
+        self.recorder.event("partition", groups=named, depose=node_name(active))
         return self._heal_network
 
     def _cut(self, groups: list[list[int]]) -> None:

@@ -4,8 +4,9 @@ bridge, one address per node, the harness and its clients in the root namespace.
 Every name made here starts with ``PREFIX`` and the run's tag (namespaces
 ``kj-<tag>-n<id>``, links ``kj<tag>...``, the root FORWARD rule's comment ``kj-<tag>``), so
 ``cleanup`` finds and removes what any run left behind (a harness killed by SIGKILL, say)
-without touching anything else. Cuts are iptables rules inside a node's namespace; netem is
-a qdisc on its end of the veth pair; both die with the namespace.
+without touching anything else. Cuts are iptables rules inside a node's namespace; a slow
+link is a qdisc on its end of the veth pair (netem, or tbf plus an iptables rule where the
+kernel has no netem); ``heal`` removes them, and they die with the namespace.
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from dataclasses import dataclass, field
 PREFIX = "kj"
 SUBNET = "10.213"  # 10.213.<octet>.0/24 per run; .254 is the bridge (the harness's address)
 DEVICE = "eth0"  # a node's end of its veth pair, inside its namespace
+# What tc says when the kernel has no sch_netem (and cannot load it).
+NO_NETEM = ("Specified qdisc kind is unknown", "Specified qdisc not found")
+# Without netem a slow link is a rate limit: the rate that carries this many bytes (a
+# fetch response's worth) in the delay drawn, at least MIN_RATE_KBIT.
+SLOW_LINK_BYTES = 64 * 1024
+MIN_RATE_KBIT = 256
+MIN_QUEUE_MS = 100
 
 
 class BackendError(RuntimeError):
@@ -50,6 +58,7 @@ class NetnsBackend:
     tag: str
     nodes: list[int] = field(default_factory=list)
     octet: int = 0
+    netem_missing: bool = False  # the kernel has no sch_netem: slow links use tbf+iptables
 
     @property
     def bridge(self) -> str:
@@ -118,8 +127,49 @@ class NetnsBackend:
             rule = ["-s", self.address(peer), "-j", "DROP", "-m", "comment", "--comment"]
             _run(self.wrap(node, ["iptables", "-A", "INPUT", *rule, self.comment]))
 
-    def netem(self, node: int, spec: Sequence[str]) -> None:
-        _run(self.wrap(node, ["tc", "qdisc", "replace", "dev", DEVICE, "root", "netem", *spec]))
+    def slow(self, node: int, delay_ms: int, jitter_ms: int, loss_pct: int) -> dict[str, object]:
+        """tc netem on the node's ``eth0``; on a kernel without ``sch_netem`` (many
+        containers' and cloud kernels'), ``_slow_link``'s tbf and iptables instead."""
+        if not self.netem_missing:
+            spec = ["delay", f"{delay_ms}ms", f"{jitter_ms}ms", "loss", f"{loss_pct}%"]
+            tc = ["tc", "qdisc", "replace", "dev", DEVICE, "root", "netem", *spec]
+            result = _run(self.wrap(node, tc), check=False)
+            if result.returncode == 0:
+                return {
+                    "method": "netem",
+                    "extra_us": delay_ms * 1000,
+                    "jitter_us": jitter_ms * 1000,
+                    "loss_pct": loss_pct,
+                }
+            if not any(sign in result.stderr for sign in NO_NETEM):
+                raise BackendError(f"{' '.join(tc)}: {result.stderr.strip() or result.returncode}")
+            self.netem_missing = True
+        return self._slow_link(node, delay_ms, jitter_ms, loss_pct)
+
+    def _slow_link(
+        self, node: int, delay_ms: int, jitter_ms: int, loss_pct: int
+    ) -> dict[str, object]:
+        """Without netem: a token bucket (tbf) whose rate carries ``SLOW_LINK_BYTES`` in
+        ``delay_ms``, queueing up to twice the delay and jitter (what overflows is dropped,
+        as on a congested link), plus an iptables rule dropping ``loss_pct`` % of what the
+        node receives at random (its peers see a lossy link; TCP retransmits)."""
+        rate_kbit = max(MIN_RATE_KBIT, SLOW_LINK_BYTES * 8 // max(1, delay_ms))
+        latency_ms = max(MIN_QUEUE_MS, 2 * (delay_ms + jitter_ms))
+        # At least two full frames, and a 250 Hz kernel tick's worth of the rate.
+        burst = max(2 * 1514, rate_kbit * 1000 // 8 // 250)
+        tbf = ["tbf", "rate", f"{rate_kbit}kbit", "burst", str(burst), "latency", f"{latency_ms}ms"]
+        _run(self.wrap(node, ["tc", "qdisc", "replace", "dev", DEVICE, "root", *tbf]))
+        if loss_pct:
+            drop = ["-i", DEVICE, "-m", "statistic", "--mode", "random"]
+            drop += ["--probability", f"{loss_pct / 100:.4f}", "-j", "DROP"]
+            drop += ["-m", "comment", "--comment", self.comment]
+            _run(self.wrap(node, ["iptables", "-A", "INPUT", *drop]))
+        return {
+            "method": "tbf+iptables",
+            "rate_kbit": rate_kbit,
+            "queue_ms": latency_ms,
+            "loss_pct": loss_pct,
+        }
 
     def heal(self) -> None:
         for node in self.nodes:

@@ -23,8 +23,10 @@ from types import FrameType
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from jepsen.admin import AdminWorkload
 from jepsen.cluster import LAYOUT, ClockMode, Cluster, choose, libfaketime, place
 from jepsen.history import Recorder
+from jepsen.java_lane import JavaClient, JavaGone, java_lane
 from jepsen.nemesis import Nemesis
 from jepsen.netns import NetnsBackend
 from jepsen.servers import KRAFT_PY, ApacheKafka, NodeProgram
@@ -41,6 +43,7 @@ from sim.scenarios.kafka import (
 
 WORK_PREFIX = "kraft-jepsen-"
 PRODUCER_LANES_PER_PARTITION = 2
+ADMIN_LANES = 2  # the metadata scenario's admin workload (jepsen/admin.py)
 JOIN_S = 30.0  # a client lane finishes its operation within its timeouts
 
 
@@ -62,6 +65,8 @@ class RunOptions:
     fake_monotonic: bool = False
     keep_data: bool = False
     kafka_lib: Path | None = None  # run Apache Kafka from this lib dir, not kraft-server
+    admin_lanes: int = ADMIN_LANES
+    java_lanes: int = 0  # Apache Kafka's Java client (jepsen/java_lane.py): needs java
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +162,7 @@ def run(options: RunOptions) -> RunReport:
     cluster: Cluster | None = None
     stops: list[threading.Event] = []
     nemesis = None
+    javas: list[JavaClient] = []
     try:
         with _signals_interrupt():
             backend.up(list(chosen))
@@ -185,8 +191,10 @@ def run(options: RunOptions) -> RunReport:
             _wait_for_leaders(watch, options.partitions)
             workload = Workload(recorder, cluster.bootstrap, options.partitions)
             stops.append(workload.stop)
+            # Each partition's first producer lane is confluent-kafka's, its second aiokafka's.
+            producers = [workload.producer_lane, workload.aiokafka_producer_lane]
             lanes = [
-                _thread(workload.producer_lane, lane, options.seed * 100 + lane)
+                _thread(producers[lane // options.partitions % 2], lane, options.seed * 100 + lane)
                 for lane in range(PRODUCER_LANES_PER_PARTITION * options.partitions)
             ]
             # The simulator's consumer lanes, half of them (rounded down) aiokafka's.
@@ -194,6 +202,22 @@ def run(options: RunOptions) -> RunReport:
             lanes += [
                 _thread(consumers[lane % 2], lane, options.seed * 100 + 50 + lane)
                 for lane in range(CONSUMERS)
+            ]
+            java_logs = [work / f"java-{lane}.log" for lane in range(options.java_lanes)]
+            for log in java_logs:  # each JVM ready before the faults begin
+                try:
+                    javas.append(JavaClient.start(cluster.bootstrap, options.partitions, log))
+                except JavaGone as gone:
+                    raise RunError(str(gone)) from None
+            lanes += [
+                _thread(java_lane, workload, javas, lane, options.seed * 100 + 70 + lane, log)
+                for lane, log in enumerate(java_logs)
+            ]
+            admin = AdminWorkload(recorder, cluster.bootstrap)
+            stops.append(admin.stop)
+            lanes += [
+                _thread(admin.lane, lane, options.seed * 100 + 80 + lane)
+                for lane in range(options.admin_lanes)
             ]
             nemesis = Nemesis(cluster, backend, recorder, watch, options.nemeses, options.seed)
             stops.append(nemesis.stop)
@@ -203,10 +227,13 @@ def run(options: RunOptions) -> RunReport:
             faulting.join()
             nemesis.heal()
             workload.stop.set()
+            admin.stop.set()
             for lane in lanes:
                 lane.join(JOIN_S)
             workload.heal_sends()
             workload.final_reads()
+            if options.admin_lanes:
+                admin.final_reads(cluster.broker_endpoints())
             watch.stop.set()
             watcher.join(JOIN_S)
             cluster.reap()
@@ -214,6 +241,8 @@ def run(options: RunOptions) -> RunReport:
     finally:
         for stop in stops:
             stop.set()
+        for java in list(javas):
+            java.close()
         if cluster is not None:
             cluster.close()
         backend.down()

@@ -1,6 +1,6 @@
-"""The kafka scenario's workload with real clients: confluent-kafka (librdkafka) producers
-and consumers and an aiokafka consumer, in the harness's (root) namespace, reaching the
-brokers over the bridge.
+"""The kafka scenario's workload with real clients: confluent-kafka (librdkafka) and aiokafka
+producers and consumers, in the harness's (root) namespace, reaching the brokers over the
+bridge.
 
 The operations are the simulator's (sim/scenarios/kafka.py), so sim/analysis/kafka.py
 checks them unchanged: ``send`` of a unique integer value to one partition with acks=all
@@ -23,10 +23,12 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import BrokerResponseError
 from aiokafka.errors import KafkaError as KafkaErrorAio
 from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -55,7 +57,7 @@ def _error_name(error: KafkaError) -> str:
     return str(error.name())
 
 
-def _per_partition(process: str, positions: dict[int, int]) -> dict[int, str]:
+def per_partition(process: str, positions: dict[int, int]) -> dict[int, str]:
     """A consumer's history processes: one per partition, each with one open operation."""
     return {partition: f"{process}/{partition}" for partition in positions}
 
@@ -150,7 +152,7 @@ class Workload:
         """One poll of every partition in ``positions`` (one operation each, by the process
         ``processes`` names); False when a partition's position became invalid (the consumer
         must start over)."""
-        self._invoke_polls(processes, positions)
+        self.invoke_polls(processes, positions)
         read: dict[int, list[int]] = {p: [] for p in positions}
         errors: dict[int, str] = {}
         for message in consumer.consume(POLL_MAX_RECORDS, POLL_WAIT_S):
@@ -166,13 +168,13 @@ class Workload:
             high = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), cached=True)
             return high[1] if high is not None and high[1] >= 0 else None
 
-        return self._complete_polls(processes, positions, read, errors, high_watermark)
+        return self.complete_polls(processes, positions, read, errors, high_watermark)
 
-    def _invoke_polls(self, processes: dict[int, str], positions: dict[int, int]) -> None:
+    def invoke_polls(self, processes: dict[int, str], positions: dict[int, int]) -> None:
         for partition, position in positions.items():
             self.recorder.op(processes[partition], "invoke", "poll", key_of(partition), position)
 
-    def _complete_polls(
+    def complete_polls(
         self,
         processes: dict[int, str],
         positions: dict[int, int],
@@ -200,8 +202,8 @@ class Workload:
         self, consumer: AIOKafkaConsumer, process: str, positions: dict[int, int]
     ) -> bool:
         """``poll`` with aiokafka: one getmany over every partition."""
-        processes = _per_partition(process, positions)
-        self._invoke_polls(processes, positions)
+        processes = per_partition(process, positions)
+        self.invoke_polls(processes, positions)
         read: dict[int, list[int]] = {p: [] for p in positions}
         errors: dict[int, str] = {}
         try:
@@ -219,7 +221,30 @@ class Workload:
             high = consumer.highwater(AioTopicPartition(TOPIC, partition))
             return high if high is not None and high >= 0 else None
 
-        return self._complete_polls(processes, positions, read, errors, high_watermark)
+        return self.complete_polls(processes, positions, read, errors, high_watermark)
+
+    async def _aio_send(
+        self, producer: AIOKafkaProducer, process: str, partition: int
+    ) -> str | None:
+        """``send`` with aiokafka: its status, None when the client is suspect (no answer
+        in time, or an answer of unknown outcome: the lane starts over)."""
+        key, value = key_of(partition), self.next_value()
+        self.recorder.op(process, "invoke", "send", key, value)
+        sending = producer.send_and_wait(TOPIC, str(value).encode(), partition=partition)
+        try:
+            sent = await asyncio.wait_for(sending, SEND_TIMEOUT_S + REPORT_MARGIN_S)
+        except TimeoutError:
+            self.recorder.op(process, "info", "send", key, value, error="no-delivery-report")
+            return None
+        except KafkaErrorAio as error:
+            # aiokafka retries what is retriable until the batch expires (its request
+            # timeout, here SEND_TIMEOUT_S): an error it gives up with is final.
+            name = error.message if isinstance(error, BrokerResponseError) else type(error).__name__
+            status = "fail" if name in NOT_APPENDED else "info"
+            self.recorder.op(process, status, "send", key, value, error=name)
+            return status if status == "fail" else None
+        self.recorder.op(process, "ok", "send", key, value, offset=sent.offset, error=None)
+        return "ok"
 
     # ---- lanes ------------------------------------------------------------------------------
     def producer_lane(self, lane: int, seed: int) -> None:
@@ -238,19 +263,32 @@ class Workload:
             producer.purge()
             generation += 1
 
+    def aiokafka_producer_lane(self, lane: int, seed: int) -> None:
+        """``producer_lane`` with an idempotent aiokafka producer (its own loop here)."""
+
+        def producer(process: str) -> AIOKafkaProducer:
+            return AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap,
+                client_id=process,
+                acks="all",
+                enable_idempotence=True,
+                linger_ms=0,
+                # Also how long a batch may wait for its acknowledgement (retries included):
+                # librdkafka's message.timeout.ms.
+                request_timeout_ms=int(SEND_TIMEOUT_S * 1000),
+                metadata_max_age_ms=1000,
+            )
+
+        def begin(client: AIOKafkaProducer, process: str) -> Callable[[], Awaitable[object]]:
+            return lambda: self._aio_send(client, process, lane % self.partitions)
+
+        self._aiokafka_lane("ap", lane, seed, producer, begin)
+
     def aiokafka_consumer_lane(self, lane: int, seed: int) -> None:
         """A consumer lane driven by aiokafka (asyncio, its own loop in this thread)."""
-        # aiokafka logs every refused connect and failed fetch as an error: under faults
-        # that is noise (the history records what the client saw).
-        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-        asyncio.run(self._aiokafka_consumers(lane, seed))
 
-    async def _aiokafka_consumers(self, lane: int, seed: int) -> None:
-        rng = random.Random(seed)
-        generation = 0
-        while not self.stop.is_set():
-            process = f"a{lane}.{generation}"
-            consumer = AIOKafkaConsumer(
+        def consumer(process: str) -> AIOKafkaConsumer:
+            return AIOKafkaConsumer(
                 bootstrap_servers=self.bootstrap,
                 client_id=process,
                 enable_auto_commit=False,
@@ -259,27 +297,55 @@ class Workload:
                 request_timeout_ms=int(REQUEST_TIMEOUT_S * 1000) + 1000,
                 metadata_max_age_ms=1000,
             )
-            try:
-                await consumer.start()
-                positions = dict.fromkeys(range(self.partitions), 0)
-                partitions = [AioTopicPartition(TOPIC, p) for p in positions]
-                consumer.assign(partitions)
-                for tp in partitions:
-                    consumer.seek(tp, 0)
-                while not self.stop.is_set():
-                    await asyncio.sleep(rng.uniform(0.005, 0.05))
-                    if not await self._aio_poll(consumer, process, positions):
-                        break
-                    if rng.random() < CRASH_CHANCE:
-                        break
-            except KafkaErrorAio:
-                await asyncio.sleep(0.5)  # no broker answered start(): a new client, later
-            finally:
-                # stop() re-raises what its fetch task died of (a cancelled retry sleep):
-                # the client is dropped either way.
-                with contextlib.suppress(asyncio.CancelledError, KafkaErrorAio):
-                    await consumer.stop()
-            generation += 1
+
+        def begin(client: AIOKafkaConsumer, process: str) -> Callable[[], Awaitable[object]]:
+            positions = dict.fromkeys(range(self.partitions), 0)
+            partitions = [AioTopicPartition(TOPIC, p) for p in positions]
+            client.assign(partitions)
+            for tp in partitions:
+                client.seek(tp, 0)
+            return lambda: self._aio_poll(client, process, positions)
+
+        self._aiokafka_lane("a", lane, seed, consumer, begin)
+
+    def _aiokafka_lane(
+        self,
+        prefix: str,
+        lane: int,
+        seed: int,
+        client_for: Callable[[str], Any],
+        begin: Callable[[Any, str], Callable[[], Awaitable[object]]],
+    ) -> None:
+        """An aiokafka lane in its own event loop: a client (process ``<prefix><lane>.<n>``)
+        takes steps until one returns something false (the client is suspect) or it
+        crashes by chance, then the lane starts over with a new one (Jepsen's rule)."""
+        # aiokafka logs every refused connect and failed fetch as an error: under faults
+        # that is noise (the history records what the client saw).
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+
+        async def lanes() -> None:
+            rng = random.Random(seed)
+            generation = 0
+            while not self.stop.is_set():
+                process = f"{prefix}{lane}.{generation}"
+                client = client_for(process)
+                try:
+                    await client.start()
+                    step = begin(client, process)
+                    while not self.stop.is_set():
+                        await asyncio.sleep(rng.uniform(0.005, 0.05))
+                        if not await step() or rng.random() < CRASH_CHANCE:
+                            break
+                except KafkaErrorAio:
+                    await asyncio.sleep(0.5)  # no broker answered start(): a new client, later
+                finally:
+                    # stop() re-raises what a background task died of (a cancelled retry
+                    # sleep): the client is dropped either way.
+                    with contextlib.suppress(asyncio.CancelledError, KafkaErrorAio):
+                        await client.stop()
+                generation += 1
+
+        asyncio.run(lanes())
 
     def consumer_lane(self, lane: int, seed: int) -> None:
         rng = random.Random(seed)
@@ -290,7 +356,7 @@ class Workload:
             positions = dict.fromkeys(range(self.partitions), 0)
             consumer.assign([TopicPartition(TOPIC, p, 0) for p in positions])
             while not self.stop.wait(rng.uniform(0.005, 0.05)):
-                polled = self.poll(consumer, _per_partition(process, positions), positions)
+                polled = self.poll(consumer, per_partition(process, positions), positions)
                 if not polled or rng.random() < CRASH_CHANCE:
                     break
             consumer.close()

@@ -33,7 +33,9 @@ SET = 0
 _TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=5))
 
 
-def _name(code: int) -> str:
+def error_name(code: int) -> str:
+    """A Kafka error code by its protocol name (``NONE``, ``TOPIC_ALREADY_EXISTS``...), as
+    the metadata scenario's history records it."""
     return ErrorCode(code).name.upper()
 
 
@@ -54,7 +56,7 @@ async def create_topic(
         validate_only=False,
     )
     response = await conn.request(request, timeout_s)
-    return _name(response.topics[0].error_code)  # type: ignore[attr-defined]
+    return error_name(response.topics[0].error_code)  # type: ignore[attr-defined]
 
 
 async def delete_topic(conn: KafkaConnection, topic: str, timeout_s: float) -> str:
@@ -62,7 +64,7 @@ async def delete_topic(conn: KafkaConnection, topic: str, timeout_s: float) -> s
         topics=(DeleteTopicState(name=TopicName(topic), topic_id=None),), timeout=_TIMEOUT
     )
     response = await conn.request(request, timeout_s)
-    return _name(response.responses[0].error_code)  # type: ignore[attr-defined]
+    return error_name(response.responses[0].error_code)  # type: ignore[attr-defined]
 
 
 async def create_partitions(conn: KafkaConnection, topic: str, count: int, timeout_s: float) -> str:
@@ -72,7 +74,7 @@ async def create_partitions(conn: KafkaConnection, topic: str, count: int, timeo
         validate_only=False,
     )
     response = await conn.request(request, timeout_s)
-    return _name(response.results[0].error_code)  # type: ignore[attr-defined]
+    return error_name(response.results[0].error_code)  # type: ignore[attr-defined]
 
 
 async def alter_topic_config(
@@ -96,4 +98,4 @@ async def alter_config(
         validate_only=False,
     )
     response = await conn.request(request, timeout_s)
-    return _name(response.responses[0].error_code)  # type: ignore[attr-defined]
+    return error_name(response.responses[0].error_code)  # type: ignore[attr-defined]

@@ -78,6 +78,55 @@ DEFINITE = {"NONE", "TOPIC_ALREADY_EXISTS", "UNKNOWN_TOPIC_OR_PARTITION", "INVAL
 NOT_APPLIED = {"INVALID_REPLICATION_FACTOR", "INVALID_CONFIG", "INVALID_REQUEST"}
 
 
+def admin_status(error: str) -> str:
+    """A history status for an admin request's answer (a Kafka error name): ``ok``;
+    ``fail`` when the answer says what holds after it (DEFINITE, which the topic model reads)
+    or that it was refused before any record (NOT_APPLIED); else ``info``, may or may not
+    have happened (NOT_CONTROLLER, REQUEST_TIMED_OUT, a client's own timeout...)."""
+    if error == "NONE":
+        return "ok"
+    return "fail" if error in DEFINITE or error in NOT_APPLIED else "info"
+
+
+@dataclass(slots=True)
+class TopicPicks:
+    """Which topic operation a client lane does next: (function, topic, value). Shared by
+    the simulator's lanes and kraft-jepsen's real admin clients (jepsen/admin.py), so both
+    histories have one shape, checked against METADATA_MODELS."""
+
+    fresh: dict[int, int] = field(default_factory=dict)  # lane -> its latest fresh topic
+    reconfigured: dict[int, bool] = field(default_factory=dict)
+    config_changes: int = 0
+
+    def pick(self, rng: random.Random, lane: int) -> tuple[str, str, int | None]:
+        fresh = self.fresh.setdefault(lane, 0)
+        roll = rng.random()
+        if roll < FRESH_SHARE + FRESH_CONFIG_SHARE:
+            if roll >= FRESH_SHARE and fresh and not self.reconfigured.get(lane, False):
+                # Reconfigure the lane's latest topic of its own, once, to a value no other
+                # change sets: nothing can overwrite, repeat or delete the change, so the
+                # final read shows it if it was acknowledged and lost.
+                self.reconfigured[lane] = True
+                self.config_changes += 1
+                value = 3_600_000 + self.config_changes
+                return "alter-config", f"u{lane}-{fresh}", value
+            # A topic of its own that nothing else touches: if an acknowledged create is
+            # lost, the final read says so and no other operation can explain it away.
+            self.fresh[lane] = fresh + 1
+            self.reconfigured[lane] = False
+            return "create", f"u{lane}-{fresh + 1}", 1
+        topic = rng.choice(TOPICS)
+        if roll < 0.6:
+            return "create", topic, rng.randint(1, 3)
+        if roll < 0.73:
+            return "delete", topic, None
+        if roll < 0.9:
+            return "create-partitions", topic, rng.randint(2, 6)
+        # Few values on the shared topics: each distinct value of an operation of unknown
+        # outcome is one more state for the linearizability search to carry.
+        return "alter-config", topic, rng.choice((60_000, 120_000, 3_600_000))
+
+
 @dataclass(slots=True)
 class Op:
     """One admin operation of the history, as the linearizability check needs it."""
@@ -104,9 +153,7 @@ class Cluster:
     brokers: list[str]
     nodes: dict[str, KraftNode] = field(default_factory=dict)
     history: list[Op] = field(default_factory=list)
-    fresh: dict[int, int] = field(default_factory=dict)
-    reconfigured: dict[int, bool] = field(default_factory=dict)  # lane's latest fresh topic
-    config_changes: int = 0
+    picks: TopicPicks = field(default_factory=TopicPicks)
     broker_configs: int = 0
     ops_ok: int = 0
     # Server properties a scenario sets on top of these (the kafka scenario's replication).
@@ -183,9 +230,7 @@ class Cluster:
     # ---- the workload -------------------------------------------------------------------
     async def lane(self, runtime: Runtime, lane: int) -> None:
         """A client's admin requests on topics, through random brokers (forwarded)."""
-        self.fresh[lane] = 0
-        self.reconfigured[lane] = False
-        pick = lambda rng: self._pick(rng, lane)  # noqa: E731
+        pick = lambda rng: self.picks.pick(rng, lane)  # noqa: E731
         await self._run_lane(runtime, f"client:{lane}", self.brokers, BROKER_PORT, pick)
 
     async def controller_lane(self, runtime: Runtime) -> None:
@@ -225,16 +270,14 @@ class Cluster:
                     await conn.close()
                 conn = None
             else:
-                if error == "NONE":
-                    op.status = "ok"
+                op.status = admin_status(error)
+                if op.status == "ok":
                     self.ops_ok += 1
-                elif error in DEFINITE or error in NOT_APPLIED:
-                    op.status, op.error = "fail", error
-                else:  # NOT_CONTROLLER, REQUEST_TIMED_OUT...: may or may not have happened
-                    op.status, op.error = "info", error
-                    if error == "NOT_CONTROLLER":
-                        await conn.close()
-                        conn = None
+                else:
+                    op.error = error
+                if error == "NOT_CONTROLLER":
+                    await conn.close()
+                    conn = None
             op.complete_us, op.complete_seq = trace.now_us(), trace.count
             trace.event(
                 "op", process=process, type=op.status, f=f, key=key, value=value, error=op.error
@@ -245,34 +288,6 @@ class Cluster:
         real broker's): a lost acknowledged change shows in the final read."""
         self.broker_configs += 1
         return "alter-broker-config", f"broker:{1000 + self.broker_configs}", 1 + len(self.history)
-
-    def _pick(self, rng: random.Random, lane: int) -> tuple[str, str, int | None]:
-        """The next operation: (function, topic, value)."""
-        roll = rng.random()
-        if roll < FRESH_SHARE + FRESH_CONFIG_SHARE:
-            if roll >= FRESH_SHARE and self.fresh[lane] and not self.reconfigured[lane]:
-                # Reconfigure the lane's latest topic of its own, once, to a value no other
-                # change sets: nothing can overwrite, repeat or delete the change, so the
-                # final read shows it if it was acknowledged and lost.
-                self.reconfigured[lane] = True
-                self.config_changes += 1
-                value = 3_600_000 + self.config_changes
-                return "alter-config", f"u{lane}-{self.fresh[lane]}", value
-            # A topic of its own that nothing else touches: if an acknowledged create is
-            # lost, the final read says so and no other operation can explain it away.
-            self.fresh[lane] += 1
-            self.reconfigured[lane] = False
-            return "create", f"u{lane}-{self.fresh[lane]}", 1
-        topic = rng.choice(TOPICS)
-        if roll < 0.6:
-            return "create", topic, rng.randint(1, 3)
-        if roll < 0.73:
-            return "delete", topic, None
-        if roll < 0.9:
-            return "create-partitions", topic, rng.randint(2, 6)
-        # Few values on the shared topics: each distinct value of an operation of unknown
-        # outcome is one more state for the linearizability search to carry.
-        return "alter-config", topic, rng.choice((60_000, 120_000, 3_600_000))
 
     async def _request(self, conn: KafkaConnection, f: str, topic: str, value: int | None) -> str:
         if f == "create":

@@ -50,3 +50,35 @@ def test_an_acknowledged_write_a_real_run_lost_is_flagged(tmp_path: Path) -> Non
     analysis = analyze_local(read_trace_pandas(str(tmp_path)))
     assert analysis.violating_runs == ["jepsen-s7-test"]
     assert "inconsistent-offsets" in set(analysis.violations["check"])
+
+
+def _admin_run(tmp_path: Path, final_partitions: int | None) -> None:
+    """A real run's admin history (jepsen/admin.py): t0 created with 2 partitions and grown
+    to 3, a create of t0 answered TOPIC_ALREADY_EXISTS, a retention change of unknown
+    outcome; after the heal t0 reads ``final_partitions``."""
+    recorder = Recorder(tmp_path, RunConfig("kafka", 8, faults=("pause",)), "jepsen-s8-admin")
+    steps = (
+        ("admin0.0", "create", 2, "ok", None),
+        ("admin1.0", "create", 1, "fail", "TOPIC_ALREADY_EXISTS"),
+        ("admin0.0", "create-partitions", 3, "ok", None),
+        ("admin1.1", "alter-config", 60_000, "info", "_TIMED_OUT"),
+    )
+    for process, f, value, status, error in steps:
+        recorder.op(process, "invoke", f, "t0", value)
+        recorder.op(process, status, f, "t0", value, error=error)
+    for f, found in (("read", final_partitions), ("read-config", 60_000)):
+        recorder.op("admin-final/t0", "invoke", f, "t0", None)
+        recorder.op("admin-final/t0", "ok", f, "t0", found)
+    recorder.commit(8)
+
+
+def test_a_real_runs_admin_history_is_checked_by_the_topic_model(tmp_path: Path) -> None:
+    _admin_run(tmp_path / "clean", 3)
+    clean = analyze_local(read_trace_pandas(str(tmp_path / "clean")))
+    assert clean.violating_runs == [] and clean.keys_checked == 1
+    _admin_run(tmp_path / "lost", 2)  # the acknowledged growth to 3 partitions was lost
+    lost = analyze_local(read_trace_pandas(str(tmp_path / "lost")))
+    assert lost.violating_runs == ["jepsen-s8-admin"]
+    [message] = lost.violations["message"]
+    assert message.startswith("linearizability (topic) key t0: ")
+    assert "read() -> 2" in message
