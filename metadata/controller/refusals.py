@@ -16,6 +16,10 @@ from metadata.controller.cluster import BROKER_HEARTBEAT, BROKER_REGISTRATION, U
 from metadata.controller.configs import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from metadata.controller.partitions import ALTER_PARTITION, ELECT_LEADERS
 from metadata.controller.producer_ids import ALLOCATE_PRODUCER_IDS
+from metadata.controller.reassignment import (
+    ALTER_PARTITION_REASSIGNMENTS,
+    LIST_PARTITION_REASSIGNMENTS,
+)
 from metadata.controller.topics import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from raft.entities import has_field, make, response_module
 
@@ -107,6 +111,8 @@ _REFUSALS: dict[int, Refusal] = {
     ALTER_CONFIGS: _alter_configs,
     INCREMENTAL_ALTER_CONFIGS: _alter_configs,
     ELECT_LEADERS: _elect_leaders,
+    ALTER_PARTITION_REASSIGNMENTS: _top_level("AlterPartitionReassignmentsResponse"),
+    LIST_PARTITION_REASSIGNMENTS: _top_level("ListPartitionReassignmentsResponse"),
     ALTER_PARTITION: _top_level("AlterPartitionResponse"),
     ALLOCATE_PRODUCER_IDS: _top_level("AllocateProducerIdsResponse"),
     BROKER_REGISTRATION: _top_level("BrokerRegistrationResponse"),
