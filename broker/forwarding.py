@@ -13,6 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from metadata.controller import reassignment
 from raft.entities import make, response_module
 
 CREATE_TOPICS = 19
@@ -21,8 +22,8 @@ ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
 ELECT_LEADERS = 43
 INCREMENTAL_ALTER_CONFIGS = 44
-ALTER_PARTITION_REASSIGNMENTS = 45
-LIST_PARTITION_REASSIGNMENTS = 46
+ALTER_PARTITION_REASSIGNMENTS = reassignment.ALTER_PARTITION_REASSIGNMENTS
+LIST_PARTITION_REASSIGNMENTS = reassignment.LIST_PARTITION_REASSIGNMENTS
 FORWARDED_APIS = frozenset(
     {
         CREATE_TOPICS,
@@ -90,8 +91,6 @@ def forwarded_error_response(request: object, error_code: int, message: str | No
         )
         values = {"error_code": ErrorCode(error_code), "replica_election_results": results}
         return make(module.ElectLeadersResponse, values)
-    if api_key == ALTER_PARTITION_REASSIGNMENTS:
-        return make(module.AlterPartitionReassignmentsResponse, error | {"responses": ()})
-    if api_key == LIST_PARTITION_REASSIGNMENTS:
-        return make(module.ListPartitionReassignmentsResponse, error | {"topics": ()})
+    if api_key in (ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS):
+        return reassignment.error_response(body, ErrorCode(error_code), message)
     raise ValueError(f"api {api_key} is not forwarded to the controller")

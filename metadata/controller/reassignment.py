@@ -37,6 +37,47 @@ ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
 
 
+def error_response(request: Any, code: ErrorCode, message: str | None) -> Any:
+    """The response failing all of ``request`` (either API, its version) with ``code``: at
+    the top level and for every partition it names, as Kafka's getErrorResponse spells it."""
+    api_key = int(request.__api_key__)
+    module: Any = response_module(api_key, int(request.__version__))
+    error = {"error_code": code, "error_message": message}
+    if api_key == ALTER_PARTITION_REASSIGNMENTS:
+        responses = tuple(
+            make(
+                module.ReassignableTopicResponse,
+                {
+                    "name": t.name,
+                    "partitions": tuple(
+                        make(
+                            module.ReassignablePartitionResponse,
+                            error | {"partition_index": p.partition_index},
+                        )
+                        for p in t.partitions
+                    ),
+                },
+            )
+            for t in request.topics
+        )
+        return make(module.AlterPartitionReassignmentsResponse, error | {"responses": responses})
+    assert api_key == LIST_PARTITION_REASSIGNMENTS, api_key
+    topics = tuple(
+        make(
+            module.OngoingTopicReassignment,
+            {
+                "name": t.name,
+                "partitions": tuple(
+                    make(module.OngoingPartitionReassignment, {"partition_index": index})
+                    for index in t.partition_indexes
+                ),
+            },
+        )
+        for t in request.topics or ()
+    )
+    return make(module.ListPartitionReassignmentsResponse, error | {"topics": topics})
+
+
 def reassigning(partition: PartitionRegistration) -> bool:
     """Whether a reassignment of ``partition`` is in progress."""
     return bool(partition.adding_replicas or partition.removing_replicas)
