@@ -296,7 +296,7 @@ class ReplicaManager:
                     *key,
                 )
                 try:
-                    await self.logs.delete_log(*key)
+                    await self.logs.delete_log(*key, self._unique_id())
                 except OSError:  # what is left is set aside as a stray at the next start
                     logger.exception("[ReplicaManager id=%d] deleting %s-%d", self.node_id, *key)
         now_ms = self._clock.now_ms()
@@ -398,8 +398,7 @@ class ReplicaManager:
                     and recorded in (None, found.topic_id)
                 ):
                     continue
-                unique = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
-                stray = await self.logs.mark_stray(topic, index, unique)
+                stray = await self.logs.mark_stray(topic, index, self._unique_id())
             except OSError:
                 # Never serve (or recreate over) a dir that could not be set aside.
                 self._take_offline([(topic, index)], "setting its stray log aside")
@@ -413,6 +412,11 @@ class ReplicaManager:
                 recorded,
                 stray,
             )
+
+    def _unique_id(self) -> str:
+        """A random id from the injected Random, as Kafka names ``-delete`` and ``-stray``
+        dirs (a uuid's hex)."""
+        return uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
 
     def _recorded_topic_id(self, log: Log) -> uuid.UUID | None:
         marker = os.path.join(log.dir_path, PARTITION_METADATA_FILE)
