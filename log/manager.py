@@ -348,9 +348,9 @@ class LogManager:
     async def delete_log(self, topic: str, partition: int, unique_id: str) -> str | None:
         """Close the partition's log and rename its directory to Kafka's
         ``<topic>-<partition>.<unique_id>-delete`` (durably: no restart loads it again),
-        then remove it file.delete.delay.ms later (Kafka's asyncDelete: a read still holding
-        its files finishes). A restart in between removes it at load. The new path, None if
-        there was no such log."""
+        then remove it file.delete.delay.ms later (Kafka's asyncDelete), so a crash never
+        leaves a half-removed dir under a partition's name. A restart in between removes it
+        at load. The new path, None if there was no such log."""
         detached = await self._detach((topic, partition), "deletion")
         if detached is None:
             return None
