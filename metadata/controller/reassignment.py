@@ -27,8 +27,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.controller.context import ApiError, ControllerContext, ControllerResult
+from metadata.controller.context import (
+    MAX_RECORDS_PER_USER_OP,
+    ApiError,
+    ControllerContext,
+    ControllerResult,
+)
 from metadata.controller.election import LEADER_OUTSIDE_ISR, choose_leader
+from metadata.controller.topics import TOO_MANY_RECORDS
 from metadata.image import PartitionRegistration, TopicImage
 from metadata.records import PartitionChange
 from raft.entities import make, response_module
@@ -106,6 +112,9 @@ def alter_partition_reassignments(
             }
             key = (topic_request.name, target.partition_index)
             try:
+                if len(records) >= MAX_RECORDS_PER_USER_OP:
+                    # One record per partition: a bound on the controller's work per request.
+                    raise ApiError(ErrorCode.policy_violation, TOO_MANY_RECORDS)
                 topic, current = _find(ctx, *key)
                 current = changed.get(key, current)
                 if target.replicas is None:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
+from metadata.controller import reassignment
 from metadata.controller.partitions import alter_partition
 from metadata.controller.reassignment import (
     alter_partition_reassignments,
@@ -174,6 +175,20 @@ def test_invalid_targets_are_refused_with_kafkas_codes() -> None:
         1,
     )
     assert errors(result.response) == {("t", 0): ErrorCode.invalid_replication_factor}
+
+
+def test_one_request_changes_at_most_max_records_per_user_op_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(reassignment, "MAX_RECORDS_PER_USER_OP", 2)
+    img = with_topic(brokers(1, 2, 3), "t", *[((1,), (1,), 1)] * 4, topic_id=TID)
+    targets: dict[tuple[str, int], tuple[int, ...] | None] = {("t", i): (2,) for i in range(4)}
+    result = alter_partition_reassignments(context(img), reassign(targets), 1)
+    assert (
+        list(errors(result.response).values())
+        == [ErrorCode.none] * 2 + [ErrorCode.policy_violation] * 2
+    )
+    assert len(result.records) == 2
 
 
 def test_cancel_reverts_to_the_original_replicas() -> None:
