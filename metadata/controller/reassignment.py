@@ -34,7 +34,7 @@ from metadata.controller.context import (
     ControllerResult,
 )
 from metadata.controller.election import LEADER_OUTSIDE_ISR, choose_leader
-from metadata.controller.topics import TOO_MANY_RECORDS
+from metadata.controller.topics import TOO_MANY_RECORDS, validate_replica_list
 from metadata.image import PartitionRegistration, TopicImage
 from metadata.records import PartitionChange
 from raft.entities import make, response_module
@@ -173,25 +173,7 @@ def _validate_target(
     allow_rf_change: bool,
 ) -> None:
     """Kafka's validateManualPartitionAssignment, plus KIP-860's replication factor check."""
-    if not replicas:
-        raise ApiError(
-            ErrorCode.invalid_replica_assignment,
-            "The manual partition assignment includes an empty replica list.",
-        )
-    seen: set[int] = set()
-    for broker_id in sorted(replicas):
-        if broker_id not in ctx.image.cluster.brokers:
-            raise ApiError(
-                ErrorCode.invalid_replica_assignment,
-                f"The manual partition assignment includes broker {broker_id}, but no such "
-                "broker is registered.",
-            )
-        if broker_id in seen:
-            raise ApiError(
-                ErrorCode.invalid_replica_assignment,
-                f"The manual partition assignment includes the broker {broker_id} more than once.",
-            )
-        seen.add(broker_id)
+    validate_replica_list(ctx, replicas)
     replication_factor = len(current.replicas) - len(current.removing_replicas)
     if not allow_rf_change and len(replicas) != replication_factor:
         raise ApiError(

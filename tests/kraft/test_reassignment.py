@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -26,26 +24,15 @@ from kio.schema.errors import ErrorCode
 
 from tests import kafka_tools as tools
 from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
-from tests.kraft.procs import Processes, port_open, wait_until
-from tests.kraft.test_replication import BROKERS, Acked, bootstrap, cluster_nodes
+from tests.kraft.procs import Processes, wait_until
+from tests.kraft.test_replication import (  # the cluster fixture: a cluster of this module's own
+    Acked,
+    bootstrap,
+    cluster,  # noqa: F401
+)
 
 TOPIC = "moving"
 DEADLINE_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Processes, dict, Path]]:
-    root = tmp_path_factory.mktemp("reassignment")
-    nodes, ports = cluster_nodes(root)
-    procs = Processes(root, nodes)
-    try:
-        for node in nodes:
-            procs.start(node)
-        for node in BROKERS:
-            wait_until(lambda n=node: port_open(*ports[n]), f"broker {node} serves", DEADLINE_S)
-        yield procs, ports, root
-    finally:
-        procs.cleanup()
 
 
 def replicas(servers: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -91,9 +78,10 @@ def read_all(servers: str, end: int) -> dict[bytes, int]:
 
 @pytest.mark.usefixtures("kafka_tools")
 def test_a_partition_moves_to_new_brokers_keeping_every_acknowledged_record(
-    cluster: tuple[Processes, dict, Path],
+    cluster: tuple[Processes, dict],  # noqa: F811
 ) -> None:
-    procs, ports, root = cluster
+    procs, ports = cluster
+    root = procs.root
     servers = bootstrap(ports)
     admin = AdminClient({"bootstrap.servers": servers})
     topic = NewTopic(TOPIC, 1, replica_assignment=[[4, 5]], config={"min.insync.replicas": "2"})
