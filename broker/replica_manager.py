@@ -295,8 +295,11 @@ class ReplicaManager:
                     self.node_id,
                     *key,
                 )
+                # Unique per partition and image, and drawn from no Random, so deleting a log
+                # leaves every other random choice of the node (and each seed) as it was.
+                unique = uuid.UUID(int=image.offset).hex
                 try:
-                    await self.logs.delete_log(*key, self._unique_id())
+                    await self.logs.delete_log(*key, unique)
                 except OSError:  # what is left is set aside as a stray at the next start
                     logger.exception("[ReplicaManager id=%d] deleting %s-%d", self.node_id, *key)
         now_ms = self._clock.now_ms()
@@ -398,7 +401,8 @@ class ReplicaManager:
                     and recorded in (None, found.topic_id)
                 ):
                     continue
-                stray = await self.logs.mark_stray(topic, index, self._unique_id())
+                unique = uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
+                stray = await self.logs.mark_stray(topic, index, unique)
             except OSError:
                 # Never serve (or recreate over) a dir that could not be set aside.
                 self._take_offline([(topic, index)], "setting its stray log aside")
@@ -412,11 +416,6 @@ class ReplicaManager:
                 recorded,
                 stray,
             )
-
-    def _unique_id(self) -> str:
-        """A random id from the injected Random, as Kafka names ``-delete`` and ``-stray``
-        dirs (a uuid's hex)."""
-        return uuid.UUID(int=self._rng.getrandbits(128), version=4).hex
 
     def _recorded_topic_id(self, log: Log) -> uuid.UUID | None:
         marker = os.path.join(log.dir_path, PARTITION_METADATA_FILE)
