@@ -253,17 +253,18 @@ def build_change(
             unclean=unclean,
             ignore_isr=LEADER_OUTSIDE_ISR in ctx.bugs,
         )
-    state = PartitionRegistration(
+    # From ``current``, so fields this change does not touch carry over as replay keeps them.
+    state = dataclasses.replace(
+        current,
         replicas=replicas,
         isr=isr,
         leader=leader,
-        leader_epoch=current.leader_epoch,
-        partition_epoch=current.partition_epoch + 1,
         removing_replicas=removing,
         adding_replicas=adding,
     )
-    if dataclasses.replace(state, partition_epoch=current.partition_epoch) == current:
+    if state == current:
         return None, current
+    state = dataclasses.replace(state, partition_epoch=current.partition_epoch + 1)
     # A replica dropped from the set must stop acting on the old epoch: bump it even when the
     # leader stays (Kafka's triggerLeaderEpochBumpForReplicaReassignmentIfNeeded).
     dropped = not set(current.replicas) <= set(replicas)
