@@ -1,7 +1,8 @@
 """Answers a broker gives in the controller's place when a forwarded request gets no answer.
 
 The admin APIs a broker forwards (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
-IncrementalAlterConfigs, ElectLeaders) report errors per item, so "the controller did not
+IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments) report errors per
+item (the last two also at the top level, which clients read first), so "the controller did not
 answer in time" has to be spelled out for every topic or resource of the request, as Kafka's
 ``AbstractRequest.getErrorResponse`` does. The response has the request's version.
 """
@@ -12,6 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from metadata.controller import reassignment
 from raft.entities import make, response_module
 
 CREATE_TOPICS = 19
@@ -20,6 +22,8 @@ ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
 ELECT_LEADERS = 43
 INCREMENTAL_ALTER_CONFIGS = 44
+ALTER_PARTITION_REASSIGNMENTS = reassignment.ALTER_PARTITION_REASSIGNMENTS
+LIST_PARTITION_REASSIGNMENTS = reassignment.LIST_PARTITION_REASSIGNMENTS
 FORWARDED_APIS = frozenset(
     {
         CREATE_TOPICS,
@@ -28,6 +32,8 @@ FORWARDED_APIS = frozenset(
         CREATE_PARTITIONS,
         ELECT_LEADERS,
         INCREMENTAL_ALTER_CONFIGS,
+        ALTER_PARTITION_REASSIGNMENTS,
+        LIST_PARTITION_REASSIGNMENTS,
     }
 )
 
@@ -85,4 +91,6 @@ def forwarded_error_response(request: object, error_code: int, message: str | No
         )
         values = {"error_code": ErrorCode(error_code), "replica_election_results": results}
         return make(module.ElectLeadersResponse, values)
+    if api_key in (ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS):
+        return reassignment.error_response(body, ErrorCode(error_code), message)
     raise ValueError(f"api {api_key} is not forwarded to the controller")

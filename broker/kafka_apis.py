@@ -58,6 +58,8 @@ class KafkaApis:
         forwarding.CREATE_PARTITIONS: (0, 3),
         forwarding.ELECT_LEADERS: (0, 2),
         forwarding.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        forwarding.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+        forwarding.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         DESCRIBE_CLUSTER: (0, 1),
     }
 

@@ -295,8 +295,11 @@ class ReplicaManager:
                     self.node_id,
                     *key,
                 )
+                # Unique per partition and image, and drawn from no Random, so deleting a log
+                # leaves every other random choice of the node (and each seed) as it was.
+                unique = uuid.UUID(int=image.offset).hex
                 try:
-                    await self.logs.delete_log(*key)
+                    await self.logs.delete_log(*key, unique)
                 except OSError:  # what is left is set aside as a stray at the next start
                     logger.exception("[ReplicaManager id=%d] deleting %s-%d", self.node_id, *key)
         now_ms = self._clock.now_ms()

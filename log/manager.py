@@ -56,6 +56,7 @@ META_PROPERTIES = "meta.properties"  # what ``kraft-server format`` writes into 
 # created or loaded here, whatever a metadata image or a directory listing says.
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION_DIR = f"{CLUSTER_METADATA_TOPIC}-0"
+DELETE_DIR_SUFFIX = "-delete"  # Kafka's LogManager.DeleteDirSuffix
 HighWatermarkProvider = Callable[[TopicPartition], int | None]
 
 
@@ -107,6 +108,8 @@ class LogManager:
         self._dir_of: dict[TopicPartition, str] = {}
         self._dir_locks = {d: asyncio.Lock() for d in self.log_dirs}
         self._tasks: list[asyncio.Task[None]] = []
+        # Renamed ``-delete`` dirs of deleted logs, removed when their timer fires.
+        self._pending_deletes: dict[str, asyncio.TimerHandle] = {}
         self._create_lock = asyncio.Lock()
         self._loaded = False
         self.had_clean_shutdown: dict[str, bool] = {}
@@ -132,6 +135,9 @@ class LogManager:
         fs = self.fs
         for log_dir in self.log_dirs:
             fs.mkdir(log_dir)
+            for name in fs.list_dir(log_dir):
+                if name.endswith(DELETE_DIR_SUFFIX) and fs.is_dir(os.path.join(log_dir, name)):
+                    self._remove_deleted_dir(os.path.join(log_dir, name))  # deleted before
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             marker_present = clean = fs.exists(marker)
             partition_dirs = self._partition_dirs(log_dir)
@@ -239,6 +245,9 @@ class LogManager:
     async def shutdown(self) -> None:
         """Stop the tasks, close every log (flushing it), write the checkpoints and, per
         dir where every log closed cleanly, the clean shutdown marker."""
+        for handle in self._pending_deletes.values():
+            handle.cancel()  # the next load removes what is left
+        self._pending_deletes = {}
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -336,17 +345,40 @@ class LogManager:
         if not self.live_log_dirs:
             self.all_dirs_offline.set()
 
-    async def delete_log(self, topic: str, partition: int) -> None:
-        """Close the partition's log and remove its directory (durably)."""
+    async def delete_log(self, topic: str, partition: int, unique_id: str) -> str | None:
+        """Close the partition's log and rename its directory to Kafka's
+        ``<topic>-<partition>.<unique_id>-delete`` (durably: no restart loads it again),
+        then remove it file.delete.delay.ms later (Kafka's asyncDelete), so a crash never
+        leaves a half-removed dir under a partition's name. A restart in between removes it
+        at load. The new path, None if there was no such log."""
         detached = await self._detach((topic, partition), "deletion")
         if detached is None:
-            return
+            return None
         log, log_dir = detached
-        fs = self.fs
-        for name in fs.list_dir(log.dir_path):
-            fs.remove(os.path.join(log.dir_path, name))
-        fs.remove_dir(log.dir_path)
+        doomed = f"{log.dir_path.rstrip('/')}.{unique_id}{DELETE_DIR_SUFFIX}"
+        self.fs.rename(log.dir_path, doomed)
         await self._dir_changed(log_dir)
+        delay_s = log.config.file_delete_delay_ms / 1000
+        if delay_s <= 0:
+            self._remove_deleted_dir(doomed)
+        else:
+            loop = asyncio.get_running_loop()
+            self._pending_deletes[doomed] = loop.call_later(
+                delay_s, self._remove_deleted_dir, doomed
+            )
+        return doomed
+
+    def _remove_deleted_dir(self, path: str) -> None:
+        """Remove a ``-delete`` directory and its files; on a disk error what is left is
+        removed at the next load."""
+        self._pending_deletes.pop(path, None)
+        fs = self.fs
+        try:
+            for name in fs.list_dir(path):
+                fs.remove(os.path.join(path, name))
+            fs.remove_dir(path)
+        except OSError:
+            logger.exception("could not remove %s", path)
 
     async def mark_stray(self, topic: str, partition: int, unique_id: str) -> str | None:
         """Close the partition's log and rename its directory to Kafka's stray name

@@ -126,6 +126,19 @@ BROKER_DYNAMIC_CONFIGS: Mapping[str, ConfigDef] = {
             at_least(1),
         ),
         _topic_default("unclean.leader.election.enable"),
+        # Reassignment throttles: kafka-reassign-partitions sets them with --throttle and
+        # clears them on --verify. Accepted and shown, not enforced (docs/replication.md).
+        *(
+            _broker(name, ConfigType.LONG, str(2**63 - 1), doc, at_least(0))
+            for name, doc in (
+                ("leader.replication.throttled.rate", "Leader replication bytes/s cap."),
+                ("follower.replication.throttled.rate", "Follower replication bytes/s cap."),
+                (
+                    "replica.alter.log.dirs.io.max.bytes.per.second",
+                    "Bytes/s cap on moving replicas between log dirs.",
+                ),
+            )
+        ),
     )
 }
 

@@ -5,7 +5,8 @@
 #   scripts/kafka-tools.sh TOOL [ARGS...]     run a tool, installing first if needed
 #
 # TOOL is a short name (topics, console-consumer, console-producer, consumer-groups,
-# consumer-perf-test, producer-perf-test, e2e-latency) or a fully qualified main class.
+# consumer-perf-test, producer-perf-test, e2e-latency, reassign-partitions) or a fully
+# qualified main class.
 # The jars land in ./.cache/kafka-tools/lib (gitignored), with Maven's local repository
 # beside them, so after one install the tools run offline: the launcher needs only java.
 set -euo pipefail
@@ -40,6 +41,7 @@ main_class() {
         consumer-perf-test) echo org.apache.kafka.tools.ConsumerPerformance ;;
         producer-perf-test) echo org.apache.kafka.tools.ProducerPerformance ;;
         e2e-latency) echo org.apache.kafka.tools.EndToEndLatency ;;
+        reassign-partitions) echo org.apache.kafka.tools.reassign.ReassignPartitionsCommand ;;
         *.*) echo "$1" ;;
         *) echo "kafka-tools: unknown tool '$1'" >&2; exit 2 ;;
     esac

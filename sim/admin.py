@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import datetime
 
+from kio.schema.alter_partition_reassignments.v0.request import (
+    AlterPartitionReassignmentsRequest,
+    ReassignablePartition,
+    ReassignableTopic,
+)
 from kio.schema.create_partitions.v3.request import (
     CreatePartitionsRequest,
     CreatePartitionsTopic,
@@ -22,7 +27,7 @@ from kio.schema.incremental_alter_configs.v1.request import (
     AlterConfigsResource,
     IncrementalAlterConfigsRequest,
 )
-from kio.schema.types import TopicName
+from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from broker.client import KafkaConnection
@@ -99,3 +104,20 @@ async def alter_config(
     )
     response = await conn.request(request, timeout_s)
     return error_name(response.responses[0].error_code)  # type: ignore[attr-defined]
+
+
+async def reassign_partition(
+    conn: KafkaConnection, topic: str, partition: int, replicas: list[int], timeout_s: float
+) -> str:
+    """AlterPartitionReassignments of one partition to ``replicas`` (KIP-455)."""
+    target = ReassignablePartition(
+        partition_index=i32(partition), replicas=tuple(BrokerId(r) for r in replicas)
+    )
+    request = AlterPartitionReassignmentsRequest(
+        timeout=_TIMEOUT,
+        topics=(ReassignableTopic(name=TopicName(topic), partitions=(target,)),),
+    )
+    response = await conn.request(request, timeout_s)
+    if response.error_code != ErrorCode.none:  # type: ignore[attr-defined]
+        return error_name(response.error_code)  # type: ignore[attr-defined]
+    return error_name(response.responses[0].partitions[0].error_code)  # type: ignore[attr-defined]

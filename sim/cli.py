@@ -80,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="kafka: a compacted topic (unique keys) that the brokers' log cleaner rewrites",
         )
+        p.add_argument(
+            "--reassign",
+            action="store_true",
+            help="kafka: now and then reassign a random partition to random brokers (KIP-455)",
+        )
         p.add_argument("--duration", type=float, default=30.0, help="virtual seconds of faults")
         p.add_argument("--faults", default="all", help="all, none, or a comma list")
         p.add_argument("--bug", default=None, help="a planted bug (see `kraft-sim bugs`)")
@@ -151,6 +156,7 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         acks=args.acks,
         idempotent=args.idempotent,
         compact=args.compact,
+        reassign=args.reassign,
         trace_dir=args.trace,
     )
 

@@ -21,6 +21,7 @@ from metadata.controller.election import (
     partition_change,
     partitions,
 )
+from metadata.controller.reassignment import isr_change, reassigning
 from metadata.image import PartitionRegistration, TopicImage
 from metadata.records import NO_LEADER, MetadataRecord, PartitionChange
 from raft.entities import make, response_module
@@ -144,9 +145,15 @@ def alter_partition(ctx: ControllerContext, request: Any, api_version: int) -> C
                 change, state = _alter_one(ctx, request.broker_id, topic, data)
             except ApiError as error:
                 values["error_code"] = error.code
+                state = None
             else:
                 if change is not None:
                     records.append(change)
+            if state is not None and state.leader != request.broker_id:
+                # The change completed a reassignment that moved leadership away: the record
+                # stands and the sender learns it no longer leads (Kafka answers so).
+                values["error_code"] = ErrorCode.new_leader_elected
+            elif state is not None:
                 values |= {
                     "error_code": ErrorCode.none,
                     "leader_id": state.leader,
@@ -197,6 +204,8 @@ def _alter_one(
         stale = broker is not None and broker_epoch not in (-1, broker.epoch)
         if not ctx.is_usable(broker_id) or stale:
             raise ApiError(ErrorCode.ineligible_replica)
+    if reassigning(partition):
+        return isr_change(ctx, topic, data.partition_index, partition, isr)
     change = partition_change(topic, data.partition_index, partition, partition.leader, isr)
     if change is None:
         return None, partition

@@ -53,6 +53,12 @@ from metadata.controller.partitions import (
     elect_leaders,
 )
 from metadata.controller.producer_ids import ALLOCATE_PRODUCER_IDS, allocate_producer_ids
+from metadata.controller.reassignment import (
+    ALTER_PARTITION_REASSIGNMENTS,
+    LIST_PARTITION_REASSIGNMENTS,
+    alter_partition_reassignments,
+    list_partition_reassignments,
+)
 from metadata.controller.refusals import refusal
 from metadata.controller.topics import (
     CREATE_PARTITIONS,
@@ -112,6 +118,8 @@ class QuorumController:
         CREATE_PARTITIONS: (0, 3),
         ELECT_LEADERS: (0, 2),
         INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+        LIST_PARTITION_REASSIGNMENTS: (0, 0),
         ALTER_PARTITION: (2, 3),
         BROKER_REGISTRATION: (0, 4),
         BROKER_HEARTBEAT: (0, 2),
@@ -141,6 +149,8 @@ class QuorumController:
             CREATE_PARTITIONS: create_partitions,
             ELECT_LEADERS: elect_leaders,
             INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
+            ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
+            LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments,
             ALTER_PARTITION: alter_partition,
             BROKER_REGISTRATION: self._register,
             BROKER_HEARTBEAT: self._heartbeat,

@@ -16,6 +16,11 @@ from metadata.controller.cluster import BROKER_HEARTBEAT, BROKER_REGISTRATION, U
 from metadata.controller.configs import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from metadata.controller.partitions import ALTER_PARTITION, ELECT_LEADERS
 from metadata.controller.producer_ids import ALLOCATE_PRODUCER_IDS
+from metadata.controller.reassignment import (
+    ALTER_PARTITION_REASSIGNMENTS,
+    LIST_PARTITION_REASSIGNMENTS,
+    error_response,
+)
 from metadata.controller.topics import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from raft.entities import has_field, make, response_module
 
@@ -93,6 +98,10 @@ def _elect_leaders(module: Any, request: Any, code: ErrorCode) -> object:
     return make(module.ElectLeadersResponse, {"replica_election_results": results})
 
 
+def _reassignments(_module: Any, request: Any, code: ErrorCode) -> object:
+    return error_response(request, code, None)
+
+
 def _top_level(response_name: str) -> Refusal:
     def refuse(module: Any, _request: Any, code: ErrorCode) -> object:
         return make(getattr(module, response_name), {"error_code": code})
@@ -107,6 +116,8 @@ _REFUSALS: dict[int, Refusal] = {
     ALTER_CONFIGS: _alter_configs,
     INCREMENTAL_ALTER_CONFIGS: _alter_configs,
     ELECT_LEADERS: _elect_leaders,
+    ALTER_PARTITION_REASSIGNMENTS: _reassignments,
+    LIST_PARTITION_REASSIGNMENTS: _reassignments,
     ALTER_PARTITION: _top_level("AlterPartitionResponse"),
     ALLOCATE_PRODUCER_IDS: _top_level("AllocateProducerIdsResponse"),
     BROKER_REGISTRATION: _top_level("BrokerRegistrationResponse"),

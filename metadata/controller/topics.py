@@ -246,6 +246,25 @@ def _validate_replicas(
     ctx: ControllerContext, index: int, replicas: tuple[int, ...], replication_factor: int | None
 ) -> None:
     """Kafka's validateManualPartitionAssignment, plus: some replica must be usable."""
+    validate_replica_list(ctx, replicas)
+    if replication_factor is not None and len(replicas) != replication_factor:
+        raise ApiError(
+            ErrorCode.invalid_replica_assignment,
+            f"The manual partition assignment includes a partition with {len(replicas)} "
+            "replica(s), but this is not consistent with previous partitions, which have "
+            f"{replication_factor} replica(s).",
+        )
+    if not any(ctx.is_usable(broker_id) for broker_id in replicas):
+        raise ApiError(
+            ErrorCode.invalid_replica_assignment,
+            f"All brokers specified in the manual partition assignment for partition {index} "
+            "are fenced or in controlled shutdown.",
+        )
+
+
+def validate_replica_list(ctx: ControllerContext, replicas: tuple[int, ...]) -> None:
+    """A manual replica list: not empty, every broker registered, none twice
+    (INVALID_REPLICA_ASSIGNMENT with Kafka's messages)."""
     if not replicas:
         raise ApiError(
             ErrorCode.invalid_replica_assignment,
@@ -265,19 +284,6 @@ def _validate_replicas(
                 f"The manual partition assignment includes the broker {broker_id} more than once.",
             )
         seen.add(broker_id)
-    if replication_factor is not None and len(replicas) != replication_factor:
-        raise ApiError(
-            ErrorCode.invalid_replica_assignment,
-            f"The manual partition assignment includes a partition with {len(replicas)} "
-            "replica(s), but this is not consistent with previous partitions, which have "
-            f"{replication_factor} replica(s).",
-        )
-    if not any(ctx.is_usable(broker_id) for broker_id in replicas):
-        raise ApiError(
-            ErrorCode.invalid_replica_assignment,
-            f"All brokers specified in the manual partition assignment for partition {index} "
-            "are fenced or in controlled shutdown.",
-        )
 
 
 def _new_partition(

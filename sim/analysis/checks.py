@@ -704,7 +704,7 @@ def check_metadata_images(run: RunData) -> list[Violation]:
     an old state reported late is not read as a new election."""
     found: list[Violation] = []
     fenced: dict[int, bool] = {}
-    partitions: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
+    partitions: dict[tuple[str, int], tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
     applied: dict[tuple[str, int] | int, int] = {}  # broker or partition -> offset taken
     kinds = run.events["kind"].isin(("broker-state", "partition-state"))
     changes = run.events[kinds].sort_values("offset_end", kind="stable")
@@ -725,15 +725,21 @@ def check_metadata_images(run: RunData) -> list[Violation]:
             continue
         where = f"{detail['topic']}-{detail['partition']} at offset {offset}"
         leader, isr = int(event.leader), tuple(int(r) for r in detail["isr"])
+        replicas = tuple(int(r) for r in detail.get("replicas", ()))  # older traces: none
         slot = (str(detail["topic_id"]), int(detail["partition"]))
         previous = partitions.get(slot)
-        partitions[slot] = (leader, isr)
+        partitions[slot] = (leader, isr, replicas)
         if leader == -1:
             continue
         problem = None
         if leader not in isr:
             problem = f"leader-in-isr: {where} led by {leader} outside its ISR {list(isr)}"
-        elif previous is not None and leader != previous[0] and leader not in previous[1]:
+        elif (
+            previous is not None
+            and leader != previous[0]
+            and leader not in previous[1]
+            and replicas == previous[2]  # a completed reassignment may elect a new member
+        ):
             problem = (
                 f"leader-from-isr: {where} elected {leader} from outside its ISR "
                 f"{list(previous[1])}"

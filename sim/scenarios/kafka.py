@@ -75,6 +75,7 @@ SEND_TIMEOUT_S = 10.0  # an idempotent producer's delivery.timeout.ms
 POLL_WAIT_S = 0.5
 CRASH_CHANCE = 0.01  # per operation, a client lane crashes and restarts as a new process
 SETUP_BOUND_S = 60.0
+REASSIGN_INTERVAL_S = (1.0, 3.0)  # --reassign: the pause between two reassignments
 HEAL_BOUND_S = 30.0
 SETTLE_S = 1.0  # the final reads' end: a high watermark unchanged this long
 SAMPLE_S = 0.02
@@ -802,6 +803,32 @@ class KafkaCluster(Cluster):
         finally:
             await routing.close()
 
+    async def reassigner(self, rng: random.Random) -> None:
+        """--reassign: every few seconds, move a random partition to a random set of rf
+        brokers through a random broker, as an admin client does; each attempt traced."""
+        rf = int(self.extra_props["default.replication.factor"])
+        broker_ids = sorted(int(name[1:]) for name in self.brokers)
+        routing = Routing(self, "reassigner")
+        try:
+            while True:
+                await asyncio.sleep(rng.uniform(*REASSIGN_INTERVAL_S))
+                partition = rng.randrange(self.partitions)
+                target = rng.sample(broker_ids, rf)
+                host = rng.choice(self.brokers)
+                try:
+                    conn = await routing.conn(host)
+                    error = await admin.reassign_partition(
+                        conn, TOPIC, partition, target, REQUEST_TIMEOUT_S
+                    )
+                except (OSError, TimeoutError, ConnectionError):
+                    await routing.drop(host)
+                    continue
+                self.world.trace.event(
+                    "reassign", key=f"{TOPIC}-{partition}", replicas=target, error=error
+                )
+        finally:
+            await routing.close()
+
     async def heal_check(self, rng: random.Random) -> None:
         """Every partition gets a leader in its ISR that takes an acks=all produce."""
         loop = self.world.loop
@@ -979,6 +1006,7 @@ def run_kafka(config: RunConfig) -> RunResult:
                 asyncio.ensure_future(cluster.group_consumer(runtime, i))
                 for i in range(GROUP_CONSUMERS)
             ),
+            *([asyncio.ensure_future(cluster.reassigner(runtime.rng))] if config.reassign else []),
         ]
         await stop_workload.wait()
         for task in lanes:  # what is still in flight stays of unknown outcome

@@ -321,9 +321,17 @@ def test_a_leader_must_commit_through_an_entry_of_its_own_epoch(tmp_path: Path) 
     assert run_checks(write_run(tmp_path, [*follower, commit("n2", 3, 5, 1, 20)])) == []
 
 
-def image(node: str, t_us: int, offset: int, leader: int, isr: list[int]) -> dict[str, Any]:
+def image(
+    node: str,
+    t_us: int,
+    offset: int,
+    leader: int,
+    isr: list[int],
+    replicas: list[int] | None = None,
+) -> dict[str, Any]:
     """A ``partition-state`` event: ``node`` replayed partition 0's change at ``offset``."""
     return {
+        **({"replicas": replicas} if replicas is not None else {}),
         "t_us": t_us,
         "kind": "partition-state",
         "node": node,
@@ -364,6 +372,9 @@ def test_image_changes_replayed_after_a_restart_are_not_new_elections(tmp_path: 
         == "leader-from-isr: jepsen-0 at offset 40 elected 4 from outside its ISR [5, 6]"
     )
     assert (found.node, found.time_virtual_us) == ("n2", 40)
+    # A completed reassignment (the replicas change) may elect the replica it just added.
+    moved = [image("n1", 50, 50, 5, [5, 6]), image("n1", 60, 60, 4, [4, 6], [4, 6])]
+    assert run_checks(write_run(tmp_path, history + moved, scenario="metadata")) == []
 
 
 def loaded(node: str, end: int, high_watermark: int, log_start: int, t_us: int) -> dict[str, Any]:

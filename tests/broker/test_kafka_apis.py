@@ -425,6 +425,12 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
         return {
             "topic_partitions": (make(module.TopicPartitions, {"topic": "t", "partitions": (0,)}),)
         }
+    if api_key == forwarding.ALTER_PARTITION_REASSIGNMENTS:
+        target = make(module.ReassignablePartition, {"partition_index": 0, "replicas": (1,)})
+        return {"topics": (make(module.ReassignableTopic, {"name": "t", "partitions": (target,)}),)}
+    if api_key == forwarding.LIST_PARTITION_REASSIGNMENTS:
+        named = {"name": "t", "partition_indexes": (0,)}
+        return {"topics": (make(module.ListPartitionReassignmentsTopics, named),)}
     return {
         "resources": (
             make(
@@ -435,6 +441,14 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
 
 
 def item_codes(response: Any) -> list[int]:
+    if int(response.__api_key__) in (
+        forwarding.ALTER_PARTITION_REASSIGNMENTS,
+        forwarding.LIST_PARTITION_REASSIGNMENTS,
+    ):  # a top-level error code (Alter also repeats it for every partition)
+        nested = getattr(response, "responses", ())
+        partitions = [int(p.error_code) for t in nested for p in t.partitions]
+        assert partitions in ([], [int(response.error_code)])
+        return [int(response.error_code)]
     for field in ("topics", "responses", "results"):
         if hasattr(response, field):
             return [int(item.error_code) for item in getattr(response, field)]

@@ -417,7 +417,7 @@ def test_the_managers_cleaner_compacts_in_the_background_and_checkpoints() -> No
         await log.truncate_to(57)
         assert manager.cleaner.first_dirty == {("compact", 0): 57}
         assert checkpoint.read() == {("compact", 0): 57}
-        await manager.delete_log("compact", 0)
+        await manager.delete_log("compact", 0, "d1")
         assert checkpoint.read() == {}  # a topic made again with this name starts dirty
         await manager.shutdown()
 

@@ -345,22 +345,33 @@ def test_scheduled_tasks_run_retention_and_checkpoints_in_virtual_time() -> None
     run_virtual(run())
 
 
-def test_delete_log_removes_its_directory() -> None:
+def test_delete_log_renames_its_directory_and_removes_it_after_the_delay() -> None:
     async def run() -> None:
-        node = Node()
+        node = Node(file_delete_delay_ms=60_000)
+        fs = node.disk.fs()
         manager = node.manager()
         await manager.load_logs()
         log = await manager.get_or_create_log("gone", 0)
         log.append_as_leader(batch(), 0)
-        await manager.delete_log("gone", 0)
+        assert await manager.delete_log("gone", 0, "d1") == "/data/gone-0.d1-delete"
         assert manager.get_log("gone", 0) is None
-        assert not node.disk.fs().exists("/data/gone-0")
-        assert (
-            OffsetCheckpointFile(node.disk.fs(), "/data/recovery-point-offset-checkpoint").read()
-            == {}
-        )
+        assert not fs.exists("/data/gone-0") and fs.is_dir("/data/gone-0.d1-delete")
+        assert OffsetCheckpointFile(fs, "/data/recovery-point-offset-checkpoint").read() == {}
+        await asyncio.sleep(59)
+        assert fs.is_dir("/data/gone-0.d1-delete")  # a read holding its files may finish
+        await asyncio.sleep(2)
+        assert not fs.exists("/data/gone-0.d1-delete")
+        # A shutdown before the delay leaves the dir to the next load, which removes it.
+        log = await manager.get_or_create_log("gone", 0)
+        await manager.delete_log("gone", 0, "d2")
+        await manager.shutdown()
+        assert fs.is_dir("/data/gone-0.d2-delete")
+        again = node.manager()
+        await again.load_logs()
+        assert not fs.exists("/data/gone-0.d2-delete") and again.all_logs() == []
+        await again.shutdown()
 
-    asyncio.run(run())
+    run_virtual(run())
 
 
 def test_a_disk_error_takes_its_log_dir_offline_and_the_other_dirs_keep_serving(

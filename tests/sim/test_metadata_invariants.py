@@ -35,12 +35,13 @@ def image(
     isr: tuple[int, ...] = (4, 5),
     fenced: frozenset[int] = frozenset(),
     registered: tuple[int, ...] = BROKERS,
+    replicas: tuple[int, ...] = (4, 5, 6),
 ) -> MetadataImage:
     brokers = {
         b: BrokerRegistration(b, uuid.UUID(int=b), 1, (), (), None, b in fenced, False)
         for b in registered
     }
-    partition = PartitionRegistration((4, 5, 6), isr, leader, offset, offset)
+    partition = PartitionRegistration(replicas, isr, leader, offset, offset)
     topic = TopicImage("t0", TOPIC_ID, {0: partition})
     return MetadataImage(
         offset=offset,
@@ -96,6 +97,18 @@ def test_leader_from_isr_fires_on_a_leader_from_outside_the_previous_isr(
     n4.on_image(MetadataImage(), image(10, leader=4, isr=(4, 5)), True)
     n4.on_image(image(10, leader=4, isr=(4, 5)), image(11, leader=6, isr=(6,)), False)
     assert kind(checker) == "leader-from-isr"
+
+
+def test_a_completed_reassignment_may_hand_leadership_to_a_replica_it_just_added(
+    checker: Checker,
+) -> None:
+    """Moving (4, 5) to (6, 5): leader 4's AlterPartition puts 6 in the ISR, which completes
+    the move in the same record and makes 6 (the first target replica) the leader."""
+    n4 = watcher(checker)
+    moving = image(10, leader=4, isr=(4, 5), replicas=(6, 5, 4))
+    n4.on_image(MetadataImage(), moving, True)
+    n4.on_image(moving, image(11, leader=6, isr=(5, 6), replicas=(6, 5)), False)
+    assert checker.violation is None
 
 
 def test_leader_from_isr_does_not_compare_across_a_snapshot(checker: Checker) -> None:
