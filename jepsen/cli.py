@@ -7,7 +7,8 @@
 ``run`` prints the run's trace directory and its verdict (the checks kraft-analyze runs,
 here on pandas for this one run) and exits 0 when clean, 1 on a violation, 2 on a usage or
 set-up error. ``cleanup`` removes what any run left behind (namespaces and their processes,
-links, the root FORWARD rule, data dirs) and prints one line per item.
+links, the root FORWARD rule, data dirs) and prints one line per item; a run whose harness
+is alive (it holds its work dir's lock) is spared.
 """
 
 from __future__ import annotations
@@ -81,9 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "cleanup":
         from jepsen.netns import cleanup
-        from jepsen.run import cleanup_work_dirs
+        from jepsen.run import cleanup_work_dirs, live_tags
 
-        for line in cleanup() + cleanup_work_dirs():
+        live = live_tags()
+        for tag in sorted(live):
+            print(f"spared the live run {tag}")
+        for line in cleanup(live) + cleanup_work_dirs(live):
             print(f"removed {line}")
         return 0
     return _run(args)

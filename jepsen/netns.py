@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 PREFIX = "kj"
@@ -181,13 +181,17 @@ class NetnsBackend:
         self.nodes = []
 
 
-def remove(namespace_prefix: str, link_prefix: str, comment_prefix: str) -> list[str]:
+def remove(
+    namespace_prefix: str, link_prefix: str, comment_prefix: str, spare: Collection[str] = ()
+) -> list[str]:
     """Kill the processes in, and delete, every namespace, link and root FORWARD rule whose
-    name (comment) starts with the given prefix; what it removed, one line each."""
+    name (comment) starts with the given prefix, but those of the run tags in ``spare``;
+    what it removed, one line each."""
+    spared = tuple(p for tag in spare for p in (f"{PREFIX}-{tag}", f"{PREFIX}{tag}"))
     removed = []
     listing = _run(["ip", "netns", "list"], check=False).stdout.split("\n")
     for namespace in sorted({line.split()[0] for line in listing if line.strip()}):
-        if not namespace.startswith(namespace_prefix):
+        if not namespace.startswith(namespace_prefix) or namespace.startswith(spared):
             continue
         for pid in _run(["ip", "netns", "pids", namespace], check=False).stdout.split():
             try:
@@ -206,7 +210,8 @@ def remove(namespace_prefix: str, link_prefix: str, comment_prefix: str) -> list
         if len(parts) < 2:
             continue
         name = parts[1].split("@")[0]
-        deleted = name.startswith(link_prefix) and _run(["ip", "link", "del", name], check=False)
+        mine = name.startswith(link_prefix) and not name.startswith(spared)
+        deleted = mine and _run(["ip", "link", "del", name], check=False)
         if deleted and deleted.returncode == 0:
             removed.append(f"link {name}")
     rules = _run(["iptables", "-S", "FORWARD"], check=False).stdout.split("\n")
@@ -215,13 +220,14 @@ def remove(namespace_prefix: str, link_prefix: str, comment_prefix: str) -> list
         if "--comment" not in words or not rule.startswith("-A "):
             continue
         comment = words[words.index("--comment") + 1].strip('"')
-        if comment.startswith(comment_prefix):
+        if comment.startswith(comment_prefix) and not comment.startswith(spared):
             _run(["iptables", "-D", *words[1:]], check=False)
             removed.append(f"iptables FORWARD rule {comment}")
     return removed
 
 
-def cleanup() -> list[str]:
+def cleanup(spare: Collection[str]) -> list[str]:
     """Remove what every kraft-jepsen run on this machine left behind (``kraft-jepsen
-    cleanup``): namespaces ``kj-*`` and their processes, links ``kj*``, rules ``kj-*``."""
-    return remove(f"{PREFIX}-", PREFIX, f"{PREFIX}-")
+    cleanup``): namespaces ``kj-*`` and their processes, links ``kj*``, rules ``kj-*``,
+    except those of the live runs tagged in ``spare``."""
+    return remove(f"{PREFIX}-", PREFIX, f"{PREFIX}-", spare)

@@ -8,6 +8,7 @@ its root FORWARD rule behind: ``kraft-jepsen cleanup`` removes them by name.
 
 from __future__ import annotations
 
+import fcntl
 import secrets
 import shutil
 import signal
@@ -19,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import IO
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -42,6 +44,7 @@ from sim.scenarios.kafka import (
 )
 
 WORK_PREFIX = "kraft-jepsen-"
+LOCK_NAME = "harness.lock"  # held by a live harness (claim)
 PRODUCER_LANES_PER_PARTITION = 2
 ADMIN_LANES = 2  # the metadata scenario's admin workload (jepsen/admin.py)
 JOIN_S = 30.0  # a client lane finishes its operation within its timeouts
@@ -141,6 +144,7 @@ def run(options: RunOptions) -> RunReport:
     tag = secrets.token_hex(2)
     backend = NetnsBackend(tag)
     work = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{tag}-"))
+    lock = claim(work)
     rf = min(3, options.brokers)
     config = RunConfig(
         scenario="kafka",
@@ -248,6 +252,7 @@ def run(options: RunOptions) -> RunReport:
         backend.down()
         if not options.keep_data:
             shutil.rmtree(work, ignore_errors=True)
+        lock.close()
     return RunReport(tag, run_id, run_dir, work, nemesis.injected if nemesis else 0, recorder.count)
 
 
@@ -259,10 +264,41 @@ def _wait_for_leaders(watch: LeaderWatch, partitions: int) -> None:
         time.sleep(0.1)
 
 
-def cleanup_work_dirs() -> list[str]:
-    """Remove the data dirs runs killed outright left in the temp dir."""
+def claim(work: Path) -> IO[str]:
+    """Lock the run's work dir for as long as the harness lives. ``cleanup`` spares a run
+    whose lock is held, so it removes what killed runs left and never tears down one still
+    going; the kernel drops the lock however the harness dies, SIGKILL included."""
+    handle = open(work / LOCK_NAME, "w")  # noqa: SIM115  (held for the whole run)
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    return handle
+
+
+def _is_live(work: Path) -> bool:
+    try:
+        with open(work / LOCK_NAME) as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False  # no lock file: a run that is over (--keep-data) or never began
+    return False
+
+
+def live_tags() -> set[str]:
+    """The tags of the runs whose harness still holds its work dir's lock."""
+    return {
+        path.name[len(WORK_PREFIX) :].split("-")[0]
+        for path in Path(tempfile.gettempdir()).glob(f"{WORK_PREFIX}*")
+        if _is_live(path)
+    }
+
+
+def cleanup_work_dirs(spare: set[str]) -> list[str]:
+    """Remove the data dirs runs killed outright left in the temp dir, but a live run's."""
     removed = []
     for path in sorted(Path(tempfile.gettempdir()).glob(f"{WORK_PREFIX}*")):
+        if path.name[len(WORK_PREFIX) :].split("-")[0] in spare:
+            continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(f"directory {path}")
     return removed

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +26,7 @@ from jepsen.java_lane import JAVA_SOURCE
 from jepsen.nemesis import parse_nemeses
 from jepsen.netns import NetnsBackend
 from jepsen.processes import Processes, wait_until
-from jepsen.run import RunOptions, run
+from jepsen.run import WORK_PREFIX, RunOptions, claim, run
 from kraft.config import ConfigError
 from kraft.planted import PLANTED_BUGS_ENV, planted_bugs
 from sim.analysis.job import analyze_local
@@ -303,6 +305,24 @@ def test_cleanup_removes_what_a_killed_harness_left(tmp_path: Path) -> None:
     assert main(["cleanup"]) == 0
     assert leftovers(tag) == []
     assert not list(Path("/tmp").glob(f"kraft-jepsen-{tag}-*"))
+
+
+def test_cleanup_spares_a_run_whose_harness_is_alive() -> None:
+    """Two users (or two test sessions) on one machine: one's cleanup must not tear down the
+    other's live run. A live harness holds its work dir's lock; when it dies, however it
+    dies, the lock goes and cleanup takes the run's leftovers."""
+    tag = secrets.token_hex(2)
+    backend = NetnsBackend(tag)
+    work = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{tag}-"))
+    lock = claim(work)
+    try:
+        backend.up([1])
+        assert main(["cleanup"]) == 0
+        assert leftovers(tag) != [] and work.exists()
+    finally:
+        lock.close()  # what the kernel does when the harness dies
+    assert main(["cleanup"]) == 0
+    assert leftovers(tag) == [] and not work.exists()
 
 
 @pytest.mark.slow
