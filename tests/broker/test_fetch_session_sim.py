@@ -6,7 +6,6 @@ leader's fetcher (forgotten by the old session) and back again (preferred-leader
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Any
 
