@@ -23,12 +23,15 @@ simply keeps sending full fetches.
 
 from __future__ import annotations
 
+import logging
 import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
+
+logger = logging.getLogger("broker.fetch_session")
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0  # a full fetch that asks for a new session
@@ -288,6 +291,13 @@ class FetchSessionCache:
             next_epoch(INITIAL_EPOCH),
             partitions,
         )
+        logger.info(
+            "Created fetch session %d for a %s (%d partitions, topic ids: %s)",
+            session_id,
+            "follower" if privileged else "consumer",
+            len(partitions),
+            uses_topic_ids,
+        )
         return session_id
 
     def _new_session_id(self) -> int:
@@ -318,6 +328,9 @@ class FetchSessionCache:
         return self._evict(smallest)
 
     def _evict(self, session: FetchSession) -> bool:
+        logger.info(
+            "Evicting fetch session %d (%d partitions)", session.id, len(session.partitions)
+        )
         del self._sessions[session.id]
         self.evictions += 1
         return True
