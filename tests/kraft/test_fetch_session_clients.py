@@ -16,12 +16,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition as AioPartition
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpPartition
@@ -77,7 +76,7 @@ def bootstrap(ports: dict, brokers: tuple[int, ...] = BROKERS) -> str:
 def leader_of(servers: str, partition: int) -> int | None:
     try:
         topic = AdminClient({"bootstrap.servers": servers}).list_topics(TOPIC, timeout=5)
-    except Exception:  # noqa: BLE001  (a broker mid-restart: ask again)
+    except KafkaException:  # a broker mid-restart: ask again
         return None
     found = topic.topics[TOPIC].partitions.get(partition) if TOPIC in topic.topics else None
     if found is None or found.leader < 0 or len(found.isrs) != len(BROKERS):
@@ -208,6 +207,7 @@ def test_consumers_read_everything_once_over_sessions_through_a_leader_change(
     for thread in threads:
         thread.join(DEADLINE_S)
     stdout, stderr = java.communicate(timeout=DEADLINE_S)
+    assert java.returncode == 0, stderr
     for name, got in reads.items():
         check(name, got)
     java_read = [
