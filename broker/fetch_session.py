@@ -38,6 +38,10 @@ INITIAL_EPOCH = 0  # a full fetch that asks for a new session
 FINAL_EPOCH = -1  # a full fetch without a session (or closing one)
 EVICTION_MS = 120_000  # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
 CACHE_SLOTS_DEFAULT = 1000  # max.incremental.fetch.session.cache.slots
+# All sessions together remember at most this many partitions (a few hundred bytes each):
+# incremental requests can add partitions without end, so the sessions' memory needs its own
+# bound. A session that would pass it is not made, or is closed (a sessionless answer).
+CACHED_PARTITIONS_MAX = 200_000
 MAX_SESSION_ID = 0x7FFFFFFF
 
 # A partition as a request names it: by topic id (Fetch v13+) or by name (older versions).
@@ -216,6 +220,7 @@ class FetchSessionCache:
         self._monotonic_s = monotonic_s
         self._eviction_ms = eviction_ms
         self._sessions: dict[int, FetchSession] = {}
+        self._cached_partitions = 0  # over all sessions
         self.evictions = 0
 
     def __len__(self) -> int:
@@ -229,7 +234,7 @@ class FetchSessionCache:
 
     @property
     def total_partitions(self) -> int:
-        return sum(len(s.partitions) for s in self._sessions.values())
+        return self._cached_partitions
 
     def new_context(
         self,
@@ -242,8 +247,8 @@ class FetchSessionCache:
     ) -> FetchContext:
         """The context of a Fetch with ``session_id``/``epoch`` (Kafka's newContext)."""
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch
-            if session_id != INVALID_SESSION_ID:
-                self._sessions.pop(session_id, None)  # closed by its owner
+            if session_id in self._sessions:
+                self._remove(self._sessions[session_id])  # closed by its owner
             if epoch == FINAL_EPOCH:
                 return FetchContext(fetch_data)
             return FullFetchContext(self, fetch_data, privileged, uses_topic_ids)
@@ -254,6 +259,7 @@ class FetchSessionCache:
             return SessionErrorContext(ErrorCode.invalid_fetch_session_epoch)
         if session.uses_topic_ids != uses_topic_ids:
             return SessionErrorContext(ErrorCode.fetch_session_topic_id_error)
+        before = len(session.partitions)
         for key, request in fetch_data:
             cached = session.partitions.get(key)
             if cached is None:
@@ -262,8 +268,11 @@ class FetchSessionCache:
                 cached.request = request
         for key in to_forget:
             session.partitions.pop(key, None)
-        if not session.partitions:
-            del self._sessions[session.id]  # nothing left to remember: sessionless answer
+        self._cached_partitions += len(session.partitions) - before
+        if not session.partitions or self._cached_partitions > CACHED_PARTITIONS_MAX:
+            # Nothing left to remember, or too much: a sessionless answer, and the client
+            # starts over with a full fetch.
+            self._remove(session)
             return FetchContext(fetch_data)
         session.last_used_ms = self._now_ms()
         session.epoch = next_epoch(session.epoch)
@@ -277,6 +286,8 @@ class FetchSessionCache:
     ) -> int:
         """A new session's id, or 0 when the cache is full and nothing may be evicted."""
         now_ms = self._now_ms()
+        if self._cached_partitions + len(partitions) > CACHED_PARTITIONS_MAX:
+            return INVALID_SESSION_ID
         if len(self._sessions) >= self.max_entries and not self._try_evict(
             privileged, len(partitions), now_ms
         ):
@@ -291,6 +302,7 @@ class FetchSessionCache:
             next_epoch(INITIAL_EPOCH),
             partitions,
         )
+        self._cached_partitions += len(partitions)
         logger.info(
             "Created fetch session %d for a %s (%d partitions, topic ids: %s)",
             session_id,
@@ -331,6 +343,10 @@ class FetchSessionCache:
         logger.info(
             "Evicting fetch session %d (%d partitions)", session.id, len(session.partitions)
         )
-        del self._sessions[session.id]
+        self._remove(session)
         self.evictions += 1
         return True
+
+    def _remove(self, session: FetchSession) -> None:
+        del self._sessions[session.id]
+        self._cached_partitions -= len(session.partitions)

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
+from pytest import MonkeyPatch
 
+from broker import fetch_session
 from broker.fetch_session import (
     EVICTION_MS,
     FINAL_EPOCH,
@@ -206,6 +208,22 @@ def test_a_full_cache_answers_without_a_session_until_something_may_be_evicted()
     assert len(sessions) == 2 and sessions.evictions == 4
 
 
+def test_the_partitions_all_sessions_remember_are_bounded(monkeypatch: MonkeyPatch) -> None:
+    monkeypatch.setattr(fetch_session, "CACHED_PARTITIONS_MAX", 3)
+    sessions = cache()
+    first = open_session(sessions, [A, B])
+    assert open_session(sessions, [A, B]) == INVALID_SESSION_ID  # 4 > 3: sessionless
+    assert sessions.total_partitions == 2
+    grown = sessions.new_context(first, 1, False, False, [(C, ask())], [])
+    assert grown.respond([seen()] * 3).session_id == first  # 3: still fits
+    # An incremental fetch growing past the bound closes its session: a sessionless answer
+    # for what it named, and the client starts over with a full fetch.
+    context = sessions.new_context(first, 2, False, False, [(("v", 0), ask())], [])
+    assert context.partitions == [(("v", 0), ask())]
+    assert context.respond([seen()]).session_id == INVALID_SESSION_ID
+    assert sessions.get(first) is None and sessions.total_partitions == 0
+
+
 def test_a_cache_of_zero_slots_never_keeps_a_session() -> None:
     sessions = cache(slots=0)
     assert open_session(sessions, [A], privileged=True) == INVALID_SESSION_ID
@@ -346,6 +364,9 @@ def test_incremental_answers_tell_the_fetcher_what_full_answers_would(
             )
             answers = [server[k].read(request) for k, request in context.partitions]
             result = context.respond(answers)
+            assert sessions.total_partitions == sum(
+                len(s.partitions) for s in sessions._sessions.values()
+            )
             if action == "lose":
                 handler.handle_error()
                 continue
