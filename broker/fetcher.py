@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.client import KafkaConnection
 from broker.fetch_session import PartitionKey, PartitionRequest
-from broker.fetch_session_handler import FetchSessionHandler
+from broker.fetch_session_handler import FetchRequestData, FetchSessionHandler
 from broker.partition import Partition, ReplicaState
 from log.clock import WallClock
 from log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
@@ -103,6 +103,50 @@ def truncation_offset(
     if epoch != diverging_epoch:
         return min(end, log_end_offset)
     return min(diverging_end_offset, end, log_end_offset)
+
+
+def fetch_request(node_id: int, config: FetcherConfig, data: FetchRequestData) -> object:
+    """A follower's Fetch (v12) for one request of its session."""
+    module = request_module(FETCH, FETCH_VERSION)
+    by_topic: dict[str, list[object]] = {}
+    for (topic, index), asked in data.to_send.items():
+        by_topic.setdefault(str(topic), []).append(
+            make(
+                module.FetchPartition,
+                {
+                    "partition": index,
+                    "current_leader_epoch": asked.current_leader_epoch,
+                    "fetch_offset": asked.fetch_offset,
+                    "last_fetched_epoch": asked.last_fetched_epoch,
+                    "log_start_offset": asked.log_start_offset,
+                    "partition_max_bytes": asked.partition_max_bytes,
+                },
+            )
+        )
+    forgotten: dict[str, list[int]] = {}
+    for topic, index in data.to_forget:
+        forgotten.setdefault(str(topic), []).append(index)
+    return make(
+        module.FetchRequest,
+        {
+            "replica_id": node_id,
+            "max_wait": timedelta(milliseconds=config.wait_max_ms),
+            "min_bytes": config.min_bytes,
+            "max_bytes": config.response_max_bytes,
+            "isolation_level": 0,
+            "session_id": data.session_id,
+            "session_epoch": data.epoch,
+            "topics": tuple(
+                make(module.FetchTopic, {"topic": topic, "partitions": tuple(parts)})
+                for topic, parts in by_topic.items()
+            ),
+            "forgotten_topics_data": tuple(
+                make(module.ForgottenTopic, {"topic": topic, "partitions": tuple(parts)})
+                for topic, parts in forgotten.items()
+            ),
+            "rack_id": "",
+        },
+    )
 
 
 @dataclass(slots=True)
@@ -206,7 +250,6 @@ class ReplicaFetcher:
         """The Fetch request for ``ready`` partitions and, per partition, what was asked.
         Within the session only what changed since the last request is sent; the leader
         answers for the others from what it remembers."""
-        module = request_module(FETCH, FETCH_VERSION)
         config = self._config
         wanted: dict[PartitionKey, PartitionRequest] = {}
         sent: dict[tuple[str, int], tuple[_Fetching, int]] = {}
@@ -222,46 +265,7 @@ class ReplicaFetcher:
                 last_fetched_epoch=UNDEFINED_EPOCH if latest is None else latest,
                 log_start_offset=log.log_start_offset,
             )
-        data = self._session.build(wanted)
-        by_topic: dict[str, list[object]] = {}
-        for (topic, index), asked in data.to_send.items():
-            by_topic.setdefault(str(topic), []).append(
-                make(
-                    module.FetchPartition,
-                    {
-                        "partition": index,
-                        "current_leader_epoch": asked.current_leader_epoch,
-                        "fetch_offset": asked.fetch_offset,
-                        "last_fetched_epoch": asked.last_fetched_epoch,
-                        "log_start_offset": asked.log_start_offset,
-                        "partition_max_bytes": asked.partition_max_bytes,
-                    },
-                )
-            )
-        forgotten: dict[str, list[int]] = {}
-        for topic, index in data.to_forget:
-            forgotten.setdefault(str(topic), []).append(index)
-        request = make(
-            module.FetchRequest,
-            {
-                "replica_id": self.node_id,
-                "max_wait": timedelta(milliseconds=config.wait_max_ms),
-                "min_bytes": config.min_bytes,
-                "max_bytes": config.response_max_bytes,
-                "isolation_level": 0,
-                "session_id": data.session_id,
-                "session_epoch": data.epoch,
-                "topics": tuple(
-                    make(module.FetchTopic, {"topic": topic, "partitions": tuple(parts)})
-                    for topic, parts in by_topic.items()
-                ),
-                "forgotten_topics_data": tuple(
-                    make(module.ForgottenTopic, {"topic": topic, "partitions": tuple(parts)})
-                    for topic, parts in forgotten.items()
-                ),
-                "rack_id": "",
-            },
-        )
+        request = fetch_request(self.node_id, config, self._session.build(wanted))
         return request, sent
 
     async def _apply(
