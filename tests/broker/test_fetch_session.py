@@ -4,17 +4,20 @@ fetch of the same state."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from pytest import MonkeyPatch
 
-from broker import fetch_session
+from broker import data_plane, fetch_session
 from broker.fetch_session import (
     EVICTION_MS,
     FINAL_EPOCH,
@@ -28,6 +31,9 @@ from broker.fetch_session import (
     next_epoch,
 )
 from broker.fetch_session_handler import FetchSessionHandler
+from broker.replica_manager import ReadResult
+from raft import wire
+from raft.entities import make, request_module
 
 
 @dataclass
@@ -383,3 +389,142 @@ def test_incremental_answers_tell_the_fetcher_what_full_answers_would(
                 if answer.records_bytes:
                     assert answered[k] == answer  # data is never left out
                     client.wanted[k] = server[k].high_watermark  # consumed
+
+
+# ---- the data plane: Fetch requests through the wire codec --------------------------------
+
+TOPIC_ID = uuid.UUID(int=77)
+
+
+@dataclass
+class Leader:
+    """Just enough ReplicaManager for data_plane.fetch: topic ``t``, two partitions."""
+
+    log_end: dict[tuple[str, int], int] = field(default_factory=lambda: {("t", 0): 0, ("t", 1): 0})
+    waits: int = 0
+
+    def read(self, topic: str, index: int, offset: int, *_: object, **__: object) -> ReadResult:
+        end = self.log_end.get((topic, index))
+        if end is None:
+            return ReadResult(ErrorCode.not_leader_or_follower)
+        return ReadResult(ErrorCode.none, end, 0, b"\1" * (end - offset))
+
+    async def wait_for_changes(self, keys: object, timeout_s: float) -> list[object]:
+        self.waits += 1
+        return []
+
+
+def fetch(
+    leader: Leader, sessions: FetchSessionCache, version: int, values: dict[str, object]
+) -> Any:
+    """A consumer's Fetch of ``version``, answered and decoded as the client would."""
+    module: Any = request_module(1, version)
+    by_id = version >= 13
+    topics = tuple(
+        make(
+            module.FetchTopic,
+            {
+                ("topic_id" if by_id else "topic"): ref,
+                "partitions": tuple(
+                    make(
+                        module.FetchPartition,
+                        {"partition": p, "fetch_offset": o, "partition_max_bytes": 1 << 20},
+                    )
+                    for p, o in parts
+                ),
+            },
+        )
+        for ref, parts in values.pop("topics", ())  # type: ignore[attr-defined]
+    )
+    forgotten = tuple(
+        make(module.ForgottenTopic, {("topic_id" if by_id else "topic"): ref, "partitions": ps})
+        for ref, ps in values.pop("forgotten", ())  # type: ignore[attr-defined]
+    )
+    request = make(
+        module.FetchRequest,
+        {
+            "max_wait": timedelta(seconds=30),
+            "min_bytes": 1,
+            "topics": topics,
+            "forgotten_topics_data": forgotten,
+            **values,
+        },
+    )
+
+    async def answer() -> object:
+        names = {TOPIC_ID: "t"}
+        return await data_plane.fetch(leader, sessions, names.get, request, version)  # type: ignore[arg-type]
+
+    response = asyncio.run(answer())
+    header = wire.RequestHeader(1, version, 9, "client")
+    return wire.decode_response(1, version, wire.encode_response(header, response)[4:])[1]
+
+
+def answered(response: Any) -> list[tuple[object, int, int]]:
+    """(topic, partition, high watermark) of every partition answered."""
+    return [
+        (getattr(t, "topic_id", None) or t.topic, p.partition_index, p.high_watermark)
+        for t in response.responses
+        for p in t.partitions
+    ]
+
+
+def test_fetch_v13_keeps_a_session_by_topic_id_and_answers_only_what_changed() -> None:
+    leader, sessions = Leader(), cache()
+    leader.log_end[("t", 0)] = 2
+    first = fetch(
+        leader, sessions, 13, {"session_epoch": 0, "topics": [(TOPIC_ID, [(0, 0), (1, 0)])]}
+    )
+    assert first.error_code == ErrorCode.none and first.session_id != INVALID_SESSION_ID
+    assert answered(first) == [(TOPIC_ID, 0, 2), (TOPIC_ID, 1, 0)]
+    assert sessions.get(first.session_id).uses_topic_ids  # type: ignore[union-attr]
+    leader.log_end[("t", 1)] = 1
+    # Incremental, moving partition 0's offset to 2: only partition 1 has news.
+    second = fetch(
+        leader,
+        sessions,
+        13,
+        {
+            "session_id": first.session_id,
+            "session_epoch": 1,
+            "topics": [(TOPIC_ID, [(0, 2)])],
+        },
+    )
+    assert (second.error_code, second.session_id) == (ErrorCode.none, first.session_id)
+    assert answered(second) == [(TOPIC_ID, 1, 1)]
+    # The same session from a v12 request: refused, at once (no long poll), nothing read.
+    waits = leader.waits
+    mixed = fetch(leader, sessions, 12, {"session_id": first.session_id, "session_epoch": 2})
+    assert mixed.error_code == ErrorCode.fetch_session_topic_id_error and mixed.responses == ()
+    stale = fetch(leader, sessions, 13, {"session_id": first.session_id, "session_epoch": 1})
+    assert stale.error_code == ErrorCode.invalid_fetch_session_epoch
+    lost = fetch(leader, sessions, 13, {"session_id": first.session_id + 1, "session_epoch": 1})
+    assert lost.error_code == ErrorCode.fetch_session_id_not_found
+    assert leader.waits == waits
+
+
+def test_fetch_v13_answers_an_unknown_topic_id_with_unknown_topic_id() -> None:
+    leader, sessions = Leader(), cache()
+    unknown = uuid.UUID(int=5)
+    response = fetch(leader, sessions, 13, {"topics": [(unknown, [(0, 0)])]})
+    (topic,) = response.responses
+    assert topic.topic_id == unknown
+    assert topic.partitions[0].error_code == ErrorCode.unknown_topic_id
+
+
+def test_a_sessionless_v12_fetch_and_forgotten_topics_by_name() -> None:
+    leader, sessions = Leader(), cache()
+    leader.log_end[("t", 1)] = 3
+    full = fetch(leader, sessions, 12, {"topics": [("t", [(0, 0), (1, 0)])]})
+    assert full.session_id == INVALID_SESSION_ID and len(sessions) == 0
+    assert answered(full) == [("t", 0, 0), ("t", 1, 3)]
+    opened = fetch(leader, sessions, 12, {"session_epoch": 0, "topics": [("t", [(0, 0), (1, 0)])]})
+    forgot = fetch(
+        leader,
+        sessions,
+        12,
+        {"session_id": opened.session_id, "session_epoch": 1, "forgotten": [("t", (1,))]},
+    )
+    session = sessions.get(opened.session_id)
+    assert session is not None and list(session.partitions) == [("t", 0)]
+    assert forgot.responses == ()  # partition 0: nothing new; partition 1: forgotten
