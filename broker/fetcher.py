@@ -274,7 +274,7 @@ class ReplicaFetcher:
         error = response.error_code
         answered = [(t.topic, p.partition_index) for t in response.responses for p in t.partitions]
         if not self._session.handle_response(error, response.session_id, answered):
-            if error in SESSION_ERRORS or error == ErrorCode.none:
+            if error in SESSION_ERRORS:
                 # The leader lost or never had our session (a restart, an eviction, a
                 # duplicate): the next request is full; nothing to back off from.
                 logger.info(
@@ -283,6 +283,8 @@ class ReplicaFetcher:
                     ErrorCode(error).name,
                 )
                 return
+            if error == ErrorCode.none:
+                raise ConnectionError("the fetch answer does not match the fetch session")
             raise ConnectionError(f"fetch failed: {ErrorCode(error).name}")
         for topic in response.responses:
             for data in topic.partitions:
