@@ -44,7 +44,7 @@ METADATA_RAFT_BUG_SEEDS = {
 KAFKA_BUG_SEEDS = {
     "ack-before-fetch": 5,
     "hw-before-isr": 5,
-    "truncate-to-hw": 1,
+    "truncate-to-hw": 5,
     "isr-shrink-local": 7,
     "no-epoch-bump": 36,
     "leader-outside-isr": 3,
