@@ -88,9 +88,9 @@ class KafkaApis:
         self.node_id = node_id
         self.replicas = replicas
         # One cache per broker (its listeners share it); a lone KafkaApis makes its own.
-        self.fetch_sessions = fetch_sessions or FetchSessionCache(
-            CACHE_SLOTS_DEFAULT, rng, loop_time
-        )
+        if fetch_sessions is None:
+            fetch_sessions = FetchSessionCache(CACHE_SLOTS_DEFAULT, rng, loop_time)
+        self.fetch_sessions = fetch_sessions
         self._auto_creation = (
             AutoTopicCreationManager(node_id, self._forward) if auto_create_topics else None
         )
