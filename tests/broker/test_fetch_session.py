@@ -528,3 +528,15 @@ def test_a_sessionless_v12_fetch_and_forgotten_topics_by_name() -> None:
     session = sessions.get(opened.session_id)
     assert session is not None and list(session.partitions) == [("t", 0)]
     assert forgot.responses == ()  # partition 0: nothing new; partition 1: forgotten
+
+
+def test_a_full_cache_answers_a_full_fetch_in_full_with_session_id_zero() -> None:
+    """What operations.md promises a client at the limit: Kafka's sessionless answer."""
+    leader, sessions = Leader(), cache(slots=0)
+    leader.log_end[("t", 0)] = 1
+    response = fetch(
+        leader, sessions, 12, {"session_epoch": 0, "topics": [("t", [(0, 0), (1, 0)])]}
+    )
+    assert (response.error_code, response.session_id) == (ErrorCode.none, INVALID_SESSION_ID)
+    assert answered(response) == [("t", 0, 1), ("t", 1, 0)]
+    assert len(response.responses[0].partitions[0].records) == 1
