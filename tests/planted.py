@@ -49,6 +49,6 @@ KAFKA_BUG_SEEDS = {
     "no-epoch-bump": 36,
     "leader-outside-isr": 3,
     "skip-sequence-check": 10,
-    "coordinator-hw-over-truncated": 7,
+    "coordinator-hw-over-truncated": 48,
 }
 KAFKA_BUG_ARGS = {"skip-sequence-check": ("--idempotent",)}
