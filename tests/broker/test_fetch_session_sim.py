@@ -17,7 +17,7 @@ from log.records import Record
 from raft.entities import make, request_module
 from sim import admin
 from sim.world import World
-from tests.broker.test_replication_sim import BROKERS, PORT, TIMEOUT_S, Cluster
+from tests.broker.test_replication_sim import BROKERS, PORT, TIMEOUT_S, Cluster, run_scenario
 
 TOPIC = "s"
 PARTITIONS = 3
@@ -147,12 +147,4 @@ def test_followers_keep_one_incremental_session_per_leader_and_forget_moved_part
         await produce_everywhere("b")
         await cluster.until(lambda: replicated(6), "replicated after the moves")
 
-    async def drive() -> None:
-        client = world.add_process("client")
-        await client.start(lambda _runtime: scenario())
-
-    try:
-        world.run(drive())
-        assert world.failures == []
-    finally:
-        world.close()
+    run_scenario(world, scenario)
