@@ -16,7 +16,9 @@ are durations, not calendar time), so a simulated run replays.
 The cache holds at most ``max.incremental.fetch.session.cache.slots`` sessions. When full, a
 new session may evict, as Kafka's does: first any session unused for ``EVICTION_MS``; else
 the smallest evictable one, if the newcomer is at least as large (followers' sessions
-outrank consumers', and only followers may evict a session younger than ``EVICTION_MS``).
+outrank consumers'; a session younger than ``EVICTION_MS`` is evictable only by a follower,
+and only if it is a consumer's). Sessions also share a bound on the partitions they remember
+(``CACHED_PARTITIONS_MAX``).
 Otherwise the full fetch is answered without a session (session id 0) and the client
 simply keeps sending full fetches.
 """
