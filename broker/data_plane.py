@@ -10,8 +10,8 @@ otherwise it waits, up to ``max_wait``, for one of its partitions to change (an 
 high watermark, a leadership change) and reads again. A Fetch with a replica id is a
 follower's (broker/fetcher.py): it reads up to the log end and moves the follower's progress.
 A fetch whose last fetched epoch disagrees with the leader's log gets a diverging epoch
-(KIP-320) instead of records. It does not keep fetch sessions (KIP-227): it answers session
-id 0, which clients read as "full fetches only".
+(KIP-320) instead of records. Fetches keep incremental fetch sessions (KIP-227,
+broker/fetch_session.py): one cache per broker, shared by its listeners.
 
 OffsetForLeaderEpoch answers from the leader's epoch cache: clients (KIP-320) and a follower
 that lost track of its leader's log end ask it.
@@ -20,11 +20,21 @@ that lost track of its leader's log end ask it.
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.fetch_session import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchSessionCache,
+    PartitionAnswer,
+    PartitionKey,
+    PartitionRequest,
+)
 from broker.network import NO_RESPONSE
 from broker.replica_manager import AppendResult, ReplicaManager
 from metadata.topic_names import RESERVED_TOPICS
@@ -35,10 +45,11 @@ FETCH = 1
 LIST_OFFSETS = 2
 OFFSET_FOR_LEADER_EPOCH = 23
 READ_COMMITTED = 1
+TOPIC_ID_VERSION = 13  # Fetch names topics by id from v13 (KIP-516)
 # Produce v3+ carries only v2 record batches (magic 2), the one format the log stores.
 SUPPORTED = {
     PRODUCE: (3, 9),
-    FETCH: (4, 12),
+    FETCH: (4, 13),
     LIST_OFFSETS: (1, 7),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
 }
@@ -111,14 +122,44 @@ def _timestamp(ms: int) -> datetime | None:
     return None if ms < 0 else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-async def fetch(replicas: ReplicaManager, request: Any, api_version: int) -> object:
+async def fetch(
+    replicas: ReplicaManager,
+    sessions: FetchSessionCache,
+    topic_name: Callable[[uuid.UUID], str | None],
+    request: Any,
+    api_version: int,
+) -> object:
+    """A Fetch in its session's context (broker/fetch_session.py): a full or sessionless
+    fetch reads what it names, an incremental one every partition of its session and
+    answers only those with news. ``topic_name`` resolves Fetch v13+'s topic ids."""
     module = response_module(FETCH, api_version)
+    uses_topic_ids = api_version >= TOPIC_ID_VERSION
+    fetch_data = [
+        ((_topic_ref(topic, uses_topic_ids), p.partition), _partition_request(p))
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    to_forget = [
+        (_topic_ref(topic, uses_topic_ids), index)
+        for topic in getattr(request, "forgotten_topics_data", ())
+        for index in topic.partitions
+    ]
+    context = sessions.new_context(
+        getattr(request, "session_id", INVALID_SESSION_ID),
+        getattr(request, "session_epoch", FINAL_EPOCH),
+        request.replica_id >= 0,
+        uses_topic_ids,
+        fetch_data,
+        to_forget,
+    )
+    wanted = [
+        (key, _resolve(key[0], topic_name), partition) for key, partition in context.partitions
+    ]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0.0, request.max_wait.total_seconds())
-    wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
-    keys = [(topic, p.partition) for topic, p in wanted]
+    keys = [(name, key[1]) for key, name, _ in wanted if name is not None]
     answers = _read_in_order(replicas, request, module, wanted)
-    while True:  # bounded by the deadline: each pass waits for a partition or for it
+    while wanted:  # bounded by the deadline: each pass waits for a partition or for it
         size = sum(len(answer["records"]) for answer in answers)  # type: ignore[arg-type]
         failed = any(
             answer["error_code"] != ErrorCode.none or "diverging_epoch" in answer
@@ -134,48 +175,98 @@ async def fetch(replicas: ReplicaManager, request: Any, api_version: int) -> obj
         # data held, all of them, so the byte budget is shared in request order as before.
         only = None if size else set(changed)
         answers = _read_in_order(replicas, request, module, wanted, only, answers)
-    by_topic: dict[str, list[object]] = {}
-    for (topic, _), answer in zip(wanted, answers, strict=True):
-        by_topic.setdefault(topic, []).append(make(module.PartitionData, answer))
+    result = context.respond([_summary(answer) for answer in answers])
+    by_topic: dict[uuid.UUID | str, list[object]] = {}
+    for i in result.selected:
+        by_topic.setdefault(wanted[i][0][0], []).append(make(module.PartitionData, answers[i]))
+    name_field = "topic_id" if uses_topic_ids else "topic"
     return make(
         module.FetchResponse,
         {
             "throttle_time": timedelta(0),
-            "error_code": ErrorCode.none,
-            "session_id": 0,
+            "error_code": result.error,
+            "session_id": result.session_id,
             "responses": tuple(
-                make(module.FetchableTopicResponse, {"topic": name, "partitions": tuple(parts)})
-                for name, parts in by_topic.items()
+                make(module.FetchableTopicResponse, {name_field: ref, "partitions": tuple(parts)})
+                for ref, parts in by_topic.items()
             ),
         },
     )
+
+
+def _topic_ref(topic: Any, uses_topic_ids: bool) -> uuid.UUID | str:
+    """How a request names a topic: its id from Fetch v13, its name before."""
+    return topic.topic_id if uses_topic_ids else topic.topic
+
+
+def _resolve(ref: uuid.UUID | str, topic_name: Callable[[uuid.UUID], str | None]) -> str | None:
+    return ref if isinstance(ref, str) else topic_name(ref)
+
+
+def _partition_request(partition: Any) -> PartitionRequest:
+    return PartitionRequest(
+        fetch_offset=partition.fetch_offset,
+        partition_max_bytes=partition.partition_max_bytes,
+        current_leader_epoch=getattr(partition, "current_leader_epoch", -1),
+        last_fetched_epoch=getattr(partition, "last_fetched_epoch", -1),
+        log_start_offset=getattr(partition, "log_start_offset", -1),
+    )
+
+
+def _summary(answer: dict[str, Any]) -> PartitionAnswer:
+    return PartitionAnswer(
+        records_bytes=len(answer["records"]),
+        high_watermark=answer["high_watermark"],
+        last_stable_offset=answer["last_stable_offset"],
+        log_start_offset=answer["log_start_offset"],
+        error=answer["error_code"],
+        diverging="diverging_epoch" in answer,
+    )
+
+
+_Wanted = tuple[PartitionKey, str | None, PartitionRequest]
 
 
 def _read_in_order(
     replicas: ReplicaManager,
     request: Any,
     module: Any,
-    wanted: list[tuple[str, Any]],
+    wanted: list[_Wanted],
     only: set[tuple[str, int]] | None = None,
-    previous: list[dict[str, object]] | None = None,
-) -> list[dict[str, object]]:
+    previous: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Each wanted partition's response fields, read in request order within the
     request's byte budget; with ``only``, the others keep their ``previous`` answer."""
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     size = 0
     answers = []
-    for i, (topic, partition) in enumerate(wanted):
-        if only is not None and previous is not None and (topic, partition.partition) not in only:
+    for i, ((_, index), name, partition) in enumerate(wanted):
+        if only is not None and previous is not None and (name, index) not in only:
             answers.append(previous[i])
+            continue
+        if name is None:
+            answers.append(_unknown_topic_id(request, index))
             continue
         # The first partition with data gets at least one whole batch (Kafka's
         # minOneMessage), so a batch larger than max.bytes cannot stall a consumer.
         max_bytes = min(partition.partition_max_bytes, budget)
-        answer = _read(replicas, request, module, topic, partition, max_bytes, size == 0)
-        read = len(answer["records"])  # type: ignore[arg-type]
+        answer = _read(replicas, request, module, name, index, partition, max_bytes, size == 0)
+        read = len(answer["records"])
         budget, size = max(0, budget - read), size + read
         answers.append(answer)
     return answers
+
+
+def _unknown_topic_id(request: Any, index: int) -> dict[str, Any]:
+    return {
+        "partition_index": index,
+        "error_code": ErrorCode.unknown_topic_id,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None if request.isolation_level != READ_COMMITTED else (),
+        "records": b"",
+    }
 
 
 def _read(
@@ -183,37 +274,36 @@ def _read(
     request: Any,
     module: Any,
     topic: str,
-    wanted: Any,
+    index: int,
+    wanted: PartitionRequest,
     max_bytes: int,
     min_one_message: bool,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """One partition's response fields: a follower's read when the request has a replica
     id, a consumer's otherwise."""
-    current_epoch = getattr(wanted, "current_leader_epoch", -1)
-    last_fetched_epoch = getattr(wanted, "last_fetched_epoch", -1)
     if request.replica_id >= 0:
         result = replicas.read_for_follower(
             request.replica_id,
             topic,
-            wanted.partition,
+            index,
             wanted.fetch_offset,
             max_bytes,
-            current_epoch,
-            last_fetched_epoch,
+            wanted.current_leader_epoch,
+            wanted.last_fetched_epoch,
             min_one_message=min_one_message,
         )
     else:
         result = replicas.read(
             topic,
-            wanted.partition,
+            index,
             wanted.fetch_offset,
             max_bytes,
-            current_epoch,
+            wanted.current_leader_epoch,
             min_one_message=min_one_message,
-            last_fetched_epoch=last_fetched_epoch,
+            last_fetched_epoch=wanted.last_fetched_epoch,
         )
-    fields: dict[str, object] = {
-        "partition_index": wanted.partition,
+    fields: dict[str, Any] = {
+        "partition_index": index,
         "error_code": result.error,
         "high_watermark": result.high_watermark,
         # No transactions yet: everything committed is stable.

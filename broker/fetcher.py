@@ -2,7 +2,9 @@
 AbstractFetcherThread, as asyncio tasks).
 
 One ReplicaFetcher per source broker carries every partition this broker follows from it, in
-one Fetch request at a time (v12: replica id, current leader epoch, last fetched epoch). The
+one Fetch request at a time (v12: replica id, current leader epoch, last fetched epoch),
+within an incremental fetch session (KIP-227, broker/fetch_session_handler.py): after the
+first full request only partitions that moved, joined or left are named. The
 leader long-polls it (``replica.fetch.wait.max.ms``) and answers, per partition, one of:
 - records, appended with the leader's offsets and epochs, then the leader's high watermark
   (capped at our log end) and log start offset;
@@ -31,6 +33,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.client import KafkaConnection
+from broker.fetch_session import PartitionKey, PartitionRequest
+from broker.fetch_session_handler import FetchRequestData, FetchSessionHandler
 from broker.partition import Partition, ReplicaState
 from log.clock import WallClock
 from log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
@@ -44,6 +48,11 @@ FETCH = 1
 FETCH_VERSION = 12  # the last with topic names; divergingEpoch since 12
 OFFSET_FOR_LEADER_EPOCH = 23
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+SESSION_ERRORS = (
+    ErrorCode.fetch_session_id_not_found,
+    ErrorCode.invalid_fetch_session_epoch,
+    ErrorCode.fetch_session_topic_id_error,
+)
 CONNECT_TIMEOUT_S = 10.0  # socket.connection.setup.timeout.ms
 
 
@@ -96,6 +105,50 @@ def truncation_offset(
     return min(diverging_end_offset, end, log_end_offset)
 
 
+def fetch_request(node_id: int, config: FetcherConfig, data: FetchRequestData) -> object:
+    """A follower's Fetch (v12) for one request of its session."""
+    module = request_module(FETCH, FETCH_VERSION)
+    by_topic: dict[str, list[object]] = {}
+    for (topic, index), asked in data.to_send.items():
+        by_topic.setdefault(str(topic), []).append(
+            make(
+                module.FetchPartition,
+                {
+                    "partition": index,
+                    "current_leader_epoch": asked.current_leader_epoch,
+                    "fetch_offset": asked.fetch_offset,
+                    "last_fetched_epoch": asked.last_fetched_epoch,
+                    "log_start_offset": asked.log_start_offset,
+                    "partition_max_bytes": asked.partition_max_bytes,
+                },
+            )
+        )
+    forgotten: dict[str, list[int]] = {}
+    for topic, index in data.to_forget:
+        forgotten.setdefault(str(topic), []).append(index)
+    return make(
+        module.FetchRequest,
+        {
+            "replica_id": node_id,
+            "max_wait": timedelta(milliseconds=config.wait_max_ms),
+            "min_bytes": config.min_bytes,
+            "max_bytes": config.response_max_bytes,
+            "isolation_level": 0,
+            "session_id": data.session_id,
+            "session_epoch": data.epoch,
+            "topics": tuple(
+                make(module.FetchTopic, {"topic": topic, "partitions": tuple(parts)})
+                for topic, parts in by_topic.items()
+            ),
+            "forgotten_topics_data": tuple(
+                make(module.ForgottenTopic, {"topic": topic, "partitions": tuple(parts)})
+                for topic, parts in forgotten.items()
+            ),
+            "rack_id": "",
+        },
+    )
+
+
 @dataclass(slots=True)
 class _Fetching:
     partition: Partition
@@ -123,6 +176,7 @@ class ReplicaFetcher:
         self._lock = asyncio.Lock()  # held while a response is applied
         self._changed = asyncio.Event()
         self._connection: KafkaConnection | None = None
+        self._session = FetchSessionHandler()
         self._task = asyncio.get_running_loop().create_task(self._run())
         self._prefix = f"[ReplicaFetcher replicaId={node_id}, leaderId={source_id}]"
 
@@ -171,6 +225,7 @@ class ReplicaFetcher:
                 async with self._lock:
                     await self._apply(response, sent)
             except (OSError, RecordError) as error:
+                self._session.handle_error()
                 logger.info("%s Error fetching: %r; backing off", self._prefix, error)
                 if self._connection is not None:
                     await self._connection.close()
@@ -192,54 +247,45 @@ class ReplicaFetcher:
     def _build(
         self, ready: dict[tuple[str, int], _Fetching]
     ) -> tuple[object, dict[tuple[str, int], tuple[_Fetching, int]]]:
-        """The Fetch request for ``ready`` partitions and, per partition, what was asked."""
-        module = request_module(FETCH, FETCH_VERSION)
+        """The Fetch request for ``ready`` partitions and, per partition, what was asked.
+        Within the session only what changed since the last request is sent; the leader
+        answers for the others from what it remembers."""
         config = self._config
-        by_topic: dict[str, list[object]] = {}
+        wanted: dict[PartitionKey, PartitionRequest] = {}
         sent: dict[tuple[str, int], tuple[_Fetching, int]] = {}
         for key, fetching in ready.items():
             log = fetching.partition.log
             offset = log.log_end_offset
             latest = log.latest_epoch
             sent[key] = (fetching, offset)
-            by_topic.setdefault(key[0], []).append(
-                make(
-                    module.FetchPartition,
-                    {
-                        "partition": key[1],
-                        "current_leader_epoch": fetching.leader_epoch,
-                        "fetch_offset": offset,
-                        "last_fetched_epoch": UNDEFINED_EPOCH if latest is None else latest,
-                        "log_start_offset": log.log_start_offset,
-                        "partition_max_bytes": config.max_bytes,
-                    },
-                )
+            wanted[key] = PartitionRequest(
+                fetch_offset=offset,
+                partition_max_bytes=config.max_bytes,
+                current_leader_epoch=fetching.leader_epoch,
+                last_fetched_epoch=UNDEFINED_EPOCH if latest is None else latest,
+                log_start_offset=log.log_start_offset,
             )
-        request = make(
-            module.FetchRequest,
-            {
-                "replica_id": self.node_id,
-                "max_wait": timedelta(milliseconds=config.wait_max_ms),
-                "min_bytes": config.min_bytes,
-                "max_bytes": config.response_max_bytes,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,  # no fetch session: a full fetch each time
-                "topics": tuple(
-                    make(module.FetchTopic, {"topic": topic, "partitions": tuple(parts)})
-                    for topic, parts in by_topic.items()
-                ),
-                "forgotten_topics_data": (),
-                "rack_id": "",
-            },
-        )
+        request = fetch_request(self.node_id, config, self._session.build(wanted))
         return request, sent
 
     async def _apply(
         self, response: Any, sent: dict[tuple[str, int], tuple[_Fetching, int]]
     ) -> None:
-        if response.error_code != ErrorCode.none:
-            raise ConnectionError(f"fetch failed: {ErrorCode(response.error_code).name}")
+        error = response.error_code
+        answered = [(t.topic, p.partition_index) for t in response.responses for p in t.partitions]
+        if not self._session.handle_response(error, response.session_id, answered):
+            if error in SESSION_ERRORS:
+                # The leader lost or never had our session (a restart, an eviction, a
+                # duplicate): the next request is full; nothing to back off from.
+                logger.info(
+                    "%s Fetch session error %s; the next fetch is full",
+                    self._prefix,
+                    ErrorCode(error).name,
+                )
+                return
+            if error == ErrorCode.none:
+                raise ConnectionError("the fetch answer does not match the fetch session")
+            raise ConnectionError(f"fetch failed: {ErrorCode(error).name}")
         for topic in response.responses:
             for data in topic.partitions:
                 key = (topic.topic, data.partition_index)

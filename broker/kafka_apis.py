@@ -12,8 +12,10 @@ broker answer for it, with REQUEST_TIMED_OUT.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
+import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -30,6 +32,7 @@ from broker.cluster_metadata import (
 )
 from broker.controller_channel import ControllerSender
 from broker.describe_configs import DESCRIBE_CONFIGS, describe_configs_response
+from broker.fetch_session import CACHE_SLOTS_DEFAULT, FetchSessionCache
 from broker.group.apis import SUPPORTED as GROUP_APIS
 from broker.group.apis import GroupApis
 from broker.network import api_versions_response
@@ -43,6 +46,11 @@ logger = logging.getLogger("broker.kafka_apis")
 
 FORWARD_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default
 METADATA_BY_ID_VERSION = 12  # Metadata looks topics up by id from v12 (KIP-516)
+
+
+def loop_time() -> float:
+    """The running event loop's clock (virtual under the simulator): fetch session ages."""
+    return asyncio.get_running_loop().time()
 
 
 class KafkaApis:
@@ -73,6 +81,7 @@ class KafkaApis:
         rng: random.Random,
         *,
         replicas: ReplicaManager | None = None,
+        fetch_sessions: FetchSessionCache | None = None,
         producer_ids: ProducerIdManager | None = None,
         groups: GroupApis | None = None,
         auto_create_topics: bool = False,
@@ -80,6 +89,10 @@ class KafkaApis:
     ) -> None:
         self.node_id = node_id
         self.replicas = replicas
+        # One cache per broker (its listeners share it); a lone KafkaApis makes its own.
+        if fetch_sessions is None:
+            fetch_sessions = FetchSessionCache(CACHE_SLOTS_DEFAULT, rng, loop_time)
+        self.fetch_sessions = fetch_sessions
         self._auto_creation = (
             AutoTopicCreationManager(node_id, self._forward) if auto_create_topics else None
         )
@@ -99,6 +112,10 @@ class KafkaApis:
         self._rng = rng
         self._forward_timeout_s = forward_timeout_ms / 1000
 
+    def _topic_name(self, topic_id: uuid.UUID) -> str | None:
+        topic = self._image().topics.by_id.get(topic_id)
+        return None if topic is None else topic.name
+
     async def handle(self, header: wire.RequestHeader, request: object) -> object | None:
         """The response entity for a decoded request, None to close the connection."""
         api_key = header.api_key
@@ -110,7 +127,9 @@ class KafkaApis:
             if api_key == data_plane.PRODUCE:
                 return await data_plane.produce(replicas, body, header.api_version)
             if api_key == data_plane.FETCH:
-                return await data_plane.fetch(replicas, body, header.api_version)
+                return await data_plane.fetch(
+                    replicas, self.fetch_sessions, self._topic_name, body, header.api_version
+                )
             if api_key == data_plane.LIST_OFFSETS:
                 return data_plane.list_offsets(replicas, body, header.api_version)
             if api_key == data_plane.OFFSET_FOR_LEADER_EPOCH:

@@ -145,6 +145,9 @@ class ServerConfig(BaseModel):
     )
     connections_max_idle_ms: int = Field(default=600_000, alias="connections.max.idle.ms", gt=0)
     broker_rack: str | None = Field(default=None, alias="broker.rack")
+    max_incremental_fetch_session_cache_slots: int = Field(
+        default=1000, alias="max.incremental.fetch.session.cache.slots", ge=0
+    )
     inter_broker_listener_name: str = Field(default="PLAINTEXT", alias="inter.broker.listener.name")
 
     @field_validator("queued_max_request_bytes")

@@ -26,10 +26,11 @@ from typing import Any
 from broker.bugs import BROKER_BUGS
 from broker.cluster_metadata import DESCRIBE_CLUSTER, describe_controllers_response
 from broker.controller_channel import ControllerChannel
+from broker.fetch_session import FetchSessionCache
 from broker.group.apis import GroupApis
 from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import GroupCoordinator
-from broker.kafka_apis import KafkaApis
+from broker.kafka_apis import KafkaApis, loop_time
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.network import (
     NetworkLimits,
@@ -327,6 +328,9 @@ class KraftNode:
         self.lifecycle_ready.set_result(
             (self.lifecycle.broker_epoch, loader.image.offset, self.lifecycle.unfenced_by)
         )
+        fetch_sessions = FetchSessionCache(
+            config.max_incremental_fetch_session_cache_slots, runtime.rng, loop_time
+        )
         for endpoint in config.broker_endpoints():
             # Each listener answers Metadata with the brokers' endpoints of its own name,
             # as Kafka does: a client that came in on EXTERNAL is told EXTERNAL addresses.
@@ -338,6 +342,7 @@ class KraftNode:
                 self._channel,
                 runtime.rng,
                 replicas=replicas,
+                fetch_sessions=fetch_sessions,
                 producer_ids=producer_ids,
                 groups=group_apis,
                 auto_create_topics=config.auto_create_topics_enable,

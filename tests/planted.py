@@ -44,11 +44,11 @@ METADATA_RAFT_BUG_SEEDS = {
 KAFKA_BUG_SEEDS = {
     "ack-before-fetch": 5,
     "hw-before-isr": 5,
-    "truncate-to-hw": 1,
+    "truncate-to-hw": 5,
     "isr-shrink-local": 7,
     "no-epoch-bump": 36,
     "leader-outside-isr": 3,
     "skip-sequence-check": 10,
-    "coordinator-hw-over-truncated": 7,
+    "coordinator-hw-over-truncated": 48,
 }
 KAFKA_BUG_ARGS = {"skip-sequence-check": ("--idempotent",)}

@@ -108,3 +108,50 @@ def test_a_fetch_below_the_leader_s_log_start_restarts_the_log_there(tmp_path: P
             await log.close()
 
     assert asyncio.run(main()) == (50, 50)
+
+
+def test_a_session_error_means_a_full_fetch_next_and_a_mismatched_answer_backs_off(
+    tmp_path: Path,
+) -> None:
+    async def main() -> tuple[object, ...]:
+        fetcher, fetching, log = await follower(tmp_path)
+        try:
+            fetcher._partitions[fetching.partition.key] = fetching
+            ready = {fetching.partition.key: fetching}
+            first, sent = fetcher._build(ready)
+            session = fetcher._session
+            full = (first.session_id, first.session_epoch, len(first.topics))  # type: ignore[attr-defined]
+            opened = SimpleNamespace(
+                error_code=ErrorCode.none,
+                session_id=9,
+                responses=(SimpleNamespace(topic="t", partitions=(answer(partition_index=0),)),),
+            )
+            await fetcher._apply(opened, sent)
+            second, sent = fetcher._build(ready)
+            incremental = (second.session_id, second.session_epoch, len(second.topics))  # type: ignore[attr-defined]
+            lost = SimpleNamespace(
+                error_code=ErrorCode.fetch_session_id_not_found, session_id=0, responses=()
+            )
+            await fetcher._apply(lost, sent)  # no exception: no back-off
+            after_error = (session.session_id, session.epoch)
+            _, sent = fetcher._build(ready)  # full again
+            stranger = SimpleNamespace(
+                error_code=ErrorCode.none,
+                session_id=10,
+                responses=(SimpleNamespace(topic="u", partitions=(answer(partition_index=0),)),),
+            )
+            try:
+                await fetcher._apply(stranger, sent)
+                mismatch = None
+            except ConnectionError as error:
+                mismatch = str(error)
+            return full, incremental, after_error, mismatch
+        finally:
+            await fetcher.close()
+            await log.close()
+
+    full, incremental, after_error, mismatch = asyncio.run(main())
+    assert full == (0, 0, 1)  # a full fetch naming the partition
+    assert incremental == (9, 1, 0)  # nothing changed: no partition named
+    assert after_error == (0, 0)  # the next fetch is full, asking for a new session
+    assert mismatch == "the fetch answer does not match the fetch session"

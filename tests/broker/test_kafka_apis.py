@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from broker import forwarding
 from broker.auto_topic_creation import AUTO_CREATE_BURST_TOPICS, AUTO_CREATE_TOPICS_PER_S
+from broker.fetch_session import FetchSessionCache
 from broker.kafka_apis import KafkaApis
 from metadata.config_defs import TOPIC_CONFIGS, ConfigSource, ConfigType
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
@@ -543,3 +544,22 @@ def test_metadata_v10_naming_a_topic_null_closes_the_connection() -> None:
         request = make(module.MetadataRequest, {"topics": (metadata_topic(version, None),)})
         header = wire.RequestHeader(METADATA, version, 5, "client")
         assert asyncio.run(apis().handle(header, request)) is None
+
+
+def test_the_listeners_of_a_broker_share_the_fetch_session_cache_they_are_given() -> None:
+    """An empty cache is still the broker's (it sizes by max.incremental.fetch.session...)."""
+    controller = FakeController(cluster_image())
+    shared = FetchSessionCache(0, random.Random(0), lambda: 0.0)
+    listeners = [
+        KafkaApis(
+            1,
+            "c",
+            name,
+            lambda: controller.image,
+            controller,
+            random.Random(0),
+            fetch_sessions=shared,
+        )
+        for name in (LISTENER, "OTHER")
+    ]
+    assert all(apis.fetch_sessions is shared for apis in listeners)

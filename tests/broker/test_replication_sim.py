@@ -12,6 +12,7 @@ topic with replication factor 3 and min.insync.replicas=2), driven step by step:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -115,6 +116,21 @@ class Cluster:
         node = self.nodes[broker]
         assert node.logs is not None
         return node.logs.get_log(TOPIC, 0)
+
+
+def run_scenario(world: World, scenario: Callable[[], Awaitable[None]]) -> None:
+    """Run ``scenario`` in a simulated client process (network calls must come from one);
+    the world must end without failures."""
+
+    async def drive() -> None:
+        client = world.add_process("client")
+        await client.start(lambda _runtime: scenario())
+
+    try:
+        world.run(drive())
+        assert world.failures == []
+    finally:
+        world.close()
 
 
 def produce_request(value: bytes) -> Any:
@@ -241,15 +257,7 @@ def test_acks_all_survives_a_leader_crash_and_the_old_leader_truncates_and_rejoi
         assert b"orphan" not in held  # the old leader truncated what nobody acknowledged
         assert [offset for offset, _ in logs[new_leader]] == list(range(hw))
 
-    async def drive() -> None:
-        client = world.add_process("client")  # network calls come from a simulated process
-        await client.start(lambda _runtime: scenario())
-
-    try:
-        world.run(drive())
-        assert world.failures == []
-    finally:
-        world.close()
+    run_scenario(world, scenario)
 
 
 def test_a_broker_that_led_an_epoch_without_appending_keeps_following() -> None:
@@ -295,12 +303,4 @@ def test_a_broker_that_led_an_epoch_without_appending_keeps_following() -> None:
         await asyncio.sleep(5)  # over two lag times: b fetches, so it stays in sync
         assert len(cluster.partition().isr) == 3
 
-    async def drive() -> None:
-        client = world.add_process("client")
-        await client.start(lambda _runtime: scenario())
-
-    try:
-        world.run(drive())
-        assert world.failures == []
-    finally:
-        world.close()
+    run_scenario(world, scenario)
