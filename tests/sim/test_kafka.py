@@ -79,6 +79,34 @@ def test_a_loss_is_excused_when_a_later_isr_lost_power_while_it_stood() -> None:
     assert checks(*ops, cuts=regrown) == ["unseen"]
 
 
+def test_a_record_read_after_its_isr_lost_power_may_be_replaced_as_its_send_may_be_lost() -> None:
+    """Kafka seed 182: the controller shrank the ISR to {6} (the brokers were fenced), the
+    deposed leader 4 still acknowledged value 10 with its own ISR {4, 5, 6} (its followers
+    had not heard), 5 and 6 lost power, 4 served a read of it, and 6 came back as the
+    leader without it: offset 0 was reused. The send's loss is excused (the ISR {6} lost
+    power while it stood), so the read of it being replaced is too; without that cut it is
+    a violation."""
+    isr = (4, 5, 6)
+    ops = [
+        KafkaOp("p0", "send", K, "ok", 10, 0, complete_us=12, isr=isr),
+        KafkaOp("c0", "poll", K, "ok", 0, 1, ((0, 10),), 14, isr),
+        KafkaOp("p1", "send", K, "ok", 11, 0, complete_us=30, isr=(6,)),
+        KafkaOp("c1", "poll", K, "ok", 0, 1, ((0, 11),), 31, (6,)),
+    ]
+
+    def cuts(*brokers: int) -> PowerCuts:
+        result = PowerCuts()
+        result.isr_changed(K, isr, 1)
+        result.isr_changed(K, (6,), 10)
+        for broker in brokers:
+            result.cut(broker, 13)
+        result.isr_changed(K, (6,), 20)
+        return result
+
+    assert checks(*ops, cuts=cuts(5, 6)) == []
+    assert checks(*ops, cuts=cuts(5)) == ["inconsistent-offsets"]
+
+
 def test_acks_1_promises_nothing_about_sends() -> None:
     assert checks(send("p0", 10, 0), poll("c0", 0, [], 0), acks_all=False) == []
 
