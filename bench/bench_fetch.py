@@ -1,0 +1,177 @@
+"""Consumer fetch throughput and the broker's CPU per MB served, for large and small batches.
+
+Run: ``PYTHONPATH=$PWD .venv/bin/python bench/bench_fetch.py [--megabytes N]
+[--baseline-tree PATH]``.
+
+For each source tree (``--baseline-tree``, e.g. a checkout of main, then this one), in the
+same run: start a combined node from that tree, produce ``--megabytes`` MB with
+confluent-kafka into topic ``large`` (librdkafka batches of about 1 MiB) and a quarter of
+that into ``small`` (batches of about 1 KiB), then read each topic back ``--passes`` times
+with Fetch v12 requests of up to 8 MiB over one connection (``broker.client``), checking
+that every pass returns the same bytes. Printed per tree and topic: MB/s, and the node's
+CPU time (user + system, from /proc) per MB fetched; then the ratios of this tree against
+the baseline. The node's CPU is the figure the fetch path decides: the client's decoding is
+the same for both trees.
+
+Why a second tree and not a switch: the copying path this change replaced is gone, so the
+fair "before" is the code before it, run against the same data on the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.bench_data import DEADLINE_S, start_node
+from broker.client import KafkaConnection
+from log.batch import iter_batches
+from raft.entities import make, request_module
+
+FETCH = 1
+FETCH_MAX_BYTES = 8 << 20
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+TOPICS = {  # name: (batch.size, linger.ms, record bytes, share of --megabytes)
+    "large": (1 << 20, 100, 64 << 10, 1.0),
+    "small": (1 << 10, 0, 900, 1 / 4),
+}
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+
+
+def produce(bootstrap: str, topic: str, megabytes: float) -> None:
+    batch_size, linger_ms, record, share = TOPICS[topic]
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": 1,
+            "linger.ms": linger_ms,
+            "batch.size": batch_size,
+            "message.max.bytes": 2 << 20,
+        }
+    )
+    value = os.urandom(record)
+    failed: list[object] = []
+    for _ in range(int(megabytes * share * 1e6 / record)):
+        while True:
+            try:
+                producer.produce(topic, value, on_delivery=lambda e, _m: e and failed.append(e))
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(DEADLINE_S * 5) != 0 or failed:
+        raise RuntimeError(f"undelivered records: {failed[:3]}")
+
+
+def fetch_request(topic: str, offset: int) -> Any:
+    module = request_module(FETCH, 12)
+    wanted = make(
+        module.FetchPartition,
+        {"partition": 0, "fetch_offset": offset, "partition_max_bytes": FETCH_MAX_BYTES},
+    )
+    return make(
+        module.FetchRequest,
+        {
+            "replica_id": -1,
+            "max_wait": timedelta(0),
+            "min_bytes": 0,
+            "max_bytes": FETCH_MAX_BYTES,
+            "topics": (make(module.FetchTopic, {"topic": topic, "partitions": (wanted,)}),),
+        },
+    )
+
+
+async def read_all(port: int, topic: str) -> tuple[int, int]:
+    """(bytes, a digest of them) of one pass over ``topic`` from offset 0 to the HW."""
+    connection = KafkaConnection("bench-fetch")
+    await connection.connect("127.0.0.1", port, timeout_s=DEADLINE_S)
+    offset, size, digest = 0, 0, 0
+    try:
+        while True:  # bounded: each answer moves the offset forward, or ends the pass
+            response: Any = await connection.request(fetch_request(topic, offset), DEADLINE_S)
+            (partition,) = response.responses[0].partitions
+            records = partition.records or b""
+            if partition.error_code or not records:
+                break
+            for _, header in iter_batches(records):
+                offset = header.next_offset
+            size += len(records)
+            digest = hash((digest, records))
+            if offset >= partition.high_watermark:
+                break
+    finally:
+        await connection.close()
+    return size, digest
+
+
+def measure(tree: Path, megabytes: float, passes: int) -> dict[str, tuple[float, float]]:
+    """topic -> (MB/s, node CPU ms per MB) of the best of ``passes`` reads, tree's node."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-fetch-") as tmp:
+        proc, bootstrap = start_node(Path(tmp), env)
+        try:
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            for future in admin.create_topics([NewTopic(t, 1, 1) for t in TOPICS]).values():
+                future.result(DEADLINE_S)
+            del admin
+            port = int(bootstrap.rsplit(":", 1)[1])
+            for topic in TOPICS:
+                produce(bootstrap, topic, megabytes)
+                best = None
+                digests = set()
+                for _ in range(passes):
+                    cpu, start = cpu_s(proc.pid), time.perf_counter()
+                    size, digest = asyncio.run(read_all(port, topic))
+                    elapsed, used = time.perf_counter() - start, cpu_s(proc.pid) - cpu
+                    digests.add(digest)
+                    mb = size / 1e6
+                    figure = (mb / elapsed, used * 1000 / mb)
+                    best = figure if best is None or figure[0] > best[0] else best
+                assert len(digests) == 1, "passes read different bytes"
+                assert best is not None
+                results[topic] = best
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=DEADLINE_S)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--megabytes", type=float, default=128)
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--baseline-tree", type=Path, default=None)
+    args = parser.parse_args()
+    here = Path(__file__).resolve().parent.parent
+    trees = ([("baseline", args.baseline_tree)] if args.baseline_tree else []) + [("this", here)]
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; fetches of up to 8 MiB")
+    figures = {}
+    for name, tree in trees:
+        figures[name] = measure(tree, args.megabytes, args.passes)
+        for topic, (rate, cpu_ms) in figures[name].items():
+            print(f"{name:8} {topic:5} {rate:8.1f} MB/s  node CPU {cpu_ms:6.2f} ms/MB  ({tree})")
+    if "baseline" in figures:
+        for topic in TOPICS:
+            (rate0, cpu0), (rate1, cpu1) = figures["baseline"][topic], figures["this"][topic]
+            tick_ms = 1000 / TICKS_PER_S  # /proc counts CPU in ticks: never divide by zero
+            cpu = max(cpu1, tick_ms) / max(cpu0, tick_ms)
+            print(f"{topic:5}: throughput {rate1 / rate0:.2f}x, node CPU per MB {cpu:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
