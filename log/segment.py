@@ -95,10 +95,6 @@ class SegmentRead:
     first_offset: int
     next_offset: int
 
-    @property
-    def position(self) -> int:
-        return self.records.position
-
 
 class LogSegment:
     """A segment file with its indexes; Kafka's LogSegment."""
