@@ -205,6 +205,9 @@ def encode_response(header: RequestHeader, body: object) -> bytes:
 # A piece of an encoded response: bytes, or a region of a log segment that kio was handed as
 # a records field and that the network layer sends without reading (sendfile).
 Part = bytes | FileRegion
+# Immutable bytes this long (records already in memory, as the Raft log's Fetch answers
+# carry) stay parts of their own too: copying them into the buffer would be one more copy.
+_OWN_PART_BYTES = 4096
 
 
 class _PartsWriter:
@@ -219,8 +222,8 @@ class _PartsWriter:
         self._buffer = bytearray()
 
     def write(self, data: bytes | FileRegion) -> int:
-        if isinstance(data, FileRegion):
-            if data.size:
+        if isinstance(data, FileRegion) or (type(data) is bytes and len(data) >= _OWN_PART_BYTES):
+            if data:
                 self._flush()
                 self.parts.append(data)
         else:

@@ -470,3 +470,18 @@ def test_a_big_metadata_answer_comes_out_in_slices(version: int) -> None:
     assert len(pieces) == 1 + 3 + 1  # head and count, three slices, what follows the array
     payload = b"".join(part for piece in pieces for part in piece)  # type: ignore[misc]
     assert struct.pack(">i", len(payload)) + payload == encode_response(header, body)
+
+
+def test_records_already_in_memory_stay_a_part_of_their_own_and_encode_as_kio_does() -> None:
+    """A Raft Fetch answer's records (bytes, not a file region) are not copied into the
+    encoder's buffer: the very object is a part, and the parts are kio's encoding."""
+    module: Any = load_payload_module(1, 12, EntityType.response)
+    records = bytes(range(256)) * 40
+    partition = make(module.PartitionData, {"partition_index": 0, "records": records})
+    topic = make(module.FetchableTopicResponse, {"topic": "t", "partitions": (partition,)})
+    body = make(module.FetchResponse, {"responses": (topic,)})
+    header = RequestHeader(1, 12, 5, "t")
+    (piece,) = list(response_parts(header, body, 1000))
+    assert any(part is records for part in piece)
+    payload = b"".join(piece)  # type: ignore[arg-type]
+    assert struct.pack(">i", len(payload)) + payload == encode_response(header, body)
