@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,13 +15,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker import network
-from broker.client import ConnectionClosed, KafkaConnection
+from broker.client import ConnectionClosed
 from broker.data_plane import FETCH
-from broker.network import SENDFILE_MIN_BYTES, serve_connection
+from broker.network import SENDFILE_MIN_BYTES
 from log.fs import FileHandle, FileRegion, RealFileSystem
 from log.rate_limited_log import RateLimitedLog
 from raft import wire
 from raft.entities import make, request_module, response_module
+from tests.broker.test_network import connected, serving
 
 VERSION = 12
 SUPPORTED = {FETCH: (VERSION, VERSION)}
@@ -74,24 +73,6 @@ class Segment:
             self.expected.append(data)
 
 
-@asynccontextmanager
-async def serving(handle: network.Handler) -> AsyncIterator[int]:
-    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await serve_connection(reader, writer, handle, SUPPORTED)
-
-    server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-
-
-async def connected(port: int) -> KafkaConnection:
-    connection = KafkaConnection("test")
-    await connection.connect("127.0.0.1", port, timeout_s=5)
-    return connection
-
-
 def records_of(response: Any) -> list[bytes]:
     return [bytes(p.records) for p in response.responses[0].partitions]
 
@@ -111,7 +92,7 @@ def test_regions_are_sent_byte_exact_in_request_order_even_after_the_file_is_rem
         return fetch_response([*segment.regions])
 
     async def run() -> list[Any]:
-        async with serving(handle) as port:
+        async with serving(handle, SUPPORTED) as port:
             connection = await connected(port)
             try:
                 pending = [connection.request(fetch_request(2), timeout_s=10) for _ in segments]
@@ -155,7 +136,7 @@ def test_a_region_that_cannot_be_sent_whole_closes_the_connection_and_the_next_i
         return fetch_response(fresh.regions)
 
     async def run() -> tuple[BaseException | None, list[bytes]]:
-        async with serving(handle) as port:
+        async with serving(handle, SUPPORTED) as port:
             first = await connected(port)
             try:
                 await first.request(fetch_request(2), timeout_s=10)
