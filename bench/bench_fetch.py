@@ -15,12 +15,18 @@ the same for both trees.
 
 Why a second tree and not a switch: the copying path this change replaced is gone, so the
 fair "before" is the code before it, run against the same data on the same machine.
+
+``--send-sizes`` measures instead what sets ``broker.network.SENDFILE_MIN_BYTES``: this
+process's CPU per MB to send one region of each size over loopback (to a reader in another
+process) the two ways the network layer can: read and write (``pread``, join with a
+header, ``write``) and ``loop.sendfile`` of a dup of the descriptor.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import os
 import signal
 import sys
@@ -151,12 +157,71 @@ def measure(tree: Path, megabytes: float, passes: int) -> dict[str, tuple[float,
     return results
 
 
+# The reader of --send-sizes: drains the socket in another process, so its CPU is not ours.
+_SINK = (
+    "import socket, sys\n"
+    "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
+    "b = bytearray(1 << 20)\n"
+    "while s.recv_into(b): pass\n"
+)
+SEND_SIZES = (16 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20)
+
+
+async def send_sizes(directory: Path) -> None:
+    """Per region size: CPU ms per MB sent by read-and-write, and by sendfile."""
+    path = directory / "segment.log"
+    path.write_bytes(os.urandom(8 << 20))
+    fd = os.open(path, os.O_RDONLY)
+    loop = asyncio.get_running_loop()
+    accepted: asyncio.Future[asyncio.StreamWriter] = loop.create_future()
+    server = await asyncio.start_server(lambda _r, w: accepted.set_result(w), "127.0.0.1", 0)
+    port = str(server.sockets[0].getsockname()[1])
+    sink = await asyncio.create_subprocess_exec(sys.executable, "-c", _SINK, port)
+    writer = await accepted
+    header = b"h" * 30  # what precedes a records field in a fetch answer
+    try:
+        for size in SEND_SIZES:
+            count = max(20, (32 << 20) // size)
+            figures = {}
+            for mode in ("read", "sendfile", "read", "sendfile"):  # each twice, best kept
+                cpu = time.process_time()
+                for i in range(count):
+                    position = i * size % ((8 << 20) - size + 1)
+                    if mode == "read":
+                        writer.write(b"".join([header, os.pread(fd, size, position)]))
+                    else:
+                        writer.write(header)
+                        dup = os.dup(fd)
+                        file = io.FileIO(dup, "rb", closefd=False)
+                        await loop.sendfile(writer.transport, file, position, size)
+                        os.close(dup)
+                    await writer.drain()
+                ms_per_mb = (time.process_time() - cpu) * 1000 / (count * size / 1e6)
+                figures[mode] = min(figures.get(mode, ms_per_mb), ms_per_mb)
+            read, sendfile = figures["read"], figures["sendfile"]
+            print(
+                f"{size >> 10:5} KiB  read+write {read:5.2f} ms/MB  sendfile {sendfile:5.2f} "
+                f"ms/MB  sendfile/read {sendfile / read:.2f}x"
+            )
+    finally:
+        writer.close()
+        await writer.wait_closed()
+        server.close()
+        os.close(fd)
+        await asyncio.wait_for(sink.wait(), DEADLINE_S)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=128)
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--baseline-tree", type=Path, default=None)
+    parser.add_argument("--send-sizes", action="store_true")
     args = parser.parse_args()
+    if args.send_sizes:
+        with tempfile.TemporaryDirectory(prefix="bench-send-") as tmp:
+            asyncio.run(send_sizes(Path(tmp)))
+        return
     here = Path(__file__).resolve().parent.parent
     trees = ([("baseline", args.baseline_tree)] if args.baseline_tree else []) + [("this", here)]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; fetches of up to 8 MiB")

@@ -46,8 +46,12 @@ Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 BIG_FRAME_BYTES = 64 * 1024
 ENCODE_SLICE_ITEMS = 2000  # entities of one big array encoded between turns of the loop
 # Records regions smaller than this are read and written with the bytes around them: below
-# it a sendfile's system calls and turns of the loop cost more than copying the bytes.
-SENDFILE_MIN_BYTES = 64 * 1024
+# it a sendfile's dup, system calls and turns of the loop cost more CPU than copying the
+# bytes. `bench/bench_fetch.py --send-sizes` on the development machine: sendfile costs
+# 4x the CPU of a copy at 64 KiB, 1.2-2.4x at 128 KiB, about the same at 256 KiB, less
+# from 1 MiB (the default max.partition.fetch.bytes); above the threshold it also spares
+# an allocation of the region's size per fetch.
+SENDFILE_MIN_BYTES = 256 * 1024
 # What a handler returns for a request that gets no response: a Produce with acks=0.
 NO_RESPONSE = object()
 # The client's address as Kafka shows it ("/127.0.0.1"), for the request being handled: each

@@ -1,5 +1,5 @@
 """Consumers read back byte for byte what the zero-copy fetch path serves (sendfile of
-segment regions of 64 KiB or more, a read for smaller ones): librdkafka, kafka-python and
+segment regions of 256 KiB or more, a read for smaller ones): librdkafka, kafka-python and
 Kafka's Java console consumer, over batches of about 1 MiB and over many small ones."""
 
 from __future__ import annotations
