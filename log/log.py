@@ -471,7 +471,8 @@ class Log:
         min_one_message: bool = True,
         skip_emptied: bool = False,
     ) -> FetchDataInfo:
-        """Whole batches from the one holding ``offset``: at most ``max_bytes`` (except a
+        """Whole batches, as a region of a segment file (unread: ``bytes(info.records)``
+        reads it), from the one holding ``offset``: at most ``max_bytes`` (except a
         first batch larger than that when ``min_one_message``), none reaching ``max_offset``
         (the high watermark for consumers). OffsetOutOfRangeError outside [start, LEO].
         ``skip_emptied`` (a consumer's read) steps over batches the log cleaner left without
