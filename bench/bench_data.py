@@ -45,7 +45,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_node(root: Path) -> tuple[subprocess.Popen, str]:
+def start_node(root: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """A combined node in ``root``, run with ``env`` (default: ours); (process, bootstrap)."""
     broker, controller = free_port(), free_port()
     config = root / "server.properties"
     config.write_text(
@@ -61,10 +62,11 @@ def start_node(root: Path) -> tuple[subprocess.Popen, str]:
         [BIN / "kraft-server", "format", "-t", cluster_id, "-c", config],
         check=True,
         capture_output=True,
+        env=env,
     )
     with open(root / "server.log", "w") as out:
         proc = subprocess.Popen(
-            [BIN / "kraft-server", "start", config], stdout=out, stderr=subprocess.STDOUT
+            [BIN / "kraft-server", "start", config], stdout=out, stderr=subprocess.STDOUT, env=env
         )
     deadline = time.monotonic() + DEADLINE_S
     while True:  # bounded by the deadline

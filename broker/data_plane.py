@@ -11,7 +11,9 @@ high watermark, a leadership change) and reads again. A Fetch with a replica id 
 follower's (broker/fetcher.py): it reads up to the log end and moves the follower's progress.
 A fetch whose last fetched epoch disagrees with the leader's log gets a diverging epoch
 (KIP-320) instead of records. Fetches keep incremental fetch sessions (KIP-227,
-broker/fetch_session.py): one cache per broker, shared by its listeners.
+broker/fetch_session.py): one cache per broker, shared by its listeners. The records it
+answers are regions of segment files, not their bytes: the network layer sends them with
+sendfile(2) (docs/storage.md, "Serving fetches without copies").
 
 OffsetForLeaderEpoch answers from the leader's epoch cache: clients (KIP-320) and a follower
 that lost track of its leader's log end ask it.

@@ -56,7 +56,7 @@ from log.clock import WallClock
 from log.config import LogConfig
 from log.epoch_cache import UNDEFINED_EPOCH
 from log.errors import RecordError
-from log.fs import read_all, write_atomic
+from log.fs import FileRegion, read_all, write_atomic
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.manager import LogManager
 from log.validator import PRODUCE_DECOMPRESSED_BYTES_MAX, validate_records
@@ -121,7 +121,7 @@ class ReadResult:
     error: ErrorCode
     high_watermark: int = -1
     log_start_offset: int = -1
-    records: bytes | memoryview = b""
+    records: bytes | FileRegion = b""  # a consumer or follower read: a region, unread
     diverging_epoch: int = UNDEFINED_EPOCH  # with diverging_end_offset: where to truncate
     diverging_end_offset: int = -1
 

@@ -21,6 +21,7 @@ import asyncio
 import errno
 import fcntl
 import os
+from dataclasses import dataclass
 from typing import Protocol
 
 
@@ -49,6 +50,31 @@ class FileHandle(Protocol):
 
     def close(self) -> None:
         """Release the handle; further calls raise OSError(EBADF)."""
+
+    def dup(self) -> FileHandle:
+        """Another handle on the same open file, closed on its own: it stays readable after
+        this one is closed or the file's name is removed (POSIX keeps an open file alive)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """``size`` bytes at ``position`` of an open file, named rather than read: Kafka's
+    FileRecords slice. A fetch answer carries regions so the network layer can send them
+    with sendfile(2), from the page cache to the socket; ``bytes(region)`` reads them."""
+
+    handle: FileHandle
+    position: int
+    size: int
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return self.read()
+
+    def read(self) -> bytes:
+        """The region's bytes (fewer if the file was truncated since)."""
+        return self.handle.pread(self.position, self.size) if self.size else b""
 
 
 class FileSystem(Protocol):
@@ -184,6 +210,13 @@ class RealFile:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    def dup(self) -> RealFile:
+        return RealFile(self.path, os.dup(self._check_open()))
+
+    def fileno(self) -> int:
+        """The descriptor, for sendfile(2): only real files have one."""
+        return self._check_open()
 
 
 class RealFileSystem:

@@ -192,6 +192,11 @@ class OffsetIndex(_SparseIndex):
             return self.base_offset, 0
         return self.base_offset + self._rel_offsets[index], self._positions[index]
 
+    def entry_at_or_before_position(self, position: int) -> int:
+        """The number of the last entry whose position is <= ``position`` (-1 if none)."""
+        assert self._loaded, self.path
+        return bisect_right(self._positions, position) - 1
+
     # ---- mutation -----------------------------------------------------------------------
     def append(self, offset: int, position: int) -> None:
         """Add an entry; offsets and positions must exceed the last entry's."""

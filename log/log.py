@@ -45,6 +45,7 @@ from log.compression import Compression, decompress
 from log.config import LogConfig
 from log.epoch_cache import LeaderEpochFileCache
 from log.errors import InvalidRecordError, RecordError, RecordTooLargeError
+from log.fs import FileRegion
 from log.index import REL_OFFSET_MAX
 from log.loader import load_segments
 from log.runtime import Runtime
@@ -52,8 +53,6 @@ from log.segment import LOG_SUFFIX, SWAP_SUFFIX, LogSegment, segment_path
 from log.validator import walk_records
 
 logger = logging.getLogger(__name__)
-
-_EMPTY = memoryview(b"")
 
 
 class KafkaStorageError(OSError):
@@ -101,7 +100,7 @@ class FetchDataInfo:
     """Whole batches from one segment starting with the batch that holds fetch_offset."""
 
     fetch_offset: int
-    records: memoryview
+    records: FileRegion  # named, not read: ``bytes(records)`` reads it
     next_offset: int
     segment_base_offset: int
     position: int
@@ -472,7 +471,8 @@ class Log:
         min_one_message: bool = True,
         skip_emptied: bool = False,
     ) -> FetchDataInfo:
-        """Whole batches from the one holding ``offset``: at most ``max_bytes`` (except a
+        """Whole batches, as a region of a segment file (unread: ``bytes(info.records)``
+        reads it), from the one holding ``offset``: at most ``max_bytes`` (except a
         first batch larger than that when ``min_one_message``), none reaching ``max_offset``
         (the high watermark for consumers). OffsetOutOfRangeError outside [start, LEO].
         ``skip_emptied`` (a consumer's read) steps over batches the log cleaner left without
@@ -510,13 +510,19 @@ class Log:
                         result.records,
                         result.next_offset,
                         segment.base_offset,
-                        result.position,
+                        result.records.position,
                         self._log_start_offset,
                         leo,
                     )
         segment = self._segments[index]
         return FetchDataInfo(
-            offset, _EMPTY, offset, segment.base_offset, segment.size, self._log_start_offset, leo
+            offset,
+            FileRegion(segment.log, segment.size, 0),
+            offset,
+            segment.base_offset,
+            segment.size,
+            self._log_start_offset,
+            leo,
         )
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
@@ -927,11 +933,13 @@ class Log:
         )
 
 
-def _holds_no_record(batches: memoryview) -> bool:
-    """Whether ``batches`` (whole ones) are some, all with a record count of 0."""
-    position = 0
-    while position + BATCH_HEADER_SIZE <= len(batches):  # bounded by the bytes
-        if int.from_bytes(batches[position + 57 : position + 61], "big") != 0:
+def _holds_no_record(records: FileRegion) -> bool:
+    """Whether ``records`` (whole batches) are some, all with a record count of 0; reads
+    their headers only (most answers stop at the first)."""
+    position, end = records.position, records.position + records.size
+    while position + BATCH_HEADER_SIZE <= end:  # bounded: each pass moves past one batch
+        header = records.handle.pread(position, BATCH_HEADER_SIZE)
+        if len(header) < BATCH_HEADER_SIZE or int.from_bytes(header[57:61], "big") != 0:
             return False
-        position += int.from_bytes(batches[position + 8 : position + 12], "big") + LOG_OVERHEAD
-    return position > 0
+        position += int.from_bytes(header[8:12], "big") + LOG_OVERHEAD
+    return position > records.position

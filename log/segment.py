@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from log.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchHeader, validate_batch
 from log.errors import CorruptRecordError, RecordError
-from log.fs import FileHandle, FileSystem
+from log.fs import FileHandle, FileRegion, FileSystem
 from log.index import (
     NO_TIMESTAMP,
     REL_OFFSET_MAX,
@@ -43,6 +43,10 @@ _INT64 = struct.Struct(">q")
 _LAST_OFFSET_DELTA_AT = 23
 _MAX_TIMESTAMP_AT = 35
 _SCAN_CHUNK_BYTES = 64 * 1024
+# Header walks that find one batch (a lookup, the end of a fetch) read this much at a time:
+# the default index.interval.bytes, so a walk from an index entry is about one read, and a
+# walk over large batches reads a few KiB per header, not 64 KiB of records it will not use.
+_HEADER_CHUNK_BYTES = 4096
 _RECOVER_CHUNK_BYTES = 1024 * 1024
 # Locations of the newest appended batches kept in memory. Reads cluster at the log end
 # (followers fetching what was just appended, the committed-records reader right behind
@@ -79,12 +83,15 @@ def _last_offset(batch: BatchLocation) -> int:
     return batch.last_offset
 
 
+def _end(batch: BatchLocation) -> int:
+    return batch.position + batch.size
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentRead:
-    """Whole batches read from one segment; ``records`` is empty when none fit the limits."""
+    """Whole batches of one segment, as a region of its file (empty when none fit)."""
 
-    records: memoryview
-    position: int
+    records: FileRegion
     first_offset: int
     next_offset: int
 
@@ -341,7 +348,9 @@ class LogSegment:
         self.time_index.write_pending()
 
     # ---- read ---------------------------------------------------------------------------
-    def _scan(self, position: int, end: int | None = None) -> Iterator[BatchLocation]:
+    def _scan(
+        self, position: int, end: int | None = None, chunk_bytes: int = _SCAN_CHUNK_BYTES
+    ) -> Iterator[BatchLocation]:
         """Headers of whole batches from ``position`` (a batch boundary) up to ``end``."""
         end = self._size if end is None else end
         chunk = b""
@@ -349,7 +358,7 @@ class LogSegment:
         while position < end:  # bounded: position grows by >= BATCH_HEADER_SIZE per pass
             at = position - chunk_position
             if len(chunk) - at < BATCH_HEADER_SIZE:
-                chunk = self.log.pread(position, min(_SCAN_CHUNK_BYTES, end - position))
+                chunk = self.log.pread(position, min(chunk_bytes, end - position))
                 chunk_position, at = position, 0
                 if len(chunk) < BATCH_HEADER_SIZE:
                     return  # a torn tail; recovery deals with it
@@ -380,7 +389,7 @@ class LogSegment:
             return tail[index] if index < len(tail) else None
         self._ensure_indexes()
         _, position = self.offset_index.lookup(offset)
-        for batch in self._scan(position):
+        for batch in self._scan(position, None, _HEADER_CHUNK_BYTES):
             if batch.last_offset >= offset:
                 return batch
         return None
@@ -395,38 +404,57 @@ class LogSegment:
     ) -> SegmentRead | None:
         """Whole batches from the one holding ``start_offset``, at most ``max_size`` bytes
         (but the first batch whole when ``min_one_message``, as Kafka does) and only batches
-        that end below ``max_offset``. None if the segment has nothing at/after the offset."""
+        that end below ``max_offset``. None if the segment has nothing at/after the offset.
+
+        The answer names a region of the file and reads none of it: its ends are found from
+        batch headers (the in-memory tail, the offset index, then a walk of at most about
+        index.interval.bytes of headers), so a fetch can be sent with sendfile(2)."""
         first = self.translate_offset(start_offset)
         if first is None:
             return None
         if max_offset is not None and first.last_offset >= max_offset:
-            return SegmentRead(memoryview(b""), first.position, first.base_offset, start_offset)
+            return SegmentRead(self._region(first.position, 0), first.base_offset, start_offset)
         if first.size > max_size:
             if not min_one_message:
-                return SegmentRead(memoryview(b""), first.position, first.base_offset, start_offset)
-            data = self.log.pread(first.position, first.size)
-            assert len(data) == first.size, (self.log.path, first)
+                return SegmentRead(self._region(first.position, 0), first.base_offset, start_offset)
             return SegmentRead(
-                memoryview(data), first.position, first.base_offset, first.last_offset + 1
+                self._region(first.position, first.size), first.base_offset, first.last_offset + 1
             )
-        view = memoryview(
-            self.log.pread(first.position, min(max_size, self._size - first.position))
+        limit = min(first.position + max_size, self._size)
+        if max_offset is not None:
+            beyond = self.translate_offset(max_offset)  # the first batch reaching max_offset
+            if beyond is not None:
+                limit = min(limit, beyond.position)
+        last = self._last_batch_within(first, limit)
+        end = last.position + last.size
+        return SegmentRead(
+            self._region(first.position, end - first.position),
+            first.base_offset,
+            last.last_offset + 1,
         )
-        cut = 0
-        next_offset = start_offset
-        limit = len(view)
-        while limit - cut >= BATCH_HEADER_SIZE:  # bounded by the bytes read
-            base_offset, batch_length = _BASE_AND_LENGTH.unpack_from(view, cut)
-            size = batch_length + LOG_OVERHEAD
-            if batch_length < _BATCH_LENGTH_MIN or cut + size > limit:
-                break
-            (delta,) = _INT32.unpack_from(view, cut + _LAST_OFFSET_DELTA_AT)
-            if max_offset is not None and base_offset + delta >= max_offset:
-                break
-            cut += size
-            next_offset = base_offset + delta + 1
-        assert cut > 0, (self.log.path, first)
-        return SegmentRead(view[:cut], first.position, first.base_offset, next_offset)
+
+    def _region(self, position: int, size: int) -> FileRegion:
+        return FileRegion(self.log, position, size)
+
+    def _last_batch_within(self, first: BatchLocation, limit: int) -> BatchLocation:
+        """The last batch from ``first`` on that ends at or before ``limit`` (``first`` does).
+
+        From the tail when it reaches back that far; otherwise from the offset index entry
+        two before ``limit`` (a batch boundary whose batch ends before ``limit``), walking
+        headers from there: bounded by about two index intervals, whatever ``limit`` is."""
+        tail = self._tail
+        if tail and (first.position >= tail[0].position or _end(tail[0]) <= limit):
+            return tail[bisect.bisect_right(tail, limit, key=_end) - 1]
+        self._ensure_indexes()
+        entry = self.offset_index.entry_at_or_before_position(limit) - 1
+        start = first.position
+        if entry >= 0:
+            start = max(start, self.offset_index.entry(entry)[1])
+        last = first
+        for batch in self._scan(start, limit, _HEADER_CHUNK_BYTES):
+            last = batch
+        assert last.position + last.size <= limit, (self.log.path, last, limit)
+        return last
 
     def _read_next_offset(self) -> int:
         self._ensure_indexes()

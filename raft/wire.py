@@ -34,6 +34,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.serial.writers import write_compact_array_length, write_legacy_array_length
 
+from log.fs import FileRegion
+
 MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes default
 API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
@@ -200,12 +202,51 @@ def encode_response(header: RequestHeader, body: object) -> bytes:
     return _frame((header_type, kio_header), (body_type, body))
 
 
-def response_parts(header: RequestHeader, body: object, slice_items: int) -> Iterator[bytes]:
-    """The bytes of ``encode_response`` after its length prefix, in parts, computed as they
-    are asked for: when the body's longest top-level array of entities holds more than
-    ``slice_items`` of them, that array comes out ``slice_items`` entities at a time, so a
-    caller can serve its event loop between parts (a Metadata answer naming 100,000 topics
-    is 0.6 s of kio encoding in one piece). Anything smaller is one part."""
+# A piece of an encoded response: bytes, or a region of a log segment that kio was handed as
+# a records field and that the network layer sends without reading (sendfile).
+Part = bytes | FileRegion
+# Immutable bytes this long (records already in memory, as the Raft log's Fetch answers
+# carry) stay parts of their own too: copying them into the buffer would be one more copy.
+_OWN_PART_BYTES = 4096
+
+
+class _PartsWriter:
+    """The buffer kio writes an entity into, keeping each FileRegion it is given as a part of
+    its own between the bytes around it. kio's writers take only ``len(value)`` of a records
+    field and pass the value to ``write``, so the length prefixes are kio's own encoding."""
+
+    __slots__ = ("_buffer", "parts")
+
+    def __init__(self) -> None:
+        self.parts: list[Part] = []
+        self._buffer = bytearray()
+
+    def write(self, data: bytes | FileRegion) -> int:
+        if isinstance(data, FileRegion) or (type(data) is bytes and len(data) >= _OWN_PART_BYTES):
+            if data:
+                self._flush()
+                self.parts.append(data)
+        else:
+            self._buffer += data
+        return len(data)
+
+    def _flush(self) -> None:
+        if self._buffer:
+            self.parts.append(bytes(self._buffer))
+            self._buffer.clear()
+
+    def finish(self) -> list[Part]:
+        self._flush()
+        return self.parts
+
+
+def response_parts(header: RequestHeader, body: object, slice_items: int) -> Iterator[list[Part]]:
+    """The bytes of ``encode_response`` after its length prefix, as lists of parts (bytes
+    and the FileRegions of records fields, unread), computed as they are asked for: when
+    the body's longest top-level array of entities holds more than ``slice_items`` of them,
+    that array comes out ``slice_items`` entities at a time, so a caller can serve its event
+    loop between lists (a Metadata answer naming 100,000 topics is 0.6 s of kio encoding in
+    one piece). Anything smaller is one list."""
     assert slice_items > 0
     body_type: type[Any] = type(body)
     if body_type.__api_key__ != header.api_key:
@@ -216,23 +257,27 @@ def response_parts(header: RequestHeader, body: object, slice_items: int) -> Ite
     items: tuple[Any, ...] = getattr(body, name) if name else ()
     split = _split_at_array(body, name, items) if len(items) > slice_items else None
     if split is None:
-        yield head + _encode(body_type, body)
+        writer = _PartsWriter()
+        writer.write(head)
+        entity_writer(body_type)(writer, body)
+        yield writer.finish()
         return
     before, after = split
-    yield head + before + _array_length(body_type.__flexible__, len(items))
+    yield [head + before + _array_length(body_type.__flexible__, len(items))]
     write = entity_writer(type(items[0]))
     for start in range(0, len(items), slice_items):
-        buffer = io.BytesIO()
+        writer = _PartsWriter()
         for item in items[start : start + slice_items]:
-            write(buffer, item)
-        yield buffer.getvalue()
-    yield after
+            write(writer, item)
+        yield writer.finish()
+    yield [after]
 
 
 def _encode(entity_type: type[Any], entity: object) -> bytes:
-    buffer = io.BytesIO()
-    entity_writer(entity_type)(buffer, entity)
-    return buffer.getvalue()
+    """The entity's bytes; a FileRegion in it is read (only the split check meets one)."""
+    writer = _PartsWriter()
+    entity_writer(entity_type)(writer, entity)
+    return b"".join(bytes(part) for part in writer.finish())
 
 
 def _array_length(flexible: bool, count: int) -> bytes:

@@ -234,6 +234,11 @@ class SimFile:
     def close(self) -> None:
         self._closed = True
 
+    def dup(self) -> SimFile:
+        """A handle on the same inode: it reads the file after its name is removed, as a
+        POSIX descriptor does (a crash still ends it, like every handle of the incarnation)."""
+        return SimFile(self._disk, self._incarnation, self._live(), self.path)
+
 
 class SimFileSystem:
     """The FileSystem protocol over a SimDisk for one node incarnation."""

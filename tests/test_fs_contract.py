@@ -53,6 +53,28 @@ def test_append_pread_pwrite_truncate(fs_root: tuple[FileSystem, str]) -> None:
     assert info.value.errno == errno.EBADF
 
 
+def test_a_dup_reads_the_file_after_its_name_is_removed_and_the_first_handle_closed(
+    fs_root: tuple[FileSystem, str],
+) -> None:
+    """What a fetch's sendfile relies on: the segment it serves may be deleted meanwhile."""
+    fs, root = fs_root
+    fs.mkdir(root)
+    handle = fs.open(root + "/seg.log")
+    handle.append(b"records")
+    dup = handle.dup()
+    fs.remove(root + "/seg.log")
+    handle.close()
+    assert not fs.exists(root + "/seg.log")
+    assert dup.pread(0, 100) == b"records"
+    dup.close()
+    with pytest.raises(OSError) as info:
+        dup.pread(0, 1)
+    assert info.value.errno == errno.EBADF
+    with pytest.raises(OSError) as info:
+        handle.dup()  # a closed handle has nothing to share
+    assert info.value.errno == errno.EBADF
+
+
 def test_directory_operations(fs_root: tuple[FileSystem, str]) -> None:
     fs, root = fs_root
     fs.mkdir(root + "/d")

@@ -234,7 +234,7 @@ class GroupCoordinator:
         while log is not None and self._shards.get(shard.partition) is shard:  # log is finite
             try:
                 data = log.read(position, self.config.offsets_load_buffer_size)
-                view = data.records
+                view = bytes(data.records)
                 pos = 0
                 while pos < len(view):
                     header, records = decode_batch(view, pos)

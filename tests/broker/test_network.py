@@ -31,11 +31,13 @@ async def answer_api_versions(header: wire.RequestHeader, _request: object) -> o
 
 
 @asynccontextmanager
-async def serving(handle: Handler) -> AsyncIterator[int]:
-    """A listener on 127.0.0.1 serving ``handle``; yields its port."""
+async def serving(
+    handle: Handler, supported: dict[int, tuple[int, int]] = SUPPORTED
+) -> AsyncIterator[int]:
+    """A listener on 127.0.0.1 serving ``handle`` for ``supported``; yields its port."""
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await serve_connection(reader, writer, handle, SUPPORTED)
+        await serve_connection(reader, writer, handle, supported)
 
     server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
     try:

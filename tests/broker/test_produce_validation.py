@@ -65,7 +65,7 @@ def good(*values: bytes, codec: Compression = Compression.NONE, timestamp: int =
 
 
 def stored(replicas: ReplicaManager) -> list[tuple[Any, list[Record]]]:
-    data = replicas.read("a", 0, 0, 1 << 30, -1, min_one_message=True).records
+    data = bytes(replicas.read("a", 0, 0, 1 << 30, -1, min_one_message=True).records)
     return [decode_batch(data, position) for position, _ in iter_batches(data)]
 
 

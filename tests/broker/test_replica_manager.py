@@ -23,6 +23,7 @@ from broker.replica_manager import PARTITION_METADATA_FILE, ReplicaManager
 from log.batch import decode_batch, encode_batch, iter_batches
 from log.clock import WallClock
 from log.config import LogConfig
+from log.fs import FileRegion
 from log.manager import LogManager
 from log.records import Record
 from log.runtime import real_runtime
@@ -61,7 +62,8 @@ def batch(*values: bytes) -> bytes:
     return encode_batch([Record(b"k", value, 1_000 + i) for i, value in enumerate(values)])
 
 
-def values_of(data: bytes) -> list[bytes]:
+def values_of(records: bytes | FileRegion) -> list[bytes]:
+    data = bytes(records)
     out = []
     for position, _ in iter_batches(data):
         _, records = decode_batch(data, position)
@@ -177,8 +179,14 @@ def test_without_replication_other_in_sync_replicas_hold_the_high_watermark(
         timed_out = await replicas.append("a", 0, batch(b"z"), acks=-1, timeout_s=0.05)
         read = replicas.read("a", 0, 0, 100, -1, min_one_message=True)
         uncommitted = replicas.read("a", 0, 1, 100, -1, min_one_message=True)
-        assert (uncommitted.error, uncommitted.records) == (ErrorCode.none, b"")
-        return acked.error, leader_only.base_offset, timed_out, read.high_watermark, read.records
+        assert (uncommitted.error, bytes(uncommitted.records)) == (ErrorCode.none, b"")
+        return (
+            acked.error,
+            leader_only.base_offset,
+            timed_out,
+            read.high_watermark,
+            bytes(read.records),
+        )
 
     not_enough, offset, timed_out, hw, records = run(tmp_path, body, shared)
     assert not_enough == ErrorCode.not_enough_replicas  # refused before appending
@@ -219,7 +227,7 @@ def test_logs_of_another_topic_id_found_at_start_are_set_aside_not_served(
     recreated = image(9, {"a": (uuid.UUID(int=0xC), {0: partition(ME, (ME,))})})
 
     async def read_new(replicas: ReplicaManager) -> bytes:
-        return replicas.read("a", 0, 0, 100, -1, min_one_message=True).records
+        return bytes(replicas.read("a", 0, 0, 100, -1, min_one_message=True).records)
 
     assert run(tmp_path, read_new, recreated) == b""
     strays = sorted(name for name in os.listdir(tmp_path) if name.endswith("-stray"))
@@ -402,21 +410,21 @@ def produce_request(acks: int, version: int = 9) -> Any:
 
 
 def test_a_waiting_fetch_returns_as_soon_as_a_produce_commits(tmp_path: Path) -> None:
-    async def body(replicas: ReplicaManager) -> tuple[Any, Any, object]:
+    async def body(replicas: ReplicaManager) -> tuple[Any, Any, object, list[bytes]]:
         waiting = asyncio.ensure_future(data_plane.fetch(replicas, fetch_request(0, 15_000), 12))
         await asyncio.sleep(0)  # the fetch finds nothing and parks
         assert not waiting.done()
         produced = await data_plane.produce(replicas, produce_request(-1), 9)
         fetched = await asyncio.wait_for(waiting, 5)  # long before its 15 s max wait
         silent = await data_plane.produce(replicas, produce_request(0), 9)
-        return produced, fetched, silent
+        return produced, fetched, silent, values_of(fetched.responses[0].partitions[0].records)
 
-    produced, fetched, silent = run(tmp_path, body, SOLE)
+    produced, fetched, silent, values = run(tmp_path, body, SOLE)
     (answer,) = produced.responses[0].partition_responses
     assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0)
     (data,) = fetched.responses[0].partitions
     assert (data.error_code, data.high_watermark, data.last_stable_offset) == (0, 1, 1)
-    assert values_of(bytes(data.records)) == [b"p"]
+    assert values == [b"p"]
     assert fetched.session_id == 0  # no fetch sessions: full fetches only
     assert silent is NO_RESPONSE  # acks=0: the client reads no response
 
@@ -627,8 +635,9 @@ def test_a_waiting_fetch_wakes_for_its_partitions_and_reads_again_only_those(
         await asyncio.sleep(0)
         assert not waiting.done()
         await replicas.append("a", 2, batch(b"x"), acks=1, timeout_s=5)
-        return await asyncio.wait_for(waiting, 5), reads
+        fetched = await asyncio.wait_for(waiting, 5)
+        return [values_of(p.records) for p in fetched.responses[0].partitions], reads
 
-    fetched, reads = run(tmp_path, body, two)
-    assert [values_of(bytes(p.records)) for p in fetched.responses[0].partitions] == [[], [b"x"]]
+    values, reads = run(tmp_path, body, two)
+    assert values == [[], [b"x"]]
     assert reads == [0, 2, 2]  # a-0 did not change: read once

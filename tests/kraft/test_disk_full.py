@@ -72,6 +72,9 @@ class FillableFile:
     def close(self) -> None:
         self._handle.close()
 
+    def dup(self) -> FileHandle:
+        return self._handle.dup()
+
 
 class FillableFileSystem(RealFileSystem):
     """The real filesystem, except that while ``full`` nothing new can be written: file

@@ -199,12 +199,11 @@ class CrashRun:
         offset = start
         while offset < end:  # bounded: every read returns at least one batch
             result = log.read(offset, 5000)
-            assert len(result.records) > 0, (offset, end)
-            for position, header in iter_batches(result.records):
-                validate_batch(result.records, position)
-                got.append(
-                    (header.base_offset, bytes(result.records[position : position + header.size]))
-                )
+            records = bytes(result.records)
+            assert len(records) > 0, (offset, end)
+            for position, header in iter_batches(records):
+                validate_batch(records, position)
+                got.append((header.base_offset, records[position : position + header.size]))
             offset = result.next_offset
         assert offset == end
         expected = [b for b in self.history if b.last_offset >= start and b.base_offset < end]

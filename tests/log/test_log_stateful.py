@@ -245,10 +245,11 @@ class LogModelMachine(RuleBasedStateMachine):
         offset = self.start
         while offset < self.leo:  # bounded: each read returns at least one batch
             result = log.read(offset, 2000)
-            assert len(result.records) > 0
-            for position, header in iter_batches(result.records):
-                validate_batch(result.records, position)
-                scanned.append(bytes(result.records[position : position + header.size]))
+            records = bytes(result.records)
+            assert len(records) > 0
+            for position, header in iter_batches(records):
+                validate_batch(records, position)
+                scanned.append(records[position : position + header.size])
             offset = result.next_offset
         assert scanned == [b.data for b in self.visible()]
         cache = log.leader_epoch_cache

@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import random
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from log.batch import assign_offsets, encode_batch, iter_batches, validate_batch
 from log.records import Record
 from log.segment import LogSegment
@@ -231,3 +234,51 @@ def test_newest_batches_answer_like_the_index_and_scan_through_appends_and_trunc
     reopened = _segment(fs, create=False)
     assert reopened.next_offset == segment.next_offset
     assert _locations(segment, offsets) == _locations(reopened, offsets)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 120), min_size=1, max_size=40),
+    interval=st.sampled_from([0, 64, 300, 4096]),
+    reopen=st.booleans(),
+    data=st.data(),
+)
+def test_read_ends_where_whole_batches_fit_whatever_the_index_and_tail_hold(
+    sizes, interval, reopen, data
+) -> None:
+    """The end of a read is found from headers only (tail, index, a short walk); it must be
+    the same cut as walking every batch: the last whole batch within max_size and below
+    max_offset. Reopening drops the in-memory tail, so the index path is taken."""
+    fs = _fs()
+    segment = _segment(fs, interval=interval)
+    batches, offset = [], BASE
+    for records in sizes:
+        batch = _batch(offset, 1, value=b"v" * records * 7)
+        header = validate_batch(batch)
+        segment.append(batch, [(header.size, header.last_offset, header.max_timestamp)])
+        batches.append((header, batch))
+        offset = header.next_offset
+    if reopen:
+        segment.write_pending_index_entries()
+        segment.close()
+        segment = _segment(fs, create=False, interval=interval)
+    start = data.draw(st.integers(BASE, offset - 1))
+    max_size = data.draw(st.integers(1, sum(len(b) for _, b in batches) + 10))
+    max_offset = data.draw(st.none() | st.integers(BASE, offset + 1))
+    result = segment.read(start, max_size, max_offset=max_offset)
+    assert result is not None
+    expected, size = [], 0
+    for header, batch in batches:
+        if header.last_offset < start:
+            continue
+        if max_offset is not None and header.last_offset >= max_offset:
+            break
+        if size + len(batch) > max_size and (expected or len(batch) <= max_size):
+            break
+        expected.append(batch)
+        size += len(batch)
+        if size > max_size:
+            break  # the first batch alone, larger than max_size (min_one_message)
+    assert bytes(result.records) == b"".join(expected)
+    next_offset = validate_batch(expected[-1]).next_offset if expected else start
+    assert result.next_offset == next_offset

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import io
+import random
 import struct
 from datetime import timedelta
 from typing import Any
@@ -24,6 +25,7 @@ from kio.serial import entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import Records, i64Timedelta
 
+from log.fs import FileRegion
 from raft.codec import API_VERSIONS, api_versions_response, encode_raft_request, error_response
 from raft.entities import make
 from raft.messages import BeginQuorumEpochRequest as CoreBeginQuorumEpoch
@@ -40,6 +42,7 @@ from raft.wire import (
     read_frame,
     response_parts,
 )
+from sim.disk import SimDisk
 
 
 def body_bytes(entity: object) -> bytes:
@@ -413,8 +416,45 @@ def test_a_response_in_slices_is_the_same_bytes_as_in_one_piece(
 ) -> None:
     _, entity = case
     header = RequestHeader(entity.__api_key__, entity.__version__, 3, "t")
-    parts = list(response_parts(header, entity, slice_items))
-    body = b"".join(parts)
+    parts = [part for piece in response_parts(header, entity, slice_items) for part in piece]
+    body = b"".join(parts)  # type: ignore[arg-type]  # no FileRegion: kio gave no records
+    assert struct.pack(">i", len(body)) + body == encode_response(header, entity)
+
+
+def _fetch_response(version: int) -> st.SearchStrategy[Any]:
+    return st.from_type(load_payload_module(1, version, EntityType.response).FetchResponse)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(4, 12).flatmap(_fetch_response), st.integers(1, 3))
+def test_a_fetch_answer_in_parts_with_file_regions_is_the_kio_encoding(
+    entity: Any, slice_items: int
+) -> None:
+    """The sendfile path's encoder: every records field becomes a region of a file holding
+    those bytes; the parts (regions read back) must be kio's encoding byte for byte."""
+    fs = SimDisk(random.Random(0)).fs()
+    handle = fs.open("/segment.log")
+    handle.append(b"ahead of the records")
+
+    def as_region(partition: Any) -> Any:
+        if not partition.records:
+            return partition
+        position = handle.append(partition.records)
+        region = FileRegion(handle, position, len(partition.records))
+        return dataclasses.replace(partition, records=region)
+
+    topics = tuple(
+        dataclasses.replace(topic, partitions=tuple(as_region(p) for p in topic.partitions))
+        for topic in entity.responses
+    )
+    with_regions = dataclasses.replace(entity, responses=topics)
+    header = RequestHeader(1, entity.__version__, 3, "t")
+    pieces = list(response_parts(header, with_regions, slice_items))
+    regions = [part for piece in pieces for part in piece if isinstance(part, FileRegion)]
+    assert len(regions) == sum(
+        1 for topic in entity.responses for p in topic.partitions if p.records
+    )
+    body = b"".join(bytes(part) for piece in pieces for part in piece)
     assert struct.pack(">i", len(body)) + body == encode_response(header, entity)
 
 
@@ -426,7 +466,22 @@ def test_a_big_metadata_answer_comes_out_in_slices(version: int) -> None:
     topics = tuple(make(topic, {**values, "name": f"t{i}"}) for i in range(2500))
     body = make(module.MetadataResponse, {"controller_id": 1, "topics": topics})
     header = RequestHeader(3, version, 9, "t")
-    parts = list(response_parts(header, body, 1000))
-    assert len(parts) == 1 + 3 + 1  # head and count, three slices, what follows the array
-    payload = b"".join(parts)
+    pieces = list(response_parts(header, body, 1000))
+    assert len(pieces) == 1 + 3 + 1  # head and count, three slices, what follows the array
+    payload = b"".join(part for piece in pieces for part in piece)  # type: ignore[misc]
+    assert struct.pack(">i", len(payload)) + payload == encode_response(header, body)
+
+
+def test_records_already_in_memory_stay_a_part_of_their_own_and_encode_as_kio_does() -> None:
+    """A Raft Fetch answer's records (bytes, not a file region) are not copied into the
+    encoder's buffer: the very object is a part, and the parts are kio's encoding."""
+    module: Any = load_payload_module(1, 12, EntityType.response)
+    records = bytes(range(256)) * 40
+    partition = make(module.PartitionData, {"partition_index": 0, "records": records})
+    topic = make(module.FetchableTopicResponse, {"topic": "t", "partitions": (partition,)})
+    body = make(module.FetchResponse, {"responses": (topic,)})
+    header = RequestHeader(1, 12, 5, "t")
+    (piece,) = list(response_parts(header, body, 1000))
+    assert any(part is records for part in piece)
+    payload = b"".join(piece)  # type: ignore[arg-type]
     assert struct.pack(">i", len(payload)) + payload == encode_response(header, body)
