@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import errno
 import os
+import random
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -18,6 +19,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker import data_plane
+from broker.fetch_session import FetchSessionCache
 from broker.network import NO_RESPONSE
 from broker.replica_manager import PARTITION_METADATA_FILE, ReplicaManager
 from log.batch import decode_batch, encode_batch, iter_batches
@@ -394,6 +396,12 @@ def fetch_request(offset: int, max_wait_ms: int, version: int = 12) -> Any:
     )
 
 
+async def fetch(replicas: ReplicaManager, request: Any, version: int) -> Any:
+    """A sessionless Fetch through the data plane (fetch sessions: test_fetch_session.py)."""
+    sessions = FetchSessionCache(0, random.Random(0), lambda: 0.0)
+    return await data_plane.fetch(replicas, sessions, lambda _id: None, request, version)
+
+
 def produce_request(acks: int, version: int = 9) -> Any:
     module = request_module(data_plane.PRODUCE, version)
     data = make(module.PartitionProduceData, {"index": 0, "records": batch(b"p")})
@@ -411,7 +419,7 @@ def produce_request(acks: int, version: int = 9) -> Any:
 
 def test_a_waiting_fetch_returns_as_soon_as_a_produce_commits(tmp_path: Path) -> None:
     async def body(replicas: ReplicaManager) -> tuple[Any, Any, object, list[bytes]]:
-        waiting = asyncio.ensure_future(data_plane.fetch(replicas, fetch_request(0, 15_000), 12))
+        waiting = asyncio.ensure_future(fetch(replicas, fetch_request(0, 15_000), 12))
         await asyncio.sleep(0)  # the fetch finds nothing and parks
         assert not waiting.done()
         produced = await data_plane.produce(replicas, produce_request(-1), 9)
@@ -433,7 +441,7 @@ def test_protocol_level_refusals(tmp_path: Path) -> None:
     async def body(replicas: ReplicaManager) -> tuple[Any, Any]:
         bad_acks = await data_plane.produce(replicas, produce_request(2), 9)
         follower = dataclasses.replace(fetch_request(0, 0), replica_id=2)
-        return bad_acks, await data_plane.fetch(replicas, follower, 12)
+        return bad_acks, await fetch(replicas, follower, 12)
 
     bad_acks, from_broker = run(tmp_path, body, SOLE)
     assert bad_acks.responses[0].partition_responses[0].error_code == (
@@ -629,7 +637,7 @@ def test_a_waiting_fetch_wakes_for_its_partitions_and_reads_again_only_those(
             return read(topic, index, *args, **kwargs)
 
         replicas.read = counting  # type: ignore[method-assign]
-        waiting = asyncio.ensure_future(data_plane.fetch(replicas, both, 12))
+        waiting = asyncio.ensure_future(fetch(replicas, both, 12))
         await asyncio.sleep(0)
         await replicas.append("a", 3, batch(b"elsewhere"), acks=1, timeout_s=5)  # not watched
         await asyncio.sleep(0)
