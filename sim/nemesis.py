@@ -19,6 +19,10 @@ Fault names (``--faults all|none|a,b,c``):
   skew       a node's wall clock jumps by up to +-10 s
 Each fault is undone after a random hold; ``heal_all`` ends every fault at once (the heal
 phase every run ends with).
+
+A scenario may name faults that run on a schedule of their own (``separate``): their times,
+holds and targets come from another random stream, so adding them to a scenario's ``all``
+leaves every older fault where it was, seed for seed (pinned seeds stay comparable).
 """
 
 from __future__ import annotations
@@ -83,6 +87,8 @@ class Nemesis:
         leader: Callable[[], str | None] | None = None,
         custom: Mapping[str, Callable[[Nemesis, float], None]] | None = None,
         supervise: bool = False,
+        separate: tuple[str, ...] = (),
+        separate_interval_s: tuple[float, float] = (2.0, 6.0),
     ) -> None:
         self.world = world
         self.targets = targets
@@ -90,6 +96,10 @@ class Nemesis:
         self.interval_s = interval_s
         self.hold_s = hold_s
         self.rng: random.Random = world.random("nemesis")
+        # The stream of the faults on their own schedule (their custom code draws from it).
+        self.separate_rng: random.Random = world.random("nemesis/separate")
+        self.separate = separate
+        self.separate_interval_s = separate_interval_s
         self.injected = 0
         self._leader = leader
         self.custom = dict(custom or {})
@@ -106,14 +116,32 @@ class Nemesis:
         if not self.faults:
             await asyncio.sleep(max(0.0, until_s - loop.time()))
             return
-        while loop.time() < until_s:
-            await asyncio.sleep(self.rng.uniform(*self.interval_s))
+        mixed = tuple(f for f in self.faults if f not in self.separate)
+        own = tuple(f for f in self.faults if f in self.separate)
+        if not own:  # in this task, as before there were separate faults
+            await self._schedule(mixed, self.rng, self.interval_s, until_s)
+            return
+        await asyncio.gather(
+            self._schedule(mixed, self.rng, self.interval_s, until_s),
+            self._schedule(own, self.separate_rng, self.separate_interval_s, until_s),
+        )
+
+    async def _schedule(
+        self,
+        faults: tuple[str, ...],
+        rng: random.Random,
+        interval_s: tuple[float, float],
+        until_s: float,
+    ) -> None:
+        loop = self.world.loop
+        while faults and loop.time() < until_s:
+            await asyncio.sleep(rng.uniform(*interval_s))
             if loop.time() >= until_s:
                 break
             if self.supervise:
                 self._restart_exited()
-            fault = self.rng.choice(self.faults)
-            hold = self.rng.uniform(*self.hold_s)
+            fault = rng.choice(faults)
+            hold = rng.uniform(*self.hold_s)
             if len(self.targets) < MIN_TARGETS.get(fault, 1):
                 continue
             self.injected += 1
@@ -212,7 +240,7 @@ class Nemesis:
             node = rng.choice(nodes)
             self.world.processes[node].skew_clock(rng.randint(-10_000, 10_000))
 
-    def stall_crash(self, quorum: list[str], hold_s: float) -> None:
+    def stall_crash(self, quorum: list[str], hold_s: float, rng: random.Random) -> None:
         """A brown-out: the disks of a majority of ``quorum`` (the leader's first, if it is
         one of them) stall, every fsync hanging for ``hold_s``; then every node loses power.
         The stalled come back first and the others 3-6 s later, so the next leader comes
@@ -221,7 +249,7 @@ class Nemesis:
         if not alive:
             return
         leader = self._leader() if self._leader is not None else None
-        self.rng.shuffle(alive)
+        rng.shuffle(alive)
         if leader in alive:
             alive.remove(leader)
             alive.insert(0, leader)
@@ -230,9 +258,9 @@ class Nemesis:
         for node in stalled:
             self.world.processes[node].disk.stall_fsyncs(until_s)
         self.world.trace.event("fsync-stall", nodes=sorted(stalled), hold_us=int(hold_s * 1e6))
-        self._later(hold_s, self._brown_out, stalled)
+        self._later(hold_s, self._brown_out, stalled, rng)
 
-    def _brown_out(self, stalled: list[str]) -> None:
+    def _brown_out(self, stalled: list[str], rng: random.Random) -> None:
         """The end of a stall-crash: every node loses power; the stalled come back first."""
         if self._healed:
             return
@@ -243,12 +271,21 @@ class Nemesis:
             process.crash()
             self._down.append(node)
             first = node in stalled
-            delay = self.rng.uniform(0.1, 0.5) if first else self.rng.uniform(3.0, 6.0)
+            delay = rng.uniform(0.1, 0.5) if first else rng.uniform(3.0, 6.0)
             self._later(delay, self._restart, node)
 
     def crash_for(self, node: str, hold_s: float) -> None:
         """Cut ``node``'s power now; it restarts after ``hold_s``."""
         self.world.processes[node].crash()
+        self._down.append(node)
+        self._later(hold_s, self._restart, node)
+
+    def down_for(self, node: str, hold_s: float) -> None:
+        """``node`` has exited (a graceful shutdown): it restarts after ``hold_s``, or at
+        once in the heal phase; supervision leaves it alone meanwhile."""
+        if self._healed:
+            self._restart(node)
+            return
         self._down.append(node)
         self._later(hold_s, self._restart, node)
 

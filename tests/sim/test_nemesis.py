@@ -66,7 +66,7 @@ def test_stall_crash_stalls_a_majority_with_the_leader_then_cuts_every_node() ->
         voters = names[:3]
 
         async def brown_out() -> tuple[list[str], list[int]]:
-            nemesis.stall_crash(voters, 1.0)
+            nemesis.stall_crash(voters, 1.0, nemesis.rng)
             disks = {n: world.processes[n].disk for n in names}
             stalled = [n for n in names if disks[n]._stalled_until_s > 0]
             await asyncio.sleep(1.5)  # the power cut came at 1 s; the stalled are back
