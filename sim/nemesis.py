@@ -20,9 +20,10 @@ Fault names (``--faults all|none|a,b,c``):
 Each fault is undone after a random hold; ``heal_all`` ends every fault at once (the heal
 phase every run ends with).
 
-A scenario may name faults that run on a schedule of their own (``separate``): their times,
-holds and targets come from another random stream, so adding them to a scenario's ``all``
-leaves every older fault where it was, seed for seed (pinned seeds stay comparable).
+A scenario may name faults that run on a schedule of their own (``separate``, each with a
+weight): their times, holds and targets come from another random stream, so adding them to
+a scenario's ``all`` leaves every older fault where it was, seed for seed (pinned seeds stay
+comparable).
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ class Nemesis:
         leader: Callable[[], str | None] | None = None,
         custom: Mapping[str, Callable[[Nemesis, float], None]] | None = None,
         supervise: bool = False,
-        separate: tuple[str, ...] = (),
-        separate_interval_s: tuple[float, float] = (2.0, 6.0),
+        separate: Mapping[str, int] | None = None,
+        separate_interval_s: tuple[float, float] = (3.0, 8.0),
     ) -> None:
         self.world = world
         self.targets = targets
@@ -98,7 +99,7 @@ class Nemesis:
         self.rng: random.Random = world.random("nemesis")
         # The stream of the faults on their own schedule (their custom code draws from it).
         self.separate_rng: random.Random = world.random("nemesis/separate")
-        self.separate = separate
+        self.separate = dict(separate or {})  # fault -> weight
         self.separate_interval_s = separate_interval_s
         self.injected = 0
         self._leader = leader
@@ -121,9 +122,10 @@ class Nemesis:
         if not own:  # in this task, as before there were separate faults
             await self._schedule(mixed, self.rng, self.interval_s, until_s)
             return
+        weights = tuple(self.separate[f] for f in own)
         await asyncio.gather(
             self._schedule(mixed, self.rng, self.interval_s, until_s),
-            self._schedule(own, self.separate_rng, self.separate_interval_s, until_s),
+            self._schedule(own, self.separate_rng, self.separate_interval_s, until_s, weights),
         )
 
     async def _schedule(
@@ -132,6 +134,7 @@ class Nemesis:
         rng: random.Random,
         interval_s: tuple[float, float],
         until_s: float,
+        weights: tuple[int, ...] | None = None,
     ) -> None:
         loop = self.world.loop
         while faults and loop.time() < until_s:
@@ -140,7 +143,7 @@ class Nemesis:
                 break
             if self.supervise:
                 self._restart_exited()
-            fault = rng.choice(faults)
+            fault = rng.choice(faults) if weights is None else rng.choices(faults, weights)[0]
             hold = rng.uniform(*self.hold_s)
             if len(self.targets) < MIN_TARGETS.get(fault, 1):
                 continue

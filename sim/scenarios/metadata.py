@@ -64,11 +64,12 @@ LANES = 6
 OP_TIMEOUT_S = 6.0
 HEAL_BOUND_S = 30.0
 BROKER_CONFIG = "num.io.threads"  # the broker config the controller lane sets (harmless here)
-# Faults of a node's life beyond a power cut, shared with the kafka scenario: a graceful
-# shutdown (SIGTERM, then a restart after the hold) of a broker or of a controller, and the
-# raft scenario's brown-out. They run on the nemesis's separate schedule, so the older faults
-# of every seed stay where they were.
-LIFECYCLE_FAULTS = ("shutdown-broker", "shutdown-controller", "stall-crash")
+# Faults of a node's life beyond a power cut, shared with the kafka scenario, with their
+# weights: a graceful shutdown (SIGTERM, then a restart after the hold) of a broker (what a
+# rolling restart does most) or of a controller, and the raft scenario's brown-out (every
+# node loses power; rarer, since it stops the whole cluster for seconds). They run on the
+# nemesis's separate schedule, so the older faults of every seed stay where they were.
+LIFECYCLE_FAULTS = {"shutdown-broker": 3, "shutdown-controller": 1, "stall-crash": 1}
 FAULTS = ("depose-controller", *LIFECYCLE_FAULTS)  # the scenario's own, beyond the nemesis's
 # Every judged shutdown stops within the bound, so one stopped before the broker's own
 # timeout was let go by the controller (and must lead nothing).
