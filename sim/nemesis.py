@@ -59,19 +59,27 @@ FAULTS: tuple[str, ...] = (
 MIN_TARGETS = {"partition": 2, "oneway": 2, "stall": 2, "reset": 2, "bridge": 3}
 
 
-def parse_faults(spec: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """``all``, ``none`` or a comma list of fault names; ValueError names an unknown one.
-    ``extra`` are a scenario's own faults (``Nemesis(custom=...)``), part of its ``all``."""
-    known = FAULTS + extra
+def parse_faults(
+    spec: str, extra: tuple[str, ...] = (), opt_in: tuple[str, ...] = ()
+) -> tuple[str, ...]:
+    """``all``, ``none`` or a comma list of fault names (``all`` among them stands for every
+    fault of ``all``); ValueError names an unknown one. ``extra`` are a scenario's own faults
+    (``Nemesis(custom=...)``), part of its ``all``; ``opt_in`` ones only run when named."""
+    every = FAULTS + extra
+    known = every + opt_in
     if spec == "all":
-        return known
+        return every
     if spec in ("none", ""):
         return ()
-    names = tuple(name.strip() for name in spec.split(",") if name.strip())
+    names: list[str] = []
+    for name in (name.strip() for name in spec.split(",")):
+        for fault in every if name == "all" else (name,) if name else ():
+            if fault not in names:
+                names.append(fault)
     unknown = [name for name in names if name not in known]
     if unknown:
         raise ValueError(f"unknown fault {unknown[0]!r}; choose from {', '.join(known)}")
-    return names
+    return tuple(names)
 
 
 class Nemesis:

@@ -150,3 +150,13 @@ def test_a_crash_during_a_graceful_shutdown_ends_it_without_an_exit() -> None:
 
         world.run(scenario())
         assert exits == [] and not process.alive
+
+
+def test_all_in_a_fault_list_stands_for_every_fault_of_all_and_opt_in_ones_need_naming() -> None:
+    from sim.nemesis import parse_faults
+
+    assert parse_faults("all", ("own",), ("later",)) == (*FAULTS, "own")
+    assert parse_faults("all,later", ("own",), ("later",)) == (*FAULTS, "own", "later")
+    assert parse_faults("crash,later,crash", (), ("later",)) == ("crash", "later")
+    with pytest.raises(ValueError, match="unknown fault 'later'"):
+        parse_faults("all,later")
