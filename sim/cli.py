@@ -144,7 +144,7 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         scenario=args.scenario,
         seed=seed,
         duration_s=args.duration,
-        faults=parse_faults(args.faults, scenario.faults),
+        faults=parse_faults(args.faults, scenario.faults, scenario.opt_in_faults),
         bug=args.bug,
         nodes=args.nodes,
         voters=voters,

@@ -19,6 +19,11 @@ Fault names (``--faults all|none|a,b,c``):
   skew       a node's wall clock jumps by up to +-10 s
 Each fault is undone after a random hold; ``heal_all`` ends every fault at once (the heal
 phase every run ends with).
+
+A scenario may name faults that run on a schedule of their own (``separate``, each with a
+weight): their times, holds and targets come from another random stream, so adding them to
+a scenario's ``all`` leaves every older fault where it was, seed for seed (pinned seeds stay
+comparable).
 """
 
 from __future__ import annotations
@@ -54,19 +59,27 @@ FAULTS: tuple[str, ...] = (
 MIN_TARGETS = {"partition": 2, "oneway": 2, "stall": 2, "reset": 2, "bridge": 3}
 
 
-def parse_faults(spec: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """``all``, ``none`` or a comma list of fault names; ValueError names an unknown one.
-    ``extra`` are a scenario's own faults (``Nemesis(custom=...)``), part of its ``all``."""
-    known = FAULTS + extra
+def parse_faults(
+    spec: str, extra: tuple[str, ...] = (), opt_in: tuple[str, ...] = ()
+) -> tuple[str, ...]:
+    """``all``, ``none`` or a comma list of fault names (``all`` among them stands for every
+    fault of ``all``); ValueError names an unknown one. ``extra`` are a scenario's own faults
+    (``Nemesis(custom=...)``), part of its ``all``; ``opt_in`` ones only run when named."""
+    every = FAULTS + extra
+    known = every + opt_in
     if spec == "all":
-        return known
+        return every
     if spec in ("none", ""):
         return ()
-    names = tuple(name.strip() for name in spec.split(",") if name.strip())
+    names: list[str] = []
+    for name in (name.strip() for name in spec.split(",")):
+        for fault in every if name == "all" else (name,) if name else ():
+            if fault not in names:
+                names.append(fault)
     unknown = [name for name in names if name not in known]
     if unknown:
         raise ValueError(f"unknown fault {unknown[0]!r}; choose from {', '.join(known)}")
-    return names
+    return tuple(names)
 
 
 class Nemesis:
@@ -83,6 +96,8 @@ class Nemesis:
         leader: Callable[[], str | None] | None = None,
         custom: Mapping[str, Callable[[Nemesis, float], None]] | None = None,
         supervise: bool = False,
+        separate: Mapping[str, int] | None = None,
+        separate_interval_s: tuple[float, float] = (3.0, 8.0),
     ) -> None:
         self.world = world
         self.targets = targets
@@ -90,6 +105,10 @@ class Nemesis:
         self.interval_s = interval_s
         self.hold_s = hold_s
         self.rng: random.Random = world.random("nemesis")
+        # The stream of the faults on their own schedule (their custom code draws from it).
+        self.separate_rng: random.Random = world.random("nemesis/separate")
+        self.separate = dict(separate or {})  # fault -> weight
+        self.separate_interval_s = separate_interval_s
         self.injected = 0
         self._leader = leader
         self.custom = dict(custom or {})
@@ -106,14 +125,34 @@ class Nemesis:
         if not self.faults:
             await asyncio.sleep(max(0.0, until_s - loop.time()))
             return
-        while loop.time() < until_s:
-            await asyncio.sleep(self.rng.uniform(*self.interval_s))
+        mixed = tuple(f for f in self.faults if f not in self.separate)
+        own = tuple(f for f in self.faults if f in self.separate)
+        if not own:  # in this task, as before there were separate faults
+            await self._schedule(mixed, self.rng, self.interval_s, until_s)
+            return
+        weights = tuple(self.separate[f] for f in own)
+        await asyncio.gather(
+            self._schedule(mixed, self.rng, self.interval_s, until_s),
+            self._schedule(own, self.separate_rng, self.separate_interval_s, until_s, weights),
+        )
+
+    async def _schedule(
+        self,
+        faults: tuple[str, ...],
+        rng: random.Random,
+        interval_s: tuple[float, float],
+        until_s: float,
+        weights: tuple[int, ...] | None = None,
+    ) -> None:
+        loop = self.world.loop
+        while faults and loop.time() < until_s:
+            await asyncio.sleep(rng.uniform(*interval_s))
             if loop.time() >= until_s:
                 break
             if self.supervise:
                 self._restart_exited()
-            fault = self.rng.choice(self.faults)
-            hold = self.rng.uniform(*self.hold_s)
+            fault = rng.choice(faults) if weights is None else rng.choices(faults, weights)[0]
+            hold = rng.uniform(*self.hold_s)
             if len(self.targets) < MIN_TARGETS.get(fault, 1):
                 continue
             self.injected += 1
@@ -212,7 +251,7 @@ class Nemesis:
             node = rng.choice(nodes)
             self.world.processes[node].skew_clock(rng.randint(-10_000, 10_000))
 
-    def stall_crash(self, quorum: list[str], hold_s: float) -> None:
+    def stall_crash(self, quorum: list[str], hold_s: float, rng: random.Random) -> None:
         """A brown-out: the disks of a majority of ``quorum`` (the leader's first, if it is
         one of them) stall, every fsync hanging for ``hold_s``; then every node loses power.
         The stalled come back first and the others 3-6 s later, so the next leader comes
@@ -221,7 +260,7 @@ class Nemesis:
         if not alive:
             return
         leader = self._leader() if self._leader is not None else None
-        self.rng.shuffle(alive)
+        rng.shuffle(alive)
         if leader in alive:
             alive.remove(leader)
             alive.insert(0, leader)
@@ -230,9 +269,9 @@ class Nemesis:
         for node in stalled:
             self.world.processes[node].disk.stall_fsyncs(until_s)
         self.world.trace.event("fsync-stall", nodes=sorted(stalled), hold_us=int(hold_s * 1e6))
-        self._later(hold_s, self._brown_out, stalled)
+        self._later(hold_s, self._brown_out, stalled, rng)
 
-    def _brown_out(self, stalled: list[str]) -> None:
+    def _brown_out(self, stalled: list[str], rng: random.Random) -> None:
         """The end of a stall-crash: every node loses power; the stalled come back first."""
         if self._healed:
             return
@@ -243,12 +282,21 @@ class Nemesis:
             process.crash()
             self._down.append(node)
             first = node in stalled
-            delay = self.rng.uniform(0.1, 0.5) if first else self.rng.uniform(3.0, 6.0)
+            delay = rng.uniform(0.1, 0.5) if first else rng.uniform(3.0, 6.0)
             self._later(delay, self._restart, node)
 
     def crash_for(self, node: str, hold_s: float) -> None:
         """Cut ``node``'s power now; it restarts after ``hold_s``."""
         self.world.processes[node].crash()
+        self._down.append(node)
+        self._later(hold_s, self._restart, node)
+
+    def down_for(self, node: str, hold_s: float) -> None:
+        """``node`` has exited (a graceful shutdown): it restarts after ``hold_s``, or at
+        once in the heal phase; supervision leaves it alone meanwhile."""
+        if self._healed:
+            self._restart(node)
+            return
         self._down.append(node)
         self._later(hold_s, self._restart, node)
 

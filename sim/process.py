@@ -126,6 +126,31 @@ class SimProcess:
                 task.cancel()
         self.world.loop.unpark(parked)
 
+    def terminate(
+        self, stop: Callable[[], Coroutine[Any, Any, Any]], on_exit: Callable[[], None]
+    ) -> None:
+        """SIGTERM: run the incarnation's own ``stop()`` (its graceful shutdown) as one of
+        its tasks; when that returns the process exits (a clean exit: what it wrote stays
+        in the page cache) and ``on_exit`` runs. A crash or pause meanwhile acts as on any
+        task of the incarnation."""
+        assert self.alive, f"{self.name} is not running"
+        incarnation = self.incarnation
+        self.world.trace.event("terminate", node=self.name, incarnation=incarnation)
+        context = contextvars.Context()
+        context.run(CURRENT.set, (self, incarnation))
+
+        def done(task: asyncio.Task) -> None:
+            if not self.alive or self.incarnation != incarnation:
+                return  # crashed meanwhile: that ended the incarnation
+            error = None if task.cancelled() else task.exception()
+            if error is not None and not isinstance(error, OSError):
+                self.world.process_failed(self, error)
+                return
+            self._stop("exit", error)
+            on_exit()
+
+        self.world.loop.create_task(stop(), context=context).add_done_callback(done)
+
     def restart(self) -> asyncio.Task:
         """Boot again from what survived on disk."""
         return self.start()

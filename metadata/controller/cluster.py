@@ -38,6 +38,7 @@ BROKER_REGISTRATION = 62
 BROKER_HEARTBEAT = 63
 UNREGISTER_BROKER = 64
 UNFENCE_BEFORE_CAUGHT_UP = "unfence-before-caught-up"
+SHUTDOWN_KEEPS_LEADERS = "shutdown-keeps-leaders"
 
 
 # ---- BrokerRegistration ------------------------------------------------------------------------
@@ -145,9 +146,12 @@ def _heartbeat_records(
         if request.want_fence:
             return [FenceBroker(broker_id, epoch), *broker_leaving(ctx, broker_id)]
         if request.want_shut_down:
+            # The planted bug marks the broker as shutting down but leaves its leaderships
+            # where they are, so it can never be let go (it stops on its own timeout).
+            leaving = [] if SHUTDOWN_KEEPS_LEADERS in ctx.bugs else broker_leaving(ctx, broker_id)
             records: list[MetadataRecord] = [
                 BrokerRegistrationChange(broker_id, epoch, in_controlled_shutdown=True),
-                *broker_leaving(ctx, broker_id),
+                *leaving,
             ]
             if leads_nothing:
                 records.append(FenceBroker(broker_id, epoch))  # nothing to move: stop now

@@ -31,6 +31,7 @@ from log.runtime import Runtime
 from metadata.controller.cluster import (
     BROKER_HEARTBEAT,
     BROKER_REGISTRATION,
+    SHUTDOWN_KEEPS_LEADERS,
     UNFENCE_BEFORE_CAUGHT_UP,
     UNREGISTER_BROKER,
     broker_heartbeat,
@@ -93,6 +94,8 @@ CONTROLLER_BUGS = {
     UNFENCE_BEFORE_CAUGHT_UP: "a broker is unfenced on its first heartbeat, whatever its "
     "metadata offset",
     LEADER_OUTSIDE_ISR: "elections pick the first live replica, ignoring the ISR",
+    SHUTDOWN_KEEPS_LEADERS: "a broker's controlled shutdown (a heartbeat with wantShutDown) "
+    "does not move its leaderships away, so the controller never lets it go",
 }
 
 Handler = Callable[[ControllerContext, Any, int], ControllerResult]

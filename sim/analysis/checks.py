@@ -51,6 +51,8 @@ from sim.analysis.quorum_rules import (
     snapshot_load_violation,
     truncation_violation,
 )
+from sim.analysis.shutdowns import CHECK as SHUTDOWN_CHECK
+from sim.analysis.shutdowns import overdue
 from sim.analysis.stats import ROLE_PREFIX
 
 if TYPE_CHECKING:
@@ -802,6 +804,30 @@ def check_metadata_catch_up(run: RunData) -> list[Violation]:
     return [Violation(CATCH_UP_CHECK, message, end_us) for message in watch.violations()]
 
 
+def check_controlled_shutdowns(run: RunData) -> list[Violation]:
+    """A node told to stop (``terminate``) ends that incarnation (``exit`` or ``crash``)
+    within the bound (sim/analysis/shutdowns.py), judged up to the end of the trace."""
+    kinds = run.events["kind"].isin(("terminate", "exit", "crash"))
+    columns = ("kind", "node", "time_virtual_us")
+    began: dict[str, int] = {}
+    found: list[Violation] = []
+    end_us = int(run.events["time_virtual_us"].max()) if not run.events.empty else 0
+    for event in records(run.events[kinds], columns):
+        at, node = int(event.time_virtual_us), str(event.node)
+        if event.kind == "terminate":
+            began[node] = at
+            continue
+        start = began.pop(node, None)
+        message = None if start is None else overdue(node, start, at, end_us)
+        if message is not None:
+            found.append(Violation(SHUTDOWN_CHECK, message, at, node))
+    for node, start in began.items():
+        message = overdue(node, start, None, end_us)
+        if message is not None:
+            found.append(Violation(SHUTDOWN_CHECK, message, start, node))
+    return found
+
+
 def check_kafka(run: RunData) -> list[Violation]:
     """The kafka scenario's checks (sim/analysis/kafka.py, the code the simulator runs
     online), replayed in trace order: operations at their completion, brokers' power cuts
@@ -930,14 +956,24 @@ SCENARIOS: dict[str, ScenarioChecks] = {
     # broker-lifecycle and catch-up checks from node events.
     "metadata": ScenarioChecks(
         models=METADATA_MODELS,
-        run_checks=(check_metadata_images, check_broker_serving, check_metadata_catch_up),
+        run_checks=(
+            check_metadata_images,
+            check_broker_serving,
+            check_metadata_catch_up,
+            check_controlled_shutdowns,
+        ),
     ),
     # The Kafka workload (sim/analysis/kafka.py) plus the metadata plane's image checks; a
     # real run (kraft-jepsen) adds the metadata scenario's admin workload, whose history the
     # metadata models check (the simulated kafka scenario records none).
     "kafka": ScenarioChecks(
         models=METADATA_MODELS,
-        run_checks=(check_kafka, check_metadata_images, check_broker_serving),
+        run_checks=(
+            check_kafka,
+            check_metadata_images,
+            check_broker_serving,
+            check_controlled_shutdowns,
+        ),
     ),
 }
 

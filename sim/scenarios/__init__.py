@@ -18,6 +18,7 @@ class Scenario:
     run: Callable[[RunConfig], RunResult]
     bugs: dict[str, str]
     faults: tuple[str, ...] = ()  # its own faults, beyond the nemesis's (part of ``all``)
+    opt_in_faults: tuple[str, ...] = ()  # its own faults that run only when named
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -48,5 +49,6 @@ SCENARIOS: dict[str, Scenario] = {
         kafka.run_kafka,
         kafka.BUGS,
         kafka.FAULTS,
+        tuple(kafka.LIFECYCLE_FAULTS),
     ),
 }

@@ -34,13 +34,14 @@ from dataclasses import dataclass, field
 from broker.client import KafkaConnection
 from broker.lifecycle import BrokerState
 from kraft.config import ServerConfig, config_from_properties
-from kraft.node import KraftNode
+from kraft.node import CONTROLLED_SHUTDOWN_TIMEOUT_S, KraftNode
 from log.runtime import Runtime
 from metadata.controller.quorum_controller import CONTROLLER_BUGS
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from raft.core import Role
 from raft.driver import NODE_BUGS as RAFT_BUGS
 from sim import admin
+from sim.analysis import shutdowns
 from sim.analysis.catch_up import CatchUp
 from sim.analysis.linearizability import MAX_STEPS, search
 from sim.analysis.models import METADATA_MODELS, Operation
@@ -63,7 +64,16 @@ LANES = 6
 OP_TIMEOUT_S = 6.0
 HEAL_BOUND_S = 30.0
 BROKER_CONFIG = "num.io.threads"  # the broker config the controller lane sets (harmless here)
-FAULTS = ("depose-controller",)  # the scenario's own, beyond the nemesis's
+# Faults of a node's life beyond a power cut, shared with the kafka scenario, with their
+# weights: a graceful shutdown (SIGTERM, then a restart after the hold) of a broker (what a
+# rolling restart does most) or of a controller, and the raft scenario's brown-out (every
+# node loses power; rarer, since it stops the whole cluster for seconds). They run on the
+# nemesis's separate schedule, so the older faults of every seed stay where they were.
+LIFECYCLE_FAULTS = {"shutdown-broker": 3, "shutdown-controller": 1, "stall-crash": 1}
+FAULTS = ("depose-controller", *LIFECYCLE_FAULTS)  # the scenario's own, beyond the nemesis's
+# Every judged shutdown stops within the bound, so one stopped before the broker's own
+# timeout was let go by the controller (and must lead nothing).
+assert shutdowns.BOUND_S < CONTROLLED_SHUTDOWN_TIMEOUT_S
 # Check-quorum resigns a cut-off leader after controller.quorum.fetch.timeout.ms (2 s); the
 # others elect one after their own fetch timeout and an election.
 DEPOSE_MIN_S = 5.0
@@ -145,6 +155,17 @@ class Op:
 
 
 @dataclass(slots=True)
+class Shutdown:
+    """One graceful shutdown (SIGTERM) of a node incarnation."""
+
+    node: str
+    incarnation: int
+    began_us: int
+    controlled: bool  # a RUNNING broker: it asks the controller to move its leaderships
+    broker_epoch: int
+
+
+@dataclass(slots=True)
 class Cluster:
     world: World
     config: RunConfig
@@ -158,6 +179,7 @@ class Cluster:
     ops_ok: int = 0
     # Server properties a scenario sets on top of these (the kafka scenario's replication).
     extra_props: dict[str, str] = field(default_factory=dict)
+    shutdowns: dict[str, Shutdown] = field(default_factory=dict)  # the latest per node
 
     def node_id(self, name: str) -> int:
         return int(name[1:])
@@ -226,6 +248,66 @@ class Cluster:
             reported=reported,
         )
         self.checker.check_serving(process.name, epoch, offset, unfenced_by)
+
+    # ---- graceful shutdown -------------------------------------------------------------
+    def terminate(self, nemesis: Nemesis, name: str, hold_s: float) -> None:
+        """SIGTERM to ``name``: ``KraftNode.shutdown`` as ``kraft-server`` runs it (a broker's
+        controlled shutdown, a leader's EndQuorumEpoch), then exit; back after ``hold_s``."""
+        process = self.world.processes[name]
+        node = self.nodes.get(name)
+        ongoing = self.shutdowns.get(name)
+        if node is None or not process.alive or process.paused:
+            return
+        if ongoing is not None and ongoing.incarnation == process.incarnation:
+            return
+        lifecycle = node.lifecycle
+        shutdown = Shutdown(
+            name,
+            process.incarnation,
+            self.world.trace.now_us(),
+            lifecycle is not None and lifecycle.state is BrokerState.RUNNING,
+            -1 if lifecycle is None else lifecycle.broker_epoch,
+        )
+        self.shutdowns[name] = shutdown
+        process.terminate(node.shutdown, lambda: self._exited(nemesis, shutdown, hold_s))
+        self.world.loop.call_later(shutdowns.BOUND_S + 2e-6, self._judge_shutdown, shutdown)
+
+    def _exited(self, nemesis: Nemesis, shutdown: Shutdown, hold_s: float) -> None:
+        if shutdown.controlled:
+            committed = max(
+                (
+                    node.raft.high_watermark
+                    for name in self.controllers
+                    if (node := self.nodes.get(name)) is not None
+                    and self.world.processes[name].alive
+                    and node.raft is not None
+                    and node.raft.core is not None
+                ),
+                default=0,
+            )
+            self.checker.expect_leads_nothing(
+                self.node_id(shutdown.node), shutdown.broker_epoch, committed
+            )
+        nemesis.down_for(shutdown.node, hold_s)
+
+    def _judge_shutdown(self, shutdown: Shutdown) -> None:
+        process = self.world.processes[shutdown.node]
+        if process.alive and process.incarnation == shutdown.incarnation:
+            found = shutdowns.overdue(
+                shutdown.node, shutdown.began_us, None, self.world.trace.now_us()
+            )
+            if found is not None:
+                self.checker.fail(found)
+
+    async def shutdowns_judged(self) -> None:
+        """Until every shutdown still under way has been judged (its bound has passed)."""
+        loop = self.world.loop
+        for shutdown in self.shutdowns.values():
+            process = self.world.processes[shutdown.node]
+            if process.alive and process.incarnation == shutdown.incarnation:
+                wait_s = shutdown.began_us / 1e6 + shutdowns.BOUND_S + 1e-3 - loop.time()
+                if wait_s > 0:
+                    await asyncio.sleep(wait_s)
 
     # ---- the workload -------------------------------------------------------------------
     async def lane(self, runtime: Runtime, lane: int) -> None:
@@ -491,7 +573,26 @@ def _controller_faults(cluster: Cluster) -> dict[str, Callable[[Nemesis, float],
             cut = net.partition([active], others)
             nemesis.world.loop.call_later(max(hold_s, DEPOSE_MIN_S), net.restore, cut)
 
-    return {"depose-controller": depose_controller}
+    return {"depose-controller": depose_controller, **lifecycle_faults(cluster)}
+
+
+def lifecycle_faults(cluster: Cluster) -> dict[str, Callable[[Nemesis, float], None]]:
+    """``LIFECYCLE_FAULTS``, drawing from the nemesis's separate stream."""
+
+    def shutdown(names: list[str]) -> Callable[[Nemesis, float], None]:
+        def fault(nemesis: Nemesis, hold_s: float) -> None:
+            cluster.terminate(nemesis, nemesis.separate_rng.choice(names), hold_s)
+
+        return fault
+
+    def stall_crash(nemesis: Nemesis, hold_s: float) -> None:
+        nemesis.stall_crash(cluster.controllers, hold_s, nemesis.separate_rng)
+
+    return {
+        "shutdown-broker": shutdown(cluster.brokers),
+        "shutdown-controller": shutdown(cluster.controllers),
+        "stall-crash": stall_crash,
+    }
 
 
 def run_metadata(config: RunConfig) -> RunResult:
@@ -526,6 +627,8 @@ def run_metadata(config: RunConfig) -> RunResult:
         config.faults,
         leader=cluster.active_controller,
         custom=_controller_faults(cluster),
+        supervise=True,
+        separate=LIFECYCLE_FAULTS,
     )
 
     async def drive() -> None:
@@ -536,6 +639,7 @@ def run_metadata(config: RunConfig) -> RunResult:
         stop_workload.set()
         await healed.wait()
         await catch_up
+        await cluster.shutdowns_judged()
         watcher.cancel()
         cluster.read_final_state()
         cluster.check_linearizable()

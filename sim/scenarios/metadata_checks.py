@@ -68,11 +68,41 @@ class Checker:
     unknown: str | None = None
     digests: dict[int, tuple[str, str]] = field(default_factory=dict)
     images: ImageDigests = field(default_factory=ImageDigests)
+    # Brokers let go by a controlled shutdown: (broker id, broker epoch, committed offset).
+    stopped: list[tuple[int, int, int]] = field(default_factory=list)
 
     def fail(self, message: str) -> None:
         if self.violation is None:
             self.violation = message
             self.trace.event("violation", detail=message)
+
+    def expect_leads_nothing(self, broker_id: int, epoch: int, committed: int) -> None:
+        """A broker stopped after its controlled shutdown was approved, when the metadata
+        log was committed up to ``committed``: the first image at or past that offset must
+        show it leading nothing (Kafka's promise: leadership moves before the broker goes)."""
+        self.stopped.append((broker_id, epoch, committed))
+
+    def check_stopped(self, image: MetadataImage, where: str) -> None:
+        """``shutdown-leader``: judge each stopped broker the image is far enough for."""
+        due = [entry for entry in self.stopped if entry[2] <= image.offset]
+        for entry in due:
+            self.stopped.remove(entry)
+            broker_id, epoch, committed = entry
+            registration = image.cluster.brokers.get(broker_id)
+            if registration is None or registration.epoch != epoch:
+                continue  # registered again since: a new life may lead again
+            led = sorted(
+                f"{topic.name}-{index}"
+                for topic in image.topics.by_id.values()
+                for index, partition in topic.partitions.items()
+                if partition.leader == broker_id
+            )
+            if led:
+                self.fail(
+                    f"shutdown-leader: broker {broker_id} stopped after its controlled "
+                    f"shutdown (metadata committed to {committed}), but the image at "
+                    f"{image.offset} on {where} has it leading {', '.join(led[:4])}"
+                )
 
     def check_serving(
         self, name: str, epoch: int, offset: int, unfenced_by: tuple[bool, int] | None
@@ -154,6 +184,8 @@ class ImageWatcher:
                         f"fenced-leader: {topic.name}-{index} led by fenced broker {leader} at "
                         f"offset {after.offset} on {name}"
                     )
+        if checker.stopped:
+            checker.check_stopped(after, name)
 
     def _trace_changes(self, before: MetadataImage, after: MetadataImage) -> None:
         """The first node to apply an offset records what changed in the trace, so

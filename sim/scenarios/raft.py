@@ -248,7 +248,9 @@ def run_raft(config: RunConfig) -> RunResult:
         voters + observers,
         config.faults,
         leader=leader,
-        custom={"stall-crash": lambda nemesis, hold_s: nemesis.stall_crash(voters, hold_s)},
+        custom={
+            "stall-crash": lambda nemesis, hold_s: nemesis.stall_crash(voters, hold_s, nemesis.rng)
+        },
         supervise=True,
     )
 

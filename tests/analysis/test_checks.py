@@ -463,3 +463,39 @@ def test_a_truncation_must_not_cut_the_record_committed_at_its_offset(tmp_path: 
         "committed-lost: n2 truncated to 3, cutting the record of epoch 1 the cluster "
         "committed there"
     )
+
+
+def test_a_node_told_to_stop_must_end_within_the_shutdown_bound(tmp_path: Path) -> None:
+    """A graceful shutdown ends (exit, or a power cut meanwhile) within the bound; one still
+    under way when the bound has passed, or ending late, is a controlled-shutdown violation;
+    one the trace ends before the bound is not judged."""
+    bound = 20_000_000
+
+    def terminate(node: str, t_us: int) -> dict[str, Any]:
+        return {"t_us": t_us, "kind": "terminate", "node": node, "incarnation": 1}
+
+    honest = [
+        start("n4"),
+        start("n5"),
+        terminate("n4", 1_000_000),
+        {"t_us": 2_500_000, "kind": "exit", "node": "n4", "incarnation": 1},
+        terminate("n5", 3_000_000),
+        {"t_us": 3_000_000 + bound - 1, "kind": "crash", "node": "n5", "incarnation": 1},
+        terminate("n6", 30_000_000),  # the trace ends 5 s later: not yet due
+        {"t_us": 35_000_000, "kind": "heal-all"},
+    ]
+    assert run_checks(write_run(tmp_path, honest, scenario="metadata")) == []
+    late = [
+        terminate("n4", 1_000_000),
+        {"t_us": 1_000_000 + bound + 1, "kind": "exit", "node": "n4", "incarnation": 1},
+        terminate("n5", 2_000_000),
+        {"t_us": 2_000_000 + bound + 5, "kind": "heal-all"},
+    ]
+    found = run_checks(write_run(tmp_path, late, scenario="kafka"))
+    assert [(v.check, v.node) for v in found] == [
+        ("controlled-shutdown", "n4"),
+        ("controlled-shutdown", "n5"),
+    ]
+    assert found[0].message == (
+        "controlled-shutdown: n4 was told to stop at 1.000s and was still running 20s later"
+    )

@@ -194,12 +194,14 @@ def test_metadata_runs_are_judged_from_their_history_and_image_events(
 
 @pytest.fixture(scope="module")
 def metadata_bug_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Metadata-scenario runs of the config and stalled-replay bugs at their catching seeds,
-    and an honest run."""
+    """Metadata-scenario runs of the config, stalled-replay and controlled-shutdown bugs at
+    their catching seeds, and an honest run."""
     root = tmp_path_factory.mktemp("metadata-bug-traces")
     config_bug = "config-answer-before-commit"
     stall_bug = "observer-stops-on-fetch-error"
+    shutdown_bug = "shutdown-keeps-leaders"
     runs = [(config_bug, METADATA_BUG_SEEDS[config_bug])]
+    runs += [(shutdown_bug, METADATA_BUG_SEEDS[shutdown_bug])]
     runs += [(stall_bug, METADATA_RAFT_BUG_SEEDS[stall_bug][0]), (None, 1)]
     for bug, seed in runs:
         args = ["run", "--scenario", "metadata", "--seed", str(seed), "--trace", str(root)]
@@ -216,8 +218,9 @@ def metadata_bug_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_lost_config_changes_and_stale_replays_are_found_in_the_trace(
     spark: SparkSession, metadata_bug_traces: Path, tmp_path: Path
 ) -> None:
-    """The config history (linearizability) and the catch-up samples (stale-metadata)
-    re-derived from the trace flag exactly the runs the simulator failed."""
+    """The config history (linearizability), the catch-up samples (stale-metadata) and the
+    shutdown events (controlled-shutdown) re-derived from the trace flag exactly the runs
+    the simulator failed."""
     expected = failing_runs_by_simulator(metadata_bug_traces)
     runs = read_trace_pandas(str(metadata_bug_traces)).runs
     assert set(runs.loc[runs["bug"].notna(), "run_id"]) == expected
@@ -228,6 +231,7 @@ def test_lost_config_changes_and_stale_replays_are_found_in_the_trace(
     checks = {row["bug"]: row["checks"] for row in summary["per_run"] if row["run_id"] in expected}
     assert "linearizability" in checks["config-answer-before-commit"]
     assert "stale-metadata" in checks["observer-stops-on-fetch-error"]
+    assert "controlled-shutdown" in checks["shutdown-keeps-leaders"]
 
 
 @pytest.fixture(scope="module")

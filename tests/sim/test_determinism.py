@@ -83,10 +83,12 @@ def test_raft_scenario_same_seed_same_digest() -> None:
 
 
 def test_metadata_scenario_same_seed_same_digest() -> None:
+    from sim.scenarios.metadata import FAULTS as OWN_FAULTS
     from sim.scenarios.metadata import run_metadata
 
     def digest() -> str:
-        config = RunConfig("metadata", 5, duration_s=10, faults=FAULTS)
+        # Its own faults too: graceful shutdowns and brown-outs on their separate schedule.
+        config = RunConfig("metadata", 5, duration_s=10, faults=FAULTS + OWN_FAULTS)
         result = run_metadata(config)
         assert result.ok, result.summary()
         return result.digest

@@ -129,6 +129,27 @@ def test_fenced_leader_fires_on_a_partition_led_by_a_fenced_broker(
     assert kind(checker) == "fenced-leader"
 
 
+def test_shutdown_leader_fires_on_a_broker_let_go_while_it_still_leads(
+    checker: Checker,
+) -> None:
+    # Broker 4 (epoch 1) stopped after its controlled shutdown with the log committed to 12.
+    checker.expect_leads_nothing(4, 1, 12)
+    n5 = watcher(checker, "n5")
+    n5.on_image(MetadataImage(), image(11, leader=4), True)  # not yet that far: not judged
+    assert checker.violation is None
+    n5.on_image(image(11, leader=4), image(12, leader=4), False)
+    assert kind(checker) == "shutdown-leader"
+
+
+def test_shutdown_leader_passes_a_moved_leadership_or_a_new_registration(
+    checker: Checker,
+) -> None:
+    checker.expect_leads_nothing(4, 1, 12)  # its leadership moved to 5
+    checker.expect_leads_nothing(5, 0, 12)  # 5 leads, but as a later registration (epoch 1)
+    watcher(checker, "n6").on_image(MetadataImage(), image(13, leader=5, isr=(5,)), True)
+    assert checker.violation is None and checker.stopped == []
+
+
 def test_a_dead_incarnation_reports_nothing(checker: Checker) -> None:
     n4 = watcher(checker)
     n4.on_image(MetadataImage(), image(10), True)

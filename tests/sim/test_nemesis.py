@@ -66,7 +66,7 @@ def test_stall_crash_stalls_a_majority_with_the_leader_then_cuts_every_node() ->
         voters = names[:3]
 
         async def brown_out() -> tuple[list[str], list[int]]:
-            nemesis.stall_crash(voters, 1.0)
+            nemesis.stall_crash(voters, 1.0, nemesis.rng)
             disks = {n: world.processes[n].disk for n in names}
             stalled = [n for n in names if disks[n]._stalled_until_s > 0]
             await asyncio.sleep(1.5)  # the power cut came at 1 s; the stalled are back
@@ -101,3 +101,62 @@ def test_default_raft_sweep_runs_a_sole_voter_every_seventh_seed() -> None:
     assert {count for seed, count in voters.items() if seed % 7} == {3}
     pinned = _parser().parse_args(["run", "--scenario", "raft", "--seed", "7", "--voters", "3"])
     assert _config(pinned, 7).voters == 3
+
+
+def test_a_terminated_process_runs_its_shutdown_exits_and_comes_back_after_the_hold() -> None:
+    stopped: list[float] = []
+
+    async def shutdown() -> None:
+        await asyncio.sleep(0.5)  # a controlled shutdown takes a while
+        stopped.append(asyncio.get_running_loop().time())
+
+    with World(seed=4, keep_events=True) as world:
+        process = world.add_process("n1")
+        process.start(_idle)
+        nemesis = Nemesis(world, ["n1"], ("skew",), supervise=True)
+        exits: list[int] = []
+
+        async def scenario() -> list[tuple[bool, int]]:
+            seen = []
+            process.terminate(shutdown, lambda: (exits.append(1), nemesis.down_for("n1", 2.0)))
+            await asyncio.sleep(0.25)
+            seen.append((process.alive, process.incarnation))  # still shutting down
+            await asyncio.sleep(0.5)
+            seen.append((process.alive, process.incarnation))  # exited, held down
+            await asyncio.sleep(2.0)
+            seen.append((process.alive, process.incarnation))  # restarted after the hold
+            return seen
+
+        assert world.run(scenario()) == [(True, 1), (False, 1), (True, 2)]
+        assert stopped == [0.5] and exits == [1]
+        kinds = [e["kind"] for e in world.trace.events or [] if e.get("node") == "n1"]
+        assert kinds[:4] == ["start", "terminate", "exit", "start"]
+
+
+def test_a_crash_during_a_graceful_shutdown_ends_it_without_an_exit() -> None:
+    async def shutdown() -> None:
+        await asyncio.sleep(1.0)
+
+    with World(seed=4) as world:
+        process = world.add_process("n1")
+        process.start(_idle)
+        exits: list[int] = []
+
+        async def scenario() -> None:
+            process.terminate(shutdown, lambda: exits.append(1))
+            await asyncio.sleep(0.2)
+            process.crash()
+            await asyncio.sleep(2.0)
+
+        world.run(scenario())
+        assert exits == [] and not process.alive
+
+
+def test_all_in_a_fault_list_stands_for_every_fault_of_all_and_opt_in_ones_need_naming() -> None:
+    from sim.nemesis import parse_faults
+
+    assert parse_faults("all", ("own",), ("later",)) == (*FAULTS, "own")
+    assert parse_faults("all,later", ("own",), ("later",)) == (*FAULTS, "own", "later")
+    assert parse_faults("crash,later,crash", (), ("later",)) == ("crash", "later")
+    with pytest.raises(ValueError, match="unknown fault 'later'"):
+        parse_faults("all,later")

@@ -190,6 +190,16 @@ def test_kafka_sweep_slice_is_clean_with_every_fault() -> None:
     )
 
 
+def test_kafka_run_with_graceful_shutdowns_and_brown_outs_is_clean() -> None:
+    """The lifecycle faults are opt-in in the kafka scenario: named after ``all``, they run
+    (a broker's controlled shutdown among them) and lose no acknowledged write."""
+    faults = "all,shutdown-broker,shutdown-controller,stall-crash"
+    args = ["--scenario", "kafka", "--seed", "2", "--duration", "10", "--faults", faults]
+    result = subprocess.run([KRAFT_SIM, "run", *args], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("seed=2 ok "), result.stdout
+
+
 # Seeds of the full kafka sweep that once failed on correct code, each replayed with the
 # sweep's own settings: 66 (a timer cancelled while its process was paused still ran),
 # 80 (an image older than the leader's AlterPartition answer killed the broker), 89 (the
