@@ -215,6 +215,9 @@ class KraftNode:
                     session_timeout_ms=config.session_timeout_ms,
                     max_idle_interval_ms=config.max_idle_interval_ms,
                     unclean_leader_election_enable=config.unclean_leader_election_enable,
+                    min_insync_replicas=int(
+                        str((config.model_extra or {}).get("min.insync.replicas", 1))
+                    ),
                     auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
                     leader_imbalance_check_interval_ms=(
                         config.leader_imbalance_check_interval_seconds * 1000
