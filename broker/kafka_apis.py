@@ -2,10 +2,10 @@
 
 Produce, Fetch and ListOffsets go to the ReplicaManager (broker/data_plane.py) when there
 is one, InitProducerId to the ProducerIdManager (broker/producer_ids.py). Reads (ApiVersions,
-Metadata, DescribeCluster, DescribeConfigs) are answered from the latest published
-MetadataImage, taken once per request so one answer never mixes two images. Writes to
-cluster metadata (topics, partitions, configs, leader elections) are the controller's: they
-are forwarded unchanged through the controller channel and its answer is passed back,
+Metadata, DescribeCluster, DescribeConfigs, DescribeTopicPartitions) are answered from the
+latest published MetadataImage, taken once per request so one answer never mixes two images.
+Writes to cluster metadata (topics, partitions, configs, leader elections) are the controller's:
+they are forwarded unchanged through the controller channel and its answer is passed back,
 NOT_CONTROLLER included (clients retry it); only when no controller answers in time does the
 broker answer for it, with REQUEST_TIMED_OUT.
 """
@@ -30,6 +30,10 @@ from broker.cluster_metadata import (
 )
 from broker.controller_channel import ControllerSender
 from broker.describe_configs import DESCRIBE_CONFIGS, describe_configs_response
+from broker.describe_topic_partitions import (
+    DESCRIBE_TOPIC_PARTITIONS,
+    describe_topic_partitions_response,
+)
 from broker.group.apis import SUPPORTED as GROUP_APIS
 from broker.group.apis import GroupApis
 from broker.network import api_versions_response
@@ -59,6 +63,7 @@ class KafkaApis:
         forwarding.ELECT_LEADERS: (0, 2),
         forwarding.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         DESCRIBE_CLUSTER: (0, 1),
+        DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     }
 
     def __init__(
@@ -142,6 +147,8 @@ class KafkaApis:
             )
         if api_key == DESCRIBE_CONFIGS:
             return describe_configs_response(image, body, self.node_id)
+        if api_key == DESCRIBE_TOPIC_PARTITIONS:
+            return describe_topic_partitions_response(image, body, self.listener_name)
         return None  # not served here: Kafka closes the connection
 
     def _auto_create(self, image: MetadataImage, request: Any) -> frozenset[str]:
