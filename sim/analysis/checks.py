@@ -697,14 +697,15 @@ def check_commit_own_epoch(run: RunData) -> list[Violation]:
 def check_metadata_images(run: RunData) -> list[Violation]:
     """The metadata scenario's image changes (``broker-state``, ``partition-state``, in
     offset order): a partition's leader is in its ISR, a new leader comes from the previous
-    ISR (unclean election is off there), and no fenced broker leads.
+    ISR, ELR or last known leader (unclean election is off there), and no fenced broker
+    leads.
 
     Every node reports the changes it replays, and a restarted one replays the log from its
     start again: each broker's or partition's changes are taken once, in offset order, so
     an old state reported late is not read as a new election."""
     found: list[Violation] = []
     fenced: dict[int, bool] = {}
-    partitions: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
+    partitions: dict[tuple[str, int], tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
     applied: dict[tuple[str, int] | int, int] = {}  # broker or partition -> offset taken
     kinds = run.events["kind"].isin(("broker-state", "partition-state"))
     changes = run.events[kinds].sort_values("offset_end", kind="stable")
@@ -725,15 +726,20 @@ def check_metadata_images(run: RunData) -> list[Violation]:
             continue
         where = f"{detail['topic']}-{detail['partition']} at offset {offset}"
         leader, isr = int(event.leader), tuple(int(r) for r in detail["isr"])
+        # KIP-966: the ELR and the last known leader may lead cleanly too (older traces
+        # carry neither).
+        eligible = isr + tuple(
+            int(r) for key in ("elr", "last_known_elr") for r in detail.get(key, ())
+        )
         slot = (str(detail["topic_id"]), int(detail["partition"]))
         previous = partitions.get(slot)
-        partitions[slot] = (leader, isr)
+        partitions[slot] = (leader, isr, eligible)
         if leader == -1:
             continue
         problem = None
         if leader not in isr:
             problem = f"leader-in-isr: {where} led by {leader} outside its ISR {list(isr)}"
-        elif previous is not None and leader != previous[0] and leader not in previous[1]:
+        elif previous is not None and leader != previous[0] and leader not in previous[2]:
             problem = (
                 f"leader-from-isr: {where} elected {leader} from outside its ISR "
                 f"{list(previous[1])}"

@@ -129,9 +129,10 @@ class ImageWatcher:
                 if leader == NO_LEADER:
                     continue
                 old = None if previous is None else previous.partitions.get(index)
-                if old is not None and leader != old.leader and leader not in old.isr:
-                    # Unclean election is off in this scenario and nothing grows an ISR
-                    # (no replication yet), so a new leader must come from the old ISR.
+                eligible = () if old is None else old.isr + old.elr + old.last_known_elr
+                if old is not None and leader != old.leader and leader not in eligible:
+                    # Unclean election is off in these scenarios, so a new leader comes from
+                    # the old ISR, or (KIP-966) its ELR or its last known leader.
                     checker.fail(
                         f"leader-from-isr: {topic.name}-{index} elected {leader} from outside "
                         f"its ISR {list(old.isr)} at offset {after.offset} on {name}"
@@ -179,6 +180,8 @@ class ImageWatcher:
                     partition=index,
                     leader_id=str(partition.leader),
                     isr=list(partition.isr),
+                    elr=list(partition.elr),
+                    last_known_elr=list(partition.last_known_elr),
                 )
 
 
