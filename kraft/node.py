@@ -295,6 +295,7 @@ class KraftNode:
             self._channel,
             metadata_offset=lambda: loader.image.offset,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
+            previous_broker_epoch=self.logs.previous_broker_epoch,
         )
         await self.lifecycle.start()
         await self.lifecycle.wait_for_state(BrokerState.RUNNING)
@@ -496,12 +497,14 @@ class KraftNode:
             await self._group_apis.close()
         if self.groups is not None:
             await self.groups.close()
+        broker_epoch = -1
         if self.lifecycle is not None:
+            broker_epoch = self.lifecycle.broker_epoch  # the clean shutdown marker keeps it
             await self.lifecycle.close()
         if self.replicas is not None:
             await self.replicas.close()
         if self.logs is not None:
-            await self.logs.shutdown()
+            await self.logs.shutdown(broker_epoch)
         if self._channel is not None:
             await self._channel.close()
         if self._internal_channel is not None:
