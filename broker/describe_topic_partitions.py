@@ -17,6 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.cluster_metadata import offline_replicas
 from metadata.image import MetadataImage, TopicImage
 from metadata.records import NO_LEADER
 from metadata.topic_names import INTERNAL_TOPICS, topic_name_error
@@ -97,13 +98,7 @@ def _topic(
         partition = topic.partitions.get(index)
         if partition is None:
             continue
-        offline = tuple(
-            replica
-            for replica in partition.replicas
-            if (broker := brokers.get(replica)) is None
-            or broker.fenced
-            or broker.listener(listener_name) is None
-        )
+        offline = offline_replicas(image, partition, listener_name)
         leader = brokers.get(partition.leader)
         alive = (
             leader is not None and not leader.fenced and leader.listener(listener_name) is not None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import KafkaError, Producer
@@ -22,13 +21,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests import kafka_tools as tools
 from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
 from tests.kraft.procs import Processes, port_open, wait_until
-from tests.kraft.test_replication import (
+from tests.kraft.test_replication import (  # its cluster fixture: one per module
     BROKERS,
     DEADLINE_S,
     TOPIC,
     Acked,
     bootstrap,
-    cluster_nodes,
+    cluster,  # noqa: F401
     produce,
     read_all,
     wait_isr,
@@ -53,21 +52,6 @@ def described(servers: str) -> tuple[str, tuple[int, ...], tuple[int, ...], tupl
     return leader, ids(isr), ids(elr), ids(last_known)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Processes, dict]]:
-    root = tmp_path_factory.mktemp("elr")
-    nodes, ports = cluster_nodes(root)
-    procs = Processes(root, nodes)
-    try:
-        for node in nodes:
-            procs.start(node)
-        for node in BROKERS:
-            wait_until(lambda n=node: port_open(*ports[n]), f"broker {node} serves", DEADLINE_S)
-        yield procs, ports
-    finally:
-        procs.cleanup()
-
-
 def stop_cleanly(procs: Processes, node: int) -> None:
     """SIGTERM: controlled shutdown, logs flushed, the clean shutdown marker written."""
     procs.signal(node, signal.SIGTERM)
@@ -76,7 +60,7 @@ def stop_cleanly(procs: Processes, node: int) -> None:
 
 @pytest.mark.usefixtures("kafka_tools")
 def test_an_eligible_replica_leads_after_the_last_isr_member_dies_losing_nothing(
-    cluster: tuple[Processes, dict],
+    cluster: tuple[Processes, dict],  # noqa: F811  (the imported fixture)
 ) -> None:
     procs, ports = cluster
     servers = bootstrap(ports)
