@@ -20,6 +20,7 @@ ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
 ELECT_LEADERS = 43
 INCREMENTAL_ALTER_CONFIGS = 44
+UPDATE_FEATURES = 57
 FORWARDED_APIS = frozenset(
     {
         CREATE_TOPICS,
@@ -28,6 +29,7 @@ FORWARDED_APIS = frozenset(
         CREATE_PARTITIONS,
         ELECT_LEADERS,
         INCREMENTAL_ALTER_CONFIGS,
+        UPDATE_FEATURES,
     }
 )
 
@@ -85,4 +87,10 @@ def forwarded_error_response(request: object, error_code: int, message: str | No
         )
         values = {"error_code": ErrorCode(error_code), "replica_election_results": results}
         return make(module.ElectLeadersResponse, values)
+    if api_key == UPDATE_FEATURES:
+        results = tuple(
+            make(module.UpdatableFeatureResult, error | {"feature": u.feature})
+            for u in body.feature_updates
+        )
+        return make(module.UpdateFeaturesResponse, error | {"results": results})
     raise ValueError(f"api {api_key} is not forwarded to the controller")

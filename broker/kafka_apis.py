@@ -62,6 +62,7 @@ class KafkaApis:
         forwarding.CREATE_PARTITIONS: (0, 3),
         forwarding.ELECT_LEADERS: (0, 2),
         forwarding.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        forwarding.UPDATE_FEATURES: (0, 1),
         DESCRIBE_CLUSTER: (0, 1),
         DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     }

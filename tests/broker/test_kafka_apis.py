@@ -425,6 +425,9 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
         return {
             "topic_partitions": (make(module.TopicPartitions, {"topic": "t", "partitions": (0,)}),)
         }
+    if api_key == forwarding.UPDATE_FEATURES:
+        feature = {"feature": "eligible.leader.replicas.version", "max_version_level": 1}
+        return {"feature_updates": (make(module.FeatureUpdateKey, feature),)}
     return {
         "resources": (
             make(

@@ -99,6 +99,11 @@ def unfence(image: MetadataImage, broker_id: int, **overrides: Any) -> MetadataI
 
 def reregister(image: MetadataImage, broker_id: int, *, clean: bool) -> MetadataImage:
     """A new incarnation of ``broker_id``; ``clean`` names the epoch it shut down in."""
+    return apply(image, registration(image, broker_id, clean=clean))
+
+
+def registration(image: MetadataImage, broker_id: int, *, clean: bool) -> Any:
+    """The controller's answer to a new incarnation of ``broker_id``."""
     old = image.cluster.brokers[broker_id]
     request = BR.BrokerRegistrationRequest(
         broker_id=broker_id,
@@ -109,8 +114,7 @@ def reregister(image: MetadataImage, broker_id: int, *, clean: bool) -> Metadata
         rack=None,
         previous_broker_epoch=old.epoch if clean else -1,
     )
-    result = broker_registration(ctx(image), request, 4, image.offset)
-    return apply(image, result)
+    return broker_registration(ctx(image), request, 4, image.offset)
 
 
 def shrink(image: MetadataImage, isr: tuple[int, ...]) -> Any:
@@ -259,8 +263,10 @@ class ElrMachine(RuleBasedStateMachine):
         self.image = build(*records, image=self.image)
         after = partition(self.image)
         if after.leader not in (NO_LEADER, before.leader):
-            from_last_known = before.last_known_elr == (after.leader,) and not (
-                before.isr or before.elr
+            # Kafka 4.1's recovery through the last known leader, once ISR and ELR are
+            # empty (an unclean shutdown may empty the ELR in this very change).
+            from_last_known = before.last_known_elr == (after.leader,) and (
+                after.leader not in before.isr + before.elr
             )
             if not (self.unclean or from_last_known):
                 # From the ISR, or from the ELR once the ISR (less whoever left) is empty.
@@ -287,11 +293,10 @@ class ElrMachine(RuleBasedStateMachine):
     def restart(self, broker_id: int, clean: bool) -> None:
         if not self.image.cluster.brokers[broker_id].fenced:
             self.fence(broker_id)
-        before = self.image
-        self.image = reregister(self.image, broker_id, clean=clean)
         if not clean:
             self.holders.discard(broker_id)  # its unflushed tail is gone
-        assert partition(self.image).leader in (NO_LEADER, partition(before).leader)
+        # Leaving an ELR may leave the last known leader as the only way back: it may lead.
+        self.apply(registration(self.image, broker_id, clean=clean).records)
 
     @rule()
     def write(self) -> None:
