@@ -12,6 +12,7 @@ broker answer for it, with REQUEST_TIMED_OUT.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from collections.abc import Callable
@@ -36,12 +37,14 @@ from broker.describe_topic_partitions import (
 )
 from broker.group.apis import SUPPORTED as GROUP_APIS
 from broker.group.apis import GroupApis
+from broker.lifecycle import SUPPORTED_FEATURES
 from broker.network import api_versions_response
 from broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
 from raft import wire
+from raft.entities import make, response_module
 
 logger = logging.getLogger("broker.kafka_apis")
 
@@ -127,7 +130,8 @@ class KafkaApis:
             return await init_producer_id(self.producer_ids, body, header.api_version)
         image = self._image()
         if api_key == wire.API_VERSIONS_KEY:
-            return api_versions_response(header.api_version, self.supported_apis)
+            response = api_versions_response(header.api_version, self.supported_apis)
+            return _with_features(response, image) if header.api_version >= 3 else response
         if api_key == METADATA:
             if header.api_version < METADATA_BY_ID_VERSION and any(
                 item.name is None for item in body.topics or ()
@@ -191,3 +195,30 @@ class KafkaApis:
             return forwarding.forwarded_error_response(
                 request, ErrorCode.request_timed_out, message
             )
+
+
+def _with_features(response: Any, image: MetadataImage) -> Any:
+    """ApiVersions v3+ (KIP-584): the features this broker supports and the levels the
+    metadata log finalized (``kafka-features describe`` reads them), as of ``image``."""
+    module: Any = response_module(wire.API_VERSIONS_KEY, int(response.__version__))
+    supported = tuple(
+        make(
+            module.SupportedFeatureKey,
+            {"name": f.name, "min_version": f.min_version, "max_version": f.max_version},
+        )
+        for f in SUPPORTED_FEATURES
+    )
+    finalized = tuple(
+        make(
+            module.FinalizedFeatureKey,
+            {"name": name, "max_version_level": level, "min_version_level": level},
+        )
+        for name, level in sorted(image.features.items())
+        if level > 0
+    )
+    return dataclasses.replace(
+        response,
+        supported_features=supported,
+        finalized_features_epoch=image.offset - 1,  # the last offset the image holds
+        finalized_features=finalized,
+    )

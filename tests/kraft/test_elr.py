@@ -6,13 +6,15 @@ so it stays eligible (ELR). The leader, the last ISR member, is then SIGKILLed: 
 partition has no ISR and no leader. The eligible follower restarts first and leads, a clean
 election (its ELR place says it holds every committed record), and every record acknowledged
 with acks=all is read back from it at its offset. Kafka's own ``kafka-topics --describe``
-(DescribeTopicPartitions) shows the ELR at each step.
+(DescribeTopicPartitions) shows the ELR at each step. And ``kafka-features`` (Java) shows
+``eligible.leader.replicas.version`` at 1 on a new cluster and turns it off.
 """
 
 from __future__ import annotations
 
 import re
 import signal
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Producer
@@ -20,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests import kafka_tools as tools
 from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
-from tests.kraft.procs import Processes, port_open, wait_until
+from tests.kraft.procs import Processes, port_open, single_node, wait_until
 from tests.kraft.test_replication import (  # its cluster fixture: one per module
     BROKERS,
     DEADLINE_S,
@@ -105,3 +107,31 @@ def test_an_eligible_replica_leads_after_the_last_isr_member_dies_losing_nothing
     end = max(acked.records.values()) + 1
     got = read_all(survivor, end)
     assert {value: offset for offset, value in got} == acked.records
+
+
+FEATURE = "org.apache.kafka.tools.FeatureCommand"  # kafka-features
+
+
+def finalized_elr(servers: str) -> str:
+    out = tools.run(FEATURE, "--bootstrap-server", servers, "describe").stdout
+    found = re.search(
+        r"Feature: eligible.leader.replicas.version\t.*FinalizedVersionLevel: (\d+)", out
+    )
+    assert found is not None, out
+    return found.group(1)
+
+
+@pytest.mark.usefixtures("kafka_tools")
+def test_kafka_features_shows_elr_on_for_a_new_cluster_and_turns_it_off(tmp_path: Path) -> None:
+    procs, servers = single_node(tmp_path)
+    try:
+        assert finalized_elr(servers) == "1"  # Kafka 4.1's default for a new cluster
+        feature = "eligible.leader.replicas.version=0"
+        refused = tools.run(
+            FEATURE, "--bootstrap-server", servers, "upgrade", "--feature", feature, check=False
+        )
+        assert refused.returncode != 0  # a lower level is a downgrade
+        tools.run(FEATURE, "--bootstrap-server", servers, "downgrade", "--feature", feature)
+        assert finalized_elr(servers) == "0"
+    finally:
+        procs.cleanup()
