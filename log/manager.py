@@ -136,12 +136,12 @@ class LogManager:
         """Load every partition dir of every log dir, recovering after an unclean shutdown."""
         assert not self._loaded, "load_logs twice"
         fs = self.fs
-        epochs = set()
+        epochs: set[int] = set()
         for log_dir in self.log_dirs:
             fs.mkdir(log_dir)
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             marker_present = clean = fs.exists(marker)
-            epochs.add(_marker_epoch(read_all(fs, marker)) if marker_present else -1)
+            epochs.add(self._marker_epoch(marker) if marker_present else -1)
             partition_dirs = self._partition_dirs(log_dir)
             if not clean and partition_dirs:  # a fresh dir has nothing to recover
                 logger.warning(
@@ -185,6 +185,15 @@ class LogManager:
             await self._write_dir_checkpoints(log_dir)
         self.previous_broker_epoch = epochs.pop() if len(epochs) == 1 else -1
         self._loaded = True
+
+    def _marker_epoch(self, path: str) -> int:
+        """The broker epoch a clean shutdown marker names; -1 for an empty (older),
+        unreadable or garbled one, which only costs the broker its ELR places, never data."""
+        try:
+            epoch = json.loads(read_all(self.fs, path) or b"{}").get("brokerEpoch", -1)
+        except (OSError, ValueError, AttributeError):
+            return -1
+        return epoch if type(epoch) is int else -1
 
     async def startup(self) -> None:
         """load_logs() then start()."""
@@ -534,13 +543,3 @@ class LogManager:
                 self.cleaner.truncated(tp, log.log_end_offset)
                 await self._write_dir_checkpoints(self._dir_of[tp])
                 return
-
-
-def _marker_epoch(data: bytes) -> int:
-    """The broker epoch a clean shutdown marker names; -1 for an empty (older) or unreadable
-    one, which only costs the broker its ELR places, never data."""
-    try:
-        epoch = json.loads(data or b"{}").get("brokerEpoch", -1)
-    except (ValueError, AttributeError):
-        return -1
-    return epoch if type(epoch) is int else -1
