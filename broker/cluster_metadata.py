@@ -146,13 +146,7 @@ def _partition(
     listener_name: str,
 ) -> Any:
     brokers = image.cluster.brokers
-    offline = tuple(
-        replica
-        for replica in partition.replicas
-        if (broker := brokers.get(replica)) is None
-        or broker.fenced
-        or broker.listener(listener_name) is None
-    )
+    offline = offline_replicas(image, partition, listener_name)
     leader = brokers.get(partition.leader) if partition.leader != NO_LEADER else None
     if leader is None:
         code, leader_id = ErrorCode.leader_not_available, NO_LEADER
@@ -170,6 +164,20 @@ def _partition(
         "offline_replicas": offline,
     }
     return make(module.MetadataResponsePartition, values)
+
+
+def offline_replicas(
+    image: MetadataImage, partition: PartitionRegistration, listener_name: str
+) -> tuple[int, ...]:
+    """The partition's replicas on brokers that are gone, fenced, or not on this listener."""
+    brokers = image.cluster.brokers
+    return tuple(
+        replica
+        for replica in partition.replicas
+        if (broker := brokers.get(replica)) is None
+        or broker.fenced
+        or broker.listener(listener_name) is None
+    )
 
 
 def describe_cluster_response(

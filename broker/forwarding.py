@@ -24,6 +24,7 @@ ELECT_LEADERS = 43
 INCREMENTAL_ALTER_CONFIGS = 44
 ALTER_PARTITION_REASSIGNMENTS = reassignment.ALTER_PARTITION_REASSIGNMENTS
 LIST_PARTITION_REASSIGNMENTS = reassignment.LIST_PARTITION_REASSIGNMENTS
+UPDATE_FEATURES = 57
 FORWARDED_APIS = frozenset(
     {
         CREATE_TOPICS,
@@ -34,6 +35,7 @@ FORWARDED_APIS = frozenset(
         INCREMENTAL_ALTER_CONFIGS,
         ALTER_PARTITION_REASSIGNMENTS,
         LIST_PARTITION_REASSIGNMENTS,
+        UPDATE_FEATURES,
     }
 )
 
@@ -93,4 +95,10 @@ def forwarded_error_response(request: object, error_code: int, message: str | No
         return make(module.ElectLeadersResponse, values)
     if api_key in (ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS):
         return reassignment.error_response(body, ErrorCode(error_code), message)
+    if api_key == UPDATE_FEATURES:
+        results = tuple(
+            make(module.UpdatableFeatureResult, error | {"feature": u.feature})
+            for u in body.feature_updates
+        )
+        return make(module.UpdateFeaturesResponse, error | {"results": results})
     raise ValueError(f"api {api_key} is not forwarded to the controller")

@@ -2,10 +2,10 @@
 
 Produce, Fetch and ListOffsets go to the ReplicaManager (broker/data_plane.py) when there
 is one, InitProducerId to the ProducerIdManager (broker/producer_ids.py). Reads (ApiVersions,
-Metadata, DescribeCluster, DescribeConfigs) are answered from the latest published
-MetadataImage, taken once per request so one answer never mixes two images. Writes to
-cluster metadata (topics, partitions, configs, leader elections) are the controller's: they
-are forwarded unchanged through the controller channel and its answer is passed back,
+Metadata, DescribeCluster, DescribeConfigs, DescribeTopicPartitions) are answered from the
+latest published MetadataImage, taken once per request so one answer never mixes two images.
+Writes to cluster metadata (topics, partitions, configs, leader elections) are the controller's:
+they are forwarded unchanged through the controller channel and its answer is passed back,
 NOT_CONTROLLER included (clients retry it); only when no controller answers in time does the
 broker answer for it, with REQUEST_TIMED_OUT.
 """
@@ -13,6 +13,7 @@ broker answer for it, with REQUEST_TIMED_OUT.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import uuid
@@ -32,15 +33,21 @@ from broker.cluster_metadata import (
 )
 from broker.controller_channel import ControllerSender
 from broker.describe_configs import DESCRIBE_CONFIGS, describe_configs_response
+from broker.describe_topic_partitions import (
+    DESCRIBE_TOPIC_PARTITIONS,
+    describe_topic_partitions_response,
+)
 from broker.fetch_session import CACHE_SLOTS_DEFAULT, FetchSessionCache
 from broker.group.apis import SUPPORTED as GROUP_APIS
 from broker.group.apis import GroupApis
+from broker.lifecycle import SUPPORTED_FEATURES
 from broker.network import api_versions_response
 from broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
 from raft import wire
+from raft.entities import make, response_module
 
 logger = logging.getLogger("broker.kafka_apis")
 
@@ -68,7 +75,9 @@ class KafkaApis:
         forwarding.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         forwarding.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
         forwarding.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+        forwarding.UPDATE_FEATURES: (0, 1),
         DESCRIBE_CLUSTER: (0, 1),
+        DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     }
 
     def __init__(
@@ -142,7 +151,8 @@ class KafkaApis:
             return await init_producer_id(self.producer_ids, body, header.api_version)
         image = self._image()
         if api_key == wire.API_VERSIONS_KEY:
-            return api_versions_response(header.api_version, self.supported_apis)
+            response = api_versions_response(header.api_version, self.supported_apis)
+            return _with_features(response, image) if header.api_version >= 3 else response
         if api_key == METADATA:
             if header.api_version < METADATA_BY_ID_VERSION and any(
                 item.name is None for item in body.topics or ()
@@ -163,6 +173,8 @@ class KafkaApis:
             )
         if api_key == DESCRIBE_CONFIGS:
             return describe_configs_response(image, body, self.node_id)
+        if api_key == DESCRIBE_TOPIC_PARTITIONS:
+            return describe_topic_partitions_response(image, body, self.listener_name)
         return None  # not served here: Kafka closes the connection
 
     def _auto_create(self, image: MetadataImage, request: Any) -> frozenset[str]:
@@ -204,3 +216,30 @@ class KafkaApis:
             return forwarding.forwarded_error_response(
                 request, ErrorCode.request_timed_out, message
             )
+
+
+def _with_features(response: Any, image: MetadataImage) -> Any:
+    """ApiVersions v3+ (KIP-584): the features this broker supports and the levels the
+    metadata log finalized (``kafka-features describe`` reads them), as of ``image``."""
+    module: Any = response_module(wire.API_VERSIONS_KEY, int(response.__version__))
+    supported = tuple(
+        make(
+            module.SupportedFeatureKey,
+            {"name": f.name, "min_version": f.min_version, "max_version": f.max_version},
+        )
+        for f in SUPPORTED_FEATURES
+    )
+    finalized = tuple(
+        make(
+            module.FinalizedFeatureKey,
+            {"name": name, "max_version_level": level, "min_version_level": level},
+        )
+        for name, level in sorted(image.features.items())
+        if level > 0
+    )
+    return dataclasses.replace(
+        response,
+        supported_features=supported,
+        finalized_features_epoch=image.offset - 1,  # the last offset the image holds
+        finalized_features=finalized,
+    )

@@ -31,7 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.controller_channel import ControllerSender
 from log.runtime import Runtime
-from metadata.records import METADATA_VERSION_FEATURE, FeatureRange, Listener
+from metadata.records import ELR_FEATURE, METADATA_VERSION_FEATURE, FeatureRange, Listener
 from raft.entities import make, request_module
 
 logger = logging.getLogger("broker.lifecycle")
@@ -41,7 +41,10 @@ BROKER_HEARTBEAT = 63
 REGISTRATION_VERSION = 4  # Kafka 3.9/4.0's newest
 HEARTBEAT_VERSION = 1
 # kraft-py's only metadata.version so far (kraft/bootstrap.py formats clusters at 1).
-SUPPORTED_FEATURES = (FeatureRange(METADATA_VERSION_FEATURE, 1, 1),)
+SUPPORTED_FEATURES = (
+    FeatureRange(METADATA_VERSION_FEATURE, 1, 1),
+    FeatureRange(ELR_FEATURE, 0, 1),  # KIP-966: both with and without ELR
+)
 # Kafka heartbeats again 10 ms after an answer while STARTING (to start quickly when there is
 # nothing to recover) and 50 ms after the first answer during controlled shutdown.
 STARTING_HEARTBEAT_S = 0.01
@@ -89,11 +92,13 @@ class BrokerLifecycleManager:
         *,
         request_timeout_ms: int = 4500,
         features: tuple[FeatureRange, ...] = SUPPORTED_FEATURES,
+        previous_broker_epoch: int = -1,
     ) -> None:
         """``metadata_offset`` is the offset of the broker's published image (the next
         metadata offset to replay); heartbeats report the last replayed one, one less, as
         Kafka's do. ``request_timeout_ms`` bounds each registration or heartbeat request
-        (Kafka: half of broker.session.timeout.ms)."""
+        (Kafka: half of broker.session.timeout.ms). ``previous_broker_epoch`` is the epoch
+        the last clean shutdown recorded (-1: none), sent with the first registration."""
         self.runtime = runtime
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -112,7 +117,7 @@ class BrokerLifecycleManager:
         self._stopped = asyncio.Event()
         self._wake = asyncio.Event()
         self._broker_epoch = -1  # -1: not registered
-        self._previous_broker_epoch = -1
+        self._previous_broker_epoch = previous_broker_epoch
         self._failures = 0
         self._shutdown_answers = 0
         self._task: asyncio.Task[None] | None = None

@@ -63,7 +63,7 @@ from log.validator import PRODUCE_DECOMPRESSED_BYTES_MAX, validate_records
 from metadata.config_defs import CLUSTER_DEFAULT
 from metadata.delta import local_changes
 from metadata.image import EMPTY, MetadataImage, TopicImage
-from metadata.records import NO_LEADER
+from metadata.records import ELR_FEATURE, NO_LEADER
 from raft.entities import make, request_module
 
 logger = logging.getLogger("broker.replica_manager")
@@ -468,7 +468,7 @@ class ReplicaManager:
     # ---- high watermark and ISR ------------------------------------------------------------
     def _maybe_advance_high_watermark(self, partition: Partition) -> None:
         """Move the leader's high watermark as far as its ISR allows; wake its waiters."""
-        if partition.maybe_increment_high_watermark(
+        if not self._under_min_isr(partition) and partition.maybe_increment_high_watermark(
             self._clock.now_ms(), self.config.lag_time_max_ms, self._isr_eligible
         ):
             self.delayed.notify(partition.key)
@@ -479,6 +479,19 @@ class ReplicaManager:
         ):
             partition.high_watermark = partition.log.log_end_offset
             self.delayed.notify(partition.key)
+
+    def _under_min_isr(self, partition: Partition) -> bool:
+        """KIP-966's strict min ISR, while the cluster has ELR on: the high watermark stands
+        still while the committed ISR is smaller than min.insync.replicas (capped at the
+        replication factor), so a replica that left such an ISR holds every committed
+        record and the controller may elect it from the ELR (Kafka's isUnderMinIsr)."""
+        if len(partition.isr) >= len(partition.replicas):
+            return False  # the common case, without a config lookup
+        image = self._latest
+        if image is None or image.features.get(ELR_FEATURE, 0) < 1:
+            return False
+        min_isr = min(self._min_insync_replicas(partition.topic), len(partition.replicas))
+        return len(partition.isr) < min_isr
 
     async def wait_for_changes(
         self, keys: Iterable[tuple[str, int]], timeout_s: float

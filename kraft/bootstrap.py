@@ -1,7 +1,8 @@
 """bootstrap.checkpoint: the metadata a new cluster starts from (Kafka's bootstrap snapshot).
 
-``kraft-server format`` writes it next to meta.properties in the metadata log dir: today one
-FeatureLevel record fixing ``metadata.version``. The first controller to become active on an
+``kraft-server format`` writes it next to meta.properties in the metadata log dir: FeatureLevel
+records fixing ``metadata.version`` and ``eligible.leader.replicas.version`` (1: KIP-966's ELR
+on, the default Kafka 4.1 gives a new cluster). The first controller to become active on an
 empty metadata log writes these records before anything else, so every node's image carries
 the version the cluster was formatted with. The file uses the snapshot layout (header
 control record, the records, footer), so the same CRC-checked reader loads it.
@@ -14,6 +15,7 @@ import os
 from log.fs import FileSystem, read_all, write_atomic
 from log.records import Record
 from metadata.records import (
+    ELR_FEATURE,
     METADATA_VERSION_FEATURE,
     FeatureLevel,
     MetadataRecord,
@@ -24,12 +26,17 @@ from raft.snapshot import decode_snapshot, encode_snapshot
 
 BOOTSTRAP_FILE = "bootstrap.checkpoint"
 METADATA_VERSION = 1  # the only metadata.version kraft-py has so far
+ELIGIBLE_LEADER_REPLICAS_VERSION = 1  # Kafka 4.1's default for a new cluster
+BOOTSTRAP_FEATURES = (
+    FeatureLevel(METADATA_VERSION_FEATURE, METADATA_VERSION),
+    FeatureLevel(ELR_FEATURE, ELIGIBLE_LEADER_REPLICAS_VERSION),
+)
 
 
 async def write_bootstrap(fs: FileSystem, directory: str, timestamp_ms: int) -> None:
     """Write the bootstrap records atomically (temp file, fsync, rename)."""
-    record = FeatureLevel(METADATA_VERSION_FEATURE, METADATA_VERSION)
-    data = encode_snapshot([Record(None, encode_record(record), timestamp_ms)], timestamp_ms)
+    records = [Record(None, encode_record(r), timestamp_ms) for r in BOOTSTRAP_FEATURES]
+    data = encode_snapshot(records, timestamp_ms)
     await write_atomic(fs, os.path.join(directory, BOOTSTRAP_FILE), data)
 
 
@@ -38,6 +45,6 @@ def read_bootstrap(fs: FileSystem, directory: str) -> list[MetadataRecord]:
     formatted before bootstrap files existed). A corrupt file raises SnapshotError."""
     path = os.path.join(directory, BOOTSTRAP_FILE)
     if not fs.exists(path):
-        return [FeatureLevel(METADATA_VERSION_FEATURE, METADATA_VERSION)]
+        return list(BOOTSTRAP_FEATURES)
     records = decode_snapshot(read_all(fs, path), BOOTSTRAP_FILE)
     return [decode_record(r.value or b"", index) for index, r in enumerate(records)]

@@ -216,6 +216,9 @@ class KraftNode:
                     session_timeout_ms=config.session_timeout_ms,
                     max_idle_interval_ms=config.max_idle_interval_ms,
                     unclean_leader_election_enable=config.unclean_leader_election_enable,
+                    min_insync_replicas=int(
+                        str((config.model_extra or {}).get("min.insync.replicas", 1))
+                    ),
                     auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
                     leader_imbalance_check_interval_ms=(
                         config.leader_imbalance_check_interval_seconds * 1000
@@ -293,6 +296,7 @@ class KraftNode:
             self._channel,
             metadata_offset=lambda: loader.image.offset,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
+            previous_broker_epoch=self.logs.previous_broker_epoch,
         )
         await self.lifecycle.start()
         await self.lifecycle.wait_for_state(BrokerState.RUNNING)
@@ -498,12 +502,14 @@ class KraftNode:
             await self._group_apis.close()
         if self.groups is not None:
             await self.groups.close()
+        broker_epoch = -1
         if self.lifecycle is not None:
+            broker_epoch = self.lifecycle.broker_epoch  # the clean shutdown marker keeps it
             await self.lifecycle.close()
         if self.replicas is not None:
             await self.replicas.close()
         if self.logs is not None:
-            await self.logs.shutdown()
+            await self.logs.shutdown(broker_epoch)
         if self._channel is not None:
             await self._channel.close()
         if self._internal_channel is not None:

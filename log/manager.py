@@ -4,7 +4,10 @@ Each log dir holds partition dirs ``<topic>-<partition>/`` and the per-dir check
 (recovery-point-offset-checkpoint, log-start-offset-checkpoint,
 replication-offset-checkpoint). A ``.kafka_cleanshutdown`` marker written by ``shutdown`` and
 removed (durably) at load tells the next start-up it may skip recovery, exactly as in Kafka;
-without it every log is revalidated from its checkpointed recovery point.
+without it every log is revalidated from its checkpointed recovery point. The marker holds the
+broker epoch the broker stopped in (Kafka's ``{"version":0,"brokerEpoch":N}``): registering
+again with it tells the controller the shutdown was clean, so the broker stays in the ELRs
+it held (KIP-966).
 
 Scheduled tasks (seed 002's table, Kafka's periods and key names), asyncio tasks on the
 running loop, started by ``start()`` and stopped by ``shutdown()``:
@@ -27,6 +30,7 @@ import asyncio
 import contextlib
 import errno
 import functools
+import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,7 +47,7 @@ from log.checkpoint import (
 from log.cleaner import CleanResult, LogCleaner
 from log.config import LONG_MAX, LogConfig, LogManagerConfig
 from log.errors import RecordError
-from log.fs import write_atomic
+from log.fs import read_all, write_atomic
 from log.log import KafkaStorageError, Log
 from log.runtime import Runtime
 
@@ -113,6 +117,8 @@ class LogManager:
         self._create_lock = asyncio.Lock()
         self._loaded = False
         self.had_clean_shutdown: dict[str, bool] = {}
+        # The broker epoch every dir's clean shutdown marker names; -1 if any lacks one.
+        self.previous_broker_epoch = -1
         # Log dirs taken offline by a disk failure, with the error that did it (Kafka's
         # LogDirFailureChannel); set once every dir has failed: the broker cannot go on.
         self.offline_dirs: dict[str, OSError] = {}
@@ -133,6 +139,7 @@ class LogManager:
         """Load every partition dir of every log dir, recovering after an unclean shutdown."""
         assert not self._loaded, "load_logs twice"
         fs = self.fs
+        epochs: set[int] = set()
         for log_dir in self.log_dirs:
             fs.mkdir(log_dir)
             for name in fs.list_dir(log_dir):
@@ -140,6 +147,7 @@ class LogManager:
                     self._remove_deleted_dir(os.path.join(log_dir, name))  # deleted before
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             marker_present = clean = fs.exists(marker)
+            epochs.add(self._marker_epoch(marker) if marker_present else -1)
             partition_dirs = self._partition_dirs(log_dir)
             if not clean and partition_dirs:  # a fresh dir has nothing to recover
                 logger.warning(
@@ -181,7 +189,17 @@ class LogManager:
                 fs.remove(marker)
             # Also makes the marker's removal durable before any new write can follow it.
             await self._write_dir_checkpoints(log_dir)
+        self.previous_broker_epoch = epochs.pop() if len(epochs) == 1 else -1
         self._loaded = True
+
+    def _marker_epoch(self, path: str) -> int:
+        """The broker epoch a clean shutdown marker names; -1 for an empty (older),
+        unreadable or garbled one, which only costs the broker its ELR places, never data."""
+        try:
+            epoch = json.loads(read_all(self.fs, path) or b"{}").get("brokerEpoch", -1)
+        except (OSError, ValueError, AttributeError):
+            return -1
+        return epoch if type(epoch) is int else -1
 
     async def startup(self) -> None:
         """load_logs() then start()."""
@@ -242,9 +260,10 @@ class LogManager:
             # makes progress; sleep(0) still lets every other task run in between.
             await asyncio.sleep(0 if cleaned else self.manager_config.cleaner_backoff_ms / 1000)
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, broker_epoch: int = -1) -> None:
         """Stop the tasks, close every log (flushing it), write the checkpoints and, per
-        dir where every log closed cleanly, the clean shutdown marker."""
+        dir where every log closed cleanly, the clean shutdown marker naming
+        ``broker_epoch``."""
         for handle in self._pending_deletes.values():
             handle.cancel()  # the next load removes what is left
         self._pending_deletes = {}
@@ -267,7 +286,8 @@ class LogManager:
             try:
                 await self._write_dir_checkpoints(log_dir)
                 if all_closed:
-                    await write_atomic(self.fs, os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
+                    marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode()
+                    await write_atomic(self.fs, os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), marker)
             except OSError as exc:
                 self.fail_log_dir(log_dir, exc)  # one line; no marker: the next start recovers
 

@@ -221,6 +221,8 @@ class MetadataDelta:
             partition_epoch=record.partition_epoch,
             removing_replicas=record.removing_replicas,
             adding_replicas=record.adding_replicas,
+            elr=record.eligible_leader_replicas,
+            last_known_elr=record.last_known_elr,
         )
         _check_registration(registration, record)
         self._own_partitions(record.topic_id)[record.partition_id] = registration
@@ -239,6 +241,8 @@ class MetadataDelta:
             partition_epoch=current.partition_epoch + 1,
             removing_replicas=_or(record.removing_replicas, current.removing_replicas),
             adding_replicas=_or(record.adding_replicas, current.adding_replicas),
+            elr=_or(record.eligible_leader_replicas, current.elr),
+            last_known_elr=_or(record.last_known_elr, current.last_known_elr),
         )
         _check_registration(registration, record)
         self._own_partitions(record.topic_id)[record.partition_id] = registration
@@ -372,6 +376,12 @@ def _check_registration(partition: PartitionRegistration, record: object) -> Non
         partition.removing_replicas
     ):
         problem = "adding or removing replicas that are not replicas"
+    elif (
+        len(set(partition.elr)) != len(partition.elr)
+        or not replicas.issuperset(partition.elr)
+        or not set(partition.elr).isdisjoint(partition.isr)
+    ):
+        problem = "ELR with duplicates, non-replicas or ISR members"  # KIP-966
     if problem is not None:
         raise MetadataStateError(f"{record!r}: {problem}")
 

@@ -39,6 +39,11 @@ class PartitionRegistration:
     partition_epoch: int
     removing_replicas: tuple[int, ...] = ()
     adding_replicas: tuple[int, ...] = ()
+    # KIP-966: replicas outside the ISR that still hold every committed record (the ISR
+    # shrank below min.insync.replicas, so the high watermark stopped), and the last leader
+    # once the partition lost every ISR member (metadata/controller/elr.py).
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

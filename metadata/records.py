@@ -29,6 +29,8 @@ NO_LEADER = -1
 TOPIC_RESOURCE = 2  # Kafka's ConfigResource.Type ids
 BROKER_RESOURCE = 4
 METADATA_VERSION_FEATURE = "metadata.version"
+# KIP-966: level 1 makes the controller keep eligible leader replicas (metadata/controller/elr.py).
+ELR_FEATURE = "eligible.leader.replicas.version"
 
 
 class MetadataRecordError(ValueError):
@@ -123,6 +125,9 @@ class Partition:
     partition_epoch: int = 0
     removing_replicas: tuple[int, ...] = ()
     adding_replicas: tuple[int, ...] = ()
+    # KIP-966 (Kafka's PartitionRecord v2 EligibleLeaderReplicas / LastKnownElr).
+    eligible_leader_replicas: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -140,6 +145,8 @@ class PartitionChange:
     removing_replicas: tuple[int, ...] | None = None
     adding_replicas: tuple[int, ...] | None = None
     bump_leader_epoch: bool = False
+    eligible_leader_replicas: tuple[int, ...] | None = None
+    last_known_elr: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

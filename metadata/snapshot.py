@@ -60,6 +60,8 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
                     partition_epoch=partition.partition_epoch,
                     removing_replicas=partition.removing_replicas,
                     adding_replicas=partition.adding_replicas,
+                    eligible_leader_replicas=partition.elr,
+                    last_known_elr=partition.last_known_elr,
                 )
             )
     for (resource_type, resource_name), entries in sorted(image.configs.items()):

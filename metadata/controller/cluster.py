@@ -79,9 +79,11 @@ def broker_registration(
     )
     records: list[MetadataRecord] = [record]
     if existing is not None:
-        # A new incarnation: the old one is gone without a controlled shutdown (Kafka's
-        # handleBrokerUncleanShutdown), so its leaderships and ISR places go too.
-        records.extend(broker_leaving(ctx, request.broker_id))
+        # A new incarnation: its leaderships and ISR places go. Unless it names the epoch it
+        # shut down cleanly in, its log may lack acknowledged records (Kafka's
+        # handleBrokerUncleanShutdown), so it leaves the ELRs too (KIP-966).
+        unclean = getattr(request, "previous_broker_epoch", -1) != existing.epoch
+        records.extend(broker_leaving(ctx, request.broker_id, unclean_shutdown=unclean))
     return ControllerResult(tuple(records), answer(ErrorCode.none, next_offset))
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from metadata.config_defs import CLUSTER_DEFAULT, ConfigType, check_config, definitions, list_items
+from metadata.controller import elr
 from metadata.controller.context import ApiError, ControllerContext, ControllerResult
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, Config, MetadataRecord
 from raft.entities import make, response_module
@@ -65,6 +66,9 @@ def _alter(
             _check_resource(ctx, resource.resource_type, resource.resource_name)
             current = ctx.image.configs.get(key, {})
             changes = changes_of(resource.resource_type, resource.configs, current)
+            cleared = elr.config_change_records(
+                ctx, resource.resource_type, resource.resource_name, changes
+            )
         except ApiError as error:
             code, message = error.code, error.message
         else:
@@ -72,6 +76,7 @@ def _alter(
                 Config(resource.resource_type, resource.resource_name, name, value)
                 for name, value in changes.items()
             )
+            records.extend(cleared)
             code, message = ErrorCode.none, None
         results.append(
             make(

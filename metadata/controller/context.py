@@ -31,6 +31,7 @@ class ControllerConfig:
     session_timeout_ms: int = 9000  # broker.session.timeout.ms
     max_idle_interval_ms: int = 500  # metadata.max.idle.interval.ms
     unclean_leader_election_enable: bool = False
+    min_insync_replicas: int = 1  # the static min.insync.replicas (KIP-966's ELR uses it)
     auto_leader_rebalance_enable: bool = True  # auto.leader.rebalance.enable
     leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
     controller_listener: str = "CONTROLLER"

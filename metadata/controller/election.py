@@ -5,13 +5,16 @@ in controlled shutdown). Only if none is, and unclean election is enabled for th
 any usable replica lead, and the ISR restarts as just that replica (it may lack committed
 data: that is what "unclean" means). A broker that leaves is removed from every ISR but never
 the last member (Kafka without ELR): a partition whose leader was its last ISR member goes
-offline (NO_LEADER) and keeps it in the ISR, so it comes back when that broker does.
+offline (NO_LEADER) and keeps it in the ISR, so it comes back when that broker does. With
+``eligible.leader.replicas.version`` on, metadata/controller/elr.py decides instead (KIP-966:
+the ISR may empty, and replicas below min ISR are kept as eligible leaders).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from metadata.controller import elr
 from metadata.controller.context import ControllerContext
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from metadata.records import NO_LEADER, PartitionChange
@@ -51,15 +54,70 @@ def partition_change(
     current: PartitionRegistration,
     leader: int,
     isr: tuple[int, ...],
+    *,
+    eligible: tuple[int, ...] | None = None,
+    last_known_elr: tuple[int, ...] | None = None,
 ) -> PartitionChange | None:
-    """The record moving ``current`` to (leader, isr); None when that changes nothing."""
-    if leader == current.leader and isr == current.isr:
+    """The record moving ``current`` to (leader, isr) and, when given, to that ELR and last
+    known ELR; None when that changes nothing."""
+    eligible = current.elr if eligible is None else eligible
+    last_known_elr = current.last_known_elr if last_known_elr is None else last_known_elr
+    if (leader, isr, eligible, last_known_elr) == (
+        current.leader,
+        current.isr,
+        current.elr,
+        current.last_known_elr,
+    ):
         return None
     return PartitionChange(
         topic.topic_id,
         partition_id,
         isr=None if isr == current.isr else isr,
         leader=None if leader == current.leader else leader,
+        eligible_leader_replicas=None if eligible == current.elr else eligible,
+        last_known_elr=None if last_known_elr == current.last_known_elr else last_known_elr,
+    )
+
+
+def elect(
+    ctx: ControllerContext,
+    topic: TopicImage,
+    partition_id: int,
+    partition: PartitionRegistration,
+    isr: tuple[int, ...],
+    usable: Callable[[int], bool],
+    *,
+    unclean: bool,
+    unclean_shutdown: int = NO_LEADER,
+) -> PartitionChange | None:
+    """The change giving ``partition`` the ISR ``isr`` and a leader it may have: by KIP-966's
+    rules when the cluster has ELR on, else by ``choose_leader`` (where an ISR never
+    empties: the last member stays)."""
+    ignore_isr = LEADER_OUTSIDE_ISR in ctx.bugs
+    if elr.enabled(ctx.image) and not ignore_isr:
+        target = elr.next_state(
+            partition,
+            isr,
+            usable,
+            min_isr=elr.min_isr(ctx, topic, partition),
+            unclean=unclean,
+            unclean_shutdown=unclean_shutdown,
+        )
+        return partition_change(
+            topic,
+            partition_id,
+            partition,
+            target.leader,
+            target.isr,
+            eligible=target.elr,
+            last_known_elr=target.last_known_elr,
+        )
+    isr = isr or partition.isr
+    leader = partition.leader
+    if leader == NO_LEADER or not usable(leader):
+        leader, isr = choose_leader(partition, isr, usable, unclean=unclean, ignore_isr=ignore_isr)
+    return partition_change(
+        topic, partition_id, partition, leader, isr, eligible=(), last_known_elr=()
     )
 
 
@@ -73,28 +131,32 @@ def partitions(image: MetadataImage) -> Iterator[tuple[TopicImage, int, Partitio
             yield topic, partition_id, topic.partitions[partition_id]
 
 
-def broker_leaving(ctx: ControllerContext, broker_id: int) -> list[PartitionChange]:
-    """Changes that take ``broker_id`` out of every ISR (bar last members) and move its
-    leaderships elsewhere; ``ctx.image`` may still show the broker as usable."""
+def broker_leaving(
+    ctx: ControllerContext, broker_id: int, *, unclean_shutdown: bool = False
+) -> list[PartitionChange]:
+    """Changes that take ``broker_id`` out of every ISR (bar last members while ELR is off)
+    and move its leaderships elsewhere; ``ctx.image`` may still show the broker as usable.
+    After an ``unclean_shutdown`` it leaves every ELR too (Kafka's
+    handleBrokerUncleanShutdown: its log may lack what it had acknowledged)."""
 
     def usable(replica: int) -> bool:
         return replica != broker_id and ctx.is_usable(replica)
 
     changes = []
     for topic, partition_id, partition in partitions(ctx.image):
-        if broker_id not in partition.isr and partition.leader != broker_id:
+        in_elr = unclean_shutdown and broker_id in partition.elr
+        if broker_id not in partition.isr and partition.leader != broker_id and not in_elr:
             continue
-        isr = tuple(r for r in partition.isr if r != broker_id) or partition.isr
-        leader = partition.leader
-        if leader in (broker_id, NO_LEADER):
-            leader, isr = choose_leader(
-                partition,
-                isr,
-                usable,
-                unclean=ctx.unclean_enabled(topic.name),
-                ignore_isr=LEADER_OUTSIDE_ISR in ctx.bugs,
-            )
-        change = partition_change(topic, partition_id, partition, leader, isr)
+        change = elect(
+            ctx,
+            topic,
+            partition_id,
+            partition,
+            tuple(r for r in partition.isr if r != broker_id),
+            usable,
+            unclean=ctx.unclean_enabled(topic.name),
+            unclean_shutdown=broker_id if unclean_shutdown else NO_LEADER,
+        )
         if change is not None:
             changes.append(change)
     return changes
@@ -111,14 +173,15 @@ def broker_returning(ctx: ControllerContext, broker_id: int) -> list[PartitionCh
     for topic, partition_id, partition in partitions(ctx.image):
         if partition.leader != NO_LEADER or broker_id not in partition.replicas:
             continue
-        leader, isr = choose_leader(
+        change = elect(
+            ctx,
+            topic,
+            partition_id,
             partition,
             partition.isr,
             usable,
             unclean=ctx.unclean_enabled(topic.name),
-            ignore_isr=LEADER_OUTSIDE_ISR in ctx.bugs,
         )
-        change = partition_change(topic, partition_id, partition, leader, isr)
         if change is not None:
             changes.append(change)
     return changes

@@ -14,10 +14,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from metadata.controller import elr
 from metadata.controller.context import ApiError, ControllerContext, ControllerResult
 from metadata.controller.election import (
     LEADER_OUTSIDE_ISR,
-    choose_leader,
+    elect,
     partition_change,
     partitions,
 )
@@ -106,11 +107,12 @@ def _elect(
     else:
         if partition.leader != NO_LEADER:
             raise ApiError(ErrorCode.election_not_needed)
-        leader, isr = choose_leader(
-            partition, partition.isr, ctx.is_usable, unclean=True, ignore_isr=ignore_isr
+        elected = elect(
+            ctx, topic, partition_id, partition, partition.isr, ctx.is_usable, unclean=True
         )
-        if leader == NO_LEADER:
+        if elected is None or elected.leader in (None, NO_LEADER):
             raise ApiError(ErrorCode.eligible_leaders_not_available)
+        return elected
     change = partition_change(topic, partition_id, partition, leader, isr)
     assert change is not None, "a new leader is a change"
     return change
@@ -206,7 +208,19 @@ def _alter_one(
             raise ApiError(ErrorCode.ineligible_replica)
     if reassigning(partition):
         return isr_change(ctx, topic, data.partition_index, partition, isr)
-    change = partition_change(topic, data.partition_index, partition, partition.leader, isr)
+    eligible = last_known_elr = None
+    if elr.enabled(ctx.image):  # KIP-966: members leaving an ISR below min ISR stay eligible
+        eligible = elr.elr_after(partition, isr, elr.min_isr(ctx, topic, partition))
+        last_known_elr = ()
+    change = partition_change(
+        topic,
+        data.partition_index,
+        partition,
+        partition.leader,
+        isr,
+        eligible=eligible,
+        last_known_elr=last_known_elr,
+    )
     if change is None:
         return None, partition
     return change, dataclasses.replace(

@@ -47,6 +47,7 @@ from metadata.controller.configs import (
 )
 from metadata.controller.context import ControllerConfig, ControllerContext, ControllerResult
 from metadata.controller.election import LEADER_OUTSIDE_ISR, preferred_leader_changes
+from metadata.controller.features import UPDATE_FEATURES, update_features
 from metadata.controller.partitions import (
     ALTER_PARTITION,
     ELECT_LEADERS,
@@ -128,6 +129,7 @@ class QuorumController:
         BROKER_HEARTBEAT: (0, 2),
         UNREGISTER_BROKER: (0, 0),
         ALLOCATE_PRODUCER_IDS: (0, 0),
+        UPDATE_FEATURES: (0, 1),
     }
 
     def __init__(
@@ -159,6 +161,7 @@ class QuorumController:
             BROKER_HEARTBEAT: self._heartbeat,
             UNREGISTER_BROKER: self._unregister,
             ALLOCATE_PRODUCER_IDS: allocate_producer_ids,
+            UPDATE_FEATURES: update_features,
         }
         assert self._handlers.keys() == self.SUPPORTED_APIS.keys()
         self._active = False

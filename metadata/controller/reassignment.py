@@ -27,6 +27,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from metadata.controller import elr
 from metadata.controller.context import (
     MAX_RECORDS_PER_USER_OP,
     ApiError,
@@ -36,7 +37,7 @@ from metadata.controller.context import (
 from metadata.controller.election import LEADER_OUTSIDE_ISR, choose_leader
 from metadata.controller.topics import TOO_MANY_RECORDS, validate_replica_list
 from metadata.image import PartitionRegistration, TopicImage
-from metadata.records import PartitionChange
+from metadata.records import NO_LEADER, PartitionChange
 from raft.entities import make, response_module
 
 ALTER_PARTITION_REASSIGNMENTS = 45
@@ -253,6 +254,14 @@ def build_change(
             unclean=unclean,
             ignore_isr=LEADER_OUTSIDE_ISR in ctx.bugs,
         )
+    eligible, last_known = current.elr, current.last_known_elr
+    if elr.enabled(ctx.image):
+        # KIP-966 as an AlterPartition outside a reassignment keeps them: an ELR never
+        # overlaps the ISR (replay refuses that) nor names a replica no longer in the set.
+        moved = dataclasses.replace(current, replicas=replicas)
+        eligible = elr.elr_after(moved, isr, elr.min_isr(ctx, topic, moved))
+        if leader != NO_LEADER:
+            last_known = ()
     # From ``current``, so fields this change does not touch carry over as replay keeps them.
     state = dataclasses.replace(
         current,
@@ -261,6 +270,8 @@ def build_change(
         leader=leader,
         removing_replicas=removing,
         adding_replicas=adding,
+        elr=eligible,
+        last_known_elr=last_known,
     )
     if state == current:
         return None, current
@@ -279,6 +290,8 @@ def build_change(
         replicas=None if replicas == current.replicas else replicas,
         removing_replicas=None if removing == current.removing_replicas else removing,
         adding_replicas=None if adding == current.adding_replicas else adding,
+        eligible_leader_replicas=None if eligible == current.elr else eligible,
+        last_known_elr=None if last_known == current.last_known_elr else last_known,
         bump_leader_epoch=dropped and leader == current.leader,
     )
     return change, state

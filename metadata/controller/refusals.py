@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.controller.cluster import BROKER_HEARTBEAT, BROKER_REGISTRATION, UNREGISTER_BROKER
 from metadata.controller.configs import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from metadata.controller.features import UPDATE_FEATURES
 from metadata.controller.partitions import ALTER_PARTITION, ELECT_LEADERS
 from metadata.controller.producer_ids import ALLOCATE_PRODUCER_IDS
 from metadata.controller.reassignment import (
@@ -102,6 +103,14 @@ def _reassignments(_module: Any, request: Any, code: ErrorCode) -> object:
     return error_response(request, code, None)
 
 
+def _update_features(module: Any, request: Any, code: ErrorCode) -> object:
+    results = tuple(
+        make(module.UpdatableFeatureResult, {"feature": u.feature, "error_code": code})
+        for u in request.feature_updates
+    )
+    return make(module.UpdateFeaturesResponse, {"error_code": code, "results": results})
+
+
 def _top_level(response_name: str) -> Refusal:
     def refuse(module: Any, _request: Any, code: ErrorCode) -> object:
         return make(getattr(module, response_name), {"error_code": code})
@@ -123,4 +132,5 @@ _REFUSALS: dict[int, Refusal] = {
     BROKER_REGISTRATION: _top_level("BrokerRegistrationResponse"),
     BROKER_HEARTBEAT: _top_level("BrokerHeartbeatResponse"),
     UNREGISTER_BROKER: _top_level("UnregisterBrokerResponse"),
+    UPDATE_FEATURES: _update_features,
 }

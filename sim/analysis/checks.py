@@ -699,7 +699,8 @@ def check_commit_own_epoch(run: RunData) -> list[Violation]:
 def check_metadata_images(run: RunData) -> list[Violation]:
     """The metadata scenario's image changes (``broker-state``, ``partition-state``, in
     offset order): a partition's leader is in its ISR, a new leader comes from the previous
-    ISR (unclean election is off there), and no fenced broker leads.
+    ISR, ELR or last known leader (unclean election is off there), and no fenced broker
+    leads.
 
     Every node reports the changes it replays, and a restarted one replays the log from its
     start again: each broker's or partition's changes are taken once, in offset order, so
@@ -728,9 +729,14 @@ def check_metadata_images(run: RunData) -> list[Violation]:
         where = f"{detail['topic']}-{detail['partition']} at offset {offset}"
         leader, isr = int(event.leader), tuple(int(r) for r in detail["isr"])
         replicas = tuple(int(r) for r in detail.get("replicas", ()))  # older traces: none
+        # KIP-966: the ELR and the last known leader may lead cleanly too (older traces
+        # carry neither).
+        eligible = isr + tuple(
+            int(r) for key in ("elr", "last_known_elr") for r in detail.get(key, ())
+        )
         slot = (str(detail["topic_id"]), int(detail["partition"]))
         previous = partitions.get(slot)
-        partitions[slot] = (leader, isr, replicas)
+        partitions[slot] = (leader, eligible, replicas)
         if leader == -1:
             continue
         problem = None

@@ -159,14 +159,16 @@ class ImageWatcher:
                 if leader == NO_LEADER:
                     continue
                 old = None if previous is None else previous.partitions.get(index)
+                eligible = () if old is None else old.isr + old.elr + old.last_known_elr
                 if (
                     old is not None
                     and leader != old.leader
-                    and leader not in old.isr
+                    and leader not in eligible
                     and old.replicas == partition.replicas
                 ):
-                    # Unclean election is off, so a new leader comes from the old ISR, except
-                    # when a reassignment completes: the leader's AlterPartition adds the last
+                    # Unclean election is off in these scenarios, so a new leader comes from
+                    # the old ISR, or (KIP-966) its ELR or its last known leader, except when
+                    # a reassignment completes: the leader's AlterPartition adds the last
                     # target replicas to the ISR and the same record may hand them leadership
                     # (Kafka's PartitionChangeBuilder; leader-in-isr still holds).
                     checker.fail(
@@ -219,6 +221,8 @@ class ImageWatcher:
                     leader_id=str(partition.leader),
                     isr=list(partition.isr),
                     replicas=list(partition.replicas),
+                    elr=list(partition.elr),
+                    last_known_elr=list(partition.last_known_elr),
                 )
 
 

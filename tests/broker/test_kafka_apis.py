@@ -7,6 +7,7 @@ response a version cannot carry fails here rather than in a client.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import uuid
@@ -80,6 +81,27 @@ def test_api_versions_lists_every_served_api() -> None:
     listed = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert listed == KafkaApis.SUPPORTED_APIS
     assert response.error_code == ErrorCode.none
+
+
+def test_api_versions_v3_lists_supported_and_finalized_features() -> None:
+    """KIP-584 fields, which kafka-features describe reads (level 0 is not finalized)."""
+    image = dataclasses.replace(
+        cluster_image(), features={"metadata.version": 1, "eligible.leader.replicas.version": 1}
+    )
+    values = {"client_software_name": "x", "client_software_version": "1"}
+    response = ask(apis(FakeController(image)), wire.API_VERSIONS_KEY, 3, values)
+    assert {(f.name, f.min_version, f.max_version) for f in response.supported_features} == {
+        ("metadata.version", 1, 1),
+        ("eligible.leader.replicas.version", 0, 1),
+    }
+    assert [(f.name, f.max_version_level) for f in response.finalized_features] == [
+        ("eligible.leader.replicas.version", 1),
+        ("metadata.version", 1),
+    ]
+    assert response.finalized_features_epoch == image.offset - 1
+    off = dataclasses.replace(image, features={"eligible.leader.replicas.version": 0})
+    response = ask(apis(FakeController(off)), wire.API_VERSIONS_KEY, 3, values)
+    assert response.finalized_features == ()
 
 
 # ---- Metadata -----------------------------------------------------------------------------
@@ -432,6 +454,9 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
     if api_key == forwarding.LIST_PARTITION_REASSIGNMENTS:
         named = {"name": "t", "partition_indexes": (0,)}
         return {"topics": (make(module.ListPartitionReassignmentsTopics, named),)}
+    if api_key == forwarding.UPDATE_FEATURES:
+        feature = {"feature": "eligible.leader.replicas.version", "max_version_level": 1}
+        return {"feature_updates": (make(module.FeatureUpdateKey, feature),)}
     return {
         "resources": (
             make(

@@ -15,7 +15,7 @@ from kraft.config import ConfigError, config_from_properties, load_config, unkno
 from kraft.properties import parse_properties
 from kraft.storage import StorageError, check_and_lock, format_dirs, random_uuid
 from log.fs import RealFileSystem
-from metadata.records import METADATA_VERSION_FEATURE, FeatureLevel
+from metadata.records import ELR_FEATURE, METADATA_VERSION_FEATURE, FeatureLevel
 from raft.snapshot import SnapshotError
 
 BIN = Path(sys.executable).parent
@@ -98,7 +98,8 @@ def test_format_refuses_formatted_dirs_foreign_clusters_and_bad_ids(tmp_path: Pa
     assert f"cluster.id={cluster}" in before and "node.id=1" in before
     # The bootstrap metadata sits beside meta.properties in the metadata dir.
     assert read_bootstrap(fs, str(tmp_path / "d")) == [
-        FeatureLevel(METADATA_VERSION_FEATURE, METADATA_VERSION)
+        FeatureLevel(METADATA_VERSION_FEATURE, METADATA_VERSION),
+        FeatureLevel(ELR_FEATURE, 1),  # KIP-966 on, as Kafka 4.1 starts a new cluster
     ]
 
 

@@ -15,7 +15,7 @@ import pytest
 from log.batch import encode_batch
 from log.checkpoint import CheckpointError, OffsetCheckpointFile
 from log.config import LogConfig, LogManagerConfig
-from log.fs import read_all
+from log.fs import read_all, write_atomic
 from log.log import KafkaStorageError
 from log.manager import CLEAN_SHUTDOWN_FILE, LogManager, parse_topic_partition
 from log.records import Record
@@ -154,7 +154,7 @@ def test_clean_shutdown_writes_marker_and_restart_skips_recovery() -> None:
         log = await manager.get_or_create_log("orders", 0)
         for _ in range(5):
             log.append_as_leader(batch(), 1)
-        await manager.shutdown()
+        await manager.shutdown(broker_epoch=42)
         fs = node.disk.fs()
         assert fs.exists(f"/data/{CLEAN_SHUTDOWN_FILE}")
         assert OffsetCheckpointFile(fs, "/data/recovery-point-offset-checkpoint").read() == {
@@ -164,6 +164,7 @@ def test_clean_shutdown_writes_marker_and_restart_skips_recovery() -> None:
         restarted = node.manager()
         await restarted.load_logs()
         assert not restarted.recovered_from_unclean_shutdown
+        assert restarted.previous_broker_epoch == 42  # KIP-966: the registration names it
         assert not node.disk.fs().exists(f"/data/{CLEAN_SHUTDOWN_FILE}")
         reloaded = restarted.get_log("orders", 0)
         assert reloaded is not None and reloaded.log_end_offset == 5
@@ -172,6 +173,28 @@ def test_clean_shutdown_writes_marker_and_restart_skips_recovery() -> None:
         again = node.manager()
         await again.load_logs()
         assert again.recovered_from_unclean_shutdown
+        assert again.previous_broker_epoch == -1
+
+    asyncio.run(run())
+
+
+def test_a_marker_without_a_readable_epoch_names_none() -> None:
+    """An older (empty) or garbled marker still means a clean shutdown of the logs, but no
+    broker epoch: the broker registers as after an unclean shutdown (KIP-966's safe side)."""
+
+    async def run() -> None:
+        node = Node()
+        for content in (b"", b"not json", b'{"version":0,"brokerEpoch":"7"}'):
+            manager = node.manager()
+            await manager.load_logs()
+            await manager.shutdown(broker_epoch=7)
+            fs = node.disk.fs()
+            await write_atomic(fs, f"/data/{CLEAN_SHUTDOWN_FILE}", content)
+            restarted = node.manager()
+            await restarted.load_logs()
+            assert not restarted.recovered_from_unclean_shutdown
+            assert restarted.previous_broker_epoch == -1
+            await restarted.shutdown()
 
     asyncio.run(run())
 

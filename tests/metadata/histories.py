@@ -163,7 +163,17 @@ def legal_record(draw: st.DrawFn, model: Model) -> MetadataRecord:
         replicas, isr, leader = draw(_assignment())
         epochs = draw(st.tuples(st.integers(0, 5), st.integers(0, 5)))
         partitions[partition_id] = (replicas, isr, leader)
-        return Partition(topic_id, partition_id, replicas, isr, leader, *epochs)
+        elr, last_known_elr = draw(_elr(replicas, isr))
+        return Partition(
+            topic_id,
+            partition_id,
+            replicas,
+            isr,
+            leader,
+            *epochs,
+            eligible_leader_replicas=elr,
+            last_known_elr=last_known_elr,
+        )
     partition_id = draw(st.sampled_from(sorted(partitions)))
     replicas, isr, leader = partitions[partition_id]
     change = draw(st.sampled_from(("isr", "leader", "reassign", "bump")))
@@ -172,13 +182,21 @@ def legal_record(draw: st.DrawFn, model: Model) -> MetadataRecord:
     if change == "reassign":
         replicas, isr, leader = draw(_assignment())
         partitions[partition_id] = (replicas, isr, leader)
-        return PartitionChange(topic_id, partition_id, isr, leader, replicas)
+        return PartitionChange(
+            topic_id, partition_id, isr, leader, replicas, eligible_leader_replicas=()
+        )
     if change == "isr":
         isr = tuple(draw(st.lists(st.sampled_from(replicas), unique=True)))
         new_leader = leader if leader in isr or leader == NO_LEADER else NO_LEADER
         partitions[partition_id] = (replicas, isr, new_leader)
+        elr, last_known_elr = draw(_elr(replicas, isr))  # every ISR change says the ELR too
         return PartitionChange(
-            topic_id, partition_id, isr=isr, leader=None if new_leader == leader else new_leader
+            topic_id,
+            partition_id,
+            isr=isr,
+            leader=None if new_leader == leader else new_leader,
+            eligible_leader_replicas=elr,
+            last_known_elr=last_known_elr,
         )
     new_leader = draw(st.sampled_from((NO_LEADER, *isr)))
     partitions[partition_id] = (replicas, isr, new_leader)
@@ -206,6 +224,17 @@ def _broker_change(draw: st.DrawFn, model: Model) -> MetadataRecord:
     if to_shutdown != shutdown:
         return BrokerRegistrationChange(broker_id, epoch, in_controlled_shutdown=True)
     return BrokerRegistrationChange(broker_id, epoch, fenced=to_fenced)
+
+
+@st.composite
+def _elr(
+    draw: st.DrawFn, replicas: tuple[int, ...], isr: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(ELR, last known ELR) for a partition: the ELR never overlaps the ISR (KIP-966)."""
+    outside = [r for r in replicas if r not in isr] or [replicas[0]]
+    elr = tuple(draw(st.lists(st.sampled_from(outside), unique=True)))
+    elr = tuple(r for r in elr if r not in isr)
+    return elr, tuple(draw(st.lists(st.sampled_from(replicas), unique=True, max_size=1)))
 
 
 @st.composite

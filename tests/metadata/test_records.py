@@ -44,6 +44,15 @@ def test_every_record_type_is_covered_by_the_round_trip_strategy() -> None:
     assert seen == set(RECORD_TYPES)
 
 
+def test_a_partition_written_before_elr_existed_decodes_with_empty_elr() -> None:
+    """KIP-966's fields are optional on the wire: a log written before them replays."""
+    raw = msgpack.unpackb(encode_record(Partition(TOPIC_ID, 0, (1, 2), (1,), 1)))
+    del raw["eligible_leader_replicas"], raw["last_known_elr"]
+    record = decode_record(msgpack.packb(raw), 0)
+    assert isinstance(record, Partition)
+    assert (record.eligible_leader_replicas, record.last_known_elr) == ((), ())
+
+
 def test_wire_layout_is_a_flat_map_with_raw_uuid_bytes_and_lists() -> None:
     record = Partition(TOPIC_ID, 3, (1, 2), (1,), 1, leader_epoch=4)
     assert msgpack.unpackb(encode_record(record)) == {
@@ -58,6 +67,8 @@ def test_wire_layout_is_a_flat_map_with_raw_uuid_bytes_and_lists() -> None:
         "partition_epoch": 0,
         "removing_replicas": [],
         "adding_replicas": [],
+        "eligible_leader_replicas": [],
+        "last_known_elr": [],
     }
     broker = RegisterBroker(1, TOPIC_ID, 9, (Listener("PLAINTEXT", "h", 9092),), (), None)
     assert msgpack.unpackb(encode_record(broker))["listeners"] == [

@@ -18,6 +18,7 @@ from metadata.image import (
     TopicImage,
     TopicsImage,
 )
+from metadata.records import NO_LEADER
 from raft.core import HighWatermarkAdvanced, Role, RoleChanged
 from sim.run import RunConfig
 from sim.scenarios.metadata import Cluster, Op
@@ -109,6 +110,24 @@ def test_a_completed_reassignment_may_hand_leadership_to_a_replica_it_just_added
     n4.on_image(MetadataImage(), moving, True)
     n4.on_image(moving, image(11, leader=6, isr=(5, 6), replicas=(6, 5)), False)
     assert checker.violation is None
+
+
+def test_an_eligible_leader_replica_may_lead_after_the_isr_empties(checker: Checker) -> None:
+    """KIP-966: a leader from the previous ELR is clean, one from neither ISR nor ELR not."""
+    n4 = watcher(checker)
+    partition = PartitionRegistration((4, 5, 6), (), NO_LEADER, 10, 10, elr=(5,))
+    with_elr = MetadataImage(
+        offset=10,
+        cluster=image(10).cluster,
+        topics=TopicsImage(
+            {TOPIC_ID: TopicImage("t0", TOPIC_ID, {0: partition})}, {"t0": TOPIC_ID}
+        ),
+    )
+    n4.on_image(MetadataImage(), with_elr, True)
+    n4.on_image(with_elr, image(11, leader=5, isr=(5,)), False)
+    assert checker.violation is None
+    n4.on_image(with_elr, image(12, leader=6, isr=(6,)), False)
+    assert kind(checker) == "leader-from-isr"
 
 
 def test_leader_from_isr_does_not_compare_across_a_snapshot(checker: Checker) -> None:

@@ -326,6 +326,7 @@ def test_bug_names_are_checked() -> None:
         "config-answer-before-commit",
         "unfence-before-caught-up",
         "leader-outside-isr",
+        "shutdown-keeps-leaders",
     }
     with pytest.raises(AssertionError, match="unknown planted bugs"):
         QuorumController(None, None, None, None, frozenset({"nope"}))  # type: ignore[arg-type]

@@ -1,0 +1,132 @@
+"""UpdateFeatures (key 57): finalize feature levels (Kafka's FeatureControlManager).
+
+``kafka-features upgrade|downgrade --feature eligible.leader.replicas.version=N`` lands here,
+directly (``--bootstrap-controller``) or forwarded by a broker. A request is applied whole or
+not at all: every named feature must be one this controller knows, at a level it supports
+and every registered broker supports (a broker that does not list a feature supports only
+level 0), and a lower level needs a downgrade type. Turning ELR on also fixes
+min.insync.replicas cluster-wide, as Kafka does (KAFKA-16540): brokers that disagreed about
+which partitions are under min ISR would break KIP-966's invariants, so the cluster default is
+written if absent and per-broker overrides are removed.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from metadata.config_defs import CLUSTER_DEFAULT
+from metadata.controller.context import ApiError, ControllerContext, ControllerResult
+from metadata.controller.elr import MIN_INSYNC_REPLICAS
+from metadata.records import (
+    BROKER_RESOURCE,
+    ELR_FEATURE,
+    METADATA_VERSION_FEATURE,
+    Config,
+    FeatureLevel,
+    MetadataRecord,
+)
+from raft.entities import make, response_module
+
+UPDATE_FEATURES = 57
+# The levels this controller can finalize, per feature.
+SUPPORTED_FEATURES = {METADATA_VERSION_FEATURE: (1, 1), ELR_FEATURE: (0, 1)}
+UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3  # FeatureUpdate.upgrade_type (v1+)
+
+
+def update_features(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
+    """Finalize the requested levels, or refuse the whole request with the first error."""
+    module = response_module(UPDATE_FEATURES, api_version)
+    records: list[MetadataRecord] = []
+    code, message = ErrorCode.none, None
+    try:
+        if len({u.feature for u in request.feature_updates}) != len(request.feature_updates):
+            raise ApiError(ErrorCode.invalid_request, "Duplicate feature in the request.")
+        for update in request.feature_updates:
+            records.extend(_update(ctx, update))
+    except ApiError as error:
+        code, message, records = error.code, error.message, []
+    results = tuple(
+        make(
+            module.UpdatableFeatureResult,
+            {"feature": u.feature, "error_code": code, "error_message": message},
+        )
+        for u in request.feature_updates
+    )
+    response = make(
+        module.UpdateFeaturesResponse,
+        {
+            "throttle_time": timedelta(0),
+            "error_code": code,
+            "error_message": message,
+            "results": results,
+        },
+    )
+    validate_only = getattr(request, "validate_only", False)
+    return ControllerResult(() if validate_only else tuple(records), response)
+
+
+def _update(ctx: ControllerContext, update: Any) -> list[MetadataRecord]:
+    name, level = update.feature, int(update.max_version_level)
+    if name not in SUPPORTED_FEATURES:
+        raise ApiError(
+            ErrorCode.invalid_update_version,
+            f"Invalid update version {level} for feature {name}. The controller does not "
+            f"support the given feature.",
+        )
+    low, high = SUPPORTED_FEATURES[name]
+    if not low <= level <= high:
+        raise ApiError(
+            ErrorCode.invalid_update_version,
+            f"Invalid update version {level} for feature {name}. Local controller supports "
+            f"versions {low}-{high}.",
+        )
+    upgrade_type = getattr(update, "upgrade_type", None)
+    if upgrade_type is None:  # v0: a flag
+        upgrade_type = SAFE_DOWNGRADE if update.allow_downgrade else UPGRADE
+    current = ctx.image.features.get(name, 0)
+    if level < current and upgrade_type == UPGRADE:
+        raise ApiError(
+            ErrorCode.invalid_update_version,
+            f"Invalid update version {level} for feature {name}. Can't downgrade the version "
+            f"of this feature without setting the upgrade type to either safe or unsafe "
+            f"downgrade.",
+        )
+    for broker_id, broker in sorted(ctx.image.cluster.brokers.items()):
+        supported = next((f for f in broker.features if f.name == name), None)
+        ok = (
+            level == 0
+            if supported is None
+            else supported.min_version <= level <= supported.max_version
+        )
+        if not ok:
+            raise ApiError(
+                ErrorCode.invalid_update_version,
+                f"Invalid update version {level} for feature {name}. Broker {broker_id} does "
+                f"not support this feature at this level.",
+            )
+    if level == current:
+        return []
+    records: list[MetadataRecord] = [FeatureLevel(name, level)]
+    if name == ELR_FEATURE and current == 0:
+        records.extend(_fix_min_isr(ctx))
+    return records
+
+
+def _fix_min_isr(ctx: ControllerContext) -> list[MetadataRecord]:
+    """The cluster default min.insync.replicas (the static one) if unset, and no per-broker
+    override, once ELR turns on."""
+    records: list[MetadataRecord] = []
+    if MIN_INSYNC_REPLICAS not in ctx.image.configs.get((BROKER_RESOURCE, CLUSTER_DEFAULT), {}):
+        value = str(ctx.config.min_insync_replicas)
+        records.append(Config(BROKER_RESOURCE, CLUSTER_DEFAULT, MIN_INSYNC_REPLICAS, value))
+    records.extend(
+        Config(BROKER_RESOURCE, name, MIN_INSYNC_REPLICAS, None)
+        for (resource_type, name), entries in sorted(ctx.image.configs.items())
+        if resource_type == BROKER_RESOURCE
+        and name != CLUSTER_DEFAULT
+        and MIN_INSYNC_REPLICAS in entries
+    )
+    return records
