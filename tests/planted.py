@@ -47,12 +47,12 @@ KAFKA_BUG_SEEDS = {
     "ack-before-fetch": 5,
     "hw-before-isr": 5,
     "truncate-to-hw": 5,
-    # 14 since KIP-966's strict min ISR (was 7): a leader whose local ISR fell below
-    # min.insync.replicas no longer advances its high watermark over it.
-    "isr-shrink-local": 14,
+    # 38 since KIP-966's strict min ISR and fetch sessions (was 7): a leader whose local
+    # ISR fell below min.insync.replicas no longer advances its high watermark over it.
+    "isr-shrink-local": 38,
     "no-epoch-bump": 36,
     "leader-outside-isr": 3,
     "skip-sequence-check": 10,
-    "coordinator-hw-over-truncated": 48,
+    "coordinator-hw-over-truncated": 15,
 }
 KAFKA_BUG_ARGS = {"skip-sequence-check": ("--idempotent",)}
