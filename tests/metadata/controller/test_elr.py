@@ -16,6 +16,7 @@ from metadata.controller.cluster import broker_registration, fence_broker
 from metadata.controller.configs import incremental_alter_configs
 from metadata.controller.election import broker_leaving, broker_returning
 from metadata.controller.partitions import UNCLEAN, alter_partition, elect_leaders
+from metadata.controller.reassignment import alter_partition_reassignments
 from metadata.image import MetadataImage, PartitionRegistration
 from metadata.records import (
     BROKER_RESOURCE,
@@ -36,6 +37,7 @@ from tests.metadata.controller.support import (
     context,
     request_module,
 )
+from tests.metadata.controller.test_reassignment import reassign
 
 TID = uuid.UUID(int=42)
 BR = request_module(62, 4)
@@ -337,3 +339,18 @@ class ElrMachine(RuleBasedStateMachine):
 
 ElrMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 test_elr_model = ElrMachine.TestCase
+
+
+def test_a_reassignment_completed_by_alter_partition_keeps_the_elr_apart_from_the_isr() -> None:
+    """The ELR rules hold on a partition being moved too: the leader's AlterPartition that
+    completes the move (drop replica 3) grows the ISR back to min ISR, so the ELR clears;
+    kept as it was, it would overlap the ISR and name a replica gone from the set, which
+    replay refuses."""
+    image = apply(cluster(), shrink(cluster(), (1,)))
+    assert state(image) == (1, (1,), (2, 3), ())
+    move = alter_partition_reassignments(ctx(image), reassign({("t", 0): (1, 2)}), 1)
+    image = apply(image, move)
+    assert (partition(image).replicas, partition(image).removing_replicas) == ((1, 2, 3), (3,))
+    image = apply(image, shrink(image, (1, 2)))
+    assert partition(image).replicas == (1, 2)
+    assert state(image) == (1, (1, 2), (), ())
