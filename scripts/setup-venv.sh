@@ -17,7 +17,10 @@ if [ -z "$python" ]; then
     echo "kraft-py needs Python 3.11 (set PYTHON=/path/to/python3.11)" >&2
     exit 1
 fi
-if [ ! -x .venv/bin/python ]; then
+# A venv whose creation was interrupted (Ctrl-C during the first set-up) has a python but
+# no pip: make it again rather than fail on it forever.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+    rm -rf .venv
     "$python" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
