@@ -243,6 +243,32 @@ def test_a_committed_offset_going_backwards_between_fetches_is_flagged() -> None
     assert group_checks(*ops, fetched("g1", 3, 7, 8, epoch=0)) == []
 
 
+def test_an_offset_read_after_its_commit_was_lost_to_power_cuts_may_go_back() -> None:
+    """Kafka seed 279 (5 brokers): the commit of 5 was acknowledged by ISR {8, 5, 6}; the ISR
+    shrank to {5, 6} and both lost power while it stood, so the commit may be lost; the
+    deposed leader 8 still answered a fetch with 5 after the cuts, and the new leader's log
+    had only 3. The commit's loss is excused, so the fetch of 5 going back to 3 is too."""
+    log = "__consumer_offsets-1"
+    isr = (8, 5, 6)
+    ops = [
+        commit("g0", 3, 1, 2, isr=isr),
+        commit("g0", 5, 3, 4, isr=isr),
+        KafkaOp("g1", OFFSET_FETCH, G, "ok", None, 5, (), 16, isr, 15, 1),
+        fetched("g2", 3, 20, 21),
+    ]
+
+    def cuts(*brokers: int) -> PowerCuts:
+        result = PowerCuts()
+        result.isr_changed(log, isr, 1)
+        result.isr_changed(log, (5, 6), 10)
+        for at, broker in enumerate(brokers, start=12):
+            result.cut(broker, at)
+        return result
+
+    assert group_checks(*ops, cuts=cuts(5, 6)) == []
+    assert group_checks(*ops, cuts=cuts(5)) == ["lost-commit", "offset-backwards"]
+
+
 def test_the_offsets_topic_name_is_the_brokers() -> None:
     # Not imported by the analysis (Spark workers load no broker code): kept equal here.
     assert OFFSETS_LOG.startswith(f"{analysis.OFFSETS_TOPIC}-")
