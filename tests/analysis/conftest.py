@@ -34,6 +34,19 @@ def kraft_sim(*args: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
+def trace_run(root: Path, scenario: str, seed: int, bug: str | None, *extra: str) -> None:
+    """One ``kraft-sim run`` adding its trace to ``root``: it fails exactly when ``bug`` is
+    planted (each bug runs at the seed pinned to catch it)."""
+    args = ["run", "--scenario", scenario, "--seed", str(seed), *extra, "--trace", str(root)]
+    result = subprocess.run(
+        [str(BIN / "kraft-sim"), *args, *(["--bug", bug] if bug else [])],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == (1 if bug else 0), result.stdout + result.stderr
+
+
 @pytest.fixture(scope="session")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> TraceSets:
     root = tmp_path_factory.mktemp("traces")
@@ -73,15 +86,8 @@ def kafka_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for bug in ("ack-before-fetch", "skip-sequence-check", "coordinator-hw-over-truncated")
     ]
     for bug, seed, duration in [*runs, (None, 1, "10")]:
-        args = ["run", "--scenario", "kafka", "--seed", str(seed), "--duration", duration]
-        extra = ["--bug", bug, *KAFKA_BUG_ARGS.get(bug, ())] if bug else []
-        result = subprocess.run(
-            [str(BIN / "kraft-sim"), *args, *extra, "--trace", str(root)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert result.returncode == (1 if bug else 0), result.stdout + result.stderr
+        extra = KAFKA_BUG_ARGS.get(bug, ()) if bug else ()
+        trace_run(root, "kafka", seed, bug, "--duration", duration, *extra)
     return root
 
 

@@ -44,7 +44,7 @@ from tests.planted import (
     RAFT_BUG_SEEDS,
 )
 
-from .conftest import TraceSets, named_partition
+from .conftest import TraceSets, named_partition, trace_run
 
 BIN = Path(sys.executable).parent
 
@@ -204,14 +204,7 @@ def metadata_bug_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runs += [(shutdown_bug, METADATA_BUG_SEEDS[shutdown_bug])]
     runs += [(stall_bug, METADATA_RAFT_BUG_SEEDS[stall_bug][0]), (None, 1)]
     for bug, seed in runs:
-        args = ["run", "--scenario", "metadata", "--seed", str(seed), "--trace", str(root)]
-        result = subprocess.run(
-            [str(BIN / "kraft-sim"), *args, *(["--bug", bug] if bug else [])],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert result.returncode == (1 if bug else 0), result.stdout + result.stderr
+        trace_run(root, "metadata", seed, bug)
     return root
 
 
@@ -240,14 +233,7 @@ def raft_bug_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("raft-traces")
     runs = [(bug, seed) for bug, seed in RAFT_BUG_SEEDS.items()] + [(None, 1), (None, 2)]
     for bug, seed in runs:
-        args = ["run", "--scenario", "raft", "--seed", str(seed), "--trace", str(root)]
-        result = subprocess.run(
-            [str(BIN / "kraft-sim"), *args, *(["--bug", bug] if bug else [])],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert result.returncode == (1 if bug else 0), result.stdout + result.stderr
+        trace_run(root, "raft", seed, bug)
     return root
 
 
