@@ -42,7 +42,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.bench_data import DEADLINE_S, start_node
 from broker.client import KafkaConnection
 from log.batch import iter_batches
-from raft.entities import make, request_module
+from protocol.entities import make, request_module
 
 FETCH = 1
 FETCH_MAX_BYTES = 8 << 20

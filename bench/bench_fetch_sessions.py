@@ -30,7 +30,7 @@ from broker.fetch_session import FINAL_EPOCH, FetchSessionCache, PartitionReques
 from broker.fetch_session_handler import FetchRequestData, FetchSessionHandler
 from broker.fetcher import FETCH, FETCH_VERSION, FetcherConfig, fetch_request
 from broker.replica_manager import ReadResult
-from raft import wire
+from protocol import wire
 
 BATCH_BYTES = 1024
 TOPICS = 10

@@ -24,7 +24,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker import forwarding
-from raft.entities import make, request_module
+from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.auto_topic_creation")
 

@@ -15,7 +15,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from raft import wire
+from protocol import wire
 
 MAX_IN_FLIGHT = 100
 _CORRELATION_ID_LIMIT = 2**31

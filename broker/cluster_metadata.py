@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from metadata.records import NO_LEADER
 from metadata.topic_names import INTERNAL_TOPICS, topic_name_error
-from raft.entities import make, response_module
+from protocol.entities import make, response_module
 
 METADATA = 3
 DESCRIBE_CLUSTER = 60

@@ -40,7 +40,7 @@ from broker.fetch_session import (
 from broker.network import NO_RESPONSE
 from broker.replica_manager import AppendResult, ReplicaManager
 from metadata.topic_names import RESERVED_TOPICS
-from raft.entities import make, response_module
+from protocol.entities import make, response_module
 
 PRODUCE = 0
 FETCH = 1

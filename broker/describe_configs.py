@@ -29,7 +29,7 @@ from metadata.config_defs import (
 from metadata.image import MetadataImage
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from metadata.topic_names import topic_name_error
-from raft.entities import make, response_module
+from protocol.entities import make, response_module
 
 DESCRIBE_CONFIGS = 32
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."

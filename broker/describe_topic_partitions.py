@@ -21,7 +21,7 @@ from broker.cluster_metadata import offline_replicas
 from metadata.image import MetadataImage, TopicImage
 from metadata.records import NO_LEADER
 from metadata.topic_names import INTERNAL_TOPICS, topic_name_error
-from raft.entities import make, response_module
+from protocol.entities import make, response_module
 
 DESCRIBE_TOPIC_PARTITIONS = 75
 MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000

@@ -40,7 +40,7 @@ from log.clock import WallClock
 from log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from log.errors import RecordError
 from log.log import KafkaStorageError, UnexpectedAppendOffsetError
-from raft.entities import make, request_module
+from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.fetcher")
 

@@ -14,7 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from metadata.controller import reassignment
-from raft.entities import make, response_module
+from protocol.entities import make, response_module
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20

@@ -46,8 +46,8 @@ from broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager, init_produc
 from broker.replica_manager import ReplicaManager
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
-from raft import wire
-from raft.entities import make, response_module
+from protocol import wire
+from protocol.entities import make, response_module
 
 logger = logging.getLogger("broker.kafka_apis")
 

@@ -32,7 +32,7 @@ from kio.schema.errors import ErrorCode
 from broker.controller_channel import ControllerSender
 from log.runtime import Runtime
 from metadata.records import ELR_FEATURE, METADATA_VERSION_FEATURE, FeatureRange, Listener
-from raft.entities import make, request_module
+from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.lifecycle")
 

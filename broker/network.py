@@ -39,8 +39,8 @@ from kio.schema.errors import ErrorCode
 
 from log.fs import FileRegion
 from log.rate_limited_log import RateLimitedLog
-from raft import wire
-from raft.entities import make, response_module
+from protocol import wire
+from protocol.entities import make, response_module
 
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 BIG_FRAME_BYTES = 64 * 1024

@@ -18,7 +18,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.controller_channel import ControllerSender
-from raft.entities import make, request_module, response_module
+from protocol.entities import make, request_module, response_module
 
 INIT_PRODUCER_ID = 22
 ALLOCATE_PRODUCER_IDS = 67

@@ -64,7 +64,7 @@ from metadata.config_defs import CLUSTER_DEFAULT
 from metadata.delta import local_changes
 from metadata.image import EMPTY, MetadataImage, TopicImage
 from metadata.records import ELR_FEATURE, NO_LEADER
-from raft.entities import make, request_module
+from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.replica_manager")
 

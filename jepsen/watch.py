@@ -16,8 +16,8 @@ from jepsen.cluster import node_name
 from jepsen.history import Recorder
 from kraft.quorum_tool import describe_quorum
 from metadata.records import NO_LEADER
+from protocol.wire import FrameError
 from raft.codec import METADATA_TOPIC
-from raft.wire import FrameError
 from sim import kafka_client
 from sim.scenarios.kafka import REQUEST_TIMEOUT_S, TOPIC, key_of
 

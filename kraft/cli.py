@@ -41,7 +41,7 @@ def _describe_quorum(address: str, replication: bool) -> int:
     import asyncio
 
     from kraft.quorum_tool import describe_quorum, format_replication, format_status
-    from raft import wire
+    from protocol import wire
 
     controllers = []
     for item in address.split(","):

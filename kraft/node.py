@@ -55,7 +55,8 @@ from metadata.controller.quorum_controller import (
 from metadata.controller.topics import INTERNAL_TOPIC_CREATOR
 from metadata.loader import MetadataLoader, MetadataPublisher
 from metadata.records import Listener
-from raft import codec, wire
+from protocol import wire
+from raft import codec
 from raft.core import Event, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import NODE_BUGS as RAFT_BUGS

@@ -15,7 +15,8 @@ from kio.schema.describe_quorum.v2.request import (
 from kio.schema.types import TopicName
 from kio.static.primitive import i32
 
-from raft import codec, wire
+from protocol import wire
+from raft import codec
 
 DESCRIBE_QUORUM_VERSION = 2
 

@@ -3,7 +3,7 @@
 Kafka's RPCs are shaped for many topics and partitions; KRaft only ever talks about
 ``__cluster_metadata-0``, so each direction is a copy into or out of a single topic with a
 single partition. The entities are built generically from the schema module of the version
-in use (:func:`raft.entities.make`, shared with the broker and controller): fields an older
+in use (:func:`protocol.entities.make`, shared with the broker and controller): fields an older
 version lacks are dropped and required fields we have no value for (directory ids, leader
 endpoints, ...) get the protocol's zero value. That keeps one builder per API for every
 version we accept, instead of one per version.
@@ -26,7 +26,8 @@ from kio.index import KioIndexError, load_payload_module, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
-from raft.entities import make
+from protocol.entities import make
+from protocol.wire import API_VERSIONS_KEY
 from raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -44,7 +45,6 @@ from raft.messages import (
     VoteResponse,
 )
 from raft.progress import ReplicaProgress
-from raft.wire import API_VERSIONS_KEY
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0

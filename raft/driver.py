@@ -25,7 +25,8 @@ from typing import Protocol
 from log.batch import decode_batch, iter_batches, validate_batch
 from log.records import Record
 from log.runtime import Runtime
-from raft import codec, quorum_state, wire
+from protocol import wire
+from raft import codec, quorum_state
 from raft.batch_accumulator import BatchAccumulator
 from raft.core import (
     CORE_BUGS,

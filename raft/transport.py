@@ -14,7 +14,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from raft import codec, wire
+from protocol import wire
+from raft import codec
 from raft.messages import Errors, Request, RequestFailed, Response
 
 BACKOFF_MIN_S = 0.05

@@ -1,5 +1,5 @@
-"""The dependency rule: log <- raft <- metadata <- broker <- kraft; sim and jepsen (the test
-harnesses) on top, never imported."""
+"""The dependency rule: log <- protocol <- raft <- metadata <- broker <- kraft; sim and jepsen
+(the test harnesses) on top, never imported."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("log", "raft", "metadata", "broker", "kraft")
+LAYERS = ("log", "protocol", "raft", "metadata", "broker", "kraft")
 HARNESSES = ("sim", "jepsen")
 PACKAGES = (*LAYERS, *HARNESSES)
 
@@ -55,11 +55,13 @@ def test_checker_reports_an_upward_import_and_a_harness_import(tmp_path: Path) -
     for package in LAYERS:
         (tmp_path / package).mkdir()
     (tmp_path / "log" / "bad.py").write_text("import raft.core\n")
+    (tmp_path / "protocol" / "upward.py").write_text("from raft.driver import RaftNode\n")
     (tmp_path / "broker" / "worse.py").write_text("from sim.world import World\n")
     (tmp_path / "kraft" / "fine.py").write_text("from broker import x\nimport log\n")
     (tmp_path / "kraft" / "harnessed.py").write_text("from jepsen.run import run\n")
     assert layering_violations(tmp_path) == [
         "log/bad.py:1 (log) imports raft",
+        "protocol/upward.py:1 (protocol) imports raft",
         "broker/worse.py:1 (broker) imports sim",
         "kraft/harnessed.py:1 (kraft) imports jepsen",
     ]

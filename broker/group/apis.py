@@ -27,7 +27,7 @@ from broker.group.shard import OffsetCommit
 from broker.network import CLIENT_HOST
 from log.rate_limited_log import RateLimitedLog
 from metadata.image import MetadataImage
-from raft.entities import make, request_module, response_module
+from protocol.entities import make, request_module, response_module
 
 logger = logging.getLogger("broker.group.apis")
 

@@ -32,7 +32,7 @@ from metadata.records import (
     UnfenceBroker,
     UnregisterBroker,
 )
-from raft.entities import make, response_module
+from protocol.entities import make, response_module
 
 BROKER_REGISTRATION = 62
 BROKER_HEARTBEAT = 63

@@ -20,7 +20,7 @@ from metadata.config_defs import CLUSTER_DEFAULT, ConfigType, check_config, defi
 from metadata.controller import elr
 from metadata.controller.context import ApiError, ControllerContext, ControllerResult
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, Config, MetadataRecord
-from raft.entities import make, response_module
+from protocol.entities import make, response_module
 
 ALTER_CONFIGS = 33
 INCREMENTAL_ALTER_CONFIGS = 44

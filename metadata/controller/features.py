@@ -28,7 +28,7 @@ from metadata.records import (
     FeatureLevel,
     MetadataRecord,
 )
-from raft.entities import make, response_module
+from protocol.entities import make, response_module
 
 UPDATE_FEATURES = 57
 # The levels this controller can finalize, per feature.

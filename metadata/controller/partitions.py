@@ -25,7 +25,7 @@ from metadata.controller.election import (
 from metadata.controller.reassignment import isr_change, reassigning
 from metadata.image import PartitionRegistration, TopicImage
 from metadata.records import NO_LEADER, MetadataRecord, PartitionChange
-from raft.entities import make, response_module
+from protocol.entities import make, response_module
 
 ELECT_LEADERS = 43
 ALTER_PARTITION = 56

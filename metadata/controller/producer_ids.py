@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.controller.context import ControllerContext, ControllerResult
 from metadata.records import ProducerIds
-from raft.entities import make, response_module
+from protocol.entities import make, response_module
 
 ALLOCATE_PRODUCER_IDS = 67
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE

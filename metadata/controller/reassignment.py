@@ -38,7 +38,7 @@ from metadata.controller.election import LEADER_OUTSIDE_ISR, choose_leader
 from metadata.controller.topics import TOO_MANY_RECORDS, validate_replica_list
 from metadata.image import PartitionRegistration, TopicImage
 from metadata.records import NO_LEADER, PartitionChange
-from raft.entities import make, response_module
+from protocol.entities import make, response_module
 
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46

@@ -23,7 +23,7 @@ from metadata.controller.reassignment import (
     error_response,
 )
 from metadata.controller.topics import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
-from raft.entities import has_field, make, response_module
+from protocol.entities import has_field, make, response_module
 
 Refusal = Callable[[Any, Any, ErrorCode], object]
 

@@ -29,7 +29,7 @@ from metadata.controller.placement import PlacementError, place_replicas
 from metadata.image import TopicImage
 from metadata.records import TOPIC_RESOURCE, Config, MetadataRecord, Partition, RemoveTopic, Topic
 from metadata.topic_names import CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, topic_name_error
-from raft.entities import make, response_module
+from protocol.entities import make, response_module
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20

@@ -18,7 +18,7 @@ from metadata.image import (
     TopicsImage,
 )
 from metadata.records import BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE, Listener
-from raft.entities import make, response_module
+from protocol.entities import make, response_module
 
 LISTENER = "PLAINTEXT"
 ORDERS_ID = uuid.UUID(int=0x0A)

@@ -18,8 +18,8 @@ from kio.schema.errors import ErrorCode
 from broker.controller_channel import ControllerChannel, is_not_controller
 from broker.forwarding import forwarded_error_response
 from broker.network import serve_connection
-from raft import wire
-from raft.entities import make
+from protocol import wire
+from protocol.entities import make
 
 SUPPORTED = {19: (2, 7)}
 

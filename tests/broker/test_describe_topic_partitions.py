@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.describe_topic_partitions import DESCRIBE_TOPIC_PARTITIONS
 from metadata.image import MetadataImage, TopicImage, TopicsImage
-from raft.entities import make, request_module
+from protocol.entities import make, request_module
 from tests.broker.fakes import AUDIT_ID, ORDERS_ID, FakeController, cluster_image
 from tests.broker.test_kafka_apis import apis, ask
 

@@ -32,8 +32,8 @@ from broker.fetch_session import (
 )
 from broker.fetch_session_handler import FetchSessionHandler
 from broker.replica_manager import ReadResult
-from raft import wire
-from raft.entities import make, request_module
+from protocol import wire
+from protocol.entities import make, request_module
 
 
 @dataclass

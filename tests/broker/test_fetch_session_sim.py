@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from broker.client import KafkaConnection
 from log.batch import encode_batch
 from log.records import Record
-from raft.entities import make, request_module
+from protocol.entities import make, request_module
 from sim import admin
 from sim.world import World
 from tests.broker.test_replication_sim import BROKERS, PORT, TIMEOUT_S, Cluster, run_scenario

@@ -27,7 +27,7 @@ from broker.group.apis import (
 from broker.group.coordinator import OFFSETS_TOPIC
 from metadata.image import BrokerRegistration, ClusterImage, MetadataImage
 from metadata.records import Listener
-from raft.entities import make, request_module, response_module
+from protocol.entities import make, request_module, response_module
 from tests.broker.test_group_coordinator import NODE, Clock, Partitions, image, started
 
 LISTENER = "PLAINTEXT"

@@ -26,7 +26,7 @@ from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.group.records import GroupKey, GroupValue, encode_group_key, encode_group_value
 from log.batch import encode_batch
 from log.records import Record
-from raft.entities import make, request_module
+from protocol.entities import make, request_module
 from tests.broker.test_group_apis import LISTENER, request, with_broker
 from tests.broker.test_group_coordinator import NODE, Clock, Partitions, image, move, started
 

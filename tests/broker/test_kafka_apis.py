@@ -25,8 +25,8 @@ from broker.fetch_session import FetchSessionCache
 from broker.kafka_apis import KafkaApis
 from metadata.config_defs import TOPIC_CONFIGS, ConfigSource, ConfigType
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
-from raft import wire
-from raft.entities import make, request_module
+from protocol import wire
+from protocol.entities import make, request_module
 from sim.loop import SimLoop
 from tests.broker.fakes import AUDIT_ID, LISTENER, ORDERS_ID, FakeController, cluster_image
 

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from log.runtime import real_runtime
 from metadata.records import Listener
-from raft.entities import make
+from protocol.entities import make
 
 WAIT_S = 5.0
 

@@ -19,7 +19,7 @@ from broker import network
 from broker.client import ConnectionClosed, KafkaConnection
 from broker.network import api_versions_response, decode_request, serve_connection
 from log.rate_limited_log import RateLimitedLog
-from raft import wire
+from protocol import wire
 
 SUPPORTED = {wire.API_VERSIONS_KEY: (0, 3), 60: (0, 0)}
 API_VERSIONS = ApiVersionsRequest(client_software_name="test", client_software_version="1")

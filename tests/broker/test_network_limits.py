@@ -24,7 +24,7 @@ from broker.network import (
     serve_connection,
 )
 from log.rate_limited_log import RateLimitedLog
-from raft import wire
+from protocol import wire
 
 SUPPORTED = {wire.API_VERSIONS_KEY: (0, 3)}
 

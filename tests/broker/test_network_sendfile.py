@@ -20,8 +20,8 @@ from broker.data_plane import FETCH
 from broker.network import SENDFILE_MIN_BYTES
 from log.fs import FileHandle, FileRegion, RealFileSystem
 from log.rate_limited_log import RateLimitedLog
-from raft import wire
-from raft.entities import make, request_module, response_module
+from protocol import wire
+from protocol.entities import make, request_module, response_module
 from tests.broker.test_network import connected, serving
 
 VERSION = 12

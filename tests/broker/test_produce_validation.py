@@ -28,7 +28,7 @@ from log.batch import (
 )
 from log.compression import compress
 from log.records import Record, encode_record
-from raft.entities import make, request_module
+from protocol.entities import make, request_module
 from tests.broker.test_replica_manager import ME, TOPIC_A, image, partition
 from tests.broker.test_replica_manager import run as run_replicas
 

@@ -14,7 +14,7 @@ from broker.producer_ids import (
     ProducerIdManager,
     init_producer_id,
 )
-from raft.entities import make, request_module, response_module
+from protocol.entities import make, request_module, response_module
 
 
 class BlockController:

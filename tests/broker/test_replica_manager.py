@@ -30,7 +30,7 @@ from log.manager import LogManager
 from log.records import Record
 from log.runtime import real_runtime
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage, TopicsImage
-from raft.entities import make, request_module
+from protocol.entities import make, request_module
 
 ME = 1
 T = TypeVar("T")

@@ -25,7 +25,7 @@ from kraft.node import KraftNode
 from log.batch import decode_batch, encode_batch, iter_batches
 from log.records import Record
 from log.runtime import Runtime
-from raft.entities import make, request_module
+from protocol.entities import make, request_module
 from sim import admin
 from sim.process import SimProcess
 from sim.world import World

@@ -41,8 +41,8 @@ from kio.schema.errors import ErrorCode
 from broker.client import KafkaConnection
 from log.batch import encode_batch
 from log.records import Record
-from raft import wire
-from raft.entities import make, request_module
+from protocol import wire
+from protocol.entities import make, request_module
 from tests.kraft.procs import Processes, free_port, port_open, wait_until
 from tests.kraft.wire_client import connect, create_topic, produce, read_all, wait_for_leader
 

@@ -32,8 +32,8 @@ from kraft.config import load_config
 from kraft.node import KraftNode
 from kraft.storage import check_and_lock
 from log.runtime import real_runtime
-from raft import wire
-from raft.entities import make, request_module
+from protocol import wire
+from protocol.entities import make, request_module
 from tests.kraft.inprocess import CLUSTER_ID, format_node
 
 HEARTBEAT_INTERVAL_S = 2.0  # broker.heartbeat.interval.ms default

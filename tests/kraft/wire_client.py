@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from broker.client import KafkaConnection
 from log.batch import decode_batch, encode_batch, iter_batches
 from log.records import Record
-from raft.entities import make, request_module
+from protocol.entities import make, request_module
 
 CREATE_TOPICS, PRODUCE, FETCH, METADATA = 19, 0, 1, 3
 TIMEOUT_S = 10.0

@@ -19,6 +19,13 @@ from kio.schema.describe_quorum.v2.request import DescribeQuorumRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 
+from protocol.wire import (
+    RequestHeader,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
 from raft.codec import (
     API_VERSIONS,
     METADATA_TOPIC,
@@ -48,13 +55,6 @@ from raft.messages import (
     VoteResponse,
 )
 from raft.progress import ReplicaProgress
-from raft.wire import (
-    RequestHeader,
-    decode_request,
-    decode_response,
-    encode_request,
-    encode_response,
-)
 
 i32 = st.integers(-(2**31), 2**31 - 1)
 i64 = st.integers(-(2**63), 2**63 - 1)

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from log.runtime import real_runtime
-from raft import codec, wire
+from protocol import wire
+from raft import codec
 from raft import core as core_module
 from raft.core import OBSERVER_SESSION_TIMEOUT_MS, RaftCore, Role
 from raft.disk_log import DiskLog

@@ -210,7 +210,7 @@ def test_refusals_encode_for_every_served_version(api_key: int, version: int) ->
 
 def _empty_request(module: Any, api_key: int) -> Any:
     """A request with one resource (where the API has resources) to refuse."""
-    from raft.entities import make
+    from protocol.entities import make
 
     request_type = next(
         getattr(module, name)

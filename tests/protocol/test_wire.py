@@ -1,4 +1,4 @@
-"""Framing and header rules of raft/wire.py, checked on the bytes and against kafka-python."""
+"""Framing and header rules of protocol/wire.py, checked on the bytes and against kafka-python."""
 
 from __future__ import annotations
 
@@ -26,11 +26,8 @@ from kio.static.constants import EntityType
 from kio.static.primitive import Records, i64Timedelta
 
 from log.fs import FileRegion
-from raft.codec import API_VERSIONS, api_versions_response, encode_raft_request, error_response
-from raft.entities import make
-from raft.messages import BeginQuorumEpochRequest as CoreBeginQuorumEpoch
-from raft.messages import VoteRequest
-from raft.wire import (
+from protocol.entities import make
+from protocol.wire import (
     INVALID_REQUEST,
     UNSUPPORTED_VERSION,
     FrameError,
@@ -42,6 +39,9 @@ from raft.wire import (
     read_frame,
     response_parts,
 )
+from raft.codec import API_VERSIONS, api_versions_response, encode_raft_request, error_response
+from raft.messages import BeginQuorumEpochRequest as CoreBeginQuorumEpoch
+from raft.messages import VoteRequest
 from sim.disk import SimDisk
 
 
