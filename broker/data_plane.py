@@ -46,6 +46,7 @@ PRODUCE = 0
 FETCH = 1
 LIST_OFFSETS = 2
 OFFSET_FOR_LEADER_EPOCH = 23
+READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 TOPIC_ID_VERSION = 13  # Fetch names topics by id from v13 (KIP-516)
 # Produce v3+ carries only v2 record batches (magic 2), the one format the log stores.
@@ -303,15 +304,24 @@ def _read(
             wanted.current_leader_epoch,
             min_one_message=min_one_message,
             last_fetched_epoch=wanted.last_fetched_epoch,
+            isolation_level=request.isolation_level,
+        )
+    aborted = None  # read_uncommitted: null, as Kafka sends it
+    if request.isolation_level == READ_COMMITTED:
+        aborted = tuple(
+            make(
+                module.AbortedTransaction,
+                {"producer_id": txn.producer_id, "first_offset": txn.first_offset},
+            )
+            for txn in result.aborted_transactions or ()
         )
     fields: dict[str, Any] = {
         "partition_index": index,
         "error_code": result.error,
         "high_watermark": result.high_watermark,
-        # No transactions yet: everything committed is stable.
-        "last_stable_offset": result.high_watermark,
+        "last_stable_offset": result.last_stable_offset,
         "log_start_offset": result.log_start_offset,
-        "aborted_transactions": None if request.isolation_level != READ_COMMITTED else (),
+        "aborted_transactions": aborted,
         "records": result.records,
     }
     if result.diverging_end_offset >= 0:
@@ -333,6 +343,7 @@ def list_offsets(replicas: ReplicaManager, request: Any, api_version: int) -> ob
                 wanted.partition_index,
                 wanted.timestamp,
                 getattr(wanted, "current_leader_epoch", -1),
+                getattr(request, "isolation_level", READ_UNCOMMITTED),  # v2+
             )
             answers.append(
                 make(

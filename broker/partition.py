@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from broker.bugs import NO_EPOCH_BUMP
 from broker.producer_state import ProducerState
 from log.batch import iter_batches
+from log.end_txn_marker import decode_marker
 from log.log import Log
 from metadata.image import PartitionRegistration
 from metadata.records import NO_LEADER
@@ -126,6 +127,12 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.state is ReplicaState.LEADER
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the high watermark, or the first offset of the earliest transaction
+        still open or not yet replicated below it (where read_committed reads stop)."""
+        return self.producers.last_stable_offset(self.high_watermark)
 
     @property
     def maximal_isr(self) -> tuple[int, ...]:
@@ -253,6 +260,7 @@ class Partition:
         if candidate <= self.high_watermark or candidate < self.leader_epoch_start_offset:
             return False
         self.high_watermark = candidate
+        self.producers.on_high_watermark(candidate)
         return True
 
     def isr_to_expand(
@@ -308,10 +316,35 @@ class Partition:
         producers, so this replica deduplicates as leader. Returns the new log end."""
         info = self.log.append_as_follower(records)
         if info.first_offset >= 0:
-            for _position, header in iter_batches(records):
-                self.producers.record(header, header.base_offset, now_ms)
+            for position, header in iter_batches(records):
+                marker = decode_marker(records, position, header)
+                aborted = self.producers.record(header, header.base_offset, now_ms, marker)
+                if aborted is not None:
+                    self.log.append_aborted_txn(aborted)
         return self.log.log_end_offset
 
     def follower_high_watermark(self, leader_high_watermark: int) -> None:
         """A follower's high watermark: the leader's, but never past its own log end."""
         self.high_watermark = max(0, min(leader_high_watermark, self.log.log_end_offset))
+        self.producers.on_high_watermark(self.high_watermark)
+
+    # ---- truncation ----------------------------------------------------------------------
+    async def truncate_to(self, offset: int) -> bool:
+        """Cut the log at ``offset`` and rebuild the producer state from what is left, as
+        Kafka's truncateTo does (the cut may have removed batches, transactions' first
+        batches or their markers). True if anything was removed."""
+        removed = await self.log.truncate_to(offset)
+        if removed:
+            self._rebuild_producers()
+        return removed
+
+    async def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log, restarting at ``offset``; no producer is known any more."""
+        await self.log.truncate_fully_and_start_at(offset)
+        self._rebuild_producers()
+
+    def _rebuild_producers(self) -> None:
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+        self.producers = ProducerState.from_log(
+            self.log, self.producers.expiration_ms, self.high_watermark
+        )

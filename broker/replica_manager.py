@@ -54,11 +54,13 @@ from log.batch import parse_header
 from log.checkpoint import CheckpointError
 from log.clock import WallClock
 from log.config import LogConfig
+from log.end_txn_marker import EndTransactionMarker, encode_marker_batch
 from log.epoch_cache import UNDEFINED_EPOCH
 from log.errors import RecordError
 from log.fs import FileRegion, read_all, write_atomic
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.manager import LogManager
+from log.txn_index import AbortedTxn
 from log.validator import PRODUCE_DECOMPRESSED_BYTES_MAX, validate_records
 from metadata.config_defs import CLUSTER_DEFAULT
 from metadata.delta import local_changes
@@ -75,6 +77,8 @@ BROKER_RESOURCE = 4  # ... and of broker configs (resource "" = cluster-wide def
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 NO_EPOCH = -1
 ALTER_PARTITION = 56
 ALTER_PARTITION_VERSION = 3
@@ -124,6 +128,9 @@ class ReadResult:
     records: bytes | FileRegion = b""  # a consumer or follower read: a region, unread
     diverging_epoch: int = UNDEFINED_EPOCH  # with diverging_end_offset: where to truncate
     diverging_end_offset: int = -1
+    last_stable_offset: int = -1
+    # read_committed: the aborted transactions overlapping the records read (else None)
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +335,7 @@ class ReplicaManager:
             following = transition.after is ReplicaState.FOLLOWER
             if refetch and following and partition.leader != NO_LEADER:
                 if TRUNCATE_TO_HW in self.bugs and transition.new_epoch:
-                    await partition.log.truncate_to(partition.high_watermark)
+                    await partition.truncate_to(partition.high_watermark)
                 self.fetchers.add(partition)
             if transition.after is ReplicaState.LEADER:
                 self._maybe_advance_high_watermark(partition)
@@ -429,17 +436,18 @@ class ReplicaManager:
         if self._recorded_topic_id(log) is None:
             marker = os.path.join(log.dir_path, PARTITION_METADATA_FILE)
             await write_atomic(self.logs.fs, marker, _partition_metadata(topic.topic_id))
+        checkpointed = self._checkpointed.pop((topic.name, index), 0)
+        high_watermark = max(log.log_start_offset, min(checkpointed, log.log_end_offset))
         partition = Partition(
             topic.name,
             index,
             topic.topic_id,
             log,
-            ProducerState.from_log(log, self._producer_id_expiration_ms),
+            ProducerState.from_log(log, self._producer_id_expiration_ms, high_watermark),
             self.node_id,
             bugs=self.bugs,
         )
-        checkpointed = self._checkpointed.pop((topic.name, index), 0)
-        partition.high_watermark = max(log.log_start_offset, min(checkpointed, log.log_end_offset))
+        partition.high_watermark = high_watermark
         return partition
 
     def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
@@ -464,6 +472,12 @@ class ReplicaManager:
         """The high watermark of a partition hosted here (None if not hosted)."""
         partition = self._partitions.get(key)
         return None if partition is None else partition.high_watermark
+
+    def last_stable_offset_of(self, key: tuple[str, int]) -> int | None:
+        """The last stable offset of a partition hosted here (None if not hosted): the log
+        cleaner's bound, as Kafka's firstUncleanableOffset (open transactions stay)."""
+        partition = self._partitions.get(key)
+        return None if partition is None else partition.last_stable_offset
 
     # ---- high watermark and ISR ------------------------------------------------------------
     def _maybe_advance_high_watermark(self, partition: Partition) -> None:
@@ -660,11 +674,11 @@ class ReplicaManager:
                 ErrorCode.invalid_record,
                 message="A produce request must carry exactly one record batch per partition",
             )
-        if header.is_control or header.is_transactional:
-            # Control batches are the broker's own; transactions need a coordinator.
+        if header.is_control:
+            # Markers are the broker's own, written for the transaction coordinator.
             return AppendResult(
                 ErrorCode.invalid_record,
-                message="Control and transactional batches are not accepted from producers",
+                message="Control batches are not accepted from producers",
             )
         min_isr = self._min_insync_replicas(topic)
         if acks == -1 and len(partition.isr) < min_isr:
@@ -720,12 +734,25 @@ class ReplicaManager:
         )
         if acks != -1 or ACK_BEFORE_FETCH in self.bugs:
             return result
+        return await self._wait_replicated(partition, last, min_isr, timeout_s, result)
+
+    async def _wait_replicated(
+        self,
+        partition: Partition,
+        last: int,
+        min_isr: int,
+        timeout_s: float,
+        result: AppendResult,
+    ) -> AppendResult:
+        """acks=all: ``result`` once the high watermark passes ``last``, or why not (Kafka's
+        DelayedProduce, parked in the partition's purgatory)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         epoch = partition.leader_epoch
-        while True:  # Kafka's DelayedProduce; bounded by the deadline
+        first = result.base_offset
+        while True:  # bounded by the deadline
             if (
-                self._partitions.get((topic, index)) is not partition
+                self._partitions.get(partition.key) is not partition
                 or not partition.is_leader
                 or partition.leader_epoch != epoch
             ):
@@ -735,12 +762,67 @@ class ReplicaManager:
                     return AppendResult(
                         ErrorCode.not_enough_replicas_after_append,
                         first,
-                        message=f"The ISR of {topic}-{index} shrank below "
-                        f"min.insync.replicas {min_isr} after the append",
+                        message=f"The ISR of {partition.topic}-{partition.index} shrank "
+                        f"below min.insync.replicas {min_isr} after the append",
                     )
                 return result
             if not await self.delayed.wait((partition.key,), deadline - loop.time()):
                 return AppendResult(ErrorCode.request_timed_out, first)
+
+    async def write_txn_marker(
+        self,
+        topic: str,
+        index: int,
+        producer_id: int,
+        producer_epoch: int,
+        marker: EndTransactionMarker,
+        timeout_s: float,
+        *,
+        epoch_bumped: bool = False,
+    ) -> AppendResult:
+        """Append a commit or abort marker for ``producer_id`` as leader and answer once it
+        is replicated, as acks=all (Kafka's appendRecords from the coordinator origin).
+        A retry of the marker last written is not appended again: it waits for that one.
+        ``epoch_bumped``: a transaction version 2 marker (its epoch must be newer)."""
+        partition = self._leader(topic, index)
+        if isinstance(partition, ErrorCode):
+            return AppendResult(partition)
+        if producer_id < 0 or producer_epoch < 0:
+            return AppendResult(ErrorCode.invalid_producer_epoch, message="no producer")
+        min_isr = self._min_insync_replicas(topic)
+        if len(partition.isr) < min_isr:
+            return AppendResult(
+                ErrorCode.not_enough_replicas,
+                message=f"The ISR of {topic}-{index} has {len(partition.isr)} replicas, fewer "
+                f"than min.insync.replicas {min_isr}",
+            )
+        verdict = partition.producers.check_marker(
+            producer_id, producer_epoch, marker, epoch_bumped=epoch_bumped
+        )
+        if verdict.error != ErrorCode.none:
+            return AppendResult(verdict.error, message=f"producer {producer_id}")
+        log = partition.log
+        if verdict.append:
+            now_ms = self._clock.now_ms()
+            batch = encode_marker_batch(producer_id, producer_epoch, marker, now_ms)
+            try:
+                info = log.append_as_leader(bytearray(batch), partition.leader_epoch)
+                header = parse_header(batch)
+                aborted = partition.producers.record(header, info.first_offset, now_ms, marker)
+                if aborted is not None:
+                    log.append_aborted_txn(aborted)
+            except OSError as error:
+                log_dir = self.logs.log_dir_of(topic, index)
+                if log_dir is not None:
+                    self.logs.fail_log_dir(log_dir, error)
+                return AppendResult(ErrorCode.kafka_storage_error, message=str(error))
+            offset = info.first_offset
+            self._maybe_advance_high_watermark(partition)
+            self.delayed.notify(partition.key)
+        else:
+            offset = verdict.duplicate_of
+        result = AppendResult(ErrorCode.none, offset, log.log_start_offset)
+        return await self._wait_replicated(partition, offset, min_isr, timeout_s, result)
 
     def _min_insync_replicas(self, topic: str) -> int:
         """min.insync.replicas of ``topic``: its own config, this broker's dynamic one,
@@ -764,12 +846,18 @@ class ReplicaManager:
         *,
         min_one_message: bool,
         last_fetched_epoch: int = UNDEFINED_EPOCH,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> ReadResult:
-        """A consumer's read: whole batches from ``offset``, none at or past the high watermark."""
+        """A consumer's read: whole batches from ``offset``, none at or past the high
+        watermark, or, read_committed, the last stable offset, with the aborted
+        transactions among them (from the ``.txnindex``)."""
         partition = self._leader(topic, index, current_leader_epoch)
         if isinstance(partition, ErrorCode):
             return ReadResult(partition)
-        return self._read(partition, offset, max_bytes, min_one_message, last_fetched_epoch, True)
+        committed = isolation_level == READ_COMMITTED
+        return self._read(
+            partition, offset, max_bytes, min_one_message, last_fetched_epoch, True, committed
+        )
 
     def read_for_follower(
         self,
@@ -819,8 +907,10 @@ class ReplicaManager:
         min_one_message: bool,
         last_fetched_epoch: int,
         to_high_watermark: bool,
+        committed: bool = False,
     ) -> ReadResult:
         log, hw = partition.log, partition.high_watermark
+        stable = partition.last_stable_offset
         if last_fetched_epoch != UNDEFINED_EPOCH:
             # KIP-320: the fetcher's log must agree with ours up to ``offset``; if not, it
             # is told where its last epoch ends here and truncates there.
@@ -829,22 +919,40 @@ class ReplicaManager:
                 # Kafka: the end of that epoch cannot be determined here.
                 return ReadResult(ErrorCode.offset_out_of_range, hw, log.log_start_offset)
             if epoch < last_fetched_epoch or end < offset:
-                return ReadResult(ErrorCode.none, hw, log.log_start_offset, b"", epoch, end)
+                return ReadResult(ErrorCode.none, hw, log.log_start_offset, b"", epoch, end, stable)
+        max_offset = None
+        if to_high_watermark:
+            max_offset = stable if committed else hw
         try:
             # Past the high watermark but within the log is not out of range (Kafka): a
             # consumer there waits for the records to commit.
             data = log.read(
                 offset,
                 max_bytes,
-                max_offset=hw if to_high_watermark else None,
+                max_offset=max_offset,
                 min_one_message=min_one_message,
                 skip_emptied=to_high_watermark,  # consumers only: replicas copy them
             )
+            aborted = None
+            if committed:
+                # The transactions aborted within what is read (Kafka's upper bound is the
+                # offset after the read; an empty read needs none).
+                found = log.collect_aborted_txns(offset, data.next_offset) if data.records else []
+                aborted = tuple(found)
         except OffsetOutOfRangeError:
-            return ReadResult(ErrorCode.offset_out_of_range, hw, log.log_start_offset)
+            return ReadResult(
+                ErrorCode.offset_out_of_range, hw, log.log_start_offset, last_stable_offset=stable
+            )
         except KafkaStorageError:
             return ReadResult(ErrorCode.kafka_storage_error)
-        return ReadResult(ErrorCode.none, hw, log.log_start_offset, data.records)
+        return ReadResult(
+            ErrorCode.none,
+            hw,
+            log.log_start_offset,
+            data.records,
+            last_stable_offset=stable,
+            aborted_transactions=aborted,
+        )
 
     def offset_for_leader_epoch(
         self, topic: str, index: int, current_leader_epoch: int, leader_epoch: int
@@ -858,14 +966,23 @@ class ReplicaManager:
         return ErrorCode.none, epoch, end
 
     def list_offset(
-        self, topic: str, index: int, timestamp: int, current_leader_epoch: int
+        self,
+        topic: str,
+        index: int,
+        timestamp: int,
+        current_leader_epoch: int,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> OffsetResult:
-        """ListOffsets: earliest, latest (the high watermark), the record with the largest
-        timestamp, or the first record whose timestamp is at or after ``timestamp``."""
+        """ListOffsets: earliest, latest (the high watermark, or read_committed the last
+        stable offset), the record with the largest timestamp, or the first record whose
+        timestamp is at or after ``timestamp`` (below that same bound, as Kafka's
+        lastFetchableOffset)."""
         partition = self._leader(topic, index, current_leader_epoch)
         if isinstance(partition, ErrorCode):
             return OffsetResult(partition)
         log, hw, epoch = partition.log, partition.high_watermark, partition.leader_epoch
+        if isolation_level == READ_COMMITTED:
+            hw = partition.last_stable_offset
         if timestamp == EARLIEST_TIMESTAMP:
             start = log.log_start_offset
             return OffsetResult(ErrorCode.none, -1, start, _epoch_at(log, start, epoch))
