@@ -196,6 +196,8 @@ class ReplicaManager:
         task fails if reconciling ever does, so the node's owner can fail loudly with it."""
         self._latest = image
         self._wake.set()
+        # The log cleaner leaves unfinished transactions alone (Kafka's LSO bound).
+        self.logs.last_stable_offset_provider = self.last_stable_offset_of
         loop = asyncio.get_running_loop()
         try:
             self._checkpointed = self.logs.read_high_watermarks()

@@ -16,6 +16,7 @@ from log.batch import (
     encode_batch,
     parse_header,
 )
+from log.cleaner import clean_log, first_uncleanable_offset
 from log.end_txn_marker import EndTransactionMarker, decode_marker, encode_marker_batch
 from log.log import Log
 from log.records import ControlRecordType, Record, encode_control_key
@@ -166,5 +167,85 @@ def test_recovery_cuts_entries_whose_marker_was_lost_and_repair_adds_lost_entrie
         assert reopened.repair_txn_indexes([AbortedTxn(5, 0, 1, 2)]) == 1
         assert reopened.aborted_txns() == [AbortedTxn(5, 0, 1, 2)]
         await reopened.close()
+
+    asyncio.run(run())
+
+
+def test_the_cleaner_removes_aborted_records_keeps_markers_and_their_index() -> None:
+    """An aborted write of a key never makes the committed one go (it is not in the offset
+    map), its records are removed, markers stay, and the .txnindex entries survive the
+    swap of the cleaned segments."""
+
+    def txn(producer_id: int, key: bytes, value: bytes) -> bytes:
+        record = Record(key, value, NOW_MS)
+        return encode_batch(
+            [record],
+            producer_id=producer_id,
+            producer_epoch=0,
+            base_sequence=0,
+            is_transactional=True,
+        )
+
+    def plain(key: bytes, value: bytes) -> bytes:
+        return encode_batch([Record(key, value, NOW_MS)])
+
+    def marker(producer_id: int, commit: bool) -> bytes:
+        return encode_marker_batch(producer_id, 0, EndTransactionMarker(commit, 0), NOW_MS)
+
+    async def run() -> None:
+        _, runtime, _ = make_runtime()
+        compact = config(cleanup_policy=("compact",), segment_bytes=300)
+        log = await Log.open(runtime, DIR, compact)
+        for data in (
+            plain(b"k", b"committed"),  # 0
+            txn(7, b"k", b"aborted"),  # 1
+            marker(7, False),  # 2
+            txn(8, b"j", b"j-old"),  # 3
+            marker(8, True),  # 4
+            plain(b"j", b"j-new"),  # 5
+            plain(b"x", b"x"),  # 6
+            plain(b"y", b"y"),  # 7
+        ):
+            log.append_as_leader(bytearray(data), 0)
+        log.append_aborted_txn(AbortedTxn(7, 1, 2, 3))
+        await log.flush()
+        assert len(log.segments) >= 3
+        aborted_before = log.aborted_txns()
+        result = await clean_log(log, 0, now_ms=NOW_MS, high_watermark=log.log_end_offset)
+        assert result is not None and result.segments_cleaned >= 2
+        kept: list[tuple[int, bytes | None, bytes | None]] = []
+        controls = []
+        for segment in log.segments:
+            for location in segment.batch_locations():
+                data = segment.log.pread(location.position, location.size)
+                header, records = decode_batch(data)
+                if header.is_control:
+                    controls.append(header.base_offset)
+                kept += [
+                    (header.base_offset, r.key, r.value) for r in records if not header.is_control
+                ]
+        assert controls == [2, 4]  # markers stay
+        assert (0, b"k", b"committed") in kept  # the aborted write of k did not shadow it
+        assert all(value != b"aborted" for _, _, value in kept)  # aborted records are gone
+        assert (3, b"j", b"j-old") not in kept and (5, b"j", b"j-new") in kept
+        assert log.aborted_txns() == aborted_before == [AbortedTxn(7, 1, 2, 3)]
+        await log.close()
+
+    asyncio.run(run())
+
+
+def test_the_cleaner_stops_at_the_last_stable_offset() -> None:
+    async def run() -> None:
+        _, runtime, _ = make_runtime()
+        log = await Log.open(runtime, DIR, config(cleanup_policy=("compact",), segment_bytes=300))
+        for _ in range(8):
+            log.append_as_leader(bytearray(batch(1)), 0)
+        await log.flush()
+        bases = [s.base_offset for s in log.segments]
+        assert len(bases) >= 3
+        # An open transaction from the second segment on: only the first may be cleaned.
+        assert first_uncleanable_offset(log, NOW_MS, bases[1] + 1) == bases[1]
+        assert first_uncleanable_offset(log, NOW_MS, log.log_end_offset) == bases[-1]
+        await log.close()
 
     asyncio.run(run())
