@@ -93,6 +93,7 @@ class KafkaApis:
         fetch_sessions: FetchSessionCache | None = None,
         producer_ids: ProducerIdManager | None = None,
         groups: GroupApis | None = None,
+        on_offsets_marker: txn_markers.OffsetsMarkerHook | None = None,
         auto_create_topics: bool = False,
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
     ) -> None:
@@ -112,6 +113,7 @@ class KafkaApis:
         if producer_ids is not None:
             self.supported_apis[INIT_PRODUCER_ID] = (0, 4)
         self.groups = groups
+        self._on_offsets_marker = on_offsets_marker  # the group coordinator's, when wired
         if groups is not None:
             self.supported_apis |= GROUP_APIS
         self.cluster_id = cluster_id
@@ -144,7 +146,9 @@ class KafkaApis:
             if api_key == data_plane.OFFSET_FOR_LEADER_EPOCH:
                 return data_plane.offset_for_leader_epoch(replicas, body, header.api_version)
             if api_key == txn_markers.WRITE_TXN_MARKERS:
-                return await txn_markers.write_txn_markers(replicas, body, header.api_version)
+                return await txn_markers.write_txn_markers(
+                    replicas, body, header.api_version, on_offsets_marker=self._on_offsets_marker
+                )
         if api_key in GROUP_APIS and self.groups is not None:
             return await self.groups.handle(
                 api_key, header.api_version, body, self.listener_name, header.client_id or ""

@@ -23,7 +23,7 @@ transaction version.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -38,8 +38,9 @@ OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_VERSION_2 = 2
 MARKER_TIMEOUT_MS = 30_000  # Kafka waits request.timeout.ms for a marker's replication
 
-# (producer id, the __consumer_offsets partitions whose marker was written, commit?)
-OffsetsMarkerHook = Callable[[int, tuple[int, ...], bool], Awaitable[None]]
+# Called once a marker is written to a __consumer_offsets partition, with (that partition,
+# producer id, producer epoch, committed?): the group coordinator's complete_transaction.
+OffsetsMarkerHook = Callable[[int, int, int, bool], None]
 
 
 async def write_txn_markers(
@@ -86,15 +87,14 @@ async def write_txn_markers(
         for topic in marker.topics:
             codes = [results[(id(marker), topic.name, i)].error for i in topic.partition_indexes]
             if topic.name == OFFSETS_TOPIC and on_offsets_marker is not None:
-                written = tuple(
-                    i
-                    for i, code in zip(topic.partition_indexes, codes, strict=True)
-                    if code == ErrorCode.none
-                )
-                if written:
-                    await on_offsets_marker(
-                        marker.producer_id, written, bool(marker.transaction_result)
-                    )
+                for i, code in zip(topic.partition_indexes, codes, strict=True):
+                    if code == ErrorCode.none:
+                        on_offsets_marker(
+                            i,
+                            marker.producer_id,
+                            marker.producer_epoch,
+                            bool(marker.transaction_result),
+                        )
             topics.append(
                 make(
                     module.WritableTxnMarkerTopicResult,

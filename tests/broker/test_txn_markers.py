@@ -5,6 +5,7 @@ Fetch, ListOffsets and fetch sessions answer before and after the markers."""
 from __future__ import annotations
 
 import random
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from protocol import wire
 from protocol.entities import make, request_module
 from tests.broker.fakes import LISTENER, FakeController
 from tests.broker.read_committed import committed_values
-from tests.broker.test_replica_manager import SOLE, run
+from tests.broker.test_replica_manager import ME, SOLE, TOPIC_A, image, partition, run
 
 FETCH, LIST_OFFSETS = 1, 2
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -198,3 +199,56 @@ def test_markers_end_transactions_and_read_committed_sees_only_committed_records
         assert (part.last_stable_offset, len(part.aborted_transactions)) == (6, 1)
 
     run(tmp_path, body, SOLE)
+
+
+OFFSETS = image(
+    6,
+    {
+        "a": (TOPIC_A, {0: partition(ME, (ME,))}),
+        "__consumer_offsets": (
+            uuid.UUID(int=0xC0),
+            {0: partition(ME, (ME,)), 1: partition(ME, (ME,))},
+        ),
+    },
+)
+
+
+def test_offsets_partitions_markers_complete_the_group_coordinators_transaction(
+    tmp_path: Path,
+) -> None:
+    """A marker written to __consumer_offsets is handed on to the group coordinator (its
+    pending transactional offsets apply or go), once written; a data partition's is not."""
+
+    async def body(replicas: ReplicaManager) -> None:
+        completed: list[tuple[int, int, int, bool]] = []
+        handler = KafkaApis(
+            1,
+            "cluster-a",
+            LISTENER,
+            lambda: OFFSETS,
+            FakeController(OFFSETS),
+            random.Random(0),
+            replicas=replicas,
+            on_offsets_marker=lambda *args: completed.append(args),
+        )
+        response = await ask(
+            handler,
+            WRITE_TXN_MARKERS,
+            1,
+            markers_request(
+                (7, 2, True, 0, {"a": [0], "__consumer_offsets": [1, 5]}),
+                (8, 0, False, 0, {"__consumer_offsets": [0]}),
+            ),
+        )
+        assert codes(response) == [
+            (7, "a", 0, ErrorCode.none),
+            (7, "__consumer_offsets", 1, ErrorCode.none),
+            (7, "__consumer_offsets", 5, ErrorCode.unknown_topic_or_partition),
+            (8, "__consumer_offsets", 0, ErrorCode.none),
+        ]
+        assert completed == [(1, 7, 2, True), (0, 8, 0, False)]
+        for index in (0, 1):
+            log = replicas.logs.get_log("__consumer_offsets", index)
+            assert log is not None and log.log_end_offset == 1  # the marker is in the log
+
+    run(tmp_path, body, OFFSETS)
