@@ -73,7 +73,14 @@ async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> o
                 ErrorCode.invalid_topic_exception,
                 message=f"Cannot append to internal topic {topic}",
             )
-        return await replicas.append(topic, data.index, bytes(data.records), acks, timeout_s)
+        return await replicas.append(
+            topic,
+            data.index,
+            bytes(data.records),
+            acks,
+            timeout_s,
+            transactional_id=request.transactional_id,  # Produce v3+
+        )
 
     # Every partition appends at once (in request order: each task appends before it first
     # waits), then all wait for their high watermarks together, within the one timeout.

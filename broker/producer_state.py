@@ -132,6 +132,15 @@ class ProducerState:
     def expiration_ms(self) -> int:
         return self._expiration_ms
 
+    def last_marker_of(self, producer_id: int) -> LastMarker | None:
+        """The last marker written for ``producer_id`` here, None if none (or unknown)."""
+        entry = self._producers.get(producer_id)
+        return None if entry is None else entry.last_marker
+
+    def in_transaction(self, producer_id: int) -> bool:
+        """Whether ``producer_id`` has a transaction open here."""
+        return producer_id in self._ongoing
+
     @property
     def open_transactions(self) -> dict[int, int]:
         """Producer id -> first offset of its open transaction, oldest first (a copy)."""

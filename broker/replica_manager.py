@@ -50,7 +50,8 @@ from broker.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
 from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState, Verdict
 from broker.purgatory import DelayedOperations
-from log.batch import parse_header
+from broker.txn_verification import TxnVerifier
+from log.batch import BatchHeader, parse_header
 from log.checkpoint import CheckpointError
 from log.clock import WallClock
 from log.config import LogConfig
@@ -94,6 +95,7 @@ class ReplicationConfig:
     min_insync_replicas: int = 1  # min.insync.replicas (the broker default)
     inter_broker_listener_name: str | None = None  # None: a broker's first listener
     fetcher: FetcherConfig = field(default_factory=FetcherConfig)
+    transaction_partition_verification_enable: bool = True  # KIP-890 part 1
 
     @classmethod
     def from_properties(
@@ -107,6 +109,10 @@ class ReplicationConfig:
             min_insync_replicas=int(str(properties.get("min.insync.replicas", 1))),
             inter_broker_listener_name=listener_name,
             fetcher=FetcherConfig.from_properties(dict(properties)),
+            transaction_partition_verification_enable=str(
+                properties.get("transaction.partition.verification.enable", "true")
+            ).lower()
+            == "true",
         )
 
 
@@ -185,6 +191,7 @@ class ReplicaManager:
         self._shrink_task: asyncio.Task[None] | None = None
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._checkpointed: dict[tuple[str, int], int] = {}  # high watermarks at start-up
+        self.txn_verifier = TxnVerifier(node_id, lambda: self._latest, self._endpoint)
 
     # ---- metadata --------------------------------------------------------------------------
     def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
@@ -228,6 +235,7 @@ class ReplicaManager:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self.fetchers.close()
+        await self.txn_verifier.close()
         self.delayed.notify_all()
         if self._checkpoint_task is not None:
             await self._checkpoint_high_watermarks()  # Kafka checkpoints them at shutdown too
@@ -658,9 +666,18 @@ class ReplicaManager:
         return partition
 
     async def append(
-        self, topic: str, index: int, records: bytes, acks: int, timeout_s: float
+        self,
+        topic: str,
+        index: int,
+        records: bytes,
+        acks: int,
+        timeout_s: float,
+        *,
+        transactional_id: str | None = None,
     ) -> AppendResult:
-        """Append a producer's batches as leader; with acks=-1, wait for the high watermark."""
+        """Append a producer's batches as leader; with acks=-1, wait for the high watermark.
+        A producer's first transactional batch here is verified with its transaction
+        coordinator first (KIP-890 part 1, ``transactional_id`` from the Produce)."""
         partition = self._leader(topic, index)
         if isinstance(partition, ErrorCode):
             return AppendResult(partition)
@@ -709,6 +726,11 @@ class ReplicaManager:
             verdict = Verdict()
         if verdict.error != ErrorCode.none:
             return AppendResult(verdict.error, message=f"producer {header.producer_id}")
+        if verdict.append and self._needs_verification(partition, header, transactional_id):
+            assert transactional_id is not None
+            verdict = await self._verify_transaction(partition, header, transactional_id)
+            if verdict.error != ErrorCode.none:
+                return AppendResult(verdict.error, message=f"producer {header.producer_id}")
         if verdict.append:
             try:
                 epoch = partition.leader_epoch
@@ -737,6 +759,48 @@ class ReplicaManager:
         if acks != -1 or ACK_BEFORE_FETCH in self.bugs:
             return result
         return await self._wait_replicated(partition, last, min_isr, timeout_s, result)
+
+    def _needs_verification(
+        self, partition: Partition, header: BatchHeader, transactional_id: str | None
+    ) -> bool:
+        """Kafka verifies a transactional batch whose producer has no transaction open on
+        the partition yet, when the request names its transactional id."""
+        return (
+            header.is_transactional
+            and transactional_id is not None
+            and self.config.transaction_partition_verification_enable
+            and not partition.producers.in_transaction(header.producer_id)
+        )
+
+    async def _verify_transaction(
+        self, partition: Partition, header: BatchHeader, transactional_id: str
+    ) -> Verdict:
+        """Ask the coordinator (broker/txn_verification.py); then check again what may have
+        changed while it answered: leadership, a truncation, a marker for the producer
+        (Kafka's verification guard: a transaction ended meanwhile must not be reopened by
+        a batch verified against it)."""
+        producers = partition.producers
+        producer_id = header.producer_id
+        marker = producers.last_marker_of(producer_id)
+        epoch = partition.leader_epoch
+        error = await self.txn_verifier.verify(
+            transactional_id,
+            producer_id,
+            header.producer_epoch,
+            partition.topic,
+            partition.index,
+        )
+        if error != ErrorCode.none:
+            return Verdict(error)
+        if (
+            self._partitions.get(partition.key) is not partition
+            or not partition.is_leader
+            or partition.leader_epoch != epoch
+        ):
+            return Verdict(ErrorCode.not_leader_or_follower)
+        if partition.producers is not producers or producers.last_marker_of(producer_id) != marker:
+            return Verdict(ErrorCode.invalid_txn_state)
+        return producers.check(header)  # another batch may have been appended meanwhile
 
     async def _wait_replicated(
         self,
