@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from broker.producer_snapshot import SnapshotEntry
 from log.batch import BatchHeader, iter_batches
 from log.end_txn_marker import EndTransactionMarker, decode_marker
 from log.log import Log, OffsetOutOfRangeError
@@ -169,16 +170,62 @@ class ProducerState:
         while unreplicated and unreplicated[0].last_offset < high_watermark:  # bounded by it
             unreplicated.popleft()
 
+    def snapshot_entries(self) -> list[SnapshotEntry]:
+        """The state as Kafka's snapshot keeps it: per producer, its last batch only."""
+        entries = []
+        for producer_id, entry in sorted(self._producers.items()):
+            last_sequence, last_offset, delta = -1, -1, 0
+            if entry.batches:
+                batch = entry.batches[-1]
+                delta = (batch.last_sequence - batch.first_sequence) % (MAX_SEQUENCE + 1)
+                last_sequence, last_offset = batch.last_sequence, batch.first_offset + delta
+            first = entry.txn_first_offset
+            entries.append(
+                SnapshotEntry(
+                    producer_id,
+                    entry.epoch,
+                    last_sequence,
+                    last_offset,
+                    delta,
+                    entry.last_ms,
+                    entry.coordinator_epoch,
+                    -1 if first is None else first,
+                )
+            )
+        return entries
+
+    def _load_snapshot(self, entries: list[SnapshotEntry]) -> None:
+        for item in sorted(entries, key=lambda e: e.current_txn_first_offset):
+            entry = ProducerEntry(
+                item.epoch, item.timestamp, coordinator_epoch=item.coordinator_epoch
+            )
+            if item.last_sequence >= 0:
+                first_sequence = (item.last_sequence - item.offset_delta) % (MAX_SEQUENCE + 1)
+                first_offset = item.last_offset - item.offset_delta
+                entry.batches.append(BatchRecord(first_sequence, item.last_sequence, first_offset))
+            if item.current_txn_first_offset >= 0:
+                entry.txn_first_offset = item.current_txn_first_offset
+                self._ongoing[item.producer_id] = item.current_txn_first_offset
+            self._producers[item.producer_id] = entry
+
     @classmethod
     def from_log(
-        cls, log: Log, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS, high_watermark: int = 0
+        cls,
+        log: Log,
+        expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+        high_watermark: int = 0,
+        snapshot: tuple[int, list[SnapshotEntry]] | None = None,
     ) -> ProducerState:
         """The state the log's batches leave behind (every batch is read, headers only,
-        and markers); restores the ``.txnindex`` entries the log lacks."""
+        and markers), or those after ``snapshot`` (its offset, its entries) when it lies
+        within the log; restores the ``.txnindex`` entries of what it reads."""
         state = cls(expiration_ms)
         state._high_watermark = high_watermark
         aborted: list[AbortedTxn] = []
         offset = log.log_start_offset
+        if snapshot is not None and offset <= snapshot[0] <= log.log_end_offset:
+            state._load_snapshot(snapshot[1])
+            offset = snapshot[0]
         while offset < log.log_end_offset:  # bounded: every pass moves past >= 1 batch
             try:
                 data = bytes(log.read(offset, READ_CHUNK_BYTES).records)

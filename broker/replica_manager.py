@@ -48,6 +48,7 @@ from broker.bugs import (
 from broker.controller_channel import ControllerSender
 from broker.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
+from broker.producer_snapshot import remove_snapshots, take_snapshot, write_snapshot
 from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState, Verdict
 from broker.purgatory import DelayedOperations
 from broker.txn_verification import TxnVerifier
@@ -237,8 +238,31 @@ class ReplicaManager:
         await self.fetchers.close()
         await self.txn_verifier.close()
         self.delayed.notify_all()
+        await self._write_producer_snapshots()
         if self._checkpoint_task is not None:
             await self._checkpoint_high_watermarks()  # Kafka checkpoints them at shutdown too
+
+    async def _write_producer_snapshots(self) -> None:
+        """At shutdown, nothing appends any more: each online log's producer state as of its
+        log end, for the next clean start (broker/producer_snapshot.py)."""
+        for key, partition in sorted(self._partitions.items()):
+            log = partition.log
+            if self.logs.get_log(*key) is not log or not log.is_online:
+                continue
+            try:
+                await write_snapshot(
+                    self.logs.fs,
+                    log.dir_path,
+                    log.log_end_offset,
+                    partition.producers.snapshot_entries(),
+                )
+            except OSError as exc:  # only costs the next start a read of the log
+                logger.warning(
+                    "[ReplicaManager id=%d] no producer snapshot for %s-%d: %s",
+                    self.node_id,
+                    *key,
+                    exc,
+                )
 
     async def _checkpoint_high_watermarks_forever(self) -> None:
         """replication-offset-checkpoint every replica.high.watermark.checkpoint.interval.ms,
@@ -448,14 +472,18 @@ class ReplicaManager:
             await write_atomic(self.logs.fs, marker, _partition_metadata(topic.topic_id))
         checkpointed = self._checkpointed.pop((topic.name, index), 0)
         high_watermark = max(log.log_start_offset, min(checkpointed, log.log_end_offset))
+        # After a clean shutdown its producer snapshot spares reading the whole log.
+        log_dir = self.logs.log_dir_of(topic.name, index)
+        snapshot = None
+        if self.logs.had_clean_shutdown.get(log_dir or "", False):
+            snapshot = take_snapshot(self.logs.fs, log.dir_path)
+        else:
+            remove_snapshots(self.logs.fs, log.dir_path)
+        producers = ProducerState.from_log(
+            log, self._producer_id_expiration_ms, high_watermark, snapshot
+        )
         partition = Partition(
-            topic.name,
-            index,
-            topic.topic_id,
-            log,
-            ProducerState.from_log(log, self._producer_id_expiration_ms, high_watermark),
-            self.node_id,
-            bugs=self.bugs,
+            topic.name, index, topic.topic_id, log, producers, self.node_id, bugs=self.bugs
         )
         partition.high_watermark = high_watermark
         return partition

@@ -5,7 +5,7 @@ Rules append transactional and plain batches and commit or abort markers (as the
 stamped them, through the follower path every replica shares), move the high watermark,
 truncate (the producer state is rebuilt), and close and reopen the log, maybe without its
 ``.txnindex`` files (the producer state and the missing entries are rebuilt from the
-batches). After every step:
+batches), or from a producer snapshot (``<offset>.snapshot``, Kafka's format). After every step:
 - the last stable offset is the model's: the least of the high watermark and the first
   offsets of transactions still open or whose marker is not below the high watermark;
 - the open transactions and the indexed aborted transactions are the model's;
@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from broker.partition import Partition
+from broker.producer_snapshot import take_snapshot, write_snapshot
 from broker.producer_state import ProducerState
 from log.batch import encode_batch
 from log.config import LogConfig
@@ -71,6 +72,7 @@ class TransactionsMachine(RuleBasedStateMachine):
         self.sequences = dict.fromkeys(PRODUCERS, 0)
         self.high_watermark = 0
         self.counter = 0
+        self.forgotten: set[int] = set()  # markers a snapshot start took as replicated
 
     def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
         return self.loop.run_until_complete(coro)
@@ -101,7 +103,11 @@ class TransactionsMachine(RuleBasedStateMachine):
     def _model_lso(self) -> int:
         open_txns, closed = self._transactions()
         firsts = list(open_txns.values())
-        firsts += [first for _, first, last, _, _ in closed if last >= self.high_watermark]
+        firsts += [
+            first
+            for _, first, last, _, _ in closed
+            if last >= self.high_watermark and last not in self.forgotten
+        ]
         return min([self.high_watermark, *firsts])
 
     def _committed_below(self, bound: int) -> list[tuple[int, bytes | None]]:
@@ -160,21 +166,37 @@ class TransactionsMachine(RuleBasedStateMachine):
         to = data.draw(st.integers(0, len(self.batches) - 1))
         self.run(self.partition.truncate_to(to))
         del self.batches[to:]
+        self.forgotten = set()  # the state is rebuilt from the log
         self.high_watermark = min(self.high_watermark, to)
         self.partition.follower_high_watermark(self.high_watermark)
 
-    @rule(lose_txn_indexes=st.booleans())
-    def reopen(self, lose_txn_indexes: bool) -> None:
-        self.run(self.partition.log.close())
+    @rule(lose_txn_indexes=st.booleans(), snapshot=st.booleans())
+    def reopen(self, lose_txn_indexes: bool, snapshot: bool) -> None:
         fs = self.runtime.fs
+        old = self.partition
+        if snapshot:  # a clean shutdown's producer snapshot, read back at the start
+            entries = old.producers.snapshot_entries()
+            self.run(write_snapshot(fs, DIR, old.log.log_end_offset, entries))
+            lose_txn_indexes = False  # a clean shutdown flushed them
+        self.run(old.log.close())
         if lose_txn_indexes:  # as a crash that kept the log's data but not these writes
             for name in fs.list_dir(DIR):
                 if name.endswith(TXN_INDEX_SUFFIX):
                     fs.remove(f"{DIR}/{name}")
         log = self.run(Log.open(self.runtime, DIR, CONFIG, had_clean_shutdown=True))
-        producers = ProducerState.from_log(log, high_watermark=self.high_watermark)
+        taken = take_snapshot(fs, DIR) if snapshot else None
+        assert (taken is not None) == snapshot
+        producers = ProducerState.from_log(log, high_watermark=self.high_watermark, snapshot=taken)
         self.partition = Partition("t", 0, uuid.UUID(int=1), log, producers, 1)
         self.partition.follower_high_watermark(self.high_watermark)
+        # Kafka's snapshot keeps open transactions, not closed ones whose marker is not
+        # replicated yet: those count as stable after such a start (as in Kafka).
+        _, closed = self._transactions()
+        self.forgotten = (
+            {last for _, _, last, _, _ in closed if last >= self.high_watermark}
+            if snapshot
+            else set()
+        )
 
     # ---- invariants ---------------------------------------------------------------------
     @invariant()

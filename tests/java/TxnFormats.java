@@ -5,6 +5,8 @@ import org.apache.kafka.common.record.ControlRecordType;
 import org.apache.kafka.common.record.EndTransactionMarker;
 import org.apache.kafka.common.record.MemoryRecords;
 import org.apache.kafka.storage.internals.log.AbortedTxn;
+import org.apache.kafka.storage.internals.log.ProducerStateEntry;
+import org.apache.kafka.storage.internals.log.ProducerStateManager;
 import org.apache.kafka.storage.internals.log.TransactionIndex;
 
 /**
@@ -17,6 +19,9 @@ import org.apache.kafka.storage.internals.log.TransactionIndex;
  *       prints each entry of a .txnindex as "producerId firstOffset lastOffset lastStableOffset"
  *   write-index FILE PID:FIRST:LAST:LSO...
  *       writes those entries with Kafka's TransactionIndex
+ *   read-snapshot FILE
+ *       prints each producer of a .snapshot as "producerId epoch lastSeq lastDataOffset
+ *       lastOffsetDelta lastTimestamp coordinatorEpoch currentTxnFirstOffset"
  */
 public class TxnFormats {
     public static void main(String[] args) throws Exception {
@@ -53,6 +58,15 @@ public class TxnFormats {
                 }
                 index.flush();
                 index.close();
+                break;
+            }
+            case "read-snapshot": {
+                for (ProducerStateEntry e : ProducerStateManager.readSnapshot(new File(args[1]))) {
+                    System.out.println(e.producerId() + " " + e.producerEpoch() + " " + e.lastSeq()
+                            + " " + e.lastDataOffset() + " " + e.lastOffsetDelta() + " "
+                            + e.lastTimestamp() + " " + e.coordinatorEpoch() + " "
+                            + e.currentTxnFirstOffset().orElse(-1L));
+                }
                 break;
             }
             default:

@@ -1,6 +1,7 @@
 """Kafka's own classes (kafka-clients and kafka-storage 4.1.0) agree with kraft-py's
-transaction formats byte for byte: the commit and abort markers MemoryRecords writes, and
-the ``.txnindex`` files TransactionIndex reads and writes."""
+transaction formats byte for byte: the commit and abort markers MemoryRecords writes, the
+``.txnindex`` files TransactionIndex reads and writes, and the producer ``.snapshot`` files
+ProducerStateManager reads."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.producer_snapshot import SnapshotEntry, encode_snapshot
 from log.end_txn_marker import EndTransactionMarker, encode_marker_batch
 from log.fs import RealFileSystem
 from log.txn_index import AbortedTxn, TransactionIndex
@@ -52,3 +54,20 @@ def test_kafka_reads_our_txnindex_and_we_read_kafkas(tmp_path: Path) -> None:
     tools.run(str(FORMATS), "write-index", str(theirs), *entries)
     assert theirs.read_bytes() == ours.read_bytes()
     assert TransactionIndex(RealFileSystem(), str(theirs)).entries == ENTRIES
+
+
+def test_kafka_reads_our_producer_snapshot(tmp_path: Path) -> None:
+    entries = [
+        SnapshotEntry(7, 2, 4, 10, 2, 1_700_000_000_000, -1, -1),
+        SnapshotEntry(2**40, 32_000, 2**31 - 1, 2**40, 0, 5, 17, 9),
+        SnapshotEntry(9, 0, -1, -1, 0, 6, 3, -1),  # only a marker: no batch
+    ]
+    path = tmp_path / f"{11:020d}.snapshot"
+    path.write_bytes(encode_snapshot(entries))
+    lines = tools.run(str(FORMATS), "read-snapshot", str(path)).stdout.splitlines()
+    expected = [
+        f"{e.producer_id} {e.epoch} {e.last_sequence} {e.last_offset} {e.offset_delta} "
+        f"{e.timestamp} {e.coordinator_epoch} {e.current_txn_first_offset}"
+        for e in entries
+    ]
+    assert sorted(lines) == sorted(expected)
