@@ -3,7 +3,8 @@ produced and commit/abort markers written by hand through the wire (Produce and
 WriteTxnMarkers, as the transaction coordinator will send them), and the consumer sees the
 committed and plain records only, stops at the last stable offset while a transaction is
 open, and reads on once its marker is written. A read_uncommitted consumer sees every
-record."""
+record. kafka-python, aiokafka and Kafka's Java console consumer, read_committed, stop at
+the last stable offset with the committed and plain records only."""
 
 from __future__ import annotations
 
@@ -14,24 +15,36 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka import TopicPartition as AIOTopicPartition
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KTopicPartition
 from kio.schema.errors import ErrorCode
 
 from broker.client import KafkaConnection
 from log.batch import encode_batch
 from log.records import Record
 from protocol.entities import make, request_module
+from tests import kafka_tools as tools
+from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
 from tests.kraft.procs import single_node
 from tests.kraft.wire_client import RETRIABLE, connect, wait_for_leader
 
 TOPIC = "txn"
+OTHERS = "txn-others"  # the other clients' topic
 DEADLINE_S = 30.0
 PRODUCE, WRITE_TXN_MARKERS = 0, 27
 
 
 async def produce(
-    connection: KafkaConnection, producer_id: int, sequence: int, value: bytes, txn: bool
+    connection: KafkaConnection,
+    producer_id: int,
+    sequence: int,
+    value: bytes,
+    txn: bool,
+    topic: str = TOPIC,
 ) -> int:
     """The offset of one record produced (transactionally if ``txn``) with acks=all."""
     module: Any = request_module(PRODUCE, 9)
@@ -50,7 +63,7 @@ async def produce(
             "acks": -1,
             "timeout": timedelta(seconds=5),
             "topic_data": (
-                make(module.TopicProduceData, {"name": TOPIC, "partition_data": (data,)}),
+                make(module.TopicProduceData, {"name": topic, "partition_data": (data,)}),
             ),
         },
     )
@@ -65,9 +78,11 @@ async def produce(
     return answer.base_offset
 
 
-async def end_transaction(connection: KafkaConnection, producer_id: int, commit: bool) -> None:
+async def end_transaction(
+    connection: KafkaConnection, producer_id: int, commit: bool, topic_name: str = TOPIC
+) -> None:
     module: Any = request_module(WRITE_TXN_MARKERS, 1)
-    topic = make(module.WritableTxnMarkerTopic, {"name": TOPIC, "partition_indexes": (0,)})
+    topic = make(module.WritableTxnMarkerTopic, {"name": topic_name, "partition_indexes": (0,)})
     marker = make(
         module.WritableTxnMarker,
         {
@@ -119,33 +134,39 @@ def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     procs, address = single_node(tmp_path_factory.mktemp("data"))
     try:
         admin = AdminClient({"bootstrap.servers": address})
-        for future in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
+        for future in admin.create_topics([NewTopic(t, 1, 1) for t in (TOPIC, OTHERS)]).values():
             future.result(DEADLINE_S)
         yield address
     finally:
         procs.cleanup()
 
 
+async def write_steps(
+    bootstrap: str, steps: list[tuple[str, int, int, bytes]], topic: str = TOPIC
+) -> list[int]:
+    """Produce (kind "txn" or "plain") and end transactions ("commit", "abort") in order;
+    the offsets of the records produced."""
+    host, port = bootstrap.rsplit(":", 1)
+    connection = await connect(host, int(port))
+    try:
+        await wait_for_leader(connection, topic)
+        offsets = []
+        for kind, producer_id, sequence, value in steps:
+            if kind in ("commit", "abort"):
+                await end_transaction(connection, producer_id, kind == "commit", topic)
+            else:
+                txn = kind == "txn"
+                offsets.append(await produce(connection, producer_id, sequence, value, txn, topic))
+        return offsets
+    finally:
+        await connection.close()
+
+
 def test_read_committed_librdkafka_sees_committed_records_and_stops_at_the_lso(
     bootstrap: str,
 ) -> None:
-    host, port = bootstrap.rsplit(":", 1)
-
-    async def write(steps: list[tuple[str, int, int, bytes]]) -> list[int]:
-        connection = await connect(host, int(port))
-        try:
-            await wait_for_leader(connection, TOPIC)
-            offsets = []
-            for kind, producer_id, sequence, value in steps:
-                if kind in ("commit", "abort"):
-                    await end_transaction(connection, producer_id, kind == "commit")
-                else:
-                    offsets.append(
-                        await produce(connection, producer_id, sequence, value, kind == "txn")
-                    )
-            return offsets
-        finally:
-            await connection.close()
+    def write(steps: list[tuple[str, int, int, bytes]]) -> Any:
+        return write_steps(bootstrap, steps)
 
     offsets = asyncio.run(
         write(
@@ -186,3 +207,73 @@ def test_read_committed_librdkafka_sees_committed_records_and_stops_at_the_lso(
     finally:
         committed.close()
         uncommitted.close()
+
+
+@pytest.fixture(scope="module")
+def others(bootstrap: str) -> str:
+    """OTHERS holds an aborted, a committed, a plain and an open transaction's records."""
+    offsets = asyncio.run(
+        write_steps(
+            bootstrap,
+            [
+                ("txn", 2000, 0, b"aborted"),  # 0
+                ("plain", -1, -1, b"plain"),  # 1
+                ("txn", 2001, 0, b"committed"),  # 2
+                ("abort", 2000, 0, b""),  # 3
+                ("commit", 2001, 0, b""),  # 4
+                ("txn", 2002, 0, b"open"),  # 5: the LSO
+                ("plain", -1, -1, b"late"),  # 6
+            ],
+            OTHERS,
+        )
+    )
+    assert offsets == [0, 1, 2, 5, 6]
+    return bootstrap
+
+
+def test_read_committed_kafka_python_and_aiokafka_stop_at_the_lso(others: str) -> None:
+    consumer = KafkaConsumer(
+        bootstrap_servers=others,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        consumer_timeout_ms=3_000,  # iteration ends after this long without a record
+    )
+    try:
+        consumer.assign([KTopicPartition(OTHERS, 0)])
+        consumer.seek(KTopicPartition(OTHERS, 0), 0)
+        got = [(message.offset, message.value) for message in consumer]
+        assert got == [(1, b"plain"), (2, b"committed")]
+        assert consumer.position(KTopicPartition(OTHERS, 0)) == 5
+    finally:
+        consumer.close()
+
+    async def aiokafka_reads() -> list[tuple[int, bytes]]:
+        reader = AIOKafkaConsumer(
+            bootstrap_servers=others, isolation_level="read_committed", enable_auto_commit=False
+        )
+        await reader.start()
+        try:
+            partition = AIOTopicPartition(OTHERS, 0)
+            reader.assign([partition])
+            reader.seek(partition, 0)
+            got: list[tuple[int, bytes]] = []
+            while True:
+                batches = await reader.getmany(timeout_ms=3_000)
+                if not batches:
+                    return got
+                got += [(m.offset, m.value) for ms in batches.values() for m in ms]
+        finally:
+            await reader.stop()
+
+    assert asyncio.run(aiokafka_reads()) == [(1, b"plain"), (2, b"committed")]
+
+
+@pytest.mark.usefixtures("kafka_tools")
+def test_read_committed_java_console_consumer_stops_at_the_lso(others: str) -> None:
+    # No group (a partition and an offset): it exits after 10 s without a record.
+    result = tools.run(
+        "console-consumer", "--bootstrap-server", others, "--topic", OTHERS,
+        "--partition", "0", "--offset", "earliest", "--isolation-level", "read_committed",
+        "--timeout-ms", "10000",
+    )  # fmt: skip
+    assert result.stdout.splitlines() == ["plain", "committed"], result.stderr
