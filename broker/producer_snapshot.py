@@ -39,7 +39,6 @@ SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
 _HEAD = struct.Struct(">hIi")
 _ENTRY = struct.Struct(">qhiqiqiq")
-NO_OFFSET = -1
 
 
 class CorruptSnapshotError(Exception):

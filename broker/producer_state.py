@@ -81,7 +81,6 @@ class CompletedTxn:
     producer_id: int
     first_offset: int
     last_offset: int  # the marker's offset
-    aborted: bool
 
 
 @dataclass(slots=True)
@@ -367,7 +366,7 @@ class ProducerState:
             return None  # a marker for a transaction that wrote nothing here
         entry.txn_first_offset = None
         del self._ongoing[producer_id]
-        self._unreplicated.append(CompletedTxn(producer_id, first, offset, not marker.commit))
+        self._unreplicated.append(CompletedTxn(producer_id, first, offset))
         self.on_high_watermark(self._high_watermark)
         if marker.commit:
             return None
