@@ -131,8 +131,12 @@ class Partition:
     @property
     def last_stable_offset(self) -> int:
         """The LSO: the high watermark, or the first offset of the earliest transaction
-        still open or not yet replicated below it (where read_committed reads stop)."""
-        return self.producers.last_stable_offset(self.high_watermark)
+        still open or not yet replicated below it (where read_committed reads stop), but
+        never below the log start (Kafka's maybeIncrementFirstUnstableOffset: records
+        deleted by retention or DeleteRecords cannot hold consumers back)."""
+        high_watermark = self.high_watermark
+        stable = self.producers.last_stable_offset(high_watermark)
+        return max(stable, min(self.log.log_start_offset, high_watermark))
 
     @property
     def maximal_isr(self) -> tuple[int, ...]:

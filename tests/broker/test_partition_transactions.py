@@ -105,3 +105,27 @@ def test_truncation_rebuilds_the_producer_state() -> None:
         assert partition.last_stable_offset == partition.high_watermark  # nothing open
 
     asyncio.run(run())
+
+
+def test_the_lso_never_stays_below_the_log_start() -> None:
+    """A transaction whose first records were deleted (DeleteRecords, retention) holds
+    read_committed consumers at the log start at most, as Kafka's first unstable offset."""
+
+    async def run() -> None:
+        partition = await follower()
+        partition.append_as_follower(
+            at(produced(9, 0), 0)
+            + at(produced(8, 0, transactional=True), 1)
+            + at(produced(9, 1), 2)
+            + at(produced(9, 2), 3),
+            now_ms=1_000,
+        )
+        partition.follower_high_watermark(4)
+        assert partition.last_stable_offset == 1
+        await partition.log.delete_records(3)
+        assert partition.last_stable_offset == 3
+        partition.append_as_follower(at(marker(8, False), 4), now_ms=1_000)
+        partition.follower_high_watermark(5)
+        assert partition.last_stable_offset == 5
+
+    asyncio.run(run())
