@@ -38,13 +38,17 @@ from dataclasses import dataclass, field
 
 from broker.bugs import NO_EPOCH_BUMP
 from broker.producer_state import ProducerState
-from log.batch import iter_batches
-from log.end_txn_marker import decode_marker
+from log.batch import BatchHeader, iter_batches
+from log.end_txn_marker import EndTransactionMarker, decode_marker
 from log.log import Log
 from metadata.image import PartitionRegistration
 from metadata.records import NO_LEADER
 
 UNKNOWN_OFFSET = -1
+# Producer-state checkpoints kept in memory, at the latest segment boundaries: a truncation
+# (nearly always within the last segment or two) replays the log from the latest one below
+# its target instead of from the log start (Kafka keeps a snapshot file per segment).
+CHECKPOINTS_KEPT = 3
 
 
 class ReplicaState(enum.Enum):
@@ -119,6 +123,9 @@ class Partition:
     leader_epoch_start_offset: int = UNKNOWN_OFFSET
     remote: dict[int, ReplicaProgress] = field(default_factory=dict)
     bugs: frozenset[str] = frozenset()  # planted (broker/bugs.py); simulator only
+    # (segment base offset, producer state there), oldest first; see CHECKPOINTS_KEPT.
+    checkpoints: list[tuple[int, ProducerState]] = field(default_factory=list)
+    checkpointed_base: int = UNKNOWN_OFFSET  # the active segment base last looked at
 
     @property
     def key(self) -> tuple[str, int]:
@@ -318,14 +325,37 @@ class Partition:
     def append_as_follower(self, records: memoryview | bytes, now_ms: int) -> int:
         """Append the leader's batches with their offsets and epochs; remember their
         producers, so this replica deduplicates as leader. Returns the new log end."""
+        log_end = self.log.log_end_offset
         info = self.log.append_as_follower(records)
         if info.first_offset >= 0:
+            self.checkpoint_if_rolled(log_end)
             for position, header in iter_batches(records):
                 marker = decode_marker(records, position, header)
-                aborted = self.producers.record(header, header.base_offset, now_ms, marker)
-                if aborted is not None:
-                    self.log.append_aborted_txn(aborted)
+                self.record_append(header, header.base_offset, now_ms, marker)
         return self.log.log_end_offset
+
+    def record_append(
+        self,
+        header: BatchHeader,
+        first_offset: int,
+        now_ms: int,
+        marker: EndTransactionMarker | None = None,
+    ) -> None:
+        """An appended batch into the producer state, and an abort's ``.txnindex`` entry."""
+        aborted = self.producers.record(header, first_offset, now_ms, marker)
+        if aborted is not None:
+            self.log.append_aborted_txn(aborted)
+
+    def checkpoint_if_rolled(self, log_end_before: int) -> None:
+        """After an append, before its batches are recorded: if it rolled a segment, the
+        producer state as it is now is the state at the new segment's base offset."""
+        base = self.log.active_segment.base_offset
+        if base == self.checkpointed_base:
+            return
+        self.checkpointed_base = base
+        if base >= log_end_before:  # nothing was appended between the old log end and it
+            self.checkpoints.append((base, self.producers.copy()))
+            del self.checkpoints[:-CHECKPOINTS_KEPT]
 
     def follower_high_watermark(self, leader_high_watermark: int) -> None:
         """A follower's high watermark: the leader's, but never past its own log end."""
@@ -345,10 +375,21 @@ class Partition:
     async def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empty the log, restarting at ``offset``; no producer is known any more."""
         await self.log.truncate_fully_and_start_at(offset)
+        self.checkpoints = []
         self._rebuild_producers()
 
     def _rebuild_producers(self) -> None:
-        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+        """From the latest checkpoint at or below the new log end whose high watermark is
+        not above ours (it forgot the closed transactions below its own), else from the log
+        start."""
+        log = self.log
+        self.high_watermark = min(self.high_watermark, log.log_end_offset)
+        self.checkpoints = [c for c in self.checkpoints if c[0] <= log.log_end_offset]
+        usable = [c for c in self.checkpoints if c[1].high_watermark <= self.high_watermark]
         self.producers = ProducerState.from_log(
-            self.log, self.producers.expiration_ms, self.high_watermark
+            log,
+            self.producers.expiration_ms,
+            self.high_watermark,
+            checkpoint=usable[-1] if usable else None,
         )
+        self.checkpointed_base = log.active_segment.base_offset

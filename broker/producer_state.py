@@ -169,6 +169,29 @@ class ProducerState:
         while unreplicated and unreplicated[0].last_offset < high_watermark:  # bounded by it
             unreplicated.popleft()
 
+    def copy(self) -> ProducerState:
+        """An independent copy (a partition's checkpoint at a segment boundary)."""
+        state = ProducerState(self._expiration_ms)
+        state._last_expiry_ms = self._last_expiry_ms
+        state._ongoing = dict(self._ongoing)
+        state._unreplicated = deque(self._unreplicated)
+        state._high_watermark = self._high_watermark
+        for producer_id, entry in self._producers.items():
+            state._producers[producer_id] = ProducerEntry(
+                entry.epoch,
+                entry.last_ms,
+                deque(entry.batches, maxlen=BATCHES_KEPT),
+                entry.txn_first_offset,
+                entry.coordinator_epoch,
+                entry.last_marker,
+            )
+        return state
+
+    @property
+    def high_watermark(self) -> int:
+        """The high watermark it last heard of (closed transactions below are forgotten)."""
+        return self._high_watermark
+
     def snapshot_entries(self) -> list[SnapshotEntry]:
         """The state as Kafka's snapshot keeps it: per producer, its last batch only."""
         entries = []
@@ -214,17 +237,23 @@ class ProducerState:
         expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         high_watermark: int = 0,
         snapshot: tuple[int, list[SnapshotEntry]] | None = None,
+        *,
+        checkpoint: tuple[int, ProducerState] | None = None,
     ) -> ProducerState:
         """The state the log's batches leave behind (every batch is read, headers only,
-        and markers), or those after ``snapshot`` (its offset, its entries) when it lies
+        and markers), or those after ``snapshot`` (its offset, its entries) or
+        ``checkpoint`` (an offset and the state there, kept in memory) when it lies
         within the log; restores the ``.txnindex`` entries of what it reads."""
         state = cls(expiration_ms)
-        state._high_watermark = high_watermark
         aborted: list[AbortedTxn] = []
         offset = log.log_start_offset
-        if snapshot is not None and offset <= snapshot[0] <= log.log_end_offset:
+        if checkpoint is not None and offset <= checkpoint[0] <= log.log_end_offset:
+            state = checkpoint[1].copy()
+            offset = checkpoint[0]
+        elif snapshot is not None and offset <= snapshot[0] <= log.log_end_offset:
             state._load_snapshot(snapshot[1])
             offset = snapshot[0]
+        state.on_high_watermark(high_watermark)
         while offset < log.log_end_offset:  # bounded: every pass moves past >= 1 batch
             try:
                 data = bytes(log.read(offset, READ_CHUNK_BYTES).records)

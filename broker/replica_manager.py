@@ -764,6 +764,7 @@ class ReplicaManager:
                 epoch = partition.leader_epoch
                 if NO_EPOCH_BUMP in self.bugs:
                     epoch = log.leader_epoch_cache.latest_epoch or 0
+                log_end = log.log_end_offset
                 info = log.append_as_leader(validated.records, epoch)
             except RecordError as error:
                 return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
@@ -772,7 +773,8 @@ class ReplicaManager:
                 if log_dir is not None:
                     self.logs.fail_log_dir(log_dir, error)
                 return AppendResult(ErrorCode.kafka_storage_error, message=str(error))
-            partition.producers.record(header, info.first_offset, self._clock.now_ms())
+            partition.checkpoint_if_rolled(log_end)
+            partition.record_append(header, info.first_offset, self._clock.now_ms())
             first, last = info.first_offset, info.last_offset
             self._maybe_advance_high_watermark(partition)
             self.delayed.notify(partition.key)  # followers' fetches wait for this
@@ -900,11 +902,10 @@ class ReplicaManager:
             now_ms = self._clock.now_ms()
             batch = encode_marker_batch(producer_id, producer_epoch, marker, now_ms)
             try:
+                log_end = log.log_end_offset
                 info = log.append_as_leader(bytearray(batch), partition.leader_epoch)
-                header = parse_header(batch)
-                aborted = partition.producers.record(header, info.first_offset, now_ms, marker)
-                if aborted is not None:
-                    log.append_aborted_txn(aborted)
+                partition.checkpoint_if_rolled(log_end)
+                partition.record_append(parse_header(batch), info.first_offset, now_ms, marker)
             except OSError as error:
                 log_dir = self.logs.log_dir_of(topic, index)
                 if log_dir is not None:
