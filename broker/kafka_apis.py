@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from kio.schema.errors import ErrorCode
 
-from broker import data_plane, forwarding, txn_markers
+from broker import data_plane, describe_producers, forwarding, txn_markers
 from broker.auto_topic_creation import AutoTopicCreationManager
 from broker.cluster_metadata import (
     DESCRIBE_CLUSTER,
@@ -108,7 +108,9 @@ class KafkaApis:
         )
         self.supported_apis = dict(self.SUPPORTED_APIS)
         if replicas is not None:
-            self.supported_apis |= data_plane.SUPPORTED | txn_markers.SUPPORTED
+            self.supported_apis |= (
+                data_plane.SUPPORTED | txn_markers.SUPPORTED | describe_producers.SUPPORTED
+            )
         self.producer_ids = producer_ids
         if producer_ids is not None:
             self.supported_apis[INIT_PRODUCER_ID] = (0, 4)
@@ -149,6 +151,8 @@ class KafkaApis:
                 return await txn_markers.write_txn_markers(
                     replicas, body, header.api_version, on_offsets_marker=self._on_offsets_marker
                 )
+            if api_key == describe_producers.DESCRIBE_PRODUCERS:
+                return describe_producers.describe_producers(replicas, body, header.api_version)
         if api_key in GROUP_APIS and self.groups is not None:
             return await self.groups.handle(
                 api_key, header.api_version, body, self.listener_name, header.client_id or ""

@@ -48,7 +48,12 @@ from broker.bugs import (
 from broker.controller_channel import ControllerSender
 from broker.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
-from broker.producer_snapshot import remove_snapshots, take_snapshot, write_snapshot
+from broker.producer_snapshot import (
+    SnapshotEntry,
+    remove_snapshots,
+    take_snapshot,
+    write_snapshot,
+)
 from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState, Verdict
 from broker.purgatory import DelayedOperations
 from broker.txn_verification import TxnVerifier
@@ -510,6 +515,13 @@ class ReplicaManager:
         """The high watermark of a partition hosted here (None if not hosted)."""
         partition = self._partitions.get(key)
         return None if partition is None else partition.high_watermark
+
+    def active_producers(self, topic: str, index: int) -> ErrorCode | list[SnapshotEntry]:
+        """DescribeProducers: the leader's producers, as a snapshot would keep them."""
+        partition = self._leader(topic, index)
+        if isinstance(partition, ErrorCode):
+            return partition
+        return partition.producers.snapshot_entries()
 
     def last_stable_offset_of(self, key: tuple[str, int]) -> int | None:
         """The last stable offset of a partition hosted here (None if not hosted): the log

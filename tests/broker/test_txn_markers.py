@@ -12,10 +12,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.describe_producers import DESCRIBE_PRODUCERS
 from broker.kafka_apis import KafkaApis
 from broker.replica_manager import ReplicaManager
 from broker.txn_markers import WRITE_TXN_MARKERS
 from log.batch import encode_batch
+from log.end_txn_marker import EndTransactionMarker
 from log.records import Record
 from protocol import wire
 from protocol.entities import make, request_module
@@ -252,3 +254,39 @@ def test_offsets_partitions_markers_complete_the_group_coordinators_transaction(
             assert log is not None and log.log_end_offset == 1  # the marker is in the log
 
     run(tmp_path, body, OFFSETS)
+
+
+def test_describe_producers_shows_the_open_transactions_a_leader_knows(tmp_path: Path) -> None:
+    """DescribeProducers (kafka-transactions describe-producers, abort, find-hanging)."""
+
+    async def body(replicas: ReplicaManager) -> None:
+        handler = KafkaApis(
+            1, "cluster-a", LISTENER, lambda: SOLE, FakeController(SOLE), random.Random(0),
+            replicas=replicas,
+        )  # fmt: skip
+        for records in (
+            produced(7, 0, b"x", transactional=True),  # 0: 7 opens
+            produced(9, 0, b"y", transactional=False),  # 1
+        ):
+            assert (await replicas.append("a", 0, records, acks=1, timeout_s=5)).base_offset >= 0
+        marker = EndTransactionMarker(False, 3)
+        assert (await replicas.write_txn_marker("a", 0, 8, 0, marker, 5)).error == ErrorCode.none
+        module: Any = request_module(DESCRIBE_PRODUCERS, 0)
+        topics = (
+            make(module.TopicRequest, {"name": "a", "partition_indexes": (0, 1)}),
+            make(module.TopicRequest, {"name": "nope", "partition_indexes": (0,)}),
+        )
+        response = await ask(handler, DESCRIBE_PRODUCERS, 0, {"topics": topics})
+        (zero, one), (unknown,) = (t.partitions for t in response.topics)
+        assert [
+            (p.producer_id, p.producer_epoch, p.last_sequence, p.coordinator_epoch,
+             p.current_txn_start_offset)
+            for p in zero.active_producers
+        ] == [(7, 0, 0, -1, 0), (8, 0, -1, 3, -1), (9, 0, 0, -1, -1)]  # fmt: skip
+        assert all(p.last_timestamp > 0 for p in zero.active_producers)
+        assert (one.error_code, unknown.error_code) == (
+            ErrorCode.not_leader_or_follower,
+            ErrorCode.unknown_topic_or_partition,
+        )
+
+    run(tmp_path, body, SOLE)

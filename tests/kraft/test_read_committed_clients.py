@@ -34,6 +34,7 @@ from tests.kraft.wire_client import RETRIABLE, connect, wait_for_leader
 
 TOPIC = "txn"
 OTHERS = "txn-others"  # the other clients' topic
+HANGING = "txn-hanging"  # kafka-transactions' topic
 DEADLINE_S = 30.0
 PRODUCE, WRITE_TXN_MARKERS = 0, 27
 
@@ -98,7 +99,7 @@ async def end_transaction(
     assert response.markers[0].topics[0].partitions[0].error_code == ErrorCode.none, response
 
 
-def consumer(bootstrap: str, isolation: str) -> Consumer:
+def consumer(bootstrap: str, isolation: str, topic: str = TOPIC) -> Consumer:
     client = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -107,7 +108,7 @@ def consumer(bootstrap: str, isolation: str) -> Consumer:
             "isolation.level": isolation,
         }
     )
-    client.assign([TopicPartition(TOPIC, 0, 0)])
+    client.assign([TopicPartition(topic, 0, 0)])
     return client
 
 
@@ -134,7 +135,9 @@ def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     procs, address = single_node(tmp_path_factory.mktemp("data"))
     try:
         admin = AdminClient({"bootstrap.servers": address})
-        for future in admin.create_topics([NewTopic(t, 1, 1) for t in (TOPIC, OTHERS)]).values():
+        for future in admin.create_topics(
+            [NewTopic(t, 1, 1) for t in (TOPIC, OTHERS, HANGING)]
+        ).values():
             future.result(DEADLINE_S)
         yield address
     finally:
@@ -277,3 +280,40 @@ def test_read_committed_java_console_consumer_stops_at_the_lso(others: str) -> N
         "--timeout-ms", "10000",
     )  # fmt: skip
     assert result.stdout.splitlines() == ["plain", "committed"], result.stderr
+
+
+@pytest.mark.usefixtures("kafka_tools")
+def test_kafka_transactions_describes_and_aborts_a_hanging_transaction(bootstrap: str) -> None:
+    """A transaction no coordinator will end holds read_committed consumers at its first
+    offset; Kafka's own kafka-transactions finds it (DescribeProducers) and aborts it
+    (WriteTxnMarkers from the admin client), and the consumers read on."""
+    offsets = asyncio.run(
+        write_steps(
+            bootstrap,
+            [("txn", 3000, 0, b"hanging"), ("plain", -1, -1, b"after")],  # 0, 1
+            HANGING,
+        )
+    )
+    assert offsets == [0, 1]
+    described = tools.run(
+        "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", bootstrap,
+        "describe-producers", "--topic", HANGING, "--partition", "0",
+    )  # fmt: skip
+    rows = [line.split() for line in described.stdout.splitlines()]
+    assert (
+        rows[0][:2] == ["ProducerId", "ProducerEpoch"]
+        and "CurrentTransactionStartOffset" in rows[0]
+    )
+    start_column = rows[0].index("CurrentTransactionStartOffset")
+    assert [(row[0], row[start_column]) for row in rows[1:]] == [("3000", "0")]
+
+    reader = consumer(bootstrap, "read_committed", HANGING)
+    try:
+        assert poll_values(reader, 0, quiet_s=2.0) == []  # held at the hanging transaction
+        tools.run(
+            "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", bootstrap,
+            "abort", "--topic", HANGING, "--partition", "0", "--start-offset", "0",
+        )  # fmt: skip
+        assert poll_values(reader, 1, quiet_s=1.0) == [(1, b"after")]
+    finally:
+        reader.close()
