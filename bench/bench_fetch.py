@@ -42,9 +42,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.bench_data import DEADLINE_S, start_node
 from broker.client import KafkaConnection
 from log.batch import iter_batches
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 
-FETCH = 1
 FETCH_MAX_BYTES = 8 << 20
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 TOPICS = {  # name: (batch.size, linger.ms, record bytes, share of --megabytes)
@@ -84,7 +84,7 @@ def produce(bootstrap: str, topic: str, megabytes: float) -> None:
 
 
 def fetch_request(topic: str, offset: int) -> Any:
-    module = request_module(FETCH, 12)
+    module = request_module(ApiKey.FETCH, 12)
     wanted = make(
         module.FetchPartition,
         {"partition": 0, "fetch_offset": offset, "partition_max_bytes": FETCH_MAX_BYTES},

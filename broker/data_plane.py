@@ -40,25 +40,22 @@ from broker.fetch_session import (
 from broker.network import NO_RESPONSE
 from broker.replica_manager import AppendResult, ReplicaManager
 from metadata.topic_names import RESERVED_TOPICS
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-PRODUCE = 0
-FETCH = 1
-LIST_OFFSETS = 2
-OFFSET_FOR_LEADER_EPOCH = 23
 READ_COMMITTED = 1
 TOPIC_ID_VERSION = 13  # Fetch names topics by id from v13 (KIP-516)
 # Produce v3+ carries only v2 record batches (magic 2), the one format the log stores.
 SUPPORTED = {
-    PRODUCE: (3, 9),
-    FETCH: (4, 13),
-    LIST_OFFSETS: (1, 7),
-    OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.PRODUCE: (3, 9),
+    ApiKey.FETCH: (4, 13),
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
 }
 
 
 async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> object:
-    module = response_module(PRODUCE, api_version)
+    module = response_module(ApiKey.PRODUCE, api_version)
     acks = request.acks
     timeout_s = max(0.0, request.timeout.total_seconds())
 
@@ -134,7 +131,7 @@ async def fetch(
     """A Fetch in its session's context (broker/fetch_session.py): a full or sessionless
     fetch reads what it names, an incremental one every partition of its session and
     answers only those with news. ``topic_name`` resolves Fetch v13+'s topic ids."""
-    module = response_module(FETCH, api_version)
+    module = response_module(ApiKey.FETCH, api_version)
     uses_topic_ids = api_version >= TOPIC_ID_VERSION
     fetch_data = [
         ((_topic_ref(topic, uses_topic_ids), p.partition), _partition_request(p))
@@ -323,7 +320,7 @@ def _read(
 
 
 def list_offsets(replicas: ReplicaManager, request: Any, api_version: int) -> object:
-    module = response_module(LIST_OFFSETS, api_version)
+    module = response_module(ApiKey.LIST_OFFSETS, api_version)
     topics = []
     for topic in request.topics:
         answers = []
@@ -357,7 +354,7 @@ def list_offsets(replicas: ReplicaManager, request: Any, api_version: int) -> ob
 
 
 def offset_for_leader_epoch(replicas: ReplicaManager, request: Any, api_version: int) -> object:
-    module = response_module(OFFSET_FOR_LEADER_EPOCH, api_version)
+    module = response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, api_version)
     topics = []
     for topic in request.topics:
         answers = []

@@ -29,9 +29,9 @@ from metadata.config_defs import (
 from metadata.image import MetadataImage
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from metadata.topic_names import topic_name_error
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-DESCRIBE_CONFIGS = 32
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
 
 # Where a described value may come from, highest priority first: the config map it is read
@@ -42,7 +42,7 @@ Layer = tuple[Mapping[str, str], bool, ConfigSource]
 def describe_configs_response(image: MetadataImage, request: Any, node_id: int) -> object:
     """The DescribeConfigsResponse (of the request's version) for ``request``, answered by
     broker ``node_id`` (which describes its own broker configs and the cluster defaults)."""
-    module: Any = response_module(DESCRIBE_CONFIGS, int(request.__version__))
+    module: Any = response_module(ApiKey.DESCRIBE_CONFIGS, int(request.__version__))
     results = tuple(_describe(module, image, request, item, node_id) for item in request.resources)
     return make(module.DescribeConfigsResponse, {"throttle_time": timedelta(0), "results": results})
 

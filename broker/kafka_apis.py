@@ -24,29 +24,21 @@ from kio.schema.errors import ErrorCode
 
 from broker import data_plane, forwarding
 from broker.auto_topic_creation import AutoTopicCreationManager
-from broker.cluster_metadata import (
-    DESCRIBE_CLUSTER,
-    METADATA,
-    describe_cluster_response,
-    metadata_response,
-    random_live_broker,
-)
+from broker.cluster_metadata import describe_cluster_response, metadata_response, random_live_broker
 from broker.controller_channel import ControllerSender
-from broker.describe_configs import DESCRIBE_CONFIGS, describe_configs_response
-from broker.describe_topic_partitions import (
-    DESCRIBE_TOPIC_PARTITIONS,
-    describe_topic_partitions_response,
-)
+from broker.describe_configs import describe_configs_response
+from broker.describe_topic_partitions import describe_topic_partitions_response
 from broker.fetch_session import CACHE_SLOTS_DEFAULT, FetchSessionCache
 from broker.group.apis import SUPPORTED as GROUP_APIS
 from broker.group.apis import GroupApis
 from broker.lifecycle import SUPPORTED_FEATURES
 from broker.network import api_versions_response
-from broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager, init_producer_id
+from broker.producer_ids import ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
 from protocol import wire
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
 logger = logging.getLogger("broker.kafka_apis")
@@ -64,20 +56,20 @@ class KafkaApis:
     """Answers one broker listener's requests; ``handle`` is a network.Handler."""
 
     SUPPORTED_APIS: ClassVar[dict[int, tuple[int, int]]] = {
-        wire.API_VERSIONS_KEY: (0, 4),
-        METADATA: (0, 12),
-        forwarding.CREATE_TOPICS: (2, 7),
-        forwarding.DELETE_TOPICS: (1, 6),
-        DESCRIBE_CONFIGS: (1, 4),
-        forwarding.ALTER_CONFIGS: (0, 2),
-        forwarding.CREATE_PARTITIONS: (0, 3),
-        forwarding.ELECT_LEADERS: (0, 2),
-        forwarding.INCREMENTAL_ALTER_CONFIGS: (0, 1),
-        forwarding.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
-        forwarding.LIST_PARTITION_REASSIGNMENTS: (0, 0),
-        forwarding.UPDATE_FEATURES: (0, 1),
-        DESCRIBE_CLUSTER: (0, 1),
-        DESCRIBE_TOPIC_PARTITIONS: (0, 0),
+        ApiKey.API_VERSIONS: (0, 4),
+        ApiKey.METADATA: (0, 12),
+        ApiKey.CREATE_TOPICS: (2, 7),
+        ApiKey.DELETE_TOPICS: (1, 6),
+        ApiKey.DESCRIBE_CONFIGS: (1, 4),
+        ApiKey.ALTER_CONFIGS: (0, 2),
+        ApiKey.CREATE_PARTITIONS: (0, 3),
+        ApiKey.ELECT_LEADERS: (0, 2),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+        ApiKey.UPDATE_FEATURES: (0, 1),
+        ApiKey.DESCRIBE_CLUSTER: (0, 1),
+        ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     }
 
     def __init__(
@@ -110,7 +102,7 @@ class KafkaApis:
             self.supported_apis |= data_plane.SUPPORTED
         self.producer_ids = producer_ids
         if producer_ids is not None:
-            self.supported_apis[INIT_PRODUCER_ID] = (0, 4)
+            self.supported_apis[ApiKey.INIT_PRODUCER_ID] = (0, 4)
         self.groups = groups
         if groups is not None:
             self.supported_apis |= GROUP_APIS
@@ -133,27 +125,27 @@ class KafkaApis:
         body: Any = request
         replicas = self.replicas
         if replicas is not None:
-            if api_key == data_plane.PRODUCE:
+            if api_key == ApiKey.PRODUCE:
                 return await data_plane.produce(replicas, body, header.api_version)
-            if api_key == data_plane.FETCH:
+            if api_key == ApiKey.FETCH:
                 return await data_plane.fetch(
                     replicas, self.fetch_sessions, self._topic_name, body, header.api_version
                 )
-            if api_key == data_plane.LIST_OFFSETS:
+            if api_key == ApiKey.LIST_OFFSETS:
                 return data_plane.list_offsets(replicas, body, header.api_version)
-            if api_key == data_plane.OFFSET_FOR_LEADER_EPOCH:
+            if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
                 return data_plane.offset_for_leader_epoch(replicas, body, header.api_version)
         if api_key in GROUP_APIS and self.groups is not None:
             return await self.groups.handle(
                 api_key, header.api_version, body, self.listener_name, header.client_id or ""
             )
-        if api_key == INIT_PRODUCER_ID and self.producer_ids is not None:
+        if api_key == ApiKey.INIT_PRODUCER_ID and self.producer_ids is not None:
             return await init_producer_id(self.producer_ids, body, header.api_version)
         image = self._image()
-        if api_key == wire.API_VERSIONS_KEY:
+        if api_key == ApiKey.API_VERSIONS:
             response = api_versions_response(header.api_version, self.supported_apis)
             return _with_features(response, image) if header.api_version >= 3 else response
-        if api_key == METADATA:
+        if api_key == ApiKey.METADATA:
             if header.api_version < METADATA_BY_ID_VERSION and any(
                 item.name is None for item in body.topics or ()
             ):
@@ -166,14 +158,14 @@ class KafkaApis:
             return await metadata_response(
                 image, body, self.listener_name, self.cluster_id, controller_id, created
             )
-        if api_key == DESCRIBE_CLUSTER:
+        if api_key == ApiKey.DESCRIBE_CLUSTER:
             controller_id = random_live_broker(image, self.listener_name, self._rng)
             return describe_cluster_response(
                 image, body, self.listener_name, self.cluster_id, controller_id
             )
-        if api_key == DESCRIBE_CONFIGS:
+        if api_key == ApiKey.DESCRIBE_CONFIGS:
             return describe_configs_response(image, body, self.node_id)
-        if api_key == DESCRIBE_TOPIC_PARTITIONS:
+        if api_key == ApiKey.DESCRIBE_TOPIC_PARTITIONS:
             return describe_topic_partitions_response(image, body, self.listener_name)
         return None  # not served here: Kafka closes the connection
 
@@ -221,7 +213,7 @@ class KafkaApis:
 def _with_features(response: Any, image: MetadataImage) -> Any:
     """ApiVersions v3+ (KIP-584): the features this broker supports and the levels the
     metadata log finalized (``kafka-features describe`` reads them), as of ``image``."""
-    module: Any = response_module(wire.API_VERSIONS_KEY, int(response.__version__))
+    module: Any = response_module(ApiKey.API_VERSIONS, int(response.__version__))
     supported = tuple(
         make(
             module.SupportedFeatureKey,

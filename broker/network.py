@@ -40,6 +40,7 @@ from kio.schema.errors import ErrorCode
 from log.fs import FileRegion
 from log.rate_limited_log import RateLimitedLog
 from protocol import wire
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
@@ -367,7 +368,7 @@ def _is_unsupported_api_versions(error: wire.FrameError) -> bool:
     header = error.header
     return (
         header is not None
-        and header.api_key == wire.API_VERSIONS_KEY
+        and header.api_key == ApiKey.API_VERSIONS
         and error.error_code == wire.UNSUPPORTED_VERSION
     )
 
@@ -376,7 +377,7 @@ def api_versions_response(
     version: int, supported: Mapping[int, tuple[int, int]], error_code: int = 0
 ) -> object:
     """ApiVersionsResponse (of ``version``) listing ``supported``: api key -> (min, max)."""
-    module: Any = response_module(wire.API_VERSIONS_KEY, version)
+    module: Any = response_module(ApiKey.API_VERSIONS, version)
     keys = tuple(
         make(module.ApiVersion, {"api_key": key, "min_version": low, "max_version": high})
         for key, (low, high) in sorted(supported.items())

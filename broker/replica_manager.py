@@ -64,6 +64,7 @@ from metadata.config_defs import CLUSTER_DEFAULT
 from metadata.delta import local_changes
 from metadata.image import EMPTY, MetadataImage, TopicImage
 from metadata.records import ELR_FEATURE, NO_LEADER
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.replica_manager")
@@ -76,7 +77,6 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 NO_EPOCH = -1
-ALTER_PARTITION = 56
 ALTER_PARTITION_VERSION = 3
 ALTER_PARTITION_TIMEOUT_S = 30.0
 
@@ -536,7 +536,7 @@ class ReplicaManager:
         """AlterPartition v3 for one partition (Kafka's AlterPartitionManager sends them in
         batches; one per partition keeps this simple and each is small)."""
         assert self._channel is not None
-        module = request_module(ALTER_PARTITION, ALTER_PARTITION_VERSION)
+        module = request_module(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION)
         image = self._latest
         brokers = image.cluster.brokers if image is not None else {}
         members = tuple(

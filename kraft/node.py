@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from broker.bugs import BROKER_BUGS
-from broker.cluster_metadata import DESCRIBE_CLUSTER, describe_controllers_response
+from broker.cluster_metadata import describe_controllers_response
 from broker.controller_channel import ControllerChannel
 from broker.fetch_session import FetchSessionCache
 from broker.group.apis import GroupApis
@@ -56,6 +56,7 @@ from metadata.controller.topics import INTERNAL_TOPIC_CREATOR
 from metadata.loader import MetadataLoader, MetadataPublisher
 from metadata.records import Listener
 from protocol import wire
+from protocol.api_keys import ApiKey
 from raft import codec
 from raft.core import Event, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
@@ -397,7 +398,9 @@ class KraftNode:
     # ---- listeners --------------------------------------------------------------------------
     def _controller_apis(self) -> dict[int, tuple[int, int]]:
         assert self.controller is not None
-        return codec.API_VERSIONS | self.controller.SUPPORTED_APIS | {DESCRIBE_CLUSTER: (1, 1)}
+        return (
+            codec.API_VERSIONS | self.controller.SUPPORTED_APIS | {ApiKey.DESCRIBE_CLUSTER: (1, 1)}
+        )
 
     def _limits(self, listener: str) -> NetworkLimits:
         config = self.config
@@ -423,9 +426,9 @@ class KraftNode:
     async def _handle_controller(self, header: wire.RequestHeader, request: object) -> object:
         raft, controller = self.raft, self.controller
         assert raft is not None and controller is not None
-        if header.api_key == wire.API_VERSIONS_KEY:
+        if header.api_key == ApiKey.API_VERSIONS:
             return api_versions_response(header.api_version, self._controller_apis())
-        if header.api_key == DESCRIBE_CLUSTER:
+        if header.api_key == ApiKey.DESCRIBE_CLUSTER:
             return describe_controllers_response(
                 request, self.cluster_id, raft.leader_id, self.config.controller_quorum_voters
             )

@@ -35,9 +35,9 @@ from kio.serial.errors import SerialError
 from kio.serial.writers import write_compact_array_length, write_legacy_array_length
 
 from log.fs import FileRegion
+from protocol.api_keys import ApiKey
 
 MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes default
-API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
 
@@ -185,7 +185,7 @@ def decode_request(
 
 def _response_header_type(api_key: int, flexible: bool) -> type[Any]:
     """Response header v1 for flexible bodies, v0 otherwise and always for ApiVersions."""
-    return ResponseHeaderV1 if flexible and api_key != API_VERSIONS_KEY else ResponseHeaderV0
+    return ResponseHeaderV1 if flexible and api_key != ApiKey.API_VERSIONS else ResponseHeaderV0
 
 
 def encode_response(header: RequestHeader, body: object) -> bytes:
@@ -329,7 +329,7 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
         body_type: type[Any] = load_response_schema(api_key, api_version)
         header_type = _response_header_type(api_key, body_type.__flexible__)
         kio_header, offset = entity_reader(header_type)(frame, 0)
-        if api_key == API_VERSIONS_KEY and frame[offset : offset + 2] != b"\0\0":
+        if api_key == ApiKey.API_VERSIONS and frame[offset : offset + 2] != b"\0\0":
             body_type = load_response_schema(api_key, 0)
         body, size = _read_body(body_type, frame, offset)
     except KioIndexError as error:

@@ -26,6 +26,7 @@ from log.batch import decode_batch, iter_batches, validate_batch
 from log.records import Record
 from log.runtime import Runtime
 from protocol import wire
+from protocol.api_keys import ApiKey
 from raft import codec, quorum_state
 from raft.batch_accumulator import BatchAccumulator
 from raft.core import (
@@ -55,11 +56,11 @@ DRIVER_BUGS = {
 BUGS = {**CORE_BUGS, **DRIVER_BUGS, **LOG_BUGS}  # the raft scenario's planted bugs
 NODE_BUGS = {**BUGS, **OBSERVER_BUGS}  # every planted bug a RaftNode takes
 RAFT_API_KEYS = (
-    codec.VOTE,
-    codec.BEGIN_QUORUM_EPOCH,
-    codec.END_QUORUM_EPOCH,
-    codec.FETCH,
-    codec.FETCH_SNAPSHOT,
+    ApiKey.VOTE,
+    ApiKey.BEGIN_QUORUM_EPOCH,
+    ApiKey.END_QUORUM_EPOCH,
+    ApiKey.FETCH,
+    ApiKey.FETCH_SNAPSHOT,
 )
 MAX_READ_BYTES = 8 * 1024 * 1024
 # Half of max.message.bytes (1 MiB): accumulated proposals stay well inside what the log takes.
@@ -563,7 +564,7 @@ class RaftNode:
                 try:
                     header, entity = wire.decode_request(frame, supported=codec.API_VERSIONS)
                 except wire.FrameError as error:
-                    if error.header is None or error.header.api_key != wire.API_VERSIONS_KEY:
+                    if error.header is None or error.header.api_key != ApiKey.API_VERSIONS:
                         return  # unparseable or unsupported: Kafka closes the connection
                     # A client asking for an ApiVersions version we lack gets a v0 answer
                     # listing what we have, so it can retry with one of those (KIP-511).
@@ -596,9 +597,9 @@ class RaftNode:
         """``handle_request``; given the connection's ``writer``, a quorum request's answer
         is written there directly (see _DirectReply) and ``_WRITTEN`` returned."""
         api_key, version = header.api_key, header.api_version
-        if api_key == wire.API_VERSIONS_KEY:
+        if api_key == ApiKey.API_VERSIONS:
             return codec.api_versions_response(version)
-        if api_key == codec.DESCRIBE_QUORUM:
+        if api_key == ApiKey.DESCRIBE_QUORUM:
             return self._describe_quorum(version)
         if api_key not in RAFT_API_KEYS:
             return None
@@ -653,7 +654,7 @@ class RaftNode:
         assert core is not None
         if core.role is not Role.LEADER:
             return codec.error_response(
-                codec.DESCRIBE_QUORUM, version, Errors.NOT_LEADER_OR_FOLLOWER
+                ApiKey.DESCRIBE_QUORUM, version, Errors.NOT_LEADER_OR_FOLLOWER
             )
         now_ms, wall_ms = self._now_ms(), self.runtime.clock.now_ms()
 

@@ -27,40 +27,27 @@ from broker.group.shard import OffsetCommit
 from broker.network import CLIENT_HOST
 from log.rate_limited_log import RateLimitedLog
 from metadata.image import MetadataImage
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module, response_module
 
 logger = logging.getLogger("broker.group.apis")
 
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-FIND_COORDINATOR = 10
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
-DESCRIBE_GROUPS = 15
-LIST_GROUPS = 16
-DELETE_GROUPS = 42
-OFFSET_DELETE = 47
-CONSUMER_GROUP_HEARTBEAT = 68
-CONSUMER_GROUP_DESCRIBE = 69
-CREATE_TOPICS = 19
 CREATE_TOPICS_VERSION = 7
 
 SUPPORTED = {
-    OFFSET_COMMIT: (2, 9),
-    OFFSET_FETCH: (1, 9),
-    FIND_COORDINATOR: (0, 6),
-    JOIN_GROUP: (0, 9),
-    HEARTBEAT: (0, 4),
-    LEAVE_GROUP: (0, 5),
-    SYNC_GROUP: (0, 5),
-    DESCRIBE_GROUPS: (0, 5),
-    LIST_GROUPS: (0, 5),
-    DELETE_GROUPS: (0, 2),
-    OFFSET_DELETE: (0, 0),
-    CONSUMER_GROUP_HEARTBEAT: (0, 1),
-    CONSUMER_GROUP_DESCRIBE: (0, 1),
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 GROUP_KEY_TYPE = 0
 CLASSIC = "classic"
@@ -86,13 +73,13 @@ class GroupApis:
         self, api_key: int, version: int, request: Any, listener: str, client_id: str
     ) -> object:
         response = response_module(api_key, version)
-        if api_key == FIND_COORDINATOR:
+        if api_key == ApiKey.FIND_COORDINATOR:
             return self._find_coordinator(response, version, request, listener)
-        if api_key == JOIN_GROUP:
+        if api_key == ApiKey.JOIN_GROUP:
             return await self._join(response, version, request, client_id)
-        if api_key == SYNC_GROUP:
+        if api_key == ApiKey.SYNC_GROUP:
             return await self._sync(response, request)
-        if api_key == HEARTBEAT:
+        if api_key == ApiKey.HEARTBEAT:
             error = self.coordinator.heartbeat(
                 request.group_id,
                 request.member_id,
@@ -102,23 +89,23 @@ class GroupApis:
             return make(
                 response.HeartbeatResponse, {"throttle_time": NO_THROTTLE, "error_code": error}
             )
-        if api_key == LEAVE_GROUP:
+        if api_key == ApiKey.LEAVE_GROUP:
             return self._leave(response, version, request)
-        if api_key == OFFSET_COMMIT:
+        if api_key == ApiKey.OFFSET_COMMIT:
             return await self._offset_commit(response, request)
-        if api_key == OFFSET_FETCH:
+        if api_key == ApiKey.OFFSET_FETCH:
             return self._offset_fetch(response, version, request)
-        if api_key == LIST_GROUPS:
+        if api_key == ApiKey.LIST_GROUPS:
             return self._list_groups(response, request)
-        if api_key == DESCRIBE_GROUPS:
+        if api_key == ApiKey.DESCRIBE_GROUPS:
             return self._describe_groups(response, request)
-        if api_key == DELETE_GROUPS:
+        if api_key == ApiKey.DELETE_GROUPS:
             return await self._delete_groups(response, request)
-        if api_key == CONSUMER_GROUP_HEARTBEAT:
+        if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
             return await self._consumer_heartbeat(response, version, request, client_id)
-        if api_key == CONSUMER_GROUP_DESCRIBE:
+        if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:
             return self._consumer_describe(response, request)
-        assert api_key == OFFSET_DELETE, api_key
+        assert api_key == ApiKey.OFFSET_DELETE, api_key
         return await self._offset_delete(response, request)
 
     # ---- FindCoordinator -----------------------------------------------------------------
@@ -190,7 +177,7 @@ class GroupApis:
 
     async def _create(self) -> None:
         config = self.coordinator.config
-        module: Any = request_module(CREATE_TOPICS, CREATE_TOPICS_VERSION)
+        module: Any = request_module(ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION)
         # Kafka's settings. Compaction (log/cleaner.py) keeps the latest record of every
         # key, so repeated commits of one partition's offset do not grow the topic.
         configs = {

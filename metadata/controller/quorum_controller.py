@@ -29,43 +29,25 @@ from kio.schema.errors import ErrorCode
 from log.records import Record
 from log.runtime import Runtime
 from metadata.controller.cluster import (
-    BROKER_HEARTBEAT,
-    BROKER_REGISTRATION,
     SHUTDOWN_KEEPS_LEADERS,
     UNFENCE_BEFORE_CAUGHT_UP,
-    UNREGISTER_BROKER,
     broker_heartbeat,
     broker_registration,
     fence_broker,
     unregister_broker,
 )
-from metadata.controller.configs import (
-    ALTER_CONFIGS,
-    INCREMENTAL_ALTER_CONFIGS,
-    alter_configs,
-    incremental_alter_configs,
-)
+from metadata.controller.configs import alter_configs, incremental_alter_configs
 from metadata.controller.context import ControllerConfig, ControllerContext, ControllerResult
 from metadata.controller.election import LEADER_OUTSIDE_ISR, preferred_leader_changes
-from metadata.controller.features import UPDATE_FEATURES, update_features
-from metadata.controller.partitions import (
-    ALTER_PARTITION,
-    ELECT_LEADERS,
-    alter_partition,
-    elect_leaders,
-)
-from metadata.controller.producer_ids import ALLOCATE_PRODUCER_IDS, allocate_producer_ids
+from metadata.controller.features import update_features
+from metadata.controller.partitions import alter_partition, elect_leaders
+from metadata.controller.producer_ids import allocate_producer_ids
 from metadata.controller.reassignment import (
-    ALTER_PARTITION_REASSIGNMENTS,
-    LIST_PARTITION_REASSIGNMENTS,
     alter_partition_reassignments,
     list_partition_reassignments,
 )
 from metadata.controller.refusals import refusal
 from metadata.controller.topics import (
-    CREATE_PARTITIONS,
-    CREATE_TOPICS,
-    DELETE_TOPICS,
     INTERNAL_TOPIC_CREATOR,
     create_partitions,
     create_topics,
@@ -75,6 +57,7 @@ from metadata.delta import MetadataDelta
 from metadata.image import MetadataImage
 from metadata.loader import MetadataLoader
 from metadata.records import METADATA_VERSION_FEATURE, MetadataRecord, NoOp, encode_record
+from protocol.api_keys import ApiKey
 from raft.batch_accumulator import split_proposal
 from raft.core import MAX_PROPOSAL_RECORDS, Event, NotLeaderError, Role, RoleChanged
 from raft.driver import MAX_BATCH_BYTES, CommittedBatch, RaftNode
@@ -116,20 +99,20 @@ class QuorumController:
     """Serves the controller APIs on the active controller; NOT_CONTROLLER elsewhere."""
 
     SUPPORTED_APIS: ClassVar[dict[int, tuple[int, int]]] = {
-        CREATE_TOPICS: (2, 7),
-        DELETE_TOPICS: (1, 6),
-        ALTER_CONFIGS: (0, 2),
-        CREATE_PARTITIONS: (0, 3),
-        ELECT_LEADERS: (0, 2),
-        INCREMENTAL_ALTER_CONFIGS: (0, 1),
-        ALTER_PARTITION_REASSIGNMENTS: (0, 1),
-        LIST_PARTITION_REASSIGNMENTS: (0, 0),
-        ALTER_PARTITION: (2, 3),
-        BROKER_REGISTRATION: (0, 4),
-        BROKER_HEARTBEAT: (0, 2),
-        UNREGISTER_BROKER: (0, 0),
-        ALLOCATE_PRODUCER_IDS: (0, 0),
-        UPDATE_FEATURES: (0, 1),
+        ApiKey.CREATE_TOPICS: (2, 7),
+        ApiKey.DELETE_TOPICS: (1, 6),
+        ApiKey.ALTER_CONFIGS: (0, 2),
+        ApiKey.CREATE_PARTITIONS: (0, 3),
+        ApiKey.ELECT_LEADERS: (0, 2),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+        ApiKey.ALTER_PARTITION: (2, 3),
+        ApiKey.BROKER_REGISTRATION: (0, 4),
+        ApiKey.BROKER_HEARTBEAT: (0, 2),
+        ApiKey.UNREGISTER_BROKER: (0, 0),
+        ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
+        ApiKey.UPDATE_FEATURES: (0, 1),
     }
 
     def __init__(
@@ -148,20 +131,20 @@ class QuorumController:
         self.config = config
         self.bugs = bugs
         self._handlers: dict[int, Handler] = {
-            CREATE_TOPICS: create_topics,
-            DELETE_TOPICS: delete_topics,
-            ALTER_CONFIGS: alter_configs,
-            CREATE_PARTITIONS: create_partitions,
-            ELECT_LEADERS: elect_leaders,
-            INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
-            ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
-            LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments,
-            ALTER_PARTITION: alter_partition,
-            BROKER_REGISTRATION: self._register,
-            BROKER_HEARTBEAT: self._heartbeat,
-            UNREGISTER_BROKER: self._unregister,
-            ALLOCATE_PRODUCER_IDS: allocate_producer_ids,
-            UPDATE_FEATURES: update_features,
+            ApiKey.CREATE_TOPICS: create_topics,
+            ApiKey.DELETE_TOPICS: delete_topics,
+            ApiKey.ALTER_CONFIGS: alter_configs,
+            ApiKey.CREATE_PARTITIONS: create_partitions,
+            ApiKey.ELECT_LEADERS: elect_leaders,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments,
+            ApiKey.ALTER_PARTITION: alter_partition,
+            ApiKey.BROKER_REGISTRATION: self._register,
+            ApiKey.BROKER_HEARTBEAT: self._heartbeat,
+            ApiKey.UNREGISTER_BROKER: self._unregister,
+            ApiKey.ALLOCATE_PRODUCER_IDS: allocate_producer_ids,
+            ApiKey.UPDATE_FEATURES: update_features,
         }
         assert self._handlers.keys() == self.SUPPORTED_APIS.keys()
         self._active = False
@@ -189,7 +172,7 @@ class QuorumController:
             raise ValueError(f"api {api_key} v{api_version} is outside [{low}, {high}]")
         if not self._active:
             return refusal(api_key, api_version, request, ErrorCode.not_controller)
-        if api_key == CREATE_TOPICS and client_id == INTERNAL_TOPIC_CREATOR:
+        if api_key == ApiKey.CREATE_TOPICS and client_id == INTERNAL_TOPIC_CREATOR:
             result = create_topics(self._context(), request, api_version, internal=True)
         else:
             result = self._handlers[api_key](self._context(), request, api_version)
@@ -201,7 +184,7 @@ class QuorumController:
                 return refusal(api_key, api_version, request, ErrorCode.not_controller)
             if ANSWER_BEFORE_COMMIT in self.bugs or (
                 CONFIG_ANSWER_BEFORE_COMMIT in self.bugs
-                and api_key in (ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS)
+                and api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
             ):
                 return result.response
         else:

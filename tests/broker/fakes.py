@@ -8,7 +8,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.forwarding import CREATE_TOPICS, DELETE_TOPICS
 from metadata.image import (
     BrokerRegistration,
     ClusterImage,
@@ -18,6 +17,7 @@ from metadata.image import (
     TopicsImage,
 )
 from metadata.records import BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE, Listener
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
 LISTENER = "PLAINTEXT"
@@ -94,15 +94,15 @@ class FakeController:
         if self.failure is not None:
             raise self.failure
         key, version = int(request.__api_key__), int(request.__version__)
-        if key == CREATE_TOPICS:
+        if key == ApiKey.CREATE_TOPICS:
             return self._create(request, version)
-        if key == DELETE_TOPICS:
+        if key == ApiKey.DELETE_TOPICS:
             return self._delete(request, version)
         assert self.canned is not None
         return self.canned
 
     def _create(self, request: Any, version: int) -> object:
-        module: Any = response_module(CREATE_TOPICS, version)
+        module: Any = response_module(ApiKey.CREATE_TOPICS, version)
         results = []
         for topic in request.topics:
             if self.image.topics.get(topic.name) is not None:
@@ -128,7 +128,7 @@ class FakeController:
         )
 
     def _delete(self, request: Any, version: int) -> object:
-        module: Any = response_module(DELETE_TOPICS, version)
+        module: Any = response_module(ApiKey.DELETE_TOPICS, version)
         names = (
             [t.name for t in request.topics] if hasattr(request, "topics") else request.topic_names
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from broker import forwarding, lifecycle
 from broker.kafka_apis import KafkaApis
 from metadata.controller.quorum_controller import QuorumController
+from protocol.api_keys import ApiKey
 
 
 def within(version_range: tuple[int, int], served: tuple[int, int]) -> bool:
@@ -26,5 +27,5 @@ def test_lifecycle_versions_are_served_by_the_controller() -> None:
     served = QuorumController.SUPPORTED_APIS
     registration = (lifecycle.REGISTRATION_VERSION,) * 2
     heartbeat = (lifecycle.HEARTBEAT_VERSION,) * 2
-    assert within(registration, served[lifecycle.BROKER_REGISTRATION])
-    assert within(heartbeat, served[lifecycle.BROKER_HEARTBEAT])
+    assert within(registration, served[ApiKey.BROKER_REGISTRATION])
+    assert within(heartbeat, served[ApiKey.BROKER_HEARTBEAT])

@@ -26,6 +26,7 @@ from broker.kafka_apis import KafkaApis
 from metadata.config_defs import TOPIC_CONFIGS, ConfigSource, ConfigType
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from protocol import wire
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from sim.loop import SimLoop
 from tests.broker.fakes import AUDIT_ID, LISTENER, ORDERS_ID, FakeController, cluster_image
@@ -74,7 +75,7 @@ def metadata_topic(version: int, name: str | None, topic_id: uuid.UUID | None = 
 def test_api_versions_lists_every_served_api() -> None:
     response = ask(
         apis(),
-        wire.API_VERSIONS_KEY,
+        ApiKey.API_VERSIONS,
         3,
         {"client_software_name": "x", "client_software_version": "1"},
     )
@@ -89,7 +90,7 @@ def test_api_versions_v3_lists_supported_and_finalized_features() -> None:
         cluster_image(), features={"metadata.version": 1, "eligible.leader.replicas.version": 1}
     )
     values = {"client_software_name": "x", "client_software_version": "1"}
-    response = ask(apis(FakeController(image)), wire.API_VERSIONS_KEY, 3, values)
+    response = ask(apis(FakeController(image)), ApiKey.API_VERSIONS, 3, values)
     assert {(f.name, f.min_version, f.max_version) for f in response.supported_features} == {
         ("metadata.version", 1, 1),
         ("eligible.leader.replicas.version", 0, 1),
@@ -100,7 +101,7 @@ def test_api_versions_v3_lists_supported_and_finalized_features() -> None:
     ]
     assert response.finalized_features_epoch == image.offset - 1
     off = dataclasses.replace(image, features={"eligible.leader.replicas.version": 0})
-    response = ask(apis(FakeController(off)), wire.API_VERSIONS_KEY, 3, values)
+    response = ask(apis(FakeController(off)), ApiKey.API_VERSIONS, 3, values)
     assert response.finalized_features == ()
 
 
@@ -404,12 +405,12 @@ def test_describe_broker_configs_resolve_own_then_cluster_then_default() -> None
 
 def test_create_topics_is_forwarded_and_the_controllers_answer_passed_back() -> None:
     controller = FakeController(cluster_image())
-    module: Any = request_module(forwarding.CREATE_TOPICS, 7)
+    module: Any = request_module(ApiKey.CREATE_TOPICS, 7)
     topics = tuple(
         make(module.CreatableTopic, {"name": n, "num_partitions": 3, "replication_factor": 1})
         for n in ("new", "orders")
     )
-    response = ask(apis(controller), forwarding.CREATE_TOPICS, 7, {"topics": topics})
+    response = ask(apis(controller), ApiKey.CREATE_TOPICS, 7, {"topics": topics})
     assert [(t.name, t.error_code) for t in response.topics] == [
         ("new", ErrorCode.none),
         ("orders", ErrorCode.topic_already_exists),
@@ -421,7 +422,7 @@ def test_create_topics_is_forwarded_and_the_controllers_answer_passed_back() -> 
 def forwarded_request(api_key: int, version: int) -> dict[str, object]:
     """Values for a request of every forwarded API naming topic "t" (or its partition 0)."""
     module: Any = request_module(api_key, version)
-    if api_key == forwarding.CREATE_TOPICS:
+    if api_key == ApiKey.CREATE_TOPICS:
         return {
             "topics": (
                 make(
@@ -430,7 +431,7 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
                 ),
             )
         }
-    if api_key == forwarding.DELETE_TOPICS:
+    if api_key == ApiKey.DELETE_TOPICS:
         if version >= 6:
             return {
                 "topics": (
@@ -438,23 +439,23 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
                 )
             }
         return {"topic_names": ("t",)}
-    if api_key == forwarding.CREATE_PARTITIONS:
+    if api_key == ApiKey.CREATE_PARTITIONS:
         return {
             "topics": (
                 make(module.CreatePartitionsTopic, {"name": "t", "count": 2, "assignments": None}),
             )
         }
-    if api_key == forwarding.ELECT_LEADERS:
+    if api_key == ApiKey.ELECT_LEADERS:
         return {
             "topic_partitions": (make(module.TopicPartitions, {"topic": "t", "partitions": (0,)}),)
         }
-    if api_key == forwarding.ALTER_PARTITION_REASSIGNMENTS:
+    if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
         target = make(module.ReassignablePartition, {"partition_index": 0, "replicas": (1,)})
         return {"topics": (make(module.ReassignableTopic, {"name": "t", "partitions": (target,)}),)}
-    if api_key == forwarding.LIST_PARTITION_REASSIGNMENTS:
+    if api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
         named = {"name": "t", "partition_indexes": (0,)}
         return {"topics": (make(module.ListPartitionReassignmentsTopics, named),)}
-    if api_key == forwarding.UPDATE_FEATURES:
+    if api_key == ApiKey.UPDATE_FEATURES:
         feature = {"feature": "eligible.leader.replicas.version", "max_version_level": 1}
         return {"feature_updates": (make(module.FeatureUpdateKey, feature),)}
     return {
@@ -468,8 +469,8 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
 
 def item_codes(response: Any) -> list[int]:
     if int(response.__api_key__) in (
-        forwarding.ALTER_PARTITION_REASSIGNMENTS,
-        forwarding.LIST_PARTITION_REASSIGNMENTS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
     ):  # a top-level error code (Alter also repeats it for every partition)
         nested = getattr(response, "responses", ())
         partitions = [int(p.error_code) for t in nested for p in t.partitions]
@@ -503,13 +504,11 @@ def test_a_forward_nobody_answers_times_out_for_every_item(api_key: int, version
 def test_not_controller_from_the_controller_is_passed_on() -> None:
     controller = FakeController(cluster_image())
     request = make(
-        request_module(forwarding.INCREMENTAL_ALTER_CONFIGS, 1).IncrementalAlterConfigsRequest,
+        request_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1).IncrementalAlterConfigsRequest,
         forwarded_request(44, 1),
     )
     controller.canned = forwarding.forwarded_error_response(request, ErrorCode.not_controller, None)
-    response = ask(
-        apis(controller), forwarding.INCREMENTAL_ALTER_CONFIGS, 1, forwarded_request(44, 1)
-    )
+    response = ask(apis(controller), ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, forwarded_request(44, 1))
     assert item_codes(response) == [ErrorCode.not_controller]
 
 

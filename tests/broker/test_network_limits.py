@@ -25,12 +25,13 @@ from broker.network import (
 )
 from log.rate_limited_log import RateLimitedLog
 from protocol import wire
+from protocol.api_keys import ApiKey
 
-SUPPORTED = {wire.API_VERSIONS_KEY: (0, 3)}
+SUPPORTED = {ApiKey.API_VERSIONS: (0, 3)}
 
 
 def api_versions_frame(correlation_id: int) -> bytes:
-    header = wire.RequestHeader(wire.API_VERSIONS_KEY, 3, correlation_id, "limits")
+    header = wire.RequestHeader(ApiKey.API_VERSIONS, 3, correlation_id, "limits")
     body = ApiVersionsRequest(client_software_name="t", client_software_version="1")
     return wire.encode_request(header, body)
 

@@ -16,22 +16,22 @@ from kio.schema.errors import ErrorCode
 
 from broker import network
 from broker.client import ConnectionClosed
-from broker.data_plane import FETCH
 from broker.network import SENDFILE_MIN_BYTES
 from log.fs import FileHandle, FileRegion, RealFileSystem
 from log.rate_limited_log import RateLimitedLog
 from protocol import wire
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module, response_module
 from tests.broker.test_network import connected, serving
 
 VERSION = 12
-SUPPORTED = {FETCH: (VERSION, VERSION)}
+SUPPORTED = {ApiKey.FETCH: (VERSION, VERSION)}
 BIG = 3 * SENDFILE_MIN_BYTES + 17  # sent by sendfile
 SMALL = 1000  # read and written with the bytes around it
 
 
 def fetch_request(partitions: int) -> Any:
-    module = request_module(FETCH, VERSION)
+    module = request_module(ApiKey.FETCH, VERSION)
     wanted = tuple(
         make(module.FetchPartition, {"partition": p, "partition_max_bytes": 1 << 30})
         for p in range(partitions)
@@ -48,7 +48,7 @@ def fetch_request(partitions: int) -> Any:
 
 
 def fetch_response(records: list[bytes | FileRegion]) -> Any:
-    module = response_module(FETCH, VERSION)
+    module = response_module(ApiKey.FETCH, VERSION)
     partitions = tuple(
         make(
             module.PartitionData,
