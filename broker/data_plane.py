@@ -45,13 +45,6 @@ from protocol.entities import make, response_module
 
 READ_COMMITTED = 1
 TOPIC_ID_VERSION = 13  # Fetch names topics by id from v13 (KIP-516)
-# Produce v3+ carries only v2 record batches (magic 2), the one format the log stores.
-SUPPORTED = {
-    ApiKey.PRODUCE: (3, 9),
-    ApiKey.FETCH: (4, 13),
-    ApiKey.LIST_OFFSETS: (1, 7),
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
-}
 
 
 async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> object:

@@ -33,15 +33,13 @@ import struct
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
-
-from kio.schema.errors import ErrorCode
+from typing import NoReturn
 
 from log.fs import FileRegion
 from log.rate_limited_log import RateLimitedLog
 from protocol import wire
 from protocol.api_keys import ApiKey
-from protocol.entities import make, response_module
+from protocol.api_table import api_versions_response
 
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 BIG_FRAME_BYTES = 64 * 1024
@@ -371,16 +369,3 @@ def _is_unsupported_api_versions(error: wire.FrameError) -> bool:
         and header.api_key == ApiKey.API_VERSIONS
         and error.error_code == wire.UNSUPPORTED_VERSION
     )
-
-
-def api_versions_response(
-    version: int, supported: Mapping[int, tuple[int, int]], error_code: int = 0
-) -> object:
-    """ApiVersionsResponse (of ``version``) listing ``supported``: api key -> (min, max)."""
-    module: Any = response_module(ApiKey.API_VERSIONS, version)
-    keys = tuple(
-        make(module.ApiVersion, {"api_key": key, "min_version": low, "max_version": high})
-        for key, (low, high) in sorted(supported.items())
-    )
-    values = {"error_code": ErrorCode(error_code), "api_keys": keys}
-    return make(module.ApiVersionsResponse, values)

@@ -431,28 +431,6 @@ def decode_raft_response(entity: object) -> Response:
 # ---------------------------------------------------------------- driver-answered APIs
 
 
-def api_versions_response(
-    api_version: int,
-    extra: dict[int, tuple[int, int]] | None = None,
-    *,
-    error_code: int = Errors.NONE,
-) -> object:
-    """ApiVersionsResponse listing API_VERSIONS plus ``extra`` (the broker's APIs, later).
-
-    With ``error_code`` UNSUPPORTED_VERSION and ``api_version`` 0 this is Kafka's answer to
-    an ApiVersions request of a version we do not speak: the client reads it as v0 and
-    retries with a version from the list.
-    """
-    module: Any = _schema(ApiKey.API_VERSIONS, api_version, EntityType.response)
-    versions = API_VERSIONS | (extra or {})
-    keys = tuple(
-        make(module.ApiVersion, {"api_key": key, "min_version": low, "max_version": high})
-        for key, (low, high) in sorted(versions.items())
-    )
-    values = {"error_code": ErrorCode(error_code), "api_keys": keys}
-    return make(module.ApiVersionsResponse, values)
-
-
 def describe_quorum_response(
     *,
     leader_id: int,

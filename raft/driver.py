@@ -27,6 +27,15 @@ from log.records import Record
 from log.runtime import Runtime
 from protocol import wire
 from protocol.api_keys import ApiKey
+from protocol.api_table import (
+    API_VERSIONS,
+    CLUSTER_ACTION,
+    CLUSTER_DESCRIBE,
+    CONTROLLER,
+    Api,
+    ApiRequest,
+    ServedApis,
+)
 from raft import codec, quorum_state
 from raft.batch_accumulator import BatchAccumulator
 from raft.core import (
@@ -553,27 +562,66 @@ class RaftNode:
                 future.set_exception(ProposalLost(f"offset {offset} holds epoch {epoch}"))
 
     # ---- the server side ---------------------------------------------------------------
+    def apis(self) -> list[Api]:
+        """The quorum's entries in the controller listener's table: the Raft RPCs, answered
+        by the core, and DescribeQuorum, answered from its progress."""
+        quorum, versions = self._quorum_api, codec.API_VERSIONS
+        return [
+            Api(ApiKey.FETCH, versions[ApiKey.FETCH], quorum, CONTROLLER, (CLUSTER_ACTION,)),
+            Api(ApiKey.VOTE, versions[ApiKey.VOTE], quorum, CONTROLLER, (CLUSTER_ACTION,)),
+            Api(
+                ApiKey.BEGIN_QUORUM_EPOCH,
+                versions[ApiKey.BEGIN_QUORUM_EPOCH],
+                quorum,
+                CONTROLLER,
+                (CLUSTER_ACTION,),
+            ),
+            Api(
+                ApiKey.END_QUORUM_EPOCH,
+                versions[ApiKey.END_QUORUM_EPOCH],
+                quorum,
+                CONTROLLER,
+                (CLUSTER_ACTION,),
+            ),
+            Api(
+                ApiKey.FETCH_SNAPSHOT,
+                versions[ApiKey.FETCH_SNAPSHOT],
+                quorum,
+                CONTROLLER,
+                (CLUSTER_ACTION,),
+            ),
+            Api(
+                ApiKey.DESCRIBE_QUORUM,
+                versions[ApiKey.DESCRIBE_QUORUM],
+                self._describe_quorum_api,
+                CONTROLLER,
+                (CLUSTER_DESCRIBE,),
+            ),
+        ]
+
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Answer requests from one inbound connection, one at a time and in order (Kafka)."""
         task = asyncio.current_task()
         assert task is not None
         self._inbound[task] = writer
+        served = ServedApis(CONTROLLER, [API_VERSIONS, *self.apis()])
         try:
             while True:
                 frame = await wire.read_frame(reader)
                 try:
-                    header, entity = wire.decode_request(frame, supported=codec.API_VERSIONS)
+                    header, entity = wire.decode_request(frame, supported=served.versions)
                 except wire.FrameError as error:
                     if error.header is None or error.header.api_key != ApiKey.API_VERSIONS:
                         return  # unparseable or unsupported: Kafka closes the connection
                     # A client asking for an ApiVersions version we lack gets a v0 answer
                     # listing what we have, so it can retry with one of those (KIP-511).
                     header = error.header
-                    response: object = codec.api_versions_response(
-                        0, error_code=wire.UNSUPPORTED_VERSION
-                    )
+                    response: object = served.api_versions_response(0, wire.UNSUPPORTED_VERSION)
                 else:
-                    response = await self._answer(header, entity, writer)
+                    if header.api_key in RAFT_API_KEYS:
+                        response = await self._answer(header, entity, writer)
+                    else:
+                        response = await served.handle(header, entity)
                 if response is None:
                     return
                 if response is not _WRITTEN:
@@ -585,24 +633,19 @@ class RaftNode:
             self._inbound.pop(task, None)
             writer.transport.abort()
 
-    async def handle_request(self, header: wire.RequestHeader, entity: object) -> object | None:
-        """The response entity, or None to close the connection (as Kafka does for a
-        request it cannot serve). Public so a controller listener that also serves the
-        controller's APIs can hand the quorum's requests here."""
-        return await self._answer(header, entity, None)
+    async def _quorum_api(self, request: ApiRequest) -> object:
+        return await self._answer(request.header, request.body, None)
+
+    async def _describe_quorum_api(self, request: ApiRequest) -> object:
+        return self._describe_quorum(request.api_version)
 
     async def _answer(
         self, header: wire.RequestHeader, entity: object, writer: asyncio.StreamWriter | None
-    ) -> object | None:
-        """``handle_request``; given the connection's ``writer``, a quorum request's answer
-        is written there directly (see _DirectReply) and ``_WRITTEN`` returned."""
+    ) -> object:
+        """A quorum request's answer; given the connection's ``writer``, it is written there
+        directly (see _DirectReply) and ``_WRITTEN`` returned."""
         api_key, version = header.api_key, header.api_version
-        if api_key == ApiKey.API_VERSIONS:
-            return codec.api_versions_response(version)
-        if api_key == ApiKey.DESCRIBE_QUORUM:
-            return self._describe_quorum(version)
-        if api_key not in RAFT_API_KEYS:
-            return None
+        assert api_key in RAFT_API_KEYS, api_key
         try:
             src, body, cluster_id = codec.decode_raft_request(entity)
         except ValueError:

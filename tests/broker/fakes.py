@@ -8,6 +8,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.group.apis import GroupApis
+from broker.kafka_apis import KafkaApis
 from metadata.image import (
     BrokerRegistration,
     ClusterImage,
@@ -17,7 +19,9 @@ from metadata.image import (
     TopicsImage,
 )
 from metadata.records import BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE, Listener
+from protocol import wire
 from protocol.api_keys import ApiKey
+from protocol.api_table import BROKER, ServedApis
 from protocol.entities import make, response_module
 
 LISTENER = "PLAINTEXT"
@@ -143,3 +147,16 @@ class FakeController:
                 self.image = dataclasses.replace(self.image, topics=TopicsImage(by_id, by_name))
             results.append(make(module.DeletableTopicResult, {"name": name, "error_code": code}))
         return make(module.DeleteTopicsResponse, {"responses": tuple(results)})
+
+
+def served(apis: KafkaApis) -> ServedApis:
+    """A lone KafkaApis' table on a broker listener (no group APIs), as a connection reads it."""
+    return ServedApis(BROKER, apis.apis())
+
+
+async def ask_group(
+    apis: GroupApis, api_key: int, version: int, request: object, listener: str, client_id: str
+) -> Any:
+    """A group request answered through a broker listener's table, as a connection does."""
+    header = wire.RequestHeader(api_key, version, 1, client_id)
+    return await ServedApis(BROKER, apis.apis(listener)).handle(header, request)

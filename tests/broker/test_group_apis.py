@@ -19,6 +19,7 @@ from metadata.image import BrokerRegistration, ClusterImage, MetadataImage
 from metadata.records import Listener
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module, response_module
+from tests.broker.fakes import ask_group
 from tests.broker.test_group_coordinator import NODE, Clock, Partitions, image, started
 
 LISTENER = "PLAINTEXT"
@@ -59,14 +60,14 @@ def test_find_coordinator_answers_the_partition_leader_for_each_batched_key() ->
     async def body(apis: GroupApis) -> None:
         find = request(ApiKey.FIND_COORDINATOR, 4, "FindCoordinatorRequest",
                        {"key_type": 0, "coordinator_keys": ("a", "b")})  # fmt: skip
-        answer = await apis.handle(ApiKey.FIND_COORDINATOR, 4, find, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.FIND_COORDINATOR, 4, find, LISTENER, "c")
         assert [(c.key, c.node_id, c.host, c.port, c.error_code) for c in answer.coordinators] == [
             ("a", NODE, "h1", 9092, ErrorCode.none),
             ("b", NODE, "h1", 9092, ErrorCode.none),
         ]
         transactional = request(ApiKey.FIND_COORDINATOR, 3, "FindCoordinatorRequest",
                                 {"key": "tx", "key_type": 1})  # fmt: skip
-        answer = await apis.handle(ApiKey.FIND_COORDINATOR, 3, transactional, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.FIND_COORDINATOR, 3, transactional, LISTENER, "c")
         assert answer.error_code is ErrorCode.invalid_request
 
     run(body)
@@ -85,7 +86,7 @@ def test_the_first_find_coordinator_creates_the_offsets_topic_with_kafkas_settin
 
         apis = GroupApis(coordinator, lambda: with_broker(MetadataImage()), forward)
         find = request(ApiKey.FIND_COORDINATOR, 0, "FindCoordinatorRequest", {"key": "g"})
-        answer = await apis.handle(ApiKey.FIND_COORDINATOR, 0, find, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.FIND_COORDINATOR, 0, find, LISTENER, "c")
         assert answer.error_code is ErrorCode.coordinator_not_available
         await created.wait()
         (topic,) = forwarded[0].topics
@@ -107,7 +108,7 @@ def test_bad_group_requests_get_kafkas_errors() -> None:
             "group_id": "", "session_timeout": timedelta(seconds=10), "member_id": "",
             "protocol_type": "consumer", "protocols": (),
         })  # fmt: skip
-        answer = await apis.handle(ApiKey.JOIN_GROUP, 0, join, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.JOIN_GROUP, 0, join, LISTENER, "c")
         assert answer.error_code is ErrorCode.invalid_group_id
         module = request_module(ApiKey.OFFSET_COMMIT, 2)
         partitions = (
@@ -122,7 +123,7 @@ def test_bad_group_requests_get_kafkas_errors() -> None:
             "topics": (make(module.OffsetCommitRequestTopic,
                             {"name": OFFSETS_TOPIC, "partitions": partitions}),),
         })  # fmt: skip
-        answer = await apis.handle(ApiKey.OFFSET_COMMIT, 2, commit, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.OFFSET_COMMIT, 2, commit, LISTENER, "c")
         assert [p.error_code for p in answer.topics[0].partitions] == [
             ErrorCode.offset_metadata_too_large,
             ErrorCode.none,
@@ -132,7 +133,7 @@ def test_bad_group_requests_get_kafkas_errors() -> None:
             make(fetch_module.OffsetFetchRequestGroup, {"group_id": "g", "topics": None}),
             make(fetch_module.OffsetFetchRequestGroup, {"group_id": "other", "topics": None}),
         )})  # fmt: skip
-        answer = await apis.handle(ApiKey.OFFSET_FETCH, 8, fetch, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.OFFSET_FETCH, 8, fetch, LISTENER, "c")
         assert [
             (g.group_id, [(p.partition_index, p.committed_offset) for t in g.topics
                           for p in t.partitions])
@@ -141,11 +142,11 @@ def test_bad_group_requests_get_kafkas_errors() -> None:
         delete = request(
             ApiKey.DELETE_GROUPS, 2, "DeleteGroupsRequest", {"groups_names": ("nope",)}
         )
-        answer = await apis.handle(ApiKey.DELETE_GROUPS, 2, delete, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.DELETE_GROUPS, 2, delete, LISTENER, "c")
         assert answer.results[0].error_code is ErrorCode.group_id_not_found
         wanted = {"groups": ("nope", "g"), "include_authorized_operations": False}
         describe = request(ApiKey.DESCRIBE_GROUPS, 5, "DescribeGroupsRequest", wanted)
-        answer = await apis.handle(ApiKey.DESCRIBE_GROUPS, 5, describe, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.DESCRIBE_GROUPS, 5, describe, LISTENER, "c")
         assert [(g.group_id, g.group_state) for g in answer.groups] == [
             ("nope", "Dead"),
             ("g", "Empty"),
@@ -175,7 +176,7 @@ def test_a_failed_offsets_topic_creation_is_logged_once_a_minute_however_often_r
         apis = GroupApis(coordinator, lambda: with_broker(MetadataImage()), forward)
         find = request(ApiKey.FIND_COORDINATOR, 0, "FindCoordinatorRequest", {"key": "g"})
         for _ in range(3):
-            answer = await apis.handle(ApiKey.FIND_COORDINATOR, 0, find, LISTENER, "c")
+            answer = await ask_group(apis, ApiKey.FIND_COORDINATOR, 0, find, LISTENER, "c")
             assert answer.error_code is ErrorCode.coordinator_not_available
             assert apis._creating is not None
             await apis._creating  # this attempt ends before the next request starts another

@@ -19,6 +19,7 @@ from log.batch import encode_batch
 from log.records import Record
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
+from tests.broker.fakes import ask_group
 from tests.broker.test_group_apis import LISTENER, request, with_broker
 from tests.broker.test_group_coordinator import NODE, Clock, Partitions, image, move, started
 
@@ -86,7 +87,7 @@ def run(body: Any, partitions: Partitions | None = None) -> None:
 
 
 async def beat(apis: GroupApis, member: str, epoch: int, **fields: Any) -> Any:
-    answer = await apis.handle(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1,
+    answer = await ask_group(apis, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1,
                                heartbeat(member, epoch, **fields),
                                LISTENER, "client-" + member)  # fmt: skip
     return answer
@@ -106,10 +107,14 @@ def test_two_members_split_a_topic_through_heartbeats_and_commit_at_their_epoch(
         assert a.member_epoch == 2
         b = await beat(apis, "b", 2, owned=[])
         assert assigned(b) == sorted({0, 1, 2} - set(kept))
-        ok = await apis.handle(ApiKey.OFFSET_COMMIT, 9, offset_commit("a", 2, 40), LISTENER, "c")
-        stale = await apis.handle(ApiKey.OFFSET_COMMIT, 9, offset_commit("a", 1, 41), LISTENER, "c")
-        stranger = await apis.handle(
-            ApiKey.OFFSET_COMMIT, 9, offset_commit("x", 2, 42), LISTENER, "c"
+        ok = await ask_group(
+            apis, ApiKey.OFFSET_COMMIT, 9, offset_commit("a", 2, 40), LISTENER, "c"
+        )
+        stale = await ask_group(
+            apis, ApiKey.OFFSET_COMMIT, 9, offset_commit("a", 1, 41), LISTENER, "c"
+        )
+        stranger = await ask_group(
+            apis, ApiKey.OFFSET_COMMIT, 9, offset_commit("x", 2, 42), LISTENER, "c"
         )
         assert [r.topics[0].partitions[0].error_code for r in (ok, stale, stranger)] == [
             ErrorCode.none,
@@ -123,13 +128,13 @@ def test_two_members_split_a_topic_through_heartbeats_and_commit_at_their_epoch(
             for member, epoch in (("a", 2), ("a", 1))
         ]  # fmt: skip
         fetch = make(fetch_module.OffsetFetchRequest, {"require_stable": True, "groups": fetches})
-        answer = await apis.handle(ApiKey.OFFSET_FETCH, 9, fetch, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.OFFSET_FETCH, 9, fetch, LISTENER, "c")
         assert [g.error_code for g in answer.groups] == [
             ErrorCode.none,
             ErrorCode.stale_member_epoch,
         ]
         assert answer.groups[0].topics[0].partitions[0].committed_offset == 40
-        listed = await apis.handle(ApiKey.LIST_GROUPS, 5,
+        listed = await ask_group(apis, ApiKey.LIST_GROUPS, 5,
                                    request(ApiKey.LIST_GROUPS, 5, "ListGroupsRequest",
                                            {"types_filter": ("consumer",)}),
                                    LISTENER, "c")  # fmt: skip
@@ -140,7 +145,9 @@ def test_two_members_split_a_topic_through_heartbeats_and_commit_at_their_epoch(
         describe = request(
             ApiKey.CONSUMER_GROUP_DESCRIBE, 1, "ConsumerGroupDescribeRequest", wanted
         )
-        described = await apis.handle(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, describe, LISTENER, "c")
+        described = await ask_group(
+            apis, ApiKey.CONSUMER_GROUP_DESCRIBE, 1, describe, LISTENER, "c"
+        )
         group, missing = described.groups
         assert (group.group_state, group.group_epoch, group.assignor_name) == (
             "Stable",
@@ -158,7 +165,7 @@ def test_two_members_split_a_topic_through_heartbeats_and_commit_at_their_epoch(
             "rebalance_timeout": timedelta(seconds=10), "protocol_type": "consumer",
             "protocols": (),
         })  # fmt: skip
-        joined = await apis.handle(ApiKey.JOIN_GROUP, 5, join, LISTENER, "c")
+        joined = await ask_group(apis, ApiKey.JOIN_GROUP, 5, join, LISTENER, "c")
         assert joined.error_code is ErrorCode.inconsistent_group_protocol
 
         # The stored records rebuild the same group on the next leader.
@@ -200,7 +207,7 @@ def test_a_failed_write_changes_nothing_and_a_silent_member_is_fenced() -> None:
         await coordinator.consumer.fenced()
         assert group.members == {} and group.state.value == "Empty"
         delete = request(ApiKey.DELETE_GROUPS, 2, "DeleteGroupsRequest", {"groups_names": ("g",)})
-        answer = await apis.handle(ApiKey.DELETE_GROUPS, 2, delete, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.DELETE_GROUPS, 2, delete, LISTENER, "c")
         assert answer.results[0].error_code is ErrorCode.none
         assert coordinator.describe_consumer("g") is None
         again = await beat(apis, "a", 3, owned=[])
@@ -234,7 +241,7 @@ def test_retention_expires_unsubscribed_offsets_then_the_empty_consumer_group() 
         apis = GroupApis(coordinator, lambda: with_broker(image(NODE)), forward_nothing)
         try:
             await beat(apis, "a", 0)
-            await apis.handle(ApiKey.OFFSET_COMMIT, 9, offset_commit("a", 1, 5), LISTENER, "c")
+            await ask_group(apis, ApiKey.OFFSET_COMMIT, 9, offset_commit("a", 1, 5), LISTENER, "c")
             clock.ms += 61_000
             await coordinator.expire_offsets()  # "t" is subscribed: kept
             kept = coordinator.fetch_offsets("g", None, "a", 1)
@@ -284,11 +291,11 @@ def test_v0_members_get_an_id_and_bad_heartbeats_get_kafkas_errors() -> None:
             "rebalance_timeout": timedelta(seconds=30), "subscribed_topic_names": ("t",),
             "topic_partitions": None,
         })  # fmt: skip
-        joined = await apis.handle(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, v0, LISTENER, "c")
+        joined = await ask_group(apis, ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, v0, LISTENER, "c")
         assert joined.error_code is ErrorCode.none and len(joined.member_id) == 36
         no_id = await beat(apis, "", 0)
-        no_group = await apis.handle(
-            ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat("m", 0, group_id=""), LISTENER, "c"
+        no_group = await ask_group(
+            apis, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat("m", 0, group_id=""), LISTENER, "c"
         )
         bad_assignor = await beat(apis, "m", 0, server_assignor="sticky")
         bad_epoch = await beat(apis, joined.member_id, 9, owned=[])

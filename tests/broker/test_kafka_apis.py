@@ -29,7 +29,14 @@ from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from sim.loop import SimLoop
-from tests.broker.fakes import AUDIT_ID, LISTENER, ORDERS_ID, FakeController, cluster_image
+from tests.broker.fakes import (
+    AUDIT_ID,
+    LISTENER,
+    ORDERS_ID,
+    FakeController,
+    cluster_image,
+    served,
+)
 
 METADATA, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS = 3, 60, 32
 
@@ -56,7 +63,7 @@ def ask(handler: KafkaApis, api_key: int, version: int, values: dict[str, object
     request_class = next(getattr(module, name) for name in dir(module) if name.endswith("Request"))
     request = make(request_class, values)
     header = wire.RequestHeader(api_key, version, 5, "client")
-    response = asyncio.run(handler.handle(header, request))
+    response = asyncio.run(served(handler).handle(header, request))
     assert response is not None
     _cid, decoded = wire.decode_response(
         api_key, version, wire.encode_response(header, response)[4:]
@@ -80,7 +87,7 @@ def test_api_versions_lists_every_served_api() -> None:
         {"client_software_name": "x", "client_software_version": "1"},
     )
     listed = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-    assert listed == KafkaApis.SUPPORTED_APIS
+    assert listed == served(apis()).versions
     assert response.error_code == ErrorCode.none
 
 
@@ -201,10 +208,10 @@ def test_auto_create_forwards_missing_valid_names_and_answers_leader_not_availab
             },
         )
         header = wire.RequestHeader(METADATA, 9, 5, "client")
-        first = await handler.handle(header, request)
+        first = await served(handler).handle(header, request)
         assert handler._auto_creation is not None
         await handler._auto_creation.wait_idle()  # the forwarded creation completes
-        return first, await handler.handle(header, request)
+        return first, await served(handler).handle(header, request)
 
     refused, _ = asyncio.run(twice(allow=False))
     assert refused.topics[0].error_code == ErrorCode.unknown_topic_or_partition
@@ -488,7 +495,7 @@ def item_codes(response: Any) -> list[int]:
     ("api_key", "version"),
     [
         (key, v)
-        for key, (low, high) in sorted(KafkaApis.SUPPORTED_APIS.items())
+        for key, (low, high) in sorted(served(apis()).versions.items())
         if key in forwarding.FORWARDED_APIS
         for v in range(low, high + 1)
     ],
@@ -532,10 +539,12 @@ def test_auto_creation_draws_on_a_budget_that_refills_and_logs_deferrals_once(
 
     async def scenario() -> tuple[Any, Any, Any]:
         burst = [f"a{i}" for i in range(AUTO_CREATE_BURST_TOPICS + 5)]
-        first = await handler.handle(header, metadata(burst))
-        again = await handler.handle(header, metadata(["late-1", "late-2"]))
+        first = await served(handler).handle(header, metadata(burst))
+        again = await served(handler).handle(header, metadata(["late-1", "late-2"]))
         await asyncio.sleep(3 / AUTO_CREATE_TOPICS_PER_S)  # three topics' worth of budget
-        refilled = await handler.handle(header, metadata(["late-1", "late-2", "late-3", "x"]))
+        refilled = await served(handler).handle(
+            header, metadata(["late-1", "late-2", "late-3", "x"])
+        )
         assert handler._auto_creation is not None
         await handler._auto_creation.wait_idle()
         return first, again, refilled
@@ -567,7 +576,7 @@ def test_metadata_v10_naming_a_topic_null_closes_the_connection() -> None:
         module: Any = request_module(METADATA, version)
         request = make(module.MetadataRequest, {"topics": (metadata_topic(version, None),)})
         header = wire.RequestHeader(METADATA, version, 5, "client")
-        assert asyncio.run(apis().handle(header, request)) is None
+        assert asyncio.run(served(apis()).handle(header, request)) is None
 
 
 def test_the_listeners_of_a_broker_share_the_fetch_session_cache_they_are_given() -> None:

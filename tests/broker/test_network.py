@@ -17,10 +17,11 @@ from kio.schema.metadata.v12.request import MetadataRequest
 
 from broker import network
 from broker.client import ConnectionClosed, KafkaConnection
-from broker.network import api_versions_response, decode_request, serve_connection
+from broker.network import decode_request, serve_connection
 from log.rate_limited_log import RateLimitedLog
 from protocol import wire
 from protocol.api_keys import ApiKey
+from protocol.api_table import api_versions_response
 
 SUPPORTED = {ApiKey.API_VERSIONS: (0, 3), 60: (0, 0)}
 API_VERSIONS = ApiVersionsRequest(client_software_name="test", client_software_version="1")

@@ -20,12 +20,12 @@ from broker.acceptor import Acceptor
 from broker.network import (
     NetworkLimits,
     RequestBytesBudget,
-    api_versions_response,
     serve_connection,
 )
 from log.rate_limited_log import RateLimitedLog
 from protocol import wire
 from protocol.api_keys import ApiKey
+from protocol.api_table import api_versions_response
 
 SUPPORTED = {ApiKey.API_VERSIONS: (0, 3)}
 

@@ -20,7 +20,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, Ne
 
 from broker.kafka_apis import KafkaApis
 from broker.network import serve_connection
-from tests.broker.fakes import LISTENER, FakeController, cluster_image
+from tests.broker.fakes import LISTENER, FakeController, cluster_image, served
 
 TIMEOUT_S = 20
 
@@ -46,9 +46,10 @@ class Listener:
         apis = KafkaApis(
             1, "cluster-real", LISTENER, lambda: controller.image, controller, random.Random(3)
         )
+        table = served(apis)
 
         async def on_connection(reader: Any, writer: Any) -> None:
-            await serve_connection(reader, writer, apis.handle, KafkaApis.SUPPORTED_APIS)
+            await serve_connection(reader, writer, table.handle, table.versions)
 
         self.server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
         self.port = self.server.sockets[0].getsockname()[1]
