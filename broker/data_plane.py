@@ -152,7 +152,7 @@ async def fetch(
     keys = [(name, key[1]) for key, name, _ in wanted if name is not None]
     answers = _read_in_order(replicas, request, module, wanted)
     while wanted:  # bounded by the deadline: each pass waits for a partition or for it
-        size = sum(len(answer["records"]) for answer in answers)  # type: ignore[arg-type]
+        size = sum(len(answer["records"]) for answer in answers)
         failed = any(
             answer["error_code"] != ErrorCode.none or "diverging_epoch" in answer
             for answer in answers

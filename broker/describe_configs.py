@@ -120,7 +120,7 @@ def _entry(module: Any, request: Any, definition: ConfigDef, layers: list[Layer]
         for key, v, s in sources
     )
     include_doc = getattr(request, "include_documentation", False)
-    values = {
+    entry: dict[str, object] = {
         "name": definition.name,
         "value": None if sensitive else value,
         "read_only": False,
@@ -130,7 +130,7 @@ def _entry(module: Any, request: Any, definition: ConfigDef, layers: list[Layer]
         "config_type": int(definition.type),
         "documentation": definition.doc if include_doc else None,
     }
-    return make(module.DescribeConfigsResourceResult, values)
+    return make(module.DescribeConfigsResourceResult, entry)
 
 
 def _error(module: Any, item: Any, code: ErrorCode, message: str) -> Any:

@@ -221,6 +221,11 @@ class BrokerLifecycleManager:
         self._stopped.set()
 
     # ---- the heartbeat loop -------------------------------------------------------------------
+    def _shutting_down(self) -> bool:
+        """Whether shutdown began; a call, so the loop reads the state afresh after each
+        await (a type checker would otherwise keep what the loop's condition saw)."""
+        return self._state is BrokerState.SHUTTING_DOWN
+
     async def _run(self) -> None:
         try:
             while self._state not in (BrokerState.SHUTTING_DOWN, BrokerState.NOT_RUNNING):
@@ -228,7 +233,7 @@ class BrokerLifecycleManager:
                     delay_s = await self._register()
                 else:
                     delay_s = await self._heartbeat()
-                if self._state is BrokerState.SHUTTING_DOWN:
+                if self._shutting_down():
                     return
                 await self._pause(delay_s)
         finally:

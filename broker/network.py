@@ -190,7 +190,7 @@ class _IdleTimer:
 
     __slots__ = ("_handle", "_idle_s", "_loop", "_transport", "active_s", "busy")
 
-    def __init__(self, transport: asyncio.BaseTransport, idle_s: float) -> None:
+    def __init__(self, transport: asyncio.WriteTransport, idle_s: float) -> None:
         self._loop = asyncio.get_running_loop()
         self._transport = transport
         self._idle_s = idle_s

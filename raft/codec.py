@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import types
 import uuid
+from collections.abc import Callable
 from dataclasses import fields
 from datetime import timedelta
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 from kio.index import KioIndexError, load_payload_module, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -83,7 +84,11 @@ _RESPONSE_KEYS: dict[type, int] = {
 
 
 @cache
-def _schema(api_key: int, api_version: int, entity_type: EntityType) -> types.ModuleType:
+def _schema(
+    api_key: int,
+    api_version: int,
+    entity_type: Literal[EntityType.request, EntityType.response],
+) -> types.ModuleType:
     """The kio module holding one version's request or response entities."""
     low, high = API_VERSIONS.get(api_key, (0, -1))
     if not low <= api_version <= high:
@@ -157,7 +162,7 @@ def encode_raft_request(
             sender = body.candidate_id
             if body.pre_vote and version < 2:
                 raise ValueError("a pre-vote needs Vote v2 (KIP-996)")
-            partition = {
+            partition: dict[str, object] = {
                 "replica_epoch": body.candidate_epoch,
                 "replica_id": body.candidate_id,
                 "last_offset_epoch": body.last_offset_epoch,
@@ -280,7 +285,7 @@ def _decode_fetch_snapshot(request: Any, partition: Any) -> tuple[int, Request]:
     return request.replica_id, message
 
 
-_REQUEST_DECODERS = {
+_REQUEST_DECODERS: dict[int, Callable[[Any, Any], tuple[int, Request]]] = {
     ApiKey.VOTE: _decode_vote,
     ApiKey.BEGIN_QUORUM_EPOCH: _decode_begin_quorum_epoch,
     ApiKey.END_QUORUM_EPOCH: _decode_end_quorum_epoch,

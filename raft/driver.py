@@ -675,8 +675,9 @@ class RaftNode:
 
     async def ask(self, src: int, body: Request) -> Response:
         """Hand a request to the core and wait for its answer (which may be long-polled)."""
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
-        return await self._step_request(src, body, future, future)
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        await self._step_request(src, body, future, future)
+        return future.result()
 
     async def _step_request(
         self, src: int, body: Request, reply_to: object, done: asyncio.Future

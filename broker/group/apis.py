@@ -24,6 +24,7 @@ from broker.group.classic import GroupState, JoinRequest
 from broker.group.consumer_group import ConsumerGroup, Heartbeat
 from broker.group.consumer_records import Partitions
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from broker.group.records import OffsetValue
 from broker.group.shard import OffsetCommit
 from broker.network import CLIENT_HOST
 from log.rate_limited_log import RateLimitedLog
@@ -383,6 +384,7 @@ class GroupApis:
         )
 
     def _leave(self, module: Any, version: int, request: Any) -> object:
+        members: list[tuple[str, str | None]]
         if version < 3:
             members = [(request.member_id, None)]
         else:
@@ -502,6 +504,7 @@ class GroupApis:
         )
         topic_type = getattr(module, f"OffsetFetchResponseTopic{plural}")
         partition_type = getattr(module, f"OffsetFetchResponsePartition{plural}")
+        result_topics: list[tuple[str, list[tuple[int, OffsetValue | None]]]]
         if isinstance(result, ErrorCode):
             # Kafka puts the group error on every requested partition as well (v0-v1 have
             # no group-level error field).
@@ -683,6 +686,7 @@ class GroupApis:
             else frozenset((t.topic_id, p) for t in owned for p in t.partitions),
         )
         invalid = _invalid_heartbeat(request, member_id)
+        message: str | None
         if invalid is not None:
             error, message = ErrorCode.invalid_request, invalid
             result = None

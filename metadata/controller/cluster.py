@@ -199,7 +199,7 @@ def unregister_broker(ctx: ControllerContext, request: Any, api_version: int) ->
             },
         )
         return ControllerResult((), response)
-    records = [
+    records: list[MetadataRecord] = [
         *broker_leaving(ctx, broker.broker_id),
         UnregisterBroker(broker.broker_id, broker.epoch),
     ]

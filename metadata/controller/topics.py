@@ -299,6 +299,7 @@ def _new_partition(
 def delete_topics(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
     """Remove topics named by name (v1-v5) or by name or id (v6)."""
     module = response_module(ApiKey.DELETE_TOPICS, api_version)
+    wanted: list[tuple[str | None, uuid.UUID | None]]
     if hasattr(request, "topic_names"):
         wanted = [(name, None) for name in request.topic_names]
     else:
