@@ -16,7 +16,7 @@ the same for both trees.
 Why a second tree and not a switch: the copying path this change replaced is gone, so the
 fair "before" is the code before it, run against the same data on the same machine.
 
-``--send-sizes`` measures instead what sets ``broker.network.SENDFILE_MIN_BYTES``: this
+``--send-sizes`` measures instead what sets ``protocol.server.SENDFILE_MIN_BYTES``: this
 process's CPU per MB to send one region of each size over loopback (to a reader in another
 process) the two ways the network layer can: read and write (``pread``, join with a
 header, ``write``) and ``loop.sendfile`` of a dup of the descriptor.

@@ -37,11 +37,11 @@ from broker.fetch_session import (
     PartitionKey,
     PartitionRequest,
 )
-from broker.network import NO_RESPONSE
 from broker.replica_manager import AppendResult, ReplicaManager
 from metadata.topic_names import RESERVED_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.server import NO_RESPONSE
 
 READ_COMMITTED = 1
 TOPIC_ID_VERSION = 13  # Fetch names topics by id from v13 (KIP-516)

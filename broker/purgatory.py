@@ -7,7 +7,7 @@ condition (Kafka's tryComplete) and park again if it does not hold yet. Waiters 
 insertion order (dicts keyed by a counter), so wake-ups run in the same order on every run.
 
 Bound: one waiter per request parked, and requests are bounded per connection
-(broker/network.py); a waiter removes itself from every key when it wakes or times out.
+(protocol/server.py); a waiter removes itself from every key when it wakes or times out.
 """
 
 from __future__ import annotations

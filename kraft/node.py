@@ -32,7 +32,6 @@ from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import GroupCoordinator
 from broker.kafka_apis import KafkaApis, loop_time
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
-from broker.network import NetworkLimits, RequestBytesBudget, serve_connection
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
 from kraft.bootstrap import read_bootstrap
@@ -61,6 +60,7 @@ from protocol.api_table import (
     ApiTable,
     ServedApis,
 )
+from protocol.server import NetworkLimits, RequestBytesBudget, serve_connection
 from raft.core import Event, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import NODE_BUGS as RAFT_BUGS

@@ -57,7 +57,7 @@ NO_RESPONSE = object()
 # connection runs in its own task, so this is per connection.
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="/")
 
-logger = logging.getLogger("broker.network")
+logger = logging.getLogger("protocol.server")
 _limited = RateLimitedLog(logger)
 _LENGTH = struct.Struct(">i")
 

@@ -11,6 +11,10 @@ Latency is mostly loop turns, so work that needs no awaiting (sending, asking fo
 delivering events) is carried out where the core produced it (a peer's answer, a request, a
 flush completion, the appended proposals) rather than by waking the main loop; the main
 loop keeps time, and whatever must await (the quorum state, truncation, snapshots).
+
+Requests reach it through ``apis``: its entries in the controller listener's API table,
+served by the same connection loop as every listener (protocol/server.py), in production
+and in the simulator alike.
 """
 
 from __future__ import annotations
@@ -28,13 +32,11 @@ from log.runtime import Runtime
 from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import (
-    API_VERSIONS,
     CLUSTER_ACTION,
     CLUSTER_DESCRIBE,
     CONTROLLER,
     Api,
     ApiRequest,
-    ServedApis,
 )
 from raft import codec, quorum_state
 from raft.batch_accumulator import BatchAccumulator
@@ -64,51 +66,9 @@ DRIVER_BUGS = {
 }
 BUGS = {**CORE_BUGS, **DRIVER_BUGS, **LOG_BUGS}  # the raft scenario's planted bugs
 NODE_BUGS = {**BUGS, **OBSERVER_BUGS}  # every planted bug a RaftNode takes
-RAFT_API_KEYS = (
-    ApiKey.VOTE,
-    ApiKey.BEGIN_QUORUM_EPOCH,
-    ApiKey.END_QUORUM_EPOCH,
-    ApiKey.FETCH,
-    ApiKey.FETCH_SNAPSHOT,
-)
 MAX_READ_BYTES = 8 * 1024 * 1024
 # Half of max.message.bytes (1 MiB): accumulated proposals stay well inside what the log takes.
 MAX_BATCH_BYTES = 512 * 1024
-
-
-class _DirectReply:
-    """Answers a request on its connection the moment the core replies: a long-polled Fetch
-    completed mid-turn (records appended, the high watermark moved) goes out in that turn
-    instead of after the connection's handler is next scheduled. ``done`` then lets the
-    handler read the connection's next request, so requests stay answered in order."""
-
-    __slots__ = ("done", "header", "writer")
-
-    def __init__(
-        self, writer: asyncio.StreamWriter, header: wire.RequestHeader, done: asyncio.Future
-    ) -> None:
-        self.writer = writer
-        self.header = header
-        self.done = done
-
-    def __call__(self, body: Response) -> None:
-        if self.done.done():
-            return
-        header = self.header
-        try:
-            entity = codec.encode_raft_response(
-                body, api_key=header.api_key, api_version=header.api_version
-            )
-            frame = wire.encode_response(header, entity)
-        except Exception as exc:
-            self.done.set_exception(exc)
-            return
-        if not self.writer.is_closing():
-            self.writer.write(frame)
-        self.done.set_result(None)
-
-
-_WRITTEN = object()  # what a request answered through a _DirectReply returns to ``serve``
 
 
 class ProposalLost(Exception):
@@ -174,8 +134,7 @@ class RaftNode:
         self._flush_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._applied = 0
-        self._inbound: dict[asyncio.Task, asyncio.StreamWriter] = {}
-        self._asks: dict[asyncio.Future, None] = {}
+        self._asks: dict[asyncio.Future[Response], None] = {}  # requests the core holds
         self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
         self._accumulator = BatchAccumulator(
             max_batch_records=MAX_PROPOSAL_RECORDS, max_batch_bytes=MAX_BATCH_BYTES
@@ -240,15 +199,12 @@ class RaftNode:
                 await task
         for peer in self._peers.values():
             await peer.close()
-        # End inbound connections before the loop goes: their handlers then finish
-        # normally instead of being cancelled mid-read.
-        handlers = list(self._inbound.items())
-        for _task, writer in handlers:
-            writer.transport.abort()
-        for future in list(self._asks):  # a long-polled Fetch nobody will answer now
+        # A request the core still holds (a long-polled Fetch) is answered by nobody now:
+        # its connection's handler ends (the listener closes the connection) instead of
+        # waiting until the loop goes.
+        for future in list(self._asks):
             if not future.done():
                 future.set_exception(ConnectionAbortedError("node closing"))
-        await asyncio.gather(*(task for task, _ in handlers), return_exceptions=True)
 
     async def resign(self) -> None:
         """Graceful leader shutdown: send EndQuorumEpoch to hand leadership over."""
@@ -475,9 +431,7 @@ class RaftNode:
     def _send(self, message: Outbound) -> None:
         reply = message.reply_to
         if reply is not None:
-            if isinstance(reply, _DirectReply):
-                reply(message.body)  # type: ignore[arg-type]
-            elif not reply.done():
+            if not reply.done():
                 reply.set_result(message.body)
             return
         peer = self._peers.get(message.dst)
@@ -599,53 +553,18 @@ class RaftNode:
             ),
         ]
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Answer requests from one inbound connection, one at a time and in order (Kafka)."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._inbound[task] = writer
-        served = ServedApis(CONTROLLER, [API_VERSIONS, *self.apis()])
+    async def _quorum_api(self, request: ApiRequest) -> object | None:
         try:
-            while True:
-                frame = await wire.read_frame(reader)
-                try:
-                    header, entity = wire.decode_request(frame, supported=served.versions)
-                except wire.FrameError as error:
-                    if error.header is None or error.header.api_key != ApiKey.API_VERSIONS:
-                        return  # unparseable or unsupported: Kafka closes the connection
-                    # A client asking for an ApiVersions version we lack gets a v0 answer
-                    # listing what we have, so it can retry with one of those (KIP-511).
-                    header = error.header
-                    response: object = served.api_versions_response(0, wire.UNSUPPORTED_VERSION)
-                else:
-                    if header.api_key in RAFT_API_KEYS:
-                        response = await self._answer(header, entity, writer)
-                    else:
-                        response = await served.handle(header, entity)
-                if response is None:
-                    return
-                if response is not _WRITTEN:
-                    writer.write(wire.encode_response(header, response))
-                await writer.drain()
-        except (OSError, asyncio.IncompleteReadError, wire.FrameError):
-            pass
-        finally:
-            self._inbound.pop(task, None)
-            writer.transport.abort()
-
-    async def _quorum_api(self, request: ApiRequest) -> object:
-        return await self._answer(request.header, request.body, None)
+            return await self._answer(request.header, request.body)
+        except ConnectionAbortedError:
+            return None  # the node is closing (see ``close``): its connections go with it
 
     async def _describe_quorum_api(self, request: ApiRequest) -> object:
         return self._describe_quorum(request.api_version)
 
-    async def _answer(
-        self, header: wire.RequestHeader, entity: object, writer: asyncio.StreamWriter | None
-    ) -> object:
-        """A quorum request's answer; given the connection's ``writer``, it is written there
-        directly (see _DirectReply) and ``_WRITTEN`` returned."""
+    async def _answer(self, header: wire.RequestHeader, entity: object) -> object:
+        """A quorum request's answer, once the core gives it (a Fetch may be long-polled)."""
         api_key, version = header.api_key, header.api_version
-        assert api_key in RAFT_API_KEYS, api_key
         try:
             src, body, cluster_id = codec.decode_raft_request(entity)
         except ValueError:
@@ -657,12 +576,8 @@ class RaftNode:
             assert self.core is not None
             refusal = self.core.refusal(body, Errors.INVALID_VOTER_KEY)
             return codec.encode_raft_response(refusal, api_key=api_key, api_version=version)
-        if writer is None:
-            answer = await self.ask(src, body)
-            return codec.encode_raft_response(answer, api_key=api_key, api_version=version)
-        done: asyncio.Future = asyncio.get_running_loop().create_future()
-        await self._step_request(src, body, _DirectReply(writer, header, done), done)
-        return _WRITTEN
+        answer = await self.ask(src, body)
+        return codec.encode_raft_response(answer, api_key=api_key, api_version=version)
 
     def _is_own_voter_key(self, key: tuple[int, uuid.UUID] | None) -> bool:
         if key is None:
@@ -675,23 +590,17 @@ class RaftNode:
 
     async def ask(self, src: int, body: Request) -> Response:
         """Hand a request to the core and wait for its answer (which may be long-polled)."""
-        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        await self._step_request(src, body, future, future)
-        return future.result()
-
-    async def _step_request(
-        self, src: int, body: Request, reply_to: object, done: asyncio.Future
-    ) -> object:
         core = self.core
         assert core is not None
-        self._asks[done] = None
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._asks[future] = None
         try:
             core.tick(self._now_ms())
-            core.step(Inbound(src, body, reply_to=reply_to))
+            core.step(Inbound(src, body, reply_to=future))
             self._pump()
-            return await done
+            return await future
         finally:
-            self._asks.pop(done, None)
+            self._asks.pop(future, None)
 
     def _describe_quorum(self, version: int) -> object:
         core = self.core

@@ -26,7 +26,6 @@ from broker.group.consumer_records import Partitions
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.group.records import OffsetValue
 from broker.group.shard import OffsetCommit
-from broker.network import CLIENT_HOST
 from log.rate_limited_log import RateLimitedLog
 from metadata.image import MetadataImage
 from protocol.api_keys import ApiKey
@@ -43,6 +42,7 @@ from protocol.api_table import (
     ApiRequest,
 )
 from protocol.entities import make, request_module, response_module
+from protocol.server import CLIENT_HOST
 
 logger = logging.getLogger("broker.group.apis")
 

@@ -1,4 +1,4 @@
-"""broker/network.py and broker/client.py over real loopback sockets."""
+"""protocol/server.py and broker/client.py over real loopback sockets."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest
 
-from broker import network
 from broker.client import ConnectionClosed, KafkaConnection
-from broker.network import decode_request, serve_connection
 from log.rate_limited_log import RateLimitedLog
+from protocol import server as network
 from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import api_versions_response
+from protocol.server import decode_request, serve_connection
 
 SUPPORTED = {ApiKey.API_VERSIONS: (0, 3), 60: (0, 0)}
 API_VERSIONS = ApiVersionsRequest(client_software_name="test", client_software_version="1")
@@ -247,5 +247,5 @@ def test_a_failing_handler_closes_its_connection_and_is_reported_once(
     with caplog.at_level(logging.ERROR):
         asyncio.run(run())
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert len(errors) == 1 and errors[0].name == "broker.network", errors
+    assert len(errors) == 1 and errors[0].name == "protocol.server", errors
     assert "Traceback" in errors[0].getMessage()

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker import network
 from broker.client import ConnectionClosed
-from broker.network import SENDFILE_MIN_BYTES
 from log.fs import FileHandle, FileRegion, RealFileSystem
 from log.rate_limited_log import RateLimitedLog
+from protocol import server as network
 from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module, response_module
+from protocol.server import SENDFILE_MIN_BYTES
 from tests.broker.test_network import connected, serving
 
 VERSION = 12
@@ -151,7 +151,7 @@ def test_a_region_that_cannot_be_sent_whole_closes_the_connection_and_the_next_i
             finally:
                 await second.close()
 
-    with caplog.at_level(logging.WARNING, logger="broker.network"):
+    with caplog.at_level(logging.WARNING, logger="protocol.server"):
         failure, records = asyncio.run(run())
     assert failure is not None
     assert records == Segment(tmp_path / "again.log", [SMALL, BIG]).expected

@@ -1,4 +1,4 @@
-"""Real Kafka admin clients against a broker listener (broker/network.py + KafkaApis).
+"""Real Kafka admin clients against a broker listener (protocol/server.py + KafkaApis).
 
 The listener runs on its own event loop thread at 127.0.0.1 with a hand-built image; brokers
 1 and 2 both advertise that listener, so whichever broker a client picks it reaches this one.
@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from broker.kafka_apis import KafkaApis
-from broker.network import serve_connection
+from protocol.server import serve_connection
 from tests.broker.fakes import LISTENER, FakeController, cluster_image, served
 
 TIMEOUT_S = 20

@@ -20,7 +20,6 @@ from kio.schema.errors import ErrorCode
 
 from broker import data_plane
 from broker.fetch_session import FetchSessionCache
-from broker.network import NO_RESPONSE
 from broker.replica_manager import PARTITION_METADATA_FILE, ReplicaManager
 from log.batch import decode_batch, encode_batch, iter_batches
 from log.clock import WallClock
@@ -32,6 +31,7 @@ from log.runtime import real_runtime
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage, TopicsImage
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
+from protocol.server import NO_RESPONSE
 
 ME = 1
 T = TypeVar("T")
