@@ -17,14 +17,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.replica_manager import ReplicaManager
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
-
-DESCRIBE_PRODUCERS = 61
-SUPPORTED = {DESCRIBE_PRODUCERS: (0, 0)}
 
 
 def describe_producers(replicas: ReplicaManager, request: Any, api_version: int) -> object:
-    module: Any = response_module(DESCRIBE_PRODUCERS, api_version)
+    module: Any = response_module(ApiKey.DESCRIBE_PRODUCERS, api_version)
     topics = []
     for topic in request.topics:
         partitions = []

@@ -30,10 +30,9 @@ from kio.schema.errors import ErrorCode
 
 from broker.replica_manager import AppendResult, ReplicaManager
 from log.end_txn_marker import EndTransactionMarker
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-WRITE_TXN_MARKERS = 27
-SUPPORTED = {WRITE_TXN_MARKERS: (1, 2)}
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_VERSION_2 = 2
 MARKER_TIMEOUT_MS = 30_000  # Kafka waits request.timeout.ms for a marker's replication
@@ -52,7 +51,7 @@ async def write_txn_markers(
     timeout_ms: int = MARKER_TIMEOUT_MS,
 ) -> object:
     """The WriteTxnMarkers response: every marker written to every partition it names."""
-    module = response_module(WRITE_TXN_MARKERS, api_version)
+    module: Any = response_module(ApiKey.WRITE_TXN_MARKERS, api_version)
     timeout_s = timeout_ms / 1000
 
     async def one(marker: Any, topic: str, index: int) -> AppendResult:

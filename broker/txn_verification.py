@@ -35,11 +35,11 @@ from kio.schema.errors import ErrorCode
 from broker.client import KafkaConnection
 from metadata.image import MetadataImage
 from metadata.records import NO_LEADER
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.txn_verification")
 
-ADD_PARTITIONS_TO_TXN = 24
 ADD_PARTITIONS_TO_TXN_VERSION = 4
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 CONNECT_TIMEOUT_S = 5.0
@@ -108,7 +108,7 @@ class TxnVerifier:
         coordinator = self._coordinator(transactional_id)
         if coordinator is None:
             return ErrorCode.not_enough_replicas
-        module: Any = request_module(ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION)
+        module: Any = request_module(ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION)
         request = make(
             module.AddPartitionsToTxnRequest,
             {

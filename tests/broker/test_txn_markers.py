@@ -12,20 +12,20 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.describe_producers import DESCRIBE_PRODUCERS
 from broker.kafka_apis import KafkaApis
 from broker.replica_manager import ReplicaManager
-from broker.txn_markers import WRITE_TXN_MARKERS
 from log.batch import encode_batch
 from log.end_txn_marker import EndTransactionMarker
 from log.records import Record
 from protocol import wire
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
-from tests.broker.fakes import LISTENER, FakeController
+from tests.broker.fakes import LISTENER, FakeController, served
 from tests.broker.read_committed import committed_values
 from tests.broker.test_replica_manager import ME, SOLE, TOPIC_A, image, partition, run
 
-FETCH, LIST_OFFSETS = 1, 2
+FETCH, LIST_OFFSETS = ApiKey.FETCH, ApiKey.LIST_OFFSETS
+WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS = ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_PRODUCERS
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
@@ -44,7 +44,7 @@ async def ask(handler: KafkaApis, api_key: int, version: int, values: dict[str, 
     module: Any = request_module(api_key, version)
     request_class = next(getattr(module, name) for name in dir(module) if name.endswith("Request"))
     header = wire.RequestHeader(api_key, version, 5, "client")
-    response = await handler.handle(header, make(request_class, values))
+    response = await served(handler).handle(header, make(request_class, values))
     assert response is not None
     # As the network layer sends it: fetched records are file regions, read here.
     encoded = b"".join(

@@ -14,19 +14,16 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.network import serve_connection
 from broker.replica_manager import ReplicaManager
-from broker.txn_verification import (
-    ADD_PARTITIONS_TO_TXN,
-    coordinator_partition,
-    java_string_hash,
-)
+from broker.txn_verification import coordinator_partition, java_string_hash
 from log.batch import encode_batch
 from log.end_txn_marker import EndTransactionMarker
 from log.records import Record
 from metadata.image import ClusterImage
 from protocol import wire
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.server import serve_connection
 from tests.broker.fakes import broker
 from tests.broker.test_replica_manager import ME, TOPIC_A, image, partition, reconcile, run
 
@@ -73,7 +70,9 @@ class FakeCoordinator:
 
     async def start(self) -> int:
         self.server = await asyncio.start_server(
-            lambda r, w: serve_connection(r, w, self.handle, {ADD_PARTITIONS_TO_TXN: (4, 4)}),
+            lambda r, w: serve_connection(
+                r, w, self.handle, {ApiKey.ADD_PARTITIONS_TO_TXN: (4, 4)}
+            ),
             "127.0.0.1",
             0,
         )
@@ -89,7 +88,7 @@ class FakeCoordinator:
     async def handle(self, header: wire.RequestHeader, request: Any) -> object | None:
         if self.down:
             return None  # closes the connection
-        module: Any = response_module(ADD_PARTITIONS_TO_TXN, header.api_version)
+        module: Any = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, header.api_version)
         for txn in request.transactions:
             self.asked.append(
                 (txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.verify_only)
