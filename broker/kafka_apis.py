@@ -1,9 +1,10 @@
 """The broker's client-facing request handlers (Kafka's KafkaApis).
 
 Produce, Fetch and ListOffsets go to the ReplicaManager (broker/data_plane.py) when there
-is one, InitProducerId to the ProducerIdManager (broker/producer_ids.py). Reads (ApiVersions,
-Metadata, DescribeCluster, DescribeConfigs, DescribeTopicPartitions) are answered from the
-latest published MetadataImage, taken once per request so one answer never mixes two images.
+is one, InitProducerId to the ProducerIdManager (broker/producer_ids.py), or, with a
+transactional id, to the transaction APIs (broker/txn/apis.py). Reads (ApiVersions, Metadata,
+DescribeCluster, DescribeConfigs, DescribeTopicPartitions) are answered from the latest
+published MetadataImage, taken once per request so one answer never mixes two images.
 Writes to cluster metadata (topics, partitions, configs, leader elections) are the controller's:
 they are forwarded unchanged through the controller channel and its answer is passed back,
 NOT_CONTROLLER included (clients retry it); only when no controller answers in time does the
@@ -44,6 +45,8 @@ from broker.lifecycle import SUPPORTED_FEATURES
 from broker.network import api_versions_response
 from broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
+from broker.txn.apis import SUPPORTED as TXN_APIS
+from broker.txn.apis import TxnApis
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
 from protocol import wire
@@ -93,6 +96,7 @@ class KafkaApis:
         fetch_sessions: FetchSessionCache | None = None,
         producer_ids: ProducerIdManager | None = None,
         groups: GroupApis | None = None,
+        transactions: TxnApis | None = None,
         auto_create_topics: bool = False,
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
     ) -> None:
@@ -114,6 +118,9 @@ class KafkaApis:
         self.groups = groups
         if groups is not None:
             self.supported_apis |= GROUP_APIS
+        self.transactions = transactions
+        if transactions is not None:
+            self.supported_apis |= TXN_APIS
         self.cluster_id = cluster_id
         self.listener_name = listener_name
         self._image = image
@@ -147,6 +154,8 @@ class KafkaApis:
             return await self.groups.handle(
                 api_key, header.api_version, body, self.listener_name, header.client_id or ""
             )
+        if self.transactions is not None and self.transactions.serves(api_key, body):
+            return await self.transactions.handle(api_key, header.api_version, body)
         if api_key == INIT_PRODUCER_ID and self.producer_ids is not None:
             return await init_producer_id(self.producer_ids, body, header.api_version)
         image = self._image()
