@@ -99,6 +99,8 @@ class TransactionCoordinator:
         self._shards: dict[int, TxnShard] = {}
         self._image: MetadataImage | None = None
         self._image_changed = asyncio.Event()
+        self._applied_offset = -1  # the last image whose leadership changes are done
+        self._applied = asyncio.Event()  # set and replaced after each image
         self._tasks: list[asyncio.Task[None]] = []
         self._writes: dict[asyncio.Task[None], None] = {}  # insertion-ordered, as groups'
         self.markers = MarkerSender(
@@ -191,6 +193,14 @@ class TransactionCoordinator:
                 if index not in self._shards:
                     shard = self._shards[index] = TxnShard(index, leading[index])
                     await self._load(shard)
+            self._applied_offset = image.offset
+            applied, self._applied = self._applied, asyncio.Event()
+            applied.set()
+
+    async def wait_applied(self, offset: int) -> None:
+        """Until the shards reflect the image at ``offset`` or later (loaded or dropped)."""
+        while self._applied_offset < offset:  # each pass: one image
+            await self._applied.wait()
 
     async def _load(self, shard: TxnShard) -> None:
         """Replay the partition into the shard up to its log end (as groups load), then
