@@ -183,17 +183,15 @@ class TxnApis:
     async def _add_offsets(self, module: Any, version: int, request: Any) -> object:
         """The group's ``__consumer_offsets`` partition joins the transaction, so the
         commit or abort marker reaches the group's pending TxnOffsetCommit offsets."""
-        image = self._image()
-        if image.topics.get(OFFSETS_TOPIC) is None:
-            error = ErrorCode.coordinator_not_available  # FindCoordinator creates it
-        else:
-            partition = self._groups.partition_of(request.group_id, image)
-            error = await self.coordinator.add_partitions(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                frozenset({(OFFSETS_TOPIC, partition)}),
-            )
+        # As in Kafka, the partition follows the configured count if the topic does not
+        # exist yet (the group's FindCoordinator creates it before TxnOffsetCommit).
+        partition = self._groups.partition_of(request.group_id, self._image())
+        error = await self.coordinator.add_partitions(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            frozenset({(OFFSETS_TOPIC, partition)}),
+        )
         return make(
             module.AddOffsetsToTxnResponse,
             {"throttle_time": NO_THROTTLE, "error_code": _fenced_for(error, version, 2)},
