@@ -328,7 +328,6 @@ class KraftNode:
             replicas,
             producer_ids,
             TransactionCoordinatorConfig.from_properties(properties),
-            runtime.rng,
             runtime.clock,
         )
         loader.add_publisher(transactions)

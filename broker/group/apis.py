@@ -25,6 +25,7 @@ from broker.group.classic import GroupState, JoinRequest
 from broker.group.consumer_group import ConsumerGroup, Heartbeat
 from broker.group.consumer_records import Partitions
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from broker.group.records import OffsetValue
 from broker.group.shard import OffsetCommit
 from broker.network import CLIENT_HOST
 from broker.txn.config import TXN_TOPIC
@@ -441,15 +442,20 @@ class GroupApis:
         )
 
     def _offset_fetch(self, module: Any, version: int, request: Any) -> object:
+        stable = getattr(request, "require_stable", False)
         if version < 8:
-            error, topics = self._fetch_group(module, request.group_id, request.topics, "", None)
+            error, topics = self._fetch_group(
+                module, request.group_id, request.topics, "", None, stable
+            )
             return make(
                 module.OffsetFetchResponse,
                 {"throttle_time": NO_THROTTLE, "topics": topics, "error_code": error},
             )
         groups = []
         for group in request.groups:
-            error, topics = self._fetch_group(module, group.group_id, group.topics, "s", group)
+            error, topics = self._fetch_group(
+                module, group.group_id, group.topics, "s", group, stable
+            )
             groups.append(
                 make(
                     module.OffsetFetchResponseGroup,
@@ -461,10 +467,18 @@ class GroupApis:
         )
 
     def _fetch_group(
-        self, module: Any, group_id: str, topics: Any, plural: str, group: Any
+        self,
+        module: Any,
+        group_id: str,
+        topics: Any,
+        plural: str,
+        group: Any,
+        require_stable: bool,
     ) -> tuple[ErrorCode, tuple[object, ...]]:
         """One group's OffsetFetch answer: (group error, topics). v8+ names its types
-        ``OffsetFetchResponseTopics``/``Partitions`` (``plural``); v9 names the member."""
+        ``OffsetFetchResponseTopics``/``Partitions`` (``plural``); v9 names the member.
+        With ``require_stable`` (KIP-447, v7+), a partition whose offset an open transaction
+        holds answers UNSTABLE_OFFSET_COMMIT and no offset, and the consumer retries."""
         wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
         result = self.coordinator.fetch_offsets(
             group_id,
@@ -481,24 +495,29 @@ class GroupApis:
             partition_error = result
         else:
             result_topics, partition_error = result, ErrorCode.none
+        unstable = self.coordinator.unstable_offsets(group_id) if require_stable else frozenset()
+
+        def partition(name: str, index: int, value: OffsetValue | None) -> object:
+            error = partition_error
+            if (name, index) in unstable:
+                error, value = ErrorCode.unstable_offset_commit, None
+            return make(
+                partition_type,
+                {
+                    "partition_index": index,
+                    "committed_offset": value.offset if value else -1,
+                    "committed_leader_epoch": value.leader_epoch if value else -1,
+                    "metadata": value.metadata if value else "",
+                    "error_code": error,
+                },
+            )
+
         answer = tuple(
             make(
                 topic_type,
                 {
                     "name": name,
-                    "partitions": tuple(
-                        make(
-                            partition_type,
-                            {
-                                "partition_index": p,
-                                "committed_offset": value.offset if value else -1,
-                                "committed_leader_epoch": value.leader_epoch if value else -1,
-                                "metadata": value.metadata if value else "",
-                                "error_code": partition_error,
-                            },
-                        )
-                        for p, value in partitions
-                    ),
+                    "partitions": tuple(partition(name, p, value) for p, value in partitions),
                 },
             )
             for name, partitions in result_topics

@@ -757,6 +757,13 @@ class GroupCoordinator:
                 offsets_partition,
             )
 
+    def unstable_offsets(self, group_id: str) -> frozenset[TopicPartition]:
+        """The group's partitions whose offset an open transaction holds (KIP-447)."""
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return frozenset()
+        return shard.pending_offsets(group_id)
+
     def fetch_offsets(
         self,
         group_id: str,

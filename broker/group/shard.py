@@ -197,10 +197,12 @@ class Shard:
                         current[where] = offset
         return sum(len(offsets) for offsets in pending.values())
 
-    def pending_offset(self, group_id: str, where: TopicPartition) -> bool:
-        """Whether a transaction holds an offset of the group's partition (KIP-447's
+    def pending_offsets(self, group_id: str) -> frozenset[TopicPartition]:
+        """The group's partitions whose offset a transaction holds (KIP-447's
         require_stable OffsetFetch then answers UNSTABLE_OFFSET_COMMIT)."""
-        return any(where in groups.get(group_id, ()) for groups in self.pending_txn.values())
+        return frozenset(
+            where for groups in self.pending_txn.values() for where in groups.get(group_id, {})
+        )
 
     def forget_offsets(self, group_id: str, doomed: list[TopicPartition], base_offset: int) -> None:
         """Tombstones that were acknowledged, the i-th at ``base_offset + i``."""

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,14 +86,12 @@ class TransactionCoordinator:
         replicas: ReplicaManager,
         producer_ids: ProducerIdManager,
         config: TransactionCoordinatorConfig,
-        rng: random.Random,
         clock: WallClock,
     ) -> None:
         self.node_id = node_id
         self.config = config
         self._replicas = replicas
         self._producer_ids = producer_ids
-        self._rng = rng
         self._clock = clock
         self._shards: dict[int, TxnShard] = {}
         self._image: MetadataImage | None = None

@@ -23,7 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.group.apis import FIND_COORDINATOR, GroupApis
+from broker.group.apis import FIND_COORDINATOR, OFFSET_FETCH, GroupApis
 from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.producer_ids import INIT_PRODUCER_ID
@@ -328,7 +328,6 @@ async def start(
             transaction_marker_retry_backoff_ms=1,
             **config,
         ),
-        random.Random(1),
         clock,
     )
     apis = TxnApis(txn, groups, partitions, lambda: node.current, clock)  # type: ignore[arg-type]
@@ -546,7 +545,6 @@ def test_requests_before_loading_and_elsewhere_get_kafkas_errors() -> None:
             node.partitions,  # type: ignore[arg-type]
             ProducerIds(),  # type: ignore[arg-type]
             TransactionCoordinatorConfig(transaction_state_log_num_partitions=PARTITIONS),
-            random.Random(1),
             node.clock,
         )
         assert loading.shard_for("tx") is ErrorCode.coordinator_not_available
@@ -646,6 +644,50 @@ def test_find_coordinator_creates_the_transaction_log_then_names_its_leader() ->
         assert [(c.error_code, c.node_id, c.host, c.port) for c in answer.coordinators] == [
             (ErrorCode.none, NODE, "h1", 9092)
         ]
+        await apis.close()
+        await stop(node)
+
+    run(body())
+
+
+def test_a_require_stable_offset_fetch_waits_for_the_open_transaction_kip_447() -> None:
+    async def body() -> None:
+        node = await start()
+        pid = (await node.init()).producer_id
+        assert await node.add_offsets(pid, 0) is ErrorCode.none
+        assert await node.commit_offset(pid, 0, 4) is ErrorCode.none
+
+        async def forward(sent: Any) -> object:
+            raise AssertionError("nothing to create")
+
+        apis = GroupApis(node.groups, lambda: node.current, forward, node.txn)
+        module = request_module(OFFSET_FETCH, 8)
+
+        async def fetch(stable: bool) -> tuple[ErrorCode, int]:
+            group = make(
+                module.OffsetFetchRequestGroup,
+                {
+                    "group_id": "g",
+                    "topics": (
+                        make(
+                            module.OffsetFetchRequestTopics,
+                            {"name": "t", "partition_indexes": (0,)},
+                        ),
+                    ),
+                },
+            )
+            request = make(
+                module.OffsetFetchRequest, {"groups": (group,), "require_stable": stable}
+            )
+            answer = await apis.handle(OFFSET_FETCH, 8, request, LISTENER, "c")
+            found = answer.groups[0].topics[0].partitions[0]
+            return found.error_code, found.committed_offset
+
+        assert await fetch(True) == (ErrorCode.unstable_offset_commit, -1)
+        assert await fetch(False) == (ErrorCode.none, -1)
+        assert await node.end(pid, 0, True) is ErrorCode.none
+        await node.txn.idle()
+        assert await fetch(True) == (ErrorCode.none, 4)
         await apis.close()
         await stop(node)
 
