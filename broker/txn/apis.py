@@ -1,6 +1,7 @@
 """The transaction APIs' request and response shapes around the TransactionCoordinator (the
 transaction part of Kafka's KafkaApis): InitProducerId with a transactional id,
-AddPartitionsToTxn (v0-v3, the client's), AddOffsetsToTxn, EndTxn, TxnOffsetCommit (to the
+AddPartitionsToTxn (v0-v3, the client's; v4, a broker's batch, with verify-only for KIP-890
+part 1), AddOffsetsToTxn, EndTxn, TxnOffsetCommit (to the
 group coordinator), DescribeTransactions and ListTransactions.
 
 WriteTxnMarkers is here only for ``__consumer_offsets`` partitions: the marker is appended
@@ -41,7 +42,7 @@ DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 
 SUPPORTED = {
-    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_PARTITIONS_TO_TXN: (0, 4),
     ADD_OFFSETS_TO_TXN: (0, 3),
     END_TXN: (0, 3),
     WRITE_TXN_MARKERS: (1, 1),
@@ -131,54 +132,84 @@ class TxnApis:
         )
 
     async def _add_partitions(self, module: Any, version: int, request: Any) -> object:
+        """v0-v3: one transaction, a client's. v4+ (KIP-890 part 1): a broker's batch of
+        transactions, each added to, or with ``verify_only`` only checked against."""
+        if version < 4:
+            errors = await self._add_to_one(
+                version,
+                request.v3_and_below_transactional_id,
+                request.v3_and_below_producer_id,
+                request.v3_and_below_producer_epoch,
+                request.v3_and_below_topics,
+                verify_only=False,
+            )
+            return make(
+                module.AddPartitionsToTxnResponse,
+                {
+                    "throttle_time": NO_THROTTLE,
+                    "results_by_topic_v3_and_below": _topic_results(module, errors),
+                },
+            )
+        results = []
+        for txn in request.transactions:
+            errors = await self._add_to_one(
+                version,
+                txn.transactional_id,
+                txn.producer_id,
+                txn.producer_epoch,
+                txn.topics,
+                verify_only=txn.verify_only,
+            )
+            results.append(
+                make(
+                    module.AddPartitionsToTxnResult,
+                    {
+                        "transactional_id": txn.transactional_id,
+                        "topic_results": _topic_results(module, errors),
+                    },
+                )
+            )
+        return make(
+            module.AddPartitionsToTxnResponse,
+            {
+                "throttle_time": NO_THROTTLE,
+                "error_code": ErrorCode.none,
+                "results_by_transaction": tuple(results),
+            },
+        )
+
+    async def _add_to_one(
+        self,
+        version: int,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        topics: Any,
+        *,
+        verify_only: bool,
+    ) -> dict[tuple[str, int], ErrorCode]:
         image = self._image()
-        wanted = [
-            (topic.name, index)
-            for topic in request.v3_and_below_topics
-            for index in topic.partitions
-        ]
+        wanted = [(topic.name, index) for topic in topics for index in topic.partitions]
         unknown = {where for where in wanted if not _exists(image, *where)}
         if unknown:
             # Kafka's answer: the unknown ones say why, the rest were not attempted.
-            errors = {
+            return {
                 where: ErrorCode.unknown_topic_or_partition
                 if where in unknown
                 else ErrorCode.operation_not_attempted
                 for where in wanted
             }
-        else:
-            error = await self.coordinator.add_partitions(
-                request.v3_and_below_transactional_id,
-                request.v3_and_below_producer_id,
-                request.v3_and_below_producer_epoch,
-                frozenset(wanted),
+        if verify_only:
+            verified = self.coordinator.verify_partitions(
+                transactional_id, producer_id, producer_epoch, frozenset(wanted)
             )
-            errors = dict.fromkeys(wanted, _fenced_for(error, version, 2))
-        by_topic: dict[str, list[tuple[int, ErrorCode]]] = {}
-        for (name, index), error in errors.items():
-            by_topic.setdefault(name, []).append((index, error))
-        return make(
-            module.AddPartitionsToTxnResponse,
-            {
-                "throttle_time": NO_THROTTLE,
-                "results_by_topic_v3_and_below": tuple(
-                    make(
-                        module.AddPartitionsToTxnTopicResult,
-                        {
-                            "name": name,
-                            "results_by_partition": tuple(
-                                make(
-                                    module.AddPartitionsToTxnPartitionResult,
-                                    {"partition_index": index, "partition_error_code": error},
-                                )
-                                for index, error in results
-                            ),
-                        },
-                    )
-                    for name, results in by_topic.items()
-                ),
-            },
+            if isinstance(verified, dict):
+                return {where: verified[where] for where in wanted}
+            return dict.fromkeys(wanted, verified)
+        error = await self.coordinator.add_partitions(
+            transactional_id, producer_id, producer_epoch, frozenset(wanted)
         )
+        return dict.fromkeys(wanted, _fenced_for(error, version, 2))
 
     async def _add_offsets(self, module: Any, version: int, request: Any) -> object:
         """The group's ``__consumer_offsets`` partition joins the transaction, so the
@@ -361,6 +392,28 @@ class TxnApis:
                 and (duration_ms < 0 or 0 <= meta.start_ms <= now_ms - duration_ms)
             )
         return make(module.ListTransactionsResponse, fields)
+
+
+def _topic_results(module: Any, errors: dict[tuple[str, int], ErrorCode]) -> tuple[object, ...]:
+    by_topic: dict[str, list[tuple[int, ErrorCode]]] = {}
+    for (name, index), error in errors.items():
+        by_topic.setdefault(name, []).append((index, error))
+    return tuple(
+        make(
+            module.AddPartitionsToTxnTopicResult,
+            {
+                "name": name,
+                "results_by_partition": tuple(
+                    make(
+                        module.AddPartitionsToTxnPartitionResult,
+                        {"partition_index": index, "partition_error_code": error},
+                    )
+                    for index, error in results
+                ),
+            },
+        )
+        for name, results in by_topic.items()
+    )
 
 
 def _exists(image: MetadataImage, name: str, index: int) -> bool:

@@ -458,6 +458,21 @@ class TransactionCoordinator:
         finally:
             shard.pending.discard(transactional_id)
 
+    def verify_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: frozenset[TopicPartition],
+    ) -> ErrorCode | dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn v4+ verify-only: which partitions the open transaction has."""
+        shard = self._begin(transactional_id)
+        if isinstance(shard, ErrorCode):
+            return shard
+        return state.verify_partitions(
+            shard.txns.get(transactional_id), producer_id, producer_epoch, partitions
+        )
+
     async def end_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> ErrorCode:

@@ -294,6 +294,30 @@ def add_partitions(
     )
 
 
+def verify_partitions(
+    meta: TxnMetadata | None,
+    producer_id: int,
+    epoch: int,
+    partitions: frozenset[TopicPartition],
+) -> ErrorCode | dict[TopicPartition, ErrorCode]:
+    """AddPartitionsToTxn v4+ verify-only (KIP-890 part 1, asked by a partition leader
+    before it appends a transactional batch): per partition, NONE when it is in the
+    producer's open transaction, INVALID_TXN_STATE when not; or an error for them all."""
+    error = _check_producer(meta, producer_id, epoch)
+    if error is not ErrorCode.none:
+        return error
+    assert meta is not None
+    if meta.state in PREPARED or meta.state is TxnState.PREPARE_EPOCH_FENCE:
+        return ErrorCode.concurrent_transactions
+    ongoing = meta.state is TxnState.ONGOING
+    return {
+        where: ErrorCode.none
+        if ongoing and where in meta.partitions
+        else ErrorCode.invalid_txn_state
+        for where in partitions
+    }
+
+
 # ---- EndTxn ---------------------------------------------------------------------------------
 def end_transaction(
     meta: TxnMetadata | None, producer_id: int, epoch: int, commit: bool, now_ms: int

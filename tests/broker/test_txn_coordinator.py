@@ -692,3 +692,47 @@ def test_a_require_stable_offset_fetch_waits_for_the_open_transaction_kip_447() 
         await stop(node)
 
     run(body())
+
+
+def test_add_partitions_v4_batches_transactions_and_verifies_kip_890() -> None:
+    async def body() -> None:
+        node = await start()
+        pid = (await node.init()).producer_id
+        assert await node.add(pid, 0, 0) is ErrorCode.none
+        module = request_module(ADD_PARTITIONS_TO_TXN, 4)
+
+        def txn(txn_id: str, epoch: int, verify: bool, *partitions: int) -> Any:
+            topic = make(module.AddPartitionsToTxnTopic, {"name": "t", "partitions": partitions})
+            return make(
+                module.AddPartitionsToTxnTransaction,
+                {
+                    "transactional_id": txn_id,
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "verify_only": verify,
+                    "topics": (topic,),
+                },
+            )
+
+        async def ask(*transactions: Any) -> list[tuple[str, int, ErrorCode]]:
+            answer = await node.call(
+                ADD_PARTITIONS_TO_TXN, 4, "AddPartitionsToTxnRequest", transactions=transactions
+            )
+            return [
+                (result.transactional_id, p.partition_index, p.partition_error_code)
+                for result in answer.results_by_transaction
+                for topic in result.topic_results
+                for p in topic.results_by_partition
+            ]
+
+        assert await ask(txn("tx", 0, True, 0, 1), txn("nope", 0, True, 0)) == [
+            ("tx", 0, ErrorCode.none),
+            ("tx", 1, ErrorCode.invalid_txn_state),
+            ("nope", 0, ErrorCode.invalid_producer_id_mapping),
+        ]
+        assert await ask(txn("tx", 1, True, 0)) == [("tx", 0, ErrorCode.producer_fenced)]
+        assert await ask(txn("tx", 0, False, 1)) == [("tx", 1, ErrorCode.none)]
+        assert await ask(txn("tx", 0, True, 1)) == [("tx", 1, ErrorCode.none)]
+        await stop(node)
+
+    run(body())
