@@ -114,8 +114,14 @@ def settled(bootstrap: str, transactional_id: str, state: str) -> Described:
     )
 
 
-def committed(bootstrap: str, group: str, partition: int) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+def committed(bootstrap: str, group: str, partition: int, *, stable: bool = True) -> int:
+    """The group's committed offset. A read_committed consumer (librdkafka's default) asks
+    with require_stable and so waits while a transaction holds the offset (KIP-447);
+    ``stable`` False reads what is committed now."""
+    isolation = "read_committed" if stable else "read_uncommitted"
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": isolation}
+    )
     try:
         (found,) = consumer.committed([TopicPartition(TOPIC, partition)], DEADLINE_S)
         return found.offset
@@ -157,7 +163,7 @@ def test_confluent_kafka_commits_and_aborts_offsets_in_transactions(
     ongoing = describe(bootstrap, "ck-1")
     assert ongoing.transaction_state == "Ongoing"
     assert (TOPIC, 0) in ongoing.partitions and ongoing.start_ms > 0
-    assert committed(bootstrap, "ck-group", 0) < 0  # pending until the commit
+    assert committed(bootstrap, "ck-group", 0, stable=False) < 0  # pending until the commit
     producer.commit_transaction(DEADLINE_S)
     done = settled(bootstrap, "ck-1", "CompleteCommit")
     assert (done.producer_id, done.producer_epoch) == (first.producer_id, 0)
