@@ -1,8 +1,9 @@
 """Transactional producers of real clients against one kraft-server process: the coordinator
 side of transactions (issue 24).
 
-confluent-kafka (librdkafka) and aiokafka init, begin, produce, send offsets, commit and abort;
-committed offsets appear only once a transaction commits, never for an aborted one; the
+confluent-kafka (librdkafka), aiokafka and kafka-python init, begin, produce, send offsets,
+commit and abort; committed offsets appear only once a transaction commits, never for an
+aborted one; the
 transaction's states are what DescribeTransactions shows and what ``__transaction_state``
 keeps across a SIGKILL; a second producer with the same transactional.id fences the first,
 whose commit then fails. (Whether read_committed consumers see the records is the partition
@@ -22,6 +23,9 @@ from aiokafka.structs import OffsetAndMetadata
 from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaProducer
+from kafka.structs import OffsetAndMetadata as KpOffsetAndMetadata
+from kafka.structs import TopicPartition as KpTopicPartition
 
 from broker.group.records import Reader
 from protocol import wire
@@ -245,3 +249,26 @@ def test_aiokafka_commits_and_aborts(node: tuple[Processes, str]) -> None:
     asyncio.run(asyncio.wait_for(run(), DEADLINE_S))
     settled(bootstrap, "aio-1", "CompleteAbort")
     assert committed(bootstrap, "aio-group", 1) == 21
+
+
+def test_kafka_python_commits_and_aborts(node: tuple[Processes, str]) -> None:
+    _, bootstrap = node
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id="kp-1")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(TOPIC, b"p", partition=0).get(DEADLINE_S)
+        offsets = {KpTopicPartition(TOPIC, 0): KpOffsetAndMetadata(33, "", -1)}
+        producer.send_offsets_to_transaction(offsets, "kp-group")
+        producer.commit_transaction()
+        settled(bootstrap, "kp-1", "CompleteCommit")
+        assert committed(bootstrap, "kp-group", 0) == 33
+        producer.begin_transaction()
+        producer.send(TOPIC, b"q", partition=1).get(DEADLINE_S)
+        later = {KpTopicPartition(TOPIC, 0): KpOffsetAndMetadata(40, "", -1)}
+        producer.send_offsets_to_transaction(later, "kp-group")
+        producer.abort_transaction()
+    finally:
+        producer.close()
+    settled(bootstrap, "kp-1", "CompleteAbort")
+    assert committed(bootstrap, "kp-group", 0) == 33
