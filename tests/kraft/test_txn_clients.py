@@ -3,11 +3,10 @@ side of transactions (issue 24).
 
 confluent-kafka (librdkafka), aiokafka and kafka-python init, begin, produce, send offsets,
 commit and abort; committed offsets appear only once a transaction commits, never for an
-aborted one; the
-transaction's states are what DescribeTransactions shows and what ``__transaction_state``
-keeps across a SIGKILL; a second producer with the same transactional.id fences the first,
-whose commit then fails. (Whether read_committed consumers see the records is the partition
-side's, not tested here.)
+aborted one; the transaction's states are what DescribeTransactions shows and what
+``__transaction_state`` keeps across a SIGKILL; a second producer with the same
+transactional.id fences the first, whose commit then fails. (Whether read_committed
+consumers see the records is the partition side's, not tested here.)
 """
 
 from __future__ import annotations
