@@ -184,7 +184,8 @@ def test_a_failed_offsets_topic_creation_is_logged_once_a_minute_however_often_r
         for _ in range(3):
             answer = await apis.handle(FIND_COORDINATOR, 0, find, LISTENER, "c")
             assert answer.error_code is ErrorCode.coordinator_not_available
-            await apis._creating[OFFSETS_TOPIC]  # this attempt ends before the next request starts another
+            # This attempt ends before the next request starts another.
+            await apis._creating[OFFSETS_TOPIC]
         assert len(attempts) == 3
         await apis.close()
         await coordinator.close()
