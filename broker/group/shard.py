@@ -163,10 +163,9 @@ class Shard:
         self.producer_epochs.pop(producer_id, None)  # re-inserted last: the newest
         self.producer_epochs[producer_id] = epoch
         if len(self.producer_epochs) > MAX_PRODUCER_EPOCHS:
-            for oldest in list(self.producer_epochs):
-                if oldest not in self.pending_txn:
-                    del self.producer_epochs[oldest]
-                    break
+            oldest = next((p for p in self.producer_epochs if p not in self.pending_txn), None)
+            if oldest is not None:
+                del self.producer_epochs[oldest]
 
     def store_txn_offsets(
         self,

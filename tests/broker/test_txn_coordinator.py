@@ -736,3 +736,16 @@ def test_add_partitions_v4_batches_transactions_and_verifies_kip_890() -> None:
         await stop(node)
 
     run(body())
+
+
+def test_the_producer_epochs_an_offsets_partition_keeps_are_bounded(monkeypatch: Any) -> None:
+    from broker.group import shard as shard_module
+    from broker.group.classic import GroupLimits
+
+    monkeypatch.setattr(shard_module, "MAX_PRODUCER_EPOCHS", 3)
+    shard = shard_module.Shard(0, 0, GroupLimits(1, 2, 3, 0), lambda prefix: prefix)
+    shard.pending_txn[1] = {}  # producer 1 has offsets pending: never forgotten
+    for producer_id in (1, 2, 3, 4, 5):
+        shard.note_epoch(producer_id, 7)
+    assert list(shard.producer_epochs) == [1, 4, 5]
+    assert shard.fenced(1, 6) and not shard.fenced(2, 6)  # 2 was forgotten
