@@ -28,6 +28,9 @@ class TransactionCoordinatorConfig:
     transaction_state_log_write_timeout_ms: int = 5000
     # Backoff between rounds of WriteTxnMarkers to a leader that did not take them yet.
     transaction_marker_retry_backoff_ms: int = 100
+    # How long EndTxn waits for the markers and the Complete state before it answers
+    # (kraft-py's own; 0 answers once the Prepare state is written, as Kafka does).
+    transaction_end_wait_for_markers_ms: int = 5000
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> TransactionCoordinatorConfig:
@@ -41,8 +44,9 @@ class TransactionCoordinatorConfig:
                     value = int(props[key])
                 except ValueError:
                     raise ValueError(f"{key}: not an integer: {props[key]!r}") from None
-                if value < 1:
-                    raise ValueError(f"{key}: must be at least 1, got {value}")
+                floor = 0 if item.name == "transaction_end_wait_for_markers_ms" else 1
+                if value < floor:
+                    raise ValueError(f"{key}: must be at least {floor}, got {value}")
                 values[item.name] = value
         return cls(**values)
 

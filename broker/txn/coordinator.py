@@ -336,21 +336,22 @@ class TransactionCoordinator:
                 )
         return ErrorCode.none
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(work)
         self._writes[task] = None
         task.add_done_callback(lambda done: self._writes.pop(done, None))
+        return task
 
     async def _prepare_and_finish(
         self, shard: TxnShard, transactional_id: str, target: TxnMetadata
-    ) -> ErrorCode:
+    ) -> ErrorCode | asyncio.Task[None]:
         """Write PrepareCommit/PrepareAbort (the caller marked the id pending); on success
-        the markers and the Complete state follow in the background, the id pending until
-        then."""
+        the markers and the Complete state follow in the background (the task returned),
+        the id pending until then."""
         error = await self._write(shard, transactional_id, target)
-        if error is ErrorCode.none:
-            self._spawn(self._finish(shard, target))
-        return error
+        if error is not ErrorCode.none:
+            return error
+        return self._spawn(self._finish(shard, target))
 
     async def _finish(self, shard: TxnShard, prepared: TxnMetadata) -> None:
         """Markers to every partition, then CompleteCommit/CompleteAbort (retried while this
@@ -418,10 +419,12 @@ class TransactionCoordinator:
                     meta.producer_epoch,
                 )
                 target = state.abort_fenced(decision.fenced, now_ms)
-                error = await self._prepare_and_finish(shard, transactional_id, target)
-                finishing = error is ErrorCode.none
+                started = await self._prepare_and_finish(shard, transactional_id, target)
+                if isinstance(started, ErrorCode):
+                    return InitResult(started)
+                finishing = True
                 # The client retries, and gets its epoch once the abort is complete.
-                return InitResult(ErrorCode.concurrent_transactions if finishing else error)
+                return InitResult(ErrorCode.concurrent_transactions)
             error = await self._write(shard, transactional_id, decision)
             if error is not ErrorCode.none:
                 return InitResult(error)
@@ -476,7 +479,11 @@ class TransactionCoordinator:
     async def end_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> ErrorCode:
-        """EndTxn (TV1): answered once PrepareCommit/PrepareAbort is written."""
+        """EndTxn (TV1). Kafka answers once PrepareCommit/PrepareAbort is written, and the
+        producer's next transaction then meets CONCURRENT_TRANSACTIONS until the markers
+        are all written (librdkafka retries it after 100 ms). Here the answer waits for the
+        markers and the Complete state too, up to ``transaction.end.wait.for.markers.ms``,
+        then is NONE either way: the outcome is decided and durable once prepared."""
         shard = self.shard_for(transactional_id)
         if isinstance(shard, ErrorCode):
             return shard
@@ -492,10 +499,14 @@ class TransactionCoordinator:
         if transactional_id in shard.pending:
             return ErrorCode.concurrent_transactions
         shard.pending.add(transactional_id)
-        error = await self._prepare_and_finish(shard, transactional_id, decision)
-        if error is not ErrorCode.none:
+        started = await self._prepare_and_finish(shard, transactional_id, decision)
+        if isinstance(started, ErrorCode):
             shard.pending.discard(transactional_id)
-        return error
+            return started
+        wait_ms = self.config.transaction_end_wait_for_markers_ms
+        if wait_ms > 0:
+            await asyncio.wait({started}, timeout=wait_ms / 1000)  # never cancels it
+        return ErrorCode.none
 
     # ---- time --------------------------------------------------------------------------------
     async def _every(self, interval_ms: int, work: Any) -> None:
@@ -523,8 +534,8 @@ class TransactionCoordinator:
                 )
                 target = state.abort_fenced(state.fence(meta, now_ms), now_ms)
                 shard.pending.add(meta.transactional_id)
-                error = await self._prepare_and_finish(shard, meta.transactional_id, target)
-                if error is not ErrorCode.none:
+                started = await self._prepare_and_finish(shard, meta.transactional_id, target)
+                if isinstance(started, ErrorCode):
                     shard.pending.discard(meta.transactional_id)
 
     async def expire_transactional_ids(self) -> None:

@@ -370,7 +370,8 @@ def txn_log(partitions: Partitions) -> list[tuple[str, str | None]]:
 # ---- the tests --------------------------------------------------------------------------------
 def test_a_committed_transaction_makes_its_offsets_visible_only_after_the_marker() -> None:
     async def body() -> None:
-        node = await start()
+        # EndTxn waits 50 ms for the markers, then answers anyway (they are held here).
+        node = await start(transaction_end_wait_for_markers_ms=50)
         hold = asyncio.Event()
         node.direct._hold = hold  # markers wait until the test lets them go
         init = await node.init()
@@ -422,14 +423,15 @@ def test_an_aborted_transaction_drops_its_offsets() -> None:
         pid = (await node.init()).producer_id
         assert await node.add_offsets(pid, 0) is ErrorCode.none
         assert await node.commit_offset(pid, 0, 7) is ErrorCode.none
+        # EndTxn answers once the markers are written: the outcome is visible at once, and
+        # the next transaction can start without CONCURRENT_TRANSACTIONS.
         assert await node.end(pid, 0, True) is ErrorCode.none
-        await node.txn.idle()
+        assert node.committed() == 7
         assert await node.add_offsets(pid, 0) is ErrorCode.none
         assert await node.commit_offset(pid, 0, 9) is ErrorCode.none
         assert await node.end(pid, 0, False) is ErrorCode.none
-        await node.txn.idle()
-        assert node.committed() == 7
         assert (await node.describe()).transaction_state == "CompleteAbort"
+        assert node.committed() == 7
         # A new group coordinator reading the same partition agrees.
         await stop(node)
         again = await start(node.partitions, node.clock)
@@ -475,7 +477,7 @@ def test_a_new_instance_fences_the_zombie_and_aborts_its_transaction() -> None:
 def test_a_new_coordinator_resumes_the_markers_of_a_prepared_transaction() -> None:
     async def body() -> None:
         held = asyncio.Event()  # the first coordinator's markers never leave
-        node = await start(hold=held)
+        node = await start(hold=held, transaction_end_wait_for_markers_ms=10)
         pid = (await node.init()).producer_id
         assert await node.add_offsets(pid, 0) is ErrorCode.none
         assert await node.commit_offset(pid, 0, 11) is ErrorCode.none
