@@ -21,6 +21,8 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from broker.group.apis import FIND_COORDINATOR, OFFSET_FETCH, GroupApis
@@ -751,3 +753,77 @@ def test_the_producer_epochs_an_offsets_partition_keeps_are_bounded(monkeypatch:
         shard.note_epoch(producer_id, 7)
     assert list(shard.producer_epochs) == [1, 4, 5]
     assert shard.fenced(1, 6) and not shard.fenced(2, 6)  # 2 was forgotten
+
+
+# ---- random request sequences against the coordinator --------------------------------------
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["init", "offset", "commit", "abort", "timeout", "move"]),
+        st.integers(0, 1),  # which of two producer instances of the id
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(STEPS)
+@example([("init", 0), ("init", 1), ("offset", 1), ("commit", 0)])  # a zombie's EndTxn
+@example([("init", 0), ("offset", 0), ("move", 0), ("commit", 0), ("move", 0)])
+def test_random_request_sequences_commit_exactly_the_committed_transactions(
+    steps: list[tuple[str, int]],
+) -> None:
+    """Two instances of one transactional id, timeouts and coordinator moves in any order:
+    the group's committed offset is always the one of the last transaction whose EndTxn
+    commit was answered NONE, and a coordinator loading the partitions afresh sees the
+    state the live one has."""
+
+    async def body() -> None:
+        node = await start(transaction_abort_timed_out_transaction_cleanup_interval_ms=10**9)
+        epochs: dict[int, tuple[int, int]] = {}  # instance -> (producer id, epoch)
+        offered: dict[int, int] = {}  # instance -> offset sent in its open transaction
+        expected: int | None = None
+        counter, epoch = 0, 0
+        for op, instance in steps:
+            pid, producer_epoch = epochs.get(instance, (1000, -5))
+            if op == "init":
+                answer = await node.init()
+                while answer.error_code is ErrorCode.concurrent_transactions:
+                    await node.txn.idle()
+                    answer = await node.init()
+                assert answer.error_code is ErrorCode.none
+                epochs[instance] = (answer.producer_id, answer.producer_epoch)
+                offered.pop(instance, None)
+            elif op == "offset":  # as clients do: AddOffsetsToTxn, then TxnOffsetCommit
+                counter += 1
+                if (
+                    await node.add_offsets(pid, producer_epoch) is ErrorCode.none
+                    and await node.commit_offset(pid, producer_epoch, counter) is ErrorCode.none
+                ):
+                    offered[instance] = counter
+            elif op in ("commit", "abort"):
+                error = await node.end(pid, producer_epoch, op == "commit")
+                if error is ErrorCode.none and op == "commit" and instance in offered:
+                    expected = offered.pop(instance)
+                offered.pop(instance, None)
+            elif op == "timeout":
+                node.clock.ms += TIMEOUT_MS + 1
+                await node.txn.abort_timed_out()
+            else:  # the coordinators move: a new leader epoch loads both partitions afresh
+                live = await node.describe()
+                await stop(node)
+                epoch += 1
+                node = await start(
+                    node.partitions,
+                    node.clock,
+                    epoch=epoch,
+                    transaction_abort_timed_out_transaction_cleanup_interval_ms=10**9,
+                )
+                await node.txn.idle()
+                loaded = await node.describe()
+                if live.transaction_state not in ("PrepareCommit", "PrepareAbort"):
+                    assert loaded == live
+            await node.txn.idle()
+            assert node.committed() == expected
+        await stop(node)
+
+    run(body())
