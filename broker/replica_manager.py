@@ -715,10 +715,16 @@ class ReplicaManager:
         timeout_s: float,
         *,
         transactional_id: str | None = None,
+        coordinator: bool = False,
     ) -> AppendResult:
         """Append a producer's batches as leader; with acks=-1, wait for the high watermark.
         A producer's first transactional batch here is verified with its transaction
-        coordinator first (KIP-890 part 1, ``transactional_id`` from the Produce)."""
+        coordinator first (KIP-890 part 1, ``transactional_id`` from the Produce).
+
+        ``coordinator``: the broker's own coordinators' batches (Kafka's AppendOrigin
+        COORDINATOR: transactional offset commits in ``__consumer_offsets``), which are not
+        a producer's to sequence-check, but still enter the producer state (their
+        transaction is open until its marker)."""
         partition = self._leader(topic, index)
         if isinstance(partition, ErrorCode):
             return AppendResult(partition)
@@ -735,7 +741,7 @@ class ReplicaManager:
                 message="A produce request must carry exactly one record batch per partition",
             )
         if header.is_control:
-            # Markers are the broker's own, written for the transaction coordinator.
+            # Markers are the broker's own, written by write_txn_marker for WriteTxnMarkers.
             return AppendResult(
                 ErrorCode.invalid_record,
                 message="Control batches are not accepted from producers",
@@ -762,7 +768,7 @@ class ReplicaManager:
                 message=str(error),
                 record_errors=error.record_errors,
             )
-        verdict = partition.producers.check(header)
+        verdict = Verdict() if coordinator else partition.producers.check(header)
         if SKIP_SEQUENCE_CHECK in self.bugs and verdict.duplicate_of >= 0:
             verdict = Verdict()
         if verdict.error != ErrorCode.none:
