@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as AIOTopicPartition
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
@@ -35,6 +35,15 @@ from tests.kraft.wire_client import RETRIABLE, connect, wait_for_leader
 TOPIC = "txn"
 OTHERS = "txn-others"  # the other clients' topic
 HANGING = "txn-hanging"  # kafka-transactions' topic
+E2E = "txn-e2e"  # a real transactional producer's (two partitions)
+# One node: the internal topics must fit it.
+PROPS = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "3",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.num.partitions": "3",
+    "transaction.state.log.min.isr": "1",
+}
 DEADLINE_S = 30.0
 PRODUCE, WRITE_TXN_MARKERS = 0, 27
 
@@ -132,12 +141,11 @@ def poll_values(client: Consumer, count: int, quiet_s: float) -> list[tuple[int,
 
 @pytest.fixture(scope="module")
 def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    procs, address = single_node(tmp_path_factory.mktemp("data"))
+    procs, address = single_node(tmp_path_factory.mktemp("data"), PROPS)
     try:
         admin = AdminClient({"bootstrap.servers": address})
-        for future in admin.create_topics(
-            [NewTopic(t, 1, 1) for t in (TOPIC, OTHERS, HANGING)]
-        ).values():
+        topics = [NewTopic(t, 1, 1) for t in (TOPIC, OTHERS, HANGING)] + [NewTopic(E2E, 2, 1)]
+        for future in admin.create_topics(topics).values():
             future.result(DEADLINE_S)
         yield address
     finally:
@@ -317,3 +325,50 @@ def test_kafka_transactions_describes_and_aborts_a_hanging_transaction(bootstrap
         assert poll_values(reader, 1, quiet_s=1.0) == [(1, b"after")]
     finally:
         reader.close()
+
+
+def test_a_transactional_producer_is_read_exactly_by_read_committed_consumers(
+    bootstrap: str,
+) -> None:
+    """librdkafka end to end: five transactions over two partitions, committed and aborted in
+    turn (flushed first, so the aborted records are in the logs), then one left open."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx-e2e"})
+    producer.init_transactions(DEADLINE_S)
+    for round_, commit in enumerate([True, False, True, False, True]):
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce(E2E, f"r{round_}-{i}".encode(), partition=i % 2)
+        producer.flush(DEADLINE_S)
+        if commit:
+            producer.commit_transaction(DEADLINE_S)
+        else:
+            producer.abort_transaction(DEADLINE_S)
+    producer.begin_transaction()
+    producer.produce(E2E, b"open", partition=0)
+    producer.flush(DEADLINE_S)
+    try:
+        committed = sorted(read_all_values(bootstrap, "read_committed"))
+        everything = sorted(read_all_values(bootstrap, "read_uncommitted"))
+    finally:
+        producer.abort_transaction(DEADLINE_S)
+    assert committed == sorted(f"r{r}-{i}".encode() for r in (0, 2, 4) for i in range(5))
+    records = [f"r{r}-{i}".encode() for r in range(5) for i in range(5)]
+    assert everything == sorted([b"open", *records])
+
+
+def read_all_values(bootstrap: str, isolation: str) -> list[bytes]:
+    """Every value of E2E's two partitions a consumer of ``isolation`` returns, polled
+    until nothing more comes for 3 s."""
+    client = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"e2e-{isolation}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
+    client.assign([TopicPartition(E2E, 0, 0), TopicPartition(E2E, 1, 0)])
+    try:
+        return [value for _, value in poll_values(client, 1, quiet_s=3.0)]
+    finally:
+        client.close()
