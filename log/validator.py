@@ -58,7 +58,7 @@ from log.errors import (
     RecordTooLargeError,
     UnsupportedCompressionError,
 )
-from log.records import decode_records, decode_varint, decode_varlong
+from log.records import INT64_MAX, INT64_MIN, decode_records, decode_varint, decode_varlong
 
 try:  # the Rust build of the per-record work (native/); this module stays its specification
     import kraft_native as _kraft_native
@@ -461,8 +461,10 @@ def _record_errors(
     """(index in batch, message) of each record whose timestamp the topic refuses: usually
     none, decided from the walk's summary without a second pass."""
     batch_log_append_time = header.timestamp_type == LOG_APPEND_TIME
-    low = now_ms - config.message_timestamp_before_max_ms
-    high = now_ms + config.message_timestamp_after_max_ms
+    # Clamped to int64: with a *.max.ms near Long.MAX_VALUE a record could otherwise pass
+    # with a timestamp no batch header can hold.
+    low = max(now_ms - config.message_timestamp_before_max_ms, INT64_MIN)
+    high = min(now_ms + config.message_timestamp_after_max_ms, INT64_MAX)
     if not batch_log_append_time and (
         timestamp_type == LOG_APPEND_TIME or low <= walk.min_timestamp <= walk.max_timestamp <= high
     ):

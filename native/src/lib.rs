@@ -12,7 +12,7 @@
 //! producer's), so the bytes written are exactly those `log/compression.py` writes, and the
 //! raising of the exception classes, which live in `log/errors.py`.
 
-use std::io::Read;
+use std::io::Write;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
@@ -172,59 +172,52 @@ fn codec_name(codec: i16) -> &'static str {
     }
 }
 
-/// Everything ``reader`` yields, failing once it passes ``max_size``: a Read that is cut off
-/// at max_size + 1 bytes can never allocate more than that.
-fn read_bounded<R: Read>(reader: R, codec: i16, max_size: usize) -> Checked<Vec<u8>> {
-    let mut out = Vec::new();
-    let limit = max_size as u64 + 1;
-    if let Err(exc) = reader.take(limit).read_to_end(&mut out) {
-        return Err(Failure::Corrupt(format!(
+/// A writer that refuses to hold more than ``limit`` bytes: the decoders write into it, so a
+/// bomb stops at the bound instead of exhausting memory (cramjam's fixed buffer in Python).
+struct Bounded {
+    out: Vec<u8>,
+    limit: usize,
+}
+
+impl Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if buf.len() > self.limit - self.out.len() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                "output exceeds the bound",
+            ));
+        }
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Inflate with cramjam's own decoder for the codec (log/compression.py's
+/// _stream_decompress): any failure, the bound's included, is CORRUPT_MESSAGE.
+fn decompress(codec: i16, data: &[u8], max_size: usize) -> Checked<Vec<u8>> {
+    if codec == CODEC_SNAPPY {
+        return snappy_decompress(data, max_size);
+    }
+    let mut sink = Bounded {
+        out: Vec::with_capacity(data.len().saturating_mul(4).min(max_size)),
+        limit: max_size,
+    };
+    let result = match codec {
+        CODEC_GZIP => libcramjam::gzip::decompress(data, &mut sink),
+        CODEC_LZ4 => libcramjam::lz4::decompress(data, &mut sink),
+        _ => libcramjam::zstd::decompress(data, &mut sink),
+    };
+    match result {
+        Ok(_) => Ok(sink.out),
+        Err(exc) => Err(Failure::Corrupt(format!(
             "{} payload is invalid or exceeds {} bytes: {}",
             codec_name(codec),
             max_size,
             exc
-        )));
-    }
-    if out.len() > max_size {
-        return Err(Failure::Corrupt(format!(
-            "{} payload exceeds {} bytes",
-            codec_name(codec),
-            max_size
-        )));
-    }
-    Ok(out)
-}
-
-fn decompress(codec: i16, data: &[u8], max_size: usize) -> Checked<Vec<u8>> {
-    match codec {
-        CODEC_GZIP => read_bounded(flate2::read::MultiGzDecoder::new(data), codec, max_size),
-        CODEC_SNAPPY => snappy_decompress(data, max_size),
-        CODEC_LZ4 => {
-            // One LZ4 frame, which must end: what cramjam.lz4.decompress_into accepts.
-            let mut decoder = lz4::Decoder::new(data).map_err(|exc| {
-                Failure::Corrupt(format!(
-                    "LZ4 payload is invalid or exceeds {} bytes: {}",
-                    max_size, exc
-                ))
-            })?;
-            let out = read_bounded(&mut decoder, codec, max_size)?;
-            if let Err(exc) = decoder.finish().1 {
-                return Err(Failure::Corrupt(format!(
-                    "LZ4 payload is invalid or exceeds {} bytes: {}",
-                    max_size, exc
-                )));
-            }
-            Ok(out)
-        }
-        _ => {
-            let decoder = zstd::stream::read::Decoder::with_buffer(data).map_err(|exc| {
-                Failure::Corrupt(format!(
-                    "ZSTD payload is invalid or exceeds {} bytes: {}",
-                    max_size, exc
-                ))
-            })?;
-            read_bounded(decoder, codec, max_size)
-        }
+        ))),
     }
 }
 
@@ -298,9 +291,18 @@ fn byte_at(data: &[u8], pos: usize) -> Result<u8, Stop> {
 }
 
 /// log.records.decode_varint / decode_varlong: zigzag, at most 5 (10) bytes, within 32 (64)
-/// bits. Returns (value, position after it).
+/// bits. Returns (value, position after it). walk_records reads the first ``inline`` bytes of
+/// a field itself (a missing one is its IndexError, premature EOF) before it hands a longer
+/// varint to decode_varint (a missing byte is then "runs past the end"): both are mirrored so
+/// the messages match too.
 #[inline(always)]
-fn read_varint(data: &[u8], pos: usize, size_max: usize, bits: u32) -> Result<(i64, usize), Stop> {
+fn read_varint(
+    data: &[u8],
+    pos: usize,
+    inline: usize,
+    size_max: usize,
+    bits: u32,
+) -> Result<(i64, usize), Stop> {
     let first = byte_at(data, pos)?;
     if first < 0x80 {
         let u = first as u64;
@@ -310,6 +312,7 @@ fn read_varint(data: &[u8], pos: usize, size_max: usize, bits: u32) -> Result<(i
     for index in 0..size_max {
         let byte = match data.get(pos + index) {
             Some(byte) => *byte as u64,
+            None if index < inline => return Err(Stop::Eof),
             None => return Err(Stop::Varint(format!("varint at {} runs past the end", pos))),
         };
         let shift = 7 * index as u32;
@@ -319,7 +322,10 @@ fn read_varint(data: &[u8], pos: usize, size_max: usize, bits: u32) -> Result<(i
         unsigned |= bits_here << shift;
         if byte < 0x80 {
             if overflow || (bits < 64 && unsigned >> bits != 0) {
-                return Err(Stop::Varint(format!("varint at {} overflows {} bits", pos, bits)));
+                return Err(Stop::Varint(format!(
+                    "varint at {} overflows {} bits",
+                    pos, bits
+                )));
             }
             let value = ((unsigned >> 1) as i64) ^ -((unsigned & 1) as i64);
             return Ok((value, pos + index + 1));
@@ -331,14 +337,27 @@ fn read_varint(data: &[u8], pos: usize, size_max: usize, bits: u32) -> Result<(i
     )))
 }
 
+/// A record field's varint (walk_records reads its first two bytes inline).
 #[inline(always)]
 fn varint(data: &[u8], pos: usize) -> Result<(i64, usize), Stop> {
-    read_varint(data, pos, VARINT_SIZE_MAX, 32)
+    read_varint(data, pos, 2, VARINT_SIZE_MAX, 32)
+}
+
+/// The offset delta (three bytes inline: batches of many tiny records).
+#[inline(always)]
+fn varint3(data: &[u8], pos: usize) -> Result<(i64, usize), Stop> {
+    read_varint(data, pos, 3, VARINT_SIZE_MAX, 32)
+}
+
+/// A header's key or value length (one byte inline).
+#[inline(always)]
+fn varint1(data: &[u8], pos: usize) -> Result<(i64, usize), Stop> {
+    read_varint(data, pos, 1, VARINT_SIZE_MAX, 32)
 }
 
 #[inline(always)]
 fn varlong(data: &[u8], pos: usize) -> Result<(i64, usize), Stop> {
-    read_varint(data, pos, VARLONG_SIZE_MAX, 64)
+    read_varint(data, pos, 2, VARLONG_SIZE_MAX, 64)
 }
 
 /// What one pass over a batch's records learned (timestamp deltas, relative to the base).
@@ -402,7 +421,7 @@ fn walk_body(data: &[u8], count: usize) -> Result<Walk, WalkError> {
         pos += 1; // attributes: unused by v2 records
         let (timestamp_delta, after) = varlong(data, pos)?;
         pos = after;
-        let (offset_delta, after) = varint(data, pos)?;
+        let (offset_delta, after) = varint3(data, pos)?;
         pos = after;
         if offset_delta != index as i64 {
             contiguous = false;
@@ -433,13 +452,16 @@ fn walk_body(data: &[u8], count: usize) -> Result<Walk, WalkError> {
                 )));
             }
             for _ in 0..header_count {
-                let (length, after) = varint(data, pos)?; // key length: never null
+                let (length, after) = varint1(data, pos)?; // key length: never null
                 pos = after;
                 if length < 0 {
-                    return Err(invalid(format!("Invalid negative header key size {}", length)));
+                    return Err(invalid(format!(
+                        "Invalid negative header key size {}",
+                        length
+                    )));
                 }
                 pos += length as usize;
-                let (length, after) = varint(data, pos)?;
+                let (length, after) = varint1(data, pos)?; // value length
                 pos = after;
                 if length >= 0 {
                     pos += length as usize;
@@ -537,13 +559,13 @@ fn record_errors(
 ) -> Checked<Vec<(usize, String)>> {
     let batch_log_append_time = header.timestamp_type() == LOG_APPEND_TIME;
     let now = limits.now_ms as i128;
-    let low = now - limits.before_max_ms as i128;
-    let high = now + limits.after_max_ms as i128;
+    // Clamped to int64 as in the Python: no record passes with a timestamp no header holds.
+    let low = (now - limits.before_max_ms as i128).max(i64::MIN as i128);
+    let high = (now + limits.after_max_ms as i128).min(i64::MAX as i128);
     let base = header.base_timestamp as i128;
     let (min, max) = (base + walk.min_delta as i128, base + walk.max_delta as i128);
     if !batch_log_append_time
-        && (limits.timestamp_type == LOG_APPEND_TIME
-            || (low <= min && min <= max && max <= high))
+        && (limits.timestamp_type == LOG_APPEND_TIME || (low <= min && min <= max && max <= high))
     {
         return Ok(Vec::new());
     }
@@ -637,7 +659,11 @@ fn check(
     let payload: &[u8] = if source == CODEC_NONE {
         &records[BATCH_HEADER_SIZE..]
     } else {
-        inflated = decompress(source, &records[BATCH_HEADER_SIZE..], max_decompressed_bytes)?;
+        inflated = decompress(
+            source,
+            &records[BATCH_HEADER_SIZE..],
+            max_decompressed_bytes,
+        )?;
         &inflated
     };
     let walk = walk_records(payload, count)?;
@@ -659,12 +685,11 @@ fn check(
     } else if header.timestamp_type() == LOG_APPEND_TIME {
         (header.max_timestamp, -1)
     } else {
-        // In range of [now - before, now + after], so it fits unless those configs reach
-        // past int64, where the Python specification fails too.
+        // record_errors held every record within int64 bounds; a record without a timestamp
+        // (-1) escapes them, but -1 is never the maximum of timestamps that were out of range.
         let max = header.base_timestamp as i128 + walk.max_delta as i128;
-        let max = i64::try_from(max).map_err(|_| {
-            Failure::Invalid(format!("maximum timestamp {} is outside int64", max))
-        })?;
+        let max = i64::try_from(max)
+            .map_err(|_| Failure::Invalid(format!("maximum timestamp {} is outside int64", max)))?;
         (max, -1)
     };
     let recompress = if target_codec >= 0 && target_codec != source {
@@ -741,7 +766,10 @@ fn validate<'py>(
     let result = match verdict {
         Ok(accepted) => {
             let (out, payload) = match accepted.recompress {
-                Some(payload) => (py.None().into_bound(py), PyBytes::new(py, &payload).into_any()),
+                Some(payload) => (
+                    py.None().into_bound(py),
+                    PyBytes::new(py, &payload).into_any(),
+                ),
                 None => {
                     let unchanged = accepted.attributes == be_i16(bytes, ATTRIBUTES_OFFSET)
                         && accepted.max_timestamp == accepted.header_max_timestamp;
