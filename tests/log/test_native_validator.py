@@ -361,3 +361,30 @@ def test_validate_records_runs_native_unless_kraft_native_is_0(
     assert calls == ["python"] * 3
     lines = [r.getMessage() for r in caplog.records if r.name == "log.validator"]
     assert lines == ["Produced batches are validated in Python: KRAFT_NATIVE=0"]
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.LZ4, Compression.ZSTD])
+def test_concatenated_frames_and_garbage_after_them_get_the_same_verdict(
+    codec: Compression,
+) -> None:
+    payload = raw_payload(keyed(10))
+    half = len(payload) // 2
+    frames = compress(codec, payload[:half]) + compress(codec, payload[half:])
+    for body, stored in ((frames, True), (frames + b"\x00garbage", False)):
+        batch = forge(b"", 10, 7)  # codec id 7 leaves the body as given; set the real one
+        batch[BATCH_HEADER_SIZE:] = body
+        struct.pack_into(">h", batch, 21, codec)
+        reseal(batch)
+        verdict = assert_same_verdict(bytes(batch), LogConfig(), PRODUCE_DECOMPRESSED_BYTES_MAX)
+        assert (verdict[0] == "stored") is stored
+
+
+def test_a_failed_zstd_payload_leaves_nothing_behind_for_the_next_batch() -> None:
+    # kraft_native keeps one libzstd context between batches.
+    good = encode_batch(keyed(30), compression=Compression.ZSTD)
+    truncated = bytearray(good[:-7])
+    reseal(truncated)
+    for _ in range(3):
+        refusal = outcome(validate_records_native, bytes(truncated), LogConfig(), 1 << 20)
+        assert refusal[:3] == ("refused", CorruptRecordError, 2)
+        assert validate_records_native(good, LogConfig(), NOW).records is good
