@@ -677,7 +677,6 @@ fn with_attributes(attributes: i16, timestamp_type: i32, codec: i16) -> i16 {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn check(
     records: &[u8],
     max_message_bytes: i64,
