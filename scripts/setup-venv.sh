@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create ./.venv with Python 3.11 and install kraft-py into it with the given extras.
-# Sourced by scripts/run.sh and scripts/test.sh; needs only Python 3.11 and the registries.
+# Create ./.venv with Python 3.11, install kraft-py into it with the given extras and build
+# kraft_native (native/) into it. Sourced by scripts/run.sh and scripts/test.sh; needs only
+# Python 3.11 and the registries (PyPI, crates.io, and apt for a Rust toolchain if missing).
 set -euo pipefail
 extras="${1:-}"
 python="${PYTHON:-}"
