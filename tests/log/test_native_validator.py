@@ -388,3 +388,15 @@ def test_a_failed_zstd_payload_leaves_nothing_behind_for_the_next_batch() -> Non
         refusal = outcome(validate_records_native, bytes(truncated), LogConfig(), 1 << 20)
         assert refusal[:3] == ("refused", CorruptRecordError, 2)
         assert validate_records_native(good, LogConfig(), NOW).records is good
+
+
+@pytest.mark.parametrize("codec", list(Compression)[1:])
+def test_a_payload_inflating_to_exactly_the_bound_passes_and_one_byte_more_does_not(
+    codec: Compression,
+) -> None:
+    payload = raw_payload(keyed(40))
+    batch = bytes(forge(payload, 40, codec))
+    at_bound = assert_same_verdict(batch, LogConfig(), len(payload))
+    assert at_bound[0] == "stored"
+    over = assert_same_verdict(batch, LogConfig(), len(payload) - 1)
+    assert over[:3] == ("refused", CorruptRecordError, 2)
