@@ -47,6 +47,7 @@ from broker.bugs import (
 )
 from broker.controller_channel import ControllerSender
 from broker.fetcher import FetcherConfig, ReplicaFetcherManager
+from broker.metrics import BrokerTopicMetrics
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
 from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState, Verdict
 from broker.purgatory import DelayedOperations
@@ -178,6 +179,7 @@ class ReplicaManager:
         self._shrink_task: asyncio.Task[None] | None = None
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._checkpointed: dict[tuple[str, int], int] = {}  # high watermarks at start-up
+        self.topic_metrics: BrokerTopicMetrics | None = None  # data_plane counts into it
 
     # ---- metadata --------------------------------------------------------------------------
     def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
@@ -741,6 +743,10 @@ class ReplicaManager:
                 return result
             if not await self.delayed.wait((partition.key,), deadline - loop.time()):
                 return AppendResult(ErrorCode.request_timed_out, first)
+
+    def min_insync_replicas(self, topic: str) -> int:
+        """min.insync.replicas of ``topic`` as appends see it (the metrics read it)."""
+        return self._min_insync_replicas(topic)
 
     def _min_insync_replicas(self, topic: str) -> int:
         """min.insync.replicas of ``topic``: its own config, this broker's dynamic one,

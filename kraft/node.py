@@ -32,7 +32,9 @@ from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import GroupCoordinator
 from broker.kafka_apis import KafkaApis, loop_time
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
+from broker.metrics import BrokerMetricsPublisher
 from broker.network import (
+    Handler,
     NetworkLimits,
     RequestBytesBudget,
     api_versions_response,
@@ -42,6 +44,7 @@ from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
 from kraft.bootstrap import read_bootstrap
 from kraft.config import ServerConfig
+from kraft.metrics import NodeMetrics
 from kraft.storage import metadata_directory_id
 from log.config import LogConfig, LogManagerConfig
 from log.manager import METADATA_PARTITION_DIR, LogManager
@@ -126,6 +129,7 @@ class KraftNode:
         publishers: Sequence[MetadataPublisher] = (),
         listen: Listen = asyncio.start_server,
         raft_listeners: Sequence[RaftListener] = (),
+        metrics: NodeMetrics | None = None,
     ) -> None:
         self.runtime = runtime
         self.config = config
@@ -142,6 +146,13 @@ class KraftNode:
             for plane in ("broker", "controller")
         }
         self._raft_listeners = tuple(raft_listeners)  # after the loader, e.g. a checker
+        # What Prometheus scrapes (kraft/metrics.py); None counts nothing at all.
+        self.metrics = metrics
+        self._handle_controller_measured = self._handle_controller
+        if metrics is not None:
+            metrics.attach(self)
+            metrics.budgets = self._budgets
+            self._handle_controller_measured = metrics.requests.instrument(self._handle_controller)
         self.metadata_dir = os.path.join(config.metadata_dir, METADATA_PARTITION_DIR)
         self.is_controller = "controller" in config.process_roles
         self.is_broker = "broker" in config.process_roles
@@ -204,6 +215,8 @@ class KraftNode:
         raft.add_listener(_RoleLogger(config.node_id))
         for listener in self._raft_listeners:
             raft.add_listener(listener)
+        if self.metrics is not None and self.metrics.raft is not None:
+            raft.add_listener(self.metrics.raft)
         if self.is_controller:
             self.controller = QuorumController(
                 runtime,
@@ -287,6 +300,10 @@ class KraftNode:
         # Retention never deletes past what is committed.
         self.logs.high_watermark_provider = replicas.high_watermark_of
         loader.add_publisher(replicas)
+        if self.metrics is not None:
+            replicas.topic_metrics = self.metrics.topics
+            self.metrics.publisher = BrokerMetricsPublisher(config.node_id, self.metrics.topics)
+            loader.add_publisher(self.metrics.publisher)
         self.lifecycle = BrokerLifecycleManager(
             runtime,
             config.node_id,
@@ -336,6 +353,8 @@ class KraftNode:
         fetch_sessions = FetchSessionCache(
             config.max_incremental_fetch_session_cache_slots, runtime.rng, loop_time
         )
+        if self.metrics is not None:
+            self.metrics.fetch_sessions = fetch_sessions
         for endpoint in config.broker_endpoints():
             # Each listener answers Metadata with the brokers' endpoints of its own name,
             # as Kafka does: a client that came in on EXTERNAL is told EXTERNAL addresses.
@@ -353,9 +372,14 @@ class KraftNode:
                 auto_create_topics=config.auto_create_topics_enable,
             )
             self.apis[endpoint.name] = apis
+            handle = apis.handle
+            if self.metrics is not None:
+                handle = self.metrics.requests.instrument(handle)
             self._servers.append(
                 await self._listen(
-                    functools.partial(self._serve_broker, apis, self._limits(endpoint.name)),
+                    functools.partial(
+                        self._serve_broker, apis, handle, self._limits(endpoint.name)
+                    ),
                     endpoint.host or None,
                     endpoint.port,
                 )
@@ -410,13 +434,14 @@ class KraftNode:
     async def _serve_controller(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        with self._tracked(writer):
+        listener = self.config.controller_endpoint().name
+        with self._tracked(writer, listener):
             await serve_connection(
                 reader,
                 writer,
-                self._handle_controller,
+                self._handle_controller_measured,
                 self._controller_apis(),
-                limits=self._limits(self.config.controller_endpoint().name),
+                limits=self._limits(listener),
                 budget=self._budgets["controller"],
             )
 
@@ -438,30 +463,36 @@ class KraftNode:
     async def _serve_broker(
         self,
         apis: KafkaApis,
+        handle: Handler,
         limits: NetworkLimits,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        with self._tracked(writer):
+        with self._tracked(writer, limits.listener):
             await serve_connection(
                 reader,
                 writer,
-                apis.handle,
+                handle,
                 apis.supported_apis,
                 limits=limits,
                 budget=self._budgets["broker"],
             )
 
     @contextlib.contextmanager
-    def _tracked(self, writer: asyncio.StreamWriter) -> Iterator[None]:
+    def _tracked(self, writer: asyncio.StreamWriter, listener: str) -> Iterator[None]:
         """Count a served connection as open (``close`` aborts it) while its handler runs."""
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = writer
+        network = self.metrics.network if self.metrics is not None else None
+        if network is not None:
+            network.opened(listener)
         try:
             yield
         finally:
             self._connections.pop(task, None)
+            if network is not None:
+                network.closed(listener)
 
     # ---- run and stop ---------------------------------------------------------------------
     async def wait(self) -> None:
