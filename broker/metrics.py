@@ -27,6 +27,7 @@ from prometheus_client.core import (
     Metric,
 )
 
+from broker.network import NO_RESPONSE
 from metadata.image import MetadataImage
 from protocol import wire
 
@@ -39,7 +40,8 @@ BATCH_RECORDS_COUNT_AT = 57  # v2 record batch header: the records count, an int
 # requests (the client's to retry, or the broker's state), plus the two an acks=all produce
 # gets after its append (DelayedProduce never marks the failed rate).
 NOT_FAILED_PRODUCE = frozenset(
-    {
+    int(code)
+    for code in {
         ErrorCode.none,
         ErrorCode.not_leader_or_follower,
         ErrorCode.unknown_topic_or_partition,
@@ -54,11 +56,17 @@ NOT_FAILED_PRODUCE = frozenset(
 )
 # Appended to the log: the records count as messages in even if acks=all then failed.
 APPENDED = frozenset(
-    {ErrorCode.none, ErrorCode.request_timed_out, ErrorCode.not_enough_replicas_after_append}
+    int(code)
+    for code in (
+        ErrorCode.none,
+        ErrorCode.request_timed_out,
+        ErrorCode.not_enough_replicas_after_append,
+    )
 )
 # ... and those ReplicaManager.readFromLog does not count as failed fetches.
 NOT_FAILED_FETCH = frozenset(
-    {
+    int(code)
+    for code in {
         ErrorCode.none,
         ErrorCode.unknown_topic_or_partition,
         ErrorCode.unknown_topic_id,
@@ -72,6 +80,8 @@ NOT_FAILED_FETCH = frozenset(
     }
 )
 
+# Plain ints: an enum member's attribute lookup costs more than the whole comparison.
+UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 
 
@@ -134,9 +144,9 @@ class BrokerTopicMetrics:
 
     def produced(self, topic: str, records: bytes, error: int) -> None:
         """One partition of a Produce answered with ``error``."""
-        if error == ErrorCode.unknown_topic_or_partition:
+        if error == UNKNOWN_TOPIC:
             return
-        counters = self._of(topic)
+        counters = self._topics.get(topic) or self._of(topic)
         counters.total_produce += 1
         if error in APPENDED:
             counters.bytes_in += len(records)
@@ -148,9 +158,9 @@ class BrokerTopicMetrics:
 
     def fetched(self, topic: str | None, size: int, error: int, follower: bool) -> None:
         """One partition of a Fetch answered with ``size`` record bytes and ``error``."""
-        if topic is None or error == ErrorCode.unknown_topic_or_partition:
+        if topic is None or error == UNKNOWN_TOPIC:
             return
-        counters = self._of(topic)
+        counters = self._topics.get(topic) or self._of(topic)
         counters.total_fetch += 1
         if follower:
             counters.replication_bytes_out += size
@@ -220,24 +230,24 @@ class RequestMetrics:
         self, header: wire.RequestHeader, request: object, response: object, time_ms: float
     ) -> None:
         """Count one answered request (``response`` may be None or network.NO_RESPONSE)."""
-        name = self._name(header.api_key, request)
+        name = self._names.get(header.api_key) or self._name(header.api_key, request)
         stats = self._stats.get(name)
         if stats is None:
             stats = self._stats[name] = RequestStats()
-        version = header.api_version
-        stats.versions[version] = stats.versions.get(version, 0) + 1
+        versions, version = stats.versions, header.api_version
+        versions[version] = versions.get(version, 0) + 1
         stats.bucket_counts[bisect.bisect_left(TIME_BUCKETS_MS, time_ms)] += 1
         stats.time_sum_ms += time_ms
-        if dataclasses.is_dataclass(response):
+        if response is not None and response is not NO_RESPONSE:
             count_errors(response, stats.errors)
 
     def _name(self, api_key: int, request: object) -> str:
+        """A request's name: its entity's less "Request", cached by api key; Fetch is
+        named by who asks, so never cached."""
         if api_key == FETCH:
             follower = getattr(request, "replica_id", -1) >= 0
             return "FetchFollower" if follower else "FetchConsumer"
-        name = self._names.get(api_key)
-        if name is None:
-            name = self._names[api_key] = type(request).__name__.removesuffix("Request")
+        name = self._names[api_key] = type(request).__name__.removesuffix("Request")
         return name
 
     def families(self) -> Iterator[Metric]:
@@ -303,22 +313,21 @@ def _plan(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def count_errors(entity: Any, counts: dict[int, int]) -> None:
     """Add every error code of a response entity, nested ones included, to ``counts``
-    (Kafka's AbstractResponse.errorCounts)."""
-    cls = type(entity)
-    plan = _PLANS.get(cls)
+    (Kafka's AbstractResponse.errorCounts). A field without a kafka_type holds entities,
+    so they are walked without asking."""
+    plan = _PLANS.get(type(entity))
     if plan is None:
-        plan = _PLANS[cls] = _plan(cls)
+        plan = _PLANS[type(entity)] = _plan(type(entity))
     errors, nested = plan
     for name in errors:
-        code = int(getattr(entity, name))
+        code = getattr(entity, name)  # an ErrorCode: an int, hashing as its value
         counts[code] = counts.get(code, 0) + 1
     for name in nested:
         value = getattr(entity, name)
-        if isinstance(value, tuple):
+        if type(value) is tuple:
             for item in value:
-                if dataclasses.is_dataclass(item):
-                    count_errors(item, counts)
-        elif dataclasses.is_dataclass(value):
+                count_errors(item, counts)
+        elif value is not None:
             count_errors(value, counts)
 
 

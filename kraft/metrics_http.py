@@ -11,7 +11,6 @@ MAX_CONNECTIONS at once, one response, then the connection closes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections.abc import Callable
 
@@ -29,7 +28,7 @@ class MetricsServer:
     def __init__(self, render: Callable[[], bytes]) -> None:
         self._render = render
         self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
+        self._handlers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Bind ``host:port`` (an empty host: every interface); the bound address."""
@@ -40,15 +39,15 @@ class MetricsServer:
         return bound[0], bound[1]
 
     async def close(self) -> None:
+        """Stop listening and end every connection (aborted, so each handler returns: a
+        handler cancelled instead is reported by asyncio 3.11 as a traceback)."""
         if self._server is not None:
             self._server.close()
-        for task in list(self._handlers):
-            task.cancel()
-        for task in list(self._handlers):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._server is not None:
-            await self._server.wait_closed()
+        handlers = list(self._handlers.items())
+        for _, writer in handlers:
+            writer.transport.abort()
+        if handlers:
+            await asyncio.wait([task for task, _ in handlers])
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -56,7 +55,7 @@ class MetricsServer:
         if len(self._handlers) >= MAX_CONNECTIONS:
             writer.transport.abort()
             return
-        self._handlers.add(task)
+        self._handlers[task] = writer
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
             writer.write(self._respond(head))
@@ -64,7 +63,7 @@ class MetricsServer:
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass  # the scraper went away, stalled, or sent a head we will not read
         finally:
-            self._handlers.discard(task)
+            self._handlers.pop(task, None)
             writer.close()
 
     def _respond(self, head: bytes) -> bytes:
