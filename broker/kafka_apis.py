@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from kio.schema.errors import ErrorCode
 
-from broker import data_plane, forwarding
+from broker import data_plane, forwarding, log_admin
 from broker.auto_topic_creation import AutoTopicCreationManager
 from broker.cluster_metadata import (
     DESCRIBE_CLUSTER,
@@ -107,7 +107,7 @@ class KafkaApis:
         )
         self.supported_apis = dict(self.SUPPORTED_APIS)
         if replicas is not None:
-            self.supported_apis |= data_plane.SUPPORTED
+            self.supported_apis |= data_plane.SUPPORTED | log_admin.SUPPORTED
         self.producer_ids = producer_ids
         if producer_ids is not None:
             self.supported_apis[INIT_PRODUCER_ID] = (0, 4)
@@ -143,6 +143,8 @@ class KafkaApis:
                 return data_plane.list_offsets(replicas, body, header.api_version)
             if api_key == data_plane.OFFSET_FOR_LEADER_EPOCH:
                 return data_plane.offset_for_leader_epoch(replicas, body, header.api_version)
+            if api_key in log_admin.SUPPORTED:
+                return await log_admin.handle(replicas, api_key, body, header.api_version)
         if api_key in GROUP_APIS and self.groups is not None:
             return await self.groups.handle(
                 api_key, header.api_version, body, self.listener_name, header.client_id or ""
