@@ -9,12 +9,14 @@ so each answer arrives within a few scrapes."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -24,6 +26,7 @@ from tests.kraft.procs import Processes, free_port, port_open, wait_until
 from tests.kraft.test_replication import BROKERS, DEADLINE_S, bootstrap, cluster_nodes
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 TOPIC = "scraped"
 RECORDS = 200
 
@@ -74,6 +77,13 @@ def scraped_cluster(
         procs.cleanup()
 
 
+def dashboard_queries() -> list[str]:
+    """Every PromQL expression of docs/grafana-dashboard.json, its variables as match-all."""
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    expressions = [t["expr"] for p in panels for t in p.get("targets", ())]
+    return [re.sub(r"\$(instance|topic|partition)", ".*", e) for e in expressions]
+
+
 def query(base: str, promql: str) -> list[tuple[dict[str, str], float]]:
     """An instant PromQL query: (labels, value) of each series; [] while Prometheus is not
     up yet."""
@@ -122,15 +132,22 @@ def test_prometheus_scrapes_bytes_in_the_active_controller_and_under_replication
     leaders = scalar(base, "sum(kafka_server_replicamanager_leadercount)")
     assert leaders is not None and leaders >= 3  # the topic's three, maybe __consumer_offsets
 
+    # The dashboard's queries are valid PromQL over metrics that exist.
+    for expression in dashboard_queries():
+        query(base, expression)  # asserts Prometheus accepted it
+        for name in re.findall(r"\b(?:kafka|process)_[a-z_]+", expression):
+            assert scalar(base, f"count({name})"), f"{name} (in {expression}) has no series"
+
     stopped = BROKERS[-1]
     procs.signal(stopped, signal.SIGTERM)  # controlled shutdown: it leaves every ISR
     procs.procs[stopped].wait(timeout=DEADLINE_S)
-    under = wait_until(
-        lambda: scalar(base, "sum(kafka_server_replicamanager_underreplicatedpartitions)"),
+    # Each of the topic's partitions had a replica on the stopped broker: all three leaders
+    # (on the two brokers left) report their partition under-replicated.
+    wait_until(
+        lambda: scalar(base, "sum(kafka_server_replicamanager_underreplicatedpartitions)") == 3,
         "under-replicated partitions after a broker stopped",
         DEADLINE_S,
     )
-    assert under >= 3  # each of the topic's partitions had a replica on the stopped broker
     assert scalar(base, "sum(kafka_controller_kafkacontroller_activecontrollercount)") == 1
     wait_until(
         lambda: scalar(base, 'count(up{job="kraft"} == 0)') == 1,
