@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import traceback
 from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST
+
+from log.rate_limited_log import RateLimitedLog
 
 MAX_HEAD_BYTES = 8192
 READ_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 16
 PATH = "/metrics"
+logger = logging.getLogger("kraft.metrics_http")
+_limited = RateLimitedLog(logger)
 
 
 class MetricsServer:
@@ -75,7 +81,13 @@ class MetricsServer:
             return _response(404, "Not Found", f"metrics are at {PATH}\n".encode())
         if method not in ("GET", "HEAD"):
             return _response(405, "Method Not Allowed", b"GET or HEAD\n", "Allow: GET, HEAD\r\n")
-        body = self._render()
+        try:
+            body = self._render()
+        except Exception:  # a collector's bug: this scrape fails, loudly; the node goes on
+            _limited.log(
+                "render", logging.ERROR, "Rendering /metrics failed\n%s", traceback.format_exc()
+            )
+            return _response(500, "Internal Server Error", b"rendering the metrics failed\n")
         return _response(200, "OK", body, content_type=CONTENT_TYPE_LATEST, head=method == "HEAD")
 
 

@@ -101,6 +101,29 @@ def test_the_endpoint_answers_get_and_head_on_metrics_and_refuses_the_rest() -> 
     asyncio.run(run())
 
 
+def test_a_failing_render_is_a_500_and_the_endpoint_goes_on() -> None:
+    calls = []
+
+    def render() -> bytes:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a collector bug")
+        return b"kafka_x 2.0\n"
+
+    async def run() -> None:
+        server = MetricsServer(render)
+        _, port = await server.start("127.0.0.1", 0)
+        try:
+            failed = await _exchange(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert failed.startswith(b"HTTP/1.1 500 ")
+            ok = await _exchange(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert ok.startswith(b"HTTP/1.1 200 ") and ok.endswith(b"kafka_x 2.0\n")
+        finally:
+            await server.close()
+
+    asyncio.run(run())
+
+
 def test_connections_beyond_the_limit_are_closed_at_once_and_close_ends_idle_ones() -> None:
     async def run() -> None:
         server = MetricsServer(lambda: b"")
