@@ -1,16 +1,16 @@
 """What metrics cost the produce path: one node with ``metrics.listener`` (scraped every
 second while it works, as Prometheus would) against one without, in the same run.
 
-Run: ``.venv/bin/python bench/bench_metrics.py [--records N] [--size BYTES] [--rounds R]``.
+Run: ``PYTHONPATH=. .venv/bin/python bench/bench_metrics.py [--records N] [--rounds R]``.
 
 Two single combined nodes start side by side, one with metrics and one without (no
-counting at all: KraftNode gets no NodeMetrics). Each round produces ``--records`` records
-with confluent-kafka (acks=1) to each node in turn, the order alternating between rounds
-(an even number of them) so the machine's other load and any first-run effect fall on both
-alike; each measured run follows an unmeasured warm-up. The figures are each node's median
-records/s over the rounds and, steadier on a shared machine, its median CPU time per
-record (from /proc), whose ratio is the throughput ratio a CPU-bound node would see.
-Two producer shapes: large batches (librdkafka's 64 KiB, linger 5 ms: the throughput
+counting at all: KraftNode gets no NodeMetrics), twice: the metrics node started first,
+then second (which node starts first was measured to matter more than metrics do). Each
+round produces to each node in turn with confluent-kafka (acks=1), the order alternating
+between rounds, each measured run after an unmeasured warm-up, so the machine's other load
+and first-run effects fall on both alike. The figures are medians over all rounds: records/s
+and, steadier on a shared machine, the node's CPU time per record (from /proc), whose ratio
+is the throughput ratio a CPU-bound node would see. Two producer shapes: large batches (librdkafka's 64 KiB, linger 5 ms: the throughput
 shape) and one record per request (linger 0, max.in.flight 1: the per-request shape, where
 per-request counting weighs most). Then, in this process, what the counting itself costs per
 produced partition and per request, in ns.
@@ -59,7 +59,7 @@ def free_port() -> int:
 
 def start_node(root: Path, metrics_port: int | None) -> tuple[subprocess.Popen, str]:
     """A combined node in ``root``, with metrics on ``metrics_port`` (None: no metrics)."""
-    root.mkdir()
+    root.mkdir(parents=True)
     broker, controller = free_port(), free_port()
     config = root / "server.properties"
     lines = (
@@ -182,70 +182,77 @@ def counting_cost_ns(repeat: int) -> tuple[float, float]:
     return produced_ns, wrapped - bare
 
 
+def session(
+    root: Path,
+    on_first: bool,
+    args: argparse.Namespace,
+    value: bytes,
+    times: dict[tuple[str, str], list[float]],
+    cpu: dict[tuple[str, str], list[float]],
+) -> int:
+    """Two fresh nodes, the metrics one started first or second; ``args.rounds`` rounds of
+    every shape on both, into ``times`` (records/s) and ``cpu`` (CPU s per record). The
+    number of scrapes the metrics node answered."""
+    metrics_port = free_port()
+    ports = {"on": metrics_port, "off": None}
+    names = ["on", "off"] if on_first else ["off", "on"]
+    nodes = {name: start_node(root / name, ports[name]) for name in names}
+    scraper = Scraper(metrics_port)
+    try:
+        for _, bootstrap in nodes.values():
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            for future in admin.create_topics([NewTopic("bench", 1, 1)]).values():
+                future.result(DEADLINE_S)
+            del admin  # its connection closes before the node stops, not after
+        scraper.start()
+        for round_number in range(args.rounds):
+            order = names if round_number % 2 == 0 else names[::-1]
+            for shape, config in SHAPES.items():
+                count = args.records if shape == "batches" else args.single_records
+                for name in order:
+                    proc, bootstrap = nodes[name]
+                    produce(bootstrap, WARM_UP_RECORDS, value, config)  # not measured
+                    before_s = cpu_s(proc.pid)
+                    seconds = produce(bootstrap, count, value, config)
+                    used_s = cpu_s(proc.pid) - before_s
+                    times.setdefault((shape, name), []).append(count / seconds)
+                    cpu.setdefault((shape, name), []).append(used_s / count)
+    finally:
+        scraper.stop.set()
+        for proc, _ in nodes.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc, _ in nodes.values():
+            proc.wait(timeout=DEADLINE_S)
+    return scraper.scrapes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--single-records", type=int, default=8000)
+    parser.add_argument("--rounds", type=int, default=4, help="per session (two sessions)")
+    parser.add_argument("--single-records", type=int, default=6000)
     args = parser.parse_args()
     value = os.urandom(args.size)
-    metrics_port = free_port()
+    times: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
-        root = Path(tmp)
-        on, on_bootstrap = start_node(root / "on", metrics_port)
-        off, off_bootstrap = start_node(root / "off", None)
-        scraper = Scraper(metrics_port)
-        times: dict[tuple[str, str], list[float]] = {}
-        cpu: dict[tuple[str, str], list[float]] = {}
-        pids = {"on": on.pid, "off": off.pid}
-        try:
-            for bootstrap in (on_bootstrap, off_bootstrap):
-                admin = AdminClient({"bootstrap.servers": bootstrap})
-                for future in admin.create_topics([NewTopic("bench", 1, 1)]).values():
-                    future.result(DEADLINE_S)
-            scraper.start()
-            for round_number in range(args.rounds):
-                order = [("on", on_bootstrap), ("off", off_bootstrap)]
-                if round_number % 2:
-                    order.reverse()
-                for shape, config in SHAPES.items():
-                    count = args.records if shape == "batches" else args.single_records
-                    for name, bootstrap in order:
-                        produce(bootstrap, WARM_UP_RECORDS, value, config)  # not measured
-                        before_s = cpu_s(pids[name])
-                        seconds = produce(bootstrap, count, value, config)
-                        used_s = cpu_s(pids[name]) - before_s
-                        times.setdefault((shape, name), []).append(count / seconds)
-                        cpu.setdefault((shape, name), []).append(used_s / count)
-        finally:
-            scraper.stop.set()
-            for proc in (on, off):
-                proc.send_signal(signal.SIGTERM)
-            for proc in (on, off):
-                proc.wait(timeout=DEADLINE_S)
+        scrapes = session(Path(tmp) / "a", True, args, value, times, cpu)
+        scrapes += session(Path(tmp) / "b", False, args, value, times, cpu)
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; records of {args.size} bytes, "
-        f"acks=1, {args.rounds} rounds alternating, medians; {scraper.scrapes} scrapes of the "
-        "metrics node"
+        f"acks=1, 2 sessions x {args.rounds} rounds, medians; {scrapes} scrapes of the "
+        "metrics nodes"
     )
     for shape in SHAPES:
         on_rate = statistics.median(times[(shape, "on")])
         off_rate = statistics.median(times[(shape, "off")])
-        print(
-            f"{shape:24} metrics on {on_rate:9.0f} records/s   off {off_rate:9.0f} records/s"
-            f"   on/off {on_rate / off_rate:.3f}x"
-        )
-        print(
-            f"{'':24} rounds on  {' '.join(f'{r:.0f}' for r in times[(shape, 'on')])}"
-            f"   off {' '.join(f'{r:.0f}' for r in times[(shape, 'off')])}"
-        )
-    for shape in SHAPES:
         on_us = statistics.median(cpu[(shape, "on")]) * 1e6
         off_us = statistics.median(cpu[(shape, "off")]) * 1e6
         print(
-            f"{shape:24} node CPU per record: on {on_us:.2f} us, off {off_us:.2f} us, "
-            f"throughput on/off {off_us / on_us:.3f}x"
+            f"{shape:24} records/s: on {on_rate:9.0f}  off {off_rate:9.0f}  on/off "
+            f"{on_rate / off_rate:.3f}x | node CPU per record: on {on_us:.2f} us  off "
+            f"{off_us:.2f} us  throughput on/off {off_us / on_us:.3f}x"
         )
     produced_ns, wrapper_ns = counting_cost_ns(200_000)
     print(f"counting one produced partition: {produced_ns:.0f} ns")

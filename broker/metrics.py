@@ -34,6 +34,7 @@ from protocol import wire
 # Request time buckets, in ms (Kafka's TotalTimeMs is in ms too).
 TIME_BUCKETS_MS = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0)
 TIME_BUCKETS_MS += (5000.0, 10000.0, 30000.0)
+PRODUCE = 0
 FETCH = 1
 BATCH_RECORDS_COUNT_AT = 57  # v2 record batch header: the records count, an int32
 # Partition errors Kafka's ReplicaManager.appendToLocalLog does not count as failed produce
@@ -131,10 +132,15 @@ TOPIC_METRICS = (
 class BrokerTopicMetrics:
     """Kafka's BrokerTopicStats: per-topic counters, the all-topics series summed at scrape.
     Only topics that exist are counted (an unknown topic is not one), and ``retain`` drops a
-    deleted topic's counters, as Kafka removes its metrics, so memory stays bounded."""
+    deleted topic's counters, as Kafka removes its metrics, so memory stays bounded.
 
-    def __init__(self) -> None:
+    ``produce_errors`` (RequestMetrics.errors_of("Produce")) gets every produced partition's
+    error code: the codes a Produce response carries, counted here where they are already
+    at hand rather than by walking the response again."""
+
+    def __init__(self, produce_errors: dict[int, int] | None = None) -> None:
         self._topics: dict[str, TopicCounters] = {}
+        self._produce_errors = {} if produce_errors is None else produce_errors
 
     def _of(self, topic: str) -> TopicCounters:
         counters = self._topics.get(topic)
@@ -144,6 +150,8 @@ class BrokerTopicMetrics:
 
     def produced(self, topic: str, records: bytes, error: int) -> None:
         """One partition of a Produce answered with ``error``."""
+        errors = self._produce_errors
+        errors[error] = errors.get(error, 0) + 1
         if error == UNKNOWN_TOPIC:
             return
         counters = self._topics.get(topic) or self._of(topic)
@@ -213,15 +221,15 @@ class RequestMetrics:
     def __init__(self, now_s: Callable[[], float]) -> None:
         self._now_s = now_s
         self._stats: dict[str, RequestStats] = {}
-        self._names: dict[int, str] = {}
+        self._by_key: dict[int, RequestStats] = {}  # Fetch is not here: named by who asks
 
     def instrument(self, handle: Handler) -> Handler:
-        now_s = self._now_s
+        now_s, record = self._now_s, self.record
 
         async def measured(header: wire.RequestHeader, request: object) -> object | None:
             start_s = now_s()
             response = await handle(header, request)
-            self.record(header, request, response, (now_s() - start_s) * 1000)
+            record(header, request, response, (now_s() - start_s) * 1000)
             return response
 
         return measured
@@ -230,25 +238,34 @@ class RequestMetrics:
         self, header: wire.RequestHeader, request: object, response: object, time_ms: float
     ) -> None:
         """Count one answered request (``response`` may be None or network.NO_RESPONSE)."""
-        name = self._names.get(header.api_key) or self._name(header.api_key, request)
-        stats = self._stats.get(name)
-        if stats is None:
-            stats = self._stats[name] = RequestStats()
+        stats = self._by_key.get(header.api_key) or self._stats_of(header.api_key, request)
         versions, version = stats.versions, header.api_version
         versions[version] = versions.get(version, 0) + 1
         stats.bucket_counts[bisect.bisect_left(TIME_BUCKETS_MS, time_ms)] += 1
         stats.time_sum_ms += time_ms
-        if response is not None and response is not NO_RESPONSE:
-            count_errors(response, stats.errors)
+        if response is not None and response is not NO_RESPONSE and header.api_key != PRODUCE:
+            count_errors(response, stats.errors)  # Produce's: BrokerTopicMetrics.produced
 
-    def _name(self, api_key: int, request: object) -> str:
-        """A request's name: its entity's less "Request", cached by api key; Fetch is
-        named by who asks, so never cached."""
+    def errors_of(self, name: str) -> dict[int, int]:
+        """The error counts of the requests called ``name``, for whoever counts them."""
+        stats = self._stats.get(name)
+        if stats is None:
+            stats = self._stats[name] = RequestStats()
+        return stats.errors
+
+    def _stats_of(self, api_key: int, request: object) -> RequestStats:
+        """The stats of a request's name: its entity's less "Request" (cached by api key),
+        except Fetch, named by who asks."""
         if api_key == FETCH:
             follower = getattr(request, "replica_id", -1) >= 0
-            return "FetchFollower" if follower else "FetchConsumer"
-        name = self._names[api_key] = type(request).__name__.removesuffix("Request")
-        return name
+            name = "FetchFollower" if follower else "FetchConsumer"
+        else:
+            name = type(request).__name__.removesuffix("Request")
+        self.errors_of(name)
+        stats = self._stats[name]
+        if api_key != FETCH:
+            self._by_key[api_key] = stats
+        return stats
 
     def families(self) -> Iterator[Metric]:
         stats = sorted(self._stats.items())
@@ -269,6 +286,8 @@ class RequestMetrics:
             labels=["request"],
         )
         for name, stat in stats:
+            if not stat.versions:
+                continue  # Produce's error counts exist before any Produce does
             for version, count in sorted(stat.versions.items()):
                 requests.add_metric([name, str(version)], count)
             for code, count in sorted(stat.errors.items()):

@@ -95,8 +95,8 @@ class NodeMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.topics = BrokerTopicMetrics()
         self.requests = RequestMetrics(loop_time)
+        self.topics = BrokerTopicMetrics(self.requests.errors_of("Produce"))
         self.network = NetworkMetrics()
         self.raft: RaftMetrics | None = None
         self.publisher: BrokerMetricsPublisher | None = None

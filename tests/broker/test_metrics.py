@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 from prometheus_client import CollectorRegistry, generate_latest
@@ -127,14 +128,27 @@ def test_error_counts_walk_every_nested_entity() -> None:
 
 def test_requests_are_named_as_kafka_names_them_with_times_and_error_codes() -> None:
     requests = RequestMetrics(lambda: asyncio.get_running_loop().time())
+    topics = BrokerTopicMetrics(requests.errors_of("Produce"))
     answer = produce_response([0, ErrorCode.not_leader_or_follower])
     fetch = request_module(1, 12)
+    fetched = make(
+        response_module(1, 12).FetchResponse,
+        {
+            "throttle_time": timedelta(0),
+            "error_code": ErrorCode.fetch_session_id_not_found,
+            "session_id": 0,
+            "responses": (),
+        },
+    )
 
-    async def handle(header: wire.RequestHeader, request: object) -> object | None:
+    async def handle(header: wire.RequestHeader, request: Any) -> object | None:
         if header.api_key == 0:
+            # The data plane counts each partition's code as it answers (data_plane.py).
+            topics.produced("t", batch(1), ErrorCode.none)
+            topics.produced("t", batch(1), ErrorCode.not_leader_or_follower)
             await asyncio.sleep(0.02)
             return answer
-        return NO_RESPONSE
+        return fetched if request.replica_id < 0 else NO_RESPONSE
 
     async def run() -> None:
         measured = requests.instrument(handle)
@@ -173,6 +187,9 @@ def test_requests_are_named_as_kafka_names_them_with_times_and_error_codes() -> 
     errors = "kafka_network_requestmetrics_errors_total"
     assert samples[(errors, (("error", "NONE"), ("request", "Produce")))] == 1
     assert samples[(errors, (("error", "NOT_LEADER_OR_FOLLOWER"), ("request", "Produce")))] == 1
+    not_found = (("error", "FETCH_SESSION_ID_NOT_FOUND"), ("request", "FetchConsumer"))
+    assert samples[(errors, not_found)] == 2
+    assert not any(labels == (("request", "Metadata"),) for _, labels in samples)
     total = "kafka_network_requestmetrics_totaltimems"
     produce = (("request", "Produce"),)
     assert samples[(total + "_count", produce)] == 1
