@@ -10,10 +10,11 @@ round produces to each node in turn with confluent-kafka (acks=1), the order alt
 between rounds, each measured run after an unmeasured warm-up, so the machine's other load
 and first-run effects fall on both alike. The figures are medians over all rounds: records/s
 and, steadier on a shared machine, the node's CPU time per record (from /proc), whose ratio
-is the throughput ratio a CPU-bound node would see. Two producer shapes: large batches (librdkafka's 64 KiB, linger 5 ms: the throughput
-shape) and one record per request (linger 0, max.in.flight 1: the per-request shape, where
-per-request counting weighs most). Then, in this process, what the counting itself costs per
-produced partition and per request, in ns.
+is the throughput ratio a CPU-bound node would see. Two producer shapes: large batches
+(librdkafka's 64 KiB, linger 5 ms: the throughput shape) and one record per request
+(linger 0, max.in.flight 1: the per-request shape, where per-request counting weighs most).
+Then, in this process, what the counting itself costs per produced partition and per
+request, in ns.
 """
 
 from __future__ import annotations
