@@ -332,6 +332,23 @@ class _NodeCollector:
             ("reassigningpartitions", "Led partitions being reassigned.", reassigning),
         ):
             yield GaugeMetricFamily(prefix + name, meaning, value=value)
+        lags = replicas.fetchers.lags()
+        consumer_lag = GaugeMetricFamily(
+            "kafka_server_fetcherlagmetrics_consumerlag",
+            "A followed partition's lag: its leader's high watermark less this log's end, "
+            "as of the last fetch answer.",
+            labels=["topic", "partition"],
+        )
+        for (topic, index), lag in sorted(lags.items()):
+            consumer_lag.add_metric([topic, str(index)], lag)
+        yield consumer_lag
+        max_lag = GaugeMetricFamily(
+            "kafka_server_replicafetchermanager_maxlag",
+            "The largest lag of the partitions this broker follows.",
+            labels=["clientId"],
+        )
+        max_lag.add_metric(["Replica"], max(lags.values(), default=0))
+        yield max_lag
         if publisher is not None:
             yield CounterMetricFamily(
                 prefix + "isrshrinks", "ISR shrinks of led partitions.", value=publisher.isr_shrinks

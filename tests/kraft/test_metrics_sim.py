@@ -99,9 +99,15 @@ def test_scraped_metrics_follow_produces_a_stopped_follower_and_the_controller(
         assert cluster.sample(timed, leader, request="Produce") == 20
         # The followers fetched the records: the leader answered them as replication.
         assert cluster.sample("kafka_server_brokertopicmetrics_replicationbytesout_total", leader)
+        lag = "kafka_server_fetcherlagmetrics_consumerlag"
+        max_lag = "kafka_server_replicafetchermanager_maxlag"
         for broker in BROKERS:
             if broker != leader:
                 assert cluster.sample(messages, broker) == 0  # followers count no produce
+                assert cluster.sample(lag, broker, topic=TOPIC, partition="0") == 0
+                assert cluster.sample(max_lag, broker, clientId="Replica") == 0
+            else:
+                assert cluster.sample(lag, broker, topic=TOPIC, partition="0") is None
             assert cluster.sample("kafka_server_replicamanager_partitioncount", broker) == 1
         assert cluster.sample("kafka_server_replicamanager_leadercount", leader) == 1
         assert cluster.sample("kafka_controller_kafkacontroller_activecontrollercount", CONTROLLER)
@@ -124,6 +130,16 @@ def test_scraped_metrics_follow_produces_a_stopped_follower_and_the_controller(
             "the leader reports its partition under-replicated",
         )
         assert cluster.sample(shrinks, leader) == 1
+        expands = "kafka_server_replicamanager_isrexpands_total"
+        assert cluster.sample(expands, leader) == 0
+        world.processes[follower].restart()
+        await cluster.until(
+            lambda: (
+                cluster.sample("kafka_server_replicamanager_underreplicatedpartitions", leader) == 0
+            ),
+            "the restarted follower rejoins the ISR",
+        )
+        assert cluster.sample(expands, leader) == 1
         assert (
             cluster.sample("kafka_controller_kafkacontroller_offlinepartitionscount", CONTROLLER)
             == 0
