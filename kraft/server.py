@@ -94,9 +94,13 @@ async def serve(config: ServerConfig, runtime: Runtime | None = None) -> int:
     try:
         await node.start()
         if metrics_server is not None and config.metrics_listener is not None:
-            host, port = await metrics_server.start(
-                config.metrics_listener.host, config.metrics_listener.port
-            )
+            wanted = config.metrics_listener
+            try:
+                host, port = await metrics_server.start(wanted.host, wanted.port)
+            except OSError as error:  # one line naming the key, as a Kafka listener's would
+                raise OSError(
+                    error.errno, f"metrics.listener {wanted.host}:{wanted.port}: {error.strerror}"
+                ) from error
             logger.info(
                 "[KafkaRaftServer nodeId=%d] Serving metrics on http://%s:%d%s",
                 config.node_id,

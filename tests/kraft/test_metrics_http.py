@@ -5,6 +5,8 @@ serving none when the key is absent)."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -16,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kraft.config import ConfigError, Endpoint, config_from_properties
 from kraft.metrics_http import MAX_CONNECTIONS, MAX_HEAD_BYTES, MetricsServer
-from tests.kraft.procs import free_port, single_node, wait_until
+from tests.kraft.inprocess import format_node
+from tests.kraft.procs import KRAFT_SERVER, free_port, single_node, wait_until
 
 BASE = {
     "process.roles": "broker,controller",
@@ -202,6 +205,21 @@ def test_a_real_server_serves_kafka_named_metrics_that_follow_its_clients(tmp_pa
     finally:
         procs.cleanup()
     assert "Serving metrics on http://127.0.0.1:" in procs.log(1)
+
+
+def test_a_taken_metrics_port_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        path, _ = format_node(tmp_path, metrics_listener=f"http://127.0.0.1:{port}")
+        started = subprocess.run(
+            [KRAFT_SERVER, "start", str(path)], capture_output=True, text=True, timeout=60
+        )
+    assert started.returncode == 1
+    last = started.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"kraft-server start: [Errno 98] metrics.listener 127.0.0.1:{port}: ")
+    assert "Traceback" not in started.stderr
 
 
 def test_a_server_without_the_key_serves_no_metrics(tmp_path: Path) -> None:
