@@ -21,24 +21,30 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.replica_manager import ReplicaManager
+from protocol.api_keys import ApiKey
+from protocol.api_table import BROKER, CLUSTER_DESCRIBE, TOPIC_DELETE, Api, ApiRequest
 from protocol.entities import make, response_module
 
-DELETE_RECORDS = 21
-DESCRIBE_LOG_DIRS = 35
-SUPPORTED = {DELETE_RECORDS: (0, 2), DESCRIBE_LOG_DIRS: (1, 4)}
 UNKNOWN_VOLUME_BYTES = -1
 
 
-async def handle(replicas: ReplicaManager, api_key: int, request: Any, api_version: int) -> object:
-    """The response to a DeleteRecords or DescribeLogDirs request."""
-    if api_key == DELETE_RECORDS:
-        return await delete_records(replicas, request, api_version)
-    assert api_key == DESCRIBE_LOG_DIRS, api_key
-    return describe_log_dirs(replicas, request, api_version)
+def log_admin_apis(replicas: ReplicaManager) -> list[Api]:
+    """Their entries in a broker listener's API table (authorization as Kafka's)."""
+
+    async def delete(request: ApiRequest) -> object:
+        return await delete_records(replicas, request.body, request.api_version)
+
+    async def describe(request: ApiRequest) -> object:
+        return describe_log_dirs(replicas, request.body, request.api_version)
+
+    return [
+        Api(ApiKey.DELETE_RECORDS, (0, 2), delete, BROKER, (TOPIC_DELETE,)),
+        Api(ApiKey.DESCRIBE_LOG_DIRS, (1, 4), describe, BROKER, (CLUSTER_DESCRIBE,)),
+    ]
 
 
 async def delete_records(replicas: ReplicaManager, request: Any, api_version: int) -> object:
-    module = response_module(DELETE_RECORDS, api_version)
+    module: Any = response_module(ApiKey.DELETE_RECORDS, api_version)
     topics = []
     for topic in request.topics:
         answers = []
@@ -67,7 +73,7 @@ async def delete_records(replicas: ReplicaManager, request: Any, api_version: in
 
 
 def describe_log_dirs(replicas: ReplicaManager, request: Any, api_version: int) -> object:
-    module = response_module(DESCRIBE_LOG_DIRS, api_version)
+    module: Any = response_module(ApiKey.DESCRIBE_LOG_DIRS, api_version)
     logs = replicas.logs
     wanted = (
         None

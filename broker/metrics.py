@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -27,15 +27,14 @@ from prometheus_client.core import (
     Metric,
 )
 
-from broker.network import NO_RESPONSE
 from metadata.image import MetadataImage
 from protocol import wire
+from protocol.api_keys import ApiKey
+from protocol.server import NO_RESPONSE, Handler
 
 # Request time buckets, in ms (Kafka's TotalTimeMs is in ms too).
-TIME_BUCKETS_MS = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0)
-TIME_BUCKETS_MS += (5000.0, 10000.0, 30000.0)
-PRODUCE = 0
-FETCH = 1
+TIME_BUCKETS_MS: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0)
+TIME_BUCKETS_MS += (1000.0, 2500.0, 5000.0, 10000.0, 30000.0)
 BATCH_RECORDS_COUNT_AT = 57  # v2 record batch header: the records count, an int32
 # Partition errors Kafka's ReplicaManager.appendToLocalLog does not count as failed produce
 # requests (the client's to retry, or the broker's state), plus the two an acks=all produce
@@ -83,7 +82,6 @@ NOT_FAILED_FETCH = frozenset(
 
 # Plain ints: an enum member's attribute lookup costs more than the whole comparison.
 UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
-Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 
 
 class TopicCounters:
@@ -237,14 +235,15 @@ class RequestMetrics:
     def record(
         self, header: wire.RequestHeader, request: object, response: object, time_ms: float
     ) -> None:
-        """Count one answered request (``response`` may be None or network.NO_RESPONSE)."""
+        """Count one answered request (``response`` may be None or server.NO_RESPONSE)."""
         stats = self._by_key.get(header.api_key) or self._stats_of(header.api_key, request)
         versions, version = stats.versions, header.api_version
         versions[version] = versions.get(version, 0) + 1
         stats.bucket_counts[bisect.bisect_left(TIME_BUCKETS_MS, time_ms)] += 1
         stats.time_sum_ms += time_ms
-        if response is not None and response is not NO_RESPONSE and header.api_key != PRODUCE:
-            count_errors(response, stats.errors)  # Produce's: BrokerTopicMetrics.produced
+        if response is None or response is NO_RESPONSE or header.api_key == ApiKey.PRODUCE:
+            return  # Produce's codes: BrokerTopicMetrics.produced counts them
+        count_errors(response, stats.errors)
 
     def errors_of(self, name: str) -> dict[int, int]:
         """The error counts of the requests called ``name``, for whoever counts them."""
@@ -256,14 +255,14 @@ class RequestMetrics:
     def _stats_of(self, api_key: int, request: object) -> RequestStats:
         """The stats of a request's name: its entity's less "Request" (cached by api key),
         except Fetch, named by who asks."""
-        if api_key == FETCH:
+        if api_key == ApiKey.FETCH:
             follower = getattr(request, "replica_id", -1) >= 0
             name = "FetchFollower" if follower else "FetchConsumer"
         else:
             name = type(request).__name__.removesuffix("Request")
         self.errors_of(name)
         stats = self._stats[name]
-        if api_key != FETCH:
+        if api_key != ApiKey.FETCH:
             self._by_key[api_key] = stats
         return stats
 

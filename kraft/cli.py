@@ -34,6 +34,20 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("files", nargs="+")
     dump.add_argument("--print-records", action="store_true")
     dump.add_argument("--index-sanity-check", action="store_true")
+    shell = sub.add_parser(
+        "metadata-shell", help="browse the metadata image of a log directory or a snapshot"
+    )
+    shell.add_argument(
+        "--snapshot",
+        "--directory",
+        dest="source",
+        required=True,
+        metavar="PATH",
+        help="a __cluster_metadata-0 directory or one .checkpoint snapshot file",
+    )
+    shell.add_argument(
+        "shell_command", nargs=argparse.REMAINDER, metavar="COMMAND", help="one command, e.g. ls /"
+    )
     return parser
 
 
@@ -45,11 +59,11 @@ def _describe_quorum(address: str, replication: bool) -> int:
 
     controllers = []
     for item in address.split(","):
-        host, _, port = item.strip().rpartition(":")
-        if not host or not port.isdigit():
+        host, _, port_text = item.strip().rpartition(":")
+        if not host or not port_text.isdigit():
             print(f"kraft-server describe-quorum: {item!r} is not HOST:PORT", file=sys.stderr)
             return 2
-        controllers.append((host, int(port)))
+        controllers.append((host, int(port_text)))
     problems = []
     for host, port in controllers:  # the leader answers; the others say they are not it
         try:
@@ -95,6 +109,10 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "describe-quorum":
         return _describe_quorum(args.bootstrap_controller, args.replication)
+    if args.command == "metadata-shell":
+        from kraft.metadata_shell import main as shell_main
+
+        return shell_main(args.source, args.shell_command, sys.stdin, sys.stdout, sys.stderr)
     if args.command == "dump-log":
         from log.dump import dump_files
 

@@ -43,10 +43,10 @@ from broker.metrics import (
     RequestMetrics,
     cumulative_buckets,
 )
-from broker.network import RequestBytesBudget
 from log.clock import WallClock
 from log.records import Record
 from metadata.image import MetadataImage
+from protocol.server import RequestBytesBudget
 from raft.core import Event, Role, RoleChanged
 from raft.driver import CommittedBatch
 from raft.snapshot import SnapshotId
@@ -339,8 +339,8 @@ class _NodeCollector:
             "as of the last fetch answer.",
             labels=["topic", "partition"],
         )
-        for (topic, index), lag in sorted(lags.items()):
-            consumer_lag.add_metric([topic, str(index)], lag)
+        for (name, index), lag in sorted(lags.items()):
+            consumer_lag.add_metric([name, str(index)], lag)
         yield consumer_lag
         max_lag = GaugeMetricFamily(
             "kafka_server_replicafetchermanager_maxlag",

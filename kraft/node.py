@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from broker.bugs import BROKER_BUGS
-from broker.cluster_metadata import DESCRIBE_CLUSTER, describe_controllers_response
+from broker.cluster_metadata import describe_controllers_response
 from broker.controller_channel import ControllerChannel
 from broker.fetch_session import FetchSessionCache
 from broker.group.apis import GroupApis
@@ -32,14 +32,8 @@ from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import GroupCoordinator
 from broker.kafka_apis import KafkaApis, loop_time
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
+from broker.log_admin import log_admin_apis
 from broker.metrics import BrokerMetricsPublisher
-from broker.network import (
-    Handler,
-    NetworkLimits,
-    RequestBytesBudget,
-    api_versions_response,
-    serve_connection,
-)
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
 from kraft.bootstrap import read_bootstrap
@@ -58,8 +52,18 @@ from metadata.controller.quorum_controller import (
 from metadata.controller.topics import INTERNAL_TOPIC_CREATOR
 from metadata.loader import MetadataLoader, MetadataPublisher
 from metadata.records import Listener
-from protocol import wire
-from raft import codec
+from protocol.api_keys import ApiKey
+from protocol.api_table import (
+    API_VERSIONS,
+    BROKER,
+    CLUSTER_DESCRIBE,
+    CONTROLLER,
+    Api,
+    ApiRequest,
+    ApiTable,
+    ServedApis,
+)
+from protocol.server import Handler, NetworkLimits, RequestBytesBudget, serve_connection
 from raft.core import Event, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import NODE_BUGS as RAFT_BUGS
@@ -148,11 +152,9 @@ class KraftNode:
         self._raft_listeners = tuple(raft_listeners)  # after the loader, e.g. a checker
         # What Prometheus scrapes (kraft/metrics.py); None counts nothing at all.
         self.metrics = metrics
-        self._handle_controller_measured = self._handle_controller
         if metrics is not None:
             metrics.attach(self)
             metrics.budgets = self._budgets
-            self._handle_controller_measured = metrics.requests.instrument(self._handle_controller)
         self.metadata_dir = os.path.join(config.metadata_dir, METADATA_PARTITION_DIR)
         self.is_controller = "controller" in config.process_roles
         self.is_broker = "broker" in config.process_roles
@@ -166,6 +168,8 @@ class KraftNode:
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinator | None = None
         self._group_apis: GroupApis | None = None
+        self._controller_served: ServedApis | None = None  # the controller listener's table
+        self._controller_handle: Handler | None = None  # its dispatch, measured with metrics
         self._channel: ControllerChannel | None = None
         self._internal_channel: ControllerChannel | None = None
         self._servers: list[Any] = []  # asyncio.Server or broker.acceptor.Acceptor
@@ -242,6 +246,9 @@ class KraftNode:
                 bugs=self.bugs & CONTROLLER_BUGS.keys(),
             )
         await raft.start()
+        if self.is_controller:
+            self._controller_served = self._controller_table()
+            self._controller_handle = self._measured(self._controller_served.handle)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._run_quorum(raft)))
         if self.is_controller:
@@ -368,17 +375,17 @@ class KraftNode:
                 replicas=replicas,
                 fetch_sessions=fetch_sessions,
                 producer_ids=producer_ids,
-                groups=group_apis,
                 auto_create_topics=config.auto_create_topics_enable,
             )
             self.apis[endpoint.name] = apis
-            handle = apis.handle
-            if self.metrics is not None:
-                handle = self.metrics.requests.instrument(handle)
+            served = ApiTable(
+                [*apis.apis(), *group_apis.apis(endpoint.name), *log_admin_apis(replicas)]
+            ).served(BROKER)
+            handle = self._measured(served.handle)
             self._servers.append(
                 await self._listen(
                     functools.partial(
-                        self._serve_broker, apis, handle, self._limits(endpoint.name)
+                        self._serve_broker, served, handle, self._limits(endpoint.name)
                     ),
                     endpoint.host or None,
                     endpoint.port,
@@ -419,10 +426,6 @@ class KraftNode:
         raise FatalStorageError(f"every log dir has failed ({failed})")
 
     # ---- listeners --------------------------------------------------------------------------
-    def _controller_apis(self) -> dict[int, tuple[int, int]]:
-        assert self.controller is not None
-        return codec.API_VERSIONS | self.controller.SUPPORTED_APIS | {DESCRIBE_CLUSTER: (1, 1)}
-
     def _limits(self, listener: str) -> NetworkLimits:
         config = self.config
         return NetworkLimits(
@@ -436,33 +439,40 @@ class KraftNode:
     ) -> None:
         listener = self.config.controller_endpoint().name
         with self._tracked(writer, listener):
+            served, handle = self._controller_served, self._controller_handle
+            assert served is not None and handle is not None
             await serve_connection(
                 reader,
                 writer,
-                self._handle_controller_measured,
-                self._controller_apis(),
+                handle,
+                served.versions,
                 limits=self._limits(listener),
                 budget=self._budgets["controller"],
             )
 
-    async def _handle_controller(self, header: wire.RequestHeader, request: object) -> object:
-        raft, controller = self.raft, self.controller
-        assert raft is not None and controller is not None
-        if header.api_key == wire.API_VERSIONS_KEY:
-            return api_versions_response(header.api_version, self._controller_apis())
-        if header.api_key == DESCRIBE_CLUSTER:
-            return describe_controllers_response(
-                request, self.cluster_id, raft.leader_id, self.config.controller_quorum_voters
-            )
-        if header.api_key in controller.SUPPORTED_APIS:
-            return await controller.handle(
-                header.api_key, header.api_version, request, client_id=header.client_id
-            )
-        return await raft.handle_request(header, request)
+    def _controller_table(self) -> ServedApis:
+        """The controller listener's table: the quorum's RPCs, the controller's APIs, and
+        DescribeCluster for admin clients bootstrapped from controllers (KIP-919)."""
+        assert self.raft is not None and self.controller is not None
+        describe = self._describe_controllers
+        return ApiTable(
+            [
+                API_VERSIONS,
+                *self.raft.apis(),
+                *self.controller.apis(),
+                Api(ApiKey.DESCRIBE_CLUSTER, (1, 1), describe, CONTROLLER, (CLUSTER_DESCRIBE,)),
+            ]
+        ).served(CONTROLLER)
+
+    async def _describe_controllers(self, request: ApiRequest) -> object:
+        assert self.raft is not None
+        return describe_controllers_response(
+            request.body, self.cluster_id, self.raft.leader_id, self.config.controller_quorum_voters
+        )
 
     async def _serve_broker(
         self,
-        apis: KafkaApis,
+        served: ServedApis,
         handle: Handler,
         limits: NetworkLimits,
         reader: asyncio.StreamReader,
@@ -473,10 +483,14 @@ class KraftNode:
                 reader,
                 writer,
                 handle,
-                apis.supported_apis,
+                served.versions,
                 limits=limits,
                 budget=self._budgets["broker"],
             )
+
+    def _measured(self, handle: Handler) -> Handler:
+        """``handle``, counted and timed by the request metrics when there are metrics."""
+        return handle if self.metrics is None else self.metrics.requests.instrument(handle)
 
     @contextlib.contextmanager
     def _tracked(self, writer: asyncio.StreamWriter, listener: str) -> Iterator[None]:

@@ -13,7 +13,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.client import KafkaConnection
-from broker.log_admin import DELETE_RECORDS, DESCRIBE_LOG_DIRS
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from sim import admin
 from sim.world import World
@@ -29,7 +29,7 @@ from tests.broker.test_replication_sim import (
 
 
 def delete_records_request(partitions: dict[int, int], version: int = 2) -> Any:
-    module = request_module(DELETE_RECORDS, version)
+    module = request_module(ApiKey.DELETE_RECORDS, version)
     return make(
         module.DeleteRecordsRequest,
         {
@@ -116,7 +116,7 @@ def test_delete_records_moves_every_replicas_log_start_and_log_dirs_list_them(se
             "every follower follows to the high watermark",
         )
 
-        module = request_module(DESCRIBE_LOG_DIRS, 4)
+        module = request_module(ApiKey.DESCRIBE_LOG_DIRS, 4)
         for broker in BROKERS:
             everything = await ask(broker, make(module.DescribeLogDirsRequest, {"topics": None}))
             assert everything.error_code == ErrorCode.none

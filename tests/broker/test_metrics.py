@@ -13,11 +13,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.metrics import BrokerTopicMetrics, RequestMetrics, count_errors
-from broker.network import NO_RESPONSE
 from log.batch import encode_batch
 from log.records import Record
 from protocol import wire
 from protocol.entities import make, request_module, response_module
+from protocol.server import NO_RESPONSE
 
 
 class _Families:
