@@ -75,7 +75,11 @@ async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> o
     # Every partition appends at once (in request order: each task appends before it first
     # waits), then all wait for their high watermarks together, within the one timeout.
     wanted = [(topic.name, data) for topic in request.topic_data for data in topic.partition_data]
-    results = iter(await asyncio.gather(*(one(name, data) for name, data in wanted)))
+    appended = await asyncio.gather(*(one(name, data) for name, data in wanted))
+    if (stats := replicas.topic_metrics) is not None:
+        for (name, data), appended_result in zip(wanted, appended, strict=True):
+            stats.produced(name, data.records or b"", appended_result.error)
+    results = iter(appended)
     topics = []
     for topic in request.topic_data:
         answers = []
@@ -176,6 +180,11 @@ async def fetch(
         only = None if size else set(changed)
         answers = _read_in_order(replicas, request, module, wanted, only, answers)
     result = context.respond([_summary(answer) for answer in answers])
+    if (stats := replicas.topic_metrics) is not None:
+        follower = request.replica_id >= 0
+        for i in result.selected:
+            answer = answers[i]
+            stats.fetched(wanted[i][1], len(answer["records"]), answer["error_code"], follower)
     by_topic: dict[uuid.UUID | str, list[object]] = {}
     for i in result.selected:
         by_topic.setdefault(wanted[i][0][0], []).append(make(module.PartitionData, answers[i]))

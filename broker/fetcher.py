@@ -153,6 +153,7 @@ class _Fetching:
     partition: Partition
     leader_epoch: int  # the epoch it was added at: answers for another are not ours
     delayed_until_s: float = 0.0
+    lag: int = 0  # the leader's high watermark less our log end, as of the last answer
 
 
 class ReplicaFetcher:
@@ -181,6 +182,10 @@ class ReplicaFetcher:
 
     def __len__(self) -> int:
         return len(self._partitions)
+
+    def lags(self) -> dict[tuple[str, int], int]:
+        """Each partition's lag (Kafka's FetcherLagMetrics ConsumerLag)."""
+        return {key: fetching.lag for key, fetching in self._partitions.items()}
 
     def add(self, partition: Partition) -> None:
         assert partition.state is ReplicaState.FOLLOWER and partition.leader == self.source_id
@@ -334,6 +339,7 @@ class ReplicaFetcher:
             if records:
                 partition.append_as_follower(records, self._clock.now_ms())
             partition.follower_high_watermark(data.high_watermark)
+            fetching.lag = max(0, data.high_watermark - log.log_end_offset)
             leader_start = data.log_start_offset
             if leader_start > log.log_start_offset and leader_start <= partition.high_watermark:
                 await log.delete_records(leader_start, high_watermark=partition.high_watermark)
@@ -457,6 +463,12 @@ class ReplicaFetcherManager:
         if not len(fetcher) and self._fetchers.get(source) is fetcher:
             del self._fetchers[source]
             await fetcher.close()
+
+    def lags(self) -> dict[tuple[str, int], int]:
+        """Every followed partition's lag behind its leader's high watermark."""
+        return {
+            key: lag for fetcher in self._fetchers.values() for key, lag in fetcher.lags().items()
+        }
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:

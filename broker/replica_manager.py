@@ -47,6 +47,7 @@ from broker.bugs import (
 )
 from broker.controller_channel import ControllerSender
 from broker.fetcher import FetcherConfig, ReplicaFetcherManager
+from broker.metrics import BrokerTopicMetrics
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
 from broker.producer_snapshot import (
     SnapshotEntry,
@@ -87,6 +88,7 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+HIGH_WATERMARK_OFFSET = -1  # DeleteRecords: up to the high watermark
 NO_EPOCH = -1
 ALTER_PARTITION_VERSION = 3
 ALTER_PARTITION_TIMEOUT_S = 30.0
@@ -198,6 +200,7 @@ class ReplicaManager:
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._checkpointed: dict[tuple[str, int], int] = {}  # high watermarks at start-up
         self.txn_verifier = TxnVerifier(node_id, lambda: self._latest, self._endpoint)
+        self.topic_metrics: BrokerTopicMetrics | None = None  # data_plane counts into it
 
     # ---- metadata --------------------------------------------------------------------------
     def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
@@ -937,6 +940,33 @@ class ReplicaManager:
             offset = verdict.duplicate_of
         result = AppendResult(ErrorCode.none, offset, log.log_start_offset)
         return await self._wait_replicated(partition, offset, min_isr, timeout_s, result)
+
+    async def delete_records(self, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
+        """DeleteRecords as leader (Kafka's Partition.deleteRecordsOnLeader): raise the log
+        start offset to ``offset`` (-1: the high watermark); followers follow through the
+        log_start_offset of their fetch responses. (error, the leader's new log start)."""
+        partition = self._leader(topic, index)
+        if isinstance(partition, ErrorCode):
+            return partition, -1
+        log, high_watermark = partition.log, partition.high_watermark
+        if not log.config.delete:  # a compacted topic's records are the cleaner's to remove
+            return ErrorCode.policy_violation, -1
+        target = high_watermark if offset == HIGH_WATERMARK_OFFSET else offset
+        if not 0 <= target <= high_watermark:
+            return ErrorCode.offset_out_of_range, -1
+        try:
+            return ErrorCode.none, await log.delete_records(target, high_watermark=high_watermark)
+        except KafkaStorageError:
+            return ErrorCode.kafka_storage_error, -1
+        except OSError as error:  # the checkpoint write failed: its dir goes offline
+            log_dir = self.logs.log_dir_of(topic, index)
+            if log_dir is not None:
+                self.logs.fail_log_dir(log_dir, error)
+            return ErrorCode.kafka_storage_error, -1
+
+    def min_insync_replicas(self, topic: str) -> int:
+        """min.insync.replicas of ``topic`` as appends see it (the metrics read it)."""
+        return self._min_insync_replicas(topic)
 
     def _min_insync_replicas(self, topic: str) -> int:
         """min.insync.replicas of ``topic``: its own config, this broker's dynamic one,

@@ -149,6 +149,20 @@ class ServerConfig(BaseModel):
         default=1000, alias="max.incremental.fetch.session.cache.slots", ge=0
     )
     inter_broker_listener_name: str = Field(default="PLAINTEXT", alias="inter.broker.listener.name")
+    # Where Prometheus scrapes /metrics (kraft/metrics_http.py); absent or empty: not served.
+    metrics_listener: Endpoint | None = Field(default=None, alias="metrics.listener")
+
+    @field_validator("metrics_listener", mode="before")
+    @classmethod
+    def _metrics_listener(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        if not value.strip():
+            return None
+        endpoints = parse_endpoints(value)
+        if len(endpoints) != 1 or endpoints[0].name != "HTTP":
+            raise ValueError(f"{value!r} is not http://host:port")
+        return endpoints[0]
 
     @field_validator("queued_max_request_bytes")
     @classmethod
@@ -264,6 +278,16 @@ def config_from_properties(
         LogManagerConfig.from_properties(extra)
     except ValueError as error:
         raise ConfigError(f"{source}: {error}") from None
+    metrics = config.metrics_listener
+    if metrics is not None and metrics.port != 0:
+        for endpoint in config.listeners:
+            if endpoint.port == metrics.port and (
+                endpoint.host == metrics.host or not endpoint.host or not metrics.host
+            ):
+                raise ConfigError(
+                    f"{source}: metrics.listener: port {metrics.port} is the {endpoint.name} "
+                    "listener's; metrics are served on a port of their own"
+                )
     if "controller" in config.process_roles:
         if config.node_id not in config.controller_quorum_voters:
             raise ConfigError(

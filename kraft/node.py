@@ -32,6 +32,8 @@ from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import GroupCoordinator
 from broker.kafka_apis import KafkaApis, loop_time
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
+from broker.log_admin import log_admin_apis
+from broker.metrics import BrokerMetricsPublisher
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
 from broker.txn.apis import TxnApis
@@ -39,6 +41,7 @@ from broker.txn.config import TransactionCoordinatorConfig
 from broker.txn.coordinator import TransactionCoordinator
 from kraft.bootstrap import read_bootstrap
 from kraft.config import ServerConfig
+from kraft.metrics import NodeMetrics
 from kraft.storage import metadata_directory_id
 from log.config import LogConfig, LogManagerConfig
 from log.manager import METADATA_PARTITION_DIR, LogManager
@@ -63,7 +66,7 @@ from protocol.api_table import (
     ApiTable,
     ServedApis,
 )
-from protocol.server import NetworkLimits, RequestBytesBudget, serve_connection
+from protocol.server import Handler, NetworkLimits, RequestBytesBudget, serve_connection
 from raft.core import Event, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import NODE_BUGS as RAFT_BUGS
@@ -133,6 +136,7 @@ class KraftNode:
         publishers: Sequence[MetadataPublisher] = (),
         listen: Listen = asyncio.start_server,
         raft_listeners: Sequence[RaftListener] = (),
+        metrics: NodeMetrics | None = None,
     ) -> None:
         self.runtime = runtime
         self.config = config
@@ -149,6 +153,11 @@ class KraftNode:
             for plane in ("broker", "controller")
         }
         self._raft_listeners = tuple(raft_listeners)  # after the loader, e.g. a checker
+        # What Prometheus scrapes (kraft/metrics.py); None counts nothing at all.
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.attach(self)
+            metrics.budgets = self._budgets
         self.metadata_dir = os.path.join(config.metadata_dir, METADATA_PARTITION_DIR)
         self.is_controller = "controller" in config.process_roles
         self.is_broker = "broker" in config.process_roles
@@ -164,6 +173,7 @@ class KraftNode:
         self._group_apis: GroupApis | None = None
         self._controller_served: ServedApis | None = None  # the controller listener's table
         self.transactions: TransactionCoordinator | None = None
+        self._controller_handle: Handler | None = None  # its dispatch, measured with metrics
         self._channel: ControllerChannel | None = None
         self._internal_channel: ControllerChannel | None = None
         self._servers: list[Any] = []  # asyncio.Server or broker.acceptor.Acceptor
@@ -213,6 +223,8 @@ class KraftNode:
         raft.add_listener(_RoleLogger(config.node_id))
         for listener in self._raft_listeners:
             raft.add_listener(listener)
+        if self.metrics is not None and self.metrics.raft is not None:
+            raft.add_listener(self.metrics.raft)
         if self.is_controller:
             self.controller = QuorumController(
                 runtime,
@@ -240,6 +252,7 @@ class KraftNode:
         await raft.start()
         if self.is_controller:
             self._controller_served = self._controller_table()
+            self._controller_handle = self._measured(self._controller_served.handle)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._run_quorum(raft)))
         if self.is_controller:
@@ -298,6 +311,10 @@ class KraftNode:
         # Retention never deletes past what is committed.
         self.logs.high_watermark_provider = replicas.high_watermark_of
         loader.add_publisher(replicas)
+        if self.metrics is not None:
+            replicas.topic_metrics = self.metrics.topics
+            self.metrics.publisher = BrokerMetricsPublisher(config.node_id, self.metrics.topics)
+            loader.add_publisher(self.metrics.publisher)
         self.lifecycle = BrokerLifecycleManager(
             runtime,
             config.node_id,
@@ -358,6 +375,8 @@ class KraftNode:
         fetch_sessions = FetchSessionCache(
             config.max_incremental_fetch_session_cache_slots, runtime.rng, loop_time
         )
+        if self.metrics is not None:
+            self.metrics.fetch_sessions = fetch_sessions
         for endpoint in config.broker_endpoints():
             # Each listener answers Metadata with the brokers' endpoints of its own name,
             # as Kafka does: a client that came in on EXTERNAL is told EXTERNAL addresses.
@@ -376,11 +395,19 @@ class KraftNode:
                 auto_create_topics=config.auto_create_topics_enable,
             )
             self.apis[endpoint.name] = apis
-            entries = [*apis.apis(), *group_apis.apis(endpoint.name), *txn_apis.apis()]
+            entries = [
+                *apis.apis(),
+                *group_apis.apis(endpoint.name),
+                *txn_apis.apis(),
+                *log_admin_apis(replicas),
+            ]
             served = ApiTable(entries).served(BROKER)
+            handle = self._measured(served.handle)
             self._servers.append(
                 await self._listen(
-                    functools.partial(self._serve_broker, served, self._limits(endpoint.name)),
+                    functools.partial(
+                        self._serve_broker, served, handle, self._limits(endpoint.name)
+                    ),
                     endpoint.host or None,
                     endpoint.port,
                 )
@@ -431,15 +458,16 @@ class KraftNode:
     async def _serve_controller(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        with self._tracked(writer):
-            served = self._controller_served
-            assert served is not None
+        listener = self.config.controller_endpoint().name
+        with self._tracked(writer, listener):
+            served, handle = self._controller_served, self._controller_handle
+            assert served is not None and handle is not None
             await serve_connection(
                 reader,
                 writer,
-                served.handle,
+                handle,
                 served.versions,
-                limits=self._limits(self.config.controller_endpoint().name),
+                limits=self._limits(listener),
                 budget=self._budgets["controller"],
             )
 
@@ -466,30 +494,40 @@ class KraftNode:
     async def _serve_broker(
         self,
         served: ServedApis,
+        handle: Handler,
         limits: NetworkLimits,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        with self._tracked(writer):
+        with self._tracked(writer, limits.listener):
             await serve_connection(
                 reader,
                 writer,
-                served.handle,
+                handle,
                 served.versions,
                 limits=limits,
                 budget=self._budgets["broker"],
             )
 
+    def _measured(self, handle: Handler) -> Handler:
+        """``handle``, counted and timed by the request metrics when there are metrics."""
+        return handle if self.metrics is None else self.metrics.requests.instrument(handle)
+
     @contextlib.contextmanager
-    def _tracked(self, writer: asyncio.StreamWriter) -> Iterator[None]:
+    def _tracked(self, writer: asyncio.StreamWriter, listener: str) -> Iterator[None]:
         """Count a served connection as open (``close`` aborts it) while its handler runs."""
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = writer
+        network = self.metrics.network if self.metrics is not None else None
+        if network is not None:
+            network.opened(listener)
         try:
             yield
         finally:
             self._connections.pop(task, None)
+            if network is not None:
+                network.closed(listener)
 
     # ---- run and stop ---------------------------------------------------------------------
     async def wait(self) -> None:

@@ -420,6 +420,7 @@ class Leader:
 
     log_end: dict[tuple[str, int], int] = field(default_factory=lambda: {("t", 0): 0, ("t", 1): 0})
     waits: int = 0
+    topic_metrics: None = None  # no metrics counted (data_plane reads it)
 
     def read(self, topic: str, index: int, offset: int, *_: object, **__: object) -> ReadResult:
         end = self.log_end.get((topic, index))
