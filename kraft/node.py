@@ -47,12 +47,12 @@ from log.config import LogConfig, LogManagerConfig
 from log.manager import METADATA_PARTITION_DIR, LogManager
 from log.records import Record
 from log.runtime import Runtime
+from metadata.controller.internal_topics import internal_creator_client_id
 from metadata.controller.quorum_controller import (
     CONTROLLER_BUGS,
     ControllerConfig,
     QuorumController,
 )
-from metadata.controller.topics import INTERNAL_TOPIC_CREATOR
 from metadata.loader import MetadataLoader, MetadataPublisher
 from metadata.records import Listener
 from protocol import wire
@@ -320,9 +320,12 @@ class KraftNode:
         loader.add_publisher(groups)
         groups.start(loader.image)
         # The broker's own requests (creating __consumer_offsets) go under their own client
-        # id, which the controller lets create internal topics (clients' forwarded ones not).
+        # id, naming this broker and its incarnation id, which the controller lets create
+        # internal topics (clients' forwarded ones not; metadata/controller/internal_topics.py).
         internal = self._internal_channel = ControllerChannel(
-            config.controller_quorum_voters, INTERNAL_TOPIC_CREATOR, runtime.rng
+            config.controller_quorum_voters,
+            internal_creator_client_id(config.node_id, incarnation),
+            runtime.rng,
         )
         group_apis = self._group_apis = GroupApis(
             groups,

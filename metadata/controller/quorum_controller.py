@@ -48,6 +48,7 @@ from metadata.controller.configs import (
 from metadata.controller.context import ControllerConfig, ControllerContext, ControllerResult
 from metadata.controller.election import LEADER_OUTSIDE_ISR, preferred_leader_changes
 from metadata.controller.features import UPDATE_FEATURES, update_features
+from metadata.controller.internal_topics import is_internal_creator
 from metadata.controller.partitions import (
     ALTER_PARTITION,
     ELECT_LEADERS,
@@ -66,7 +67,6 @@ from metadata.controller.topics import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
-    INTERNAL_TOPIC_CREATOR,
     create_partitions,
     create_topics,
     delete_topics,
@@ -189,7 +189,8 @@ class QuorumController:
             raise ValueError(f"api {api_key} v{api_version} is outside [{low}, {high}]")
         if not self._active:
             return refusal(api_key, api_version, request, ErrorCode.not_controller)
-        if api_key == CREATE_TOPICS and client_id == INTERNAL_TOPIC_CREATOR:
+        assert self._working is not None
+        if api_key == CREATE_TOPICS and is_internal_creator(client_id, self._working):
             result = create_topics(self._context(), request, api_version, internal=True)
         else:
             result = self._handlers[api_key](self._context(), request, api_version)
