@@ -95,6 +95,7 @@ class KafkaApis:
         groups: GroupApis | None = None,
         auto_create_topics: bool = False,
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
+        descriptors_free: Callable[[], bool] = lambda: True,
     ) -> None:
         self.node_id = node_id
         self.replicas = replicas
@@ -103,7 +104,9 @@ class KafkaApis:
             fetch_sessions = FetchSessionCache(CACHE_SLOTS_DEFAULT, rng, loop_time)
         self.fetch_sessions = fetch_sessions
         self._auto_creation = (
-            AutoTopicCreationManager(node_id, self._forward) if auto_create_topics else None
+            AutoTopicCreationManager(node_id, self._forward, descriptors_free)
+            if auto_create_topics
+            else None
         )
         self.supported_apis = dict(self.SUPPORTED_APIS)
         if replicas is not None:

@@ -46,12 +46,20 @@ from log.checkpoint import (
 )
 from log.cleaner import CleanResult, LogCleaner
 from log.config import LONG_MAX, LogConfig, LogManagerConfig
+from log.descriptors import (
+    DescriptorReserve,
+    OutOfDescriptorsError,
+    default_reserve,
+    is_out_of_descriptors,
+)
 from log.errors import RecordError
 from log.fs import read_all, write_atomic
 from log.log import KafkaStorageError, Log
+from log.rate_limited_log import RateLimitedLog
 from log.runtime import Runtime
 
 logger = logging.getLogger(__name__)
+_limited = RateLimitedLog(logger)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"  # what ``kraft-server format`` writes into a log dir
@@ -95,8 +103,10 @@ class LogManager:
         manager_config: LogManagerConfig | None = None,
         topic_configs: Mapping[str, LogConfig] | None = None,
         high_watermark_provider: HighWatermarkProvider | None = None,
+        descriptors: DescriptorReserve | None = None,
     ) -> None:
-        """No I/O here: ``await load_logs()`` (or ``startup()``) reads the dirs."""
+        """No I/O here: ``await load_logs()`` (or ``startup()``) reads the dirs.
+        ``descriptors``: the node's reserve (one is made from the config if not given)."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         if len(set(log_dirs)) != len(log_dirs):
@@ -108,6 +118,12 @@ class LogManager:
         self.manager_config = manager_config or LogManagerConfig()
         self.topic_configs: dict[str, LogConfig] = dict(topic_configs or {})
         self.high_watermark_provider = high_watermark_provider
+        if descriptors is None:
+            reserve = self.manager_config.open_files_reserve
+            if reserve < 0:
+                reserve = default_reserve(self.fs.descriptor_limit())
+            descriptors = DescriptorReserve(self.fs, reserve)
+        self.descriptors = descriptors
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, str] = {}
         self._dir_locks = {d: asyncio.Lock() for d in self.log_dirs}
@@ -242,8 +258,18 @@ class LogManager:
         while True:  # ends when shutdown cancels the task
             try:
                 await task()
-            except (OSError, RecordError, CheckpointError):
-                # A failing disk takes its logs offline; the task keeps serving the others.
+            except OSError as exc:
+                if is_out_of_descriptors(exc):  # not the disk: the next period tries again
+                    _limited.log(
+                        f"task/{name}",
+                        logging.WARNING,
+                        "Scheduled task %s is out of file descriptors: %s",
+                        name,
+                        exc,
+                    )
+                else:  # a failing disk takes its logs offline; the others are still served
+                    logger.exception("scheduled task %s failed", name)
+            except (RecordError, CheckpointError):
                 logger.exception("scheduled task %s failed", name)
             await asyncio.sleep(period_ms / 1000)
 
@@ -316,6 +342,14 @@ class LogManager:
             live = self.live_log_dirs
             if not live:
                 raise KafkaStorageError(errno.EIO, "every log dir is offline")
+            if not self.descriptors.admits_logs(1):
+                raise OutOfDescriptorsError(
+                    errno.EMFILE,
+                    f"no log for {topic}-{partition}: {self.descriptors.in_use()} of "
+                    f"{self.fs.descriptor_limit()} descriptors are open and "
+                    f"{self.descriptors.reserve} are kept in reserve (open.files.reserve; new logs "
+                    "stop at 1.5 times it)",
+                )
             counts = dict.fromkeys(live, 0)
             for log_dir in self._dir_of.values():
                 if log_dir in counts:
@@ -350,6 +384,17 @@ class LogManager:
         other dirs keep serving. One line says so; the dir comes back with a restart once
         the disk is repaired (start-up recovers its logs from their checkpoints)."""
         if log_dir in self.offline_dirs:
+            return
+        if is_out_of_descriptors(exc):
+            # Nothing on disk is wrong: the operation failed and is tried again later.
+            _limited.log(
+                "out-of-descriptors",
+                logging.WARNING,
+                "Out of file descriptors in log dir %s (%s): it stays online; raise the "
+                "open-files limit or open.files.reserve",
+                log_dir,
+                exc,
+            )
             return
         self.offline_dirs[log_dir] = exc
         partitions = self._partitions_in(log_dir)
