@@ -60,6 +60,8 @@ class DescriptorReserve:
     reserve: int
     baseline: int = 0  # held outside the seam and the counted sources, measured at start
     sources: list[Callable[[], int]] = field(default_factory=list)  # e.g. open connections
+    # Closes idle files (log/lazy_files.py) to free at least that many descriptors.
+    reclaim: Callable[[int], None] | None = None
 
     def in_use(self) -> int:
         return self.fs.open_descriptors() + self.baseline + sum(count() for count in self.sources)
@@ -70,11 +72,18 @@ class DescriptorReserve:
 
     def admits(self, count: int) -> bool:
         """Whether ``count`` more descriptors (a connection's) may be spent without
-        touching the reserve."""
-        return self.headroom() >= count
+        touching the reserve (idle files are closed first to make room)."""
+        return self._room_for(count)
 
     def admits_logs(self, count: int) -> bool:
         """Whether ``count`` new partition logs may be opened. They stop half a reserve
         earlier than connections, so that with every descriptor taken by partitions an
         operator can still connect (to delete topics, or move partitions away)."""
-        return self.headroom() >= count * DESCRIPTORS_PER_LOG + self.reserve // 2
+        return self._room_for(count * DESCRIPTORS_PER_LOG + self.reserve // 2)
+
+    def _room_for(self, needed: int) -> bool:
+        headroom = self.headroom()
+        if headroom < needed and self.reclaim is not None:
+            self.reclaim(needed - headroom)
+            headroom = self.headroom()
+        return headroom >= needed

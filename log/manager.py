@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import functools
 import json
@@ -54,6 +55,7 @@ from log.descriptors import (
 )
 from log.errors import RecordError
 from log.fs import read_all, write_atomic
+from log.lazy_files import PooledFileSystem
 from log.log import KafkaStorageError, Log
 from log.rate_limited_log import RateLimitedLog
 from log.runtime import Runtime
@@ -124,6 +126,11 @@ class LogManager:
                 reserve = default_reserve(self.fs.descriptor_limit())
             descriptors = DescriptorReserve(self.fs, reserve)
         self.descriptors = descriptors
+        # The logs' files give their descriptors back when idle and the node is short of
+        # them (log/lazy_files.py); checkpoints and the like use the plain seam.
+        self.files = PooledFileSystem(runtime.fs, lambda: descriptors.headroom() < 0)
+        descriptors.reclaim = self.files.reclaim
+        self._log_runtime = dataclasses.replace(runtime, fs=self.files)
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, str] = {}
         self._dir_locks = {d: asyncio.Lock() for d in self.log_dirs}
@@ -192,7 +199,7 @@ class LogManager:
                         f"duplicate log directories for {tp}: {self._logs[tp].dir_path}, {path}"
                     )
                 self._logs[tp] = await Log.open(
-                    self.runtime,
+                    self._log_runtime,
                     path,
                     self.topic_configs.get(tp[0], self.default_config),
                     recovery_point=recovery_points.get(tp, 0),
@@ -356,7 +363,7 @@ class LogManager:
                     counts[log_dir] += 1
             log_dir = min(live, key=lambda d: counts[d])  # ties: first listed
             log = await Log.open(
-                self.runtime,
+                self._log_runtime,
                 os.path.join(log_dir, partition_dir_name(topic, partition)),
                 config or self.topic_configs.get(topic, self.default_config),
                 had_clean_shutdown=True,

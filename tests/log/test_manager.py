@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from log.batch import encode_batch
+from log.batch import encode_batch, iter_batches
 from log.checkpoint import CheckpointError, OffsetCheckpointFile
 from log.config import LogConfig, LogManagerConfig
 from log.descriptors import OutOfDescriptorsError
@@ -532,3 +532,56 @@ def test_out_of_descriptors_is_not_a_disk_failure(caplog: pytest.LogCaptureFixtu
         run_virtual(run())
     assert "Out of file descriptors in log dir /data" in caplog.text
     assert "offline" not in caplog.text.replace("stays online", "")
+
+
+def test_more_segment_files_than_descriptors_are_served_by_closing_idle_ones() -> None:
+    """Issue 22: every segment file held a descriptor from load to close, so a node with
+    more segment files than its open-files limit could not start. Idle files are now closed
+    when the node runs into its reserve and reopened on use: reads, writes, a crash and a
+    restart under a limit below the number of files all work."""
+    values_per_log = 30
+
+    async def read_back(manager: LogManager, partitions: int) -> list[int]:
+        counts = []
+        for partition in range(partitions):
+            log = manager.get_log("t", partition)
+            assert log is not None
+            records, offset = 0, 0
+            while offset < log.log_end_offset:
+                data = bytes(log.read(offset, 1 << 20).records)
+                for _position, header in iter_batches(data):
+                    records += header.last_offset_delta + 1
+                    offset = header.next_offset
+            counts.append(records)
+        return counts
+
+    async def run() -> None:
+        node = Node(segment_bytes=300)  # two batches a segment
+        config = LogManagerConfig(open_files_reserve=8)
+        manager = node.manager(manager_config=config)
+        await manager.startup()
+        for partition in range(4):
+            log = await manager.get_or_create_log("t", partition)
+            for _ in range(values_per_log):
+                log.append_as_leader(batch(), 1)
+            await log.flush(log.log_end_offset)
+        files = manager.files.open_files
+        assert files > 4 * 3 * 10  # at least ten segments a log, three files a segment
+        await manager.shutdown()
+        node.disk.crash()  # everything was flushed: nothing is lost
+        limit = node.disk.open_handles + files // 2  # room for half of the files at once
+        node.disk.descriptor_limit = limit
+        restarted = node.manager(manager_config=config)
+        await restarted.load_logs()  # more files than the limit allows at once
+        assert restarted.files.evictions > 0 and node.disk.open_handles <= limit
+        assert await read_back(restarted, 4) == [values_per_log] * 4
+        for partition in range(4):  # writes go on, to the active segments
+            log = restarted.get_log("t", partition)
+            assert log is not None
+            log.append_as_leader(batch(), 1)
+            await log.flush(log.log_end_offset)
+        assert await read_back(restarted, 4) == [values_per_log + 1] * 4
+        assert node.disk.open_handles <= limit
+        await restarted.shutdown()
+
+    run_virtual(run())
