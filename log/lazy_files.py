@@ -27,6 +27,9 @@ from collections.abc import Callable
 
 from log.fs import FileHandle, FileSystem
 
+# Files one reclaim looks at before giving up (see PooledFileSystem.reclaim).
+RECLAIM_SCAN_MAX = 64
+
 
 class LazyFile:
     """A FileHandle that (re)opens its file on use and may be closed while idle."""
@@ -148,16 +151,22 @@ class PooledFileSystem:
 
     def reclaim(self, wanted: int = 0) -> None:
         """Close least recently used idle files while the node is short of descriptors (or
-        until ``wanted`` were closed)."""
+        until ``wanted`` were closed). Files that cannot be closed now (unsynced writes, an
+        fsync under way) move to the back of the line, and one call looks at no more than
+        RECLAIM_SCAN_MAX of them: a node whose files are all busy pays a bounded price per
+        open, not one proportional to its files."""
         closed = 0
-        for lazy in list(self._open):
-            if not (self._short() or closed < wanted):
+        for _ in range(min(RECLAIM_SCAN_MAX, len(self._open))):
+            if not (closed < wanted or self._short()):
                 return
+            lazy = next(iter(self._open))
             if lazy.evictable:
                 lazy.evict()
                 del self._open[lazy]
                 self.evictions += 1
                 closed += 1
+            else:
+                self._open.move_to_end(lazy)
 
     @property
     def open_files(self) -> int:
