@@ -145,7 +145,7 @@ class LogManagerConfig:
     # Bounds the cleaner's key -> offset map (the only memory a pass holds on to).
     cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
     # Descriptors kept free of new partitions and connections (log/descriptors.py); -1: a
-    # tenth of the open-files limit, between 64 and 4,096.
+    # tenth of the open-files limit, between 64 (a quarter of a limit under 256) and 4,096.
     open_files_reserve: int = -1  # open.files.reserve (kraft-py's own key)
 
     def __post_init__(self) -> None:

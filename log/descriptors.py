@@ -32,7 +32,8 @@ OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
 DESCRIPTORS_PER_LOG = 3
 # The default reserve: a tenth of the limit, at least 64 and at most 4,096 descriptors
 # (enough for every log dir's checkpoints, the metadata log's rolls and snapshots, and the
-# quorum's and fetchers' connections, with room for the segment rolls of busy partitions).
+# quorum's and fetchers' connections, with room for the segment rolls of busy partitions),
+# but never more than a quarter of a tiny limit (a node under 256 must still serve).
 MIN_DEFAULT_RESERVE = 64
 MAX_DEFAULT_RESERVE = 4096
 
@@ -49,7 +50,7 @@ class OutOfDescriptorsError(OSError):
 
 def default_reserve(limit: int) -> int:
     """The reserve kept when ``open.files.reserve`` is not set."""
-    return max(MIN_DEFAULT_RESERVE, min(MAX_DEFAULT_RESERVE, limit // 10))
+    return min(MAX_DEFAULT_RESERVE, max(min(MIN_DEFAULT_RESERVE, limit // 4), limit // 10))
 
 
 @dataclass(slots=True)
