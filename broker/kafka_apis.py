@@ -98,6 +98,7 @@ class KafkaApis:
         on_offsets_marker: txn_markers.OffsetsMarkerHook | None = None,
         auto_create_topics: bool = False,
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
+        descriptors_free: Callable[[], bool] = lambda: True,
     ) -> None:
         self.node_id = node_id
         self.replicas = replicas
@@ -106,7 +107,9 @@ class KafkaApis:
             fetch_sessions = FetchSessionCache(CACHE_SLOTS_DEFAULT, rng, loop_time)
         self.fetch_sessions = fetch_sessions
         self._auto_creation = (
-            AutoTopicCreationManager(node_id, self._forward) if auto_create_topics else None
+            AutoTopicCreationManager(node_id, self._forward, descriptors_free)
+            if auto_create_topics
+            else None
         )
         self.producer_ids = producer_ids
         self.transactions = transactions

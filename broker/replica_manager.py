@@ -62,22 +62,25 @@ from log.batch import BatchHeader, parse_header
 from log.checkpoint import CheckpointError
 from log.clock import WallClock
 from log.config import LogConfig
+from log.descriptors import is_out_of_descriptors
 from log.end_txn_marker import EndTransactionMarker, encode_marker_batch
 from log.epoch_cache import UNDEFINED_EPOCH
 from log.errors import RecordError
 from log.fs import FileRegion, read_all, write_atomic
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.manager import LogManager
+from log.rate_limited_log import RateLimitedLog
 from log.txn_index import AbortedTxn
 from log.validator import PRODUCE_DECOMPRESSED_BYTES_MAX, validate_records
 from metadata.config_defs import CLUSTER_DEFAULT
-from metadata.delta import local_changes
-from metadata.image import EMPTY, MetadataImage, TopicImage
+from metadata.delta import TopicPartition, local_changes
+from metadata.image import EMPTY, MetadataImage, PartitionRegistration, TopicImage
 from metadata.records import ELR_FEATURE, NO_LEADER
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.replica_manager")
+_limited = RateLimitedLog(logger)
 
 PARTITION_METADATA_FILE = "partition.metadata"
 RECONCILE_RETRY_S = 1.0  # after a disk error, how soon the same image is tried again
@@ -183,6 +186,10 @@ class ReplicaManager:
         # Partitions whose log could not be opened or configured: KAFKA_STORAGE_ERROR until
         # a restart, while every other partition is served (Kafka's offline replicas).
         self._offline: set[tuple[str, int]] = set()
+        # Partitions assigned here whose log was refused to keep the descriptor reserve
+        # (log/descriptors.py): tried again every RECONCILE_RETRY_S, served once opened.
+        self._waiting_for_descriptors: set[tuple[str, int]] = set()
+        self._descriptor_retry: asyncio.TimerHandle | None = None
         self._image: MetadataImage | None = None  # the image the partitions reflect
         self._latest: MetadataImage | None = None
         self._wake = asyncio.Event()
@@ -235,6 +242,8 @@ class ReplicaManager:
             await self._reconciled.wait()
 
     async def close(self) -> None:
+        if self._descriptor_retry is not None:
+            self._descriptor_retry.cancel()
         tasks = [self._task, self._shrink_task, self._checkpoint_task, *self._isr_tasks.values()]
         for task in tasks:
             if task is not None:
@@ -334,6 +343,7 @@ class ReplicaManager:
             key = (deleted.topic, deleted.partition)
             stopped = self._partitions.pop(key, None)  # no request finds it from here on
             self._offline.discard(key)
+            self._waiting_for_descriptors.discard(key)
             await self.fetchers.remove(key)
             if stopped is not None:
                 stopped.stop()
@@ -352,7 +362,7 @@ class ReplicaManager:
                 except OSError:  # what is left is set aside as a stray at the next start
                     logger.exception("[ReplicaManager id=%d] deleting %s-%d", self.node_id, *key)
         now_ms = self._clock.now_ms()
-        for changed, registration in (changes.leaders | changes.followers).items():
+        for changed, registration in self._to_apply(changes.leaders | changes.followers, image):
             key = (changed.topic, changed.partition)
             partition = self._partitions.get(key)
             if partition is None:
@@ -362,9 +372,13 @@ class ReplicaManager:
                 assert topic is not None, changed
                 try:
                     partition = self._partitions[key] = await self._open(topic, key[1], image)
-                except Exception:
-                    self._take_offline([key], "opening its log")
+                except Exception as error:
+                    if is_out_of_descriptors(error):
+                        self._wait_for_descriptors(key, error)
+                    else:
+                        self._take_offline([key], "opening its log")
                     continue
+                self._waiting_for_descriptors.discard(key)
             refetch = (
                 registration.leader != partition.leader
                 or registration.leader_epoch != partition.leader_epoch
@@ -402,6 +416,44 @@ class ReplicaManager:
                 except ValueError:
                     hosted = [k for k in self._partitions if k[0] == name]
                     self._take_offline(hosted, "applying its topic config")
+
+    def _to_apply(
+        self, changed: dict[TopicPartition, PartitionRegistration], image: MetadataImage
+    ) -> list[tuple[TopicPartition, PartitionRegistration]]:
+        """The image's changes for this broker, plus the partitions still waiting for
+        descriptors that are assigned here (their registration as of ``image``)."""
+        pending = dict(changed)
+        for topic_name, index in sorted(self._waiting_for_descriptors):
+            topic = image.topics.get(topic_name)
+            registration = topic.partitions.get(index) if topic is not None else None
+            if registration is None or self.node_id not in registration.replicas:
+                self._waiting_for_descriptors.discard((topic_name, index))
+                continue
+            pending.setdefault(TopicPartition(topic_name, index), registration)
+        return list(pending.items())
+
+    def _wait_for_descriptors(self, key: tuple[str, int], error: BaseException) -> None:
+        """Not a failure of the partition: it is opened once descriptors are free again (a
+        partition deleted or moved here meanwhile). One line a minute says how many wait."""
+        self._waiting_for_descriptors.add(key)
+        if self._descriptor_retry is None:
+            self._descriptor_retry = asyncio.get_running_loop().call_later(
+                RECONCILE_RETRY_S, self._retry_waiting_partitions
+            )
+        _limited.log(
+            "waiting-for-descriptors",
+            logging.WARNING,
+            "[ReplicaManager id=%d] %d partition(s) assigned here wait for file descriptors, "
+            "%s-%d among them: %s",
+            self.node_id,
+            len(self._waiting_for_descriptors),
+            *key,
+            error,
+        )
+
+    def _retry_waiting_partitions(self) -> None:
+        self._descriptor_retry = None
+        self._wake.set()
 
     def _take_offline(self, keys: list[tuple[str, int]], doing: str) -> None:
         """One partition's failure is that partition's, never the reconciler's: it answers

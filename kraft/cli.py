@@ -30,6 +30,16 @@ def _parser() -> argparse.ArgumentParser:
     quorum = sub.add_parser("describe-quorum", help="show the metadata quorum's state")
     quorum.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,HOST:PORT...]")
     quorum.add_argument("--replication", action="store_true", help="per-replica offsets")
+    state = sub.add_parser(
+        "quorum-state", help="show a stopped node's election state, or reset its epoch"
+    )
+    state.add_argument("-c", "--config", required=True, help="server.properties")
+    state.add_argument(
+        "--reset-epoch",
+        type=int,
+        metavar="N",
+        help="rewrite quorum-state to epoch N, no leader, no vote (docs/raft.md, Epoch cliff)",
+    )
     dump = sub.add_parser("dump-log", help="print the batches of log, index and timeindex files")
     dump.add_argument("files", nargs="+")
     dump.add_argument("--print-records", action="store_true")
@@ -130,6 +140,16 @@ def _run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         for warning in unknown_key_warnings(config):
             logger.warning(warning)
+        if args.command == "quorum-state":
+            from kraft.quorum_reset import quorum_status
+
+            before, after = asyncio.run(quorum_status(config, reset_epoch=args.reset_epoch))
+            if after is None:
+                print(before.describe())
+            else:
+                print(f"Reset {before.describe()}")
+                print(f"   to {after.describe()}")
+            return 0
         if args.command == "format":
             formatted = asyncio.run(
                 format_dirs(

@@ -198,6 +198,15 @@ class ServerConfig(BaseModel):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
+    @field_validator("log_dirs")
+    @classmethod
+    def _some_log_dir(cls, value: list[str]) -> list[str]:
+        # Every node keeps meta.properties (and a controller its quorum-state) in a log dir;
+        # Kafka's log.dirs falls back to log.dir, which kraft-py does not have.
+        if not value:
+            raise ValueError("must name at least one directory")
+        return value
+
     @property
     def metadata_dir(self) -> str:
         """Where __cluster_metadata-0 and quorum-state live (metadata.log.dir or log.dirs[0])."""

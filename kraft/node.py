@@ -44,15 +44,17 @@ from kraft.config import ServerConfig
 from kraft.metrics import NodeMetrics
 from kraft.storage import metadata_directory_id
 from log.config import LogConfig, LogManagerConfig
+from log.descriptors import DescriptorReserve, default_reserve
 from log.manager import METADATA_PARTITION_DIR, LogManager
+from log.rate_limited_log import RateLimitedLog
 from log.records import Record
 from log.runtime import Runtime
+from metadata.controller.internal_topics import internal_creator_client_id
 from metadata.controller.quorum_controller import (
     CONTROLLER_BUGS,
     ControllerConfig,
     QuorumController,
 )
-from metadata.controller.topics import INTERNAL_TOPIC_CREATOR
 from metadata.loader import MetadataLoader, MetadataPublisher
 from metadata.records import Listener
 from protocol.api_keys import ApiKey
@@ -74,6 +76,7 @@ from raft.driver import CommittedBatch, RaftListener, RaftNode, RaftNodeConfig
 from raft.snapshot import SnapshotId
 
 logger = logging.getLogger("kraft.node")
+_limited = RateLimitedLog(logger)
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
 # How a listener is opened: asyncio.start_server (also the simulator's), or the real
 # process's broker.acceptor.start_acceptor with its out-of-descriptors backoff.
@@ -137,7 +140,10 @@ class KraftNode:
         listen: Listen = asyncio.start_server,
         raft_listeners: Sequence[RaftListener] = (),
         metrics: NodeMetrics | None = None,
+        descriptor_baseline: int = 0,
     ) -> None:
+        """``descriptor_baseline``: descriptors the process held at start outside the
+        filesystem seam (kraft/server.py measures it; log/descriptors.py)."""
         self.runtime = runtime
         self.config = config
         self.cluster_id = cluster_id
@@ -158,6 +164,18 @@ class KraftNode:
         if metrics is not None:
             metrics.attach(self)
             metrics.budgets = self._budgets
+        reserve = LogManagerConfig.from_properties(dict(config.model_extra or {}))
+        reserve_size = reserve.open_files_reserve
+        if reserve_size < 0:
+            reserve_size = default_reserve(runtime.fs.descriptor_limit())
+        # New partitions and client connections stop short of it; checkpoints, the metadata
+        # log and segment rolls draw on it.
+        self.descriptors = DescriptorReserve(
+            runtime.fs,
+            reserve_size,
+            baseline=descriptor_baseline,
+            sources=[lambda: len(self._connections)],
+        )
         self.metadata_dir = os.path.join(config.metadata_dir, METADATA_PARTITION_DIR)
         self.is_controller = "controller" in config.process_roles
         self.is_broker = "broker" in config.process_roles
@@ -293,6 +311,7 @@ class KraftNode:
             list(config.log_dirs),
             log_config,
             manager_config=LogManagerConfig.from_properties(properties),
+            descriptors=self.descriptors,
         )
         await self.logs.startup()
         broker_epoch = lambda: self.lifecycle.broker_epoch if self.lifecycle else -1  # noqa: E731
@@ -357,9 +376,12 @@ class KraftNode:
         loader.add_publisher(transactions)
         transactions.start(loader.image)
         # The broker's own requests (creating __consumer_offsets) go under their own client
-        # id, which the controller lets create internal topics (clients' forwarded ones not).
+        # id, naming this broker and its incarnation id, which the controller lets create
+        # internal topics (clients' forwarded ones not; metadata/controller/internal_topics.py).
         internal = self._internal_channel = ControllerChannel(
-            config.controller_quorum_voters, INTERNAL_TOPIC_CREATOR, runtime.rng
+            config.controller_quorum_voters,
+            internal_creator_client_id(config.node_id, incarnation),
+            runtime.rng,
         )
         group_apis = self._group_apis = GroupApis(
             groups,
@@ -393,6 +415,9 @@ class KraftNode:
                 transactions=txn_apis,
                 on_offsets_marker=groups.complete_transaction,
                 auto_create_topics=config.auto_create_topics_enable,
+                descriptors_free=functools.partial(
+                    self.descriptors.admits_logs, config.num_partitions
+                ),
             )
             self.apis[endpoint.name] = apis
             entries = [
@@ -499,6 +524,22 @@ class KraftNode:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
+        if not self.descriptors.admits(1):
+            # At the descriptor reserve: a client connection would eat into what the node
+            # needs for itself. Closed at once; the client retries (Kafka's Acceptor stops
+            # accepting when out of descriptors).
+            _limited.log(
+                "connection-reserve",
+                logging.WARNING,
+                "[SocketServer listener=%s] Closing new connections: %d descriptors are open "
+                "of %d, %d kept in reserve (open.files.reserve)",
+                limits.listener,
+                self.descriptors.in_use(),
+                self.runtime.fs.descriptor_limit(),
+                self.descriptors.reserve,
+            )
+            writer.transport.abort()
+            return
         with self._tracked(writer, limits.listener):
             await serve_connection(
                 reader,

@@ -43,17 +43,20 @@ from log.batch import (
 from log.checkpoint import LEADER_EPOCH_CHECKPOINT
 from log.compression import Compression, decompress
 from log.config import LogConfig
+from log.descriptors import is_out_of_descriptors
 from log.epoch_cache import LeaderEpochFileCache
 from log.errors import InvalidRecordError, RecordError, RecordTooLargeError
 from log.fs import FileRegion
 from log.index import REL_OFFSET_MAX
 from log.loader import load_segments
+from log.rate_limited_log import RateLimitedLog
 from log.runtime import Runtime
 from log.segment import LOG_SUFFIX, SWAP_SUFFIX, LogSegment, segment_path
 from log.txn_index import AbortedTxn
 from log.validator import walk_records
 
 logger = logging.getLogger(__name__)
+_limited = RateLimitedLog(logger)
 
 
 class KafkaStorageError(OSError):
@@ -658,8 +661,18 @@ class Log:
         ):
             try:
                 await self.flush(self._flush_request)
-            except OSError:
-                logger.exception("%s: background flush failed; the log is offline", self.name)
+            except OSError as exc:
+                if is_out_of_descriptors(exc):  # the next flush request tries again
+                    _limited.log(
+                        "flush-out-of-descriptors",
+                        logging.WARNING,
+                        "%s: background flush is out of file descriptors (%s); the log stays "
+                        "online",
+                        self.name,
+                        exc,
+                    )
+                else:
+                    logger.exception("%s: background flush failed; the log is offline", self.name)
                 return
 
     # ---- truncation ---------------------------------------------------------------------
@@ -944,6 +957,10 @@ class Log:
                     segment.close()
 
     def _mark_offline(self, exc: OSError) -> None:
+        if is_out_of_descriptors(exc):
+            # Not a disk failure: what failed is tried again, the log stays online (the
+            # caller still gets the error; log/descriptors.py).
+            return
         if self._offline is None:
             logger.error("%s: disk failure, taking the log offline: %s", self.name, exc)
             self._offline = exc

@@ -228,6 +228,15 @@ async def _answer(
         header, request = decode_request(frame, supported)
     except wire.FrameError as error:
         if not _is_unsupported_api_versions(error):
+            # Kafka closes the channel of a request it cannot parse and logs why; so do we,
+            # once a minute (a client retrying the same request cannot flood the log).
+            _limited.log(
+                "malformed-request",
+                logging.WARNING,
+                "Closing connection from %s: %s",
+                _peer(writer),
+                error,
+            )
             raise _Close from None
         assert error.header is not None
         header = error.header

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from log.batch import decode_batch, iter_batches, validate_batch
+from log.rate_limited_log import RateLimitedLog
 from log.records import Record
 from log.runtime import Runtime
 from protocol import wire
@@ -44,6 +46,7 @@ from raft.core import (
     CORE_BUGS,
     MAX_PROPOSAL_RECORDS,
     OBSERVER_BUGS,
+    EpochRaiseLimited,
     Event,
     HighWatermarkAdvanced,
     NotLeaderError,
@@ -58,6 +61,9 @@ from raft.progress import ReplicaProgress
 from raft.replicated_log import DurableLog
 from raft.snapshot import SnapshotId, encode_snapshot
 from raft.transport import PeerConnection
+
+logger = logging.getLogger("raft.driver")
+_limited = RateLimitedLog(logger)
 
 LAZY_FLUSH_S = 1.0  # the data-log habit the ack-before-fsync bug brings to the metadata log
 DRIVER_BUGS = {
@@ -469,6 +475,18 @@ class RaftNode:
             listener.handle_event(event)
         if isinstance(event, HighWatermarkAdvanced):
             self._deliver_committed(event.high_watermark)
+        elif isinstance(event, EpochRaiseLimited):
+            _limited.log(
+                "epoch-raise",
+                logging.WARNING,
+                "[RaftManager nodeId=%d] Node %d asked for epoch %d from epoch %d, further or "
+                'faster than peers may raise it (docs/raft.md, "Epoch cliff"): moving there '
+                "in steps",
+                self.config.node_id,
+                event.src,
+                event.wanted,
+                event.epoch,
+            )
         elif isinstance(event, RoleChanged) and event.role is not Role.LEADER:
             for offset, (_epoch, future) in list(self._waiters.items()):
                 if not future.done():

@@ -63,6 +63,8 @@ def test_shipped_default_config_is_the_single_node_combined_server() -> None:
         ("listeners", "CONTROLLER://localhost:9093", "a broker needs a non-controller listener"),
         ("offsets.topic.num.partitions", "0", "offsets.topic.num.partitions: must be at least"),
         ("group.max.size", "many", "group.max.size: not an integer"),
+        ("log.dirs", "", "log.dirs: Value error, must name at least one directory"),
+        ("log.dirs", " , ", "log.dirs: Value error, must name at least one directory"),
     ],
 )
 def test_bad_values_fail_with_one_line_naming_the_key(key: str, value: str, message: str) -> None:
