@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import functools
 import logging
@@ -40,6 +41,7 @@ from broker.network import (
 )
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
+from broker.security import authenticating, served_apis
 from kraft.bootstrap import read_bootstrap
 from kraft.config import ServerConfig
 from kraft.storage import metadata_directory_id
@@ -56,6 +58,10 @@ from metadata.controller.topics import INTERNAL_TOPIC_CREATOR
 from metadata.loader import MetadataLoader, MetadataPublisher
 from metadata.records import Listener
 from protocol import wire
+from protocol.connect import Connector
+from protocol.sasl import ScramCredential
+from protocol.security import ClientSecurity, SecurityProtocol
+from protocol.tls import server_context
 from raft import codec
 from raft.core import Event, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
@@ -142,6 +148,11 @@ class KraftNode:
             for plane in ("broker", "controller")
         }
         self._raft_listeners = tuple(raft_listeners)  # after the loader, e.g. a checker
+        # Each listener's TLS and SASL (kraft/security.py), and how this node connects to
+        # the controllers and, as a follower, to the other brokers.
+        self.security = config.security()
+        self._controller_connector = _connector(self.security.controller_client)
+        self._inter_broker_connector = _connector(self.security.inter_broker_client)
         self.metadata_dir = os.path.join(config.metadata_dir, METADATA_PARTITION_DIR)
         self.is_controller = "controller" in config.process_roles
         self.is_broker = "broker" in config.process_roles
@@ -188,6 +199,7 @@ class KraftNode:
                 ),
                 bugs=self.bugs & RAFT_BUGS.keys(),
                 directory_id=metadata_directory_id(runtime.fs, config.metadata_dir),
+                connector=self._controller_connector,
             ),
             self.log,
         )
@@ -234,12 +246,17 @@ class KraftNode:
         if self.is_controller:
             endpoint = config.controller_endpoint()
             self._servers.append(
-                await self._listen(self._serve_controller, endpoint.host or None, endpoint.port)
+                await self._listen(
+                    self._serve_controller,
+                    endpoint.host or None,
+                    endpoint.port,
+                    **self._tls_of(endpoint.name),
+                )
             )
             logger.info(
                 "[ControllerServer id=%d] Serving %s://%s:%d (cluster %s, metadata log end %d)",
                 config.node_id,
-                endpoint.name,
+                self._describe(endpoint.name),
                 endpoint.host,
                 endpoint.port,
                 self.cluster_id,
@@ -255,10 +272,14 @@ class KraftNode:
         assert self.loader is not None
         incarnation = uuid.UUID(int=runtime.rng.getrandbits(128), version=4)
         self._channel = ControllerChannel(
-            config.controller_quorum_voters, f"broker-{config.node_id}", runtime.rng
+            config.controller_quorum_voters,
+            f"broker-{config.node_id}",
+            runtime.rng,
+            connector=self._controller_connector,
         )
         listeners = tuple(
-            Listener(e.name, e.host, e.port) for e in config.advertised_broker_endpoints()
+            Listener(e.name, e.host, e.port, int(self.security.protocol_of(e.name)))
+            for e in config.advertised_broker_endpoints()
         )
         loader = self.loader
         # The partition logs are recovered before the broker registers (Kafka's RECOVERY).
@@ -272,6 +293,15 @@ class KraftNode:
         )
         await self.logs.startup()
         broker_epoch = lambda: self.lifecycle.broker_epoch if self.lifecycle else -1  # noqa: E731
+        replication = ReplicationConfig.from_properties(
+            properties, config.inter_broker_listener_name
+        )
+        replication = dataclasses.replace(
+            replication,
+            fetcher=dataclasses.replace(
+                replication.fetcher, connector=self._inter_broker_connector
+            ),
+        )
         replicas = self.replicas = ReplicaManager(
             config.node_id,
             self.logs,
@@ -279,7 +309,7 @@ class KraftNode:
             runtime.rng,
             runtime.clock,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
-            config=ReplicationConfig.from_properties(properties, config.inter_broker_listener_name),
+            config=replication,
             channel=self._channel,
             broker_epoch=broker_epoch,
             bugs=self.bugs & BROKER_BUGS.keys(),
@@ -322,7 +352,10 @@ class KraftNode:
         # The broker's own requests (creating __consumer_offsets) go under their own client
         # id, which the controller lets create internal topics (clients' forwarded ones not).
         internal = self._internal_channel = ControllerChannel(
-            config.controller_quorum_voters, INTERNAL_TOPIC_CREATOR, runtime.rng
+            config.controller_quorum_voters,
+            INTERNAL_TOPIC_CREATOR,
+            runtime.rng,
+            connector=self._controller_connector,
         )
         group_apis = self._group_apis = GroupApis(
             groups,
@@ -358,12 +391,13 @@ class KraftNode:
                     functools.partial(self._serve_broker, apis, self._limits(endpoint.name)),
                     endpoint.host or None,
                     endpoint.port,
+                    **self._tls_of(endpoint.name),
                 )
             )
             logger.info(
                 "[BrokerServer id=%d] Serving %s://%s:%d",
                 config.node_id,
-                endpoint.name,
+                self._describe(endpoint.name),
                 endpoint.host,
                 endpoint.port,
             )
@@ -399,6 +433,39 @@ class KraftNode:
         assert self.controller is not None
         return codec.API_VERSIONS | self.controller.SUPPORTED_APIS | {DESCRIBE_CLUSTER: (1, 1)}
 
+    def _tls_of(self, listener: str) -> dict[str, Any]:
+        """The listen function's ``ssl`` argument for a TLS listener (none for the rest, so
+        the simulator's listen is called exactly as before)."""
+        security = self.security.listeners.get(listener)
+        if security is None or security.tls is None:
+            return {}
+        return {"ssl": server_context(security.tls)}
+
+    def _describe(self, listener: str) -> str:
+        """A listener's name as the log shows it: with its protocol and mechanisms when it
+        is not PLAINTEXT (``SASL_SSL(SASL_SSL; SCRAM-SHA-512)``), so the log says what is
+        really served."""
+        security = self.security.listeners.get(listener)
+        if security is None or security.protocol is SecurityProtocol.PLAINTEXT:
+            return listener
+        mechanisms = f"; {','.join(security.mechanisms)}" if security.mechanisms else ""
+        return f"{listener}({security.protocol.name}{mechanisms})"
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """A user's SCRAM credential from the metadata image (UserScramCredential records)."""
+        if self.loader is None:
+            return None
+        return self.loader.image.scram_credentials.get((user, mechanism))
+
+    def _secured(
+        self, listener: str, handle: Any, supported: dict[int, tuple[int, int]], writer: Any
+    ) -> tuple[Any, dict[int, tuple[int, int]]]:
+        security = self.security.listeners[listener]
+        return (
+            authenticating(handle, security, writer, self.scram_credential),
+            served_apis(security, supported),
+        )
+
     def _limits(self, listener: str) -> NetworkLimits:
         config = self.config
         return NetworkLimits(
@@ -410,13 +477,20 @@ class KraftNode:
     async def _serve_controller(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        name = self.config.controller_endpoint().name
         with self._tracked(writer):
+            handle, supported = self._secured(
+                name, self._handle_controller, self._controller_apis(), writer
+            )
+            if handle is None:
+                writer.transport.abort()
+                return
             await serve_connection(
                 reader,
                 writer,
-                self._handle_controller,
-                self._controller_apis(),
-                limits=self._limits(self.config.controller_endpoint().name),
+                handle,
+                supported,
+                limits=self._limits(name),
                 budget=self._budgets["controller"],
             )
 
@@ -443,11 +517,17 @@ class KraftNode:
         writer: asyncio.StreamWriter,
     ) -> None:
         with self._tracked(writer):
+            handle, supported = self._secured(
+                limits.listener, apis.handle, apis.supported_apis, writer
+            )
+            if handle is None:
+                writer.transport.abort()
+                return
             await serve_connection(
                 reader,
                 writer,
-                apis.handle,
-                apis.supported_apis,
+                handle,
+                supported,
                 limits=limits,
                 budget=self._budgets["broker"],
             )
@@ -531,3 +611,11 @@ class KraftNode:
                 # needed (Raft fsyncs what it acknowledges before it counts).
                 self.log.storage.take_offline(self._fatal)
             await self.log.close()
+
+
+def _connector(security: ClientSecurity) -> Connector | None:
+    """A connector for a secured peer listener; None for PLAINTEXT (the plain
+    asyncio.open_connection, which the simulator's network serves)."""
+    if security.protocol is SecurityProtocol.PLAINTEXT:
+        return None
+    return Connector(security)

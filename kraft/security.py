@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from protocol.security import (
+    MECHANISMS,
     PLAIN,
     SCRAM_MECHANISMS,
     ClientSecurity,
@@ -25,10 +26,11 @@ from protocol.security import (
     parse_jaas,
     parse_principal_rules,
 )
+from protocol.tls import TlsConfigError, client_context, server_context
 
 # What is built (issue 29 lists the rest). A protocol or mechanism outside these stops start-up.
-IMPLEMENTED_PROTOCOLS = frozenset({SecurityProtocol.PLAINTEXT})
-IMPLEMENTED_MECHANISMS: frozenset[str] = frozenset()
+IMPLEMENTED_PROTOCOLS = frozenset(SecurityProtocol)
+IMPLEMENTED_MECHANISMS = frozenset(MECHANISMS)
 DEFAULT_PROTOCOL_MAP = {p.name: p for p in SecurityProtocol}
 # Kafka's defaults, kept so that an unset key means what it means to Kafka.
 KAFKA_DEFAULT_MECHANISM = "GSSAPI"
@@ -170,7 +172,25 @@ def parse_security(
         inter_broker_client = _client(
             props, listeners[inter_broker_listener], "sasl.mechanism.inter.broker.protocol"
         )
+    for security in listeners.values():
+        if security.tls is not None:
+            _check_tls(security.tls, server=True)
+    for client in (controller_client, inter_broker_client):
+        if client.tls is not None:
+            _check_tls(client.tls, server=False)
     return NodeSecurity(listeners, controller_client, inter_broker_client)
+
+
+def _check_tls(settings: TlsSettings, *, server: bool) -> None:
+    """Load the keystore and truststore now, so an unreadable one stops start-up with one
+    line instead of failing each connection."""
+    try:
+        if server:
+            server_context(settings)
+        else:
+            client_context(settings)
+    except TlsConfigError as error:
+        raise SecurityConfigError(str(error)) from None
 
 
 def is_security_key(key: str) -> bool:

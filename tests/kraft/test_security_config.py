@@ -76,13 +76,123 @@ def test_keys_of_what_is_not_built_stop_start_up(extra: dict[str, str], message:
         config_from_properties({**BASE, **extra})
 
 
-def test_a_listener_protocol_not_built_is_refused() -> None:
-    with pytest.raises(ConfigError, match="SASL_SSL uses SASL_SSL, which kraft-py does not"):
+SASL_SSL_BASE = {
+    **BASE,
+    "listeners": "SASL_SSL://localhost:9092,CONTROLLER://localhost:9093",
+    "inter.broker.listener.name": "SASL_SSL",
+}
+KEYSTORE = {"ssl.keystore.location": "/k", "ssl.keystore.type": "PEM"}  # loaded last
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (KEYSTORE, "GSSAPI \\(Kafka's default\\) is not implemented"),
+        (
+            {"sasl.enabled.mechanisms": "SCRAM-SHA-512"},
+            "ssl.keystore.location: listener SASL_SSL uses TLS and needs a keystore",
+        ),
+        (
+            {"sasl.enabled.mechanisms": "SCRAM-SHA-512", "ssl.keystore.location": "/k"},
+            "ssl.keystore.type: JKS \\(Kafka's default\\) is not supported",
+        ),
+        (
+            {
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "ssl.keystore.location": "/nonexistent/k.pem",
+                "ssl.keystore.type": "PEM",
+                "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                    'username="admin" password="pw";'
+                ),
+            },
+            "ssl.keystore.location: cannot load PEM keystore /nonexistent/k.pem",
+        ),
+        (
+            {
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "ssl.keystore.location": "/k",
+                "ssl.keystore.type": "PEM",
+                "ssl.enabled.protocols": "TLSv1.1,TLSv1.2",
+            },
+            "ssl.enabled.protocols: TLSv1.1 is not supported",
+        ),
+        (
+            {**KEYSTORE, "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN"},
+            "listener.name.sasl_ssl.plain.sasl.jaas.config: listener SASL_SSL enables PLAIN",
+        ),
+        (
+            {
+                **KEYSTORE,
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                    "com.example.Other required;"
+                ),
+            },
+            "login module com.example.Other is not supported for SCRAM-SHA-512",
+        ),
+        (
+            {
+                **KEYSTORE,
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": 'x required a="b"',
+            },
+            "a JAAS entry ends with ';'",
+        ),
+    ],
+)
+def test_a_sasl_ssl_listener_needs_what_is_built(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config_from_properties({**SASL_SSL_BASE, **extra})
+
+
+def test_a_sasl_plaintext_listener_reads_plain_users_and_the_peer_login() -> None:
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="admin-secret" user_admin="admin-secret" '
+        'user_alice="a \\"quoted\\" pw";'
+    )
+    config = config_from_properties(
+        {
+            **BASE,
+            "listeners": "SASL_PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093",
+            "listener.security.protocol.map": (
+                "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT"
+            ),
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+            "listener.name.controller.plain.sasl.jaas.config": jaas,
+        }
+    )
+    security = config.security()
+    listener = security.listeners["SASL_PLAINTEXT"]
+    assert listener.protocol is SecurityProtocol.SASL_PLAINTEXT
+    assert dict(listener.plain_users) == {"admin": "admin-secret", "alice": 'a "quoted" pw'}
+    assert security.controller_client.sasl is not None
+    assert security.controller_client.sasl.username == "admin"
+    assert security.inter_broker_client.sasl is not None
+    assert security.inter_broker_client.sasl.mechanism == "PLAIN"
+    assert unknown_key_warnings(config) == []
+
+
+def test_a_peer_mechanism_not_enabled_on_the_listener_is_refused() -> None:
+    with pytest.raises(
+        ConfigError, match=r"sasl\.mechanism\.controller\.protocol: SASL mechanism GSSAPI"
+    ):
         config_from_properties(
             {
                 **BASE,
-                "listeners": "SASL_SSL://localhost:9092,CONTROLLER://localhost:9093",
-                "inter.broker.listener.name": "SASL_SSL",
+                "listeners": "PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+                "sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.controller.plain.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    'username="a" password="b" user_a="b";'
+                ),
             }
         )
 

@@ -1,0 +1,293 @@
+"""Real clients against a real kraft-server over SASL_SSL (SCRAM-SHA-512) and SSL with client
+certificates: the right credentials produce and consume; a wrong password, a missing client
+certificate or no SASL at all gets nothing."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from tests.kraft.procs import Processes, free_port, port_open, wait_until
+from tests.kraft.secured import (
+    ADD_SCRAM,
+    ALICE,
+    ALICE_PASSWORD,
+    Certs,
+    ScramFormat,
+    make_ca,
+    sasl_ssl_props,
+)
+
+HOST = "127.0.0.1"
+TLS_ALERT_RECORD = 0x15
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_ca(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def sasl_ssl_cluster(
+    tmp_path_factory: pytest.TempPathFactory, certs: Certs
+) -> Iterator[tuple[str, Processes]]:
+    """One combined node whose client and controller listeners are both SASL_SSL with
+    SCRAM-SHA-512 (the node logs in to its own controller listener as admin)."""
+    root = tmp_path_factory.mktemp("sasl-ssl")
+    broker_port, controller_port = free_port(), free_port()
+    identity = certs.identity("node1", ips=(HOST,))
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
+        "listeners": f"SASL_SSL://{HOST}:{broker_port},CONTROLLER://{HOST}:{controller_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "SASL_SSL",
+        "connection.failed.authentication.delay.ms": "10",
+        "offsets.topic.replication.factor": "1",
+        **sasl_ssl_props(identity, certs, ["SASL_SSL", "CONTROLLER"]),
+    }
+    procs = Processes(root, {1: props}, program=ScramFormat(scram=ADD_SCRAM))
+    try:
+        procs.start(1)
+        wait_until(lambda: port_open(HOST, broker_port), "the SASL_SSL listener opens")
+        assert "Serving SASL_SSL(SASL_SSL; SCRAM-SHA-512)" in procs.log(1)
+        yield f"{HOST}:{broker_port}", procs
+    finally:
+        procs.cleanup()
+
+
+@pytest.fixture
+def sasl_ssl_node(sasl_ssl_cluster: tuple[str, Processes]) -> str:
+    return sasl_ssl_cluster[0]
+
+
+@pytest.fixture
+def node_log(sasl_ssl_cluster: tuple[str, Processes]) -> Callable[[], str]:
+    return lambda: sasl_ssl_cluster[1].log(1)
+
+
+def _sasl_conf(bootstrap: str, certs: Certs, password: str = ALICE_PASSWORD) -> dict:
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": ALICE,
+        "sasl.password": password,
+        "ssl.ca.location": str(certs.ca),
+    }
+
+
+def _produce_consume(conf: dict, topic: str, count: int = 20) -> list[bytes]:
+    producer = Producer({**conf, "acks": "all", "message.timeout.ms": 30000})
+    for i in range(count):
+        producer.produce(topic, f"value-{i}".encode())
+    assert producer.flush(40) == 0
+    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    try:
+        wait_until(lambda: _poll_into(consumer, values) and len(values) >= count, "consumed all")
+    finally:
+        consumer.close()
+    return values
+
+
+def _poll_into(consumer: Consumer, values: list[bytes]) -> bool:
+    message = consumer.poll(0.5)
+    if message is not None and message.error() is None:
+        values.append(message.value())
+    return True
+
+
+def test_confluent_kafka_produces_and_consumes_over_sasl_ssl_scram(
+    sasl_ssl_node: str, certs: Certs
+) -> None:
+    topic = f"secure-{uuid.uuid4().hex[:8]}"
+    values = _produce_consume(_sasl_conf(sasl_ssl_node, certs), topic)
+    assert values == [f"value-{i}".encode() for i in range(20)]
+
+
+def test_a_wrong_password_gets_an_authentication_error_and_no_data(
+    sasl_ssl_node: str, certs: Certs, node_log: Callable[[], str]
+) -> None:
+    errors: list[KafkaError] = []
+    conf = {**_sasl_conf(sasl_ssl_node, certs, "not-alices-password"), "error_cb": errors.append}
+    admin = AdminClient(conf)
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=5)
+    admin.poll(0.5)
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    log = node_log()
+    assert f"Failed authentication with /{HOST} (user {ALICE})" in log
+    assert "not-alices-password" not in log
+
+
+def _frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
+    client = b"probe"
+    header = struct.pack(">hhih", api_key, version, correlation_id, len(client)) + client
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def test_a_client_without_sasl_gets_nothing_and_is_disconnected(
+    sasl_ssl_node: str, certs: Certs
+) -> None:
+    """TLS is fine, but a Metadata request before SASL closes the connection unanswered."""
+    host, port = sasl_ssl_node.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(certs.ca))
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as sock,
+    ):
+        sock.sendall(_frame(3, 1, 7, struct.pack(">i", -1)))  # Metadata v1, all topics
+        assert sock.recv(4096) == b""  # closed, nothing answered
+
+
+def test_a_plaintext_client_on_the_sasl_ssl_port_gets_nothing(sasl_ssl_node: str) -> None:
+    """Kafka bytes in the clear are not a TLS ClientHello: at most a TLS alert comes back,
+    never a Kafka answer."""
+    host, port = sasl_ssl_node.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(_frame(18, 0, 1, b""))  # ApiVersions v0, in the clear
+        data = sock.recv(4096)
+    assert data == b"" or data[0] == TLS_ALERT_RECORD, data[:16]
+
+
+def test_kafka_python_produces_and_consumes_over_sasl_ssl_scram(
+    sasl_ssl_node: str, certs: Certs
+) -> None:
+    import kafka
+
+    topic = f"kp-{uuid.uuid4().hex[:8]}"
+    conf = {
+        "bootstrap_servers": sasl_ssl_node,
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": ALICE,
+        "sasl_plain_password": ALICE_PASSWORD,
+        "ssl_cafile": str(certs.ca),
+    }
+    producer = kafka.KafkaProducer(acks="all", **conf)
+    for i in range(10):
+        producer.send(topic, f"kp-{i}".encode())
+    producer.flush(30)
+    producer.close()
+    consumer = kafka.KafkaConsumer(
+        topic, auto_offset_reset="earliest", consumer_timeout_ms=20000, **conf
+    )
+    values = []
+    for message in consumer:
+        values.append(message.value)
+        if len(values) == 10:
+            break
+    consumer.close()
+    assert values == [f"kp-{i}".encode() for i in range(10)]
+
+
+def test_kafka_python_with_a_wrong_password_is_refused(
+    sasl_ssl_node: str, certs: Certs, caplog: pytest.LogCaptureFixture
+) -> None:
+    import kafka
+    import kafka.errors
+
+    with pytest.raises(kafka.errors.KafkaTimeoutError, match="Unable to bootstrap"):
+        kafka.KafkaAdminClient(
+            bootstrap_servers=sasl_ssl_node,
+            security_protocol="SASL_SSL",
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_plain_username=ALICE,
+            sasl_plain_password="guess",
+            ssl_cafile=str(certs.ca),
+        )
+    assert "[Error 58] SaslAuthenticationFailedError" in caplog.text
+
+
+@pytest.fixture(scope="module")
+def mtls_node(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[str]:
+    """SSL listeners (client and controller) with ssl.client.auth=required, PEM keystores,
+    and a principal mapping rule that takes the CN."""
+    root = tmp_path_factory.mktemp("mtls")
+    broker_port, controller_port = free_port(), free_port()
+    identity = certs.identity("mtls-node1", ips=(HOST,), cn="node1")
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
+        "listeners": f"SSL://{HOST}:{broker_port},CONTROLLER://{HOST}:{controller_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "SSL",
+        "listener.security.protocol.map": "SSL:SSL,CONTROLLER:SSL",
+        "offsets.topic.replication.factor": "1",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(identity.keystore_pem),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(certs.ca),
+        "ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),O=kraft-py$/$1/L,DEFAULT",
+    }
+    procs = Processes(root, {1: props})
+    try:
+        procs.start(1)
+        wait_until(lambda: port_open(HOST, broker_port), "the SSL listener opens")
+        yield f"{HOST}:{broker_port}"
+    finally:
+        procs.cleanup()
+
+
+def test_confluent_kafka_with_a_client_certificate_produces_and_consumes(
+    mtls_node: str, certs: Certs
+) -> None:
+    client = certs.identity("client-alice", cn="Alice")
+    conf = {
+        "bootstrap.servers": mtls_node,
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(certs.ca),
+        "ssl.certificate.location": str(client.cert_pem),
+        "ssl.key.location": str(client.key_pem),
+    }
+    topic = f"mtls-{uuid.uuid4().hex[:8]}"
+    assert _produce_consume(conf, topic, 5) == [f"value-{i}".encode() for i in range(5)]
+
+
+def _answer_over_tls(address: str, context: ssl.SSLContext) -> bytes:
+    """What an ApiVersions request over TLS gets back: b"" when the handshake or the
+    connection is refused (TLS 1.3 reports a refused client certificate on the first
+    read)."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        try:
+            with context.wrap_socket(raw, server_hostname=host) as sock:
+                sock.sendall(_frame(18, 0, 1, b""))
+                return sock.recv(4096)
+        except (ssl.SSLError, ConnectionResetError):
+            return b""
+
+
+def test_a_client_without_a_certificate_gets_nothing(mtls_node: str, certs: Certs) -> None:
+    context = ssl.create_default_context(cafile=str(certs.ca))
+    assert _answer_over_tls(mtls_node, context) == b""
+    # The same request with a certificate is answered: the refusal was the certificate's.
+    client = certs.identity("client-probe", cn="probe")
+    context.load_cert_chain(str(client.cert_pem), str(client.key_pem))
+    assert _answer_over_tls(mtls_node, context)[4:8] == struct.pack(">i", 1)
+
+
+def test_confluent_kafka_without_a_certificate_sees_no_topic(mtls_node: str, certs: Certs) -> None:
+    errors: list[KafkaError] = []
+    admin = AdminClient(
+        {
+            "bootstrap.servers": mtls_node,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(certs.ca),
+            "error_cb": errors.append,
+        }
+    )
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=5)
