@@ -422,6 +422,14 @@ def _client(
             f"{mechanism_key}: SASL mechanism {mechanism}{default} is not implemented; "
             f"kraft-py has {', '.join(sorted(IMPLEMENTED_MECHANISMS)) or 'none yet'}"
         )
+    if mechanism_key == _CONTROLLER_MECHANISM_KEY and mechanism in SCRAM_MECHANISMS:
+        # As Kafka: SCRAM credentials live in the metadata log, which the controllers can
+        # only read once they reach each other; their listener needs PLAIN or mutual TLS.
+        raise SecurityConfigError(
+            f"{mechanism_key}: {mechanism} cannot log in to the controllers (its credentials "
+            "are in the metadata log the controllers serve); use PLAIN or SSL client "
+            "certificates on the controller listener"
+        )
     if mechanism not in listener.mechanisms:
         raise SecurityConfigError(
             f"{mechanism_key}: {mechanism} is not enabled on listener {listener.name} "

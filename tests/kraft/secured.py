@@ -151,13 +151,20 @@ class ScramFormat(KraftServer):
 
 
 def sasl_ssl_props(identity: Identity, certs: Certs, listeners: list[str]) -> dict[str, str]:
-    """Every listener in ``listeners`` as SASL_SSL with SCRAM-SHA-512, the node logging in
-    to its peers as ADMIN; a PKCS12 keystore and truststore."""
+    """Every listener in ``listeners`` as SASL_SSL, the node logging in to its peers as
+    ADMIN: SCRAM-SHA-512, but PLAIN on the CONTROLLER listener (SCRAM credentials are in the
+    metadata log the controllers serve, so Kafka's controllers take PLAIN or mTLS); a PKCS12
+    keystore and truststore."""
     props = {
         "listener.security.protocol.map": ",".join(f"{name}:SASL_SSL" for name in listeners),
         "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{ADMIN}" password="{ADMIN_PASSWORD}" user_{ADMIN}="{ADMIN_PASSWORD}";'
+        ),
         "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
-        "sasl.mechanism.controller.protocol": "SCRAM-SHA-512",
+        "sasl.mechanism.controller.protocol": "PLAIN",
         "ssl.keystore.type": "PKCS12",
         "ssl.keystore.location": str(identity.keystore_p12),
         "ssl.keystore.password": STORE_PASSWORD,
@@ -166,6 +173,8 @@ def sasl_ssl_props(identity: Identity, certs: Certs, listeners: list[str]) -> di
         "ssl.truststore.password": STORE_PASSWORD,
     }
     for name in listeners:
+        if name == "CONTROLLER":
+            continue
         props[f"listener.name.{name.lower()}.scram-sha-512.sasl.jaas.config"] = scram_jaas(
             ADMIN, ADMIN_PASSWORD
         )

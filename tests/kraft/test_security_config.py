@@ -243,3 +243,21 @@ def test_a_kafka_sasl_ssl_config_with_an_authorizer_is_one_line_and_a_failed_sta
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert "authorizer.class.name" in result.stderr
     assert "Serving" not in result.stderr + result.stdout
+
+
+def test_scram_cannot_be_the_controllers_mechanism() -> None:
+    """As in Kafka: SCRAM credentials are in the metadata log, which the controllers serve
+    only once they reach each other."""
+    with pytest.raises(ConfigError, match="SCRAM-SHA-512 cannot log in to the controllers"):
+        config_from_properties(
+            {
+                **BASE,
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "sasl.mechanism.controller.protocol": "SCRAM-SHA-512",
+                "listener.name.controller.scram-sha-512.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                    'username="a" password="b";'
+                ),
+            }
+        )
