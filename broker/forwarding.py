@@ -13,7 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.controller import reassignment
+from metadata.controller import reassignment, scram
 from protocol.entities import make, response_module
 
 CREATE_TOPICS = 19
@@ -25,6 +25,7 @@ INCREMENTAL_ALTER_CONFIGS = 44
 ALTER_PARTITION_REASSIGNMENTS = reassignment.ALTER_PARTITION_REASSIGNMENTS
 LIST_PARTITION_REASSIGNMENTS = reassignment.LIST_PARTITION_REASSIGNMENTS
 UPDATE_FEATURES = 57
+ALTER_USER_SCRAM_CREDENTIALS = scram.ALTER_USER_SCRAM_CREDENTIALS
 FORWARDED_APIS = frozenset(
     {
         CREATE_TOPICS,
@@ -36,6 +37,7 @@ FORWARDED_APIS = frozenset(
         ALTER_PARTITION_REASSIGNMENTS,
         LIST_PARTITION_REASSIGNMENTS,
         UPDATE_FEATURES,
+        ALTER_USER_SCRAM_CREDENTIALS,
     }
 )
 
@@ -101,4 +103,6 @@ def forwarded_error_response(request: object, error_code: int, message: str | No
             for u in body.feature_updates
         )
         return make(module.UpdateFeaturesResponse, error | {"results": results})
+    if api_key == ALTER_USER_SCRAM_CREDENTIALS:
+        return scram.refuse_alter(module, body, ErrorCode(error_code), message)
     raise ValueError(f"api {api_key} is not forwarded to the controller")

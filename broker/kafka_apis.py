@@ -44,6 +44,10 @@ from broker.lifecycle import SUPPORTED_FEATURES
 from broker.network import api_versions_response
 from broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
+from metadata.controller.scram import (
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
+    describe_user_scram_credentials,
+)
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
 from protocol import wire
@@ -76,6 +80,8 @@ class KafkaApis:
         forwarding.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
         forwarding.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         forwarding.UPDATE_FEATURES: (0, 1),
+        forwarding.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+        DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
         DESCRIBE_CLUSTER: (0, 1),
         DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     }
@@ -175,6 +181,8 @@ class KafkaApis:
             return describe_configs_response(image, body, self.node_id)
         if api_key == DESCRIBE_TOPIC_PARTITIONS:
             return describe_topic_partitions_response(image, body, self.listener_name)
+        if api_key == DESCRIBE_USER_SCRAM_CREDENTIALS:
+            return describe_user_scram_credentials(image, body, header.api_version)
         return None  # not served here: Kafka closes the connection
 
     def _auto_create(self, image: MetadataImage, request: Any) -> frozenset[str]:

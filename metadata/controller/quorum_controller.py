@@ -62,6 +62,7 @@ from metadata.controller.reassignment import (
     list_partition_reassignments,
 )
 from metadata.controller.refusals import refusal
+from metadata.controller.scram import ALTER_USER_SCRAM_CREDENTIALS, alter_user_scram_credentials
 from metadata.controller.topics import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -130,6 +131,7 @@ class QuorumController:
         UNREGISTER_BROKER: (0, 0),
         ALLOCATE_PRODUCER_IDS: (0, 0),
         UPDATE_FEATURES: (0, 1),
+        ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     }
 
     def __init__(
@@ -162,6 +164,7 @@ class QuorumController:
             UNREGISTER_BROKER: self._unregister,
             ALLOCATE_PRODUCER_IDS: allocate_producer_ids,
             UPDATE_FEATURES: update_features,
+            ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
         }
         assert self._handlers.keys() == self.SUPPORTED_APIS.keys()
         self._active = False

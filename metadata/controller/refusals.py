@@ -22,6 +22,7 @@ from metadata.controller.reassignment import (
     LIST_PARTITION_REASSIGNMENTS,
     error_response,
 )
+from metadata.controller.scram import ALTER_USER_SCRAM_CREDENTIALS, refuse_alter
 from metadata.controller.topics import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from protocol.entities import has_field, make, response_module
 
@@ -133,4 +134,5 @@ _REFUSALS: dict[int, Refusal] = {
     BROKER_HEARTBEAT: _top_level("BrokerHeartbeatResponse"),
     UNREGISTER_BROKER: _top_level("UnregisterBrokerResponse"),
     UPDATE_FEATURES: _update_features,
+    ALTER_USER_SCRAM_CREDENTIALS: refuse_alter,
 }

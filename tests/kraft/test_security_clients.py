@@ -291,3 +291,40 @@ def test_confluent_kafka_without_a_certificate_sees_no_topic(mtls_node: str, cer
     )
     with pytest.raises(KafkaException):
         admin.list_topics(timeout=5)
+
+
+def test_users_are_created_described_and_deleted_through_the_admin_api(
+    sasl_ssl_node: str, certs: Certs
+) -> None:
+    """AlterUserScramCredentials (forwarded to the controller) and
+    DescribeUserScramCredentials, as kafka-configs --entity-type users uses them: a new user
+    can log in at once; deleted, it cannot."""
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient(_sasl_conf(sasl_ssl_node, certs))
+    user = f"bob-{uuid.uuid4().hex[:6]}"
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    upsert = UserScramCredentialUpsertion(user, info, b"bob-secret")
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(30)
+    described = admin.describe_user_scram_credentials([user])[user].result(30)
+    [credential] = described.scram_credential_infos
+    assert (credential.mechanism, credential.iterations) == (ScramMechanism.SCRAM_SHA_512, 8192)
+    bob = {**_sasl_conf(sasl_ssl_node, certs), "sasl.username": user, "sasl.password": "bob-secret"}
+    assert AdminClient(bob).list_topics(timeout=10).brokers
+    too_few = UserScramCredentialUpsertion(
+        "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 100), b"x"
+    )
+    with pytest.raises(KafkaException, match="Iterations must be >= 4096"):
+        admin.alter_user_scram_credentials([too_few])["carol"].result(30)
+    delete = UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)
+    admin.alter_user_scram_credentials([delete])[user].result(30)
+    with pytest.raises(KafkaException, match="does not exist"):
+        admin.describe_user_scram_credentials([user])[user].result(30)
+    with pytest.raises(KafkaException):
+        AdminClient(bob).list_topics(timeout=5)
