@@ -328,3 +328,52 @@ def test_users_are_created_described_and_deleted_through_the_admin_api(
         admin.describe_user_scram_credentials([user])[user].result(30)
     with pytest.raises(KafkaException):
         AdminClient(bob).list_topics(timeout=5)
+
+
+def test_aiokafka_produces_and_consumes_over_sasl_ssl_scram(
+    sasl_ssl_node: str, certs: Certs
+) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.errors import KafkaConnectionError
+    from aiokafka.helpers import create_ssl_context
+
+    topic = f"aio-{uuid.uuid4().hex[:8]}"
+
+    def conf(password: str) -> dict:
+        return {
+            "bootstrap_servers": sasl_ssl_node,
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": ALICE,
+            "sasl_plain_password": password,
+            "ssl_context": create_ssl_context(cafile=str(certs.ca)),
+        }
+
+    async def scenario() -> list[bytes]:
+        producer = AIOKafkaProducer(acks="all", **conf(ALICE_PASSWORD))
+        await producer.start()
+        try:
+            for i in range(10):
+                await producer.send_and_wait(topic, f"aio-{i}".encode())
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **conf(ALICE_PASSWORD))
+        await consumer.start()
+        values: list[bytes] = []
+        try:
+            async with asyncio.timeout(30):
+                async for message in consumer:
+                    values.append(message.value)
+                    if len(values) == 10:
+                        break
+        finally:
+            await consumer.stop()
+        wrong = AIOKafkaProducer(**conf("not-it"))
+        with pytest.raises(KafkaConnectionError):
+            await wrong.start()
+        await wrong.stop()
+        return values
+
+    assert asyncio.run(scenario()) == [f"aio-{i}".encode() for i in range(10)]
