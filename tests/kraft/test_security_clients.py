@@ -7,13 +7,17 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from tests import kafka_tools as tools
+from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
 from tests.kraft.procs import Processes, free_port, port_open, wait_until
 from tests.kraft.secured import (
     ADD_SCRAM,
@@ -377,3 +381,49 @@ def test_aiokafka_produces_and_consumes_over_sasl_ssl_scram(
         return values
 
     assert asyncio.run(scenario()) == [f"aio-{i}".encode() for i in range(10)]
+
+
+def _java_client_config(path: Path, certs: Certs, password: str) -> Path:
+    path.write_text(
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{ALICE}" password="{password}";\n'
+        "ssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={certs.ca}\n"
+    )
+    return path
+
+
+@pytest.mark.usefixtures("kafka_tools")
+def test_the_java_client_through_kafkas_cli_tools_over_sasl_ssl(
+    sasl_ssl_node: str, certs: Certs, tmp_path: Path
+) -> None:
+    """kafka-topics --command-config, the console producer and consumer: Kafka's own Java
+    client logs in with SCRAM-SHA-512 over TLS; with a wrong password kafka-topics fails."""
+    good = _java_client_config(tmp_path / "alice.properties", certs, ALICE_PASSWORD)
+    topic = f"java-{uuid.uuid4().hex[:8]}"
+    common = ("--bootstrap-server", sasl_ssl_node)
+    tools.run("topics", *common, "--command-config", str(good), "--create", "--topic", topic,
+              "--partitions", "1", "--replication-factor", "1")  # fmt: skip
+    listed = tools.run("topics", *common, "--command-config", str(good), "--list")
+    assert topic in listed.stdout.split()
+    producer = subprocess.run(
+        ["bash", str(tools.SCRIPT), "console-producer", *common, "--topic", topic,
+         "--producer.config", str(good)],
+        input="".join(f"java-{i}\n" for i in range(5)), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert producer.returncode == 0, producer.stderr
+    consumed = tools.run("console-consumer", *common, "--topic", topic, "--from-beginning",
+                         "--max-messages", "5", "--consumer.config", str(good))  # fmt: skip
+    assert consumed.stdout.split() == [f"java-{i}" for i in range(5)]
+    bad = _java_client_config(tmp_path / "wrong.properties", certs, "not-alices")
+    refused = tools.run("topics", *common, "--command-config", str(bad), "--list",
+                        check=False, timeout=120)  # fmt: skip
+    assert refused.returncode != 0
+    assert (
+        "Authentication failed during authentication due to invalid credentials with SASL "
+        "mechanism SCRAM-SHA-512" in refused.stdout
+    )
+    assert topic not in refused.stdout
