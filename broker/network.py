@@ -152,10 +152,13 @@ async def serve_connection(
     *,
     limits: NetworkLimits | None = None,
     budget: RequestBytesBudget | None = None,
+    frame_limit: Callable[[], int] | None = None,
 ) -> None:
     """Answer one connection's requests in order until it closes, idles out or sends what we
     cannot serve; ``handle`` returns the response entity, None to close the connection, or
-    NO_RESPONSE to read the next request without answering this one."""
+    NO_RESPONSE to read the next request without answering this one. ``frame_limit``, when
+    given, is the largest frame accepted now, instead of socket.request.max.bytes (a SASL
+    listener takes only small frames before the client has logged in)."""
     peer = writer.get_extra_info("peername")
     CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "/")
     limits = limits or NetworkLimits()
@@ -163,8 +166,14 @@ async def serve_connection(
     try:
         while True:
             (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-            if size < 0 or size > limits.socket_request_max_bytes:
-                raise _FrameTooLarge(size)
+            largest = limits.socket_request_max_bytes if frame_limit is None else frame_limit()
+            if size < 0 or size > largest:
+                name = (
+                    "socket.request.max.bytes"
+                    if largest == limits.socket_request_max_bytes
+                    else "sasl.server.max.receive.size"
+                )
+                raise _FrameTooLarge(size, name, largest)
             if budget is not None:
                 await budget.acquire(size)
             try:
@@ -180,11 +189,10 @@ async def serve_connection(
             f"frame-size/{limits.listener}",
             logging.WARNING,
             "[SocketServer listener=%s] Closing connection from %s: request size %d is "
-            "outside [0, socket.request.max.bytes %d]",
+            "outside [0, %s %d]",
             limits.listener,
             _peer(writer),
-            error.args[0],
-            limits.socket_request_max_bytes,
+            *error.args,
         )
     except (OSError, asyncio.IncompleteReadError, wire.FrameError, _Close):
         return  # the peer went away, idled out, or sent an unreadable frame

@@ -18,7 +18,8 @@ import asyncio
 import contextvars
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from broker.network import CLIENT_HOST, CloseAfter, Handler
@@ -43,14 +44,27 @@ def served_apis(
     return {**supported, **SASL_APIS} if listener.protocol.uses_sasl else dict(supported)
 
 
+@dataclass(frozen=True, slots=True)
+class Authenticated:
+    """A connection's handler behind its authentication, and the largest frame it takes
+    now (None: socket.request.max.bytes)."""
+
+    handle: Handler
+    frame_limit: Callable[[], int] | None = None
+
+
 def authenticating(
     handle: Handler,
     listener: ListenerSecurity,
     writer: asyncio.StreamWriter,
     scram: ScramLookup,
-) -> Handler | None:
+    max_request_bytes: int,
+) -> Authenticated | None:
     """``handle`` behind this connection's authentication; None when the connection must be
-    closed before any request (a client certificate no mapping rule accepts)."""
+    closed before any request (a client certificate no mapping rule accepts). Before a SASL
+    login, frames above ``listener.sasl_max_receive_bytes`` (Kafka's
+    sasl.server.max.receive.size) close the connection unread, so a stranger cannot make the
+    broker buffer socket.request.max.bytes."""
     loop = asyncio.get_running_loop()
     if listener.protocol.uses_tls:
         assert listener.tls is not None
@@ -64,14 +78,19 @@ def authenticating(
                 logging.INFO,
                 "[SocketServer listener=%s] Closing connection from %s: %s",
                 listener.name,
-                CLIENT_HOST.get(),
+                writer.get_extra_info("peername"),
                 error,
             )
             return None
         PRINCIPAL.set(principal)
     if not listener.protocol.uses_sasl:
-        return handle
+        return Authenticated(handle)
     server = SaslServer(listener, scram)
+
+    def frame_limit() -> int:
+        if server.authenticated:
+            return max_request_bytes
+        return min(listener.sasl_max_receive_bytes, max_request_bytes)
 
     async def handle_authenticated(header: wire.RequestHeader, request: object) -> object | None:
         outcome = server.receive(header, request, int(loop.time() * 1000))
@@ -98,7 +117,7 @@ def authenticating(
         await asyncio.sleep(listener.failed_authentication_delay_ms / 1000)
         return CloseAfter(outcome.response)
 
-    return handle_authenticated
+    return Authenticated(handle_authenticated, frame_limit)
 
 
 def _with_sasl_apis(response: Any, version: int) -> object:

@@ -41,7 +41,7 @@ from broker.network import (
 )
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
-from broker.security import authenticating, served_apis
+from broker.security import Authenticated, authenticating, served_apis
 from kraft.bootstrap import read_bootstrap
 from kraft.config import ServerConfig
 from kraft.storage import metadata_directory_id
@@ -459,12 +459,12 @@ class KraftNode:
 
     def _secured(
         self, listener: str, handle: Any, supported: dict[int, tuple[int, int]], writer: Any
-    ) -> tuple[Any, dict[int, tuple[int, int]]]:
+    ) -> tuple[Authenticated | None, dict[int, tuple[int, int]]]:
         security = self.security.listeners[listener]
-        return (
-            authenticating(handle, security, writer, self.scram_credential),
-            served_apis(security, supported),
+        authenticated = authenticating(
+            handle, security, writer, self.scram_credential, self.config.socket_request_max_bytes
         )
+        return authenticated, served_apis(security, supported)
 
     def _limits(self, listener: str) -> NetworkLimits:
         config = self.config
@@ -479,19 +479,20 @@ class KraftNode:
     ) -> None:
         name = self.config.controller_endpoint().name
         with self._tracked(writer):
-            handle, supported = self._secured(
+            authenticated, supported = self._secured(
                 name, self._handle_controller, self._controller_apis(), writer
             )
-            if handle is None:
+            if authenticated is None:
                 writer.transport.abort()
                 return
             await serve_connection(
                 reader,
                 writer,
-                handle,
+                authenticated.handle,
                 supported,
                 limits=self._limits(name),
                 budget=self._budgets["controller"],
+                frame_limit=authenticated.frame_limit,
             )
 
     async def _handle_controller(self, header: wire.RequestHeader, request: object) -> object:
@@ -517,19 +518,20 @@ class KraftNode:
         writer: asyncio.StreamWriter,
     ) -> None:
         with self._tracked(writer):
-            handle, supported = self._secured(
+            authenticated, supported = self._secured(
                 limits.listener, apis.handle, apis.supported_apis, writer
             )
-            if handle is None:
+            if authenticated is None:
                 writer.transport.abort()
                 return
             await serve_connection(
                 reader,
                 writer,
-                handle,
+                authenticated.handle,
                 supported,
                 limits=limits,
                 budget=self._budgets["broker"],
+                frame_limit=authenticated.frame_limit,
             )
 
     @contextlib.contextmanager

@@ -61,6 +61,7 @@ SASL_KEYS = frozenset(
         "sasl.enabled.mechanisms",
         "sasl.mechanism.inter.broker.protocol",
         "sasl.mechanism.controller.protocol",
+        "sasl.server.max.receive.size",
     }
 )
 OTHER_KEYS = frozenset(
@@ -300,6 +301,7 @@ def _listener(
         plain_users,
         max_reauth_ms=_listener_int(props, name, "connections.max.reauth.ms", reauth_ms),
         failed_authentication_delay_ms=delay_ms,
+        sasl_max_receive_bytes=_int(props, "sasl.server.max.receive.size", 524_288),
     )
 
 

@@ -96,6 +96,8 @@ class ListenerSecurity:
     # connection.failed.authentication.delay.ms.
     max_reauth_ms: int = 0
     failed_authentication_delay_ms: int = 100
+    # sasl.server.max.receive.size: the largest frame taken before the SASL login.
+    sasl_max_receive_bytes: int = 524_288
 
 
 @dataclass(frozen=True, slots=True)

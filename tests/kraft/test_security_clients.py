@@ -154,6 +154,27 @@ def test_a_client_without_sasl_gets_nothing_and_is_disconnected(
         assert sock.recv(4096) == b""  # closed, nothing answered
 
 
+def test_a_big_frame_before_the_login_is_refused_unread_and_allowed_after_it(
+    sasl_ssl_node: str, certs: Certs
+) -> None:
+    """sasl.server.max.receive.size (512 KiB): a stranger cannot make the broker buffer
+    socket.request.max.bytes; a logged-in producer still sends a 700 KB record."""
+    host, port = sasl_ssl_node.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(certs.ca))
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as sock,
+    ):
+        sock.sendall(struct.pack(">i", 1_000_000) + b"\x00" * 1000)
+        assert sock.recv(4096) == b""
+    topic = f"big-{uuid.uuid4().hex[:8]}"
+    producer = Producer({**_sasl_conf(sasl_ssl_node, certs), "message.max.bytes": 2_000_000})
+    delivered: list[object] = []
+    producer.produce(topic, b"x" * 700_000, on_delivery=lambda e, m: delivered.append(e))
+    assert producer.flush(30) == 0
+    assert delivered == [None]
+
+
 def test_a_plaintext_client_on_the_sasl_ssl_port_gets_nothing(sasl_ssl_node: str) -> None:
     """Kafka bytes in the clear are not a TLS ClientHello: at most a TLS alert comes back,
     never a Kafka answer."""
