@@ -7,6 +7,8 @@ import base64
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from kraft.scram_args import ScramArgumentError, parse_add_scram
@@ -249,3 +251,33 @@ def test_jaas_values_keep_quotes_escapes_and_bare_words() -> None:
     )
     assert jaas.login_module == "org.apache.kafka.common.security.plain.PlainLoginModule"
     assert dict(jaas.options) == {"username": "a b", "password": 'p"q', "user_x": "plain"}
+
+
+_HANDSHAKE: Any = request_module(SASL_HANDSHAKE_KEY, 1)
+_AUTHENTICATE: Any = request_module(SASL_AUTHENTICATE_KEY, 2)
+_steps = st.one_of(
+    st.builds(
+        lambda m: make(_HANDSHAKE.SaslHandshakeRequest, {"mechanism": m}),
+        st.sampled_from(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", ""]) | st.text(),
+    ),
+    st.builds(
+        lambda t: make(_AUTHENTICATE.SaslAuthenticateRequest, {"auth_bytes": t}),
+        st.binary(max_size=200)
+        | st.sampled_from([b"n,,n=alice,r=abc", b"\x00carol\x00", b"c=biws,r=abc,p=AAAA"]),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_steps, max_size=8))
+def test_hostile_exchanges_never_crash_and_never_log_in(steps: list[Any]) -> None:
+    """Any sequence of handshakes and tokens from a client that knows no password: every
+    step gets a verdict (no exception), nothing authenticates, and once a verdict closes
+    the connection the state machine is not consulted again."""
+    server = SaslServer(_listener(), _lookup)
+    for request in steps:
+        outcome = server.receive(_header(request), request, 0)
+        assert outcome.verdict in (Verdict.ANSWER, Verdict.FAIL, Verdict.CLOSE)
+        if outcome.verdict is not Verdict.ANSWER:
+            break
+    assert server.session is None
