@@ -88,9 +88,13 @@ async def _call(
     await writer.drain()
     try:
         frame = await wire.read_frame(reader)
+        answered, response = wire.decode_response(api_key, version, frame)
     except asyncio.IncompleteReadError:
         raise SaslError("the server closed the connection during the SASL login") from None
-    answered, response = wire.decode_response(api_key, version, frame)
+    except (wire.FrameError, ValueError) as error:
+        # An OSError like every other failed connect: the callers retry those, and an
+        # exception of another kind would end a raft peer's connection loop for good.
+        raise SaslError(f"an unreadable answer during the SASL login: {error}") from None
     if answered != correlation_id:
         raise SaslError(f"the SASL login got an answer to correlation id {answered}")
     return response
