@@ -41,7 +41,7 @@ async def _against(answer: bytes) -> None:
         # A well-formed SaslHandshake v1 answer to another correlation id.
         (struct.pack(">iihi", 10, 5, 0, 0), "correlation id 5"),
         # UNSUPPORTED_SASL_MECHANISM (33) with no mechanisms offered.
-        (struct.pack(">iihi", 10, -1001, 33, 0), "SaslHandshake for PLAIN failed"),
+        (struct.pack(">iihi", 10, -1000, 33, 0), "SaslHandshake for PLAIN failed"),
     ],
 )
 def test_a_misbehaving_server_is_a_sasl_error(answer: bytes, message: str) -> None:
