@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -128,10 +128,9 @@ class SaslServer:
             )
             return Outcome(Verdict.FAIL, response, "a second SaslHandshake mid-exchange")
         mechanism = str(getattr(request, "mechanism", ""))
-        reauthenticating = self.session is not None
-        if mechanism not in enabled or (
-            reauthenticating and self.session is not None and mechanism != self.session.mechanism
-        ):
+        # KIP-368: a re-authentication keeps the mechanism it started with.
+        session = self.session
+        if mechanism not in enabled or (session is not None and mechanism != session.mechanism):
             response = make(
                 module.SaslHandshakeResponse,
                 {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": enabled},
@@ -254,7 +253,7 @@ class _Failure:
     reason: str
 
 
-def _check_plain(token: bytes, users: dict[str, str] | Any) -> str | _Failure:
+def _check_plain(token: bytes, users: Mapping[str, str]) -> str | _Failure:
     """RFC 4616: ``[authzid] NUL authcid NUL passwd``; the authzid may only repeat the
     authcid (Kafka's PlainSaslServer)."""
     parts = token.split(b"\x00")
