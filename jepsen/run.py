@@ -34,6 +34,7 @@ from jepsen.netns import NetnsBackend
 from jepsen.servers import KRAFT_PY, ApacheKafka, NodeProgram
 from jepsen.watch import LeaderWatch
 from jepsen.workload import LOG_LEVEL, Workload
+from sim.progress import wait_showing_progress
 from sim.run import RunConfig
 from sim.scenarios.kafka import (
     CONSUMERS,
@@ -226,7 +227,9 @@ def run(options: RunOptions) -> RunReport:
             nemesis = Nemesis(cluster, backend, recorder, watch, options.nemeses, options.seed)
             stops.append(nemesis.stop)
             faulting = _thread(nemesis.run)
-            time.sleep(options.time_limit_s)
+            wait_showing_progress(
+                options.time_limit_s, f"kraft-jepsen {run_id}", lambda: recorder.count
+            )
             nemesis.stop.set()
             faulting.join()
             nemesis.heal()

@@ -42,6 +42,20 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("files", nargs="+")
     dump.add_argument("--print-records", action="store_true")
     dump.add_argument("--index-sanity-check", action="store_true")
+    shell = sub.add_parser(
+        "metadata-shell", help="browse the metadata image of a log directory or a snapshot"
+    )
+    shell.add_argument(
+        "--snapshot",
+        "--directory",
+        dest="source",
+        required=True,
+        metavar="PATH",
+        help="a __cluster_metadata-0 directory or one .checkpoint snapshot file",
+    )
+    shell.add_argument(
+        "shell_command", nargs=argparse.REMAINDER, metavar="COMMAND", help="one command, e.g. ls /"
+    )
     return parser
 
 
@@ -103,6 +117,10 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "describe-quorum":
         return _describe_quorum(args.bootstrap_controller, args.replication)
+    if args.command == "metadata-shell":
+        from kraft.metadata_shell import main as shell_main
+
+        return shell_main(args.source, args.shell_command, sys.stdin, sys.stdout, sys.stderr)
     if args.command == "dump-log":
         from log.dump import dump_files
 

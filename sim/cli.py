@@ -10,11 +10,14 @@ import argparse
 import importlib.util
 import logging
 import os
+import shutil
+import subprocess
 import sys
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from sim.nemesis import parse_faults
 from sim.run import CRASHED, OUTCOMES, RunConfig, RunResult
@@ -113,6 +116,13 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seeds", type=_seeds, required=True, help="A-B, inclusive")
     sweep.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     sweep.add_argument("--quiet", action="store_true", help="print only failing seeds")
+    sweep.add_argument(
+        "--keep",
+        metavar="DIR",
+        default="sim-failures",
+        help="where the JSON-lines trace of every failing run, and of its replay when the "
+        "digests differ, is kept (default ./sim-failures)",
+    )
 
     sub.add_parser("bugs", help="list the planted bugs of every scenario")
     return parser
@@ -161,6 +171,13 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
     )
 
 
+def _quiet_logging() -> None:
+    """Node code logs recoveries and disk failures; in a simulation the trace records what
+    matters, so only errors reach the terminal. ``run`` and every sweep worker set up logging
+    the same way, so a seed's run differs between the two in nothing but its process."""
+    logging.basicConfig(level=logging.ERROR, force=True)
+
+
 def run_config(config: RunConfig) -> RunResult:
     """Run one configuration (also the unit of work a sweep sends to a worker process). The
     simulator itself raising is a crashed run of that seed, not the end of the sweep."""
@@ -189,24 +206,101 @@ def _report(result: RunResult) -> str:
     return f"{result.summary()}\n{result.detail.rstrip()}"
 
 
+def _sweep_worker(config: RunConfig) -> RunResult:
+    """A sweep's unit of work: the run, with its JSON-lines trace written beside it so a
+    failing run's trace survives whatever happens next (the file of a passing run is
+    deleted)."""
+    _quiet_logging()
+    result = run_config(config)
+    if result.ok and config.trace_path is not None:
+        Path(config.trace_path).unlink(missing_ok=True)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """A failing seed of a sweep run again alone, as ``kraft-sim run --seed N`` would."""
+
+    seed: int
+    digest: str
+    replays: bool
+
+    def line(self) -> str:
+        return f"seed={self.seed} replays={'yes' if self.replays else 'no'} digest={self.digest}"
+
+
+def run_argv(args: argparse.Namespace, seed: int) -> list[str]:
+    """The ``kraft-sim run`` arguments that replay ``seed`` of the sweep ``args`` (every
+    option of the sweep that shapes a run, none of those that shape only the sweep)."""
+    argv = ["run", "--scenario", args.scenario, "--seed", str(seed)]
+    for name in ("nodes", "voters", "observers", "controllers", "brokers", "partitions", "rf"):
+        value = getattr(args, name)
+        if value is not None:
+            argv += [f"--{name}", str(value)]
+    argv += ["--acks", args.acks, "--duration", repr(args.duration), "--faults", args.faults]
+    if args.bug is not None:
+        argv += ["--bug", args.bug]
+    for flag in ("idempotent", "compact", "reassign", "allow_unknown"):
+        if getattr(args, flag):
+            argv.append("--" + flag.replace("_", "-"))
+    return argv
+
+
+def replay(args: argparse.Namespace, result: RunResult, keep: Path) -> Replay:
+    """Run a failing seed again in a fresh ``kraft-sim run`` process and compare digests.
+    When they differ, the replay's trace is kept beside the sweep's: the first line where the
+    two files differ is where the hidden input entered."""
+    trace = keep / f"seed-{result.seed}.replay.jsonl"
+    argv = [sys.executable, "-m", "sim.cli", *run_argv(args, result.seed), "--trace-jsonl"]
+    env = {**os.environ, "PYTHONHASHSEED": _HASH_SEED}
+    done = subprocess.run([*argv, str(trace)], capture_output=True, text=True, env=env)
+    digest = "-"
+    for word in done.stdout.split():
+        if word.startswith("digest="):
+            digest = word.removeprefix("digest=")
+    replays = digest == result.digest
+    if replays:
+        trace.unlink(missing_ok=True)
+    return Replay(result.seed, digest, replays)
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
+    keep = Path(args.keep)
+    staging = keep / f".running-{os.getpid()}"
+    staging.mkdir(parents=True, exist_ok=True)
     results: list[RunResult] = []
-    configs = [_config(args, seed) for seed in args.seeds]
-    with (
-        # One fresh process per seed, as `kraft-sim run` has: a run must not depend on what
-        # earlier runs left in the interpreter (heap layout, caches), or a failing seed of
-        # a sweep might not replay on its own.
-        ProcessPoolExecutor(max_workers=max(1, args.jobs), max_tasks_per_child=1) as pool,
-        Progress(transient=True, disable=not sys.stderr.isatty()) as progress,
-    ):
-        bar = progress.add_task(f"{args.scenario} seeds", total=len(configs))
-        for result in pool.map(run_config, configs):
-            progress.advance(bar)
-            results.append(result)
-            if not args.quiet or not result.ok:
-                progress.console.print(_report(result), highlight=False, soft_wrap=True)
+    configs = [
+        replace(_config(args, seed), trace_path=str(staging / f"seed-{seed}.jsonl"))
+        for seed in args.seeds
+    ]
+    try:
+        with (
+            # One fresh interpreter per seed (max_tasks_per_child makes the pool spawn, not
+            # fork), as `kraft-sim run` has: a run must not depend on what earlier runs or
+            # the sweep itself left in the interpreter, or a failing seed of a sweep might
+            # not replay on its own. Every failing seed is replayed below to prove it.
+            ProcessPoolExecutor(max_workers=max(1, args.jobs), max_tasks_per_child=1) as pool,
+            Progress(transient=True, disable=not sys.stderr.isatty()) as progress,
+        ):
+            bar = progress.add_task(f"{args.scenario} seeds", total=len(configs))
+            for result in pool.map(_sweep_worker, configs):
+                progress.advance(bar)
+                results.append(result)
+                if not args.quiet or not result.ok:
+                    progress.console.print(_report(result), highlight=False, soft_wrap=True)
+        replays: list[Replay] = []
+        for result in results:
+            if result.ok:
+                continue
+            kept = staging / f"seed-{result.seed}.jsonl"
+            if kept.exists():
+                kept.replace(keep / kept.name)
+            replays.append(replay(args, result, keep))
+            print(f"{replays[-1].line()} trace={keep / kept.name}")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     line, failed = sweep_summary(results, args.allow_unknown)
     print(line)
     return 1 if failed else 0
@@ -229,10 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         _fix_hash_seed()
     args = _parser().parse_args(argv)
-    # Node code logs recoveries and disk failures; in a simulation the trace records what
-    # matters, so only errors reach the terminal of one run, and none that of a sweep (where
-    # injected disk faults would bury the one line per failing seed).
-    logging.basicConfig(level=logging.ERROR if args.command == "run" else logging.CRITICAL)
+    _quiet_logging()
     if args.command == "bugs":
         for name, scenario in sorted(SCENARIOS.items()):
             for bug, what in sorted(scenario.bugs.items()):

@@ -106,7 +106,9 @@ def spark_session(
     log_config = f"-Dlog4j2.configurationFile=file:{_quiet_log_config()}"
     spark = (
         builder.config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
+        # Spark's own stage bar (tasks done of total) on a terminal; never in a log file,
+        # where its carriage returns would be one endless line.
+        .config("spark.ui.showConsoleProgress", str(sys.stderr.isatty()).lower())
         .config("spark.driver.extraJavaOptions", log_config)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")

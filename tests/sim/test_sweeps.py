@@ -66,6 +66,35 @@ def test_echo_sweep_finds_a_planted_bug_and_names_the_seed() -> None:
     assert "first_failing=none" not in last
 
 
+def test_every_failing_seed_of_a_sweep_replays_alone_and_keeps_its_trace(tmp_path: Path) -> None:
+    """A sweep replays each failing seed in a fresh `kraft-sim run` and reports whether the
+    digest matched; the failing run's own trace is kept whatever happens (issue 28: a kafka
+    seed once failed in a sweep and never again alone, and nothing of that run was left)."""
+    keep = tmp_path / "failures"
+    result = sweep(
+        "--scenario", "echo", "--seeds", "1-6", "--duration", "60", "--bug", "ack-before-fsync",
+        "--keep", str(keep),
+    )  # fmt: skip
+    assert result.returncode == 1
+    failing = [
+        line.split()[0].removeprefix("seed=")
+        for line in result.stdout.splitlines()
+        if " VIOLATION " in line
+    ]
+    assert failing
+    replays = [line for line in result.stdout.splitlines() if " replays=" in line]
+    assert [line.split()[0].removeprefix("seed=") for line in replays] == failing
+    for seed, line in zip(failing, replays, strict=True):
+        assert " replays=yes " in line, line
+        violation = next(x for x in result.stdout.splitlines() if x.startswith(f"seed={seed} V"))
+        assert line.split("digest=")[1].split()[0] == violation.split("digest=")[1]
+        kept = keep / f"seed-{seed}.jsonl"
+        assert kept.read_text().splitlines()[-1].startswith('{"kind":"verdict"')
+    # Passing runs' traces are not kept, nor a replay trace of a seed that replayed, nor the
+    # staging dir.
+    assert sorted(p.name for p in keep.iterdir()) == sorted(f"seed-{s}.jsonl" for s in failing)
+
+
 @pytest.mark.slow
 def test_echo_full_sweep_is_clean() -> None:
     result = sweep("--scenario", "echo", "--seeds", "1-200", "--duration", "60")
