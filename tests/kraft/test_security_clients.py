@@ -8,12 +8,13 @@ import socket
 import ssl
 import struct
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests import kafka_tools as tools
@@ -448,3 +449,82 @@ def test_the_java_client_through_kafkas_cli_tools_over_sasl_ssl(
         "mechanism SCRAM-SHA-512" in refused.stdout
     )
     assert topic not in refused.stdout
+
+
+@pytest.fixture(scope="module")
+def sasl_plaintext_node(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, Processes]]:
+    """SASL_PLAINTEXT with PLAIN for clients, users from the listener's JAAS entry, and
+    connections.max.reauth.ms set (KIP-368)."""
+    root = tmp_path_factory.mktemp("sasl-plaintext")
+    broker_port, controller_port = free_port(), free_port()
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
+        "listeners": f"SASL_PLAINTEXT://{HOST}:{broker_port},CONTROLLER://{HOST}:{controller_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "offsets.topic.replication.factor": "1",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "connections.max.reauth.ms": "3000",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'username="broker" password="broker-pw" user_broker="broker-pw" '
+            f'user_{ALICE}="{ALICE_PASSWORD}";'
+        ),
+    }
+    procs = Processes(root, {1: props})
+    try:
+        procs.start(1)
+        wait_until(lambda: port_open(HOST, broker_port), "the SASL_PLAINTEXT listener opens")
+        yield f"{HOST}:{broker_port}", procs
+    finally:
+        procs.cleanup()
+
+
+def test_plain_over_sasl_plaintext_with_reauthentication(
+    sasl_plaintext_node: tuple[str, Processes],
+) -> None:
+    """librdkafka logs in with PLAIN, reads the 3 s session lifetime and re-authenticates on
+    the same connections while it keeps producing and consuming past it: no connection is
+    closed for an expired session (the first such close of a minute would be logged)."""
+    bootstrap, procs = sasl_plaintext_node
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": ALICE,
+        "sasl.password": ALICE_PASSWORD,
+    }
+    topic = f"plain-{uuid.uuid4().hex[:8]}"
+    producer = Producer({**conf, "acks": "all"})
+    deadline = time.monotonic() + 8  # well past two session lifetimes
+    sent = 0
+    while time.monotonic() < deadline:
+        producer.produce(topic, f"v-{sent}".encode())
+        sent += 1
+        assert producer.flush(10) == 0
+        time.sleep(0.2)
+    values = _consume_all(conf, topic, sent)
+    assert values == [f"v-{i}".encode() for i in range(sent)]
+    errors: list[KafkaError] = []
+    assert "session expired" not in procs.log(1)
+    wrong = AdminClient({**conf, "sasl.password": "nope", "error_cb": errors.append})
+    with pytest.raises(KafkaException):
+        wrong.list_topics(timeout=5)
+    wait_until(lambda: "wrong password or unknown user" in procs.log(1), "the failure logged")
+
+
+def _consume_all(conf: dict, topic: str, count: int) -> list[bytes]:
+    consumer = Consumer({**conf, "group.id": f"g-{topic}", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    try:
+        wait_until(lambda: _poll_into(consumer, values) and len(values) >= count, "consumed")
+    finally:
+        consumer.close()
+    return values
