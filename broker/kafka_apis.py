@@ -44,6 +44,7 @@ from broker.lifecycle import SUPPORTED_FEATURES
 from broker.network import api_versions_response
 from broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
+from broker.security import ACL_APIS, security_disabled_response
 from metadata.controller.scram import (
     DESCRIBE_USER_SCRAM_CREDENTIALS,
     describe_user_scram_credentials,
@@ -82,6 +83,7 @@ class KafkaApis:
         forwarding.UPDATE_FEATURES: (0, 1),
         forwarding.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
         DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+        **ACL_APIS,
         DESCRIBE_CLUSTER: (0, 1),
         DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     }
@@ -183,6 +185,8 @@ class KafkaApis:
             return describe_topic_partitions_response(image, body, self.listener_name)
         if api_key == DESCRIBE_USER_SCRAM_CREDENTIALS:
             return describe_user_scram_credentials(image, body, header.api_version)
+        if api_key in ACL_APIS:
+            return security_disabled_response(api_key, header.api_version, body)
         return None  # not served here: Kafka closes the connection
 
     def _auto_create(self, image: MetadataImage, request: Any) -> frozenset[str]:

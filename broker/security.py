@@ -20,7 +20,10 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from broker.network import CLIENT_HOST, CloseAfter, Handler
 from log.rate_limited_log import RateLimitedLog
@@ -135,3 +138,28 @@ def _with_sasl_apis(response: Any, version: int) -> object:
     )
     merged = tuple(sorted((*keys, *extra), key=lambda item: int(item.api_key)))
     return dataclasses.replace(response, api_keys=merged)
+
+
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
+ACL_APIS = {DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3)}
+NO_AUTHORIZER = "No Authorizer is configured."
+
+
+def security_disabled_response(api_key: int, version: int, request: Any) -> object:
+    """Kafka's answer to the ACL APIs on a broker without an authorizer: SECURITY_DISABLED
+    (54) for the request, each creation or each filter, with Kafka's message, so kafka-acls
+    says what is missing instead of meeting a closed connection. (No authorizer is built
+    yet: ``authorizer.class.name`` stops start-up.)"""
+    module: Any = response_module(api_key, version)
+    error = {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER}
+    throttle = {"throttle_time": timedelta(0)}
+    if api_key == DESCRIBE_ACLS:
+        return make(module.DescribeAclsResponse, throttle | error | {"resources": ()})
+    if api_key == CREATE_ACLS:
+        results = tuple(make(module.AclCreationResult, error) for _ in request.creations)
+        return make(module.CreateAclsResponse, throttle | {"results": results})
+    assert api_key == DELETE_ACLS, api_key
+    results = tuple(
+        make(module.DeleteAclsFilterResult, error | {"matching_acls": ()}) for _ in request.filters
+    )
+    return make(module.DeleteAclsResponse, throttle | {"filter_results": results})

@@ -528,3 +528,43 @@ def _consume_all(conf: dict, topic: str, count: int) -> list[bytes]:
     finally:
         consumer.close()
     return values
+
+
+@pytest.mark.usefixtures("kafka_tools")
+def test_acl_apis_answer_security_disabled(
+    sasl_ssl_node: str, certs: Certs, tmp_path: Path
+) -> None:
+    """No authorizer is built: CreateAcls, DescribeAcls and DeleteAcls answer Kafka's
+    SECURITY_DISABLED with its message instead of closing the connection. (librdkafka drops
+    DescribeAcls' top-level error, so Kafka's own kafka-acls --list shows that one.)"""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient(_sasl_conf(sasl_ssl_node, certs))
+    binding = AclBinding(
+        ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:bob", "*",
+        AclOperation.READ, AclPermissionType.ALLOW,
+    )  # fmt: skip
+    match = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+        AclOperation.ANY, AclPermissionType.ANY,
+    )  # fmt: skip
+    for future in (admin.create_acls([binding])[binding], admin.delete_acls([match])[match]):
+        with pytest.raises(KafkaException, match="No Authorizer is configured") as caught:
+            future.result(30)
+        assert caught.value.args[0].code() == KafkaError.SECURITY_DISABLED
+    config = _java_client_config(tmp_path / "alice.properties", certs, ALICE_PASSWORD)
+    listed = tools.run(
+        "org.apache.kafka.tools.AclCommand", "--bootstrap-server", sasl_ssl_node,
+        "--command-config", str(config), "--list", check=False,
+    )  # fmt: skip
+    assert listed.returncode != 0
+    assert (
+        "SecurityDisabledException: No Authorizer is configured." in listed.stdout + listed.stderr
+    )
