@@ -16,7 +16,7 @@ the same for both trees.
 Why a second tree and not a switch: the copying path this change replaced is gone, so the
 fair "before" is the code before it, run against the same data on the same machine.
 
-``--send-sizes`` measures instead what sets ``broker.network.SENDFILE_MIN_BYTES``: this
+``--send-sizes`` measures instead what sets ``protocol.server.SENDFILE_MIN_BYTES``: this
 process's CPU per MB to send one region of each size over loopback (to a reader in another
 process) the two ways the network layer can: read and write (``pread``, join with a
 header, ``write``) and ``loop.sendfile`` of a dup of the descriptor.
@@ -42,9 +42,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.bench_data import DEADLINE_S, start_node
 from broker.client import KafkaConnection
 from log.batch import iter_batches
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 
-FETCH = 1
 FETCH_MAX_BYTES = 8 << 20
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 TOPICS = {  # name: (batch.size, linger.ms, record bytes, share of --megabytes)
@@ -84,7 +84,7 @@ def produce(bootstrap: str, topic: str, megabytes: float) -> None:
 
 
 def fetch_request(topic: str, offset: int) -> Any:
-    module = request_module(FETCH, 12)
+    module = request_module(ApiKey.FETCH, 12)
     wanted = make(
         module.FetchPartition,
         {"partition": 0, "fetch_offset": offset, "partition_max_bytes": FETCH_MAX_BYTES},

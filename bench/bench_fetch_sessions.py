@@ -28,9 +28,10 @@ from kio.schema.errors import ErrorCode
 from broker import data_plane
 from broker.fetch_session import FINAL_EPOCH, FetchSessionCache, PartitionRequest
 from broker.fetch_session_handler import FetchRequestData, FetchSessionHandler
-from broker.fetcher import FETCH, FETCH_VERSION, FetcherConfig, fetch_request
+from broker.fetcher import FETCH_VERSION, FetcherConfig, fetch_request
 from broker.replica_manager import ReadResult
 from protocol import wire
+from protocol.api_keys import ApiKey
 
 BATCH_BYTES = 1024
 TOPICS = 10
@@ -58,12 +59,12 @@ class Leader:
 
 
 def encoded_request(request: object, correlation_id: int) -> int:
-    header = wire.RequestHeader(FETCH, FETCH_VERSION, correlation_id, "bench")
+    header = wire.RequestHeader(ApiKey.FETCH, FETCH_VERSION, correlation_id, "bench")
     return len(wire.encode_request(header, request))
 
 
 def encoded_response(response: object, correlation_id: int) -> int:
-    header = wire.RequestHeader(FETCH, FETCH_VERSION, correlation_id, "bench")
+    header = wire.RequestHeader(ApiKey.FETCH, FETCH_VERSION, correlation_id, "bench")
     return len(wire.encode_response(header, response))
 
 

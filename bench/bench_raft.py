@@ -1,13 +1,16 @@
 """Raft benchmark: a three-voter kraft-py quorum on loopback with real fsync, against PySyncObj.
 
-Run: ``.venv/bin/python bench/bench_raft.py [--duration S] [--in-flight N] [--latency N]``.
+Run: ``PYTHONPATH=$PWD .venv/bin/python bench/bench_raft.py [--duration S] [--in-flight N]
+[--latency N] [--baseline-tree PATH]``.
 
-kraft-py: node 1 runs in this process (proposals need the leader's ``RaftNode``; there is no
-client propose RPC) on 127.0.0.1, nodes 2 and 3 are follower processes running the same
+kraft-py: node 1 runs in the benchmark's process (proposals need the leader's ``RaftNode``;
+there is no client propose RPC) on 127.0.0.1, nodes 2 and 3 are follower processes running the same
 RaftNode as a ``kraft-server`` controller (without the metadata layers, which would refuse
 the benchmark's values) on 127.0.0.2 and 127.0.0.3, given a 5 s election timeout so node 1
-wins the first election. Every node fsyncs (fdatasync, group
-commit) its metadata log before the offsets count towards the high watermark. One run prints
+wins the first election. Every node serves the quorum's RPCs as a controller listener does:
+production's connection loop (protocol/server.py) over the node's API table. Every node
+fsyncs (fdatasync, group commit) its metadata log before the offsets count towards the high
+watermark. One run prints
 1. throughput: committed 100-byte records/s with ``--in-flight`` concurrent
    ``propose_and_wait`` calls refilled as they complete, for ``--duration`` seconds, one
    record per proposal; then, as a second figure, batched: 100 records per proposal with
@@ -23,6 +26,11 @@ proposing node gets the short election timeout and runs the same two measurement
 runs twice, with ``appendEntriesUseBatch`` on (its default, tuned for throughput) and off
 (tuned for single-request latency); its best figure of each kind is the baseline.
 
+With ``--baseline-tree`` (a checkout of an earlier main), the kraft-py measurements run once
+per tree in the same run, the baseline's first, each in a process of its own with that tree
+on PYTHONPATH, and the table shows both; a tree from before the quorum was served through
+protocol/server.py is served the way it served itself (``RaftNode.serve``).
+
 The run ends with the ratios against issue #5's targets (throughput >= 5x PySyncObj's best,
 p50 commit latency <= 2 ms) and the disk's own fdatasync latency, the floor under any commit.
 """
@@ -32,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import multiprocessing
 import os
 import queue
@@ -138,6 +147,51 @@ def fdatasync_ms(directory: str, count: int = 200) -> list[float]:
 
 
 # ---- kraft-py -------------------------------------------------------------------------------
+class QuorumListener:
+    """A node's quorum RPCs served on (host, port) as a controller listener serves them:
+    production's connection loop over the node's API table (``RaftNode.apis``), or, for a
+    baseline tree from before that, the node's own ``RaftNode.serve``. ``close`` also ends
+    the connections it accepted, so a handler parked in a long-polled Fetch does not
+    outlive the node."""
+
+    def __init__(self, node: RaftNode) -> None:
+        self._node = node
+        self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        if hasattr(node, "serve"):  # a baseline tree: the loop it had
+            self._serve = node.serve
+            return
+        from protocol.api_table import API_VERSIONS, CONTROLLER, ApiTable
+        from protocol.server import serve_connection
+
+        served = ApiTable([API_VERSIONS, *node.apis()]).served(CONTROLLER)
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await serve_connection(reader, writer, served.handle, served.versions)
+
+        self._serve = serve
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._accept, host, port)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = writer
+        try:
+            await self._serve(reader, writer)
+        finally:
+            self._connections.pop(task, None)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in self._connections.values():
+            writer.transport.abort()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=DEADLINE_S)
+
+
 def start_kraft_followers(
     root: Path, port: int, cluster_id: str, procs: list[subprocess.Popen]
 ) -> None:
@@ -184,11 +238,12 @@ async def serve_follower(node_id: int, port: int, cluster_id: str, directory: st
         log,
     )
     await node.start()
-    server = await asyncio.start_server(node.serve, f"127.0.0.{node_id}", port)
+    listener = QuorumListener(node)
+    await listener.start(f"127.0.0.{node_id}", port)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
-    server.close()
+    await listener.close()
     await node.close()
     await log.close()
 
@@ -265,7 +320,8 @@ async def run_kraft_node(
         log,
     )
     await node.start()
-    server = await asyncio.start_server(node.serve, "127.0.0.1", port)
+    listener = QuorumListener(node)
+    await listener.start("127.0.0.1", port)
     try:
         await wait_for_leadership(node)
         single = await kraft_throughput(node, 1, args.in_flight, args.duration)
@@ -274,13 +330,14 @@ async def run_kraft_node(
         )
         latencies = await kraft_latencies(node, args.latency)
     finally:
-        server.close()
-        # Followers first, then a pause for their parked Fetch requests to expire: close()
-        # waits for inbound handlers, and one parked in a long poll would wait forever.
-        # (resign() would release them too, but its EndQuorumEpoch then sets the peer
-        # connections reconnecting to the stopped followers while close() cancels them.)
+        # Followers first, then a pause for their parked Fetch requests to expire (a
+        # baseline tree's close() waits for inbound handlers, and one parked in a long poll
+        # would wait forever). (resign() would release them too, but its EndQuorumEpoch
+        # then sets the peer connections reconnecting to the stopped followers while
+        # close() cancels them.)
         await asyncio.to_thread(stop_processes, followers)
         await asyncio.sleep(node.config.raft.fetch_max_wait_ms / 1000 + 0.2)
+        await listener.close()
         await node.close()
         await log.close()
     return Figures("kraft-py", single, latencies, batched)
@@ -295,6 +352,29 @@ def bench_kraft(root: Path, args: Config) -> Figures:
         return asyncio.run(run_kraft_node(root, port, cluster_id, procs, args))
     finally:
         stop_processes(procs)
+
+
+def bench_kraft_tree(root: Path, tree: Path, name: str, args: Config) -> Figures:
+    """bench_kraft run by a process of its own with ``tree`` on PYTHONPATH (its followers
+    inherit it): the figures of that tree's kraft-py, measured by this benchmark."""
+    directory = root / name.replace(" ", "-").replace("(", "").replace(")", "")
+    directory.mkdir()
+    command = [sys.executable, __file__, "--kraft-only", str(directory)]
+    command += ["--duration", str(args.duration), "--in-flight", str(args.in_flight)]
+    command += ["--latency", str(args.latency)]
+    budget = 4 * DEADLINE_S + 2 * args.duration + LATENCY_BUDGET_S
+    done = subprocess.run(
+        command,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        timeout=budget,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the kraft-py run of {tree} failed:\n{done.stderr[-4000:]}")
+    values = json.loads(done.stdout.strip().splitlines()[-1])
+    return Figures(name, values["throughput"], values["latencies_ms"], values["batched"])
 
 
 # ---- PySyncObj ------------------------------------------------------------------------------
@@ -417,11 +497,13 @@ def bench_pysyncobj(root: Path, use_batch: bool, args: Config) -> Figures:
 
 
 # ---- report ---------------------------------------------------------------------------------
-def report(kraft: Figures, baselines: list[Figures], fsync_ms: list[float]) -> None:
+def report(
+    kraft: Figures, before: Figures | None, baselines: list[Figures], fsync_ms: list[float]
+) -> None:
     print(
         f"{'':24} {'records/s':>10} {'batched rec/s':>14} {'p50 ms':>8} {'p99 ms':>8} {'timed':>6}"
     )
-    for figures in [kraft, *baselines]:
+    for figures in [kraft, *([before] if before else []), *baselines]:
         batched = "-" if figures.batched is None else f"{figures.batched:.0f}"
         print(
             f"{figures.name:24} {figures.throughput:10.0f} {batched:>14} "
@@ -432,6 +514,13 @@ def report(kraft: Figures, baselines: list[Figures], fsync_ms: list[float]) -> N
         f"disk floor, 100-byte append + fdatasync here: p50 {percentile(fsync_ms, 0.5):.2f} ms, "
         f"p99 {percentile(fsync_ms, 0.99):.2f} ms"
     )
+    if before is not None:
+        assert kraft.batched is not None and before.batched is not None
+        p50, p50_before = (percentile(f.latencies_ms, 0.5) for f in (kraft, before))
+        print(
+            f"kraft-py / {before.name}: records/s {kraft.throughput / before.throughput:.2f}x, "
+            f"batched {kraft.batched / before.batched:.2f}x, p50 latency {p50 / p50_before:.2f}x"
+        )
     best = max(baselines, key=lambda f: f.throughput)
     ratio = kraft.throughput / best.throughput
     verdict = "met" if ratio >= TARGET_THROUGHPUT_RATIO else "MISSED"
@@ -459,6 +548,10 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per throughput run")
     parser.add_argument("--in-flight", type=int, default=2000, help="concurrent proposals")
     parser.add_argument("--latency", type=int, default=500, help="sequential proposals timed")
+    parser.add_argument(
+        "--baseline-tree", type=Path, help="another checkout, measured beside this one"
+    )
+    parser.add_argument("--kraft-only", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--follower", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--cluster-id", help=argparse.SUPPRESS)
@@ -468,6 +561,13 @@ def main() -> None:
         asyncio.run(serve_follower(parsed.follower, parsed.port, parsed.cluster_id, parsed.dir))
         return
     args = Config(parsed.duration, parsed.in_flight, parsed.latency)
+    if parsed.kraft_only is not None:  # one tree's run, for bench_kraft_tree
+        figures = bench_kraft(parsed.kraft_only, args)
+        print(
+            json.dumps({k: getattr(figures, k) for k in ("throughput", "latencies_ms", "batched")})
+        )
+        return
+    here = Path(__file__).resolve().parent.parent
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, 3 voters on loopback, "
         f"{len(VALUE)}-byte records; throughput: {args.in_flight} proposals in flight for "
@@ -481,9 +581,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-raft-") as tmp:
         root = Path(tmp)
         fsync_ms = fdatasync_ms(tmp)
-        kraft = bench_kraft(root, args)
+        before = None
+        if parsed.baseline_tree is not None:
+            name = f"kraft-py ({parsed.baseline_tree.name})"
+            before = bench_kraft_tree(root, parsed.baseline_tree.resolve(), name, args)
+        kraft = bench_kraft_tree(root, here, "kraft-py", args)
         baselines = [bench_pysyncobj(root, use_batch, args) for use_batch in (True, False)]
-    report(kraft, baselines, fsync_ms)
+    report(kraft, before, baselines, fsync_ms)
 
 
 if __name__ == "__main__":

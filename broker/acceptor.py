@@ -147,8 +147,8 @@ async def start_acceptor(
     except OSError as error:
         sock.close()
         # asyncio.start_server's wording, which names the address an operator must free.
+        reason = (error.strerror or str(error)).lower()
         raise OSError(
-            error.errno,
-            f"error while attempting to bind on address {address!r}: {error.strerror.lower()}",
+            error.errno, f"error while attempting to bind on address {address!r}: {reason}"
         ) from None
     return Acceptor(sock, handler, ssl)

@@ -23,7 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker import forwarding
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.auto_topic_creation")
@@ -100,7 +100,7 @@ class AutoTopicCreationManager:
         self._deferred_logged_s = now
 
     async def _create_topics(self, names: list[str]) -> None:
-        module: Any = request_module(forwarding.CREATE_TOPICS, AUTO_CREATE_VERSION)
+        module: Any = request_module(ApiKey.CREATE_TOPICS, AUTO_CREATE_VERSION)
         topics = tuple(
             make(
                 module.CreatableTopic,

@@ -21,10 +21,9 @@ from kio.schema.errors import ErrorCode
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from metadata.records import NO_LEADER
 from metadata.topic_names import INTERNAL_TOPICS, topic_name_error
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-METADATA = 3
-DESCRIBE_CLUSTER = 60
 BROKER_ENDPOINTS = 1  # DescribeCluster endpoint_type
 _ZERO_UUID = uuid.UUID(int=0)
 YIELD_EVERY_ENTRIES = 1000  # topics + partitions built between two turns of the event loop
@@ -52,7 +51,7 @@ async def metadata_response(
     100,000 partitions, never holds the loop for the whole answer (heartbeats and Raft
     fetches keep their timing)."""
     version = int(request.__version__)
-    module: Any = response_module(METADATA, version)
+    module: Any = response_module(ApiKey.METADATA, version)
     brokers = tuple(
         make(
             module.MetadataResponseBroker,
@@ -189,7 +188,7 @@ def describe_cluster_response(
 ) -> object:
     """The DescribeClusterResponse (of the request's version): this broker serves only
     broker endpoints (v1's endpoint_type 2, controllers, is UNSUPPORTED_ENDPOINT_TYPE)."""
-    module: Any = response_module(DESCRIBE_CLUSTER, int(request.__version__))
+    module: Any = response_module(ApiKey.DESCRIBE_CLUSTER, int(request.__version__))
     endpoint_type = getattr(request, "endpoint_type", BROKER_ENDPOINTS)
     if endpoint_type != BROKER_ENDPOINTS:
         values: dict[str, object] = {
@@ -229,7 +228,7 @@ def describe_controllers_response(
     """A controller's DescribeClusterResponse (KIP-919, for admin clients bootstrapped from
     controllers): the quorum's voters and the current leader; broker endpoints are the
     brokers' to give, so that endpoint type is UNSUPPORTED_ENDPOINT_TYPE here, as in Kafka."""
-    module: Any = response_module(DESCRIBE_CLUSTER, int(request.__version__))
+    module: Any = response_module(ApiKey.DESCRIBE_CLUSTER, int(request.__version__))
     endpoint_type = getattr(request, "endpoint_type", BROKER_ENDPOINTS)
     values: dict[str, object] = {
         "throttle_time": timedelta(0),

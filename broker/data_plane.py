@@ -37,28 +37,18 @@ from broker.fetch_session import (
     PartitionKey,
     PartitionRequest,
 )
-from broker.network import NO_RESPONSE
 from broker.replica_manager import AppendResult, ReplicaManager
 from metadata.topic_names import RESERVED_TOPICS
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.server import NO_RESPONSE
 
-PRODUCE = 0
-FETCH = 1
-LIST_OFFSETS = 2
-OFFSET_FOR_LEADER_EPOCH = 23
 READ_COMMITTED = 1
 TOPIC_ID_VERSION = 13  # Fetch names topics by id from v13 (KIP-516)
-# Produce v3+ carries only v2 record batches (magic 2), the one format the log stores.
-SUPPORTED = {
-    PRODUCE: (3, 9),
-    FETCH: (4, 13),
-    LIST_OFFSETS: (1, 7),
-    OFFSET_FOR_LEADER_EPOCH: (2, 4),
-}
 
 
 async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> object:
-    module = response_module(PRODUCE, api_version)
+    module = response_module(ApiKey.PRODUCE, api_version)
     acks = request.acks
     timeout_s = max(0.0, request.timeout.total_seconds())
 
@@ -134,7 +124,7 @@ async def fetch(
     """A Fetch in its session's context (broker/fetch_session.py): a full or sessionless
     fetch reads what it names, an incremental one every partition of its session and
     answers only those with news. ``topic_name`` resolves Fetch v13+'s topic ids."""
-    module = response_module(FETCH, api_version)
+    module = response_module(ApiKey.FETCH, api_version)
     uses_topic_ids = api_version >= TOPIC_ID_VERSION
     fetch_data = [
         ((_topic_ref(topic, uses_topic_ids), p.partition), _partition_request(p))
@@ -162,7 +152,7 @@ async def fetch(
     keys = [(name, key[1]) for key, name, _ in wanted if name is not None]
     answers = _read_in_order(replicas, request, module, wanted)
     while wanted:  # bounded by the deadline: each pass waits for a partition or for it
-        size = sum(len(answer["records"]) for answer in answers)  # type: ignore[arg-type]
+        size = sum(len(answer["records"]) for answer in answers)
         failed = any(
             answer["error_code"] != ErrorCode.none or "diverging_epoch" in answer
             for answer in answers
@@ -323,7 +313,7 @@ def _read(
 
 
 def list_offsets(replicas: ReplicaManager, request: Any, api_version: int) -> object:
-    module = response_module(LIST_OFFSETS, api_version)
+    module = response_module(ApiKey.LIST_OFFSETS, api_version)
     topics = []
     for topic in request.topics:
         answers = []
@@ -357,7 +347,7 @@ def list_offsets(replicas: ReplicaManager, request: Any, api_version: int) -> ob
 
 
 def offset_for_leader_epoch(replicas: ReplicaManager, request: Any, api_version: int) -> object:
-    module = response_module(OFFSET_FOR_LEADER_EPOCH, api_version)
+    module = response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, api_version)
     topics = []
     for topic in request.topics:
         answers = []

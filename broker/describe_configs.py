@@ -29,9 +29,9 @@ from metadata.config_defs import (
 from metadata.image import MetadataImage
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from metadata.topic_names import topic_name_error
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-DESCRIBE_CONFIGS = 32
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
 
 # Where a described value may come from, highest priority first: the config map it is read
@@ -42,7 +42,7 @@ Layer = tuple[Mapping[str, str], bool, ConfigSource]
 def describe_configs_response(image: MetadataImage, request: Any, node_id: int) -> object:
     """The DescribeConfigsResponse (of the request's version) for ``request``, answered by
     broker ``node_id`` (which describes its own broker configs and the cluster defaults)."""
-    module: Any = response_module(DESCRIBE_CONFIGS, int(request.__version__))
+    module: Any = response_module(ApiKey.DESCRIBE_CONFIGS, int(request.__version__))
     results = tuple(_describe(module, image, request, item, node_id) for item in request.resources)
     return make(module.DescribeConfigsResponse, {"throttle_time": timedelta(0), "results": results})
 
@@ -120,7 +120,7 @@ def _entry(module: Any, request: Any, definition: ConfigDef, layers: list[Layer]
         for key, v, s in sources
     )
     include_doc = getattr(request, "include_documentation", False)
-    values = {
+    entry: dict[str, object] = {
         "name": definition.name,
         "value": None if sensitive else value,
         "read_only": False,
@@ -130,7 +130,7 @@ def _entry(module: Any, request: Any, definition: ConfigDef, layers: list[Layer]
         "config_type": int(definition.type),
         "documentation": definition.doc if include_doc else None,
     }
-    return make(module.DescribeConfigsResourceResult, values)
+    return make(module.DescribeConfigsResourceResult, entry)
 
 
 def _error(module: Any, item: Any, code: ErrorCode, message: str) -> Any:

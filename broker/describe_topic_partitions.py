@@ -21,9 +21,9 @@ from broker.cluster_metadata import offline_replicas
 from metadata.image import MetadataImage, TopicImage
 from metadata.records import NO_LEADER
 from metadata.topic_names import INTERNAL_TOPICS, topic_name_error
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-DESCRIBE_TOPIC_PARTITIONS = 75
 MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # no authorizer: Kafka's "not asked" value
 _ZERO_UUID = uuid.UUID(int=0)
@@ -33,7 +33,7 @@ def describe_topic_partitions_response(
     image: MetadataImage, request: Any, listener_name: str
 ) -> object:
     """The DescribeTopicPartitionsResponse for ``request`` from one image."""
-    module: Any = response_module(DESCRIBE_TOPIC_PARTITIONS, int(request.__version__))
+    module: Any = response_module(ApiKey.DESCRIBE_TOPIC_PARTITIONS, int(request.__version__))
     cursor = request.cursor
     start_topic = cursor.topic_name if cursor is not None else ""
     fetch_all = not request.topics

@@ -40,14 +40,13 @@ from log.clock import WallClock
 from log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from log.errors import RecordError
 from log.log import KafkaStorageError, UnexpectedAppendOffsetError
+from protocol.api_keys import ApiKey
 from protocol.connect import Connector
 from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.fetcher")
 
-FETCH = 1
 FETCH_VERSION = 12  # the last with topic names; divergingEpoch since 12
-OFFSET_FOR_LEADER_EPOCH = 23
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 SESSION_ERRORS = (
     ErrorCode.fetch_session_id_not_found,
@@ -110,7 +109,7 @@ def truncation_offset(
 
 def fetch_request(node_id: int, config: FetcherConfig, data: FetchRequestData) -> object:
     """A follower's Fetch (v12) for one request of its session."""
-    module = request_module(FETCH, FETCH_VERSION)
+    module = request_module(ApiKey.FETCH, FETCH_VERSION)
     by_topic: dict[str, list[object]] = {}
     for (topic, index), asked in data.to_send.items():
         by_topic.setdefault(str(topic), []).append(
@@ -383,7 +382,7 @@ class ReplicaFetcher:
 
     async def _leader_end_offset(self, partition: Partition, leader_epoch: int) -> int | None:
         """The leader's log end, by OffsetForLeaderEpoch for its current epoch."""
-        module = request_module(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION)
+        module = request_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION)
         request = make(
             module.OffsetForLeaderEpochRequest,
             {

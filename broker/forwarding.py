@@ -14,30 +14,21 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from metadata.controller import reassignment, scram
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-ALTER_CONFIGS = 33
-CREATE_PARTITIONS = 37
-ELECT_LEADERS = 43
-INCREMENTAL_ALTER_CONFIGS = 44
-ALTER_PARTITION_REASSIGNMENTS = reassignment.ALTER_PARTITION_REASSIGNMENTS
-LIST_PARTITION_REASSIGNMENTS = reassignment.LIST_PARTITION_REASSIGNMENTS
-UPDATE_FEATURES = 57
-ALTER_USER_SCRAM_CREDENTIALS = scram.ALTER_USER_SCRAM_CREDENTIALS
 FORWARDED_APIS = frozenset(
     {
-        CREATE_TOPICS,
-        DELETE_TOPICS,
-        ALTER_CONFIGS,
-        CREATE_PARTITIONS,
-        ELECT_LEADERS,
-        INCREMENTAL_ALTER_CONFIGS,
-        ALTER_PARTITION_REASSIGNMENTS,
-        LIST_PARTITION_REASSIGNMENTS,
-        UPDATE_FEATURES,
-        ALTER_USER_SCRAM_CREDENTIALS,
+        ApiKey.CREATE_TOPICS,
+        ApiKey.DELETE_TOPICS,
+        ApiKey.ALTER_CONFIGS,
+        ApiKey.CREATE_PARTITIONS,
+        ApiKey.ELECT_LEADERS,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
+        ApiKey.UPDATE_FEATURES,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
     }
 )
 
@@ -48,24 +39,24 @@ def forwarded_error_response(request: object, error_code: int, message: str | No
     api_key, version = int(body.__api_key__), int(body.__version__)
     module: Any = response_module(api_key, version)
     error = {"error_code": ErrorCode(error_code), "error_message": message}
-    if api_key == CREATE_TOPICS:
+    if api_key == ApiKey.CREATE_TOPICS:
         topics = tuple(
             make(module.CreatableTopicResult, error | {"name": t.name}) for t in body.topics
         )
         return make(module.CreateTopicsResponse, {"topics": topics})
-    if api_key == DELETE_TOPICS:
+    if api_key == ApiKey.DELETE_TOPICS:
         if hasattr(body, "topics"):  # v6+: by name or by id
             named = [{"name": t.name, "topic_id": t.topic_id} for t in body.topics]
         else:
             named = [{"name": name} for name in body.topic_names]
         results = tuple(make(module.DeletableTopicResult, error | n) for n in named)
         return make(module.DeleteTopicsResponse, {"responses": results})
-    if api_key == CREATE_PARTITIONS:
+    if api_key == ApiKey.CREATE_PARTITIONS:
         results = tuple(
             make(module.CreatePartitionsTopicResult, error | {"name": t.name}) for t in body.topics
         )
         return make(module.CreatePartitionsResponse, {"results": results})
-    if api_key in (ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS):
+    if api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
         responses = tuple(
             make(
                 module.AlterConfigsResourceResponse,
@@ -75,11 +66,11 @@ def forwarded_error_response(request: object, error_code: int, message: str | No
         )
         top = (
             "AlterConfigsResponse"
-            if api_key == ALTER_CONFIGS
+            if api_key == ApiKey.ALTER_CONFIGS
             else "IncrementalAlterConfigsResponse"
         )
         return make(getattr(module, top), {"responses": responses})
-    if api_key == ELECT_LEADERS:
+    if api_key == ApiKey.ELECT_LEADERS:
         results = tuple(
             make(
                 module.ReplicaElectionResult,
@@ -95,14 +86,14 @@ def forwarded_error_response(request: object, error_code: int, message: str | No
         )
         values = {"error_code": ErrorCode(error_code), "replica_election_results": results}
         return make(module.ElectLeadersResponse, values)
-    if api_key in (ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS):
+    if api_key in (ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS):
         return reassignment.error_response(body, ErrorCode(error_code), message)
-    if api_key == UPDATE_FEATURES:
+    if api_key == ApiKey.UPDATE_FEATURES:
         results = tuple(
             make(module.UpdatableFeatureResult, error | {"feature": u.feature})
             for u in body.feature_updates
         )
         return make(module.UpdateFeaturesResponse, error | {"results": results})
-    if api_key == ALTER_USER_SCRAM_CREDENTIALS:
+    if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         return scram.refuse_alter(module, body, ErrorCode(error_code), message)
     raise ValueError(f"api {api_key} is not forwarded to the controller")

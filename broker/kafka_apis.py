@@ -18,44 +18,57 @@ import logging
 import random
 import uuid
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker import data_plane, forwarding
 from broker.auto_topic_creation import AutoTopicCreationManager
-from broker.cluster_metadata import (
-    DESCRIBE_CLUSTER,
-    METADATA,
-    describe_cluster_response,
-    metadata_response,
-    random_live_broker,
-)
+from broker.cluster_metadata import describe_cluster_response, metadata_response, random_live_broker
 from broker.controller_channel import ControllerSender
-from broker.describe_configs import DESCRIBE_CONFIGS, describe_configs_response
-from broker.describe_topic_partitions import (
-    DESCRIBE_TOPIC_PARTITIONS,
-    describe_topic_partitions_response,
-)
+from broker.describe_configs import describe_configs_response
+from broker.describe_topic_partitions import describe_topic_partitions_response
 from broker.fetch_session import CACHE_SLOTS_DEFAULT, FetchSessionCache
-from broker.group.apis import SUPPORTED as GROUP_APIS
-from broker.group.apis import GroupApis
 from broker.lifecycle import SUPPORTED_FEATURES
-from broker.network import api_versions_response
-from broker.producer_ids import INIT_PRODUCER_ID, ProducerIdManager, init_producer_id
+from broker.producer_ids import ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
-from broker.security import ACL_APIS, security_disabled_response
-from metadata.controller.scram import (
-    DESCRIBE_USER_SCRAM_CREDENTIALS,
-    describe_user_scram_credentials,
-)
+from broker.security import ACL_APIS
+from metadata.controller.scram import describe_user_scram_credentials
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
-from protocol import wire
+from protocol.api_keys import ApiKey
+from protocol.api_table import (
+    ALTER_CONFIGS_AUTHORIZATION,
+    API_VERSIONS_VERSIONS,
+    BROKER,
+    CLUSTER_ACTION,
+    CLUSTER_ALTER,
+    CLUSTER_CREATE,
+    CLUSTER_DESCRIBE,
+    CLUSTER_DESCRIBE_CONFIGS,
+    CLUSTER_IDEMPOTENT_WRITE,
+    CREATE_TOPICS_AUTHORIZATION,
+    NONE,
+    TOPIC_ALTER,
+    TOPIC_CREATE,
+    TOPIC_DELETE,
+    TOPIC_DESCRIBE,
+    TOPIC_DESCRIBE_CONFIGS,
+    TOPIC_READ,
+    TOPIC_WRITE,
+    TRANSACTIONAL_ID_WRITE,
+    Api,
+    ApiRequest,
+)
 from protocol.entities import make, response_module
 
 logger = logging.getLogger("broker.kafka_apis")
 
+# What Kafka's KafkaApis authorizes per API, where the tuple does not fit on its entry's line.
+METADATA_AUTHORIZATION = (TOPIC_DESCRIBE, CLUSTER_CREATE, TOPIC_CREATE)  # creates: auto-create
+DESCRIBE_CONFIGS_AUTHORIZATION = (CLUSTER_DESCRIBE_CONFIGS, TOPIC_DESCRIBE_CONFIGS)
+# A transactional id's WRITE; an idempotent producer's IDEMPOTENT_WRITE or WRITE on a topic.
+INIT_PRODUCER_ID_AUTHORIZATION = (TRANSACTIONAL_ID_WRITE, CLUSTER_IDEMPOTENT_WRITE, TOPIC_WRITE)
 FORWARD_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default
 METADATA_BY_ID_VERSION = 12  # Metadata looks topics up by id from v12 (KIP-516)
 
@@ -66,27 +79,8 @@ def loop_time() -> float:
 
 
 class KafkaApis:
-    """Answers one broker listener's requests; ``handle`` is a network.Handler."""
-
-    SUPPORTED_APIS: ClassVar[dict[int, tuple[int, int]]] = {
-        wire.API_VERSIONS_KEY: (0, 4),
-        METADATA: (0, 12),
-        forwarding.CREATE_TOPICS: (2, 7),
-        forwarding.DELETE_TOPICS: (1, 6),
-        DESCRIBE_CONFIGS: (1, 4),
-        forwarding.ALTER_CONFIGS: (0, 2),
-        forwarding.CREATE_PARTITIONS: (0, 3),
-        forwarding.ELECT_LEADERS: (0, 2),
-        forwarding.INCREMENTAL_ALTER_CONFIGS: (0, 1),
-        forwarding.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
-        forwarding.LIST_PARTITION_REASSIGNMENTS: (0, 0),
-        forwarding.UPDATE_FEATURES: (0, 1),
-        forwarding.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
-        DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
-        **ACL_APIS,
-        DESCRIBE_CLUSTER: (0, 1),
-        DESCRIBE_TOPIC_PARTITIONS: (0, 0),
-    }
+    """Answers one broker listener's client APIs; ``apis`` are their entries in the node's
+    API table (kraft/node.py composes them with the group APIs' and the data plane's)."""
 
     def __init__(
         self,
@@ -100,7 +94,6 @@ class KafkaApis:
         replicas: ReplicaManager | None = None,
         fetch_sessions: FetchSessionCache | None = None,
         producer_ids: ProducerIdManager | None = None,
-        groups: GroupApis | None = None,
         auto_create_topics: bool = False,
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
     ) -> None:
@@ -113,15 +106,7 @@ class KafkaApis:
         self._auto_creation = (
             AutoTopicCreationManager(node_id, self._forward) if auto_create_topics else None
         )
-        self.supported_apis = dict(self.SUPPORTED_APIS)
-        if replicas is not None:
-            self.supported_apis |= data_plane.SUPPORTED
         self.producer_ids = producer_ids
-        if producer_ids is not None:
-            self.supported_apis[INIT_PRODUCER_ID] = (0, 4)
-        self.groups = groups
-        if groups is not None:
-            self.supported_apis |= GROUP_APIS
         self.cluster_id = cluster_id
         self.listener_name = listener_name
         self._image = image
@@ -129,65 +114,159 @@ class KafkaApis:
         self._rng = rng
         self._forward_timeout_s = forward_timeout_ms / 1000
 
+    def apis(self) -> list[Api]:
+        """This listener's entries: the metadata-plane APIs always, Produce, Fetch,
+        ListOffsets and OffsetForLeaderEpoch with a ReplicaManager, InitProducerId with a
+        ProducerIdManager. Forwarded APIs keep the versions the controller serves."""
+        forward = self._forward_api
+        entries = [
+            Api(ApiKey.API_VERSIONS, API_VERSIONS_VERSIONS, self._api_versions, BROKER, NONE),
+            Api(ApiKey.METADATA, (0, 12), self._metadata, BROKER, METADATA_AUTHORIZATION),
+            Api(ApiKey.CREATE_TOPICS, (2, 7), forward, BROKER, CREATE_TOPICS_AUTHORIZATION),
+            Api(ApiKey.DELETE_TOPICS, (1, 6), forward, BROKER, (TOPIC_DELETE, TOPIC_DESCRIBE)),
+            Api(
+                ApiKey.DESCRIBE_CONFIGS,
+                (1, 4),
+                self._describe_configs,
+                BROKER,
+                DESCRIBE_CONFIGS_AUTHORIZATION,
+            ),
+            Api(ApiKey.ALTER_CONFIGS, (0, 2), forward, BROKER, ALTER_CONFIGS_AUTHORIZATION),
+            Api(ApiKey.CREATE_PARTITIONS, (0, 3), forward, BROKER, (TOPIC_ALTER,)),
+            Api(ApiKey.ELECT_LEADERS, (0, 2), forward, BROKER, (CLUSTER_ALTER,)),
+            Api(
+                ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                (0, 1),
+                forward,
+                BROKER,
+                ALTER_CONFIGS_AUTHORIZATION,
+            ),
+            Api(ApiKey.ALTER_PARTITION_REASSIGNMENTS, (0, 1), forward, BROKER, (CLUSTER_ALTER,)),
+            Api(ApiKey.LIST_PARTITION_REASSIGNMENTS, (0, 0), forward, BROKER, (CLUSTER_DESCRIBE,)),
+            Api(ApiKey.UPDATE_FEATURES, (0, 1), forward, BROKER, (CLUSTER_ALTER,)),
+            Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, (0, 0), forward, BROKER, (CLUSTER_ALTER,)),
+            Api(
+                ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+                (0, 0),
+                self._describe_user_scram_credentials,
+                BROKER,
+                (CLUSTER_DESCRIBE,),
+            ),
+            *ACL_APIS,
+            Api(
+                ApiKey.DESCRIBE_CLUSTER, (0, 1), self._describe_cluster, BROKER, (CLUSTER_DESCRIBE,)
+            ),
+            Api(
+                ApiKey.DESCRIBE_TOPIC_PARTITIONS,
+                (0, 0),
+                self._describe_topic_partitions,
+                BROKER,
+                (TOPIC_DESCRIBE,),
+            ),
+        ]
+        if self.replicas is not None:
+            entries += [
+                # Produce v3+ carries only v2 record batches, the one format the log stores.
+                Api(
+                    ApiKey.PRODUCE,
+                    (3, 9),
+                    self._produce,
+                    BROKER,
+                    (TOPIC_WRITE, TRANSACTIONAL_ID_WRITE),
+                ),
+                Api(ApiKey.FETCH, (4, 13), self._fetch, BROKER, (CLUSTER_ACTION, TOPIC_READ)),
+                Api(ApiKey.LIST_OFFSETS, (1, 7), self._list_offsets, BROKER, (TOPIC_DESCRIBE,)),
+                Api(
+                    ApiKey.OFFSET_FOR_LEADER_EPOCH,
+                    (2, 4),
+                    self._offset_for_leader_epoch,
+                    BROKER,
+                    (CLUSTER_ACTION, TOPIC_DESCRIBE),
+                ),
+            ]
+        if self.producer_ids is not None:
+            entries.append(
+                Api(
+                    ApiKey.INIT_PRODUCER_ID,
+                    (0, 4),
+                    self._init_producer_id,
+                    BROKER,
+                    INIT_PRODUCER_ID_AUTHORIZATION,
+                ),
+            )
+        return entries
+
     def _topic_name(self, topic_id: uuid.UUID) -> str | None:
         topic = self._image().topics.by_id.get(topic_id)
         return None if topic is None else topic.name
 
-    async def handle(self, header: wire.RequestHeader, request: object) -> object | None:
-        """The response entity for a decoded request, None to close the connection."""
-        api_key = header.api_key
-        if api_key in forwarding.FORWARDED_APIS:
-            return await self._forward(request)
-        body: Any = request
-        replicas = self.replicas
-        if replicas is not None:
-            if api_key == data_plane.PRODUCE:
-                return await data_plane.produce(replicas, body, header.api_version)
-            if api_key == data_plane.FETCH:
-                return await data_plane.fetch(
-                    replicas, self.fetch_sessions, self._topic_name, body, header.api_version
-                )
-            if api_key == data_plane.LIST_OFFSETS:
-                return data_plane.list_offsets(replicas, body, header.api_version)
-            if api_key == data_plane.OFFSET_FOR_LEADER_EPOCH:
-                return data_plane.offset_for_leader_epoch(replicas, body, header.api_version)
-        if api_key in GROUP_APIS and self.groups is not None:
-            return await self.groups.handle(
-                api_key, header.api_version, body, self.listener_name, header.client_id or ""
-            )
-        if api_key == INIT_PRODUCER_ID and self.producer_ids is not None:
-            return await init_producer_id(self.producer_ids, body, header.api_version)
+    # ---- handlers ----------------------------------------------------------------------
+    async def _forward_api(self, request: ApiRequest) -> object:
+        return await self._forward(request.body)
+
+    def _replicas(self) -> ReplicaManager:
+        assert self.replicas is not None  # the data-plane entries exist only with one
+        return self.replicas
+
+    async def _produce(self, request: ApiRequest) -> object:
+        return await data_plane.produce(self._replicas(), request.body, request.api_version)
+
+    async def _fetch(self, request: ApiRequest) -> object:
+        return await data_plane.fetch(
+            self._replicas(),
+            self.fetch_sessions,
+            self._topic_name,
+            request.body,
+            request.api_version,
+        )
+
+    async def _list_offsets(self, request: ApiRequest) -> object:
+        return data_plane.list_offsets(self._replicas(), request.body, request.api_version)
+
+    async def _offset_for_leader_epoch(self, request: ApiRequest) -> object:
+        return data_plane.offset_for_leader_epoch(
+            self._replicas(), request.body, request.api_version
+        )
+
+    async def _init_producer_id(self, request: ApiRequest) -> object:
+        assert self.producer_ids is not None
+        return await init_producer_id(self.producer_ids, request.body, request.api_version)
+
+    async def _api_versions(self, request: ApiRequest) -> object:
+        response = request.apis.api_versions_response(request.api_version)
+        return _with_features(response, self._image()) if request.api_version >= 3 else response
+
+    async def _metadata(self, request: ApiRequest) -> object | None:
+        body: Any = request.body
+        if request.api_version < METADATA_BY_ID_VERSION and any(
+            item.name is None for item in body.topics or ()
+        ):
+            # v10-11 may carry a null name but not look a topic up by id, and their
+            # answer cannot carry a null name: Kafka refuses the request
+            # (InvalidRequestException), the connection closes.
+            return None
         image = self._image()
-        if api_key == wire.API_VERSIONS_KEY:
-            response = api_versions_response(header.api_version, self.supported_apis)
-            return _with_features(response, image) if header.api_version >= 3 else response
-        if api_key == METADATA:
-            if header.api_version < METADATA_BY_ID_VERSION and any(
-                item.name is None for item in body.topics or ()
-            ):
-                # v10-11 may carry a null name but not look a topic up by id, and their
-                # answer cannot carry a null name: Kafka refuses the request
-                # (InvalidRequestException), the connection closes.
-                return None
-            controller_id = random_live_broker(image, self.listener_name, self._rng)
-            created = self._auto_create(image, body)
-            return await metadata_response(
-                image, body, self.listener_name, self.cluster_id, controller_id, created
-            )
-        if api_key == DESCRIBE_CLUSTER:
-            controller_id = random_live_broker(image, self.listener_name, self._rng)
-            return describe_cluster_response(
-                image, body, self.listener_name, self.cluster_id, controller_id
-            )
-        if api_key == DESCRIBE_CONFIGS:
-            return describe_configs_response(image, body, self.node_id)
-        if api_key == DESCRIBE_TOPIC_PARTITIONS:
-            return describe_topic_partitions_response(image, body, self.listener_name)
-        if api_key == DESCRIBE_USER_SCRAM_CREDENTIALS:
-            return describe_user_scram_credentials(image, body, header.api_version)
-        if api_key in ACL_APIS:
-            return security_disabled_response(api_key, header.api_version, body)
-        return None  # not served here: Kafka closes the connection
+        controller_id = random_live_broker(image, self.listener_name, self._rng)
+        created = self._auto_create(image, body)
+        return await metadata_response(
+            image, body, self.listener_name, self.cluster_id, controller_id, created
+        )
+
+    async def _describe_cluster(self, request: ApiRequest) -> object:
+        image = self._image()
+        controller_id = random_live_broker(image, self.listener_name, self._rng)
+        return describe_cluster_response(
+            image, request.body, self.listener_name, self.cluster_id, controller_id
+        )
+
+    async def _describe_configs(self, request: ApiRequest) -> object:
+        return describe_configs_response(self._image(), request.body, self.node_id)
+
+    async def _describe_user_scram_credentials(self, request: ApiRequest) -> object:
+        return describe_user_scram_credentials(self._image(), request.body, request.api_version)
+
+    async def _describe_topic_partitions(self, request: ApiRequest) -> object:
+        return describe_topic_partitions_response(self._image(), request.body, self.listener_name)
 
     def _auto_create(self, image: MetadataImage, request: Any) -> frozenset[str]:
         """Kafka's auto.create.topics.enable: missing topics a Metadata request names (and
@@ -233,7 +312,7 @@ class KafkaApis:
 def _with_features(response: Any, image: MetadataImage) -> Any:
     """ApiVersions v3+ (KIP-584): the features this broker supports and the levels the
     metadata log finalized (``kafka-features describe`` reads them), as of ``image``."""
-    module: Any = response_module(wire.API_VERSIONS_KEY, int(response.__version__))
+    module: Any = response_module(ApiKey.API_VERSIONS, int(response.__version__))
     supported = tuple(
         make(
             module.SupportedFeatureKey,

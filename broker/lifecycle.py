@@ -32,12 +32,11 @@ from kio.schema.errors import ErrorCode
 from broker.controller_channel import ControllerSender
 from log.runtime import Runtime
 from metadata.records import ELR_FEATURE, METADATA_VERSION_FEATURE, FeatureRange, Listener
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.lifecycle")
 
-BROKER_REGISTRATION = 62
-BROKER_HEARTBEAT = 63
 REGISTRATION_VERSION = 4  # Kafka 3.9/4.0's newest
 HEARTBEAT_VERSION = 1
 # kraft-py's only metadata.version so far (kraft/bootstrap.py formats clusters at 1).
@@ -222,6 +221,11 @@ class BrokerLifecycleManager:
         self._stopped.set()
 
     # ---- the heartbeat loop -------------------------------------------------------------------
+    def _shutting_down(self) -> bool:
+        """Whether shutdown began; a call, so the loop reads the state afresh after each
+        await (a type checker would otherwise keep what the loop's condition saw)."""
+        return self._state is BrokerState.SHUTTING_DOWN
+
     async def _run(self) -> None:
         try:
             while self._state not in (BrokerState.SHUTTING_DOWN, BrokerState.NOT_RUNNING):
@@ -229,7 +233,7 @@ class BrokerLifecycleManager:
                     delay_s = await self._register()
                 else:
                     delay_s = await self._heartbeat()
-                if self._state is BrokerState.SHUTTING_DOWN:
+                if self._shutting_down():
                     return
                 await self._pause(delay_s)
         finally:
@@ -252,7 +256,7 @@ class BrokerLifecycleManager:
 
     async def _register(self) -> float:
         """One registration attempt; the delay before the next request."""
-        module: Any = request_module(BROKER_REGISTRATION, REGISTRATION_VERSION)
+        module: Any = request_module(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION)
         listeners = tuple(
             make(
                 module.Listener,
@@ -315,7 +319,7 @@ class BrokerLifecycleManager:
     async def _heartbeat(self) -> float:
         """One heartbeat; acts on its answer and returns the delay before the next one."""
         last_replayed = self._metadata_offset() - 1
-        module: Any = request_module(BROKER_HEARTBEAT, HEARTBEAT_VERSION)
+        module: Any = request_module(ApiKey.BROKER_HEARTBEAT, HEARTBEAT_VERSION)
         request = make(
             module.BrokerHeartbeatRequest,
             {

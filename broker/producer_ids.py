@@ -18,10 +18,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.controller_channel import ControllerSender
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module, response_module
 
-INIT_PRODUCER_ID = 22
-ALLOCATE_PRODUCER_IDS = 67
 MAX_EPOCH = 2**15 - 1
 ALLOCATE_TIMEOUT_S = 5.0
 
@@ -42,7 +41,7 @@ class ProducerIdManager:
     async def next_id(self) -> int | ErrorCode:
         async with self._lock:
             if self._next >= self._end:
-                module: Any = request_module(ALLOCATE_PRODUCER_IDS, 0)
+                module: Any = request_module(ApiKey.ALLOCATE_PRODUCER_IDS, 0)
                 request = make(
                     module.AllocateProducerIdsRequest,
                     {"broker_id": self._node_id, "broker_epoch": self._broker_epoch()},
@@ -61,7 +60,7 @@ class ProducerIdManager:
 
 
 async def init_producer_id(ids: ProducerIdManager, request: Any, api_version: int) -> object:
-    module: Any = response_module(INIT_PRODUCER_ID, api_version)
+    module: Any = response_module(ApiKey.INIT_PRODUCER_ID, api_version)
 
     def answer(code: ErrorCode, producer_id: int = -1, epoch: int = -1) -> object:
         values = {"error_code": code, "producer_id": producer_id, "producer_epoch": epoch}

@@ -7,7 +7,7 @@ condition (Kafka's tryComplete) and park again if it does not hold yet. Waiters 
 insertion order (dicts keyed by a counter), so wake-ups run in the same order on every run.
 
 Bound: one waiter per request parked, and requests are bounded per connection
-(broker/network.py); a waiter removes itself from every key when it wakes or times out.
+(protocol/server.py); a waiter removes itself from every key when it wakes or times out.
 """
 
 from __future__ import annotations
@@ -15,30 +15,33 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Hashable, Iterable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)  # what a waiter watches: a partition's key here
 
 
-class DelayedOperations:
+class DelayedOperations(Generic[K]):
     """Futures keyed by partition, woken by ``notify``."""
 
     __slots__ = ("_counter", "_watchers")
 
     def __init__(self) -> None:
         # key -> {waiter's token: (its future, the keys notified for it so far)}
-        self._watchers: dict[Hashable, dict[int, tuple[asyncio.Future[None], list[Hashable]]]] = {}
+        self._watchers: dict[K, dict[int, tuple[asyncio.Future[None], list[K]]]] = {}
         self._counter = itertools.count()
 
     def __len__(self) -> int:
         """Waiters parked, counted once per key they watch."""
         return sum(len(waiters) for waiters in self._watchers.values())
 
-    async def wait(self, keys: Iterable[Hashable], timeout_s: float) -> list[Hashable]:
+    async def wait(self, keys: Iterable[K], timeout_s: float) -> list[K]:
         """Until one of ``keys`` is notified or ``timeout_s`` passes: the keys notified
         (every one notified before this waiter ran), empty on a timeout."""
         if timeout_s <= 0:
             return []
         token = next(self._counter)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        fired: list[Hashable] = []
+        fired: list[K] = []
         watched = list(dict.fromkeys(keys))
         for key in watched:
             self._watchers.setdefault(key, {})[token] = (future, fired)
@@ -56,7 +59,7 @@ class DelayedOperations:
                     if not waiters:
                         del self._watchers[key]
 
-    def notify(self, key: Hashable) -> int:
+    def notify(self, key: K) -> int:
         """Wake every waiter watching ``key``; how many were woken."""
         waiters = self._watchers.pop(key, None)
         if not waiters:

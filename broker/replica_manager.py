@@ -31,7 +31,7 @@ import logging
 import os
 import random
 import uuid
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +64,7 @@ from metadata.config_defs import CLUSTER_DEFAULT
 from metadata.delta import local_changes
 from metadata.image import EMPTY, MetadataImage, TopicImage
 from metadata.records import ELR_FEATURE, NO_LEADER
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.replica_manager")
@@ -76,7 +77,6 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 NO_EPOCH = -1
-ALTER_PARTITION = 56
 ALTER_PARTITION_VERSION = 3
 ALTER_PARTITION_TIMEOUT_S = 30.0
 
@@ -170,7 +170,7 @@ class ReplicaManager:
         self.config = config or ReplicationConfig()
         self._channel = channel  # AlterPartition goes here; None: the ISR never changes
         self._broker_epoch = broker_epoch
-        self.delayed = DelayedOperations()
+        self.delayed: DelayedOperations[tuple[str, int]] = DelayedOperations()
         self.fetchers = ReplicaFetcherManager(
             node_id, self._endpoint, clock, self.config.fetcher, on_failure=self._wake.set
         )
@@ -339,15 +339,15 @@ class ReplicaManager:
                 before.get(resource) is not image.configs.get(resource)
                 for resource in self._dynamic_broker_resources
             )
-            changed = {
+            changed_topics = {
                 name
                 for resource, name in before.keys() | image.configs.keys()
                 if resource == TOPIC_RESOURCE
                 and before.get((resource, name)) is not image.configs.get((resource, name))
             }
             if defaults_changed:  # every hosted topic's effective config may change
-                changed |= {topic for (topic, _), _ in self.logs.all_logs()}
-            for name in sorted(changed):
+                changed_topics |= {topic for (topic, _), _ in self.logs.all_logs()}
+            for name in sorted(changed_topics):
                 try:
                     self.logs.update_config(name, self._log_config(image, name))
                 except ValueError:
@@ -495,7 +495,7 @@ class ReplicaManager:
 
     async def wait_for_changes(
         self, keys: Iterable[tuple[str, int]], timeout_s: float
-    ) -> list[Hashable]:
+    ) -> list[tuple[str, int]]:
         """Until one of the partitions ``keys`` changes (an append, a new high watermark,
         a new state), or ``timeout_s`` passes: the partitions that changed (none on time)."""
         return await self.delayed.wait(keys, timeout_s)
@@ -530,13 +530,14 @@ class ReplicaManager:
         partition.pending_isr = isr
         task = asyncio.get_running_loop().create_task(self._send_alter_partition(partition, isr))
         self._isr_tasks[partition.key] = task
-        task.add_done_callback(lambda _t, key=partition.key: self._isr_tasks.pop(key, None))
+        key = partition.key
+        task.add_done_callback(lambda _task: self._isr_tasks.pop(key, None))
 
     async def _send_alter_partition(self, partition: Partition, isr: tuple[int, ...]) -> None:
         """AlterPartition v3 for one partition (Kafka's AlterPartitionManager sends them in
         batches; one per partition keeps this simple and each is small)."""
         assert self._channel is not None
-        module = request_module(ALTER_PARTITION, ALTER_PARTITION_VERSION)
+        module = request_module(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION)
         image = self._latest
         brokers = image.cluster.brokers if image is not None else {}
         members = tuple(

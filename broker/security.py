@@ -25,12 +25,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.network import CLIENT_HOST, CloseAfter, Handler
 from log.rate_limited_log import RateLimitedLog
 from protocol import wire
+from protocol.api_keys import ApiKey
+from protocol.api_table import BROKER, CLUSTER_ALTER, CLUSTER_DESCRIBE, Api, ApiRequest
 from protocol.entities import make, response_module
 from protocol.sasl import SASL_APIS, SaslServer, ScramLookup, Verdict
 from protocol.security import ListenerSecurity
+from protocol.server import CLIENT_HOST, CloseAfter, Handler
 from protocol.tls import peer_principal
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -99,7 +101,7 @@ def authenticating(
         outcome = server.receive(header, request, int(loop.time() * 1000))
         if outcome.verdict is Verdict.PASS:
             response = await handle(header, request)
-            if header.api_key == wire.API_VERSIONS_KEY and response is not None:
+            if header.api_key == ApiKey.API_VERSIONS and response is not None:
                 return _with_sasl_apis(response, header.api_version)
             return response
         if outcome.verdict is Verdict.ANSWER:
@@ -129,7 +131,7 @@ def _with_sasl_apis(response: Any, version: int) -> object:
     keys = getattr(response, "api_keys", None)
     if keys is None:
         return response
-    module: Any = response_module(wire.API_VERSIONS_KEY, version)
+    module: Any = response_module(ApiKey.API_VERSIONS, version)
     present = {int(item.api_key) for item in keys}
     extra = tuple(
         make(module.ApiVersion, {"api_key": key, "min_version": low, "max_version": high})
@@ -140,8 +142,6 @@ def _with_sasl_apis(response: Any, version: int) -> object:
     return dataclasses.replace(response, api_keys=merged)
 
 
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
-ACL_APIS = {DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3)}
 NO_AUTHORIZER = "No Authorizer is configured."
 
 
@@ -153,13 +153,25 @@ def security_disabled_response(api_key: int, version: int, request: Any) -> obje
     module: Any = response_module(api_key, version)
     error = {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER}
     throttle = {"throttle_time": timedelta(0)}
-    if api_key == DESCRIBE_ACLS:
+    if api_key == ApiKey.DESCRIBE_ACLS:
         return make(module.DescribeAclsResponse, throttle | error | {"resources": ()})
-    if api_key == CREATE_ACLS:
+    if api_key == ApiKey.CREATE_ACLS:
         results = tuple(make(module.AclCreationResult, error) for _ in request.creations)
         return make(module.CreateAclsResponse, throttle | {"results": results})
-    assert api_key == DELETE_ACLS, api_key
+    assert api_key == ApiKey.DELETE_ACLS, api_key
     results = tuple(
         make(module.DeleteAclsFilterResult, error | {"matching_acls": ()}) for _ in request.filters
     )
     return make(module.DeleteAclsResponse, throttle | {"filter_results": results})
+
+
+async def _security_disabled(request: ApiRequest) -> object:
+    return security_disabled_response(request.header.api_key, request.api_version, request.body)
+
+
+# The ACL APIs' entries on the client listeners, with Kafka's authorization for them.
+ACL_APIS = (
+    Api(ApiKey.DESCRIBE_ACLS, (1, 3), _security_disabled, BROKER, (CLUSTER_DESCRIBE,)),
+    Api(ApiKey.CREATE_ACLS, (1, 3), _security_disabled, BROKER, (CLUSTER_ALTER,)),
+    Api(ApiKey.DELETE_ACLS, (1, 3), _security_disabled, BROKER, (CLUSTER_ALTER,)),
+)

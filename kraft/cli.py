@@ -67,11 +67,11 @@ def _describe_quorum(address: str, replication: bool) -> int:
 
     controllers = []
     for item in address.split(","):
-        host, _, port = item.strip().rpartition(":")
-        if not host or not port.isdigit():
+        host, _, port_text = item.strip().rpartition(":")
+        if not host or not port_text.isdigit():
             print(f"kraft-server describe-quorum: {item!r} is not HOST:PORT", file=sys.stderr)
             return 2
-        controllers.append((host, int(port)))
+        controllers.append((host, int(port_text)))
     problems = []
     for host, port in controllers:  # the leader answers; the others say they are not it
         try:

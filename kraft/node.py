@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from broker.bugs import BROKER_BUGS
-from broker.cluster_metadata import DESCRIBE_CLUSTER, describe_controllers_response
+from broker.cluster_metadata import describe_controllers_response
 from broker.controller_channel import ControllerChannel
 from broker.fetch_session import FetchSessionCache
 from broker.group.apis import GroupApis
@@ -33,12 +33,6 @@ from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import GroupCoordinator
 from broker.kafka_apis import KafkaApis, loop_time
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
-from broker.network import (
-    NetworkLimits,
-    RequestBytesBudget,
-    api_versions_response,
-    serve_connection,
-)
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
 from broker.security import Authenticated, authenticating, served_apis
@@ -57,12 +51,22 @@ from metadata.controller.quorum_controller import (
 from metadata.controller.topics import INTERNAL_TOPIC_CREATOR
 from metadata.loader import MetadataLoader, MetadataPublisher
 from metadata.records import Listener
-from protocol import wire
+from protocol.api_keys import ApiKey
+from protocol.api_table import (
+    API_VERSIONS,
+    BROKER,
+    CLUSTER_DESCRIBE,
+    CONTROLLER,
+    Api,
+    ApiRequest,
+    ApiTable,
+    ServedApis,
+)
 from protocol.connect import Connector
 from protocol.sasl import ScramCredential
 from protocol.security import ClientSecurity, SecurityProtocol
+from protocol.server import NetworkLimits, RequestBytesBudget, serve_connection
 from protocol.tls import server_context
-from raft import codec
 from raft.core import Event, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import NODE_BUGS as RAFT_BUGS
@@ -166,6 +170,7 @@ class KraftNode:
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinator | None = None
         self._group_apis: GroupApis | None = None
+        self._controller_served: ServedApis | None = None  # the controller listener's table
         self._channel: ControllerChannel | None = None
         self._internal_channel: ControllerChannel | None = None
         self._servers: list[Any] = []  # asyncio.Server or broker.acceptor.Acceptor
@@ -241,6 +246,8 @@ class KraftNode:
                 bugs=self.bugs & CONTROLLER_BUGS.keys(),
             )
         await raft.start()
+        if self.is_controller:
+            self._controller_served = self._controller_table()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._run_quorum(raft)))
         if self.is_controller:
@@ -382,13 +389,13 @@ class KraftNode:
                 replicas=replicas,
                 fetch_sessions=fetch_sessions,
                 producer_ids=producer_ids,
-                groups=group_apis,
                 auto_create_topics=config.auto_create_topics_enable,
             )
             self.apis[endpoint.name] = apis
+            served = ApiTable([*apis.apis(), *group_apis.apis(endpoint.name)]).served(BROKER)
             self._servers.append(
                 await self._listen(
-                    functools.partial(self._serve_broker, apis, self._limits(endpoint.name)),
+                    functools.partial(self._serve_broker, served, self._limits(endpoint.name)),
                     endpoint.host or None,
                     endpoint.port,
                     **self._tls_of(endpoint.name),
@@ -429,10 +436,6 @@ class KraftNode:
         raise FatalStorageError(f"every log dir has failed ({failed})")
 
     # ---- listeners --------------------------------------------------------------------------
-    def _controller_apis(self) -> dict[int, tuple[int, int]]:
-        assert self.controller is not None
-        return codec.API_VERSIONS | self.controller.SUPPORTED_APIS | {DESCRIBE_CLUSTER: (1, 1)}
-
     def _tls_of(self, listener: str) -> dict[str, Any]:
         """The listen function's ``ssl`` argument for a TLS listener (none for the rest, so
         the simulator's listen is called exactly as before)."""
@@ -458,13 +461,19 @@ class KraftNode:
         return self.loader.image.scram_credentials.get((user, mechanism))
 
     def _secured(
-        self, listener: str, handle: Any, supported: dict[int, tuple[int, int]], writer: Any
+        self, listener: str, served: ServedApis, writer: asyncio.StreamWriter
     ) -> tuple[Authenticated | None, dict[int, tuple[int, int]]]:
+        """A connection's handler behind the listener's authentication, and the versions
+        it decodes (SASL's too on a SASL listener)."""
         security = self.security.listeners[listener]
         authenticated = authenticating(
-            handle, security, writer, self.scram_credential, self.config.socket_request_max_bytes
+            served.handle,
+            security,
+            writer,
+            self.scram_credential,
+            self.config.socket_request_max_bytes,
         )
-        return authenticated, served_apis(security, supported)
+        return authenticated, served_apis(security, served.versions)
 
     def _limits(self, listener: str) -> NetworkLimits:
         config = self.config
@@ -479,9 +488,9 @@ class KraftNode:
     ) -> None:
         name = self.config.controller_endpoint().name
         with self._tracked(writer):
-            authenticated, supported = self._secured(
-                name, self._handle_controller, self._controller_apis(), writer
-            )
+            served = self._controller_served
+            assert served is not None
+            authenticated, versions = self._secured(name, served, writer)
             if authenticated is None:
                 writer.transport.abort()
                 return
@@ -489,38 +498,41 @@ class KraftNode:
                 reader,
                 writer,
                 authenticated.handle,
-                supported,
+                versions,
                 limits=self._limits(name),
                 budget=self._budgets["controller"],
                 frame_limit=authenticated.frame_limit,
             )
 
-    async def _handle_controller(self, header: wire.RequestHeader, request: object) -> object:
-        raft, controller = self.raft, self.controller
-        assert raft is not None and controller is not None
-        if header.api_key == wire.API_VERSIONS_KEY:
-            return api_versions_response(header.api_version, self._controller_apis())
-        if header.api_key == DESCRIBE_CLUSTER:
-            return describe_controllers_response(
-                request, self.cluster_id, raft.leader_id, self.config.controller_quorum_voters
-            )
-        if header.api_key in controller.SUPPORTED_APIS:
-            return await controller.handle(
-                header.api_key, header.api_version, request, client_id=header.client_id
-            )
-        return await raft.handle_request(header, request)
+    def _controller_table(self) -> ServedApis:
+        """The controller listener's table: the quorum's RPCs, the controller's APIs, and
+        DescribeCluster for admin clients bootstrapped from controllers (KIP-919)."""
+        assert self.raft is not None and self.controller is not None
+        describe = self._describe_controllers
+        return ApiTable(
+            [
+                API_VERSIONS,
+                *self.raft.apis(),
+                *self.controller.apis(),
+                Api(ApiKey.DESCRIBE_CLUSTER, (1, 1), describe, CONTROLLER, (CLUSTER_DESCRIBE,)),
+            ]
+        ).served(CONTROLLER)
+
+    async def _describe_controllers(self, request: ApiRequest) -> object:
+        assert self.raft is not None
+        return describe_controllers_response(
+            request.body, self.cluster_id, self.raft.leader_id, self.config.controller_quorum_voters
+        )
 
     async def _serve_broker(
         self,
-        apis: KafkaApis,
+        served: ServedApis,
         limits: NetworkLimits,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
         with self._tracked(writer):
-            authenticated, supported = self._secured(
-                limits.listener, apis.handle, apis.supported_apis, writer
-            )
+            authenticated, versions = self._secured(limits.listener, served, writer)
             if authenticated is None:
                 writer.transport.abort()
                 return
@@ -528,7 +540,7 @@ class KraftNode:
                 reader,
                 writer,
                 authenticated.handle,
-                supported,
+                versions,
                 limits=limits,
                 budget=self._budgets["broker"],
                 frame_limit=authenticated.frame_limit,

@@ -16,6 +16,7 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i32
 
 from protocol import wire
+from protocol.api_keys import ApiKey
 from raft import codec
 
 DESCRIBE_QUORUM_VERSION = 2
@@ -52,13 +53,13 @@ async def describe_quorum(host: str, port: int, timeout_s: float = 5.0) -> Quoru
             )
         )
         header = wire.RequestHeader(
-            codec.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, 1, "kraft-server"
+            ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, 1, "kraft-server"
         )
         writer.write(wire.encode_request(header, request))
         frame = await asyncio.wait_for(wire.read_frame(reader), timeout_s)
     finally:
         writer.close()
-    _cid, response = wire.decode_response(codec.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, frame)
+    _cid, response = wire.decode_response(ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, frame)
     top_error = int(response.error_code)  # type: ignore[attr-defined]
     if top_error != 0 or not response.topics:  # type: ignore[attr-defined]
         return QuorumStatus(top_error or -1, -1, -1, -1, (), ())

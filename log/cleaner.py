@@ -214,7 +214,16 @@ async def clean_log(
             return None  # the log changed under us: the next pass starts afresh
     if log.truncations != truncations:
         return None  # what was mapped may be gone: the checkpoint must not pass it
-    return CleanResult(map_end, len(to_clean), *totals, delete_horizon_ms=earliest_horizon)
+    records_read, records_kept, bytes_read, bytes_written = totals
+    return CleanResult(
+        map_end,
+        len(to_clean),
+        records_read,
+        records_kept,
+        bytes_read,
+        bytes_written,
+        delete_horizon_ms=earliest_horizon,
+    )
 
 
 def _overdue(log: Log, first_dirty_offset: int, now_ms: int) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from log.config_defs import TOPIC_CONFIGS, ConfigPython, config_text
+from log.config_defs import TOPIC_CONFIGS, config_text
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
@@ -83,7 +83,8 @@ class LogConfig:
         """Build from Kafka keys (topic-level or ``log.``-prefixed broker-level); unknown
         keys are ignored because a properties file also holds every other subsystem's keys.
         ValueError naming the key for a value the table refuses."""
-        values: dict[str, ConfigPython] = {}
+        # Field name -> value; each parsed by its key's definition, so of the field's type.
+        values: dict[str, Any] = {}
         # Broker-level defaults first, so a topic-level key always overrides them.
         ordered = sorted(props.items(), key=lambda item: item[0] in _FIELDS)
         for key, raw in ordered:
@@ -161,7 +162,8 @@ class LogManagerConfig:
     def from_properties(cls, props: Mapping[str, Any]) -> LogManagerConfig:
         """Build from the broker's ``log.*`` keys; unknown keys are ignored."""
         keys = LOG_MANAGER_KEYS
-        return cls(**{keys[k]: _parse(k, v) for k, v in props.items() if k in keys})
+        values: dict[str, Any] = {keys[k]: _parse(k, v) for k, v in props.items() if k in keys}
+        return cls(**values)
 
 
 def _parse(key: str, raw: object) -> int | bool:

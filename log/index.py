@@ -123,7 +123,7 @@ class _SparseIndex:
     def write_pending(self) -> None:
         """Write buffered entries to the file (page cache; fsync is separate)."""
         if self._pending:
-            self._handle.pwrite(self._written * self.ENTRY_SIZE, self._pending)
+            self._handle.pwrite(self._written * self.ENTRY_SIZE, memoryview(self._pending))
             self._written += len(self._pending) // self.ENTRY_SIZE
             self._pending = bytearray()
 

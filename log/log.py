@@ -264,7 +264,7 @@ class Log:
         leader epoch into the header in place, and append. A bytearray (or writable
         memoryview) argument is modified in place; bytes are copied once."""
         self._check_online()
-        buf = records if isinstance(records, bytearray) else None
+        buf: bytearray | memoryview | None = records if isinstance(records, bytearray) else None
         if buf is None:
             buf = records if isinstance(records, memoryview) and not records.readonly else None
         if buf is None:

@@ -275,7 +275,7 @@ class LogSegment:
             self._load_largest_timestamp()
         position = self._size
         try:
-            written_at = self.log.append(data)
+            written_at = self.log.append(memoryview(data))
         except OSError:
             self._cut_back(position)
             raise

@@ -294,7 +294,7 @@ def _decode_record(raw: Any) -> MetadataRecord:
         raise _FieldError(f"record is not a map: {raw!r:.80}")
     record_type, version = raw.get("type"), raw.get("version")
     cls = RECORD_TYPES.get(record_type) if isinstance(record_type, str) else None
-    if cls is None:
+    if cls is None or not isinstance(record_type, str):
         raise _FieldError(f"unknown record type {record_type!r:.80}")
     if type(version) is not int or version != cls.VERSION:
         raise _FieldError(f"unknown version {version!r:.20} of {record_type}")
@@ -302,7 +302,7 @@ def _decode_record(raw: Any) -> MetadataRecord:
     return _decode_fields(cls, fields, record_type)
 
 
-def _decode_fields(cls: type[Any], raw: dict[str, Any], where: str) -> Any:
+def _decode_fields(cls: Any, raw: dict[str, Any], where: str) -> Any:
     """Build ``cls`` from a map holding exactly its fields (those with defaults optional)."""
     hints = _field_types(cls)
     unknown = raw.keys() - hints.keys()
@@ -346,7 +346,7 @@ def _decode_value(hint: Any, raw: Any, where: str) -> Any:
 
 
 @functools.cache
-def _field_types(cls: type[Any]) -> dict[str, Any]:
+def _field_types(cls: Any) -> dict[str, Any]:
     """Field name -> resolved type (the module uses postponed annotations)."""
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}

@@ -12,6 +12,7 @@ layer above needs it).
 from __future__ import annotations
 
 import types
+from collections.abc import Mapping
 from dataclasses import MISSING, Field, fields, is_dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -51,7 +52,7 @@ def request_module(api_key: int, api_version: int) -> types.ModuleType:
     return load_payload_module(api_key, api_version, EntityType.request)
 
 
-def make(entity_type: Any, values: dict[str, object]) -> Any:
+def make(entity_type: Any, values: Mapping[str, object]) -> Any:
     """An entity of ``entity_type`` from the values its version has, zeros for the rest."""
     kwargs = {}
     for name, required in _fields(entity_type):

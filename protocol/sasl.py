@@ -31,11 +31,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from protocol import wire
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module, response_module
 from protocol.security import PLAIN, SCRAM_MECHANISMS, ListenerSecurity, SaslCredentials
 
-SASL_HANDSHAKE_KEY = 17
-SASL_AUTHENTICATE_KEY = 36
+SASL_HANDSHAKE_KEY = ApiKey.SASL_HANDSHAKE
+SASL_AUTHENTICATE_KEY = ApiKey.SASL_AUTHENTICATE
 # The versions served: handshake v1 (KIP-152 framing only), authenticate v0-v2.
 SASL_APIS = {SASL_HANDSHAKE_KEY: (1, 1), SASL_AUTHENTICATE_KEY: (0, 2)}
 
@@ -107,7 +108,7 @@ class SaslServer:
             return self._handshake(header, request)
         if key == SASL_AUTHENTICATE_KEY:
             return self._authenticate(header, request, now_ms)
-        if key == wire.API_VERSIONS_KEY:
+        if key == ApiKey.API_VERSIONS:
             return Outcome(Verdict.PASS)
         session = self.session
         if session is None:

@@ -23,7 +23,7 @@ import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import cache
-from typing import Any, get_args, get_origin
+from typing import Any, cast, get_args, get_origin
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -32,12 +32,17 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
-from kio.serial.writers import write_compact_array_length, write_legacy_array_length
+from kio.serial.writers import (
+    Writable,
+    write_compact_array_length,
+    write_legacy_array_length,
+)
+from kio.static.primitive import i16, i32
 
 from log.fs import FileRegion
+from protocol.api_keys import ApiKey
 
 MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes default
-API_VERSIONS_KEY = 18
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
 
@@ -118,9 +123,9 @@ def encode_request(header: RequestHeader, body: object) -> bytes:
     body_type = _check_body(header, body)
     header_type = RequestHeaderV2 if body_type.__flexible__ else RequestHeaderV1
     kio_header = header_type(
-        request_api_key=header.api_key,
-        request_api_version=header.api_version,
-        correlation_id=header.correlation_id,
+        request_api_key=i16(header.api_key),
+        request_api_version=i16(header.api_version),
+        correlation_id=i32(header.correlation_id),
         client_id=header.client_id,
     )
     return _frame((header_type, kio_header), (body_type, body))
@@ -185,7 +190,7 @@ def decode_request(
 
 def _response_header_type(api_key: int, flexible: bool) -> type[Any]:
     """Response header v1 for flexible bodies, v0 otherwise and always for ApiVersions."""
-    return ResponseHeaderV1 if flexible and api_key != API_VERSIONS_KEY else ResponseHeaderV0
+    return ResponseHeaderV1 if flexible and api_key != ApiKey.API_VERSIONS else ResponseHeaderV0
 
 
 def encode_response(header: RequestHeader, body: object) -> bytes:
@@ -239,6 +244,10 @@ class _PartsWriter:
         self._flush()
         return self.parts
 
+    def writable(self) -> Writable:
+        """This writer as kio's writers are typed to take it: they only call ``write``."""
+        return cast(Writable, self)
+
 
 def response_parts(header: RequestHeader, body: object, slice_items: int) -> Iterator[list[Part]]:
     """The bytes of ``encode_response`` after its length prefix, as lists of parts (bytes
@@ -259,7 +268,7 @@ def response_parts(header: RequestHeader, body: object, slice_items: int) -> Ite
     if split is None:
         writer = _PartsWriter()
         writer.write(head)
-        entity_writer(body_type)(writer, body)
+        entity_writer(body_type)(writer.writable(), body)
         yield writer.finish()
         return
     before, after = split
@@ -268,7 +277,7 @@ def response_parts(header: RequestHeader, body: object, slice_items: int) -> Ite
     for start in range(0, len(items), slice_items):
         writer = _PartsWriter()
         for item in items[start : start + slice_items]:
-            write(writer, item)
+            write(writer.writable(), item)
         yield writer.finish()
     yield [after]
 
@@ -276,13 +285,16 @@ def response_parts(header: RequestHeader, body: object, slice_items: int) -> Ite
 def _encode(entity_type: type[Any], entity: object) -> bytes:
     """The entity's bytes; a FileRegion in it is read (only the split check meets one)."""
     writer = _PartsWriter()
-    entity_writer(entity_type)(writer, entity)
+    entity_writer(entity_type)(writer.writable(), entity)
     return b"".join(bytes(part) for part in writer.finish())
 
 
 def _array_length(flexible: bool, count: int) -> bytes:
     buffer = io.BytesIO()
-    (write_compact_array_length if flexible else write_legacy_array_length)(buffer, count)
+    if flexible:
+        write_compact_array_length(buffer, count)
+    else:
+        write_legacy_array_length(buffer, i32(count))
     return buffer.getvalue()
 
 
@@ -329,7 +341,7 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
         body_type: type[Any] = load_response_schema(api_key, api_version)
         header_type = _response_header_type(api_key, body_type.__flexible__)
         kio_header, offset = entity_reader(header_type)(frame, 0)
-        if api_key == API_VERSIONS_KEY and frame[offset : offset + 2] != b"\0\0":
+        if api_key == ApiKey.API_VERSIONS and frame[offset : offset + 2] != b"\0\0":
             body_type = load_response_schema(api_key, 0)
         body, size = _read_body(body_type, frame, offset)
     except KioIndexError as error:
@@ -396,7 +408,7 @@ def _shape(field_type: Any, kafka_type: str | None, tagged: bool) -> _Shape:
         return replace(shape, nullable=True)
     if get_origin(field_type) is tuple:
         return _Shape(item=_shape(get_args(field_type)[0], kafka_type, tagged=False))
-    if is_dataclass(field_type):
+    if isinstance(field_type, type) and is_dataclass(field_type):
         return _Shape(entity=field_type)
     if kafka_type in _FIXED_SIZES:
         return _Shape(size=_FIXED_SIZES[kafka_type])
@@ -487,7 +499,7 @@ def _check_null(shape: _Shape, length: int) -> None:
         raise _Malformed(f"length {length} for a non-nullable field")
 
 
-def _walk_entity(entity_type: type[Any], data: bytes, pos: int, limit: int) -> int:
+def _walk_entity(entity_type: Any, data: bytes, pos: int, limit: int) -> int:
     """The position after one entity, checking every length on the way."""
     flexible = entity_type.__flexible__
     untagged, tagged = _layout(entity_type)

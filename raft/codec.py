@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import types
 import uuid
+from collections.abc import Callable
 from dataclasses import fields
 from datetime import timedelta
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 from kio.index import KioIndexError, load_payload_module, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
+from protocol.api_keys import ApiKey
 from protocol.entities import make
-from protocol.wire import API_VERSIONS_KEY
 from raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -51,38 +52,31 @@ METADATA_PARTITION = 0
 METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's Uuid.METADATA_TOPIC_ID, AAAAAAAAAAAAAAAAAAAAAQ
 ZERO_DIRECTORY_ID = uuid.UUID(int=0)  # Kafka's Uuid.ZERO_UUID: "directory unknown"
 
-FETCH = 1
-VOTE = 52
-BEGIN_QUORUM_EPOCH = 53
-END_QUORUM_EPOCH = 54
-DESCRIBE_QUORUM = 55
-FETCH_SNAPSHOT = 59
-
 # The newest versions kio has that Kafka 3.9/4.x KRaft speaks, down to the oldest that still
 # carries what Raft needs (Fetch v12 introduced last_fetched_epoch and diverging_epoch).
 API_VERSIONS: dict[int, tuple[int, int]] = {
-    FETCH: (12, 17),
-    API_VERSIONS_KEY: (0, 4),
-    VOTE: (0, 2),
-    BEGIN_QUORUM_EPOCH: (0, 1),
-    END_QUORUM_EPOCH: (0, 1),
-    DESCRIBE_QUORUM: (0, 2),
-    FETCH_SNAPSHOT: (0, 1),
+    ApiKey.FETCH: (12, 17),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.VOTE: (0, 2),
+    ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
+    ApiKey.END_QUORUM_EPOCH: (0, 1),
+    ApiKey.DESCRIBE_QUORUM: (0, 2),
+    ApiKey.FETCH_SNAPSHOT: (0, 1),
 }
 
 _REQUEST_KEYS: dict[type, int] = {
-    VoteRequest: VOTE,
-    BeginQuorumEpochRequest: BEGIN_QUORUM_EPOCH,
-    EndQuorumEpochRequest: END_QUORUM_EPOCH,
-    FetchRequest: FETCH,
-    FetchSnapshotRequest: FETCH_SNAPSHOT,
+    VoteRequest: ApiKey.VOTE,
+    BeginQuorumEpochRequest: ApiKey.BEGIN_QUORUM_EPOCH,
+    EndQuorumEpochRequest: ApiKey.END_QUORUM_EPOCH,
+    FetchRequest: ApiKey.FETCH,
+    FetchSnapshotRequest: ApiKey.FETCH_SNAPSHOT,
 }
 _RESPONSE_KEYS: dict[type, int] = {
-    VoteResponse: VOTE,
-    BeginQuorumEpochResponse: BEGIN_QUORUM_EPOCH,
-    EndQuorumEpochResponse: END_QUORUM_EPOCH,
-    FetchResponse: FETCH,
-    FetchSnapshotResponse: FETCH_SNAPSHOT,
+    VoteResponse: ApiKey.VOTE,
+    BeginQuorumEpochResponse: ApiKey.BEGIN_QUORUM_EPOCH,
+    EndQuorumEpochResponse: ApiKey.END_QUORUM_EPOCH,
+    FetchResponse: ApiKey.FETCH,
+    FetchSnapshotResponse: ApiKey.FETCH_SNAPSHOT,
 }
 
 
@@ -90,7 +84,11 @@ _RESPONSE_KEYS: dict[type, int] = {
 
 
 @cache
-def _schema(api_key: int, api_version: int, entity_type: EntityType) -> types.ModuleType:
+def _schema(
+    api_key: int,
+    api_version: int,
+    entity_type: Literal[EntityType.request, EntityType.response],
+) -> types.ModuleType:
     """The kio module holding one version's request or response entities."""
     low, high = API_VERSIONS.get(api_key, (0, -1))
     if not low <= api_version <= high:
@@ -164,7 +162,7 @@ def encode_raft_request(
             sender = body.candidate_id
             if body.pre_vote and version < 2:
                 raise ValueError("a pre-vote needs Vote v2 (KIP-996)")
-            partition = {
+            partition: dict[str, object] = {
                 "replica_epoch": body.candidate_epoch,
                 "replica_id": body.candidate_id,
                 "last_offset_epoch": body.last_offset_epoch,
@@ -287,12 +285,12 @@ def _decode_fetch_snapshot(request: Any, partition: Any) -> tuple[int, Request]:
     return request.replica_id, message
 
 
-_REQUEST_DECODERS = {
-    VOTE: _decode_vote,
-    BEGIN_QUORUM_EPOCH: _decode_begin_quorum_epoch,
-    END_QUORUM_EPOCH: _decode_end_quorum_epoch,
-    FETCH: _decode_fetch,
-    FETCH_SNAPSHOT: _decode_fetch_snapshot,
+_REQUEST_DECODERS: dict[int, Callable[[Any, Any], tuple[int, Request]]] = {
+    ApiKey.VOTE: _decode_vote,
+    ApiKey.BEGIN_QUORUM_EPOCH: _decode_begin_quorum_epoch,
+    ApiKey.END_QUORUM_EPOCH: _decode_end_quorum_epoch,
+    ApiKey.FETCH: _decode_fetch,
+    ApiKey.FETCH_SNAPSHOT: _decode_fetch_snapshot,
 }
 
 
@@ -397,20 +395,20 @@ def decode_raft_response(entity: object) -> Response:
         raise ValueError(f"api {api_key} is not a raft core response")
     if response.error_code != Errors.NONE:
         return RequestFailed(int(response.error_code))
-    topics = response.responses if api_key == FETCH else response.topics
+    topics = response.responses if api_key == ApiKey.FETCH else response.topics
     partition = _metadata_partition(topics)
     error_code = int(partition.error_code)
-    if api_key == VOTE:
+    if api_key == ApiKey.VOTE:
         return VoteResponse(
             error_code, partition.leader_epoch, partition.leader_id, partition.vote_granted
         )
-    if api_key == BEGIN_QUORUM_EPOCH:
+    if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
         return BeginQuorumEpochResponse(error_code, partition.leader_epoch, partition.leader_id)
-    if api_key == END_QUORUM_EPOCH:
+    if api_key == ApiKey.END_QUORUM_EPOCH:
         return EndQuorumEpochResponse(error_code, partition.leader_epoch, partition.leader_id)
     # current_leader is a tagged struct: kio fills in the schema's defaults when it is absent.
     leader = partition.current_leader
-    if api_key == FETCH:
+    if api_key == ApiKey.FETCH:
         return FetchResponse(
             error_code,
             leader.leader_epoch,
@@ -438,28 +436,6 @@ def decode_raft_response(entity: object) -> Response:
 # ---------------------------------------------------------------- driver-answered APIs
 
 
-def api_versions_response(
-    api_version: int,
-    extra: dict[int, tuple[int, int]] | None = None,
-    *,
-    error_code: int = Errors.NONE,
-) -> object:
-    """ApiVersionsResponse listing API_VERSIONS plus ``extra`` (the broker's APIs, later).
-
-    With ``error_code`` UNSUPPORTED_VERSION and ``api_version`` 0 this is Kafka's answer to
-    an ApiVersions request of a version we do not speak: the client reads it as v0 and
-    retries with a version from the list.
-    """
-    module: Any = _schema(API_VERSIONS_KEY, api_version, EntityType.response)
-    versions = API_VERSIONS | (extra or {})
-    keys = tuple(
-        make(module.ApiVersion, {"api_key": key, "min_version": low, "max_version": high})
-        for key, (low, high) in sorted(versions.items())
-    )
-    values = {"error_code": ErrorCode(error_code), "api_keys": keys}
-    return make(module.ApiVersionsResponse, values)
-
-
 def describe_quorum_response(
     *,
     leader_id: int,
@@ -476,7 +452,7 @@ def describe_quorum_response(
     itself as fetched and caught up at ``now_ms``, as Kafka's LeaderState does, since it
     never fetches from itself.
     """
-    module: Any = _schema(DESCRIBE_QUORUM, api_version, EntityType.response)
+    module: Any = _schema(ApiKey.DESCRIBE_QUORUM, api_version, EntityType.response)
 
     def state(progress: ReplicaProgress) -> Any:
         own = progress.replica_id == leader_id

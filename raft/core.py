@@ -226,8 +226,8 @@ class RaftCore:
         self.role = Role.UNATTACHED
         snapshot = log.latest_snapshot()
         # A snapshot holds only committed records: its end is a high watermark we know.
-        adopt = snapshot is not None and "snapshot-hw-not-adopted" not in bugs
-        self.high_watermark = snapshot.end_offset if adopt else 0
+        adopt = "snapshot-hw-not-adopted" not in bugs
+        self.high_watermark = snapshot.end_offset if snapshot is not None and adopt else 0
         # What the driver has synced: at start-up the driver flushes before building the core.
         self.flushed_offset = log.end_offset()
         self._ready = Ready()

@@ -11,6 +11,10 @@ Latency is mostly loop turns, so work that needs no awaiting (sending, asking fo
 delivering events) is carried out where the core produced it (a peer's answer, a request, a
 flush completion, the appended proposals) rather than by waking the main loop; the main
 loop keeps time, and whatever must await (the quorum state, truncation, snapshots).
+
+Requests reach it through ``apis``: its entries in the controller listener's API table,
+served by the same connection loop as every listener (protocol/server.py), in production
+and in the simulator alike.
 """
 
 from __future__ import annotations
@@ -26,6 +30,14 @@ from log.batch import decode_batch, iter_batches, validate_batch
 from log.records import Record
 from log.runtime import Runtime
 from protocol import wire
+from protocol.api_keys import ApiKey
+from protocol.api_table import (
+    CLUSTER_ACTION,
+    CLUSTER_DESCRIBE,
+    CONTROLLER,
+    Api,
+    ApiRequest,
+)
 from protocol.connect import Connector
 from raft import codec, quorum_state
 from raft.batch_accumulator import BatchAccumulator
@@ -55,51 +67,9 @@ DRIVER_BUGS = {
 }
 BUGS = {**CORE_BUGS, **DRIVER_BUGS, **LOG_BUGS}  # the raft scenario's planted bugs
 NODE_BUGS = {**BUGS, **OBSERVER_BUGS}  # every planted bug a RaftNode takes
-RAFT_API_KEYS = (
-    codec.VOTE,
-    codec.BEGIN_QUORUM_EPOCH,
-    codec.END_QUORUM_EPOCH,
-    codec.FETCH,
-    codec.FETCH_SNAPSHOT,
-)
 MAX_READ_BYTES = 8 * 1024 * 1024
 # Half of max.message.bytes (1 MiB): accumulated proposals stay well inside what the log takes.
 MAX_BATCH_BYTES = 512 * 1024
-
-
-class _DirectReply:
-    """Answers a request on its connection the moment the core replies: a long-polled Fetch
-    completed mid-turn (records appended, the high watermark moved) goes out in that turn
-    instead of after the connection's handler is next scheduled. ``done`` then lets the
-    handler read the connection's next request, so requests stay answered in order."""
-
-    __slots__ = ("done", "header", "writer")
-
-    def __init__(
-        self, writer: asyncio.StreamWriter, header: wire.RequestHeader, done: asyncio.Future
-    ) -> None:
-        self.writer = writer
-        self.header = header
-        self.done = done
-
-    def __call__(self, body: Response) -> None:
-        if self.done.done():
-            return
-        header = self.header
-        try:
-            entity = codec.encode_raft_response(
-                body, api_key=header.api_key, api_version=header.api_version
-            )
-            frame = wire.encode_response(header, entity)
-        except Exception as exc:
-            self.done.set_exception(exc)
-            return
-        if not self.writer.is_closing():
-            self.writer.write(frame)
-        self.done.set_result(None)
-
-
-_WRITTEN = object()  # what a request answered through a _DirectReply returns to ``serve``
 
 
 class ProposalLost(Exception):
@@ -167,8 +137,7 @@ class RaftNode:
         self._flush_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._applied = 0
-        self._inbound: dict[asyncio.Task, asyncio.StreamWriter] = {}
-        self._asks: dict[asyncio.Future, None] = {}
+        self._asks: dict[asyncio.Future[Response], None] = {}  # requests the core holds
         self._waiters: dict[int, tuple[int, asyncio.Future]] = {}
         self._accumulator = BatchAccumulator(
             max_batch_records=MAX_PROPOSAL_RECORDS, max_batch_bytes=MAX_BATCH_BYTES
@@ -234,15 +203,12 @@ class RaftNode:
                 await task
         for peer in self._peers.values():
             await peer.close()
-        # End inbound connections before the loop goes: their handlers then finish
-        # normally instead of being cancelled mid-read.
-        handlers = list(self._inbound.items())
-        for _task, writer in handlers:
-            writer.transport.abort()
-        for future in list(self._asks):  # a long-polled Fetch nobody will answer now
+        # A request the core still holds (a long-polled Fetch) is answered by nobody now:
+        # its connection's handler ends (the listener closes the connection) instead of
+        # waiting until the loop goes.
+        for future in list(self._asks):
             if not future.done():
                 future.set_exception(ConnectionAbortedError("node closing"))
-        await asyncio.gather(*(task for task, _ in handlers), return_exceptions=True)
 
     async def resign(self) -> None:
         """Graceful leader shutdown: send EndQuorumEpoch to hand leadership over."""
@@ -469,9 +435,7 @@ class RaftNode:
     def _send(self, message: Outbound) -> None:
         reply = message.reply_to
         if reply is not None:
-            if isinstance(reply, _DirectReply):
-                reply(message.body)  # type: ignore[arg-type]
-            elif not reply.done():
+            if not reply.done():
                 reply.set_result(message.body)
             return
         peer = self._peers.get(message.dst)
@@ -556,56 +520,55 @@ class RaftNode:
                 future.set_exception(ProposalLost(f"offset {offset} holds epoch {epoch}"))
 
     # ---- the server side ---------------------------------------------------------------
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Answer requests from one inbound connection, one at a time and in order (Kafka)."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._inbound[task] = writer
+    def apis(self) -> list[Api]:
+        """The quorum's entries in the controller listener's table: the Raft RPCs, answered
+        by the core, and DescribeQuorum, answered from its progress."""
+        quorum, versions = self._quorum_api, codec.API_VERSIONS
+        return [
+            Api(ApiKey.FETCH, versions[ApiKey.FETCH], quorum, CONTROLLER, (CLUSTER_ACTION,)),
+            Api(ApiKey.VOTE, versions[ApiKey.VOTE], quorum, CONTROLLER, (CLUSTER_ACTION,)),
+            Api(
+                ApiKey.BEGIN_QUORUM_EPOCH,
+                versions[ApiKey.BEGIN_QUORUM_EPOCH],
+                quorum,
+                CONTROLLER,
+                (CLUSTER_ACTION,),
+            ),
+            Api(
+                ApiKey.END_QUORUM_EPOCH,
+                versions[ApiKey.END_QUORUM_EPOCH],
+                quorum,
+                CONTROLLER,
+                (CLUSTER_ACTION,),
+            ),
+            Api(
+                ApiKey.FETCH_SNAPSHOT,
+                versions[ApiKey.FETCH_SNAPSHOT],
+                quorum,
+                CONTROLLER,
+                (CLUSTER_ACTION,),
+            ),
+            Api(
+                ApiKey.DESCRIBE_QUORUM,
+                versions[ApiKey.DESCRIBE_QUORUM],
+                self._describe_quorum_api,
+                CONTROLLER,
+                (CLUSTER_DESCRIBE,),
+            ),
+        ]
+
+    async def _quorum_api(self, request: ApiRequest) -> object | None:
         try:
-            while True:
-                frame = await wire.read_frame(reader)
-                try:
-                    header, entity = wire.decode_request(frame, supported=codec.API_VERSIONS)
-                except wire.FrameError as error:
-                    if error.header is None or error.header.api_key != wire.API_VERSIONS_KEY:
-                        return  # unparseable or unsupported: Kafka closes the connection
-                    # A client asking for an ApiVersions version we lack gets a v0 answer
-                    # listing what we have, so it can retry with one of those (KIP-511).
-                    header = error.header
-                    response: object = codec.api_versions_response(
-                        0, error_code=wire.UNSUPPORTED_VERSION
-                    )
-                else:
-                    response = await self._answer(header, entity, writer)
-                if response is None:
-                    return
-                if response is not _WRITTEN:
-                    writer.write(wire.encode_response(header, response))
-                await writer.drain()
-        except (OSError, asyncio.IncompleteReadError, wire.FrameError):
-            pass
-        finally:
-            self._inbound.pop(task, None)
-            writer.transport.abort()
+            return await self._answer(request.header, request.body)
+        except ConnectionAbortedError:
+            return None  # the node is closing (see ``close``): its connections go with it
 
-    async def handle_request(self, header: wire.RequestHeader, entity: object) -> object | None:
-        """The response entity, or None to close the connection (as Kafka does for a
-        request it cannot serve). Public so a controller listener that also serves the
-        controller's APIs can hand the quorum's requests here."""
-        return await self._answer(header, entity, None)
+    async def _describe_quorum_api(self, request: ApiRequest) -> object:
+        return self._describe_quorum(request.api_version)
 
-    async def _answer(
-        self, header: wire.RequestHeader, entity: object, writer: asyncio.StreamWriter | None
-    ) -> object | None:
-        """``handle_request``; given the connection's ``writer``, a quorum request's answer
-        is written there directly (see _DirectReply) and ``_WRITTEN`` returned."""
+    async def _answer(self, header: wire.RequestHeader, entity: object) -> object:
+        """A quorum request's answer, once the core gives it (a Fetch may be long-polled)."""
         api_key, version = header.api_key, header.api_version
-        if api_key == wire.API_VERSIONS_KEY:
-            return codec.api_versions_response(version)
-        if api_key == codec.DESCRIBE_QUORUM:
-            return self._describe_quorum(version)
-        if api_key not in RAFT_API_KEYS:
-            return None
         try:
             src, body, cluster_id = codec.decode_raft_request(entity)
         except ValueError:
@@ -617,12 +580,8 @@ class RaftNode:
             assert self.core is not None
             refusal = self.core.refusal(body, Errors.INVALID_VOTER_KEY)
             return codec.encode_raft_response(refusal, api_key=api_key, api_version=version)
-        if writer is None:
-            answer = await self.ask(src, body)
-            return codec.encode_raft_response(answer, api_key=api_key, api_version=version)
-        done: asyncio.Future = asyncio.get_running_loop().create_future()
-        await self._step_request(src, body, _DirectReply(writer, header, done), done)
-        return _WRITTEN
+        answer = await self.ask(src, body)
+        return codec.encode_raft_response(answer, api_key=api_key, api_version=version)
 
     def _is_own_voter_key(self, key: tuple[int, uuid.UUID] | None) -> bool:
         if key is None:
@@ -635,29 +594,24 @@ class RaftNode:
 
     async def ask(self, src: int, body: Request) -> Response:
         """Hand a request to the core and wait for its answer (which may be long-polled)."""
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
-        return await self._step_request(src, body, future, future)
-
-    async def _step_request(
-        self, src: int, body: Request, reply_to: object, done: asyncio.Future
-    ) -> object:
         core = self.core
         assert core is not None
-        self._asks[done] = None
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._asks[future] = None
         try:
             core.tick(self._now_ms())
-            core.step(Inbound(src, body, reply_to=reply_to))
+            core.step(Inbound(src, body, reply_to=future))
             self._pump()
-            return await done
+            return await future
         finally:
-            self._asks.pop(done, None)
+            self._asks.pop(future, None)
 
     def _describe_quorum(self, version: int) -> object:
         core = self.core
         assert core is not None
         if core.role is not Role.LEADER:
             return codec.error_response(
-                codec.DESCRIBE_QUORUM, version, Errors.NOT_LEADER_OR_FOLLOWER
+                ApiKey.DESCRIBE_QUORUM, version, Errors.NOT_LEADER_OR_FOLLOWER
             )
         now_ms, wall_ms = self._now_ms(), self.runtime.clock.now_ms()
 

@@ -14,6 +14,7 @@ import io
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.snapshot_footer_record.v0.data import SnapshotFooterRecord
 from kio.schema.snapshot_header_record.v0.data import SnapshotHeaderRecord
@@ -65,7 +66,7 @@ def list_snapshots(fs: FileSystem, directory: str) -> list[SnapshotId]:
     return sorted(s for s in found if s is not None)
 
 
-def _control(record_type: ControlRecordType, entity: object, timestamp_ms: int) -> bytes:
+def _control(record_type: ControlRecordType, entity: Any, timestamp_ms: int) -> bytes:
     buffer = io.BytesIO()
     entity_writer(type(entity))(buffer, entity)
     record = Record(encode_control_key(record_type), buffer.getvalue(), timestamp_ms)

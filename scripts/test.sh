@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install kraft-py with its test and Spark extras into ./.venv, then run the whole suite:
-# lint, format check, and pytest (extra arguments go to pytest). pytest's exit code 5
+# lint, format check, type check (mypy on the production packages) and pytest (extra arguments go to pytest). pytest's exit code 5
 # ("no tests collected") is a failure here, like any other non-zero code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,4 +20,5 @@ if [ -n "$missing" ]; then
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy
 exec .venv/bin/pytest "$@"

@@ -12,6 +12,7 @@ answering COORDINATOR_NOT_AVAILABLE until its partition has a leader.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -23,45 +24,30 @@ from broker.group.classic import GroupState, JoinRequest
 from broker.group.consumer_group import ConsumerGroup, Heartbeat
 from broker.group.consumer_records import Partitions
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from broker.group.records import OffsetValue
 from broker.group.shard import OffsetCommit
-from broker.network import CLIENT_HOST
 from log.rate_limited_log import RateLimitedLog
 from metadata.image import MetadataImage
+from protocol.api_keys import ApiKey
+from protocol.api_table import (
+    BROKER,
+    CLUSTER_DESCRIBE,
+    GROUP_DELETE,
+    GROUP_DESCRIBE,
+    GROUP_READ,
+    TOPIC_DESCRIBE,
+    TOPIC_READ,
+    TRANSACTIONAL_ID_DESCRIBE,
+    Api,
+    ApiRequest,
+)
 from protocol.entities import make, request_module, response_module
+from protocol.server import CLIENT_HOST
 
 logger = logging.getLogger("broker.group.apis")
 
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-FIND_COORDINATOR = 10
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
-DESCRIBE_GROUPS = 15
-LIST_GROUPS = 16
-DELETE_GROUPS = 42
-OFFSET_DELETE = 47
-CONSUMER_GROUP_HEARTBEAT = 68
-CONSUMER_GROUP_DESCRIBE = 69
-CREATE_TOPICS = 19
 CREATE_TOPICS_VERSION = 7
 
-SUPPORTED = {
-    OFFSET_COMMIT: (2, 9),
-    OFFSET_FETCH: (1, 9),
-    FIND_COORDINATOR: (0, 6),
-    JOIN_GROUP: (0, 9),
-    HEARTBEAT: (0, 4),
-    LEAVE_GROUP: (0, 5),
-    SYNC_GROUP: (0, 5),
-    DESCRIBE_GROUPS: (0, 5),
-    LIST_GROUPS: (0, 5),
-    DELETE_GROUPS: (0, 2),
-    OFFSET_DELETE: (0, 0),
-    CONSUMER_GROUP_HEARTBEAT: (0, 1),
-    CONSUMER_GROUP_DESCRIBE: (0, 1),
-}
 GROUP_KEY_TYPE = 0
 CLASSIC = "classic"
 CONSUMER = "consumer"
@@ -71,7 +57,8 @@ Forward = Callable[[object], Awaitable[object]]
 
 
 class GroupApis:
-    """One broker's group request handlers; ``handle`` answers a decoded request."""
+    """One broker's group request handlers; ``apis`` are their entries in a client
+    listener's table."""
 
     def __init__(
         self, coordinator: GroupCoordinator, image: Callable[[], MetadataImage], forward: Forward
@@ -82,44 +69,122 @@ class GroupApis:
         self._creating: asyncio.Task[None] | None = None
         self._failures = RateLimitedLog(logger)
 
-    async def handle(
-        self, api_key: int, version: int, request: Any, listener: str, client_id: str
-    ) -> object:
-        response = response_module(api_key, version)
-        if api_key == FIND_COORDINATOR:
-            return self._find_coordinator(response, version, request, listener)
-        if api_key == JOIN_GROUP:
-            return await self._join(response, version, request, client_id)
-        if api_key == SYNC_GROUP:
-            return await self._sync(response, request)
-        if api_key == HEARTBEAT:
-            error = self.coordinator.heartbeat(
-                request.group_id,
-                request.member_id,
-                getattr(request, "group_instance_id", None),
-                request.generation_id,
-            )
-            return make(
-                response.HeartbeatResponse, {"throttle_time": NO_THROTTLE, "error_code": error}
-            )
-        if api_key == LEAVE_GROUP:
-            return self._leave(response, version, request)
-        if api_key == OFFSET_COMMIT:
-            return await self._offset_commit(response, request)
-        if api_key == OFFSET_FETCH:
-            return self._offset_fetch(response, version, request)
-        if api_key == LIST_GROUPS:
-            return self._list_groups(response, request)
-        if api_key == DESCRIBE_GROUPS:
-            return self._describe_groups(response, request)
-        if api_key == DELETE_GROUPS:
-            return await self._delete_groups(response, request)
-        if api_key == CONSUMER_GROUP_HEARTBEAT:
-            return await self._consumer_heartbeat(response, version, request, client_id)
-        if api_key == CONSUMER_GROUP_DESCRIBE:
-            return self._consumer_describe(response, request)
-        assert api_key == OFFSET_DELETE, api_key
-        return await self._offset_delete(response, request)
+    def apis(self, listener: str) -> list[Api]:
+        """The group APIs' entries in one client listener's table (FindCoordinator answers
+        with that listener's endpoints)."""
+        find = functools.partial(self._find_coordinator_api, listener)
+        return [
+            Api(
+                ApiKey.OFFSET_COMMIT,
+                (2, 9),
+                self._offset_commit_api,
+                BROKER,
+                (GROUP_READ, TOPIC_READ),
+            ),
+            Api(
+                ApiKey.OFFSET_FETCH,
+                (1, 9),
+                self._offset_fetch_api,
+                BROKER,
+                (GROUP_DESCRIBE, TOPIC_DESCRIBE),
+            ),
+            Api(
+                ApiKey.FIND_COORDINATOR,
+                (0, 6),
+                find,
+                BROKER,
+                (GROUP_DESCRIBE, TRANSACTIONAL_ID_DESCRIBE),
+            ),
+            Api(ApiKey.JOIN_GROUP, (0, 9), self._join_api, BROKER, (GROUP_READ,)),
+            Api(ApiKey.HEARTBEAT, (0, 4), self._heartbeat_api, BROKER, (GROUP_READ,)),
+            Api(ApiKey.LEAVE_GROUP, (0, 5), self._leave_api, BROKER, (GROUP_READ,)),
+            Api(ApiKey.SYNC_GROUP, (0, 5), self._sync_api, BROKER, (GROUP_READ,)),
+            Api(
+                ApiKey.DESCRIBE_GROUPS, (0, 5), self._describe_groups_api, BROKER, (GROUP_DESCRIBE,)
+            ),
+            Api(
+                ApiKey.LIST_GROUPS,
+                (0, 5),
+                self._list_groups_api,
+                BROKER,
+                (CLUSTER_DESCRIBE, GROUP_DESCRIBE),
+            ),
+            Api(ApiKey.DELETE_GROUPS, (0, 2), self._delete_groups_api, BROKER, (GROUP_DELETE,)),
+            Api(
+                ApiKey.OFFSET_DELETE,
+                (0, 0),
+                self._offset_delete_api,
+                BROKER,
+                (GROUP_DELETE, TOPIC_READ),
+            ),
+            Api(
+                ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                (0, 1),
+                self._consumer_heartbeat_api,
+                BROKER,
+                (GROUP_READ, TOPIC_DESCRIBE),
+            ),
+            Api(
+                ApiKey.CONSUMER_GROUP_DESCRIBE,
+                (0, 1),
+                self._consumer_describe_api,
+                BROKER,
+                (GROUP_DESCRIBE, TOPIC_DESCRIBE),
+            ),
+        ]
+
+    # ---- the entries' handlers: the request's response module, then the API's own method
+    async def _find_coordinator_api(self, listener: str, request: ApiRequest) -> object:
+        module, version = _response(request), request.api_version
+        return self._find_coordinator(module, version, request.body, listener)
+
+    async def _join_api(self, request: ApiRequest) -> object:
+        module, version = _response(request), request.api_version
+        return await self._join(module, version, request.body, request.client_id)
+
+    async def _sync_api(self, request: ApiRequest) -> object:
+        return await self._sync(_response(request), request.body)
+
+    async def _heartbeat_api(self, request: ApiRequest) -> object:
+        body: Any = request.body
+        error = self.coordinator.heartbeat(
+            body.group_id,
+            body.member_id,
+            getattr(body, "group_instance_id", None),
+            body.generation_id,
+        )
+        return make(
+            _response(request).HeartbeatResponse,
+            {"throttle_time": NO_THROTTLE, "error_code": error},
+        )
+
+    async def _leave_api(self, request: ApiRequest) -> object:
+        return self._leave(_response(request), request.api_version, request.body)
+
+    async def _offset_commit_api(self, request: ApiRequest) -> object:
+        return await self._offset_commit(_response(request), request.body)
+
+    async def _offset_fetch_api(self, request: ApiRequest) -> object:
+        return self._offset_fetch(_response(request), request.api_version, request.body)
+
+    async def _list_groups_api(self, request: ApiRequest) -> object:
+        return self._list_groups(_response(request), request.body)
+
+    async def _describe_groups_api(self, request: ApiRequest) -> object:
+        return self._describe_groups(_response(request), request.body)
+
+    async def _delete_groups_api(self, request: ApiRequest) -> object:
+        return await self._delete_groups(_response(request), request.body)
+
+    async def _consumer_heartbeat_api(self, request: ApiRequest) -> object:
+        module, version = _response(request), request.api_version
+        return await self._consumer_heartbeat(module, version, request.body, request.client_id)
+
+    async def _consumer_describe_api(self, request: ApiRequest) -> object:
+        return self._consumer_describe(_response(request), request.body)
+
+    async def _offset_delete_api(self, request: ApiRequest) -> object:
+        return await self._offset_delete(_response(request), request.body)
 
     # ---- FindCoordinator -----------------------------------------------------------------
     def _find_coordinator(self, module: Any, version: int, request: Any, listener: str) -> object:
@@ -190,7 +255,7 @@ class GroupApis:
 
     async def _create(self) -> None:
         config = self.coordinator.config
-        module: Any = request_module(CREATE_TOPICS, CREATE_TOPICS_VERSION)
+        module: Any = request_module(ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION)
         # Kafka's settings. Compaction (log/cleaner.py) keeps the latest record of every
         # key, so repeated commits of one partition's offset do not grow the topic.
         configs = {
@@ -319,6 +384,7 @@ class GroupApis:
         )
 
     def _leave(self, module: Any, version: int, request: Any) -> object:
+        members: list[tuple[str, str | None]]
         if version < 3:
             members = [(request.member_id, None)]
         else:
@@ -438,6 +504,7 @@ class GroupApis:
         )
         topic_type = getattr(module, f"OffsetFetchResponseTopic{plural}")
         partition_type = getattr(module, f"OffsetFetchResponsePartition{plural}")
+        result_topics: list[tuple[str, list[tuple[int, OffsetValue | None]]]]
         if isinstance(result, ErrorCode):
             # Kafka puts the group error on every requested partition as well (v0-v1 have
             # no group-level error field).
@@ -619,6 +686,7 @@ class GroupApis:
             else frozenset((t.topic_id, p) for t in owned for p in t.partitions),
         )
         invalid = _invalid_heartbeat(request, member_id)
+        message: str | None
         if invalid is not None:
             error, message = ErrorCode.invalid_request, invalid
             result = None
@@ -746,3 +814,8 @@ def _topic_partitions(
         )
         for topic_id, indexes in by_topic.items()
     )
+
+
+def _response(request: ApiRequest) -> Any:
+    """The kio module of the response to ``request``'s API and version."""
+    return response_module(request.header.api_key, request.api_version)

@@ -73,9 +73,9 @@ def uniform(
     moved = bool(owned)
     while moved:
         moved = False
-        lightest = min(len(p) for p in owned.values())
+        lightest_load = min(len(p) for p in owned.values())
         for giver in sorted(owned, key=lambda m: (-len(owned[m]), m)):
-            if len(owned[giver]) <= lightest + 1:
+            if len(owned[giver]) <= lightest_load + 1:
                 break  # the rest are lighter still: nobody can give
             for where in sorted(owned[giver]):
                 receivers = [m for m in eligible[where[0]] if len(owned[m]) + 1 < len(owned[giver])]

@@ -32,11 +32,9 @@ from metadata.records import (
     UnfenceBroker,
     UnregisterBroker,
 )
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-BROKER_REGISTRATION = 62
-BROKER_HEARTBEAT = 63
-UNREGISTER_BROKER = 64
 UNFENCE_BEFORE_CAUGHT_UP = "unfence-before-caught-up"
 SHUTDOWN_KEEPS_LEADERS = "shutdown-keeps-leaders"
 
@@ -49,7 +47,7 @@ def broker_registration(
 ) -> ControllerResult:
     """Register a broker incarnation; ``next_offset`` is where the RegisterBroker record will
     land, which becomes the broker epoch."""
-    module = response_module(BROKER_REGISTRATION, api_version)
+    module = response_module(ApiKey.BROKER_REGISTRATION, api_version)
 
     def answer(code: ErrorCode, epoch: int = -1) -> Any:
         return make(module.BrokerRegistrationResponse, {"error_code": code, "broker_epoch": epoch})
@@ -103,7 +101,7 @@ def broker_heartbeat(
 ) -> ControllerResult:
     """Move the broker along its state machine as the heartbeat asks; ``committed`` is the
     committed image, which must also show it leading nothing before it may shut down."""
-    module = response_module(BROKER_HEARTBEAT, api_version)
+    module = response_module(ApiKey.BROKER_HEARTBEAT, api_version)
     broker = ctx.image.cluster.brokers.get(request.broker_id)
     if broker is None or broker.epoch != request.broker_epoch:
         response = make(
@@ -190,7 +188,7 @@ def fence_broker(ctx: ControllerContext, broker_id: int) -> list[MetadataRecord]
 
 def unregister_broker(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
     """Forget a broker (kafka-cluster.sh unregister): it leaves every ISR and leadership."""
-    module = response_module(UNREGISTER_BROKER, api_version)
+    module = response_module(ApiKey.UNREGISTER_BROKER, api_version)
     broker = ctx.image.cluster.brokers.get(request.broker_id)
     if broker is None:
         response = make(
@@ -201,7 +199,7 @@ def unregister_broker(ctx: ControllerContext, request: Any, api_version: int) ->
             },
         )
         return ControllerResult((), response)
-    records = [
+    records: list[MetadataRecord] = [
         *broker_leaving(ctx, broker.broker_id),
         UnregisterBroker(broker.broker_id, broker.epoch),
     ]

@@ -20,10 +20,9 @@ from metadata.config_defs import CLUSTER_DEFAULT, ConfigType, check_config, defi
 from metadata.controller import elr
 from metadata.controller.context import ApiError, ControllerContext, ControllerResult
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, Config, MetadataRecord
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-ALTER_CONFIGS = 33
-INCREMENTAL_ALTER_CONFIGS = 44
 ChangesOf = Callable[[int, Any, Mapping[str, str]], dict[str, str | None]]
 
 
@@ -40,7 +39,7 @@ def incremental_alter_configs(
     ctx: ControllerContext, request: Any, api_version: int
 ) -> ControllerResult:
     """Apply SET / DELETE / APPEND / SUBTRACT operations per resource."""
-    module = response_module(INCREMENTAL_ALTER_CONFIGS, api_version)
+    module = response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, api_version)
     return _alter(
         ctx, request, module, module.IncrementalAlterConfigsResponse, _incremental_changes
     )
@@ -48,7 +47,7 @@ def incremental_alter_configs(
 
 def alter_configs(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
     """Replace each resource's configs with the ones given."""
-    module = response_module(ALTER_CONFIGS, api_version)
+    module = response_module(ApiKey.ALTER_CONFIGS, api_version)
     return _alter(ctx, request, module, module.AlterConfigsResponse, _replacement_changes)
 
 

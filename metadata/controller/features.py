@@ -28,9 +28,9 @@ from metadata.records import (
     FeatureLevel,
     MetadataRecord,
 )
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-UPDATE_FEATURES = 57
 # The levels this controller can finalize, per feature.
 SUPPORTED_FEATURES = {METADATA_VERSION_FEATURE: (1, 1), ELR_FEATURE: (0, 1)}
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3  # FeatureUpdate.upgrade_type (v1+)
@@ -38,7 +38,7 @@ UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3  # FeatureUpdate.upgrade_typ
 
 def update_features(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
     """Finalize the requested levels, or refuse the whole request with the first error."""
-    module = response_module(UPDATE_FEATURES, api_version)
+    module = response_module(ApiKey.UPDATE_FEATURES, api_version)
     records: list[MetadataRecord] = []
     code, message = ErrorCode.none, None
     try:

@@ -25,10 +25,9 @@ from metadata.controller.election import (
 from metadata.controller.reassignment import isr_change, reassigning
 from metadata.image import PartitionRegistration, TopicImage
 from metadata.records import NO_LEADER, MetadataRecord, PartitionChange
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-ELECT_LEADERS = 43
-ALTER_PARTITION = 56
 PREFERRED = 0
 UNCLEAN = 1
 
@@ -39,7 +38,7 @@ UNCLEAN = 1
 def elect_leaders(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
     """Elect preferred (v0+) or unclean (v1+) leaders for the named partitions, or for all
     partitions when none are named (then partitions that need nothing are not listed)."""
-    module = response_module(ELECT_LEADERS, api_version)
+    module = response_module(ApiKey.ELECT_LEADERS, api_version)
     election_type = getattr(request, "election_type", PREFERRED)
     if election_type not in (PREFERRED, UNCLEAN):
         return ControllerResult(
@@ -123,7 +122,7 @@ def _elect(
 
 def alter_partition(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
     """Apply ISR changes proposed by partition leaders; answer each partition's new state."""
-    module = response_module(ALTER_PARTITION, api_version)
+    module = response_module(ApiKey.ALTER_PARTITION, api_version)
     sender = ctx.image.cluster.brokers.get(request.broker_id)
     if sender is None or sender.epoch != request.broker_epoch:
         response = make(

@@ -12,9 +12,9 @@ from kio.schema.errors import ErrorCode
 
 from metadata.controller.context import ControllerContext, ControllerResult
 from metadata.records import ProducerIds
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-ALLOCATE_PRODUCER_IDS = 67
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 MAX_PRODUCER_ID = 2**63 - 1
 
@@ -23,7 +23,7 @@ def allocate_producer_ids(
     ctx: ControllerContext, request: Any, api_version: int
 ) -> ControllerResult:
     """The next block of ids, to a registered broker at its current epoch."""
-    module = response_module(ALLOCATE_PRODUCER_IDS, api_version)
+    module = response_module(ApiKey.ALLOCATE_PRODUCER_IDS, api_version)
     broker = ctx.image.cluster.brokers.get(request.broker_id)
     start = ctx.image.next_producer_id
     if broker is None or broker.epoch != request.broker_epoch:

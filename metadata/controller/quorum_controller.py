@@ -22,51 +22,33 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from log.records import Record
 from log.runtime import Runtime
 from metadata.controller.cluster import (
-    BROKER_HEARTBEAT,
-    BROKER_REGISTRATION,
     SHUTDOWN_KEEPS_LEADERS,
     UNFENCE_BEFORE_CAUGHT_UP,
-    UNREGISTER_BROKER,
     broker_heartbeat,
     broker_registration,
     fence_broker,
     unregister_broker,
 )
-from metadata.controller.configs import (
-    ALTER_CONFIGS,
-    INCREMENTAL_ALTER_CONFIGS,
-    alter_configs,
-    incremental_alter_configs,
-)
+from metadata.controller.configs import alter_configs, incremental_alter_configs
 from metadata.controller.context import ControllerConfig, ControllerContext, ControllerResult
 from metadata.controller.election import LEADER_OUTSIDE_ISR, preferred_leader_changes
-from metadata.controller.features import UPDATE_FEATURES, update_features
-from metadata.controller.partitions import (
-    ALTER_PARTITION,
-    ELECT_LEADERS,
-    alter_partition,
-    elect_leaders,
-)
-from metadata.controller.producer_ids import ALLOCATE_PRODUCER_IDS, allocate_producer_ids
+from metadata.controller.features import update_features
+from metadata.controller.partitions import alter_partition, elect_leaders
+from metadata.controller.producer_ids import allocate_producer_ids
 from metadata.controller.reassignment import (
-    ALTER_PARTITION_REASSIGNMENTS,
-    LIST_PARTITION_REASSIGNMENTS,
     alter_partition_reassignments,
     list_partition_reassignments,
 )
 from metadata.controller.refusals import refusal
-from metadata.controller.scram import ALTER_USER_SCRAM_CREDENTIALS, alter_user_scram_credentials
+from metadata.controller.scram import alter_user_scram_credentials
 from metadata.controller.topics import (
-    CREATE_PARTITIONS,
-    CREATE_TOPICS,
-    DELETE_TOPICS,
     INTERNAL_TOPIC_CREATOR,
     create_partitions,
     create_topics,
@@ -76,6 +58,23 @@ from metadata.delta import MetadataDelta
 from metadata.image import MetadataImage
 from metadata.loader import MetadataLoader
 from metadata.records import METADATA_VERSION_FEATURE, MetadataRecord, NoOp, encode_record
+from protocol.api_keys import ApiKey
+from protocol.api_table import (
+    ALTER_CONFIGS_AUTHORIZATION,
+    CLUSTER_ACTION,
+    CLUSTER_ALTER,
+    CLUSTER_DESCRIBE,
+    CONTROLLER,
+    CREATE_TOPICS_AUTHORIZATION,
+    TOPIC_ALTER,
+    TOPIC_DELETE,
+    TOPIC_DESCRIBE,
+    Api,
+    ApiHandler,
+    ApiRequest,
+    ServedApis,
+)
+from protocol.wire import RequestHeader
 from raft.batch_accumulator import split_proposal
 from raft.core import MAX_PROPOSAL_RECORDS, Event, NotLeaderError, Role, RoleChanged
 from raft.driver import MAX_BATCH_BYTES, CommittedBatch, RaftNode
@@ -116,24 +115,6 @@ class _Pending:
 class QuorumController:
     """Serves the controller APIs on the active controller; NOT_CONTROLLER elsewhere."""
 
-    SUPPORTED_APIS: ClassVar[dict[int, tuple[int, int]]] = {
-        CREATE_TOPICS: (2, 7),
-        DELETE_TOPICS: (1, 6),
-        ALTER_CONFIGS: (0, 2),
-        CREATE_PARTITIONS: (0, 3),
-        ELECT_LEADERS: (0, 2),
-        INCREMENTAL_ALTER_CONFIGS: (0, 1),
-        ALTER_PARTITION_REASSIGNMENTS: (0, 1),
-        LIST_PARTITION_REASSIGNMENTS: (0, 0),
-        ALTER_PARTITION: (2, 3),
-        BROKER_REGISTRATION: (0, 4),
-        BROKER_HEARTBEAT: (0, 2),
-        UNREGISTER_BROKER: (0, 0),
-        ALLOCATE_PRODUCER_IDS: (0, 0),
-        UPDATE_FEATURES: (0, 1),
-        ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
-    }
-
     def __init__(
         self,
         runtime: Runtime,
@@ -149,24 +130,7 @@ class QuorumController:
         self.loader = loader
         self.config = config
         self.bugs = bugs
-        self._handlers: dict[int, Handler] = {
-            CREATE_TOPICS: create_topics,
-            DELETE_TOPICS: delete_topics,
-            ALTER_CONFIGS: alter_configs,
-            CREATE_PARTITIONS: create_partitions,
-            ELECT_LEADERS: elect_leaders,
-            INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
-            ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
-            LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments,
-            ALTER_PARTITION: alter_partition,
-            BROKER_REGISTRATION: self._register,
-            BROKER_HEARTBEAT: self._heartbeat,
-            UNREGISTER_BROKER: self._unregister,
-            ALLOCATE_PRODUCER_IDS: allocate_producer_ids,
-            UPDATE_FEATURES: update_features,
-            ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
-        }
-        assert self._handlers.keys() == self.SUPPORTED_APIS.keys()
+        self.served = ServedApis(CONTROLLER, self.apis())
         self._active = False
         self._closed = False
         self._epoch = -1
@@ -183,19 +147,132 @@ class QuorumController:
         return self._active
 
     # ---- requests ----------------------------------------------------------------------------
+    def apis(self) -> list[Api]:
+        """The controller APIs' entries in the controller listener's table."""
+        run = self._entry
+        return [
+            Api(
+                ApiKey.CREATE_TOPICS,
+                (2, 7),
+                run(create_topics),
+                CONTROLLER,
+                CREATE_TOPICS_AUTHORIZATION,
+            ),
+            Api(
+                ApiKey.DELETE_TOPICS,
+                (1, 6),
+                run(delete_topics),
+                CONTROLLER,
+                (TOPIC_DELETE, TOPIC_DESCRIBE),
+            ),
+            Api(
+                ApiKey.ALTER_CONFIGS,
+                (0, 2),
+                run(alter_configs),
+                CONTROLLER,
+                ALTER_CONFIGS_AUTHORIZATION,
+            ),
+            Api(
+                ApiKey.CREATE_PARTITIONS, (0, 3), run(create_partitions), CONTROLLER, (TOPIC_ALTER,)
+            ),
+            Api(ApiKey.ELECT_LEADERS, (0, 2), run(elect_leaders), CONTROLLER, (CLUSTER_ALTER,)),
+            Api(
+                ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                (0, 1),
+                run(incremental_alter_configs),
+                CONTROLLER,
+                ALTER_CONFIGS_AUTHORIZATION,
+            ),
+            Api(
+                ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                (0, 1),
+                run(alter_partition_reassignments),
+                CONTROLLER,
+                (CLUSTER_ALTER,),
+            ),
+            Api(
+                ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                (0, 0),
+                run(list_partition_reassignments),
+                CONTROLLER,
+                (CLUSTER_DESCRIBE,),
+            ),
+            Api(
+                ApiKey.ALTER_PARTITION, (2, 3), run(alter_partition), CONTROLLER, (CLUSTER_ACTION,)
+            ),
+            Api(
+                ApiKey.BROKER_REGISTRATION,
+                (0, 4),
+                run(self._register),
+                CONTROLLER,
+                (CLUSTER_ACTION,),
+            ),
+            Api(
+                ApiKey.BROKER_HEARTBEAT, (0, 2), run(self._heartbeat), CONTROLLER, (CLUSTER_ACTION,)
+            ),
+            Api(
+                ApiKey.UNREGISTER_BROKER,
+                (0, 0),
+                run(self._unregister),
+                CONTROLLER,
+                (CLUSTER_ALTER,),
+            ),
+            Api(
+                ApiKey.ALLOCATE_PRODUCER_IDS,
+                (0, 0),
+                run(allocate_producer_ids),
+                CONTROLLER,
+                (CLUSTER_ACTION,),
+            ),
+            Api(ApiKey.UPDATE_FEATURES, (0, 1), run(update_features), CONTROLLER, (CLUSTER_ALTER,)),
+            Api(
+                ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+                (0, 0),
+                run(alter_user_scram_credentials),
+                CONTROLLER,
+                (CLUSTER_ALTER,),
+            ),
+        ]
+
+    def _entry(self, handler: Handler) -> ApiHandler:
+        """A table entry's handler: ``handler``'s records proposed, its answer given once
+        they commit (see ``_answer``)."""
+
+        async def answer(request: ApiRequest) -> object:
+            return await self._answer(
+                handler,
+                request.header.api_key,
+                request.api_version,
+                request.body,
+                request.client_id,
+            )
+
+        return answer
+
     async def handle(
         self, api_key: int, api_version: int, request: object, *, client_id: str | None = None
     ) -> object:
-        """The kio response to one controller request, sent once its records commit."""
-        low, high = self.SUPPORTED_APIS[api_key]
+        """The kio response to one controller request, as the controller listener's table
+        answers it (a version it does not serve is a ValueError)."""
+        api = self.served[api_key]
+        low, high = api.versions
         if not low <= api_version <= high:
             raise ValueError(f"api {api_key} v{api_version} is outside [{low}, {high}]")
+        header = RequestHeader(api_key, api_version, 0, client_id)
+        response = await api.handler(ApiRequest(header, request, self.served))
+        assert response is not None
+        return response
+
+    async def _answer(
+        self, handler: Handler, api_key: int, api_version: int, request: object, client_id: str
+    ) -> object:
+        """The kio response to one controller request, sent once its records commit."""
         if not self._active:
             return refusal(api_key, api_version, request, ErrorCode.not_controller)
-        if api_key == CREATE_TOPICS and client_id == INTERNAL_TOPIC_CREATOR:
+        if api_key == ApiKey.CREATE_TOPICS and client_id == INTERNAL_TOPIC_CREATOR:
             result = create_topics(self._context(), request, api_version, internal=True)
         else:
-            result = self._handlers[api_key](self._context(), request, api_version)
+            result = handler(self._context(), request, api_version)
         if result.records:
             try:
                 last_offset = self._propose(result.records)
@@ -204,7 +281,7 @@ class QuorumController:
                 return refusal(api_key, api_version, request, ErrorCode.not_controller)
             if ANSWER_BEFORE_COMMIT in self.bugs or (
                 CONFIG_ANSWER_BEFORE_COMMIT in self.bugs
-                and api_key in (ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS)
+                and api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
             ):
                 return result.response
         else:

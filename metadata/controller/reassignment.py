@@ -38,10 +38,8 @@ from metadata.controller.election import LEADER_OUTSIDE_ISR, choose_leader
 from metadata.controller.topics import TOO_MANY_RECORDS, validate_replica_list
 from metadata.image import PartitionRegistration, TopicImage
 from metadata.records import NO_LEADER, PartitionChange
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
-
-ALTER_PARTITION_REASSIGNMENTS = 45
-LIST_PARTITION_REASSIGNMENTS = 46
 
 
 def error_response(request: Any, code: ErrorCode, message: str | None) -> Any:
@@ -50,7 +48,7 @@ def error_response(request: Any, code: ErrorCode, message: str | None) -> Any:
     api_key = int(request.__api_key__)
     module: Any = response_module(api_key, int(request.__version__))
     error = {"error_code": code, "error_message": message}
-    if api_key == ALTER_PARTITION_REASSIGNMENTS:
+    if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
         responses = tuple(
             make(
                 module.ReassignableTopicResponse,
@@ -68,7 +66,7 @@ def error_response(request: Any, code: ErrorCode, message: str | None) -> Any:
             for t in request.topics
         )
         return make(module.AlterPartitionReassignmentsResponse, error | {"responses": responses})
-    assert api_key == LIST_PARTITION_REASSIGNMENTS, api_key
+    assert api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS, api_key
     topics = tuple(
         make(
             module.OngoingTopicReassignment,
@@ -98,7 +96,7 @@ def alter_partition_reassignments(
 ) -> ControllerResult:
     """Start, change or cancel (null replicas) the reassignment of each named partition.
     A partition named twice is changed from the state its first change left."""
-    module = response_module(ALTER_PARTITION_REASSIGNMENTS, api_version)
+    module = response_module(ApiKey.ALTER_PARTITION_REASSIGNMENTS, api_version)
     allow_rf_change = getattr(request, "allow_replication_factor_change", True)
     changed: dict[tuple[str, int], PartitionRegistration] = {}
     records: list[PartitionChange] = []
@@ -326,7 +324,7 @@ def list_partition_reassignments(
 ) -> ControllerResult:
     """The reassignments in progress: of every topic (null topics), or of the named
     partitions (unknown topics and partitions, or ones not reassigning, are left out)."""
-    module = response_module(LIST_PARTITION_REASSIGNMENTS, api_version)
+    module = response_module(ApiKey.LIST_PARTITION_REASSIGNMENTS, api_version)
     topics = ctx.image.topics
     if request.topics is None:
         wanted = [(name, None) for name in sorted(topics.by_name)]

@@ -12,18 +12,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.controller.cluster import BROKER_HEARTBEAT, BROKER_REGISTRATION, UNREGISTER_BROKER
-from metadata.controller.configs import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
-from metadata.controller.features import UPDATE_FEATURES
-from metadata.controller.partitions import ALTER_PARTITION, ELECT_LEADERS
-from metadata.controller.producer_ids import ALLOCATE_PRODUCER_IDS
-from metadata.controller.reassignment import (
-    ALTER_PARTITION_REASSIGNMENTS,
-    LIST_PARTITION_REASSIGNMENTS,
-    error_response,
-)
-from metadata.controller.scram import ALTER_USER_SCRAM_CREDENTIALS, refuse_alter
-from metadata.controller.topics import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
+from metadata.controller.reassignment import error_response
+from metadata.controller.scram import refuse_alter
+from protocol.api_keys import ApiKey
 from protocol.entities import has_field, make, response_module
 
 Refusal = Callable[[Any, Any, ErrorCode], object]
@@ -120,19 +111,19 @@ def _top_level(response_name: str) -> Refusal:
 
 
 _REFUSALS: dict[int, Refusal] = {
-    CREATE_TOPICS: _create_topics,
-    DELETE_TOPICS: _delete_topics,
-    CREATE_PARTITIONS: _create_partitions,
-    ALTER_CONFIGS: _alter_configs,
-    INCREMENTAL_ALTER_CONFIGS: _alter_configs,
-    ELECT_LEADERS: _elect_leaders,
-    ALTER_PARTITION_REASSIGNMENTS: _reassignments,
-    LIST_PARTITION_REASSIGNMENTS: _reassignments,
-    ALTER_PARTITION: _top_level("AlterPartitionResponse"),
-    ALLOCATE_PRODUCER_IDS: _top_level("AllocateProducerIdsResponse"),
-    BROKER_REGISTRATION: _top_level("BrokerRegistrationResponse"),
-    BROKER_HEARTBEAT: _top_level("BrokerHeartbeatResponse"),
-    UNREGISTER_BROKER: _top_level("UnregisterBrokerResponse"),
-    UPDATE_FEATURES: _update_features,
-    ALTER_USER_SCRAM_CREDENTIALS: refuse_alter,
+    ApiKey.CREATE_TOPICS: _create_topics,
+    ApiKey.DELETE_TOPICS: _delete_topics,
+    ApiKey.CREATE_PARTITIONS: _create_partitions,
+    ApiKey.ALTER_CONFIGS: _alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _alter_configs,
+    ApiKey.ELECT_LEADERS: _elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _reassignments,
+    ApiKey.ALTER_PARTITION: _top_level("AlterPartitionResponse"),
+    ApiKey.ALLOCATE_PRODUCER_IDS: _top_level("AllocateProducerIdsResponse"),
+    ApiKey.BROKER_REGISTRATION: _top_level("BrokerRegistrationResponse"),
+    ApiKey.BROKER_HEARTBEAT: _top_level("BrokerHeartbeatResponse"),
+    ApiKey.UNREGISTER_BROKER: _top_level("UnregisterBrokerResponse"),
+    ApiKey.UPDATE_FEATURES: _update_features,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: refuse_alter,
 }

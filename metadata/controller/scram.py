@@ -20,10 +20,9 @@ from kio.schema.errors import ErrorCode
 from metadata.controller.context import ControllerContext, ControllerResult
 from metadata.image import MetadataImage
 from metadata.records import MetadataRecord, RemoveUserScramCredential, UserScramCredential
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-DESCRIBE_USER_SCRAM_CREDENTIALS = 50
-ALTER_USER_SCRAM_CREDENTIALS = 51
 # Kafka's ScramMechanism type ids, and each one's hash.
 MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 MECHANISM_IDS = {name: key for key, name in MECHANISMS.items()}
@@ -44,7 +43,7 @@ def stored_and_server_key(mechanism: str, salted_password: bytes) -> tuple[bytes
 def alter_user_scram_credentials(
     ctx: ControllerContext, request: Any, api_version: int
 ) -> ControllerResult:
-    module: Any = response_module(ALTER_USER_SCRAM_CREDENTIALS, api_version)
+    module: Any = response_module(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, api_version)
     changes: dict[str, list[tuple[str, Any]]] = {}
     for deletion in request.deletions:
         changes.setdefault(deletion.name, []).append(("delete", deletion))
@@ -128,7 +127,7 @@ def _user_records(
 def describe_user_scram_credentials(image: MetadataImage, request: Any, api_version: int) -> object:
     """Mechanisms and iteration counts (never keys) of the named users, or of every user
     with a credential when ``users`` is null."""
-    module: Any = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, api_version)
+    module: Any = response_module(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, api_version)
     by_user: dict[str, list[tuple[str, int]]] = {}
     for (user, mechanism), credential in sorted(image.scram_credentials.items()):
         by_user.setdefault(user, []).append((mechanism, credential.iterations))

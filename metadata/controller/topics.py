@@ -29,11 +29,9 @@ from metadata.controller.placement import PlacementError, place_replicas
 from metadata.image import TopicImage
 from metadata.records import TOPIC_RESOURCE, Config, MetadataRecord, Partition, RemoveTopic, Topic
 from metadata.topic_names import CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, topic_name_error
+from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-CREATE_PARTITIONS = 37
 DUPLICATE_TOPIC = "Duplicate topic name."
 TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."
 MIN_RECORDS_PER_TOPIC = 2  # a TopicRecord and at least one PartitionRecord
@@ -79,7 +77,7 @@ def create_topics(
 ) -> ControllerResult:
     """Create the requested topics (or, with validate_only, check that they could be);
     ``internal``: a broker creating its own internal topics."""
-    module = response_module(CREATE_TOPICS, api_version)
+    module = response_module(ApiKey.CREATE_TOPICS, api_version)
     counts = Counter(topic.name for topic in request.topics)
     collisions = {_collision_key(name): name for name in ctx.image.topics.by_name}
     records: list[MetadataRecord] = []
@@ -300,7 +298,8 @@ def _new_partition(
 
 def delete_topics(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
     """Remove topics named by name (v1-v5) or by name or id (v6)."""
-    module = response_module(DELETE_TOPICS, api_version)
+    module = response_module(ApiKey.DELETE_TOPICS, api_version)
+    wanted: list[tuple[str | None, uuid.UUID | None]]
     if hasattr(request, "topic_names"):
         wanted = [(name, None) for name in request.topic_names]
     else:
@@ -362,7 +361,7 @@ def _topic_to_delete(
 
 def create_partitions(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
     """Grow topics to the requested partition counts."""
-    module = response_module(CREATE_PARTITIONS, api_version)
+    module = response_module(ApiKey.CREATE_PARTITIONS, api_version)
     counts = Counter(topic.name for topic in request.topics)
     records: list[MetadataRecord] = []
     results = []

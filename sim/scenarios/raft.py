@@ -37,6 +37,9 @@ from dataclasses import dataclass, field
 
 from log.records import Record
 from log.runtime import Runtime
+from protocol.api_table import API_VERSIONS, CONTROLLER, ApiTable
+from protocol.server import NetworkLimits, RequestBytesBudget, serve_connection
+from protocol.wire import MAX_FRAME_BYTES
 from raft.core import NotLeaderError, Role
 from raft.driver import BUGS, LeadershipLost, ProposalLost, RaftNode, RaftNodeConfig
 from sim.harness import ScenarioRun
@@ -47,6 +50,7 @@ from sim.scenarios.raft_checks import Checker, NodeListener, WatchedDiskLog
 from sim.world import World
 
 PORT = 9093
+LIMITS = NetworkLimits(listener="CONTROLLER")  # Kafka's defaults, as a controller listener has
 CLUSTER_ID = "kraft-sim-cluster-000A"
 METADATA_DIR = "/data/__cluster_metadata-0"
 HEAL_BOUND_S = 10.0
@@ -98,7 +102,17 @@ class Cluster:
         node.add_listener(listener)
         await node.start()
         self.nodes[process.name] = node
-        await asyncio.start_server(node.serve, None, PORT)
+        # The quorum's controller listener as kraft/node.py serves it: production's
+        # connection loop, with its limits and request budget, over the node's API table.
+        served = ApiTable([API_VERSIONS, *node.apis()]).served(CONTROLLER)
+        budget = RequestBytesBudget(MAX_FRAME_BYTES)
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await serve_connection(
+                reader, writer, served.handle, served.versions, limits=LIMITS, budget=budget
+            )
+
+        await asyncio.start_server(serve, None, PORT)
         loop = asyncio.get_running_loop()
         work = [loop.create_task(self._snapshots(node, listener))]
         if process.name in self.voters:

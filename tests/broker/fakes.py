@@ -8,7 +8,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.forwarding import CREATE_TOPICS, DELETE_TOPICS
+from broker.group.apis import GroupApis
+from broker.kafka_apis import KafkaApis
 from metadata.image import (
     BrokerRegistration,
     ClusterImage,
@@ -18,6 +19,9 @@ from metadata.image import (
     TopicsImage,
 )
 from metadata.records import BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE, Listener
+from protocol import wire
+from protocol.api_keys import ApiKey
+from protocol.api_table import BROKER, ServedApis
 from protocol.entities import make, response_module
 
 LISTENER = "PLAINTEXT"
@@ -94,15 +98,15 @@ class FakeController:
         if self.failure is not None:
             raise self.failure
         key, version = int(request.__api_key__), int(request.__version__)
-        if key == CREATE_TOPICS:
+        if key == ApiKey.CREATE_TOPICS:
             return self._create(request, version)
-        if key == DELETE_TOPICS:
+        if key == ApiKey.DELETE_TOPICS:
             return self._delete(request, version)
         assert self.canned is not None
         return self.canned
 
     def _create(self, request: Any, version: int) -> object:
-        module: Any = response_module(CREATE_TOPICS, version)
+        module: Any = response_module(ApiKey.CREATE_TOPICS, version)
         results = []
         for topic in request.topics:
             if self.image.topics.get(topic.name) is not None:
@@ -128,7 +132,7 @@ class FakeController:
         )
 
     def _delete(self, request: Any, version: int) -> object:
-        module: Any = response_module(DELETE_TOPICS, version)
+        module: Any = response_module(ApiKey.DELETE_TOPICS, version)
         names = (
             [t.name for t in request.topics] if hasattr(request, "topics") else request.topic_names
         )
@@ -143,3 +147,16 @@ class FakeController:
                 self.image = dataclasses.replace(self.image, topics=TopicsImage(by_id, by_name))
             results.append(make(module.DeletableTopicResult, {"name": name, "error_code": code}))
         return make(module.DeleteTopicsResponse, {"responses": tuple(results)})
+
+
+def served(apis: KafkaApis) -> ServedApis:
+    """A lone KafkaApis' table on a broker listener (no group APIs), as a connection reads it."""
+    return ServedApis(BROKER, apis.apis())
+
+
+async def ask_group(
+    apis: GroupApis, api_key: int, version: int, request: object, listener: str, client_id: str
+) -> Any:
+    """A group request answered through a broker listener's table, as a connection does."""
+    header = wire.RequestHeader(api_key, version, 1, client_id)
+    return await ServedApis(BROKER, apis.apis(listener)).handle(header, request)

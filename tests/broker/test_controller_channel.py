@@ -17,9 +17,9 @@ from kio.schema.errors import ErrorCode
 
 from broker.controller_channel import ControllerChannel, is_not_controller
 from broker.forwarding import forwarded_error_response
-from broker.network import serve_connection
 from protocol import wire
 from protocol.entities import make
+from protocol.server import serve_connection
 
 SUPPORTED = {19: (2, 7)}
 

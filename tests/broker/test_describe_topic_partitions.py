@@ -8,13 +8,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.describe_topic_partitions import DESCRIBE_TOPIC_PARTITIONS
 from metadata.image import MetadataImage, TopicImage, TopicsImage
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from tests.broker.fakes import AUDIT_ID, ORDERS_ID, FakeController, cluster_image
 from tests.broker.test_kafka_apis import apis, ask
 
-REQUEST: Any = request_module(DESCRIBE_TOPIC_PARTITIONS, 0)
+REQUEST: Any = request_module(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0)
 
 
 def describe(
@@ -25,7 +25,7 @@ def describe(
         "response_partition_limit": limit,
         "cursor": cursor,
     }
-    return ask(apis(FakeController(image)), DESCRIBE_TOPIC_PARTITIONS, 0, values)
+    return ask(apis(FakeController(image)), ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, values)
 
 
 def with_elr(image: MetadataImage) -> MetadataImage:

@@ -13,21 +13,13 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.group.apis import (
-    CREATE_TOPICS,
-    CREATE_TOPICS_VERSION,
-    DELETE_GROUPS,
-    DESCRIBE_GROUPS,
-    FIND_COORDINATOR,
-    JOIN_GROUP,
-    OFFSET_COMMIT,
-    OFFSET_FETCH,
-    GroupApis,
-)
+from broker.group.apis import CREATE_TOPICS_VERSION, GroupApis
 from broker.group.coordinator import OFFSETS_TOPIC
 from metadata.image import BrokerRegistration, ClusterImage, MetadataImage
 from metadata.records import Listener
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module, response_module
+from tests.broker.fakes import ask_group
 from tests.broker.test_group_coordinator import NODE, Clock, Partitions, image, started
 
 LISTENER = "PLAINTEXT"
@@ -66,16 +58,16 @@ def run(body: Callable[[GroupApis], Coroutine[Any, Any, None]]) -> None:
 
 def test_find_coordinator_answers_the_partition_leader_for_each_batched_key() -> None:
     async def body(apis: GroupApis) -> None:
-        find = request(FIND_COORDINATOR, 4, "FindCoordinatorRequest",
+        find = request(ApiKey.FIND_COORDINATOR, 4, "FindCoordinatorRequest",
                        {"key_type": 0, "coordinator_keys": ("a", "b")})  # fmt: skip
-        answer = await apis.handle(FIND_COORDINATOR, 4, find, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.FIND_COORDINATOR, 4, find, LISTENER, "c")
         assert [(c.key, c.node_id, c.host, c.port, c.error_code) for c in answer.coordinators] == [
             ("a", NODE, "h1", 9092, ErrorCode.none),
             ("b", NODE, "h1", 9092, ErrorCode.none),
         ]
-        transactional = request(FIND_COORDINATOR, 3, "FindCoordinatorRequest",
+        transactional = request(ApiKey.FIND_COORDINATOR, 3, "FindCoordinatorRequest",
                                 {"key": "tx", "key_type": 1})  # fmt: skip
-        answer = await apis.handle(FIND_COORDINATOR, 3, transactional, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.FIND_COORDINATOR, 3, transactional, LISTENER, "c")
         assert answer.error_code is ErrorCode.invalid_request
 
     run(body)
@@ -93,8 +85,8 @@ def test_the_first_find_coordinator_creates_the_offsets_topic_with_kafkas_settin
             raise OSError("no controller in this test")
 
         apis = GroupApis(coordinator, lambda: with_broker(MetadataImage()), forward)
-        find = request(FIND_COORDINATOR, 0, "FindCoordinatorRequest", {"key": "g"})
-        answer = await apis.handle(FIND_COORDINATOR, 0, find, LISTENER, "c")
+        find = request(ApiKey.FIND_COORDINATOR, 0, "FindCoordinatorRequest", {"key": "g"})
+        answer = await ask_group(apis, ApiKey.FIND_COORDINATOR, 0, find, LISTENER, "c")
         assert answer.error_code is ErrorCode.coordinator_not_available
         await created.wait()
         (topic,) = forwarded[0].topics
@@ -112,13 +104,13 @@ def test_the_first_find_coordinator_creates_the_offsets_topic_with_kafkas_settin
 
 def test_bad_group_requests_get_kafkas_errors() -> None:
     async def body(apis: GroupApis) -> None:
-        join = request(JOIN_GROUP, 0, "JoinGroupRequest", {
+        join = request(ApiKey.JOIN_GROUP, 0, "JoinGroupRequest", {
             "group_id": "", "session_timeout": timedelta(seconds=10), "member_id": "",
             "protocol_type": "consumer", "protocols": (),
         })  # fmt: skip
-        answer = await apis.handle(JOIN_GROUP, 0, join, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.JOIN_GROUP, 0, join, LISTENER, "c")
         assert answer.error_code is ErrorCode.invalid_group_id
-        module = request_module(OFFSET_COMMIT, 2)
+        module = request_module(ApiKey.OFFSET_COMMIT, 2)
         partitions = (
             make(module.OffsetCommitRequestPartition,
                  {"partition_index": 0, "committed_offset": 5, "committed_metadata": "x" * 5000}),
@@ -131,28 +123,30 @@ def test_bad_group_requests_get_kafkas_errors() -> None:
             "topics": (make(module.OffsetCommitRequestTopic,
                             {"name": OFFSETS_TOPIC, "partitions": partitions}),),
         })  # fmt: skip
-        answer = await apis.handle(OFFSET_COMMIT, 2, commit, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.OFFSET_COMMIT, 2, commit, LISTENER, "c")
         assert [p.error_code for p in answer.topics[0].partitions] == [
             ErrorCode.offset_metadata_too_large,
             ErrorCode.none,
         ]
-        fetch_module = request_module(OFFSET_FETCH, 8)
+        fetch_module = request_module(ApiKey.OFFSET_FETCH, 8)
         fetch = make(fetch_module.OffsetFetchRequest, {"require_stable": False, "groups": (
             make(fetch_module.OffsetFetchRequestGroup, {"group_id": "g", "topics": None}),
             make(fetch_module.OffsetFetchRequestGroup, {"group_id": "other", "topics": None}),
         )})  # fmt: skip
-        answer = await apis.handle(OFFSET_FETCH, 8, fetch, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.OFFSET_FETCH, 8, fetch, LISTENER, "c")
         assert [
             (g.group_id, [(p.partition_index, p.committed_offset) for t in g.topics
                           for p in t.partitions])
             for g in answer.groups
         ] == [("g", [(1, 6)]), ("other", [])]  # fmt: skip
-        delete = request(DELETE_GROUPS, 2, "DeleteGroupsRequest", {"groups_names": ("nope",)})
-        answer = await apis.handle(DELETE_GROUPS, 2, delete, LISTENER, "c")
+        delete = request(
+            ApiKey.DELETE_GROUPS, 2, "DeleteGroupsRequest", {"groups_names": ("nope",)}
+        )
+        answer = await ask_group(apis, ApiKey.DELETE_GROUPS, 2, delete, LISTENER, "c")
         assert answer.results[0].error_code is ErrorCode.group_id_not_found
         wanted = {"groups": ("nope", "g"), "include_authorized_operations": False}
-        describe = request(DESCRIBE_GROUPS, 5, "DescribeGroupsRequest", wanted)
-        answer = await apis.handle(DESCRIBE_GROUPS, 5, describe, LISTENER, "c")
+        describe = request(ApiKey.DESCRIBE_GROUPS, 5, "DescribeGroupsRequest", wanted)
+        answer = await ask_group(apis, ApiKey.DESCRIBE_GROUPS, 5, describe, LISTENER, "c")
         assert [(g.group_id, g.group_state) for g in answer.groups] == [
             ("nope", "Dead"),
             ("g", "Empty"),
@@ -166,7 +160,7 @@ def test_a_failed_offsets_topic_creation_is_logged_once_a_minute_however_often_r
 ) -> None:
     async def main() -> None:
         coordinator = await started(Partitions(), Clock())  # replication factor 3, one broker
-        response_type = response_module(CREATE_TOPICS, CREATE_TOPICS_VERSION)
+        response_type = response_module(ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION)
         refused = make(response_type.CreateTopicsResponse, {"topics": (
             make(response_type.CreatableTopicResult, {
                 "name": OFFSETS_TOPIC, "error_code": ErrorCode.invalid_replication_factor,
@@ -180,9 +174,9 @@ def test_a_failed_offsets_topic_creation_is_logged_once_a_minute_however_often_r
             return refused
 
         apis = GroupApis(coordinator, lambda: with_broker(MetadataImage()), forward)
-        find = request(FIND_COORDINATOR, 0, "FindCoordinatorRequest", {"key": "g"})
+        find = request(ApiKey.FIND_COORDINATOR, 0, "FindCoordinatorRequest", {"key": "g"})
         for _ in range(3):
-            answer = await apis.handle(FIND_COORDINATOR, 0, find, LISTENER, "c")
+            answer = await ask_group(apis, ApiKey.FIND_COORDINATOR, 0, find, LISTENER, "c")
             assert answer.error_code is ErrorCode.coordinator_not_available
             assert apis._creating is not None
             await apis._creating  # this attempt ends before the next request starts another

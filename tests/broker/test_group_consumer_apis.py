@@ -11,22 +11,15 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.group.apis import (
-    CONSUMER_GROUP_DESCRIBE,
-    CONSUMER_GROUP_HEARTBEAT,
-    DELETE_GROUPS,
-    JOIN_GROUP,
-    LIST_GROUPS,
-    OFFSET_COMMIT,
-    OFFSET_FETCH,
-    GroupApis,
-)
+from broker.group.apis import GroupApis
 from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.group.records import GroupKey, GroupValue, encode_group_key, encode_group_value
 from log.batch import encode_batch
 from log.records import Record
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
+from tests.broker.fakes import ask_group
 from tests.broker.test_group_apis import LISTENER, request, with_broker
 from tests.broker.test_group_coordinator import NODE, Clock, Partitions, image, move, started
 
@@ -34,7 +27,7 @@ T = image(NODE).topics.by_name["t"]
 
 
 def heartbeat(member: str, epoch: int, **fields: Any) -> Any:
-    module = request_module(CONSUMER_GROUP_HEARTBEAT, 1)
+    module = request_module(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1)
     owned = fields.pop("owned", None)
     values = {
         "group_id": "g",
@@ -57,7 +50,7 @@ def assigned(answer: Any) -> list[int] | None:
 
 
 def offset_commit(member: str, epoch: int, offset: int) -> Any:
-    module = request_module(OFFSET_COMMIT, 9)
+    module = request_module(ApiKey.OFFSET_COMMIT, 9)
     partition = make(
         module.OffsetCommitRequestPartition,
         {"partition_index": 0, "committed_offset": offset, "committed_metadata": ""},
@@ -94,7 +87,8 @@ def run(body: Any, partitions: Partitions | None = None) -> None:
 
 
 async def beat(apis: GroupApis, member: str, epoch: int, **fields: Any) -> Any:
-    answer = await apis.handle(CONSUMER_GROUP_HEARTBEAT, 1, heartbeat(member, epoch, **fields),
+    answer = await ask_group(apis, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1,
+                               heartbeat(member, epoch, **fields),
                                LISTENER, "client-" + member)  # fmt: skip
     return answer
 
@@ -113,35 +107,47 @@ def test_two_members_split_a_topic_through_heartbeats_and_commit_at_their_epoch(
         assert a.member_epoch == 2
         b = await beat(apis, "b", 2, owned=[])
         assert assigned(b) == sorted({0, 1, 2} - set(kept))
-        ok = await apis.handle(OFFSET_COMMIT, 9, offset_commit("a", 2, 40), LISTENER, "c")
-        stale = await apis.handle(OFFSET_COMMIT, 9, offset_commit("a", 1, 41), LISTENER, "c")
-        stranger = await apis.handle(OFFSET_COMMIT, 9, offset_commit("x", 2, 42), LISTENER, "c")
+        ok = await ask_group(
+            apis, ApiKey.OFFSET_COMMIT, 9, offset_commit("a", 2, 40), LISTENER, "c"
+        )
+        stale = await ask_group(
+            apis, ApiKey.OFFSET_COMMIT, 9, offset_commit("a", 1, 41), LISTENER, "c"
+        )
+        stranger = await ask_group(
+            apis, ApiKey.OFFSET_COMMIT, 9, offset_commit("x", 2, 42), LISTENER, "c"
+        )
         assert [r.topics[0].partitions[0].error_code for r in (ok, stale, stranger)] == [
             ErrorCode.none,
             ErrorCode.stale_member_epoch,
             ErrorCode.unknown_member_id,
         ]
-        fetch_module = request_module(OFFSET_FETCH, 9)
+        fetch_module = request_module(ApiKey.OFFSET_FETCH, 9)
         fetches = [
             make(fetch_module.OffsetFetchRequestGroup,
                  {"group_id": "g", "member_id": member, "member_epoch": epoch, "topics": None})
             for member, epoch in (("a", 2), ("a", 1))
         ]  # fmt: skip
         fetch = make(fetch_module.OffsetFetchRequest, {"require_stable": True, "groups": fetches})
-        answer = await apis.handle(OFFSET_FETCH, 9, fetch, LISTENER, "c")
+        answer = await ask_group(apis, ApiKey.OFFSET_FETCH, 9, fetch, LISTENER, "c")
         assert [g.error_code for g in answer.groups] == [
             ErrorCode.none,
             ErrorCode.stale_member_epoch,
         ]
         assert answer.groups[0].topics[0].partitions[0].committed_offset == 40
-        listed = await apis.handle(LIST_GROUPS, 5, request(LIST_GROUPS, 5, "ListGroupsRequest",
-                                   {"types_filter": ("consumer",)}), LISTENER, "c")  # fmt: skip
+        listed = await ask_group(apis, ApiKey.LIST_GROUPS, 5,
+                                   request(ApiKey.LIST_GROUPS, 5, "ListGroupsRequest",
+                                           {"types_filter": ("consumer",)}),
+                                   LISTENER, "c")  # fmt: skip
         assert [(g.group_id, g.group_type, g.group_state) for g in listed.groups] == [
             ("g", "consumer", "Stable")
         ]
         wanted = {"group_ids": ("g", "nope"), "include_authorized_operations": False}
-        describe = request(CONSUMER_GROUP_DESCRIBE, 1, "ConsumerGroupDescribeRequest", wanted)
-        described = await apis.handle(CONSUMER_GROUP_DESCRIBE, 1, describe, LISTENER, "c")
+        describe = request(
+            ApiKey.CONSUMER_GROUP_DESCRIBE, 1, "ConsumerGroupDescribeRequest", wanted
+        )
+        described = await ask_group(
+            apis, ApiKey.CONSUMER_GROUP_DESCRIBE, 1, describe, LISTENER, "c"
+        )
         group, missing = described.groups
         assert (group.group_state, group.group_epoch, group.assignor_name) == (
             "Stable",
@@ -154,12 +160,12 @@ def test_two_members_split_a_topic_through_heartbeats_and_commit_at_their_epoch(
         ]
         assert group.members[0].assignment.topic_partitions[0].topic_name == "t"
         assert missing.error_code is ErrorCode.group_id_not_found
-        join = request(JOIN_GROUP, 5, "JoinGroupRequest", {
+        join = request(ApiKey.JOIN_GROUP, 5, "JoinGroupRequest", {
             "group_id": "g", "session_timeout": timedelta(seconds=10), "member_id": "",
             "rebalance_timeout": timedelta(seconds=10), "protocol_type": "consumer",
             "protocols": (),
         })  # fmt: skip
-        joined = await apis.handle(JOIN_GROUP, 5, join, LISTENER, "c")
+        joined = await ask_group(apis, ApiKey.JOIN_GROUP, 5, join, LISTENER, "c")
         assert joined.error_code is ErrorCode.inconsistent_group_protocol
 
         # The stored records rebuild the same group on the next leader.
@@ -200,8 +206,8 @@ def test_a_failed_write_changes_nothing_and_a_silent_member_is_fenced() -> None:
         coordinator.consumer.due(shard, far)  # both sessions are over by then
         await coordinator.consumer.fenced()
         assert group.members == {} and group.state.value == "Empty"
-        delete = request(DELETE_GROUPS, 2, "DeleteGroupsRequest", {"groups_names": ("g",)})
-        answer = await apis.handle(DELETE_GROUPS, 2, delete, LISTENER, "c")
+        delete = request(ApiKey.DELETE_GROUPS, 2, "DeleteGroupsRequest", {"groups_names": ("g",)})
+        answer = await ask_group(apis, ApiKey.DELETE_GROUPS, 2, delete, LISTENER, "c")
         assert answer.results[0].error_code is ErrorCode.none
         assert coordinator.describe_consumer("g") is None
         again = await beat(apis, "a", 3, owned=[])
@@ -235,7 +241,7 @@ def test_retention_expires_unsubscribed_offsets_then_the_empty_consumer_group() 
         apis = GroupApis(coordinator, lambda: with_broker(image(NODE)), forward_nothing)
         try:
             await beat(apis, "a", 0)
-            await apis.handle(OFFSET_COMMIT, 9, offset_commit("a", 1, 5), LISTENER, "c")
+            await ask_group(apis, ApiKey.OFFSET_COMMIT, 9, offset_commit("a", 1, 5), LISTENER, "c")
             clock.ms += 61_000
             await coordinator.expire_offsets()  # "t" is subscribed: kept
             kept = coordinator.fetch_offsets("g", None, "a", 1)
@@ -279,17 +285,17 @@ def test_a_shard_with_a_late_classic_record_for_a_consumer_group_loads_the_consu
 
 def test_v0_members_get_an_id_and_bad_heartbeats_get_kafkas_errors() -> None:
     async def body(apis: GroupApis, coordinator: GroupCoordinator) -> None:
-        module = request_module(CONSUMER_GROUP_HEARTBEAT, 0)
+        module = request_module(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0)
         v0 = make(module.ConsumerGroupHeartbeatRequest, {
             "group_id": "g", "member_id": "", "member_epoch": 0,
             "rebalance_timeout": timedelta(seconds=30), "subscribed_topic_names": ("t",),
             "topic_partitions": None,
         })  # fmt: skip
-        joined = await apis.handle(CONSUMER_GROUP_HEARTBEAT, 0, v0, LISTENER, "c")
+        joined = await ask_group(apis, ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, v0, LISTENER, "c")
         assert joined.error_code is ErrorCode.none and len(joined.member_id) == 36
         no_id = await beat(apis, "", 0)
-        no_group = await apis.handle(
-            CONSUMER_GROUP_HEARTBEAT, 1, heartbeat("m", 0, group_id=""), LISTENER, "c"
+        no_group = await ask_group(
+            apis, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat("m", 0, group_id=""), LISTENER, "c"
         )
         bad_assignor = await beat(apis, "m", 0, server_assignor="sticky")
         bad_epoch = await beat(apis, joined.member_id, 9, owned=[])

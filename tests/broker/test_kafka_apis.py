@@ -26,9 +26,17 @@ from broker.kafka_apis import KafkaApis
 from metadata.config_defs import TOPIC_CONFIGS, ConfigSource, ConfigType
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from protocol import wire
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from sim.loop import SimLoop
-from tests.broker.fakes import AUDIT_ID, LISTENER, ORDERS_ID, FakeController, cluster_image
+from tests.broker.fakes import (
+    AUDIT_ID,
+    LISTENER,
+    ORDERS_ID,
+    FakeController,
+    cluster_image,
+    served,
+)
 
 METADATA, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS = 3, 60, 32
 
@@ -55,7 +63,7 @@ def ask(handler: KafkaApis, api_key: int, version: int, values: dict[str, object
     request_class = next(getattr(module, name) for name in dir(module) if name.endswith("Request"))
     request = make(request_class, values)
     header = wire.RequestHeader(api_key, version, 5, "client")
-    response = asyncio.run(handler.handle(header, request))
+    response = asyncio.run(served(handler).handle(header, request))
     assert response is not None
     _cid, decoded = wire.decode_response(
         api_key, version, wire.encode_response(header, response)[4:]
@@ -74,12 +82,12 @@ def metadata_topic(version: int, name: str | None, topic_id: uuid.UUID | None = 
 def test_api_versions_lists_every_served_api() -> None:
     response = ask(
         apis(),
-        wire.API_VERSIONS_KEY,
+        ApiKey.API_VERSIONS,
         3,
         {"client_software_name": "x", "client_software_version": "1"},
     )
     listed = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-    assert listed == KafkaApis.SUPPORTED_APIS
+    assert listed == served(apis()).versions
     assert response.error_code == ErrorCode.none
 
 
@@ -89,7 +97,7 @@ def test_api_versions_v3_lists_supported_and_finalized_features() -> None:
         cluster_image(), features={"metadata.version": 1, "eligible.leader.replicas.version": 1}
     )
     values = {"client_software_name": "x", "client_software_version": "1"}
-    response = ask(apis(FakeController(image)), wire.API_VERSIONS_KEY, 3, values)
+    response = ask(apis(FakeController(image)), ApiKey.API_VERSIONS, 3, values)
     assert {(f.name, f.min_version, f.max_version) for f in response.supported_features} == {
         ("metadata.version", 1, 1),
         ("eligible.leader.replicas.version", 0, 1),
@@ -100,7 +108,7 @@ def test_api_versions_v3_lists_supported_and_finalized_features() -> None:
     ]
     assert response.finalized_features_epoch == image.offset - 1
     off = dataclasses.replace(image, features={"eligible.leader.replicas.version": 0})
-    response = ask(apis(FakeController(off)), wire.API_VERSIONS_KEY, 3, values)
+    response = ask(apis(FakeController(off)), ApiKey.API_VERSIONS, 3, values)
     assert response.finalized_features == ()
 
 
@@ -200,10 +208,10 @@ def test_auto_create_forwards_missing_valid_names_and_answers_leader_not_availab
             },
         )
         header = wire.RequestHeader(METADATA, 9, 5, "client")
-        first = await handler.handle(header, request)
+        first = await served(handler).handle(header, request)
         assert handler._auto_creation is not None
         await handler._auto_creation.wait_idle()  # the forwarded creation completes
-        return first, await handler.handle(header, request)
+        return first, await served(handler).handle(header, request)
 
     refused, _ = asyncio.run(twice(allow=False))
     assert refused.topics[0].error_code == ErrorCode.unknown_topic_or_partition
@@ -404,12 +412,12 @@ def test_describe_broker_configs_resolve_own_then_cluster_then_default() -> None
 
 def test_create_topics_is_forwarded_and_the_controllers_answer_passed_back() -> None:
     controller = FakeController(cluster_image())
-    module: Any = request_module(forwarding.CREATE_TOPICS, 7)
+    module: Any = request_module(ApiKey.CREATE_TOPICS, 7)
     topics = tuple(
         make(module.CreatableTopic, {"name": n, "num_partitions": 3, "replication_factor": 1})
         for n in ("new", "orders")
     )
-    response = ask(apis(controller), forwarding.CREATE_TOPICS, 7, {"topics": topics})
+    response = ask(apis(controller), ApiKey.CREATE_TOPICS, 7, {"topics": topics})
     assert [(t.name, t.error_code) for t in response.topics] == [
         ("new", ErrorCode.none),
         ("orders", ErrorCode.topic_already_exists),
@@ -421,7 +429,7 @@ def test_create_topics_is_forwarded_and_the_controllers_answer_passed_back() -> 
 def forwarded_request(api_key: int, version: int) -> dict[str, object]:
     """Values for a request of every forwarded API naming topic "t" (or its partition 0)."""
     module: Any = request_module(api_key, version)
-    if api_key == forwarding.CREATE_TOPICS:
+    if api_key == ApiKey.CREATE_TOPICS:
         return {
             "topics": (
                 make(
@@ -430,7 +438,7 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
                 ),
             )
         }
-    if api_key == forwarding.DELETE_TOPICS:
+    if api_key == ApiKey.DELETE_TOPICS:
         if version >= 6:
             return {
                 "topics": (
@@ -438,26 +446,26 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
                 )
             }
         return {"topic_names": ("t",)}
-    if api_key == forwarding.CREATE_PARTITIONS:
+    if api_key == ApiKey.CREATE_PARTITIONS:
         return {
             "topics": (
                 make(module.CreatePartitionsTopic, {"name": "t", "count": 2, "assignments": None}),
             )
         }
-    if api_key == forwarding.ELECT_LEADERS:
+    if api_key == ApiKey.ELECT_LEADERS:
         return {
             "topic_partitions": (make(module.TopicPartitions, {"topic": "t", "partitions": (0,)}),)
         }
-    if api_key == forwarding.ALTER_PARTITION_REASSIGNMENTS:
+    if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
         target = make(module.ReassignablePartition, {"partition_index": 0, "replicas": (1,)})
         return {"topics": (make(module.ReassignableTopic, {"name": "t", "partitions": (target,)}),)}
-    if api_key == forwarding.LIST_PARTITION_REASSIGNMENTS:
+    if api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
         named = {"name": "t", "partition_indexes": (0,)}
         return {"topics": (make(module.ListPartitionReassignmentsTopics, named),)}
-    if api_key == forwarding.UPDATE_FEATURES:
+    if api_key == ApiKey.UPDATE_FEATURES:
         feature = {"feature": "eligible.leader.replicas.version", "max_version_level": 1}
         return {"feature_updates": (make(module.FeatureUpdateKey, feature),)}
-    if api_key == forwarding.ALTER_USER_SCRAM_CREDENTIALS:
+    if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         return {"deletions": (make(module.ScramCredentialDeletion, {"name": "t", "mechanism": 2}),)}
     return {
         "resources": (
@@ -470,8 +478,8 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
 
 def item_codes(response: Any) -> list[int]:
     if int(response.__api_key__) in (
-        forwarding.ALTER_PARTITION_REASSIGNMENTS,
-        forwarding.LIST_PARTITION_REASSIGNMENTS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
     ):  # a top-level error code (Alter also repeats it for every partition)
         nested = getattr(response, "responses", ())
         partitions = [int(p.error_code) for t in nested for p in t.partitions]
@@ -489,7 +497,7 @@ def item_codes(response: Any) -> list[int]:
     ("api_key", "version"),
     [
         (key, v)
-        for key, (low, high) in sorted(KafkaApis.SUPPORTED_APIS.items())
+        for key, (low, high) in sorted(served(apis()).versions.items())
         if key in forwarding.FORWARDED_APIS
         for v in range(low, high + 1)
     ],
@@ -505,13 +513,11 @@ def test_a_forward_nobody_answers_times_out_for_every_item(api_key: int, version
 def test_not_controller_from_the_controller_is_passed_on() -> None:
     controller = FakeController(cluster_image())
     request = make(
-        request_module(forwarding.INCREMENTAL_ALTER_CONFIGS, 1).IncrementalAlterConfigsRequest,
+        request_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1).IncrementalAlterConfigsRequest,
         forwarded_request(44, 1),
     )
     controller.canned = forwarding.forwarded_error_response(request, ErrorCode.not_controller, None)
-    response = ask(
-        apis(controller), forwarding.INCREMENTAL_ALTER_CONFIGS, 1, forwarded_request(44, 1)
-    )
+    response = ask(apis(controller), ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, forwarded_request(44, 1))
     assert item_codes(response) == [ErrorCode.not_controller]
 
 
@@ -535,10 +541,12 @@ def test_auto_creation_draws_on_a_budget_that_refills_and_logs_deferrals_once(
 
     async def scenario() -> tuple[Any, Any, Any]:
         burst = [f"a{i}" for i in range(AUTO_CREATE_BURST_TOPICS + 5)]
-        first = await handler.handle(header, metadata(burst))
-        again = await handler.handle(header, metadata(["late-1", "late-2"]))
+        first = await served(handler).handle(header, metadata(burst))
+        again = await served(handler).handle(header, metadata(["late-1", "late-2"]))
         await asyncio.sleep(3 / AUTO_CREATE_TOPICS_PER_S)  # three topics' worth of budget
-        refilled = await handler.handle(header, metadata(["late-1", "late-2", "late-3", "x"]))
+        refilled = await served(handler).handle(
+            header, metadata(["late-1", "late-2", "late-3", "x"])
+        )
         assert handler._auto_creation is not None
         await handler._auto_creation.wait_idle()
         return first, again, refilled
@@ -570,7 +578,7 @@ def test_metadata_v10_naming_a_topic_null_closes_the_connection() -> None:
         module: Any = request_module(METADATA, version)
         request = make(module.MetadataRequest, {"topics": (metadata_topic(version, None),)})
         header = wire.RequestHeader(METADATA, version, 5, "client")
-        assert asyncio.run(apis().handle(header, request)) is None
+        assert asyncio.run(served(apis()).handle(header, request)) is None
 
 
 def test_the_listeners_of_a_broker_share_the_fetch_session_cache_they_are_given() -> None:

@@ -1,4 +1,4 @@
-"""broker/network.py and broker/client.py over real loopback sockets."""
+"""protocol/server.py and broker/client.py over real loopback sockets."""
 
 from __future__ import annotations
 
@@ -15,13 +15,15 @@ from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest
 
-from broker import network
 from broker.client import ConnectionClosed, KafkaConnection
-from broker.network import api_versions_response, decode_request, serve_connection
 from log.rate_limited_log import RateLimitedLog
+from protocol import server as network
 from protocol import wire
+from protocol.api_keys import ApiKey
+from protocol.api_table import api_versions_response
+from protocol.server import decode_request, serve_connection
 
-SUPPORTED = {wire.API_VERSIONS_KEY: (0, 3), 60: (0, 0)}
+SUPPORTED = {ApiKey.API_VERSIONS: (0, 3), 60: (0, 0)}
 API_VERSIONS = ApiVersionsRequest(client_software_name="test", client_software_version="1")
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 
@@ -81,10 +83,10 @@ def test_unknown_api_versions_version_gets_a_v0_answer_listing_ours() -> None:
     async def run() -> tuple[int, Any]:
         async with serving(answer_api_versions) as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(raw_frame(wire.API_VERSIONS_KEY, 99, correlation_id=7))
+            writer.write(raw_frame(ApiKey.API_VERSIONS, 99, correlation_id=7))
             frame = await wire.read_frame(reader)
             writer.close()
-            return wire.decode_response(wire.API_VERSIONS_KEY, 0, frame)
+            return wire.decode_response(ApiKey.API_VERSIONS, 0, frame)
 
     correlation_id, response = asyncio.run(run())
     assert correlation_id == 7
@@ -245,5 +247,5 @@ def test_a_failing_handler_closes_its_connection_and_is_reported_once(
     with caplog.at_level(logging.ERROR):
         asyncio.run(run())
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert len(errors) == 1 and errors[0].name == "broker.network", errors
+    assert len(errors) == 1 and errors[0].name == "protocol.server", errors
     assert "Traceback" in errors[0].getMessage()

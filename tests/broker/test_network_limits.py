@@ -17,20 +17,21 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from broker import acceptor
 from broker.acceptor import Acceptor
-from broker.network import (
-    NetworkLimits,
-    RequestBytesBudget,
-    api_versions_response,
-    serve_connection,
-)
 from log.rate_limited_log import RateLimitedLog
 from protocol import wire
+from protocol.api_keys import ApiKey
+from protocol.api_table import api_versions_response
+from protocol.server import (
+    NetworkLimits,
+    RequestBytesBudget,
+    serve_connection,
+)
 
-SUPPORTED = {wire.API_VERSIONS_KEY: (0, 3)}
+SUPPORTED = {ApiKey.API_VERSIONS: (0, 3)}
 
 
 def api_versions_frame(correlation_id: int) -> bytes:
-    header = wire.RequestHeader(wire.API_VERSIONS_KEY, 3, correlation_id, "limits")
+    header = wire.RequestHeader(ApiKey.API_VERSIONS, 3, correlation_id, "limits")
     body = ApiVersionsRequest(client_software_name="t", client_software_version="1")
     return wire.encode_request(header, body)
 
@@ -82,7 +83,7 @@ def test_a_frame_over_socket_request_max_bytes_closes_the_connection_and_logs_on
             writer.close()
             return results
 
-    with caplog.at_level(logging.WARNING, logger="broker.network"):
+    with caplog.at_level(logging.WARNING, logger="protocol.server"):
         assert asyncio.run(run()) == [True] * 6
     lines = [r for r in caplog.records if "socket.request.max.bytes" in r.getMessage()]
     assert len(lines) == 1

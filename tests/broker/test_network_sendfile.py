@@ -14,24 +14,24 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker import network
 from broker.client import ConnectionClosed
-from broker.data_plane import FETCH
-from broker.network import SENDFILE_MIN_BYTES
 from log.fs import FileHandle, FileRegion, RealFileSystem
 from log.rate_limited_log import RateLimitedLog
+from protocol import server as network
 from protocol import wire
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module, response_module
+from protocol.server import SENDFILE_MIN_BYTES
 from tests.broker.test_network import connected, serving
 
 VERSION = 12
-SUPPORTED = {FETCH: (VERSION, VERSION)}
+SUPPORTED = {ApiKey.FETCH: (VERSION, VERSION)}
 BIG = 3 * SENDFILE_MIN_BYTES + 17  # sent by sendfile
 SMALL = 1000  # read and written with the bytes around it
 
 
 def fetch_request(partitions: int) -> Any:
-    module = request_module(FETCH, VERSION)
+    module = request_module(ApiKey.FETCH, VERSION)
     wanted = tuple(
         make(module.FetchPartition, {"partition": p, "partition_max_bytes": 1 << 30})
         for p in range(partitions)
@@ -48,7 +48,7 @@ def fetch_request(partitions: int) -> Any:
 
 
 def fetch_response(records: list[bytes | FileRegion]) -> Any:
-    module = response_module(FETCH, VERSION)
+    module = response_module(ApiKey.FETCH, VERSION)
     partitions = tuple(
         make(
             module.PartitionData,
@@ -151,7 +151,7 @@ def test_a_region_that_cannot_be_sent_whole_closes_the_connection_and_the_next_i
             finally:
                 await second.close()
 
-    with caplog.at_level(logging.WARNING, logger="broker.network"):
+    with caplog.at_level(logging.WARNING, logger="protocol.server"):
         failure, records = asyncio.run(run())
     assert failure is not None
     assert records == Segment(tmp_path / "again.log", [SMALL, BIG]).expected

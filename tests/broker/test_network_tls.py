@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from broker.client import KafkaConnection
-from broker.network import serve_connection
 from protocol import wire
 from protocol.connect import Connector
 from protocol.security import ClientSecurity, SecurityProtocol, TlsSettings
+from protocol.server import serve_connection
 from protocol.tls import server_context
 from tests.broker.test_network_sendfile import (
     BIG,

@@ -28,6 +28,7 @@ from log.batch import (
 )
 from log.compression import compress
 from log.records import Record, encode_record
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from tests.broker.test_replica_manager import ME, TOPIC_A, image, partition
 from tests.broker.test_replica_manager import run as run_replicas
@@ -70,7 +71,7 @@ def stored(replicas: ReplicaManager) -> list[tuple[Any, list[Record]]]:
 
 
 def produce_request(records: bytes, version: int) -> Any:
-    module = request_module(data_plane.PRODUCE, version)
+    module = request_module(ApiKey.PRODUCE, version)
     data = make(module.PartitionProduceData, {"index": 0, "records": records})
     topic = make(module.TopicProduceData, {"name": "a", "partition_data": (data,)})
     return make(

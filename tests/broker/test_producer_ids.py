@@ -8,12 +8,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.producer_ids import (
-    ALLOCATE_PRODUCER_IDS,
-    INIT_PRODUCER_ID,
-    ProducerIdManager,
-    init_producer_id,
-)
+from broker.producer_ids import ProducerIdManager, init_producer_id
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module, response_module
 
 
@@ -26,11 +22,11 @@ class BlockController:
         self.down = False
 
     async def send(self, request: Any, timeout_s: float) -> object:
-        assert int(request.__api_key__) == ALLOCATE_PRODUCER_IDS
+        assert int(request.__api_key__) == ApiKey.ALLOCATE_PRODUCER_IDS
         if self.down:
             raise TimeoutError("no controller")
         self.asked.append((request.broker_id, request.broker_epoch))
-        module: Any = response_module(ALLOCATE_PRODUCER_IDS, 0)
+        module: Any = response_module(ApiKey.ALLOCATE_PRODUCER_IDS, 0)
         start, self.next_start = self.next_start, self.next_start + 2
         return make(
             module.AllocateProducerIdsResponse,
@@ -44,7 +40,7 @@ class BlockController:
 
 
 def init(ids: ProducerIdManager, **values: object) -> tuple[ErrorCode, int, int]:
-    module: Any = request_module(INIT_PRODUCER_ID, 4)
+    module: Any = request_module(ApiKey.INIT_PRODUCER_ID, 4)
     request = make(
         module.InitProducerIdRequest,
         {"transactional_id": None, "producer_id": -1, "producer_epoch": -1} | values,

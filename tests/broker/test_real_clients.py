@@ -1,4 +1,4 @@
-"""Real Kafka admin clients against a broker listener (broker/network.py + KafkaApis).
+"""Real Kafka admin clients against a broker listener (protocol/server.py + KafkaApis).
 
 The listener runs on its own event loop thread at 127.0.0.1 with a hand-built image; brokers
 1 and 2 both advertise that listener, so whichever broker a client picks it reaches this one.
@@ -19,8 +19,8 @@ from confluent_kafka.admin import AdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from broker.kafka_apis import KafkaApis
-from broker.network import serve_connection
-from tests.broker.fakes import LISTENER, FakeController, cluster_image
+from protocol.server import serve_connection
+from tests.broker.fakes import LISTENER, FakeController, cluster_image, served
 
 TIMEOUT_S = 20
 
@@ -46,9 +46,10 @@ class Listener:
         apis = KafkaApis(
             1, "cluster-real", LISTENER, lambda: controller.image, controller, random.Random(3)
         )
+        table = served(apis)
 
         async def on_connection(reader: Any, writer: Any) -> None:
-            await serve_connection(reader, writer, apis.handle, KafkaApis.SUPPORTED_APIS)
+            await serve_connection(reader, writer, table.handle, table.versions)
 
         self.server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
         self.port = self.server.sockets[0].getsockname()[1]

@@ -20,7 +20,6 @@ from kio.schema.errors import ErrorCode
 
 from broker import data_plane
 from broker.fetch_session import FetchSessionCache
-from broker.network import NO_RESPONSE
 from broker.replica_manager import PARTITION_METADATA_FILE, ReplicaManager
 from log.batch import decode_batch, encode_batch, iter_batches
 from log.clock import WallClock
@@ -30,7 +29,9 @@ from log.manager import LogManager
 from log.records import Record
 from log.runtime import real_runtime
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage, TopicsImage
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
+from protocol.server import NO_RESPONSE
 
 ME = 1
 T = TypeVar("T")
@@ -379,7 +380,7 @@ def request(api_key: int, version: int, name: str, values: dict[str, Any]) -> An
 
 
 def fetch_request(offset: int, max_wait_ms: int, version: int = 12) -> Any:
-    module = request_module(data_plane.FETCH, version)
+    module = request_module(ApiKey.FETCH, version)
     wanted = make(
         module.FetchPartition,
         {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20},
@@ -403,7 +404,7 @@ async def fetch(replicas: ReplicaManager, request: Any, version: int) -> Any:
 
 
 def produce_request(acks: int, version: int = 9) -> Any:
-    module = request_module(data_plane.PRODUCE, version)
+    module = request_module(ApiKey.PRODUCE, version)
     data = make(module.PartitionProduceData, {"index": 0, "records": batch(b"p")})
     return make(
         module.ProduceRequest,
@@ -562,7 +563,7 @@ def test_an_acks_all_produce_appends_every_partition_before_waiting_on_any(
         5,
         {"a": (TOPIC_A, {0: partition(ME, (ME, 2)), 1: partition(ME, (ME, 2))})},
     )
-    module = request_module(data_plane.PRODUCE, 9)
+    module = request_module(ApiKey.PRODUCE, 9)
     parts = tuple(
         make(module.PartitionProduceData, {"index": i, "records": batch(b"v")}) for i in (0, 1)
     )
@@ -608,7 +609,7 @@ def test_a_waiting_fetch_wakes_for_its_partitions_and_reads_again_only_those(
 ) -> None:
     led = {p: partition(ME, (ME,)) for p in (0, 2, 3)}
     two = image(5, {"a": (TOPIC_A, led)})
-    module = request_module(data_plane.FETCH, 12)
+    module = request_module(ApiKey.FETCH, 12)
     both = dataclasses.replace(
         fetch_request(0, 15_000),
         topics=(

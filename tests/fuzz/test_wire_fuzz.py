@@ -43,6 +43,7 @@ from broker.client import KafkaConnection
 from log.batch import encode_batch
 from log.records import Record
 from protocol import wire
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from tests.kraft.procs import Processes, free_port, port_open, wait_until
 from tests.kraft.wire_client import connect, create_topic, produce, read_all, wait_for_leader
@@ -54,7 +55,6 @@ CANARY = "fuzz-canary"  # only the checks write here
 TARGET = "fuzz-target"  # what the data-plane templates name: the fuzzer writes here
 HUGE_VARINTS = (b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x08", b"\xff\xff\x03")
 INT32_EXTREMES = (-1, 0x7FFFFFFF, -0x80000000, 0x10000000, 0x7FFF, 1 << 20)
-API_VERSIONS = 18
 MUTATIONS = (
     "valid", "truncate", "flip", "int32", "varint", "insert", "delete", "version", "api_key",
     "length", "garbage",
@@ -179,7 +179,7 @@ def advertised(port: int) -> dict[int, tuple[int, int]]:
     async def ask() -> dict[int, tuple[int, int]]:
         connection = KafkaConnection("fuzz")
         await connection.connect("127.0.0.1", port, 5)
-        module: Any = request_module(API_VERSIONS, 3)
+        module: Any = request_module(ApiKey.API_VERSIONS, 3)
         request = make(
             module.ApiVersionsRequest,
             {"client_software_name": "fuzz", "client_software_version": "1"},

@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from kraft.scram_args import ScramArgumentError, parse_add_scram
 from protocol import wire
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from protocol.sasl import (
     SASL_AUTHENTICATE_KEY,
@@ -147,7 +148,7 @@ def test_only_api_versions_and_sasl_before_authentication() -> None:
     outcome = server.receive(header, request, 0)
     assert outcome.verdict is Verdict.CLOSE
     assert outcome.response is None
-    module: Any = request_module(wire.API_VERSIONS_KEY, 3)
+    module: Any = request_module(ApiKey.API_VERSIONS, 3)
     versions = make(module.ApiVersionsRequest, {})
     assert server.receive(_header(versions), versions, 0).verdict is Verdict.PASS
 

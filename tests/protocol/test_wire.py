@@ -26,6 +26,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import Records, i64Timedelta
 
 from log.fs import FileRegion
+from protocol.api_table import api_versions_response
 from protocol.entities import make
 from protocol.wire import (
     INVALID_REQUEST,
@@ -39,7 +40,7 @@ from protocol.wire import (
     read_frame,
     response_parts,
 )
-from raft.codec import API_VERSIONS, api_versions_response, encode_raft_request, error_response
+from raft.codec import API_VERSIONS, encode_raft_request, error_response
 from raft.messages import BeginQuorumEpochRequest as CoreBeginQuorumEpoch
 from raft.messages import VoteRequest
 from sim.disk import SimDisk
@@ -152,7 +153,7 @@ def test_unknown_version_of_apiversions_keeps_the_header_so_the_server_can_answe
     with pytest.raises(FrameError) as caught:
         decode_request(payload)
     assert caught.value.header == RequestHeader(18, 99, 5, None)
-    answer = encode_response(caught.value.header, api_versions_response(0, error_code=35))
+    answer = encode_response(caught.value.header, api_versions_response(0, API_VERSIONS, 35))
     correlation_id, body = decode_response(18, 3, answer[4:])
     assert correlation_id == 5
     assert body.error_code == ErrorCode.unsupported_version  # type: ignore[attr-defined]
@@ -250,7 +251,7 @@ def test_non_flexible_response_uses_header_v0() -> None:
 
 @pytest.mark.parametrize("version", [0, 3, 4])
 def test_apiversions_response_always_uses_header_v0(version: int) -> None:
-    body = api_versions_response(version)
+    body = api_versions_response(version, API_VERSIONS)
     frame = encode_response(RequestHeader(18, version, 7, "x"), body)
     assert frame[4:] == struct.pack(">i", 7) + body_bytes(body)
     assert decode_response(18, version, frame[4:]) == (7, body)
@@ -260,7 +261,7 @@ def test_body_must_match_the_header() -> None:
     with pytest.raises(ValueError):
         encode_request(RequestHeader(18, 2, 1, None), APIVERSIONS_V3)
     with pytest.raises(ValueError):
-        encode_response(RequestHeader(52, 2, 1, None), api_versions_response(3))
+        encode_response(RequestHeader(52, 2, 1, None), api_versions_response(3, API_VERSIONS))
 
 
 # ---------------------------------------------------------------- kafka-python cross-check
@@ -286,7 +287,9 @@ def test_kafka_python_apiversions_v3_request_decodes_with_ours() -> None:
 
 @pytest.mark.parametrize("version", [3, 4])
 def test_apiversions_response_decodes_with_kafka_python(version: int) -> None:
-    frame = encode_response(RequestHeader(18, version, 5, None), api_versions_response(version))
+    frame = encode_response(
+        RequestHeader(18, version, 5, None), api_versions_response(version, API_VERSIONS)
+    )
     decoded = KpApiVersionsResponse.decode(frame, version=version, header=True, framed=True)
     assert decoded.header.correlation_id == 5
     assert decoded.error_code == 0
@@ -305,7 +308,7 @@ def test_kafka_python_apiversions_v3_response_decodes_with_ours() -> None:
 
 
 def test_unsupported_version_answer_decodes_with_kafka_python_as_v0() -> None:
-    body = api_versions_response(0, error_code=UNSUPPORTED_VERSION)
+    body = api_versions_response(0, API_VERSIONS, UNSUPPORTED_VERSION)
     frame = encode_response(RequestHeader(18, 9, 5, None), body)
     decoded = KpApiVersionsResponse.decode(frame, version=3, header=True, framed=True)
     assert decoded.error_code == UNSUPPORTED_VERSION

@@ -19,6 +19,7 @@ from kio.schema.describe_quorum.v2.request import DescribeQuorumRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 
+from protocol.api_table import api_versions_response
 from protocol.wire import (
     RequestHeader,
     decode_request,
@@ -30,7 +31,6 @@ from raft.codec import (
     API_VERSIONS,
     METADATA_TOPIC,
     METADATA_TOPIC_ID,
-    api_versions_response,
     decode_raft_request,
     decode_raft_response,
     describe_quorum_response,
@@ -358,7 +358,7 @@ def test_describe_quorum_is_not_a_core_request() -> None:
 
 def test_non_core_responses_are_refused() -> None:
     with pytest.raises(ValueError, match="not a raft core response"):
-        decode_raft_response(api_versions_response(3))
+        decode_raft_response(api_versions_response(3, API_VERSIONS))
     with pytest.raises(ValueError, match="not a raft core response"):
         decode_raft_response(quorum(2))
 
@@ -397,17 +397,6 @@ def test_error_response_is_built_for_every_api_with_a_top_level_error_code() -> 
 def test_error_response_for_an_unknown_api_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         error_response(9999, 0, 35)
-
-
-# ---------------------------------------------------------------- ApiVersions
-
-
-def test_api_versions_lists_ours_plus_extra_sorted() -> None:
-    entity: Any = api_versions_response(3, {0: (3, 11), 52: (1, 1)})
-    listed = [(k.api_key, k.min_version, k.max_version) for k in entity.api_keys]
-    expected = API_VERSIONS | {0: (3, 11), 52: (1, 1)}
-    assert listed == [(key, *expected[key]) for key in sorted(expected)]
-    assert entity.error_code == ErrorCode.none
 
 
 # ---------------------------------------------------------------- DescribeQuorum

@@ -19,6 +19,8 @@ import pytest
 
 from log.runtime import real_runtime
 from protocol import wire
+from protocol.api_keys import ApiKey
+from protocol.api_table import CONTROLLER, ServedApis
 from raft import codec
 from raft import core as core_module
 from raft.core import OBSERVER_SESSION_TIMEOUT_MS, RaftCore, Role
@@ -199,8 +201,8 @@ def test_vote_addressed_to_another_voter_key_gets_invalid_voter_key(tmp_path: Pa
                     partition = replace(partition, voter_directory_id=directory_id)
                     topics = (replace(topic, partitions=(partition,)),)
                     entity = replace(entity, topics=topics)  # type: ignore[type-var]
-                header = wire.RequestHeader(codec.VOTE, version, 1, "t")
-                response = await node.handle_request(header, entity)
+                header = wire.RequestHeader(ApiKey.VOTE, version, 1, "t")
+                response = await ServedApis(CONTROLLER, node.apis()).handle(header, entity)
                 codes.append(int(response.topics[0].partitions[0].error_code))  # type: ignore[attr-defined]
         finally:
             await node.close()

@@ -88,3 +88,13 @@ def roundtrip(entity: Any) -> Any:
     entity_writer(entity_type)(buffer, entity)
     decoded, _ = entity_reader(entity_type)(memoryview(buffer.getvalue()), 0)
     return decoded
+
+
+def controller_versions() -> dict[int, tuple[int, int]]:
+    """The versions the controller listener's table serves for the controller's APIs, from a
+    QuorumController that is built (its entries are) but never started."""
+    from metadata.controller.quorum_controller import QuorumController
+
+    stub: Any = types.SimpleNamespace(add_listener=lambda _: None, add_publisher=lambda _: None)
+    controller = QuorumController(stub, stub, stub, ControllerConfig(1, CLUSTER_ID))
+    return dict(controller.served.versions)

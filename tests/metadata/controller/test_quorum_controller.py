@@ -25,7 +25,12 @@ from metadata.records import METADATA_VERSION_FEATURE, FeatureLevel
 from raft.core import RaftConfig
 from raft.disk_log import DiskLog
 from raft.driver import RaftNode, RaftNodeConfig
-from tests.metadata.controller.support import CLUSTER_ID, request_module, roundtrip
+from tests.metadata.controller.support import (
+    CLUSTER_ID,
+    controller_versions,
+    request_module,
+    roundtrip,
+)
 
 DEADLINE_S = 10.0
 
@@ -192,11 +197,7 @@ def test_every_api_answers_not_controller_when_inactive(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("api_key", "version"),
-    [
-        (k, v)
-        for k, (low, high) in QuorumController.SUPPORTED_APIS.items()
-        for v in range(low, high + 1)
-    ],
+    [(k, v) for k, (low, high) in controller_versions().items() for v in range(low, high + 1)],
 )
 def test_refusals_encode_for_every_served_version(api_key: int, version: int) -> None:
     from tests.metadata.controller.support import request_module as module_of

@@ -10,20 +10,19 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from metadata.controller.scram import (
-    ALTER_USER_SCRAM_CREDENTIALS,
-    DESCRIBE_USER_SCRAM_CREDENTIALS,
     alter_user_scram_credentials,
     describe_user_scram_credentials,
 )
 from metadata.delta import MetadataDelta
 from metadata.image import EMPTY, MetadataImage
 from metadata.records import RemoveUserScramCredential, UserScramCredential
+from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from protocol.sasl import SaslClient, SaslServer, ScramCredential, Verdict
 from protocol.security import ListenerSecurity, SaslCredentials, SecurityProtocol
 
-ALTER: Any = request_module(ALTER_USER_SCRAM_CREDENTIALS, 0)
-DESCRIBE: Any = request_module(DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
+ALTER: Any = request_module(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0)
+DESCRIBE: Any = request_module(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0)
 SALT = b"0123456789abcdef"
 
 

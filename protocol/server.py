@@ -33,14 +33,13 @@ import struct
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
-
-from kio.schema.errors import ErrorCode
+from typing import NoReturn
 
 from log.fs import FileRegion
 from log.rate_limited_log import RateLimitedLog
 from protocol import wire
-from protocol.entities import make, response_module
+from protocol.api_keys import ApiKey
+from protocol.api_table import api_versions_response
 
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 BIG_FRAME_BYTES = 64 * 1024
@@ -68,7 +67,7 @@ class CloseAfter:
 # connection runs in its own task, so this is per connection.
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="/")
 
-logger = logging.getLogger("broker.network")
+logger = logging.getLogger("protocol.server")
 _limited = RateLimitedLog(logger)
 _LENGTH = struct.Struct(">i")
 
@@ -209,7 +208,7 @@ class _IdleTimer:
 
     __slots__ = ("_handle", "_idle_s", "_loop", "_transport", "active_s", "busy")
 
-    def __init__(self, transport: asyncio.BaseTransport, idle_s: float) -> None:
+    def __init__(self, transport: asyncio.WriteTransport, idle_s: float) -> None:
         self._loop = asyncio.get_running_loop()
         self._transport = transport
         self._idle_s = idle_s
@@ -393,19 +392,6 @@ def _is_unsupported_api_versions(error: wire.FrameError) -> bool:
     header = error.header
     return (
         header is not None
-        and header.api_key == wire.API_VERSIONS_KEY
+        and header.api_key == ApiKey.API_VERSIONS
         and error.error_code == wire.UNSUPPORTED_VERSION
     )
-
-
-def api_versions_response(
-    version: int, supported: Mapping[int, tuple[int, int]], error_code: int = 0
-) -> object:
-    """ApiVersionsResponse (of ``version``) listing ``supported``: api key -> (min, max)."""
-    module: Any = response_module(wire.API_VERSIONS_KEY, version)
-    keys = tuple(
-        make(module.ApiVersion, {"api_key": key, "min_version": low, "max_version": high})
-        for key, (low, high) in sorted(supported.items())
-    )
-    values = {"error_code": ErrorCode(error_code), "api_keys": keys}
-    return make(module.ApiVersionsResponse, values)
