@@ -1,9 +1,10 @@
 """The broker's client-facing request handlers (Kafka's KafkaApis).
 
 Produce, Fetch and ListOffsets go to the ReplicaManager (broker/data_plane.py) when there
-is one, InitProducerId to the ProducerIdManager (broker/producer_ids.py). Reads (ApiVersions,
-Metadata, DescribeCluster, DescribeConfigs, DescribeTopicPartitions) are answered from the
-latest published MetadataImage, taken once per request so one answer never mixes two images.
+is one, InitProducerId to the ProducerIdManager (broker/producer_ids.py), or, with a
+transactional id, to the transaction APIs (broker/txn/apis.py). Reads (ApiVersions, Metadata,
+DescribeCluster, DescribeConfigs, DescribeTopicPartitions) are answered from the latest
+published MetadataImage, taken once per request so one answer never mixes two images.
 Writes to cluster metadata (topics, partitions, configs, leader elections) are the controller's:
 they are forwarded unchanged through the controller channel and its answer is passed back,
 NOT_CONTROLLER included (clients retry it); only when no controller answers in time does the
@@ -33,6 +34,7 @@ from broker.lifecycle import SUPPORTED_FEATURES
 from broker.producer_ids import ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
 from broker.security import ACL_APIS
+from broker.txn.apis import TxnApis
 from metadata.controller.scram import describe_user_scram_credentials
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
@@ -94,6 +96,7 @@ class KafkaApis:
         replicas: ReplicaManager | None = None,
         fetch_sessions: FetchSessionCache | None = None,
         producer_ids: ProducerIdManager | None = None,
+        transactions: TxnApis | None = None,
         auto_create_topics: bool = False,
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
     ) -> None:
@@ -107,6 +110,7 @@ class KafkaApis:
             AutoTopicCreationManager(node_id, self._forward) if auto_create_topics else None
         )
         self.producer_ids = producer_ids
+        self.transactions = transactions
         self.cluster_id = cluster_id
         self.listener_name = listener_name
         self._image = image
@@ -229,6 +233,10 @@ class KafkaApis:
         )
 
     async def _init_producer_id(self, request: ApiRequest) -> object:
+        """An idempotent producer's id from the ProducerIdManager; with a transactional id,
+        the transaction coordinator's (broker/txn/apis.py)."""
+        if self.transactions is not None and request.body.transactional_id is not None:
+            return await self.transactions.init_producer_id(request)
         assert self.producer_ids is not None
         return await init_producer_id(self.producer_ids, request.body, request.api_version)
 

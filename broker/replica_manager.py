@@ -643,9 +643,21 @@ class ReplicaManager:
         return partition
 
     async def append(
-        self, topic: str, index: int, records: bytes, acks: int, timeout_s: float
+        self,
+        topic: str,
+        index: int,
+        records: bytes,
+        acks: int,
+        timeout_s: float,
+        *,
+        coordinator: bool = False,
     ) -> AppendResult:
-        """Append a producer's batches as leader; with acks=-1, wait for the high watermark."""
+        """Append a producer's batches as leader; with acks=-1, wait for the high watermark.
+
+        ``coordinator``: the broker's own coordinators' batches (Kafka's AppendOrigin
+        COORDINATOR), which may be transactional or control batches (transactional offset
+        commits and their markers in ``__consumer_offsets``) and are not a producer's to
+        sequence-check."""
         partition = self._leader(topic, index)
         if isinstance(partition, ErrorCode):
             return AppendResult(partition)
@@ -661,11 +673,11 @@ class ReplicaManager:
                 ErrorCode.invalid_record,
                 message="A produce request must carry exactly one record batch per partition",
             )
-        if header.is_control or header.is_transactional:
-            # Control batches are the broker's own; transactions need a coordinator.
+        if header.is_control and not coordinator:
+            # Control batches (transaction markers) are the broker's own.
             return AppendResult(
                 ErrorCode.invalid_record,
-                message="Control and transactional batches are not accepted from producers",
+                message="Control batches are not accepted from producers",
             )
         min_isr = self._min_insync_replicas(topic)
         if acks == -1 and len(partition.isr) < min_isr:
@@ -689,7 +701,7 @@ class ReplicaManager:
                 message=str(error),
                 record_errors=error.record_errors,
             )
-        verdict = partition.producers.check(header)
+        verdict = Verdict() if coordinator else partition.producers.check(header)
         if SKIP_SEQUENCE_CHECK in self.bugs and verdict.duplicate_of >= 0:
             verdict = Verdict()
         if verdict.error != ErrorCode.none:
@@ -707,7 +719,8 @@ class ReplicaManager:
                 if log_dir is not None:
                     self.logs.fail_log_dir(log_dir, error)
                 return AppendResult(ErrorCode.kafka_storage_error, message=str(error))
-            partition.producers.record(header, info.first_offset, self._clock.now_ms())
+            if not coordinator:
+                partition.producers.record(header, info.first_offset, self._clock.now_ms())
             first, last = info.first_offset, info.last_offset
             self._maybe_advance_high_watermark(partition)
             self.delayed.notify(partition.key)  # followers' fetches wait for this

@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from broker.group.config import KEYS as GROUP_COORDINATOR_KEYS
 from broker.group.config import GroupCoordinatorConfig
+from broker.txn.config import KEYS as TXN_COORDINATOR_KEYS
+from broker.txn.config import TransactionCoordinatorConfig
 from kraft.properties import parse_properties
 from kraft.security import NodeSecurity, SecurityConfigError, is_security_key, parse_security
 from log.config import LOG_CONFIG_KEYS, LOG_MANAGER_KEYS, LogConfig, LogManagerConfig
@@ -40,8 +42,6 @@ KAFKA_KEYS_NOT_USED = frozenset(
         "socket.receive.buffer.bytes",
         "socket.request.max.bytes",
         "socket.send.buffer.bytes",
-        "transaction.state.log.min.isr",
-        "transaction.state.log.replication.factor",
     }
 )
 
@@ -304,6 +304,7 @@ def config_from_properties(
             )
         try:
             GroupCoordinatorConfig.from_properties(config.model_extra or {})
+            TransactionCoordinatorConfig.from_properties(config.model_extra or {})
         except ValueError as error:
             raise ConfigError(f"{source}: {error}") from None
     try:
@@ -341,4 +342,5 @@ _KNOWN_KEYS = frozenset(
     | BROKER_DYNAMIC_CONFIGS.keys()
     | KAFKA_KEYS_NOT_USED
     | GROUP_COORDINATOR_KEYS
+    | TXN_COORDINATOR_KEYS
 )

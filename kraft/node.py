@@ -36,6 +36,9 @@ from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
 from broker.security import Authenticated, authenticating, served_apis
+from broker.txn.apis import TxnApis
+from broker.txn.config import TransactionCoordinatorConfig
+from broker.txn.coordinator import TransactionCoordinator
 from kraft.bootstrap import read_bootstrap
 from kraft.config import ServerConfig
 from kraft.storage import metadata_directory_id
@@ -171,6 +174,7 @@ class KraftNode:
         self.groups: GroupCoordinator | None = None
         self._group_apis: GroupApis | None = None
         self._controller_served: ServedApis | None = None  # the controller listener's table
+        self.transactions: TransactionCoordinator | None = None
         self._channel: ControllerChannel | None = None
         self._internal_channel: ControllerChannel | None = None
         self._servers: list[Any] = []  # asyncio.Server or broker.acceptor.Acceptor
@@ -356,6 +360,16 @@ class KraftNode:
         )
         loader.add_publisher(groups)
         groups.start(loader.image)
+        transactions = self.transactions = TransactionCoordinator(
+            config.node_id,
+            replicas,
+            producer_ids,
+            TransactionCoordinatorConfig.from_properties(properties),
+            runtime.clock,
+            connector=self._inter_broker_connector,
+        )
+        loader.add_publisher(transactions)
+        transactions.start(loader.image)
         # The broker's own requests (creating __consumer_offsets) go under their own client
         # id, which the controller lets create internal topics (clients' forwarded ones not).
         internal = self._internal_channel = ControllerChannel(
@@ -368,7 +382,9 @@ class KraftNode:
             groups,
             lambda: loader.image,
             lambda request: internal.send(request, CONTROLLED_SHUTDOWN_TIMEOUT_S),
+            transactions,
         )
+        txn_apis = TxnApis(transactions, groups, replicas, lambda: loader.image, runtime.clock)
         assert self.lifecycle_ready is not None
         self.lifecycle_ready.set_result(
             (self.lifecycle.broker_epoch, loader.image.offset, self.lifecycle.unfenced_by)
@@ -389,10 +405,12 @@ class KraftNode:
                 replicas=replicas,
                 fetch_sessions=fetch_sessions,
                 producer_ids=producer_ids,
+                transactions=txn_apis,
                 auto_create_topics=config.auto_create_topics_enable,
             )
             self.apis[endpoint.name] = apis
-            served = ApiTable([*apis.apis(), *group_apis.apis(endpoint.name)]).served(BROKER)
+            entries = [*apis.apis(), *group_apis.apis(endpoint.name), *txn_apis.apis()]
+            served = ApiTable(entries).served(BROKER)
             self._servers.append(
                 await self._listen(
                     functools.partial(self._serve_broker, served, self._limits(endpoint.name)),
@@ -595,6 +613,8 @@ class KraftNode:
             await apis.close()
         if self._group_apis is not None:
             await self._group_apis.close()
+        if self.transactions is not None:
+            await self.transactions.close()
         if self.groups is not None:
             await self.groups.close()
         broker_epoch = -1

@@ -56,6 +56,7 @@ from broker.group.records import (
 )
 from broker.group.shard import OffsetCommit, Shard, TopicPartition, validate_commit
 from broker.replica_manager import ReplicaManager
+from broker.txn.control import control_type
 from log.batch import decode_batch, encode_batch
 from log.clock import WallClock
 from log.errors import RecordError
@@ -240,10 +241,20 @@ class GroupCoordinator:
                     header, records = decode_batch(view, pos)
                     pos += header.size
                     position = header.next_offset
-                    if not header.is_control:
-                        for record in records:
-                            self._replay(shard, record, header.base_offset, now)
-                            records_read += 1
+                    producer_id = header.producer_id if header.is_transactional else -1
+                    if header.is_control:
+                        committed = control_type(records)
+                        if committed is not None:
+                            shard.note_epoch(producer_id, header.producer_epoch)
+                            shard.complete_txn(producer_id, committed)
+                        continue
+                    if producer_id >= 0:
+                        if shard.fenced(producer_id, header.producer_epoch):
+                            continue  # a fenced zombie's offsets: never pending
+                        shard.note_epoch(producer_id, header.producer_epoch)
+                    for record in records:
+                        self._replay(shard, record, header.base_offset, now, producer_id)
+                        records_read += 1
             except OffsetOutOfRangeError:
                 if position >= log.log_start_offset:
                     break
@@ -277,11 +288,19 @@ class GroupCoordinator:
         )
         self._timer_wake.set()
 
-    def _replay(self, shard: Shard, record: Record, base_offset: int, now: float) -> None:
+    def _replay(
+        self, shard: Shard, record: Record, base_offset: int, now: float, producer_id: int
+    ) -> None:
         if record.key is None:
             return
         try:
-            shard.replay(record.key, record.value, base_offset + (record.offset_delta or 0), now)
+            shard.replay(
+                record.key,
+                record.value,
+                base_offset + (record.offset_delta or 0),
+                now,
+                producer_id,
+            )
         except RecordError as error:
             # Kafka's loader fails the partition on a record it cannot read; the batch CRC
             # held, so this is a format we do not know: skip it, loudly.
@@ -313,17 +332,31 @@ class GroupCoordinator:
         return shard
 
     # ---- writes ----------------------------------------------------------------------------
-    async def _write(self, shard: Shard, records: list[Record]) -> tuple[ErrorCode, int]:
-        """Append records to the shard's partition with acks=all; (error, base offset)."""
-        batch = encode_batch(records)
+    async def _write(
+        self, shard: Shard, records: list[Record], producer: tuple[int, int] | None = None
+    ) -> tuple[ErrorCode, int]:
+        """Append records to the shard's partition with acks=all; (error, base offset).
+        ``producer``: (id, epoch) of the transaction the records belong to."""
+        # A transaction's batch is the coordinator's own (Kafka's AppendOrigin.COORDINATOR).
+        coordinator = producer is not None
+        if producer is None:
+            batch = encode_batch(records)
+        else:
+            batch = encode_batch(
+                records,
+                producer_id=producer[0],
+                producer_epoch=producer[1],
+                is_transactional=True,
+            )
         if COORDINATOR_HW_OVER_TRUNCATED in self.bugs:
-            return await self._write_until_high_watermark(shard, batch, len(records))
+            return await self._write_until_high_watermark(shard, batch, len(records), coordinator)
         result = await self._replicas.append(
             OFFSETS_TOPIC,
             shard.partition,
             batch,
             -1,
             self.config.offsets_commit_timeout_ms / 1000,
+            coordinator=coordinator,
         )
         if result.error is not ErrorCode.none:
             return _WRITE_ERRORS.get(result.error, ErrorCode.unknown_server_error), -1
@@ -332,7 +365,7 @@ class GroupCoordinator:
         return ErrorCode.none, result.base_offset
 
     async def _write_until_high_watermark(
-        self, shard: Shard, batch: bytes, count: int
+        self, shard: Shard, batch: bytes, count: int, coordinator: bool
     ) -> tuple[ErrorCode, int]:
         """The planted bug (KAFKA-20634): append as leader, then acknowledge once this
         broker's high watermark of the partition passes the records' offsets, even if it
@@ -340,7 +373,7 @@ class GroupCoordinator:
         leader's records: the commit is acknowledged and lost."""
         key = (OFFSETS_TOPIC, shard.partition)
         timeout_s = self.config.offsets_commit_timeout_ms / 1000
-        result = await self._replicas.append(*key, batch, 1, timeout_s)
+        result = await self._replicas.append(*key, batch, 1, timeout_s, coordinator=coordinator)
         if result.error is not ErrorCode.none:
             return _WRITE_ERRORS.get(result.error, ErrorCode.unknown_server_error), -1
         loop = asyncio.get_running_loop()
@@ -638,6 +671,98 @@ class GroupCoordinator:
             return errors
         shard.store_offsets(group_id, [(where, value) for _, where, value in accepted], base_offset)
         return errors
+
+    async def commit_txn_offsets(
+        self,
+        group_id: str,
+        producer: tuple[int, int],
+        member_id: str,
+        instance: str | None,
+        generation: int,
+        commits: list[OffsetCommit],
+        known_topic: Callable[[str, int], bool],
+    ) -> list[ErrorCode]:
+        """TxnOffsetCommit: the offsets are written in the producer's transaction and held
+        pending until its marker (``complete_transaction``). KIP-447: a member id or a
+        generation given is checked against the group as OffsetCommit's are; a client
+        before v3 gives neither, and is not."""
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return [shard] * len(commits)
+        consumer = shard.consumer_groups.get(group_id)
+        group = shard.groups.get(group_id)
+        if shard.fenced(*producer):
+            error = ErrorCode.producer_fenced
+        elif not member_id and generation < 0 and instance is None:
+            error = ErrorCode.none
+        elif consumer is not None:
+            error = consumer.validate_offset_commit(member_id, generation)
+        else:
+            error = validate_commit(group, member_id, instance, generation)
+            if error is ErrorCode.rebalance_in_progress:
+                error = ErrorCode.none  # a transaction may commit while members sync
+        if error is not ErrorCode.none:
+            return [error] * len(commits)
+        now_ms = self._clock.now_ms()
+        errors: list[ErrorCode] = []
+        records: list[Record] = []
+        accepted: list[tuple[int, TopicPartition, OffsetValue]] = []
+        for commit in commits:
+            if not known_topic(commit.topic, commit.partition):
+                errors.append(ErrorCode.unknown_topic_or_partition)
+            elif len(commit.metadata.encode()) > self.config.offset_metadata_max_bytes:
+                errors.append(ErrorCode.offset_metadata_too_large)
+            else:
+                value = OffsetValue(commit.offset, commit.leader_epoch, commit.metadata, now_ms)
+                key = OffsetKey(group_id, commit.topic, commit.partition)
+                accepted.append((len(errors), (commit.topic, commit.partition), value))
+                records.append(Record(encode_offset_key(key), encode_offset_value(value), now_ms))
+                errors.append(ErrorCode.none)
+        if not records:
+            return errors
+        error, base_offset = await self._write(shard, records, producer)
+        if error is ErrorCode.none and shard.fenced(*producer):
+            error = ErrorCode.producer_fenced  # fenced meanwhile; loading skips them too
+        if error is not ErrorCode.none:
+            for index, _, _ in accepted:
+                errors[index] = error
+            return errors
+        shard.note_epoch(*producer)
+        shard.store_txn_offsets(
+            producer[0], group_id, [(where, value) for _, where, value in accepted], base_offset
+        )
+        return errors
+
+    def complete_transaction(
+        self, offsets_partition: int, producer_id: int, producer_epoch: int, committed: bool
+    ) -> None:
+        """A producer's transaction marker was appended to ``__consumer_offsets`` partition
+        ``offsets_partition`` (by the WriteTxnMarkers handler): its pending offsets there are
+        applied (commit) or dropped (abort). A shard still loading reads the marker itself."""
+        shard = self._shards.get(offsets_partition)
+        if shard is None:
+            return
+        shard.note_epoch(producer_id, producer_epoch)
+        count = shard.complete_txn(producer_id, committed)
+        if count:
+            logger.info(
+                "[GroupCoordinator id=%d] %s %d transactional offsets of producer %d (epoch "
+                "%d) in %s-%d",
+                self.node_id,
+                "Committed" if committed else "Dropped",
+                count,
+                producer_id,
+                producer_epoch,
+                OFFSETS_TOPIC,
+                offsets_partition,
+            )
+
+    def unstable_offsets(self, group_id: str) -> frozenset[TopicPartition]:
+        """The group's partitions whose offset an open transaction holds (KIP-447)."""
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return frozenset()
+        return shard.pending_offsets(group_id)
 
     def fetch_offsets(
         self,

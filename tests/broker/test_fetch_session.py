@@ -334,6 +334,10 @@ class Client:
     [("fetch", KEYS[0], 0), ("error", KEYS[0], 1), ("fetch", KEYS[0], 0), ("error", KEYS[0], 0)],
     1,
 )
+@example(  # the first fetch ever answers an error, then the error clears
+    [("error", KEYS[0], 1), ("fetch", KEYS[0], 0), ("error", KEYS[0], 0)],
+    1,
+)
 def test_incremental_answers_tell_the_fetcher_what_full_answers_would(
     steps: list[tuple[str, PartitionKey, int]], slots: int
 ) -> None:

@@ -51,7 +51,14 @@ class Partitions:
         return None
 
     async def append(
-        self, topic: str, index: int, records: bytes, acks: int, timeout_s: float
+        self,
+        topic: str,
+        index: int,
+        records: bytes,
+        acks: int,
+        timeout_s: float,
+        *,
+        coordinator: bool = False,
     ) -> AppendResult:
         assert (topic, acks) == (OFFSETS_TOPIC, -1)
         batch = bytearray(records)
