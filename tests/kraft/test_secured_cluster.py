@@ -192,3 +192,35 @@ def test_without_sasl_neither_a_broker_nor_a_controller_answers(
         host, port = info["ports"][node]
         assert _unauthenticated_answer(host, port, info["ca"], create_topics_v2) == b"", node
         assert _unauthenticated_answer(host, port, info["ca"], vote_v0) == b"", node
+
+
+def test_a_transaction_commits_across_the_secured_brokers(
+    cluster: tuple[Processes, dict],
+) -> None:
+    """The transaction coordinator's markers travel to the partition leaders over the
+    inter-broker SASL_SSL listener: a committed transaction becomes visible to a
+    read_committed consumer."""
+    _procs, info = cluster
+    conf = _conf(info)
+    topic = "secured-txn"
+    admin = AdminClient(conf)
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(DEADLINE_S)
+    producer = Producer({**conf, "transactional.id": "secured-txn-1"})
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    for i in range(30):
+        producer.produce(topic, f"txn-{i}".encode(), partition=i % 3)
+    producer.commit_transaction(DEADLINE_S)
+    consumer = Consumer(
+        {**conf, "group.id": "txn-check", "isolation.level": "read_committed",
+         "enable.auto.commit": False}
+    )  # fmt: skip
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    got: set[bytes] = set()
+    deadline = time.monotonic() + DEADLINE_S
+    while len(got) < 30 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.add(message.value())
+    consumer.close()
+    assert got == {f"txn-{i}".encode() for i in range(30)}
