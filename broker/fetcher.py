@@ -41,6 +41,7 @@ from log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from log.errors import RecordError
 from log.log import KafkaStorageError, UnexpectedAppendOffsetError
 from protocol.api_keys import ApiKey
+from protocol.connect import Connector
 from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.fetcher")
@@ -65,6 +66,8 @@ class FetcherConfig:
     response_max_bytes: int = 10 * 1024 * 1024  # replica.fetch.response.max.bytes
     backoff_ms: int = 1000  # replica.fetch.backoff.ms
     socket_timeout_ms: int = 30_000  # replica.socket.timeout.ms
+    # How the leaders' inter-broker listener is secured (None: plaintext); set by the node.
+    connector: Connector | None = None
 
     @classmethod
     def from_properties(cls, properties: dict[str, Any]) -> FetcherConfig:
@@ -243,7 +246,9 @@ class ReplicaFetcher:
         address = self._endpoint(self.source_id)
         if address is None:
             raise ConnectionError(f"broker {self.source_id} has no endpoint in the image")
-        connection = KafkaConnection(f"broker-{self.node_id}-fetcher-{self.source_id}")
+        connection = KafkaConnection(
+            f"broker-{self.node_id}-fetcher-{self.source_id}", connector=self._config.connector
+        )
         await connection.connect(*address, CONNECT_TIMEOUT_S)
         self._connection = connection
         return connection

@@ -33,7 +33,9 @@ from broker.fetch_session import CACHE_SLOTS_DEFAULT, FetchSessionCache
 from broker.lifecycle import SUPPORTED_FEATURES
 from broker.producer_ids import ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
+from broker.security import ACL_APIS
 from broker.txn.apis import TxnApis
+from metadata.controller.scram import describe_user_scram_credentials
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
 from protocol.api_keys import ApiKey
@@ -151,6 +153,15 @@ class KafkaApis:
             Api(ApiKey.ALTER_PARTITION_REASSIGNMENTS, (0, 1), forward, BROKER, (CLUSTER_ALTER,)),
             Api(ApiKey.LIST_PARTITION_REASSIGNMENTS, (0, 0), forward, BROKER, (CLUSTER_DESCRIBE,)),
             Api(ApiKey.UPDATE_FEATURES, (0, 1), forward, BROKER, (CLUSTER_ALTER,)),
+            Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, (0, 0), forward, BROKER, (CLUSTER_ALTER,)),
+            Api(
+                ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+                (0, 0),
+                self._describe_user_scram_credentials,
+                BROKER,
+                (CLUSTER_DESCRIBE,),
+            ),
+            *ACL_APIS,
             Api(
                 ApiKey.DESCRIBE_CLUSTER, (0, 1), self._describe_cluster, BROKER, (CLUSTER_DESCRIBE,)
             ),
@@ -292,6 +303,9 @@ class KafkaApis:
 
     async def _describe_configs(self, request: ApiRequest) -> object:
         return describe_configs_response(self._image(), request.body, self.node_id)
+
+    async def _describe_user_scram_credentials(self, request: ApiRequest) -> object:
+        return describe_user_scram_credentials(self._image(), request.body, request.api_version)
 
     async def _describe_topic_partitions(self, request: ApiRequest) -> object:
         return describe_topic_partitions_response(self._image(), request.body, self.listener_name)

@@ -24,6 +24,14 @@ def _parser() -> argparse.ArgumentParser:
     fmt.add_argument("-t", "--cluster-id", required=True)
     fmt.add_argument("-c", "--config", required=True, help="server.properties")
     fmt.add_argument("-g", "--ignore-formatted", action="store_true")
+    fmt.add_argument(
+        "-S",
+        "--add-scram",
+        action="append",
+        default=[],
+        metavar="MECHANISM=[name=...,password=...]",
+        help="a SCRAM credential for the bootstrap metadata (repeatable)",
+    )
     start = sub.add_parser("start", help="run a broker, a controller, or both")
     start.add_argument("config", help="server.properties")
     sub.add_parser("random-uuid", help="print a new cluster id")
@@ -151,6 +159,13 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"   to {after.describe()}")
             return 0
         if args.command == "format":
+            from kraft.scram_args import ScramArgumentError, parse_add_scram
+
+            try:
+                credentials = tuple(parse_add_scram(text) for text in args.add_scram)
+            except ScramArgumentError as error:
+                print(f"kraft-server format: {error}", file=sys.stderr)
+                return 2
             formatted = asyncio.run(
                 format_dirs(
                     RealFileSystem(),
@@ -158,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
                     args.cluster_id,
                     ignore_formatted=args.ignore_formatted,
                     timestamp_ms=int(time.time() * 1000),
+                    bootstrap_records=credentials,
                 )
             )
             for directory in formatted:

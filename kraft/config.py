@@ -20,6 +20,7 @@ from broker.group.config import GroupCoordinatorConfig
 from broker.txn.config import KEYS as TXN_COORDINATOR_KEYS
 from broker.txn.config import TransactionCoordinatorConfig
 from kraft.properties import parse_properties
+from kraft.security import NodeSecurity, SecurityConfigError, is_security_key, parse_security
 from log.config import LOG_CONFIG_KEYS, LOG_MANAGER_KEYS, LogConfig, LogManagerConfig
 from metadata.config_defs import BROKER_DYNAMIC_CONFIGS, TOPIC_CONFIGS
 
@@ -30,7 +31,6 @@ MAX_PORT = 65535
 KAFKA_KEYS_NOT_USED = frozenset(
     {
         "group.initial.rebalance.delay.ms",
-        "listener.security.protocol.map",
         # One log cleaner task on the event loop (log/manager.py), never a thread pool.
         "log.cleaner.threads",
         "num.io.threads",
@@ -233,6 +233,18 @@ class ServerConfig(BaseModel):
             if e.name not in self.controller_listener_names
         ]
 
+    def security(self) -> NodeSecurity:
+        """Every listener's security protocol, TLS and SASL settings (kraft/security.py);
+        validated by config_from_properties, so this raises only for a config built
+        without it."""
+        return parse_security(
+            self.model_extra or {},
+            listener_names=[e.name for e in self.listeners],
+            controller_names=[n.upper() for n in self.controller_listener_names],
+            inter_broker_listener=self.inter_broker_listener_name,
+            is_broker="broker" in self.process_roles,
+        )
+
     def controller_endpoint(self) -> Endpoint:
         """The listener this node's quorum RPCs are served on."""
         for endpoint in self.listeners:
@@ -268,6 +280,16 @@ def config_from_properties(
     props: dict[str, str], source: str = "server.properties"
 ) -> ServerConfig:
     """Validate parsed properties; relative log dirs are taken as given (cwd-relative)."""
+    inter_broker_protocol = props.get("security.inter.broker.protocol")
+    if inter_broker_protocol is not None:
+        # Kafka: the inter-broker listener is the one named after this protocol; the two
+        # keys together are ambiguous and refused.
+        if "inter.broker.listener.name" in props:
+            raise ConfigError(
+                f"{source}: security.inter.broker.protocol: only one of it and "
+                "inter.broker.listener.name may be set"
+            )
+        props = {**props, "inter.broker.listener.name": inter_broker_protocol.strip().upper()}
     try:
         config = ServerConfig.model_validate(props)
     except ValidationError as error:
@@ -318,6 +340,10 @@ def config_from_properties(
             TransactionCoordinatorConfig.from_properties(config.model_extra or {})
         except ValueError as error:
             raise ConfigError(f"{source}: {error}") from None
+    try:
+        config.security()
+    except SecurityConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
     return config
 
 
@@ -328,7 +354,7 @@ def unknown_key_warnings(config: ServerConfig) -> list[str]:
     known = sorted(_KNOWN_KEYS)
     warnings = []
     for key in sorted(config.model_extra or {}):
-        if key in _KNOWN_KEYS:
+        if key in _KNOWN_KEYS or is_security_key(key):
             continue
         close = difflib.get_close_matches(key, known, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""

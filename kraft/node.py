@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import functools
 import logging
@@ -36,6 +37,7 @@ from broker.log_admin import log_admin_apis
 from broker.metrics import BrokerMetricsPublisher
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
+from broker.security import Authenticated, authenticating, served_apis
 from broker.txn.apis import TxnApis
 from broker.txn.config import TransactionCoordinatorConfig
 from broker.txn.coordinator import TransactionCoordinator
@@ -68,7 +70,11 @@ from protocol.api_table import (
     ApiTable,
     ServedApis,
 )
+from protocol.connect import Connector
+from protocol.sasl import ScramCredential
+from protocol.security import ClientSecurity, SecurityProtocol
 from protocol.server import Handler, NetworkLimits, RequestBytesBudget, serve_connection
+from protocol.tls import server_context
 from raft.core import Event, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import NODE_BUGS as RAFT_BUGS
@@ -176,6 +182,11 @@ class KraftNode:
             baseline=descriptor_baseline,
             sources=[lambda: len(self._connections)],
         )
+        # Each listener's TLS and SASL (kraft/security.py), and how this node connects to
+        # the controllers and, as a follower, to the other brokers.
+        self.security = config.security()
+        self._controller_connector = _connector(self.security.controller_client)
+        self._inter_broker_connector = _connector(self.security.inter_broker_client)
         self.metadata_dir = os.path.join(config.metadata_dir, METADATA_PARTITION_DIR)
         self.is_controller = "controller" in config.process_roles
         self.is_broker = "broker" in config.process_roles
@@ -225,6 +236,7 @@ class KraftNode:
                 ),
                 bugs=self.bugs & RAFT_BUGS.keys(),
                 directory_id=metadata_directory_id(runtime.fs, config.metadata_dir),
+                connector=self._controller_connector,
             ),
             self.log,
         )
@@ -276,12 +288,17 @@ class KraftNode:
         if self.is_controller:
             endpoint = config.controller_endpoint()
             self._servers.append(
-                await self._listen(self._serve_controller, endpoint.host or None, endpoint.port)
+                await self._listen(
+                    self._serve_controller,
+                    endpoint.host or None,
+                    endpoint.port,
+                    **self._tls_of(endpoint.name),
+                )
             )
             logger.info(
                 "[ControllerServer id=%d] Serving %s://%s:%d (cluster %s, metadata log end %d)",
                 config.node_id,
-                endpoint.name,
+                self._describe(endpoint.name),
                 endpoint.host,
                 endpoint.port,
                 self.cluster_id,
@@ -297,10 +314,14 @@ class KraftNode:
         assert self.loader is not None
         incarnation = uuid.UUID(int=runtime.rng.getrandbits(128), version=4)
         self._channel = ControllerChannel(
-            config.controller_quorum_voters, f"broker-{config.node_id}", runtime.rng
+            config.controller_quorum_voters,
+            f"broker-{config.node_id}",
+            runtime.rng,
+            connector=self._controller_connector,
         )
         listeners = tuple(
-            Listener(e.name, e.host, e.port) for e in config.advertised_broker_endpoints()
+            Listener(e.name, e.host, e.port, int(self.security.protocol_of(e.name)))
+            for e in config.advertised_broker_endpoints()
         )
         loader = self.loader
         # The partition logs are recovered before the broker registers (Kafka's RECOVERY).
@@ -315,6 +336,15 @@ class KraftNode:
         )
         await self.logs.startup()
         broker_epoch = lambda: self.lifecycle.broker_epoch if self.lifecycle else -1  # noqa: E731
+        replication = ReplicationConfig.from_properties(
+            properties, config.inter_broker_listener_name
+        )
+        replication = dataclasses.replace(
+            replication,
+            fetcher=dataclasses.replace(
+                replication.fetcher, connector=self._inter_broker_connector
+            ),
+        )
         replicas = self.replicas = ReplicaManager(
             config.node_id,
             self.logs,
@@ -322,7 +352,7 @@ class KraftNode:
             runtime.rng,
             runtime.clock,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
-            config=ReplicationConfig.from_properties(properties, config.inter_broker_listener_name),
+            config=replication,
             channel=self._channel,
             broker_epoch=broker_epoch,
             bugs=self.bugs & BROKER_BUGS.keys(),
@@ -372,6 +402,7 @@ class KraftNode:
             producer_ids,
             TransactionCoordinatorConfig.from_properties(properties),
             runtime.clock,
+            connector=self._inter_broker_connector,
         )
         loader.add_publisher(transactions)
         transactions.start(loader.image)
@@ -382,6 +413,7 @@ class KraftNode:
             config.controller_quorum_voters,
             internal_creator_client_id(config.node_id, incarnation),
             runtime.rng,
+            connector=self._controller_connector,
         )
         group_apis = self._group_apis = GroupApis(
             groups,
@@ -435,12 +467,13 @@ class KraftNode:
                     ),
                     endpoint.host or None,
                     endpoint.port,
+                    **self._tls_of(endpoint.name),
                 )
             )
             logger.info(
                 "[BrokerServer id=%d] Serving %s://%s:%d",
                 config.node_id,
-                endpoint.name,
+                self._describe(endpoint.name),
                 endpoint.host,
                 endpoint.port,
             )
@@ -472,6 +505,45 @@ class KraftNode:
         raise FatalStorageError(f"every log dir has failed ({failed})")
 
     # ---- listeners --------------------------------------------------------------------------
+    def _tls_of(self, listener: str) -> dict[str, Any]:
+        """The listen function's ``ssl`` argument for a TLS listener (none for the rest, so
+        the simulator's listen is called exactly as before)."""
+        security = self.security.listeners.get(listener)
+        if security is None or security.tls is None:
+            return {}
+        return {"ssl": server_context(security.tls)}
+
+    def _describe(self, listener: str) -> str:
+        """A listener's name as the log shows it: with its protocol and mechanisms when it
+        is not PLAINTEXT (``SASL_SSL(SASL_SSL; SCRAM-SHA-512)``), so the log says what is
+        really served."""
+        security = self.security.listeners.get(listener)
+        if security is None or security.protocol is SecurityProtocol.PLAINTEXT:
+            return listener
+        mechanisms = f"; {','.join(security.mechanisms)}" if security.mechanisms else ""
+        return f"{listener}({security.protocol.name}{mechanisms})"
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """A user's SCRAM credential from the metadata image (UserScramCredential records)."""
+        if self.loader is None:
+            return None
+        return self.loader.image.scram_credentials.get((user, mechanism))
+
+    def _secured(
+        self, listener: str, served: ServedApis, handle: Handler, writer: asyncio.StreamWriter
+    ) -> tuple[Authenticated | None, dict[int, tuple[int, int]]]:
+        """A connection's ``handle`` (the listener's table, measured) behind the listener's
+        authentication, and the versions it decodes (SASL's too on a SASL listener)."""
+        security = self.security.listeners[listener]
+        authenticated = authenticating(
+            handle,
+            security,
+            writer,
+            self.scram_credential,
+            self.config.socket_request_max_bytes,
+        )
+        return authenticated, served_apis(security, served.versions)
+
     def _limits(self, listener: str) -> NetworkLimits:
         config = self.config
         return NetworkLimits(
@@ -487,13 +559,18 @@ class KraftNode:
         with self._tracked(writer, listener):
             served, handle = self._controller_served, self._controller_handle
             assert served is not None and handle is not None
+            authenticated, versions = self._secured(listener, served, handle, writer)
+            if authenticated is None:
+                writer.transport.abort()
+                return
             await serve_connection(
                 reader,
                 writer,
-                handle,
-                served.versions,
+                authenticated.handle,
+                versions,
                 limits=self._limits(listener),
                 budget=self._budgets["controller"],
+                frame_limit=authenticated.frame_limit,
             )
 
     def _controller_table(self) -> ServedApis:
@@ -541,13 +618,18 @@ class KraftNode:
             writer.transport.abort()
             return
         with self._tracked(writer, limits.listener):
+            authenticated, versions = self._secured(limits.listener, served, handle, writer)
+            if authenticated is None:
+                writer.transport.abort()
+                return
             await serve_connection(
                 reader,
                 writer,
-                handle,
-                served.versions,
+                authenticated.handle,
+                versions,
                 limits=limits,
                 budget=self._budgets["broker"],
+                frame_limit=authenticated.frame_limit,
             )
 
     def _measured(self, handle: Handler) -> Handler:
@@ -640,3 +722,11 @@ class KraftNode:
                 # needed (Raft fsyncs what it acknowledges before it counts).
                 self.log.storage.take_offline(self._fatal)
             await self.log.close()
+
+
+def _connector(security: ClientSecurity) -> Connector | None:
+    """A connector for a secured peer listener; None for PLAINTEXT (the plain
+    asyncio.open_connection, which the simulator's network serves)."""
+    if security.protocol is SecurityProtocol.PLAINTEXT:
+        return None
+    return Connector(security)

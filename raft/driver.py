@@ -40,6 +40,7 @@ from protocol.api_table import (
     Api,
     ApiRequest,
 )
+from protocol.connect import Connector
 from raft import codec, quorum_state
 from raft.batch_accumulator import BatchAccumulator
 from raft.core import (
@@ -122,6 +123,8 @@ class RaftNodeConfig:
     # voter key a Vote or BeginQuorumEpoch v1 names; None when unknown (then only the id is).
     directory_id: uuid.UUID | None = None
     bugs: frozenset[str] = frozenset()
+    # How the voters' controller listener is secured (TLS, SASL); None: plaintext.
+    connector: Connector | None = None
 
 
 class RaftNode:
@@ -185,6 +188,7 @@ class RaftNode:
                 deliver=self._deliver_response,
                 rng=self.runtime.rng,
                 client_id=f"raft-client-{self.config.node_id}",
+                connector=self.config.connector,
             )
             peer.start()
             self._peers[peer_id] = peer

@@ -48,6 +48,7 @@ from metadata.controller.reassignment import (
     list_partition_reassignments,
 )
 from metadata.controller.refusals import refusal
+from metadata.controller.scram import alter_user_scram_credentials
 from metadata.controller.topics import (
     create_partitions,
     create_topics,
@@ -224,6 +225,13 @@ class QuorumController:
                 (CLUSTER_ACTION,),
             ),
             Api(ApiKey.UPDATE_FEATURES, (0, 1), run(update_features), CONTROLLER, (CLUSTER_ALTER,)),
+            Api(
+                ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+                (0, 0),
+                run(alter_user_scram_credentials),
+                CONTROLLER,
+                (CLUSTER_ALTER,),
+            ),
         ]
 
     def _entry(self, handler: Handler) -> ApiHandler:
