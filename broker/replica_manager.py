@@ -97,6 +97,23 @@ ALTER_PARTITION_VERSION = 3
 ALTER_PARTITION_TIMEOUT_S = 30.0
 
 
+# The keys ReplicationConfig and its FetcherConfig read (kraft/config.py knows them, so they
+# get no "isn't a known config" warning).
+REPLICATION_KEYS = frozenset(
+    {
+        "replica.lag.time.max.ms",
+        "replica.high.watermark.checkpoint.interval.ms",
+        "transaction.partition.verification.enable",
+        "replica.fetch.backoff.ms",
+        "replica.fetch.max.bytes",
+        "replica.fetch.min.bytes",
+        "replica.fetch.response.max.bytes",
+        "replica.fetch.wait.max.ms",
+        "replica.socket.timeout.ms",
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicationConfig:
     """The broker's replication settings, under Kafka's names."""
