@@ -8,6 +8,7 @@ import dataclasses
 import io
 import random
 import struct
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -468,6 +469,35 @@ def test_a_big_metadata_answer_comes_out_in_slices(version: int) -> None:
     header = RequestHeader(3, version, 9, "t")
     pieces = list(response_parts(header, body, 1000))
     assert len(pieces) == 1 + 3 + 1  # head and count, three slices, what follows the array
+    payload = b"".join(part for piece in pieces for part in piece)  # type: ignore[misc]
+    assert struct.pack(">i", len(payload)) + payload == encode_response(header, body)
+
+
+@pytest.mark.parametrize("version", [4, 12, 16])
+def test_a_fetch_answer_of_one_topic_with_many_partitions_comes_out_in_slices(
+    version: int,
+) -> None:
+    """Issue 22: a Fetch naming 200,000 partitions of one topic was answered by one 10 s
+    encoding step (the only top-level array held one topic). Its partitions come out a
+    slice at a time, and so do those of a second big topic after a small one."""
+    module: Any = load_payload_module(1, version, EntityType.response)
+    name_field = "topic_id" if version >= 13 else "topic"
+
+    def topic(ref: int, count: int) -> Any:
+        partitions = tuple(
+            make(module.PartitionData, {"partition_index": i, "high_watermark": i})
+            for i in range(count)
+        )
+        value: object = uuid.UUID(int=ref) if version >= 13 else f"t{ref}"
+        return make(module.FetchableTopicResponse, {name_field: value, "partitions": partitions})
+
+    body = make(module.FetchResponse, {"responses": (topic(1, 2500), topic(2, 3), topic(3, 1500))})
+    header = RequestHeader(1, version, 5, "t")
+    pieces = list(response_parts(header, body, 1000))
+    # head+count; topic 1: its head, 3 slices, its tail; topic 2 whole (joined with the next
+    # slice's bytes or alone); topic 3: head, 2 slices, tail; what follows the array.
+    assert len(pieces) >= 1 + 5 + 1 + 4 + 1
+    assert max(len(b"".join(piece)) for piece in pieces) < 40_000  # type: ignore[arg-type]
     payload = b"".join(part for piece in pieces for part in piece)  # type: ignore[misc]
     assert struct.pack(">i", len(payload)) + payload == encode_response(header, body)
 
