@@ -140,9 +140,9 @@ class KafkaApis:
                     replicas, self.fetch_sessions, self._topic_name, body, header.api_version
                 )
             if api_key == data_plane.LIST_OFFSETS:
-                return data_plane.list_offsets(replicas, body, header.api_version)
+                return await data_plane.list_offsets(replicas, body, header.api_version)
             if api_key == data_plane.OFFSET_FOR_LEADER_EPOCH:
-                return data_plane.offset_for_leader_epoch(replicas, body, header.api_version)
+                return await data_plane.offset_for_leader_epoch(replicas, body, header.api_version)
         if api_key in GROUP_APIS and self.groups is not None:
             return await self.groups.handle(
                 api_key, header.api_version, body, self.listener_name, header.client_id or ""
