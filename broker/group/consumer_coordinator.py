@@ -31,7 +31,8 @@ from broker.group.consumer_group import (
     compile_regex,
     match_names,
 )
-from broker.group.consumer_records import encode_key, encode_value
+from broker.group.consumer_records import MEMBER_METADATA, encode_key, encode_value
+from broker.group.member_budget import MemberMetadataBudget, subscription_bytes
 from broker.group.shard import Shard
 from log.records import Record
 from metadata.image import MetadataImage
@@ -158,6 +159,7 @@ class ConsumerGroupCoordinator:
         image: Callable[[], MetadataImage | None],
         clock: WallClock,
         wake_before: Callable[[float], None],
+        member_budget: MemberMetadataBudget | None = None,
     ) -> None:
         self.node_id = node_id
         self._shard_for = shard_for
@@ -167,6 +169,7 @@ class ConsumerGroupCoordinator:
         self._wake_before = wake_before  # the timer loop must run by this deadline
         self._locks: dict[str, _GroupLock] = {}
         self.regexes = SubscriptionRegexes()
+        self._budget = member_budget or MemberMetadataBudget(1 << 62)
         # Insertion-ordered (a dict, not a set): cancelling and gathering them in a
         # hash order of task ids would make the simulator's runs depend on memory layout.
         self._fencing: dict[asyncio.Task[None], None] = {}
@@ -236,6 +239,9 @@ class ConsumerGroupCoordinator:
             fresh = group is None
             if group is None:
                 group = ConsumerGroup(group_id, shard.consumer_limits)
+            refused = self._over_budget(group_id, request)
+            if refused is not None:
+                return refused
             result = group.heartbeat(request, TopicsView(image, self.regexes))
             if fresh and result.error is ErrorCode.none:
                 result = await self._store(shard, group, result)
@@ -264,6 +270,15 @@ class ConsumerGroupCoordinator:
             if shard.consumer_groups.get(group.group_id, group) is not group:
                 return Result(ErrorCode.not_coordinator, None, result.member_id)
         group.apply(result, asyncio.get_running_loop().time())
+        member = group.members.get(result.member_id)
+        if member is None:
+            self._budget.drop(group.group_id, result.member_id)
+        elif not known or any(key.kind == MEMBER_METADATA for key, _ in result.records):
+            metadata = member.metadata
+            size = subscription_bytes(
+                metadata.subscribed_topic_names, metadata.subscribed_topic_regex
+            )
+            self._budget.set(group.group_id, result.member_id, size)
         deadline = group.next_deadline()
         if deadline is not None:
             self._wake_before(deadline)
@@ -287,6 +302,23 @@ class ConsumerGroupCoordinator:
                 len(group.members),
             )
         return result
+
+    def _over_budget(self, group_id: str, request: Heartbeat) -> Result | None:
+        """GROUP_MAX_SIZE_REACHED when the subscription the heartbeat sets would take the
+        members' metadata past group.coordinator.member.metadata.max.bytes."""
+        names, regex = request.subscribed_topic_names, request.subscribed_topic_regex
+        if names is None and regex is None:
+            return None  # unchanged
+        size = subscription_bytes(names or (), regex)
+        if self._budget.fits(group_id, request.member_id, size):
+            return None
+        return Result(
+            ErrorCode.group_max_size_reached,
+            "The subscription would take the coordinator's member metadata past "
+            f"group.coordinator.member.metadata.max.bytes {self._budget.max_bytes}",
+            request.member_id,
+            request.member_epoch,
+        )
 
     def _log_member(self, group: ConsumerGroup, result: Result, verb: str) -> None:
         logger.info(
@@ -351,6 +383,7 @@ class ConsumerGroupCoordinator:
     def unload(self, shard: Shard) -> None:
         for group in shard.consumer_groups.values():
             group.dead = True
+            self._budget.drop_group(group.group_id)
 
     async def delete(self, shard: Shard, group: ConsumerGroup, offsets: list[Record]) -> ErrorCode:
         """DeleteGroups of an Empty consumer group: its offsets' and its own tombstones."""
