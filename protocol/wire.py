@@ -113,8 +113,9 @@ def _check_body(header: RequestHeader, body: object) -> type[Any]:
     return body_type
 
 
-def encode_request(header: RequestHeader, body: object) -> bytes:
-    """The whole request frame, length prefix included."""
+def encode_request(header: RequestHeader, body: object, encoded_body: bytes | None = None) -> bytes:
+    """The whole request frame, length prefix included; ``encoded_body``: the body's bytes,
+    encoded beforehand (``request_body_parts``)."""
     body_type = _check_body(header, body)
     header_type = RequestHeaderV2 if body_type.__flexible__ else RequestHeaderV1
     kio_header = header_type(
@@ -123,7 +124,25 @@ def encode_request(header: RequestHeader, body: object) -> bytes:
         correlation_id=header.correlation_id,
         client_id=header.client_id,
     )
-    return _frame((header_type, kio_header), (body_type, body))
+    if encoded_body is None:
+        return _frame((header_type, kio_header), (body_type, body))
+    head = _encode(header_type, kio_header)
+    return _LENGTH.pack(len(head) + len(encoded_body)) + head + encoded_body
+
+
+def request_body_parts(body: object, slice_items: int) -> Iterator[bytes] | None:
+    """A request body's bytes about ``slice_items`` entities at a time (as response_parts),
+    so a broker forwarding a CreateTopics of 200,000 topics to its controller can serve its
+    loop while encoding it; None when the body is small enough to encode in one piece."""
+    if _weight(body) <= slice_items and all(
+        _weight(item) <= slice_items
+        for name in _ENTITY_ARRAYS[type(body)]
+        for item in (getattr(body, name) or ())[:1]
+    ):
+        return None
+    return (
+        b"".join(bytes(part) for part in parts) for parts in _entity_parts(body, slice_items, b"")
+    )
 
 
 def decode_request(
