@@ -59,7 +59,13 @@ from log.errors import RecordError
 from log.fs import FileRegion, read_all, write_atomic
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.manager import LogManager
-from log.validator import PRODUCE_DECOMPRESSED_BYTES_MAX, validate_records
+from log.validator import (
+    PRODUCE_DECOMPRESSED_BYTES_MAX,
+    WALK_SLICE_RECORDS,
+    ValidatedBatch,
+    validate_records,
+    validate_records_in_slices,
+)
 from metadata.config_defs import CLUSTER_DEFAULT
 from metadata.delta import local_changes
 from metadata.image import EMPTY, MetadataImage, TopicImage
@@ -165,6 +171,8 @@ class ReplicaManager:
         self._image: MetadataImage | None = None  # the image the partitions reflect
         self._latest: MetadataImage | None = None
         self._wake = asyncio.Event()
+        # One big produced batch validated in slices at a time (log/validator.py).
+        self._validation_lock = asyncio.Lock()
         self._reconciled = asyncio.Event()  # set and replaced after each reconciled image
         self._task: asyncio.Task[None] | None = None
         self.config = config or ReplicationConfig()
@@ -676,18 +684,23 @@ class ReplicaManager:
         try:
             # Every record parsed and the topic's configs applied before anything is stored,
             # duplicates included, as Kafka validates before its producer-state check.
-            validated = validate_records(
-                records,
-                log.config,
-                self._clock.now_ms(),
-                max_decompressed_bytes=PRODUCE_DECOMPRESSED_BYTES_MAX,
-            )
+            if header.records_count <= WALK_SLICE_RECORDS:
+                validated = validate_records(
+                    records,
+                    log.config,
+                    self._clock.now_ms(),
+                    max_decompressed_bytes=PRODUCE_DECOMPRESSED_BYTES_MAX,
+                )
+            else:
+                validated = await self._validate_in_slices(partition, records, log)
         except RecordError as error:
             return AppendResult(
                 ErrorCode(error.kafka_error_code),
                 message=str(error),
                 record_errors=error.record_errors,
             )
+        if validated is None:
+            return AppendResult(ErrorCode.not_leader_or_follower)
         verdict = partition.producers.check(header)
         if SKIP_SEQUENCE_CHECK in self.bugs and verdict.duplicate_of >= 0:
             verdict = Verdict()
@@ -741,6 +754,29 @@ class ReplicaManager:
                 return result
             if not await self.delayed.wait((partition.key,), deadline - loop.time()):
                 return AppendResult(ErrorCode.request_timed_out, first)
+
+    async def _validate_in_slices(
+        self, partition: Partition, records: bytes, log: Log
+    ) -> ValidatedBatch | None:
+        """A batch of many records (up to 1.78M in 16 MiB inflated: 7.9 s of loop on main)
+        validated a slice at a time, one such batch at a time broker-wide (so at most one
+        big inflated payload exists); None when the partition's leadership changed
+        meanwhile (the caller answers NOT_LEADER_OR_FOLLOWER, and the producer retries)."""
+        epoch = partition.leader_epoch
+        async with self._validation_lock:
+            validated = await validate_records_in_slices(
+                records,
+                log.config,
+                self._clock.now_ms(),
+                max_decompressed_bytes=PRODUCE_DECOMPRESSED_BYTES_MAX,
+            )
+        if (
+            self._leader(*partition.key) is not partition
+            or partition.leader_epoch != epoch
+            or partition.log is not log
+        ):
+            return None
+        return validated
 
     def _min_insync_replicas(self, topic: str) -> int:
         """min.insync.replicas of ``topic``: its own config, this broker's dynamic one,
