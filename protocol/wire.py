@@ -138,6 +138,7 @@ def request_body_parts(body: object, slice_items: int) -> Iterator[bytes] | None
         _weight(item) <= slice_items
         for name in _ENTITY_ARRAYS[type(body)]
         for item in (getattr(body, name) or ())[:1]
+        if is_dataclass(item)  # arrays of ids or names hold no entities to weigh
     ):
         return None
     return (

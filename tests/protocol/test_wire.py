@@ -38,6 +38,7 @@ from protocol.wire import (
     encode_request,
     encode_response,
     read_frame,
+    request_body_parts,
     response_parts,
 )
 from raft.codec import API_VERSIONS, api_versions_response, encode_raft_request, error_response
@@ -515,3 +516,22 @@ def test_records_already_in_memory_stay_a_part_of_their_own_and_encode_as_kio_do
     assert any(part is records for part in piece)
     payload = b"".join(piece)  # type: ignore[arg-type]
     assert struct.pack(">i", len(payload)) + payload == encode_response(header, body)
+
+
+def test_a_request_body_is_encoded_in_slices_only_when_big_and_as_kio_encodes_it() -> None:
+    """A broker forwards a CreateTopics of many topics encoded a slice at a time; a small
+    request, or one whose arrays hold ids rather than entities (BrokerRegistration's
+    log_dirs), is encoded in one piece."""
+    registration: Any = load_payload_module(62, 4, EntityType.request)
+    small = make(
+        registration.BrokerRegistrationRequest, {"broker_id": 1, "log_dirs": (uuid.UUID(int=5),)}
+    )
+    assert request_body_parts(small, 1000) is None
+    module: Any = load_payload_module(19, 7, EntityType.request)
+    topics = tuple(make(module.CreatableTopic, {"name": f"t{i}"}) for i in range(2500))
+    body = make(module.CreateTopicsRequest, {"topics": topics})
+    parts = request_body_parts(body, 1000)
+    assert parts is not None
+    encoded = b"".join(parts)
+    header = RequestHeader(19, 7, 3, "t")
+    assert encode_request(header, body, encoded) == encode_request(header, body)
