@@ -397,7 +397,7 @@ async def list_offsets(replicas: ReplicaManager, request: Any, api_version: int)
         answers = []
         for wanted in topic.partitions:
             await turns.tick()
-            result = replicas.list_offset(
+            result = await replicas.list_offset_in_slices(
                 topic.name,
                 wanted.partition_index,
                 wanted.timestamp,

@@ -31,7 +31,7 @@ import logging
 import os
 import random
 import uuid
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Generator, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -898,6 +898,46 @@ class ReplicaManager:
     ) -> OffsetResult:
         """ListOffsets: earliest, latest (the high watermark), the record with the largest
         timestamp, or the first record whose timestamp is at or after ``timestamp``."""
+        steps = self._list_offset_steps(topic, index, timestamp, current_leader_epoch)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    async def list_offset_in_slices(
+        self, topic: str, index: int, timestamp: int, current_leader_epoch: int
+    ) -> OffsetResult:
+        """list_offset, serving the loop between slices of a big batch's walk; one lookup
+        by timestamp at a time broker-wide (the lock big produced batches take too), so at
+        most one big inflated payload exists. NOT_LEADER_OR_FOLLOWER if the partition's
+        leadership moved meanwhile."""
+        if timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+            return self.list_offset(topic, index, timestamp, current_leader_epoch)
+        async with self._validation_lock:
+            partition = self._leader(topic, index, current_leader_epoch)
+            epoch = partition.leader_epoch if isinstance(partition, Partition) else NO_EPOCH
+            steps = self._list_offset_steps(topic, index, timestamp, current_leader_epoch)
+            sliced = False
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    result: OffsetResult = done.value
+                    break
+                sliced = True
+                await asyncio.sleep(0)
+        if sliced and (
+            self._leader(topic, index) is not partition
+            or not isinstance(partition, Partition)
+            or partition.leader_epoch != epoch
+        ):
+            return OffsetResult(ErrorCode.not_leader_or_follower)
+        return result
+
+    def _list_offset_steps(
+        self, topic: str, index: int, timestamp: int, current_leader_epoch: int
+    ) -> Generator[None, None, OffsetResult]:
         partition = self._leader(topic, index, current_leader_epoch)
         if isinstance(partition, ErrorCode):
             return OffsetResult(partition)
@@ -915,7 +955,7 @@ class ReplicaManager:
         elif timestamp < 0:
             return OffsetResult(ErrorCode.invalid_request)
         try:
-            found = log.fetch_offset_by_timestamp(timestamp)
+            found = yield from log.offset_by_timestamp_steps(timestamp)
         except RecordError as error:  # a stored batch that does not inflate within the bound
             return OffsetResult(ErrorCode(error.kafka_error_code))
         if found is None or found[0] >= hw:
