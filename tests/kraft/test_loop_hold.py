@@ -302,8 +302,9 @@ def test_no_request_of_any_api_holds_the_loop_past_a_slice(tmp_path: Path) -> No
 
     async def scenario() -> tuple[list[tuple[str, Hold]], bool]:
         async with running_node(path) as node:
-            broker_apis = dict(node.apis["PLAINTEXT"].supported_apis)
-            controller_apis = node._controller_apis()
+            broker_apis = dict(node.served["PLAINTEXT"].versions)
+            assert node._controller_served is not None
+            controller_apis = dict(node._controller_served.versions)
             sends = [
                 (f"client {what}", port, frame) for what, frame in _frames(broker_apis, SWEEP_ITEMS)
             ] + [
