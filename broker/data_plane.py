@@ -45,6 +45,7 @@ from protocol.server import NO_RESPONSE
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+PRODUCE_TV2_VERSION = 12  # KIP-890 part 2
 TOPIC_ID_VERSION = 13  # Fetch names topics by id from v13 (KIP-516)
 
 
@@ -70,6 +71,9 @@ async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> o
             acks,
             timeout_s,
             transactional_id=request.transactional_id,  # Produce v3+
+            # Produce v12 (transaction version 2): the leader adds the partition to the
+            # transaction itself; the client sent no AddPartitionsToTxn.
+            add_to_transaction=api_version >= PRODUCE_TV2_VERSION,
         )
 
     # Every partition appends at once (in request order: each task appends before it first

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.group.shard import OffsetCommit
 from broker.txn.coordinator import TransactionCoordinator
-from broker.txn.state import TxnMetadata, TxnState
+from broker.txn.state import TV1, TV2, TxnMetadata, TxnState
 from log.clock import WallClock
 from metadata.image import MetadataImage
 from protocol.api_keys import ApiKey
@@ -43,6 +43,8 @@ from protocol.api_table import (
 from protocol.entities import make, response_module
 
 NO_THROTTLE = timedelta(0)
+END_TXN_TV2_VERSION = 5  # KIP-890 part 2: a client of transaction version 2
+ADD_PARTITIONS_TV2_VERSION = 5  # a leader adding for Produce v12 (transaction version 2)
 
 
 def _fenced_for(error: ErrorCode, version: int, since: int) -> ErrorCode:
@@ -72,7 +74,7 @@ class TxnApis:
         return [
             Api(
                 ApiKey.ADD_PARTITIONS_TO_TXN,
-                (0, 4),
+                (0, 5),
                 self._handler(self._add_partitions),
                 BROKER,
                 (TRANSACTIONAL_ID_WRITE, TOPIC_WRITE, CLUSTER_ACTION),
@@ -84,7 +86,7 @@ class TxnApis:
                 BROKER,
                 (TRANSACTIONAL_ID_WRITE, GROUP_READ),
             ),
-            Api(ApiKey.END_TXN, (0, 3), self._end_txn, BROKER, (TRANSACTIONAL_ID_WRITE,)),
+            Api(ApiKey.END_TXN, (0, 5), self._end_txn, BROKER, (TRANSACTIONAL_ID_WRITE,)),
             Api(
                 ApiKey.TXN_OFFSET_COMMIT,
                 (0, 3),
@@ -126,14 +128,25 @@ class TxnApis:
         return await self._init_producer_id(module, request.api_version, request.body)
 
     async def _end_txn(self, request: ApiRequest) -> object:
+        """EndTxn; v5 is transaction version 2 (the epoch bumped, the answer carrying the
+        producer id and epoch to continue with; older versions lack those fields)."""
         body: Any = request.body
-        error = await self.coordinator.end_transaction(
-            body.transactional_id, body.producer_id, body.producer_epoch, body.committed
-        )
         version = request.api_version
+        result = await self.coordinator.end_transaction(
+            body.transactional_id,
+            body.producer_id,
+            body.producer_epoch,
+            body.committed,
+            TV2 if version >= END_TXN_TV2_VERSION else TV1,
+        )
         return make(
             response_module(ApiKey.END_TXN, version).EndTxnResponse,
-            {"throttle_time": NO_THROTTLE, "error_code": _fenced_for(error, version, 2)},
+            {
+                "throttle_time": NO_THROTTLE,
+                "error_code": _fenced_for(result.error, version, 2),
+                "producer_id": result.producer_id,
+                "producer_epoch": result.producer_epoch,
+            },
         )
 
     async def _describe_api(self, request: ApiRequest) -> object:
@@ -237,8 +250,10 @@ class TxnApis:
             if isinstance(verified, dict):
                 return {where: verified[where] for where in wanted}
             return dict.fromkeys(wanted, verified)
+        # v5 from a partition leader, not verify-only: Produce v12's implicit add (TV2).
+        tv = TV2 if version >= ADD_PARTITIONS_TV2_VERSION else TV1
         error = await self.coordinator.add_partitions(
-            transactional_id, producer_id, producer_epoch, frozenset(wanted)
+            transactional_id, producer_id, producer_epoch, frozenset(wanted), tv
         )
         return dict.fromkeys(wanted, _fenced_for(error, version, 2))
 
