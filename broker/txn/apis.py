@@ -44,6 +44,7 @@ from protocol.entities import make, response_module
 
 NO_THROTTLE = timedelta(0)
 END_TXN_TV2_VERSION = 5  # KIP-890 part 2: a client of transaction version 2
+TXN_OFFSET_COMMIT_TV2_VERSION = 5  # the group coordinator adds the offsets partition
 ADD_PARTITIONS_TV2_VERSION = 5  # a leader adding for Produce v12 (transaction version 2)
 
 
@@ -51,6 +52,16 @@ def _fenced_for(error: ErrorCode, version: int, since: int) -> ErrorCode:
     if error is ErrorCode.producer_fenced and version < since:
         return ErrorCode.invalid_producer_epoch
     return error
+
+
+# (transactional id, producer id, epoch, topic, partition) -> NONE once in the transaction.
+AddToTransaction = Callable[[str, int, int, str, int], Awaitable[ErrorCode]]
+# What a TxnOffsetCommit client is answered when the add could not be made now (Kafka's
+# coordinator runtime normalises the produce-side errors the same way).
+_ADD_ERRORS = {
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+}
 
 
 class TxnApis:
@@ -62,11 +73,15 @@ class TxnApis:
         groups: GroupCoordinator,
         image: Callable[[], MetadataImage],
         clock: WallClock,
+        add_to_transaction: AddToTransaction | None = None,
     ) -> None:
         self.coordinator = coordinator
         self._groups = groups
         self._image = image
         self._clock = clock
+        # TxnOffsetCommit v5 (TV2): the offsets partition is added for the client, through
+        # the transactional id's coordinator wherever it is (broker/txn_verification.py).
+        self._add_to_transaction = add_to_transaction
 
     def apis(self) -> list[Api]:
         """The transaction APIs' entries in a client listener's table (InitProducerId is
@@ -89,7 +104,7 @@ class TxnApis:
             Api(ApiKey.END_TXN, (0, 5), self._end_txn, BROKER, (TRANSACTIONAL_ID_WRITE,)),
             Api(
                 ApiKey.TXN_OFFSET_COMMIT,
-                (0, 3),
+                (0, 5),
                 self._handler(self._txn_offset_commit),
                 BROKER,
                 (TRANSACTIONAL_ID_WRITE, GROUP_READ, TOPIC_READ),
@@ -287,8 +302,13 @@ class TxnApis:
             for topic in request.topics
             for p in topic.partitions
         ]
+        added = ErrorCode.none
+        if request.group_id and version >= TXN_OFFSET_COMMIT_TV2_VERSION:
+            added = await self._add_offsets_partition(request)
         if not request.group_id:
             errors = [ErrorCode.invalid_group_id] * len(commits)
+        elif added is not ErrorCode.none:
+            errors = [_ADD_ERRORS.get(added, added)] * len(commits)
         else:
             image = self._image()
             errors = await self._groups.commit_txn_offsets(
@@ -326,6 +346,21 @@ class TxnApis:
                     for name, results in by_topic.items()
                 ),
             },
+        )
+
+    async def _add_offsets_partition(self, request: Any) -> ErrorCode:
+        """TxnOffsetCommit v5 (KIP-890 part 2): a TV2 client sends no AddOffsetsToTxn; the
+        group's offsets partition joins the transaction here, before the offsets are held,
+        so its marker will reach them."""
+        if self._add_to_transaction is None:
+            return ErrorCode.coordinator_not_available
+        partition = self._groups.partition_of(request.group_id, self._image())
+        return await self._add_to_transaction(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            OFFSETS_TOPIC,
+            partition,
         )
 
     # ---- DescribeTransactions, ListTransactions ----------------------------------------------
