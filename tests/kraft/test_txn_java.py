@@ -5,7 +5,8 @@ producer with its transactional.id fences it, under transaction version 2 (KIP-8
 the cluster's default: an epoch bump per EndTxn, partitions and offsets added by Produce v12
 and TxnOffsetCommit v5) and, once ``kafka-features`` downgrades it, version 1;
 ``kafka-transactions`` lists and describes transactions; Kafka's
-TransactionLogMessageFormatter reads ``__transaction_state`` (our records are Kafka's format) and shows each state the coordinator went through.
+TransactionLogMessageFormatter reads ``__transaction_state`` (our records are Kafka's format)
+and shows each state the coordinator went through.
 """
 
 from __future__ import annotations
