@@ -58,23 +58,24 @@ def test_kafkas_java_producer_commits_aborts_and_is_fenced(bootstrap: str) -> No
     # successor, 5 after the successor's commit.
     assert settled(bootstrap, "java-tx", "CompleteCommit").producer_epoch == 5
     # Its offsets reached the group with TxnOffsetCommit v5 alone (no AddOffsetsToTxn).
-    assert read_committed(bootstrap, 0) == ["committed"]  # the zombie's "zombie" aborted
-    assert read_committed(bootstrap, 1) == []  # "aborted"
+    assert read_committed(bootstrap, TOPIC, 0) == ["committed"]  # the zombie's "zombie" aborted
+    assert read_committed(bootstrap, TOPIC, 1) == []  # "aborted"
 
 
-def read_committed(bootstrap: str, partition: int) -> list[str]:
-    """The values a read_committed consumer reads from ``partition`` (to its end)."""
+def read_committed(bootstrap: str, topic: str, partition: int) -> list[str]:
+    """The values a read_committed consumer reads from ``topic``-``partition`` (to its
+    end)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{partition}",
+            "group.id": f"reader-{topic}-{partition}",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
         }
     )
     try:
-        consumer.assign([TopicPartition(TOPIC, partition, OFFSET_BEGINNING)])
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
         values: list[str] = []
         while True:
             message = consumer.poll(DEADLINE_S)
