@@ -14,8 +14,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.group.coordinator import OFFSETS_TOPIC
 from broker.producer_state import ProducerState
 from broker.txn import state
+from broker.txn.apis import TxnApis
 from broker.txn.records import decode_value, encode_value
 from broker.txn.state import MAX_EPOCH, TV2, Ended, TxnMetadata, TxnState
 from log.batch import encode_batch, parse_header
@@ -274,6 +276,66 @@ def test_the_exhausted_epoch_answers_a_new_producer_id() -> None:
         assert (marker.producer_id, marker.producer_epoch) == (pid, MAX_EPOCH)
         described = await node.describe()
         assert (described.producer_id, described.producer_epoch) == (answer.producer_id, 0)
+        await stop(node)
+
+    run(body())
+
+
+def test_txn_offset_commit_v5_adds_the_offsets_partition_itself() -> None:
+    """A TV2 client sends no AddOffsetsToTxn: TxnOffsetCommit v5 has the group coordinator
+    add the group's offsets partition first, so the commit marker reaches the offsets."""
+
+    async def body() -> None:
+        node = await start()
+        asked: list[tuple[str, int, int, str, int]] = []
+
+        async def add(txn_id: str, pid: int, epoch: int, topic: str, index: int) -> ErrorCode:
+            asked.append((txn_id, pid, epoch, topic, index))
+            return await node.txn.add_partitions(
+                txn_id, pid, epoch, frozenset({(topic, index)}), TV2
+            )
+
+        node.apis = TxnApis(node.txn, node.groups, lambda: node.current, node.clock, add)
+        pid = (await node.init()).producer_id
+
+        async def commit_offset(epoch: int, offset: int) -> ErrorCode:
+            module = request_module(ApiKey.TXN_OFFSET_COMMIT, 5)
+            partition = make(
+                module.TxnOffsetCommitRequestPartition,
+                {
+                    "partition_index": 0,
+                    "committed_offset": offset,
+                    "committed_leader_epoch": -1,
+                    "committed_metadata": "",
+                },
+            )
+            topic = make(
+                module.TxnOffsetCommitRequestTopic, {"name": "t", "partitions": (partition,)}
+            )
+            answer = await node.call(
+                ApiKey.TXN_OFFSET_COMMIT,
+                5,
+                "TxnOffsetCommitRequest",
+                transactional_id="tx",
+                group_id="g",
+                producer_id=pid,
+                producer_epoch=epoch,
+                generation_id=-1,
+                member_id="",
+                group_instance_id=None,
+                topics=(topic,),
+            )
+            return ErrorCode(answer.topics[0].partitions[0].error_code)
+
+        assert await commit_offset(0, 5) is ErrorCode.none
+        offsets_partition = node.groups.partition_of("g", node.current)
+        assert asked == [("tx", pid, 0, OFFSETS_TOPIC, offsets_partition)]
+        assert (await end_v(node, pid, 0, True, 5)).producer_epoch == 1
+        await node.txn.idle()
+        assert node.committed() == 5
+        # The zombie's epoch is refused by the add, before any offset is held.
+        assert await commit_offset(0, 9) is ErrorCode.producer_fenced
+        assert node.committed() == 5
         await stop(node)
 
     run(body())
