@@ -49,6 +49,7 @@ from protocol.server import NO_RESPONSE
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+PRODUCE_TV2_VERSION = 12  # KIP-890 part 2
 # Partitions a handler walks between turns of the loop: a partition read, append or answer
 # costs 5-30 us of CPU, so a slice is 3-15 ms on an idle core.
 SLICE_PARTITIONS = 500
@@ -99,6 +100,9 @@ async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> o
             acks,
             timeout_s,
             transactional_id=request.transactional_id,  # Produce v3+
+            # Produce v12 (transaction version 2): the leader adds the partition to the
+            # transaction itself; the client sent no AddPartitionsToTxn.
+            add_to_transaction=api_version >= PRODUCE_TV2_VERSION,
         )
 
     # Every partition appends at once (in request order: each task appends before it first

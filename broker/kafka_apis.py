@@ -175,10 +175,11 @@ class KafkaApis:
         ]
         if self.replicas is not None:
             entries += [
-                # Produce v3+ carries only v2 record batches, the one format the log stores.
+                # Produce v3+ carries only v2 record batches, the one format the log stores;
+                # v12 is transaction version 2's (the leader adds the partition itself).
                 Api(
                     ApiKey.PRODUCE,
-                    (3, 9),
+                    (3, 12),
                     self._produce,
                     BROKER,
                     (TOPIC_WRITE, TRANSACTIONAL_ID_WRITE),

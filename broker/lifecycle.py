@@ -31,7 +31,13 @@ from kio.schema.errors import ErrorCode
 
 from broker.controller_channel import ControllerSender
 from log.runtime import Runtime
-from metadata.records import ELR_FEATURE, METADATA_VERSION_FEATURE, FeatureRange, Listener
+from metadata.records import (
+    ELR_FEATURE,
+    METADATA_VERSION_FEATURE,
+    TRANSACTION_VERSION_FEATURE,
+    FeatureRange,
+    Listener,
+)
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 
@@ -43,6 +49,7 @@ HEARTBEAT_VERSION = 1
 SUPPORTED_FEATURES = (
     FeatureRange(METADATA_VERSION_FEATURE, 1, 1),
     FeatureRange(ELR_FEATURE, 0, 1),  # KIP-966: both with and without ELR
+    FeatureRange(TRANSACTION_VERSION_FEATURE, 0, 2),  # KIP-890 part 2: TV1 and TV2 clients
 )
 # Kafka heartbeats again 10 ms after an answer while STARTING (to start quickly when there is
 # nothing to recover) and 50 ms after the first answer during controlled shutdown.

@@ -796,10 +796,13 @@ class ReplicaManager:
         *,
         transactional_id: str | None = None,
         coordinator: bool = False,
+        add_to_transaction: bool = False,
     ) -> AppendResult:
         """Append a producer's batches as leader; with acks=-1, wait for the high watermark.
         A producer's first transactional batch here is verified with its transaction
-        coordinator first (KIP-890 part 1, ``transactional_id`` from the Produce).
+        coordinator first (KIP-890 part 1, ``transactional_id`` from the Produce); with
+        ``add_to_transaction`` (Produce v12, KIP-890 part 2) the coordinator is asked to add
+        the partition instead, whatever ``transaction.partition.verification.enable`` says.
 
         ``coordinator``: the broker's own coordinators' batches (Kafka's AppendOrigin
         COORDINATOR: transactional offset commits in ``__consumer_offsets``), which are not
@@ -859,9 +862,13 @@ class ReplicaManager:
             verdict = Verdict()
         if verdict.error != ErrorCode.none:
             return AppendResult(verdict.error, message=f"producer {header.producer_id}")
-        if verdict.append and self._needs_verification(partition, header, transactional_id):
+        if verdict.append and self._needs_verification(
+            partition, header, transactional_id, add_to_transaction
+        ):
             assert transactional_id is not None
-            verdict = await self._verify_transaction(partition, header, transactional_id)
+            verdict = await self._verify_transaction(
+                partition, header, transactional_id, add_to_transaction
+            )
             if verdict.error != ErrorCode.none:
                 return AppendResult(verdict.error, message=f"producer {header.producer_id}")
         if verdict.append:
@@ -896,19 +903,28 @@ class ReplicaManager:
         return await self._wait_replicated(partition, last, min_isr, timeout_s, result)
 
     def _needs_verification(
-        self, partition: Partition, header: BatchHeader, transactional_id: str | None
+        self,
+        partition: Partition,
+        header: BatchHeader,
+        transactional_id: str | None,
+        add_to_transaction: bool,
     ) -> bool:
-        """Kafka verifies a transactional batch whose producer has no transaction open on
-        the partition yet, when the request names its transactional id."""
+        """Kafka verifies (or, for Produce v12, adds) a transactional batch whose producer
+        has no transaction open on the partition yet, when the request names its
+        transactional id."""
         return (
             header.is_transactional
             and transactional_id is not None
-            and self.config.transaction_partition_verification_enable
+            and (add_to_transaction or self.config.transaction_partition_verification_enable)
             and not partition.producers.in_transaction(header.producer_id)
         )
 
     async def _verify_transaction(
-        self, partition: Partition, header: BatchHeader, transactional_id: str
+        self,
+        partition: Partition,
+        header: BatchHeader,
+        transactional_id: str,
+        add_to_transaction: bool = False,
     ) -> Verdict:
         """Ask the coordinator (broker/txn_verification.py); then check again what may have
         changed while it answered: leadership, a truncation, a marker for the producer
@@ -924,6 +940,7 @@ class ReplicaManager:
             header.producer_epoch,
             partition.topic,
             partition.index,
+            add=add_to_transaction,
         )
         if error != ErrorCode.none:
             return Verdict(error)

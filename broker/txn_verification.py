@@ -20,7 +20,9 @@ The coordinator of a transactional id is the leader of partition
 ``Utils.abs``: MIN_VALUE maps to 0). One connection per coordinator broker, opened when
 first needed; one request per verification (Kafka batches them per broker: fewer requests,
 the same answers). ``transaction.partition.verification.enable`` (default true) turns it
-off.
+off. KIP-890 part 2: for a Produce v12 (a transaction version 2 client, which sends no
+AddPartitionsToTxn) the leader asks the coordinator to add the partition (v5,
+``verify_only`` false) instead, always: the same answers and errors.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from protocol.entities import make, request_module
 logger = logging.getLogger("broker.txn_verification")
 
 ADD_PARTITIONS_TO_TXN_VERSION = 4
+ADD_PARTITIONS_TO_TXN_TV2_VERSION = 5  # KIP-890 part 2: add for the client (Produce v12)
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 CONNECT_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
@@ -102,13 +105,17 @@ class TxnVerifier:
         producer_epoch: int,
         topic: str,
         partition: int,
+        *,
+        add: bool = False,
     ) -> ErrorCode:
         """NONE when the coordinator says ``topic``-``partition`` is in the producer's open
-        transaction; otherwise the error to answer the Produce with (module docstring)."""
+        transaction (``add``: once it added it, AddPartitionsToTxn v5 not verify-only, for a
+        Produce v12); otherwise the error to answer the Produce with (module docstring)."""
         coordinator = self._coordinator(transactional_id)
         if coordinator is None:
             return ErrorCode.not_enough_replicas
-        module: Any = request_module(ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION)
+        version = ADD_PARTITIONS_TO_TXN_TV2_VERSION if add else ADD_PARTITIONS_TO_TXN_VERSION
+        module: Any = request_module(ApiKey.ADD_PARTITIONS_TO_TXN, version)
         request = make(
             module.AddPartitionsToTxnRequest,
             {
@@ -119,7 +126,7 @@ class TxnVerifier:
                             "transactional_id": transactional_id,
                             "producer_id": producer_id,
                             "producer_epoch": producer_epoch,
-                            "verify_only": True,
+                            "verify_only": not add,
                             "topics": (
                                 make(
                                     module.AddPartitionsToTxnTopic,

@@ -2,7 +2,8 @@
 
 ``kraft-server format`` writes it next to meta.properties in the metadata log dir: FeatureLevel
 records fixing ``metadata.version`` and ``eligible.leader.replicas.version`` (1: KIP-966's ELR
-on, the default Kafka 4.1 gives a new cluster). The first controller to become active on an
+on, the default Kafka 4.1 gives a new cluster) and ``transaction.version`` (2: KIP-890 part 2,
+Kafka 4.0+'s default). The first controller to become active on an
 empty metadata log writes these records before anything else, so every node's image carries
 the version the cluster was formatted with. The file uses the snapshot layout (header
 control record, the records, footer), so the same CRC-checked reader loads it.
@@ -17,6 +18,7 @@ from log.records import Record
 from metadata.records import (
     ELR_FEATURE,
     METADATA_VERSION_FEATURE,
+    TRANSACTION_VERSION_FEATURE,
     FeatureLevel,
     MetadataRecord,
     decode_record,
@@ -27,9 +29,11 @@ from raft.snapshot import decode_snapshot, encode_snapshot
 BOOTSTRAP_FILE = "bootstrap.checkpoint"
 METADATA_VERSION = 1  # the only metadata.version kraft-py has so far
 ELIGIBLE_LEADER_REPLICAS_VERSION = 1  # Kafka 4.1's default for a new cluster
+TRANSACTION_VERSION = 2  # Kafka 4.0+'s default for a new cluster (KIP-1022)
 BOOTSTRAP_FEATURES = (
     FeatureLevel(METADATA_VERSION_FEATURE, METADATA_VERSION),
     FeatureLevel(ELR_FEATURE, ELIGIBLE_LEADER_REPLICAS_VERSION),
+    FeatureLevel(TRANSACTION_VERSION_FEATURE, TRANSACTION_VERSION),
 )
 
 

@@ -24,6 +24,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from broker.bugs import BROKER_BUGS
 from broker.cluster_metadata import describe_controllers_response
 from broker.controller_channel import ControllerChannel
@@ -423,7 +425,16 @@ class KraftNode:
             lambda request: internal.send(request, CONTROLLED_SHUTDOWN_TIMEOUT_S),
             transactions,
         )
-        txn_apis = TxnApis(transactions, groups, lambda: loader.image, runtime.clock)
+        verifier = replicas.txn_verifier
+
+        async def add_to_transaction(
+            txn_id: str, producer_id: int, epoch: int, topic: str, partition: int
+        ) -> ErrorCode:
+            return await verifier.verify(txn_id, producer_id, epoch, topic, partition, add=True)
+
+        txn_apis = TxnApis(
+            transactions, groups, lambda: loader.image, runtime.clock, add_to_transaction
+        )
         assert self.lifecycle_ready is not None
         self.lifecycle_ready.set_result(
             (self.lifecycle.broker_epoch, loader.image.offset, self.lifecycle.unfenced_by)

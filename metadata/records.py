@@ -31,6 +31,9 @@ BROKER_RESOURCE = 4
 METADATA_VERSION_FEATURE = "metadata.version"
 # KIP-966: level 1 makes the controller keep eligible leader replicas (metadata/controller/elr.py).
 ELR_FEATURE = "eligible.leader.replicas.version"
+# KIP-890 part 2 / KIP-1022: level 2 lets clients use transaction version 2 (an epoch bump per
+# transaction, partitions added by the Produce itself); 0 and 1 keep the older protocol.
+TRANSACTION_VERSION_FEATURE = "transaction.version"
 
 
 class MetadataRecordError(ValueError):

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.group.shard import OffsetCommit
 from broker.txn.coordinator import TransactionCoordinator
-from broker.txn.state import TxnMetadata, TxnState
+from broker.txn.state import TV1, TV2, TxnMetadata, TxnState
 from log.clock import WallClock
 from metadata.image import MetadataImage
 from protocol.api_keys import ApiKey
@@ -43,12 +43,25 @@ from protocol.api_table import (
 from protocol.entities import make, response_module
 
 NO_THROTTLE = timedelta(0)
+END_TXN_TV2_VERSION = 5  # KIP-890 part 2: a client of transaction version 2
+TXN_OFFSET_COMMIT_TV2_VERSION = 5  # the group coordinator adds the offsets partition
+ADD_PARTITIONS_TV2_VERSION = 5  # a leader adding for Produce v12 (transaction version 2)
 
 
 def _fenced_for(error: ErrorCode, version: int, since: int) -> ErrorCode:
     if error is ErrorCode.producer_fenced and version < since:
         return ErrorCode.invalid_producer_epoch
     return error
+
+
+# (transactional id, producer id, epoch, topic, partition) -> NONE once in the transaction.
+AddToTransaction = Callable[[str, int, int, str, int], Awaitable[ErrorCode]]
+# What a TxnOffsetCommit client is answered when the add could not be made now (Kafka's
+# coordinator runtime normalises the produce-side errors the same way).
+_ADD_ERRORS = {
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+}
 
 
 class TxnApis:
@@ -60,11 +73,15 @@ class TxnApis:
         groups: GroupCoordinator,
         image: Callable[[], MetadataImage],
         clock: WallClock,
+        add_to_transaction: AddToTransaction | None = None,
     ) -> None:
         self.coordinator = coordinator
         self._groups = groups
         self._image = image
         self._clock = clock
+        # TxnOffsetCommit v5 (TV2): the offsets partition is added for the client, through
+        # the transactional id's coordinator wherever it is (broker/txn_verification.py).
+        self._add_to_transaction = add_to_transaction
 
     def apis(self) -> list[Api]:
         """The transaction APIs' entries in a client listener's table (InitProducerId is
@@ -72,7 +89,7 @@ class TxnApis:
         return [
             Api(
                 ApiKey.ADD_PARTITIONS_TO_TXN,
-                (0, 4),
+                (0, 5),
                 self._handler(self._add_partitions),
                 BROKER,
                 (TRANSACTIONAL_ID_WRITE, TOPIC_WRITE, CLUSTER_ACTION),
@@ -84,10 +101,10 @@ class TxnApis:
                 BROKER,
                 (TRANSACTIONAL_ID_WRITE, GROUP_READ),
             ),
-            Api(ApiKey.END_TXN, (0, 3), self._end_txn, BROKER, (TRANSACTIONAL_ID_WRITE,)),
+            Api(ApiKey.END_TXN, (0, 5), self._end_txn, BROKER, (TRANSACTIONAL_ID_WRITE,)),
             Api(
                 ApiKey.TXN_OFFSET_COMMIT,
-                (0, 3),
+                (0, 5),
                 self._handler(self._txn_offset_commit),
                 BROKER,
                 (TRANSACTIONAL_ID_WRITE, GROUP_READ, TOPIC_READ),
@@ -126,14 +143,25 @@ class TxnApis:
         return await self._init_producer_id(module, request.api_version, request.body)
 
     async def _end_txn(self, request: ApiRequest) -> object:
+        """EndTxn; v5 is transaction version 2 (the epoch bumped, the answer carrying the
+        producer id and epoch to continue with; older versions lack those fields)."""
         body: Any = request.body
-        error = await self.coordinator.end_transaction(
-            body.transactional_id, body.producer_id, body.producer_epoch, body.committed
-        )
         version = request.api_version
+        result = await self.coordinator.end_transaction(
+            body.transactional_id,
+            body.producer_id,
+            body.producer_epoch,
+            body.committed,
+            TV2 if version >= END_TXN_TV2_VERSION else TV1,
+        )
         return make(
             response_module(ApiKey.END_TXN, version).EndTxnResponse,
-            {"throttle_time": NO_THROTTLE, "error_code": _fenced_for(error, version, 2)},
+            {
+                "throttle_time": NO_THROTTLE,
+                "error_code": _fenced_for(result.error, version, 2),
+                "producer_id": result.producer_id,
+                "producer_epoch": result.producer_epoch,
+            },
         )
 
     async def _describe_api(self, request: ApiRequest) -> object:
@@ -237,8 +265,10 @@ class TxnApis:
             if isinstance(verified, dict):
                 return {where: verified[where] for where in wanted}
             return dict.fromkeys(wanted, verified)
+        # v5 from a partition leader, not verify-only: Produce v12's implicit add (TV2).
+        tv = TV2 if version >= ADD_PARTITIONS_TV2_VERSION else TV1
         error = await self.coordinator.add_partitions(
-            transactional_id, producer_id, producer_epoch, frozenset(wanted)
+            transactional_id, producer_id, producer_epoch, frozenset(wanted), tv
         )
         return dict.fromkeys(wanted, _fenced_for(error, version, 2))
 
@@ -272,8 +302,13 @@ class TxnApis:
             for topic in request.topics
             for p in topic.partitions
         ]
+        added = ErrorCode.none
+        if request.group_id and version >= TXN_OFFSET_COMMIT_TV2_VERSION:
+            added = await self._add_offsets_partition(request)
         if not request.group_id:
             errors = [ErrorCode.invalid_group_id] * len(commits)
+        elif added is not ErrorCode.none:
+            errors = [_ADD_ERRORS.get(added, added)] * len(commits)
         else:
             image = self._image()
             errors = await self._groups.commit_txn_offsets(
@@ -311,6 +346,21 @@ class TxnApis:
                     for name, results in by_topic.items()
                 ),
             },
+        )
+
+    async def _add_offsets_partition(self, request: Any) -> ErrorCode:
+        """TxnOffsetCommit v5 (KIP-890 part 2): a TV2 client sends no AddOffsetsToTxn; the
+        group's offsets partition joins the transaction here, before the offsets are held,
+        so its marker will reach them."""
+        if self._add_to_transaction is None:
+            return ErrorCode.coordinator_not_available
+        partition = self._groups.partition_of(request.group_id, self._image())
+        return await self._add_to_transaction(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            OFFSETS_TOPIC,
+            partition,
         )
 
     # ---- DescribeTransactions, ListTransactions ----------------------------------------------

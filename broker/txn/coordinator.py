@@ -443,8 +443,10 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         partitions: frozenset[TopicPartition],
+        transaction_version: int = state.TV1,
     ) -> ErrorCode:
-        """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's offsets partition)."""
+        """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's offsets partition);
+        ``transaction_version`` 2: a partition leader's implicit add for Produce v12."""
         shard = self._begin(transactional_id)
         if isinstance(shard, ErrorCode):
             return shard
@@ -454,6 +456,7 @@ class TransactionCoordinator:
             producer_epoch,
             partitions,
             self._clock.now_ms(),
+            transaction_version,
         )
         if isinstance(decision, ErrorCode):
             return decision
@@ -481,36 +484,66 @@ class TransactionCoordinator:
         )
 
     async def end_transaction(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
-    ) -> ErrorCode:
-        """EndTxn (TV1). Kafka answers once PrepareCommit/PrepareAbort is written, and the
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        transaction_version: int = state.TV1,
+    ) -> InitResult:
+        """EndTxn. Kafka answers once PrepareCommit/PrepareAbort is written, and the
         producer's next transaction then meets CONCURRENT_TRANSACTIONS until the markers
         are all written (librdkafka retries it after 100 ms). Here the answer waits for the
         markers and the Complete state too, up to ``transaction.end.wait.for.markers.ms``,
-        then is NONE either way: the outcome is decided and durable once prepared."""
+        then is NONE either way: the outcome is decided and durable once prepared.
+
+        ``transaction_version`` 2 (EndTxn v5): the epoch is bumped by the prepare (state
+        ``end_transaction_v2``) and the answer carries the producer id and epoch the client
+        continues with: the Complete state's, a new producer id when the epoch ran out."""
         shard = self.shard_for(transactional_id)
         if isinstance(shard, ErrorCode):
-            return shard
-        decision = state.end_transaction(
-            shard.txns.get(transactional_id),
-            producer_id,
-            producer_epoch,
-            commit,
-            self._clock.now_ms(),
-        )
+            return InitResult(shard)
+        meta = shard.txns.get(transactional_id)
+        now_ms = self._clock.now_ms()
+        decision: ErrorCode | state.Ended | TxnMetadata
+        if transaction_version >= state.TV2:
+            next_id = state.NO_PRODUCER_ID
+            if state.needs_rotation_at_end(meta):
+                if transactional_id in shard.pending:
+                    return InitResult(ErrorCode.concurrent_transactions)
+                allocated = await self._producer_ids.next_id()
+                if isinstance(allocated, ErrorCode):
+                    return InitResult(allocated)
+                next_id = allocated
+                meta = shard.txns.get(transactional_id)  # as it is after the wait
+                now_ms = self._clock.now_ms()
+                if not state.needs_rotation_at_end(meta):
+                    return InitResult(ErrorCode.concurrent_transactions)  # changed: retry
+            decision = state.end_transaction_v2(
+                meta, producer_id, producer_epoch, commit, now_ms, next_id
+            )
+        else:
+            decision = state.end_transaction(meta, producer_id, producer_epoch, commit, now_ms)
         if isinstance(decision, ErrorCode):
-            return decision
+            return InitResult(decision)
+        if isinstance(decision, state.Ended):
+            return InitResult(
+                ErrorCode.none, decision.meta.producer_id, decision.meta.producer_epoch
+            )
         if transactional_id in shard.pending:
-            return ErrorCode.concurrent_transactions
+            return InitResult(ErrorCode.concurrent_transactions)
         shard.pending.add(transactional_id)
         started = await self._prepare_and_finish(shard, transactional_id, decision)
         if isinstance(started, ErrorCode):
             shard.pending.discard(transactional_id)
-            return started
+            return InitResult(started)
         wait_ms = self.config.transaction_end_wait_for_markers_ms
         if wait_ms > 0:
             await asyncio.wait({started}, timeout=wait_ms / 1000)  # never cancels it
-        return ErrorCode.none
+        if transaction_version < state.TV2:
+            return InitResult(ErrorCode.none, decision.producer_id, decision.producer_epoch)
+        after = state.complete(decision, now_ms)  # who the client is once it completes
+        return InitResult(ErrorCode.none, after.producer_id, after.producer_epoch)
 
     # ---- time --------------------------------------------------------------------------------
     async def _every(self, interval_ms: int, work: Any) -> None:

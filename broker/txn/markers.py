@@ -35,7 +35,7 @@ from protocol.entities import make, request_module
 logger = logging.getLogger("broker.txn.markers")
 
 
-WRITE_TXN_MARKERS_VERSION = 1
+WRITE_TXN_MARKERS_VERSION = 2  # v2 carries the transaction version (TV2: epoch bumped)
 CONNECT_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
 RETRIABLE = frozenset(
@@ -174,6 +174,7 @@ class MarkerSender:
                     for name, indexes in by_topic.items()
                 ),
                 "coordinator_epoch": coordinator_epoch,
+                "transaction_version": meta.client_transaction_version,
             },
         )
         request = make(module.WriteTxnMarkersRequest, {"markers": (marker,)})

@@ -1,10 +1,10 @@
 """The records of ``__transaction_state`` in Kafka's own formats, so Kafka's tools read them.
 
 A key is a TransactionLogKey: int16 version 0, then the transactional id. A value is a
-TransactionLogValue: version 0 (what Kafka writes for transaction version 1 clients) is
-written; version 1 (flexible, KIP-915, with the tagged PreviousProducerId, NextProducerId and
-ClientTransactionVersion) is read too. A null value is a tombstone: the transactional id
-expired. The status byte is Kafka's TransactionState id.
+TransactionLogValue: version 0 for transaction version 1 clients, version 1 (flexible,
+KIP-915, with the tagged PreviousProducerId, NextProducerId and ClientTransactionVersion)
+for transaction version 2 ones, as Kafka 4 writes them; both are read. A null value is a
+tombstone: the transactional id expired. The status byte is Kafka's TransactionState id.
 
 Which partition holds a transactional id is Kafka's rule (as for groups): Java's
 String.hashCode, made non-negative, modulo the partition count.
@@ -20,6 +20,7 @@ from log.errors import CorruptRecordError
 
 TXN_LOG_KEY_VERSION = 0
 TXN_LOG_VALUE_VERSION = 0
+TXN_LOG_VALUE_FLEXIBLE_VERSION = 1  # written for transaction version 2 clients
 EMPTY_STATUS = 0  # TransactionState.EMPTY's id
 
 _I8 = struct.Struct(">b")
@@ -57,7 +58,18 @@ def decode_key(data: bytes) -> str | None:
     return reader.string()
 
 
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def encode_value(value: TxnLogValue) -> bytes:
+    if value.client_transaction_version >= 2:
+        return _encode_flexible(value)
     out = bytearray(_I16.pack(TXN_LOG_VALUE_VERSION))
     out += _I64.pack(value.producer_id)
     out += _I16.pack(value.producer_epoch)
@@ -73,6 +85,40 @@ def encode_value(value: TxnLogValue) -> bytes:
             out += _I32.pack(partition)
     out += _I64.pack(value.last_update_ms)
     out += _I64.pack(value.start_ms)
+    return bytes(out)
+
+
+def _encode_flexible(value: TxnLogValue) -> bytes:
+    """Version 1: compact strings and arrays, tagged fields written only when not their
+    defaults (-1, -1, 0), as Kafka's generated serializer does."""
+    out = bytearray(_I16.pack(TXN_LOG_VALUE_FLEXIBLE_VERSION))
+    out += _I64.pack(value.producer_id)
+    out += _I16.pack(value.producer_epoch)
+    out += _I32.pack(value.timeout_ms)
+    out += _I8.pack(value.status)
+    if value.status == EMPTY_STATUS:
+        out += _uvarint(0)  # null
+    else:
+        out += _uvarint(len(value.partitions) + 1)
+        for topic, partitions in value.partitions:
+            data = topic.encode()
+            out += _uvarint(len(data) + 1) + data
+            out += _uvarint(len(partitions) + 1)
+            for partition in partitions:
+                out += _I32.pack(partition)
+            out += _uvarint(0)  # the entry's tagged fields
+    out += _I64.pack(value.last_update_ms)
+    out += _I64.pack(value.start_ms)
+    tags = []
+    if value.previous_producer_id != -1:
+        tags.append((0, _I64.pack(value.previous_producer_id)))
+    if value.next_producer_id != -1:
+        tags.append((1, _I64.pack(value.next_producer_id)))
+    if value.client_transaction_version != 0:
+        tags.append((2, _I16.pack(value.client_transaction_version)))
+    out += _uvarint(len(tags))
+    for tag, field in tags:
+        out += _uvarint(tag) + _uvarint(len(field)) + field
     return bytes(out)
 
 

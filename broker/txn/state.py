@@ -14,6 +14,13 @@ The states and their ids are Kafka's (the id is the TransactionLogValue's status
     every partition has its marker) -> Ongoing (next transaction) | Empty (InitProducerId)
     | Dead (transactional.id.expiration.ms).
 
+Transaction version 2 (KIP-890 part 2, a client sending EndTxn v5): EndTxn bumps the
+epoch in PrepareCommit/PrepareAbort itself, so the markers carry the new epoch and fence,
+at every partition, whatever the old epoch still has in flight; the client is answered the
+epoch to use next. When that bump exhausts the epoch, the prepared state names the next
+producer id and the Complete state moves to it at epoch 0. A TV2 client may also abort a
+transaction that never added a partition (Empty or Complete* -> PrepareAbort).
+
 PrepareEpochFence is never written: an Ongoing transaction that must end without its
 producer (InitProducerId of a new instance, or transaction.timeout.ms passed) first bumps the
 epoch in PrepareEpochFence, then becomes PrepareAbort with that epoch, which fences the old
@@ -30,6 +37,7 @@ from kio.schema.errors import ErrorCode
 from broker.txn.records import TxnLogValue
 
 MAX_EPOCH = 2**15 - 1  # Short.MaxValue
+TV1, TV2 = 1, 2  # transaction.version levels a client's requests imply (0 behaves as 1)
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 
@@ -67,7 +75,16 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
         {TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}
     ),
     TxnState.PREPARE_COMMIT: frozenset({TxnState.ONGOING}),
-    TxnState.PREPARE_ABORT: frozenset({TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE}),
+    # Kafka 4's table: TV2 may abort from an ended state (a transaction with no partitions).
+    TxnState.PREPARE_ABORT: frozenset(
+        {
+            TxnState.ONGOING,
+            TxnState.PREPARE_EPOCH_FENCE,
+            TxnState.EMPTY,
+            TxnState.COMPLETE_COMMIT,
+            TxnState.COMPLETE_ABORT,
+        }
+    ),
     TxnState.COMPLETE_COMMIT: frozenset({TxnState.PREPARE_COMMIT}),
     TxnState.COMPLETE_ABORT: frozenset({TxnState.PREPARE_ABORT}),
     TxnState.DEAD: frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}),
@@ -98,6 +115,15 @@ class TxnMetadata:
     # it lost is given the same answer again (KIP-360).
     last_producer_epoch: int = NO_PRODUCER_EPOCH
     previous_producer_id: int = NO_PRODUCER_ID
+    # TV2: the producer id the Complete state moves to when EndTxn exhausted the epoch.
+    next_producer_id: int = NO_PRODUCER_ID
+    # The transaction version of the client's last EndTxn or (implicit) add: 0 (TV0 or TV1:
+    # Kafka's version 0 value, which has no room for it) or 2.
+    client_transaction_version: int = 0
+
+    @property
+    def tv2(self) -> bool:
+        return self.client_transaction_version >= TV2
 
     @property
     def epoch_exhausted(self) -> bool:
@@ -117,6 +143,8 @@ class TxnMetadata:
             self.update_ms,
             self.start_ms,
             self.previous_producer_id,
+            self.next_producer_id,
+            self.client_transaction_version,
         )
 
     @classmethod
@@ -135,6 +163,8 @@ class TxnMetadata:
             value.start_ms,
             value.last_update_ms,
             previous_producer_id=value.previous_producer_id,
+            next_producer_id=value.next_producer_id,
+            client_transaction_version=value.client_transaction_version,
         )
 
 
@@ -273,9 +303,11 @@ def add_partitions(
     epoch: int,
     partitions: frozenset[TopicPartition],
     now_ms: int,
+    transaction_version: int = TV1,
 ) -> ErrorCode | TxnMetadata:
     """The metadata with ``partitions`` in its transaction, Ongoing (``meta`` itself when
-    they already are: nothing to write)."""
+    they already are: nothing to write). ``transaction_version`` 2: a partition leader adds
+    them for a Produce v12 (AddPartitionsToTxn v5, not verify-only)."""
     error = _check_producer(meta, producer_id, epoch)
     if error is not ErrorCode.none:
         return error
@@ -291,6 +323,8 @@ def add_partitions(
         now_ms,
         partitions=meta.partitions | partitions if ongoing else partitions,
         start_ms=meta.start_ms if ongoing else now_ms,
+        # Kafka's version 0 value has no room for it: below 2 it is kept as 0 (the same).
+        client_transaction_version=transaction_version if transaction_version >= TV2 else 0,
     )
 
 
@@ -345,6 +379,94 @@ def end_transaction(
     return ErrorCode.invalid_txn_state  # Empty: no transaction to end
 
 
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A TV2 EndTxn retry of a transaction already complete: NONE, with the producer id
+    and epoch the client is to use next (the ones the lost answer carried)."""
+
+    meta: TxnMetadata
+
+
+def end_transaction_v2(
+    meta: TxnMetadata | None,
+    producer_id: int,
+    epoch: int,
+    commit: bool,
+    now_ms: int,
+    next_producer_id: int = NO_PRODUCER_ID,
+) -> ErrorCode | Ended | TxnMetadata:
+    """EndTxn v5 (transaction version 2, Kafka 4's endTransaction): PrepareCommit or
+    PrepareAbort with the epoch bumped, to write; ``Ended`` for a retry; or the error.
+
+    The client holds the epoch before the bump, so a retry is recognised by the epoch:
+    one less than the metadata's (or, after a producer id rotation, the previous id at
+    the last epoch before exhaustion). ``next_producer_id`` is required when the epoch
+    is exhausted (``needs_rotation_at_end``)."""
+    if meta is None or meta.state is TxnState.DEAD:
+        return ErrorCode.invalid_producer_id_mapping
+    state = meta.state
+    ended = state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+    retry_on_bump = meta.producer_id == producer_id and meta.producer_epoch == epoch + 1
+    retry_on_rotation = (
+        ended
+        and meta.previous_producer_id == producer_id
+        and epoch == MAX_EPOCH - 1
+        and meta.producer_epoch == 0
+    )
+    if meta.producer_id != producer_id and not retry_on_rotation:
+        return ErrorCode.invalid_producer_id_mapping
+    if state in PREPARED:
+        valid = retry_on_bump
+    elif ended:
+        valid = retry_on_bump or retry_on_rotation or epoch == meta.producer_epoch
+    else:
+        valid = epoch == meta.producer_epoch
+    if not valid:
+        return ErrorCode.producer_fenced
+    retry = retry_on_bump or retry_on_rotation
+    if state is TxnState.ONGOING:
+        return _prepare_v2(meta, commit, now_ms, next_producer_id, meta.start_ms)
+    if state is TxnState.PREPARE_COMMIT:
+        return ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state
+    if state is TxnState.PREPARE_ABORT:
+        return ErrorCode.invalid_txn_state if commit else ErrorCode.concurrent_transactions
+    if state is TxnState.PREPARE_EPOCH_FENCE:
+        return ErrorCode.concurrent_transactions
+    if retry:
+        done_commit = state is TxnState.COMPLETE_COMMIT
+        return Ended(meta) if commit == done_commit else ErrorCode.invalid_txn_state
+    if commit:
+        return ErrorCode.invalid_txn_state  # nothing to commit
+    # An abort of a transaction that added nothing: still a bump, so the client's next
+    # epoch is fresh (Kafka's noPartitionAdded: it starts now).
+    return _prepare_v2(meta, False, now_ms, next_producer_id, now_ms)
+
+
+def needs_rotation_at_end(meta: TxnMetadata | None) -> bool:
+    """A TV2 EndTxn on this metadata bumps the epoch to its last value: the Complete
+    state must move to a new producer id, allocated before the decision."""
+    return meta is not None and meta.epoch_exhausted
+
+
+def _prepare_v2(
+    meta: TxnMetadata, commit: bool, now_ms: int, next_producer_id: int, start_ms: int
+) -> TxnMetadata:
+    if meta.epoch_exhausted:
+        assert next_producer_id != NO_PRODUCER_ID, "needs_rotation_at_end decides first"
+    else:
+        next_producer_id = NO_PRODUCER_ID
+    return transit(
+        meta,
+        TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+        now_ms,
+        producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH),
+        last_producer_epoch=meta.producer_epoch,
+        next_producer_id=next_producer_id,
+        start_ms=start_ms,
+        client_transaction_version=TV2,
+    )
+
+
 def abort_fenced(fenced: TxnMetadata, now_ms: int) -> TxnMetadata:
     """The PrepareAbort the coordinator writes for a transaction it fenced."""
     return transit(fenced, TxnState.PREPARE_ABORT, now_ms)
@@ -357,6 +479,19 @@ def complete(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
         if meta.state is TxnState.PREPARE_COMMIT
         else TxnState.COMPLETE_ABORT
     )
+    if meta.tv2 and meta.next_producer_id != NO_PRODUCER_ID:
+        # The epoch ran out with this transaction: its markers used the last one; the
+        # client continues with the next producer id at epoch 0 (the EndTxn answer).
+        return transit(
+            meta,
+            target,
+            now_ms,
+            partitions=frozenset(),
+            producer_id=meta.next_producer_id,
+            producer_epoch=0,
+            previous_producer_id=meta.producer_id,
+            next_producer_id=NO_PRODUCER_ID,
+        )
     return transit(meta, target, now_ms, partitions=frozenset())
 
 

@@ -24,6 +24,7 @@ from metadata.records import (
     BROKER_RESOURCE,
     ELR_FEATURE,
     METADATA_VERSION_FEATURE,
+    TRANSACTION_VERSION_FEATURE,
     Config,
     FeatureLevel,
     MetadataRecord,
@@ -32,7 +33,11 @@ from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
 # The levels this controller can finalize, per feature.
-SUPPORTED_FEATURES = {METADATA_VERSION_FEATURE: (1, 1), ELR_FEATURE: (0, 1)}
+SUPPORTED_FEATURES = {
+    METADATA_VERSION_FEATURE: (1, 1),
+    ELR_FEATURE: (0, 1),
+    TRANSACTION_VERSION_FEATURE: (0, 2),
+}
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3  # FeatureUpdate.upgrade_type (v1+)
 
 

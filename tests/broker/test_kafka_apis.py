@@ -94,17 +94,24 @@ def test_api_versions_lists_every_served_api() -> None:
 def test_api_versions_v3_lists_supported_and_finalized_features() -> None:
     """KIP-584 fields, which kafka-features describe reads (level 0 is not finalized)."""
     image = dataclasses.replace(
-        cluster_image(), features={"metadata.version": 1, "eligible.leader.replicas.version": 1}
+        cluster_image(),
+        features={
+            "metadata.version": 1,
+            "eligible.leader.replicas.version": 1,
+            "transaction.version": 2,
+        },
     )
     values = {"client_software_name": "x", "client_software_version": "1"}
     response = ask(apis(FakeController(image)), ApiKey.API_VERSIONS, 3, values)
     assert {(f.name, f.min_version, f.max_version) for f in response.supported_features} == {
         ("metadata.version", 1, 1),
         ("eligible.leader.replicas.version", 0, 1),
+        ("transaction.version", 0, 2),  # KIP-890 part 2: TV1 and TV2 clients
     }
     assert [(f.name, f.max_version_level) for f in response.finalized_features] == [
         ("eligible.leader.replicas.version", 1),
         ("metadata.version", 1),
+        ("transaction.version", 2),  # what a Java 4.x producer reads to use TV2
     ]
     assert response.finalized_features_epoch == image.offset - 1
     off = dataclasses.replace(image, features={"eligible.leader.replicas.version": 0})

@@ -166,7 +166,10 @@ def test_timeouts_and_expiry() -> None:
 # ---- random request sequences ----------------------------------------------------------------
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["init", "add", "commit", "abort", "complete", "timeout"]),
+        # "...2": a transaction version 2 client's implicit add and EndTxn v5.
+        st.sampled_from(
+            ["init", "add", "commit", "abort", "complete", "timeout", "add2", "commit2", "abort2"]
+        ),
         st.integers(0, 2),  # which producer instance asks (each knows its own epoch)
         st.integers(0, 3),  # a partition
     ),
@@ -193,10 +196,22 @@ def test_random_request_sequences_keep_the_coordinators_invariants(
             elif isinstance(decision, TxnMetadata):
                 meta = decision
                 instances[instance] = meta.producer_epoch
-        elif op == "add":
-            decision = state.add_partitions(meta, 7, epoch, frozenset({("t", partition)}), now)
+        elif op in ("add", "add2"):
+            version = state.TV2 if op == "add2" else state.TV1
+            wanted = frozenset({("t", partition)})
+            decision = state.add_partitions(meta, 7, epoch, wanted, now, version)
             if isinstance(decision, TxnMetadata):
                 meta = decision
+        elif op in ("commit2", "abort2"):
+            ended = state.end_transaction_v2(meta, 7, epoch, op == "commit2", now)
+            if isinstance(ended, TxnMetadata):
+                meta = ended
+                # The client continues with the answer's epoch: one more than it held.
+                instances[instance] = state.complete(ended, now).producer_epoch
+                assert instances[instance] == epoch + 1
+            elif isinstance(ended, state.Ended):
+                assert epoch == meta.producer_epoch - 1  # a retry: same answer, no change
+                instances[instance] = meta.producer_epoch
         elif op in ("commit", "abort"):
             decision = state.end_transaction(meta, 7, epoch, op == "commit", now)
             if isinstance(decision, TxnMetadata):
@@ -209,10 +224,13 @@ def test_random_request_sequences_keep_the_coordinators_invariants(
         if meta is not before and meta.state is not before.state:
             assert before.state in VALID_PREVIOUS[meta.state]
         # Only the latest instance's epoch may change anything but an init.
-        if op in ("add", "commit", "abort") and epoch != before.producer_epoch:
+        if op not in ("init", "complete", "timeout") and epoch != before.producer_epoch:
             assert meta is before
         opened = meta.state in (TxnState.ONGOING, *state.PREPARED)
-        assert bool(meta.partitions) == opened
+        if meta.tv2 and meta.state is TxnState.PREPARE_ABORT:
+            assert meta.partitions == before.partitions  # TV2 may abort what added nothing
+        else:
+            assert bool(meta.partitions) == opened
         value = decode_value(encode_value(meta.to_value()))
         # Kafka's version 0 value holds all but the last epoch (in memory only).
         assert TxnMetadata.from_value("tx", value) == replace(meta, last_producer_epoch=-1)

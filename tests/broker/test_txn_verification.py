@@ -62,6 +62,7 @@ class FakeCoordinator:
     def __init__(self) -> None:
         self.added: set[tuple[str, str, int]] = set()
         self.asked: list[tuple[str, int, int, bool]] = []
+        self.versions: list[int] = []
         self.gate = asyncio.Event()
         self.gate.set()
         self.server: asyncio.Server | None = None
@@ -71,7 +72,7 @@ class FakeCoordinator:
     async def start(self) -> int:
         self.server = await asyncio.start_server(
             lambda r, w: serve_connection(
-                r, w, self.handle, {ApiKey.ADD_PARTITIONS_TO_TXN: (4, 4)}
+                r, w, self.handle, {ApiKey.ADD_PARTITIONS_TO_TXN: (4, 5)}
             ),
             "127.0.0.1",
             0,
@@ -93,6 +94,12 @@ class FakeCoordinator:
             self.asked.append(
                 (txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.verify_only)
             )
+            self.versions.append(header.api_version)
+            if not txn.verify_only:  # a v5 add (TV2): the partitions join
+                for topic in txn.topics:
+                    self.added.update(
+                        (txn.transactional_id, topic.name, i) for i in topic.partitions
+                    )
         self.questioned.set()
         await self.gate.wait()
         results = []
@@ -134,11 +141,11 @@ class FakeCoordinator:
         )
 
 
-def txn_batch(sequence: int, value: bytes) -> bytes:
+def txn_batch(sequence: int, value: bytes, epoch: int = 0) -> bytes:
     return encode_batch(
         [Record(None, value, 1_000)],
         producer_id=7,
-        producer_epoch=0,
+        producer_epoch=epoch,
         base_sequence=sequence,
         is_transactional=True,
     )
@@ -186,5 +193,57 @@ def test_a_first_transactional_batch_needs_the_coordinators_word(tmp_path: Path)
         assert await produce(2, b"later") == ErrorCode.not_enough_replicas
         # Without a transactional id in the request nothing is asked (Kafka does the same).
         assert await produce(2, b"unverified", tid=None) == ErrorCode.none
+
+    run(tmp_path, body, FIRST)
+
+
+def test_a_produce_v12_batch_is_added_by_the_leader_and_the_tv2_marker_fences_the_zombie(
+    tmp_path: Path,
+) -> None:
+    """KIP-890 part 2: a TV2 client sends no AddPartitionsToTxn; the leader asks the
+    coordinator to add the partition (AddPartitionsToTxn v5, not verify-only), even with
+    verification turned off. The marker of its EndTxn carries the bumped epoch, after which
+    a late batch of the old epoch is refused and the new epoch starts from sequence 0."""
+
+    async def body(replicas: ReplicaManager) -> None:
+        coordinator = FakeCoordinator()
+        port = await coordinator.start()
+        replicas.config = dataclasses.replace(
+            replicas.config, transaction_partition_verification_enable=False
+        )
+        with_coordinator = dataclasses.replace(
+            FIRST, offset=6, cluster=ClusterImage({COORDINATOR: broker(COORDINATOR, port)})
+        )
+        await reconcile(replicas, with_coordinator)
+
+        async def produce(sequence: int, value: bytes, epoch: int, add: bool) -> ErrorCode:
+            result = await replicas.append(
+                "a",
+                0,
+                txn_batch(sequence, value, epoch),
+                acks=1,
+                timeout_s=5,
+                transactional_id="tx",
+                add_to_transaction=add,
+            )
+            return result.error
+
+        # Verification off and a TV1 produce: nothing asked (the operator's choice).
+        assert await produce(0, b"tv1", 0, add=False) == ErrorCode.none
+        assert coordinator.asked == []
+        commit = EndTransactionMarker(True, 0)
+        assert (await replicas.write_txn_marker("a", 0, 7, 0, commit, 5)).error == ErrorCode.none
+        # A Produce v12 batch: the leader adds the partition, then appends.
+        assert await produce(1, b"tv2", 0, add=True) == ErrorCode.none
+        assert (coordinator.asked, coordinator.versions) == ([("tx", 7, 0, False)], [5])
+        # The TV2 EndTxn's marker: epoch 1. The zombie's epoch-0 batch is fenced after it.
+        bumped = await replicas.write_txn_marker("a", 0, 7, 1, commit, 5, epoch_bumped=True)
+        assert bumped.error == ErrorCode.none
+        assert await produce(2, b"zombie", 0, add=True) == ErrorCode.invalid_producer_epoch
+        assert await produce(0, b"next", 1, add=True) == ErrorCode.none
+        assert coordinator.asked[-1] == ("tx", 7, 1, False)
+        log = replicas.logs.get_log("a", 0)
+        assert log is not None and log.log_end_offset == 5  # tv1, marker, tv2, marker, next
+        await coordinator.stop()
 
     run(tmp_path, body, FIRST)

@@ -102,6 +102,7 @@ def test_format_refuses_formatted_dirs_foreign_clusters_and_bad_ids(tmp_path: Pa
     assert read_bootstrap(fs, str(tmp_path / "d")) == [
         FeatureLevel(METADATA_VERSION_FEATURE, METADATA_VERSION),
         FeatureLevel(ELR_FEATURE, 1),  # KIP-966 on, as Kafka 4.1 starts a new cluster
+        FeatureLevel("transaction.version", 2),  # KIP-890 part 2, Kafka 4.0+'s default
     ]
 
 

@@ -1,19 +1,23 @@
 """Apache Kafka's own Java client and tools with the transaction coordinator, one node.
 
 Kafka's KafkaProducer (4.1.0) commits and aborts transactions with offsets, and a second
-producer with its transactional.id fences it; ``kafka-transactions`` lists and describes
-transactions; Kafka's TransactionLogMessageFormatter reads ``__transaction_state`` (our
-records are Kafka's format) and shows each state the coordinator went through.
+producer with its transactional.id fences it, under transaction version 2 (KIP-890 part 2,
+the cluster's default: an epoch bump per EndTxn, partitions and offsets added by Produce v12
+and TxnOffsetCommit v5) and, once ``kafka-features`` downgrades it, version 1;
+``kafka-transactions`` lists and describes transactions; Kafka's
+TransactionLogMessageFormatter reads ``__transaction_state`` (our records are Kafka's format)
+and shows each state the coordinator went through.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests import kafka_tools as tools
@@ -24,6 +28,7 @@ from tests.kraft.test_txn_clients import DEADLINE_S, PROPS, committed, settled
 pytestmark = pytest.mark.usefixtures("kafka_tools")
 PRODUCER = Path(__file__).resolve().parent.parent / "java" / "TxnProducer.java"
 TOPIC = "txn-input"  # the name committed() reads offsets of
+FEATURE = "org.apache.kafka.tools.FeatureCommand"  # kafka-features
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +53,68 @@ def test_kafkas_java_producer_commits_aborts_and_is_fenced(bootstrap: str) -> No
         "successor committed",
     ]
     assert committed(bootstrap, "java-group", 0) == 11  # never 9, the aborted one
-    # Epoch 0 for the first producer, 1 to fence it, 2 for the successor.
-    assert settled(bootstrap, "java-tx", "CompleteCommit").producer_epoch == 2
+    # Transaction version 2 (the cluster's default, which the 4.1 client uses): epoch 0 for
+    # the first producer, 1 after its commit, 2 after its abort, 3 to fence it, 4 for the
+    # successor, 5 after the successor's commit.
+    assert settled(bootstrap, "java-tx", "CompleteCommit").producer_epoch == 5
+    # Its offsets reached the group with TxnOffsetCommit v5 alone (no AddOffsetsToTxn).
+    assert read_committed(bootstrap, TOPIC, 0) == ["committed"]  # the zombie's "zombie" aborted
+    assert read_committed(bootstrap, TOPIC, 1) == []  # "aborted"
+
+
+def read_committed(bootstrap: str, topic: str, partition: int) -> list[str]:
+    """The values a read_committed consumer reads from ``topic``-``partition`` (to its
+    end)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{topic}-{partition}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        values: list[str] = []
+        while True:
+            message = consumer.poll(DEADLINE_S)
+            assert message is not None, "no end of partition within the deadline"
+            error = message.error()
+            if error is not None:
+                assert error.code() == KafkaError._PARTITION_EOF, error
+                return values
+            values.append((message.value() or b"").decode())
+    finally:
+        consumer.close()
+
+
+def feature_level(bootstrap: str, name: str) -> str:
+    out = tools.run(FEATURE, "--bootstrap-server", bootstrap, "describe").stdout
+    found = re.search(rf"Feature: {re.escape(name)}\t.*FinalizedVersionLevel: (\d+)", out)
+    assert found is not None, out
+    return found.group(1)
+
+
+def test_a_transaction_version_1_cluster_keeps_the_epoch_per_producer(bootstrap: str) -> None:
+    """kafka-features shows transaction.version 2 for a new cluster; downgraded to 1, the
+    same Java client falls back to TV1 (AddPartitionsToTxn, EndTxn v4): no bump per
+    transaction, and a successor's fencing as before."""
+    assert feature_level(bootstrap, "transaction.version") == "2"
+    feature = "transaction.version=1"
+    tools.run(FEATURE, "--bootstrap-server", bootstrap, "downgrade", "--feature", feature)
+    try:
+        assert feature_level(bootstrap, "transaction.version") == "1"
+        out = tools.run(str(PRODUCER), bootstrap, TOPIC, "java-tv1", "java-tv1-group").stdout
+        assert out.splitlines()[-1] == "successor committed"
+        assert committed(bootstrap, "java-tv1-group", 0) == 11
+        # Epoch 0 throughout the first producer's two transactions, 1 to fence it, 2 for
+        # the successor, which its commit keeps.
+        assert settled(bootstrap, "java-tv1", "CompleteCommit").producer_epoch == 2
+    finally:
+        feature = "transaction.version=2"
+        tools.run(FEATURE, "--bootstrap-server", bootstrap, "upgrade", "--feature", feature)
+    assert feature_level(bootstrap, "transaction.version") == "2"
 
 
 def transactions_tool(bootstrap: str, *args: str) -> list[list[str]]:

@@ -140,7 +140,7 @@ def test_the_broker_table_serves_the_apis_it_did_before_the_table() -> None:
     transactions = {ApiKey.WRITE_TXN_MARKERS: (1, 2), ApiKey.DESCRIBE_PRODUCERS: (0, 0)}
     assert {key: versions[key] for key in transactions} == transactions
     assert len(versions) == 32 + len(security) + len(transactions)
-    assert versions[ApiKey.PRODUCE] == (3, 9)
+    assert versions[ApiKey.PRODUCE] == (3, 12)  # v10-12 since KIP-890 part 2 (TV2)
     assert versions[ApiKey.FETCH] == (4, 13)
     assert versions[ApiKey.INIT_PRODUCER_ID] == (0, 4)
     assert versions[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 1)

@@ -14,6 +14,7 @@ from metadata.image import MetadataImage
 from metadata.records import (
     BROKER_RESOURCE,
     ELR_FEATURE,
+    TRANSACTION_VERSION_FEATURE,
     Config,
     FeatureLevel,
     FeatureRange,
@@ -105,3 +106,35 @@ def test_validate_only_writes_nothing_and_v0_downgrades_by_flag() -> None:
         ),
     )
     assert update_features(context(image), v0, 0).records == (FeatureLevel(ELR_FEATURE, 0),)
+
+
+def test_transaction_version_goes_between_1_and_2_as_the_brokers_support() -> None:
+    """KIP-890 part 2's feature: levels 0-2 where every broker lists it (a broker that does
+    not list it supports only 0), a lower level only as a downgrade."""
+    tv = TRANSACTION_VERSION_FEATURE
+    listener = (Listener("PLAINTEXT", "h", 9092),)
+    supports = (FeatureRange(tv, 0, 2),)
+    image = build(
+        FeatureLevel("metadata.version", 1),
+        RegisterBroker(1, uuid.UUID(int=1), 10, listener, supports, None),
+        FeatureLevel(tv, 2),
+    )
+    refused = update_features(context(image), request((tv, 1, UPGRADE)), 1)
+    assert answer(refused)[0] == ErrorCode.invalid_update_version and refused.records == ()
+    assert answer(update_features(context(image), request((tv, 3, UPGRADE)), 1))[0] == (
+        ErrorCode.invalid_update_version
+    )
+    down = update_features(context(image), request((tv, 1, SAFE_DOWNGRADE)), 1)
+    assert down.records == (FeatureLevel(tv, 1),)
+    tv1 = apply(image, down)
+    assert tv1.features[tv] == 1
+    up = update_features(context(tv1), request((tv, 2, UPGRADE)), 1)
+    assert up.records == (FeatureLevel(tv, 2),)
+    # A broker that does not list the feature holds the cluster at level 0.
+    old = build(
+        FeatureLevel("metadata.version", 1),
+        RegisterBroker(2, uuid.UUID(int=2), 10, listener, (), None),
+    )
+    assert answer(update_features(context(old), request((tv, 2, UPGRADE)), 1))[0] == (
+        ErrorCode.invalid_update_version
+    )
