@@ -186,6 +186,32 @@ class ProducerIds:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AccessControlEntry:
+    """One ACL (Kafka's AccessControlEntryRecord): codes as Kafka's ResourceType,
+    PatternType, AclOperation and AclPermissionType; ``acl_id`` names it for removal."""
+
+    TYPE: ClassVar[str] = "AccessControlEntry"
+    VERSION: ClassVar[int] = 0
+    acl_id: uuid.UUID
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntry:
+    """Kafka's RemoveAccessControlEntryRecord: the ACL ``acl_id`` is gone."""
+
+    TYPE: ClassVar[str] = "RemoveAccessControlEntry"
+    VERSION: ClassVar[int] = 0
+    acl_id: uuid.UUID
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class NoOp:
     """Appended when idle (KIP-835) so the high watermark keeps moving."""
 
@@ -206,6 +232,8 @@ MetadataRecord = (
     | Config
     | FeatureLevel
     | ProducerIds
+    | AccessControlEntry
+    | RemoveAccessControlEntry
     | NoOp
 )
 RECORD_TYPES: dict[str, type[Any]] = {
@@ -223,6 +251,8 @@ RECORD_TYPES: dict[str, type[Any]] = {
         Config,
         FeatureLevel,
         ProducerIds,
+        AccessControlEntry,
+        RemoveAccessControlEntry,
         NoOp,
     )
 }
