@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
+from broker.authorization import RequestAuthorizer, guarded
 from broker.bugs import BROKER_BUGS
 from broker.cluster_metadata import describe_controllers_response
 from broker.controller_channel import ControllerChannel
@@ -358,6 +359,7 @@ class KraftNode:
         fetch_sessions = FetchSessionCache(
             config.max_incremental_fetch_session_cache_slots, runtime.rng, loop_time
         )
+        authorizer = self._authorizer()
         for endpoint in config.broker_endpoints():
             # Each listener answers Metadata with the brokers' endpoints of its own name,
             # as Kafka does: a client that came in on EXTERNAL is told EXTERNAL addresses.
@@ -373,10 +375,11 @@ class KraftNode:
                 producer_ids=producer_ids,
                 transactions=txn_apis,
                 auto_create_topics=config.auto_create_topics_enable,
+                acls_enabled=authorizer is not None,
             )
             self.apis[endpoint.name] = apis
             entries = [*apis.apis(), *group_apis.apis(endpoint.name), *txn_apis.apis()]
-            served = ApiTable(entries).served(BROKER)
+            served = ApiTable(guarded(entries, authorizer)).served(BROKER)
             self._servers.append(
                 await self._listen(
                     functools.partial(self._serve_broker, served, self._limits(endpoint.name)),
@@ -447,14 +450,27 @@ class KraftNode:
         DescribeCluster for admin clients bootstrapped from controllers (KIP-919)."""
         assert self.raft is not None and self.controller is not None
         describe = self._describe_controllers
-        return ApiTable(
-            [
-                API_VERSIONS,
-                *self.raft.apis(),
-                *self.controller.apis(),
-                Api(ApiKey.DESCRIBE_CLUSTER, (1, 1), describe, CONTROLLER, (CLUSTER_DESCRIBE,)),
-            ]
-        ).served(CONTROLLER)
+        entries = [
+            API_VERSIONS,
+            *self.raft.apis(),
+            *self.controller.apis(),
+            Api(ApiKey.DESCRIBE_CLUSTER, (1, 1), describe, CONTROLLER, (CLUSTER_DESCRIBE,)),
+        ]
+        return ApiTable(guarded(entries, self._authorizer())).served(CONTROLLER)
+
+    def _authorizer(self) -> RequestAuthorizer | None:
+        """The authorizer over this node's metadata image, when authorizer.class.name is
+        set (docs/acls.md); None serves every request unchecked."""
+        settings = self.config.authorizer()
+        if settings is None:
+            return None
+        loader = self.loader
+        assert loader is not None
+        return RequestAuthorizer(
+            settings,
+            lambda: loader.image,
+            auto_create_topics=self.config.auto_create_topics_enable,
+        )
 
     async def _describe_controllers(self, request: ApiRequest) -> object:
         assert self.raft is not None

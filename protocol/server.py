@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import io
 import logging
 import struct
@@ -40,6 +39,7 @@ from log.rate_limited_log import RateLimitedLog
 from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import api_versions_response
+from protocol.principal import CLIENT_HOST  # set here per connection; read by ServedApis
 
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 BIG_FRAME_BYTES = 64 * 1024
@@ -53,9 +53,6 @@ ENCODE_SLICE_ITEMS = 2000  # entities of one big array encoded between turns of 
 SENDFILE_MIN_BYTES = 256 * 1024
 # What a handler returns for a request that gets no response: a Produce with acks=0.
 NO_RESPONSE = object()
-# The client's address as Kafka shows it ("/127.0.0.1"), for the request being handled: each
-# connection runs in its own task, so this is per connection.
-CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="/")
 
 logger = logging.getLogger("protocol.server")
 _limited = RateLimitedLog(logger)

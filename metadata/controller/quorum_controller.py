@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from log.records import Record
 from log.runtime import Runtime
+from metadata.controller.acls import create_acls, delete_acls
 from metadata.controller.cluster import (
     SHUTDOWN_KEEPS_LEADERS,
     UNFENCE_BEFORE_CAUGHT_UP,
@@ -224,6 +225,8 @@ class QuorumController:
                 (CLUSTER_ACTION,),
             ),
             Api(ApiKey.UPDATE_FEATURES, (0, 1), run(update_features), CONTROLLER, (CLUSTER_ALTER,)),
+            Api(ApiKey.CREATE_ACLS, (1, 3), run(create_acls), CONTROLLER, (CLUSTER_ALTER,)),
+            Api(ApiKey.DELETE_ACLS, (1, 3), run(delete_acls), CONTROLLER, (CLUSTER_ALTER,)),
         ]
 
     def _entry(self, handler: Handler) -> ApiHandler:

@@ -124,16 +124,18 @@ def test_every_served_api_but_api_versions_names_the_authorization_it_needs() ->
 
 
 def test_the_broker_table_serves_the_apis_it_did_before_the_table() -> None:
-    """The versions the four if-chains and seven version tables served (main a7e37cd)."""
+    """The versions the four if-chains and seven version tables served (main a7e37cd), and
+    the three ACL APIs (DescribeAcls, CreateAcls, DeleteAcls v1-3) since."""
     versions = ServedApis(BROKER, broker_entries()).versions
-    assert len(versions) == 32
+    assert len(versions) == 35
+    assert versions[ApiKey.DESCRIBE_ACLS] == versions[ApiKey.CREATE_ACLS] == (1, 3)
     assert versions[ApiKey.PRODUCE] == (3, 9)
     assert versions[ApiKey.FETCH] == (4, 13)
     assert versions[ApiKey.INIT_PRODUCER_ID] == (0, 4)
     assert versions[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
     assert versions[ApiKey.API_VERSIONS] == (0, 4)
     served_by_controller = controller_versions()
-    assert len(served_by_controller) == 14
+    assert len(served_by_controller) == 16  # CreateAcls and DeleteAcls among them
     assert set(RAFT_VERSIONS) == {
         ApiKey.FETCH,
         ApiKey.API_VERSIONS,

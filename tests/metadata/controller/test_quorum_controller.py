@@ -238,6 +238,10 @@ def _empty_request(module: Any, api_key: int) -> Any:
         values["topic_partitions"] = (
             make(module.TopicPartitions, {"topic": "t", "partitions": (0,)}),
         )
+    elif api_key == 30:
+        values["creations"] = (make(module.AclCreation, {"resource_name": "t"}),)
+    elif api_key == 31:
+        values["filters"] = (make(module.DeleteAclsFilter, {"resource_name_filter": "t"}),)
     return make(request_type, values)
 
 

@@ -1,0 +1,554 @@
+"""Authorization of every request, as Kafka's KafkaApis and ControllerApis do it.
+
+``guarded(entries, authorizer)`` wraps a node's API table entries (kraft/node.py) so each
+request is authorized before its handler runs, for the principal and address the
+connection carries (ApiRequest.principal, ApiRequest.client_host), against the checks
+declared on its entry (protocol/api_table.py):
+
+- An API whose checks are all on the cluster (ElectLeaders, reassignments, UpdateFeatures,
+  DescribeCluster, the ACL APIs, the quorum and controller APIs) needs any one of them;
+  refused, it is answered CLUSTER_AUTHORIZATION_FAILED in the API's own shape.
+- Produce needs WRITE on each topic (TOPIC_AUTHORIZATION_FAILED for that topic's
+  partitions) and, with a transactional id, WRITE on it (every partition
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an acks=0 produce that is refused anything closes
+  the connection, as Kafka does.
+- Fetch: a follower (replica id >= 0) needs CLUSTER_ACTION, a consumer READ on each topic;
+  refused partitions get TOPIC_AUTHORIZATION_FAILED.
+- Metadata lists only topics the principal may DESCRIBE; a named topic it may not is
+  answered TOPIC_AUTHORIZATION_FAILED whether or not it exists (so existence does not
+  leak), as is a missing topic auto-creation would create without CREATE on the cluster or
+  the topic.
+- CreateTopics (CREATE on the cluster or the topic), DeleteTopics (DELETE), CreatePartitions
+  (ALTER), AlterConfigs and IncrementalAlterConfigs (ALTER_CONFIGS on the topic, or on the
+  cluster for a broker resource), DescribeConfigs (DESCRIBE_CONFIGS), per item: the refused
+  items are answered with the error, the others handled (forwarded) as usual.
+- JoinGroup, SyncGroup, Heartbeat, LeaveGroup and ConsumerGroupHeartbeat need READ on the
+  group (GROUP_AUTHORIZATION_FAILED); OffsetCommit READ on the group (every partition
+  GROUP_AUTHORIZATION_FAILED) and READ on each topic.
+
+``UNCHECKED`` lists the entries that declare resource checks this module does not make yet;
+they are served as without an authorizer (docs/acls.md says which).
+
+Forwarded requests are authorized here, on the broker that received them, for the client's
+principal; the controller then sees the broker's own principal (it has no Envelope), which
+must be a super user or hold the cluster's ACLs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from metadata.authorizer import CLUSTER_NAME, AclBinding, Authorizer, AuthorizerConfig
+from metadata.controller.refusals import refusal, refuses
+from metadata.image import MetadataImage
+from protocol.api_keys import ApiKey
+from protocol.api_table import AclOperation, Api, ApiHandler, ApiRequest, ResourceType
+from protocol.entities import has_field, make, response_module
+from protocol.server import NO_RESPONSE
+
+Op = AclOperation
+TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
+TOPIC_CONFIG_RESOURCE = 2  # ConfigResource.Type
+# Entries declaring resource checks not made yet: served as without an authorizer.
+UNCHECKED = frozenset(
+    {
+        ApiKey.LIST_OFFSETS,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.FIND_COORDINATOR,
+        ApiKey.DESCRIBE_GROUPS,
+        ApiKey.LIST_GROUPS,
+        ApiKey.DELETE_GROUPS,
+        ApiKey.OFFSET_DELETE,
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        ApiKey.INIT_PRODUCER_ID,
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        ApiKey.ADD_OFFSETS_TO_TXN,
+        ApiKey.END_TXN,
+        ApiKey.TXN_OFFSET_COMMIT,
+        ApiKey.WRITE_TXN_MARKERS,
+        ApiKey.DESCRIBE_TRANSACTIONS,
+        ApiKey.LIST_TRANSACTIONS,
+        ApiKey.DESCRIBE_PRODUCERS,
+        ApiKey.DESCRIBE_TOPIC_PARTITIONS,
+    }
+)
+GROUP_READ_APIS = frozenset(
+    {
+        ApiKey.JOIN_GROUP,
+        ApiKey.SYNC_GROUP,
+        ApiKey.HEARTBEAT,
+        ApiKey.LEAVE_GROUP,
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+    }
+)
+
+
+class RequestAuthorizer:
+    """The authorizer over the latest image's ACLs (rebuilt when they change), with the
+    node's ``super.users`` and ``allow.everyone.if.no.acl.found``."""
+
+    __slots__ = ("_acls", "_authorizer", "_config", "_image", "auto_create_topics")
+
+    def __init__(
+        self,
+        config: AuthorizerConfig,
+        image: Callable[[], MetadataImage],
+        *,
+        auto_create_topics: bool = False,
+    ) -> None:
+        self._config = config
+        self._image = image
+        self._acls: Mapping[uuid.UUID, AclBinding] | None = None
+        self._authorizer = Authorizer((), config)
+        self.auto_create_topics = auto_create_topics
+
+    def image(self) -> MetadataImage:
+        return self._image()
+
+    def current(self) -> Authorizer:
+        acls = self._image().acls
+        if acls is not self._acls:  # an image shares its ACL map until one changes
+            self._authorizer = Authorizer(acls.values(), self._config)
+            self._acls = acls
+        return self._authorizer
+
+    def allows(
+        self, request: ApiRequest, resource_type: ResourceType, name: str, operation: Op
+    ) -> bool:
+        return self.current().authorize(
+            request.principal, request.client_host, resource_type, name, operation
+        )
+
+    def cluster(self, request: ApiRequest, operation: Op) -> bool:
+        return self.allows(request, CLUSTER, CLUSTER_NAME, operation)
+
+
+Check = Callable[[RequestAuthorizer, ApiHandler, ApiRequest], Any]
+
+
+def guarded(entries: Iterable[Api], authorizer: RequestAuthorizer | None) -> list[Api]:
+    """``entries`` with their handlers behind authorization (unchanged without an
+    authorizer, for entries with no checks and for UNCHECKED ones)."""
+    if authorizer is None:
+        return list(entries)
+    result = []
+    for api in entries:
+        check = _check_for(api)
+        if check is None:
+            result.append(api)
+        else:
+            result.append(dataclasses.replace(api, handler=_wrap(check, authorizer, api.handler)))
+    return result
+
+
+def _wrap(check: Check, authorizer: RequestAuthorizer, handler: ApiHandler) -> ApiHandler:
+    async def handle(request: ApiRequest) -> object | None:
+        return await check(authorizer, handler, request)
+
+    return handle
+
+
+def _check_for(api: Api) -> Check | None:
+    if not api.authorization or api.key in UNCHECKED:
+        return None
+    if all(action.resource_type == CLUSTER for action in api.authorization):
+        operations = tuple(action.operation for action in api.authorization)
+        return _cluster_check(operations)  # the quorum's Fetch too: CLUSTER_ACTION only
+    specific = _CHECKS.get(api.key)
+    if specific is not None:
+        return specific
+    if api.key in GROUP_READ_APIS:
+        return _group_read
+    raise AssertionError(f"{api.key.name}: no authorization check for {api.authorization}")
+
+
+def _cluster_check(operations: tuple[Op, ...]) -> Check:
+    async def check(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest) -> Any:
+        if any(authz.cluster(request, op) for op in operations):
+            return await handler(request)
+        return whole_refusal(request, ErrorCode.cluster_authorization_failed)
+
+    return check
+
+
+def whole_refusal(request: ApiRequest, code: ErrorCode) -> object | None:
+    """``request`` refused as a whole with ``code``, in its API's shape; None (close the
+    connection) for an API whose response has nowhere to say it."""
+    key, version = request.header.api_key, request.api_version
+    if refuses(key):
+        return refusal(key, version, request.body, code)
+    module: Any = response_module(key, version)
+    name = type(request.body).__name__.removesuffix("Request") + "Response"
+    entity = getattr(module, name, None)
+    if entity is None or not has_field(entity, "error_code"):
+        return None
+    return make(entity, {"error_code": code})
+
+
+async def _group_read(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest) -> Any:
+    if authz.allows(request, GROUP, request.body.group_id, Op.READ):
+        return await handler(request)
+    return whole_refusal(request, ErrorCode.group_authorization_failed)
+
+
+# ---- Produce ---------------------------------------------------------------------------------
+async def _produce(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest) -> Any:
+    body = request.body
+    txn = body.transactional_id
+    if txn is not None and not authz.allows(request, TRANSACTIONAL_ID, txn, Op.WRITE):
+        denied, allowed = list(body.topic_data), list[Any]()
+        code = ErrorCode.transactional_id_authorization_failed
+    else:
+        allowed, denied = _split(
+            body.topic_data, lambda t: authz.allows(request, TOPIC, t.name, Op.WRITE)
+        )
+        code = ErrorCode.topic_authorization_failed
+    if not denied:
+        return await handler(request)
+    if body.acks == 0:
+        return None  # Kafka closes an acks=0 producer's connection on any error
+    module: Any = response_module(ApiKey.PRODUCE, request.api_version)
+    errors = tuple(
+        make(
+            module.TopicProduceResponse,
+            {
+                "name": topic.name,
+                "partition_responses": tuple(
+                    make(
+                        module.PartitionProduceResponse,
+                        {
+                            "index": p.index,
+                            "error_code": code,
+                            "base_offset": -1,
+                            "log_append_time": -1,
+                            "log_start_offset": -1,
+                        },
+                    )
+                    for p in topic.partition_data
+                ),
+            },
+        )
+        for topic in denied
+    )
+    if not allowed:
+        return make(module.ProduceResponse, {"responses": errors})
+    response: Any = await handler(_narrowed(request, topic_data=tuple(allowed)))
+    if response is None or response is NO_RESPONSE:
+        return response
+    return dataclasses.replace(response, responses=(*response.responses, *errors))
+
+
+# ---- Fetch -----------------------------------------------------------------------------------
+async def _fetch(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest) -> Any:
+    body = request.body
+    image = authz.image()
+    if body.replica_id >= 0:
+        if authz.cluster(request, Op.CLUSTER_ACTION):
+            return await handler(request)
+        allowed, denied = list[Any](), list(body.topics)
+    else:
+
+        def readable(topic: Any) -> bool:
+            name = _fetch_topic_name(topic, image)
+            return name is None or authz.allows(request, TOPIC, name, Op.READ)
+
+        allowed, denied = _split(body.topics, readable)
+    if not denied:
+        return await handler(request)
+    module: Any = response_module(ApiKey.FETCH, request.api_version)
+    errors = tuple(
+        make(
+            module.FetchableTopicResponse,
+            {
+                "topic": getattr(topic, "topic", ""),
+                "topic_id": getattr(topic, "topic_id", uuid.UUID(int=0)),
+                "partitions": tuple(
+                    make(
+                        module.PartitionData,
+                        {
+                            "partition_index": p.partition,
+                            "error_code": ErrorCode.topic_authorization_failed,
+                            "high_watermark": -1,
+                            "last_stable_offset": -1,
+                            "log_start_offset": -1,
+                            "preferred_read_replica": -1,
+                            "records": None,
+                        },
+                    )
+                    for p in topic.partitions
+                ),
+            },
+        )
+        for topic in denied
+    )
+    response: Any = await handler(_narrowed(request, topics=tuple(allowed)))
+    if response is None:
+        return None
+    return dataclasses.replace(response, responses=(*response.responses, *errors))
+
+
+def _fetch_topic_name(topic: Any, image: MetadataImage) -> str | None:
+    name = getattr(topic, "topic", None)
+    if name:
+        return str(name)
+    found = image.topics.by_id.get(getattr(topic, "topic_id", uuid.UUID(int=0)))
+    return None if found is None else found.name  # an unknown id: the handler says so
+
+
+# ---- Metadata --------------------------------------------------------------------------------
+async def _metadata(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest) -> Any:
+    body = request.body
+    image = authz.image()
+    version = request.api_version
+    module: Any = response_module(ApiKey.METADATA, version)
+    all_topics = body.topics is None or (version == 0 and not body.topics)
+    if all_topics:
+        response: Any = await handler(request)
+        if response is None:
+            return None
+        visible = tuple(
+            t
+            for t in response.topics
+            if t.name is None or authz.allows(request, TOPIC, t.name, Op.DESCRIBE)
+        )
+        return dataclasses.replace(response, topics=visible)
+    may_create = authz.auto_create_topics and getattr(body, "allow_auto_topic_creation", True)
+    kept, errors = [], []
+    for item in body.topics:
+        name = item.name
+        topic_id = getattr(item, "topic_id", None)
+        if name is None and topic_id is not None:
+            found = image.topics.by_id.get(topic_id)
+            name = None if found is None else found.name
+        if name is None:
+            kept.append(item)  # an unknown id: the handler answers UNKNOWN_TOPIC_ID
+            continue
+        denied = not authz.allows(request, TOPIC, name, Op.DESCRIBE)
+        if not denied and may_create and image.topics.get(name) is None:
+            denied = not (
+                authz.cluster(request, Op.CREATE) or authz.allows(request, TOPIC, name, Op.CREATE)
+            )
+        if denied:
+            values: dict[str, object] = {
+                "error_code": ErrorCode.topic_authorization_failed,
+                "name": item.name,
+                "is_internal": False,
+                "partitions": (),
+            }
+            if topic_id is not None:
+                values["topic_id"] = topic_id
+            errors.append(make(module.MetadataResponseTopic, values))
+        else:
+            kept.append(item)
+    if not errors:
+        return await handler(request)
+    if version == 0 and not kept:
+        # v0's empty list means every topic: ask for none by answering from an empty set.
+        response = await handler(request)
+        if response is None:
+            return None
+        return dataclasses.replace(response, topics=tuple(errors))
+    response = await handler(_narrowed(request, topics=tuple(kept)))
+    if response is None:
+        return None
+    return dataclasses.replace(response, topics=(*response.topics, *errors))
+
+
+# ---- per-item admin requests -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _PerItem:
+    """An admin request authorized item by item: ``denial`` gives the error of a refused
+    item (None: allowed); refused items are answered by ``errors`` (their response items),
+    the rest handled as usual and the two lists joined."""
+
+    request_field: str
+    response_field: str
+    denial: Callable[[RequestAuthorizer, ApiRequest, Any], ErrorCode | None]
+    errors: Callable[[ApiRequest, list[Any], ErrorCode], tuple[Any, ...]] | None = None
+
+    async def __call__(
+        self, authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+    ) -> Any:
+        field = self.request_field
+        if field == "topics" and not hasattr(request.body, "topics"):
+            field = "topic_names"  # DeleteTopics before v6
+        items = tuple(getattr(request.body, field))
+        refused: dict[ErrorCode, list[Any]] = {}
+        allowed = []
+        for item in items:
+            code = self.denial(authz, request, item)
+            if code is None:
+                allowed.append(item)
+            else:
+                refused.setdefault(code, []).append(item)
+        if not refused:
+            return await handler(request)
+        errors: list[Any] = []
+        for code, denied in refused.items():
+            errors.extend(self._errors(request, field, denied, code))
+        if allowed:
+            response: Any = await handler(_narrowed(request, **{field: tuple(allowed)}))
+        else:
+            response = self._empty(request, field)
+        if response is None:
+            return None
+        joined = (*getattr(response, self.response_field), *errors)
+        return dataclasses.replace(response, **{self.response_field: joined})
+
+    def _errors(
+        self, request: ApiRequest, field: str, denied: list[Any], code: ErrorCode
+    ) -> tuple[Any, ...]:
+        if self.errors is not None:
+            return self.errors(request, denied, code)
+        body = dataclasses.replace(request.body, **{field: tuple(denied)})
+        response = refusal(request.header.api_key, request.api_version, body, code)
+        return tuple(getattr(response, self.response_field))
+
+    def _empty(self, request: ApiRequest, field: str) -> Any:
+        body = dataclasses.replace(request.body, **{field: ()})
+        if self.errors is not None:
+            key = request.header.api_key
+            module: Any = response_module(key, request.api_version)
+            name = type(request.body).__name__.removesuffix("Request") + "Response"
+            return make(getattr(module, name), {self.response_field: ()})
+        return refusal(request.header.api_key, request.api_version, body, ErrorCode.none)
+
+
+def _create_denial(authz: RequestAuthorizer, request: ApiRequest, item: Any) -> ErrorCode | None:
+    if authz.cluster(request, Op.CREATE) or authz.allows(request, TOPIC, item.name, Op.CREATE):
+        return None
+    return ErrorCode.topic_authorization_failed
+
+
+def _topic_denial(
+    operation: Op,
+) -> Callable[[RequestAuthorizer, ApiRequest, Any], ErrorCode | None]:
+    def denial(authz: RequestAuthorizer, request: ApiRequest, item: Any) -> ErrorCode | None:
+        if isinstance(item, str):
+            name: str | None = item
+        else:
+            name = item.name
+            if name is None:
+                found = authz.image().topics.by_id.get(item.topic_id)
+                name = None if found is None else found.name
+        if name is None or authz.allows(request, TOPIC, name, operation):
+            return None  # an unknown id: the controller answers UNKNOWN_TOPIC_ID
+        return ErrorCode.topic_authorization_failed
+
+    return denial
+
+
+def _config_denial(
+    topic_op: Op, cluster_op: Op
+) -> Callable[[RequestAuthorizer, ApiRequest, Any], ErrorCode | None]:
+    def denial(authz: RequestAuthorizer, request: ApiRequest, item: Any) -> ErrorCode | None:
+        if int(item.resource_type) == TOPIC_CONFIG_RESOURCE:
+            if authz.allows(request, TOPIC, item.resource_name, topic_op):
+                return None
+            return ErrorCode.topic_authorization_failed
+        if authz.cluster(request, cluster_op):
+            return None
+        return ErrorCode.cluster_authorization_failed
+
+    return denial
+
+
+def _describe_configs_errors(
+    request: ApiRequest, denied: list[Any], code: ErrorCode
+) -> tuple[Any, ...]:
+    module: Any = response_module(ApiKey.DESCRIBE_CONFIGS, request.api_version)
+    return tuple(
+        make(
+            module.DescribeConfigsResult,
+            {
+                "error_code": code,
+                "error_message": None,
+                "resource_type": item.resource_type,
+                "resource_name": item.resource_name,
+                "configs": (),
+            },
+        )
+        for item in denied
+    )
+
+
+# ---- OffsetCommit ----------------------------------------------------------------------------
+async def _offset_commit(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest) -> Any:
+    body = request.body
+    if not authz.allows(request, GROUP, body.group_id, Op.READ):
+        allowed, denied = list[Any](), list(body.topics)
+        code = ErrorCode.group_authorization_failed
+    else:
+        allowed, denied = _split(
+            body.topics, lambda t: authz.allows(request, TOPIC, t.name, Op.READ)
+        )
+        code = ErrorCode.topic_authorization_failed
+    if not denied:
+        return await handler(request)
+    module: Any = response_module(ApiKey.OFFSET_COMMIT, request.api_version)
+    errors = tuple(
+        make(
+            module.OffsetCommitResponseTopic,
+            {
+                "name": topic.name,
+                "partitions": tuple(
+                    make(
+                        module.OffsetCommitResponsePartition,
+                        {"partition_index": p.partition_index, "error_code": code},
+                    )
+                    for p in topic.partitions
+                ),
+            },
+        )
+        for topic in denied
+    )
+    if not allowed:
+        return make(module.OffsetCommitResponse, {"topics": errors})
+    response: Any = await handler(_narrowed(request, topics=tuple(allowed)))
+    if response is None:
+        return None
+    return dataclasses.replace(response, topics=(*response.topics, *errors))
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+def _split(items: Iterable[Any], keep: Callable[[Any], bool]) -> tuple[list[Any], list[Any]]:
+    kept: list[Any] = []
+    dropped: list[Any] = []
+    for item in items:
+        (kept if keep(item) else dropped).append(item)
+    return kept, dropped
+
+
+def _narrowed(request: ApiRequest, **fields: object) -> ApiRequest:
+    return dataclasses.replace(request, body=dataclasses.replace(request.body, **fields))
+
+
+_CHECKS: dict[int, Check] = {
+    ApiKey.PRODUCE: _produce,
+    ApiKey.FETCH: _fetch,
+    ApiKey.METADATA: _metadata,
+    ApiKey.OFFSET_COMMIT: _offset_commit,
+    ApiKey.CREATE_TOPICS: _PerItem("topics", "topics", _create_denial),
+    ApiKey.DELETE_TOPICS: _PerItem("topics", "responses", _topic_denial(Op.DELETE)),
+    ApiKey.CREATE_PARTITIONS: _PerItem("topics", "results", _topic_denial(Op.ALTER)),
+    ApiKey.ALTER_CONFIGS: _PerItem(
+        "resources", "responses", _config_denial(Op.ALTER_CONFIGS, Op.ALTER_CONFIGS)
+    ),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _PerItem(
+        "resources", "responses", _config_denial(Op.ALTER_CONFIGS, Op.ALTER_CONFIGS)
+    ),
+    ApiKey.DESCRIBE_CONFIGS: _PerItem(
+        "resources",
+        "results",
+        _config_denial(Op.DESCRIBE_CONFIGS, Op.DESCRIBE_CONFIGS),
+        _describe_configs_errors,
+    ),
+}
