@@ -228,7 +228,7 @@ async def _produce(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRe
                             "index": p.index,
                             "error_code": code,
                             "base_offset": -1,
-                            "log_append_time": -1,
+                            "log_append_time": None,  # -1 on the wire
                             "log_start_offset": -1,
                         },
                     )

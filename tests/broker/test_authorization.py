@@ -1,0 +1,421 @@
+"""broker/authorization.py: each request authorized against its entry's checks, for the
+principal and address its connection carries; the refusal beside the grant, through the
+wire codec (a client's view)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import types
+import uuid
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker.authorization import UNCHECKED, RequestAuthorizer, guarded
+from broker.group.apis import GroupApis
+from broker.kafka_apis import KafkaApis
+from metadata.authorizer import AclBinding, AuthorizerConfig, PatternType, Permission
+from metadata.controller.context import ControllerConfig
+from metadata.controller.quorum_controller import QuorumController
+from metadata.image import MetadataImage
+from protocol import wire
+from protocol.api_keys import ApiKey
+from protocol.api_table import (
+    BROKER,
+    CLUSTER_ACTION,
+    GROUP_READ,
+    TOPIC_READ,
+    TOPIC_WRITE,
+    TRANSACTIONAL_ID_WRITE,
+    AclOperation,
+    Api,
+    ApiRequest,
+    ResourceType,
+    ServedApis,
+)
+from protocol.entities import make, request_module, response_module
+from protocol.principal import CLIENT_HOST, PRINCIPAL
+from tests.broker.fakes import ORDERS_ID, FakeController, cluster_image
+
+ALICE, BOB = "User:alice", "User:bob"
+Op = AclOperation
+
+
+def acl(
+    name: str,
+    operation: AclOperation,
+    principal: str = ALICE,
+    permission: Permission = Permission.ALLOW,
+    resource_type: ResourceType = ResourceType.TOPIC,
+    host: str = "*",
+) -> AclBinding:
+    return AclBinding(
+        resource_type, name, PatternType.LITERAL, principal, host, operation, permission
+    )
+
+
+def image_with(*acls: AclBinding) -> MetadataImage:
+    return dataclasses.replace(
+        cluster_image(), acls={uuid.UUID(int=i + 1): a for i, a in enumerate(acls)}
+    )
+
+
+def ask(
+    entries: list[Api],
+    image: MetadataImage,
+    api_key: int,
+    version: int,
+    values: dict[str, object],
+    principal: str = ALICE,
+    host: str = "/10.0.0.1",
+    config: AuthorizerConfig | None = None,
+    auto_create: bool = False,
+) -> Any:
+    """The answer to one request on a guarded table, from ``principal`` at ``host``, as a
+    client decodes it (None: the connection is closed)."""
+    authorizer = RequestAuthorizer(
+        config or AuthorizerConfig(), lambda: image, auto_create_topics=auto_create
+    )
+    served = ServedApis(BROKER, guarded(entries, authorizer))
+    module: Any = request_module(api_key, version)
+    request_class = next(getattr(module, n) for n in dir(module) if n.endswith("Request"))
+    header = wire.RequestHeader(api_key, version, 5, "client")
+
+    async def connection() -> object | None:
+        PRINCIPAL.set(principal)  # as the listener's authentication sets it
+        CLIENT_HOST.set(host)  # as the connection loop sets it
+        return await served.handle(header, make(request_class, values))
+
+    response = asyncio.run(connection())
+    if response is None:
+        return None
+    _, decoded = wire.decode_response(api_key, version, wire.encode_response(header, response)[4:])
+    return decoded
+
+
+def kafka_apis(image: MetadataImage, auto_create: bool = False) -> tuple[list[Api], FakeController]:
+    controller = FakeController(image)
+    apis = KafkaApis(
+        1,
+        "cluster-a",
+        "PLAINTEXT",
+        lambda: controller.image,
+        controller,
+        random.Random(0),
+        auto_create_topics=auto_create,
+        acls_enabled=True,
+    )
+    return apis.apis(), controller
+
+
+# ---- Metadata --------------------------------------------------------------------------------
+def metadata(names: list[str] | None, version: int = 12) -> dict[str, object]:
+    module: Any = request_module(ApiKey.METADATA, version)
+    topics = (
+        None
+        if names is None
+        else tuple(make(module.MetadataRequestTopic, {"name": n}) for n in names)
+    )
+    return {"topics": topics, "allow_auto_topic_creation": True}
+
+
+def test_metadata_lists_only_the_topics_the_principal_may_describe() -> None:
+    image = image_with(acl("orders", Op.READ))  # READ implies DESCRIBE
+    entries, _ = kafka_apis(image)
+    listed = ask(entries, image, ApiKey.METADATA, 12, metadata(None))
+    assert [t.name for t in listed.topics] == ["orders"]
+    stranger = ask(entries, image, ApiKey.METADATA, 12, metadata(None), principal=BOB)
+    assert stranger.topics == ()
+    everyone = AuthorizerConfig(allow_everyone_if_no_acl_found=True)
+    seen = ask(entries, image, ApiKey.METADATA, 12, metadata(None), BOB, config=everyone)
+    assert [t.name for t in seen.topics] == ["audit"]  # orders has ACLs: not bob's
+
+
+def test_named_topics_without_describe_are_authorization_failures_existing_or_not() -> None:
+    image = image_with(acl("orders", Op.DESCRIBE))
+    entries, _ = kafka_apis(image)
+    response = ask(entries, image, ApiKey.METADATA, 12, metadata(["orders", "audit", "nope"]))
+    codes = {t.name: int(t.error_code) for t in response.topics}
+    assert codes == {
+        "orders": 0,
+        "audit": ErrorCode.topic_authorization_failed,
+        "nope": ErrorCode.topic_authorization_failed,
+    }
+
+
+def test_auto_creation_needs_create_on_the_cluster_or_topic() -> None:
+    image = image_with(acl("*", Op.DESCRIBE))
+    entries, controller = kafka_apis(image, auto_create=True)
+    refused = ask(entries, image, ApiKey.METADATA, 12, metadata(["fresh"]), auto_create=True)
+    assert [int(t.error_code) for t in refused.topics] == [ErrorCode.topic_authorization_failed]
+    assert controller.requests == []
+    image = image_with(acl("*", Op.DESCRIBE), acl("fresh", Op.CREATE))
+    entries, controller = kafka_apis(image, auto_create=True)
+    ask(entries, image, ApiKey.METADATA, 12, metadata(["fresh"]), auto_create=True)
+    assert [t.name for r in controller.requests for t in r.topics] == ["fresh"]
+
+
+def test_super_users_see_everything() -> None:
+    image = image_with()
+    entries, _ = kafka_apis(image)
+    config = AuthorizerConfig(super_users=frozenset({ALICE}))
+    listed = ask(entries, image, ApiKey.METADATA, 12, metadata(None), config=config)
+    assert sorted(t.name for t in listed.topics) == ["audit", "orders"]
+
+
+# ---- CreateTopics and configs (forwarded) ----------------------------------------------------
+def create_topics(*names: str) -> dict[str, object]:
+    module: Any = request_module(ApiKey.CREATE_TOPICS, 7)
+    topics = tuple(
+        make(module.CreatableTopic, {"name": n, "num_partitions": 1, "replication_factor": 1})
+        for n in names
+    )
+    return {"topics": topics, "timeout_ms": 1000}
+
+
+def test_create_topics_forwards_only_what_the_principal_may_create() -> None:
+    image = image_with(acl("a", Op.CREATE))
+    entries, controller = kafka_apis(image)
+    response = ask(entries, image, ApiKey.CREATE_TOPICS, 7, create_topics("a", "b"))
+    codes = {t.name: int(t.error_code) for t in response.topics}
+    assert codes == {"a": 0, "b": ErrorCode.topic_authorization_failed}
+    assert [t.name for r in controller.requests for t in r.topics] == ["a"]
+    cluster = image_with(acl("kafka-cluster", Op.CREATE, resource_type=ResourceType.CLUSTER))
+    entries, controller = kafka_apis(cluster)
+    response = ask(entries, cluster, ApiKey.CREATE_TOPICS, 7, create_topics("c"))
+    assert [int(t.error_code) for t in response.topics] == [0]
+    entries, controller = kafka_apis(image)
+    response = ask(entries, image, ApiKey.CREATE_TOPICS, 7, create_topics("b"), principal=BOB)
+    assert [int(t.error_code) for t in response.topics] == [ErrorCode.topic_authorization_failed]
+    assert controller.requests == []
+
+
+def test_alter_configs_needs_alter_configs_on_the_topic_or_cluster() -> None:
+    image = image_with(acl("orders", Op.ALTER_CONFIGS))
+    entries, controller = kafka_apis(image)
+    module: Any = request_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1)
+    resources = tuple(
+        make(module.AlterConfigsResource, {"resource_type": t, "resource_name": n, "configs": ()})
+        for t, n in ((2, "orders"), (2, "audit"), (4, ""))
+    )
+    controller.canned = make(
+        response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1).IncrementalAlterConfigsResponse,
+        {"responses": ()},
+    )
+    response = ask(entries, image, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": resources})
+    codes = sorted((r.resource_name, int(r.error_code)) for r in response.responses)
+    assert codes == [
+        ("", ErrorCode.cluster_authorization_failed),
+        ("audit", ErrorCode.topic_authorization_failed),
+    ]
+    assert [r.resource_name for q in controller.requests for r in q.resources] == ["orders"]
+
+
+def test_describe_configs_needs_describe_configs_implied_by_alter_configs() -> None:
+    image = image_with(acl("orders", Op.ALTER_CONFIGS))
+    entries, _ = kafka_apis(image)
+    module: Any = request_module(ApiKey.DESCRIBE_CONFIGS, 4)
+    resources = tuple(
+        make(module.DescribeConfigsResource, {"resource_type": 2, "resource_name": n})
+        for n in ("orders", "audit")
+    )
+    response = ask(entries, image, ApiKey.DESCRIBE_CONFIGS, 4, {"resources": resources})
+    codes = {r.resource_name: int(r.error_code) for r in response.results}
+    assert codes == {"orders": 0, "audit": ErrorCode.topic_authorization_failed}
+
+
+# ---- cluster actions and the ACL APIs --------------------------------------------------------
+def test_cluster_apis_need_their_cluster_operation() -> None:
+    image = image_with(acl("kafka-cluster", Op.DESCRIBE, resource_type=ResourceType.CLUSTER))
+    entries, _ = kafka_apis(image)
+    values = {"include_cluster_authorized_operations": False}
+    assert int(ask(entries, image, ApiKey.DESCRIBE_CLUSTER, 0, values).error_code) == 0
+    refused = ask(entries, image, ApiKey.DESCRIBE_CLUSTER, 0, values, principal=BOB)
+    assert int(refused.error_code) == ErrorCode.cluster_authorization_failed
+    described = ask(entries, image, ApiKey.DESCRIBE_ACLS, 3, acl_filter())
+    assert int(described.error_code) == 0 and len(described.resources) == 1
+    refused = ask(entries, image, ApiKey.DESCRIBE_ACLS, 3, acl_filter(), principal=BOB)
+    assert int(refused.error_code) == ErrorCode.cluster_authorization_failed
+    module: Any = request_module(ApiKey.CREATE_ACLS, 3)
+    creation = make(module.AclCreation, {"resource_type": 2, "resource_name": "t"})
+    created = ask(entries, image, ApiKey.CREATE_ACLS, 3, {"creations": (creation,)})
+    assert [int(r.error_code) for r in created.results] == [ErrorCode.cluster_authorization_failed]
+
+
+def acl_filter() -> dict[str, object]:
+    return {
+        "resource_type_filter": 1,
+        "pattern_type_filter": 1,
+        "operation": 1,
+        "permission_type": 1,
+    }
+
+
+# ---- Produce, Fetch and groups (handlers stubbed: what reaches them is asserted) -------------
+class Recorder:
+    """A handler that records the request it gets and answers success for all of it."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    async def produce(self, request: ApiRequest) -> object:
+        self.seen.append(request)
+        module: Any = response_module(ApiKey.PRODUCE, request.api_version)
+        responses = tuple(
+            make(
+                module.TopicProduceResponse,
+                {
+                    "name": t.name,
+                    "partition_responses": tuple(
+                        make(
+                            module.PartitionProduceResponse,
+                            {"index": p.index, "log_append_time": None},
+                        )
+                        for p in t.partition_data
+                    ),
+                },
+            )
+            for t in request.body.topic_data
+        )
+        return make(module.ProduceResponse, {"responses": responses})
+
+    async def fetch(self, request: ApiRequest) -> object:
+        self.seen.append(request)
+        module: Any = response_module(ApiKey.FETCH, request.api_version)
+        return make(module.FetchResponse, {"responses": ()})
+
+    async def join(self, request: ApiRequest) -> object:
+        self.seen.append(request)
+        module: Any = response_module(ApiKey.JOIN_GROUP, request.api_version)
+        return make(module.JoinGroupResponse, {"member_id": "m"})
+
+
+def produce(topics: list[str], acks: int = -1, transactional_id: str | None = None) -> Any:
+    module: Any = request_module(ApiKey.PRODUCE, 9)
+    data = tuple(
+        make(
+            module.TopicProduceData,
+            {"name": n, "partition_data": (make(module.PartitionProduceData, {"index": 0}),)},
+        )
+        for n in topics
+    )
+    return {
+        "topic_data": data,
+        "acks": acks,
+        "timeout_ms": 1000,
+        "transactional_id": transactional_id,
+    }
+
+
+def produce_entry(recorder: Recorder) -> list[Api]:
+    return [
+        Api(ApiKey.PRODUCE, (3, 9), recorder.produce, BROKER, (TOPIC_WRITE, TRANSACTIONAL_ID_WRITE))
+    ]
+
+
+def produce_codes(response: Any) -> dict[str, int]:
+    return {t.name: int(p.error_code) for t in response.responses for p in t.partition_responses}
+
+
+def test_produce_needs_write_on_each_topic() -> None:
+    image = image_with(acl("orders", Op.WRITE), acl("audit", Op.WRITE, permission=Permission.DENY))
+    recorder = Recorder()
+    response = ask(produce_entry(recorder), image, ApiKey.PRODUCE, 9, produce(["orders", "audit"]))
+    assert produce_codes(response) == {"orders": 0, "audit": ErrorCode.topic_authorization_failed}
+    assert [t.name for t in recorder.seen[0].body.topic_data] == ["orders"]
+    assert (recorder.seen[0].principal, recorder.seen[0].client_host) == (ALICE, "10.0.0.1")
+    refused = ask(produce_entry(recorder), image, ApiKey.PRODUCE, 9, produce(["orders"]), BOB)
+    assert produce_codes(refused) == {"orders": ErrorCode.topic_authorization_failed}
+    assert len(recorder.seen) == 1  # bob's produce never reached the log
+
+
+def test_produce_honours_the_acl_host() -> None:
+    image = image_with(acl("orders", Op.WRITE, host="10.0.0.1"))
+    recorder = Recorder()
+    here = ask(produce_entry(recorder), image, ApiKey.PRODUCE, 9, produce(["orders"]))
+    assert produce_codes(here) == {"orders": 0}
+    there = ask(
+        produce_entry(recorder), image, ApiKey.PRODUCE, 9, produce(["orders"]), host="/10.0.0.2"
+    )
+    assert produce_codes(there) == {"orders": ErrorCode.topic_authorization_failed}
+
+
+def test_a_transactional_produce_needs_write_on_its_transactional_id() -> None:
+    image = image_with(acl("orders", Op.WRITE))
+    recorder = Recorder()
+    values = produce(["orders"], transactional_id="tx")
+    response = ask(produce_entry(recorder), image, ApiKey.PRODUCE, 9, values)
+    assert produce_codes(response) == {"orders": ErrorCode.transactional_id_authorization_failed}
+    image = image_with(
+        acl("orders", Op.WRITE), acl("tx", Op.WRITE, resource_type=ResourceType.TRANSACTIONAL_ID)
+    )
+    assert produce_codes(ask(produce_entry(recorder), image, ApiKey.PRODUCE, 9, values)) == {
+        "orders": 0
+    }
+
+
+def test_a_refused_acks_zero_produce_closes_the_connection() -> None:
+    recorder = Recorder()
+    image = image_with()
+    assert ask(produce_entry(recorder), image, ApiKey.PRODUCE, 9, produce(["orders"], 0)) is None
+    assert recorder.seen == []
+
+
+def fetch(replica_id: int = -1) -> dict[str, object]:
+    module: Any = request_module(ApiKey.FETCH, 13)
+    partition = make(module.FetchPartition, {"partition": 0, "fetch_offset": 0})
+    topic = make(module.FetchTopic, {"topic_id": ORDERS_ID, "partitions": (partition,)})
+    return {"replica_id": replica_id, "max_wait": 0, "topics": (topic,), "session_epoch": -1}
+
+
+def test_fetch_needs_read_for_consumers_and_cluster_action_for_followers() -> None:
+    recorder = Recorder()
+    entries = [Api(ApiKey.FETCH, (4, 13), recorder.fetch, BROKER, (CLUSTER_ACTION, TOPIC_READ))]
+    image = image_with(acl("orders", Op.READ))
+    allowed = ask(entries, image, ApiKey.FETCH, 13, fetch())
+    assert allowed.responses == () and len(recorder.seen[0].body.topics) == 1
+    refused = ask(entries, image, ApiKey.FETCH, 13, fetch(), principal=BOB)
+    assert [int(p.error_code) for t in refused.responses for p in t.partitions] == [
+        ErrorCode.topic_authorization_failed
+    ]
+    assert recorder.seen[1].body.topics == ()
+    follower = ask(entries, image, ApiKey.FETCH, 13, fetch(replica_id=2))
+    assert [int(p.error_code) for t in follower.responses for p in t.partitions] == [
+        ErrorCode.topic_authorization_failed
+    ]
+    image = image_with(acl("kafka-cluster", Op.CLUSTER_ACTION, resource_type=ResourceType.CLUSTER))
+    follower = ask(entries, image, ApiKey.FETCH, 13, fetch(replica_id=2))
+    assert len(recorder.seen[-1].body.topics) == 1 and follower.responses == ()
+
+
+def test_join_group_needs_read_on_the_group() -> None:
+    recorder = Recorder()
+    entries = [Api(ApiKey.JOIN_GROUP, (0, 9), recorder.join, BROKER, (GROUP_READ,))]
+    values = {"group_id": "g", "session_timeout_ms": 1000, "protocol_type": "consumer"}
+    image = image_with(acl("g", Op.READ, resource_type=ResourceType.GROUP))
+    assert int(ask(entries, image, ApiKey.JOIN_GROUP, 9, values).error_code) == 0
+    refused = ask(entries, image, ApiKey.JOIN_GROUP, 9, values, principal=BOB)
+    assert int(refused.error_code) == ErrorCode.group_authorization_failed
+    assert len(recorder.seen) == 1
+
+
+# ---- the tables ------------------------------------------------------------------------------
+@pytest.mark.parametrize("table", ["broker", "controller"])
+def test_every_entry_is_checked_or_listed_as_unchecked(table: str) -> None:
+    stub: Any = types.SimpleNamespace(add_listener=lambda _: None, add_publisher=lambda _: None)
+    if table == "broker":
+        apis = KafkaApis(
+            1, "c", "PLAINTEXT", MetadataImage, FakeController(MetadataImage()),
+            random.Random(0), replicas=stub, producer_ids=stub,
+        )  # fmt: skip
+        entries = [*apis.apis(), *GroupApis(stub, MetadataImage, stub).apis("PLAINTEXT")]
+    else:
+        entries = QuorumController(stub, stub, stub, ControllerConfig(1, "c")).apis()
+    authorizer = RequestAuthorizer(AuthorizerConfig(), MetadataImage)
+    wrapped = guarded(entries, authorizer)  # raises for an entry with no check
+    for before, after in zip(entries, wrapped, strict=True):
+        unchanged = not before.authorization or before.key in UNCHECKED
+        assert (after.handler is before.handler) == unchanged, before.key.name
