@@ -419,3 +419,22 @@ def test_every_entry_is_checked_or_listed_as_unchecked(table: str) -> None:
     for before, after in zip(entries, wrapped, strict=True):
         unchanged = not before.authorization or before.key in UNCHECKED
         assert (after.handler is before.handler) == unchanged, before.key.name
+
+
+@pytest.mark.parametrize("api_key", [ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS])
+def test_without_an_authorizer_the_acl_apis_are_security_disabled(api_key: ApiKey) -> None:
+    controller = FakeController(cluster_image())
+    apis = KafkaApis(1, "c", "PLAINTEXT", lambda: controller.image, controller, random.Random(0))
+    module: Any = request_module(api_key, 3)
+    values: dict[str, object] = acl_filter()
+    if api_key == ApiKey.CREATE_ACLS:
+        values = {"creations": (make(module.AclCreation, {"resource_name": "t"}),)}
+    elif api_key == ApiKey.DELETE_ACLS:
+        values = {"filters": (make(module.DeleteAclsFilter, acl_filter()),)}
+    header = wire.RequestHeader(api_key, 3, 5, "client")
+    request_class = next(getattr(module, n) for n in dir(module) if n.endswith("Request"))
+    served = ServedApis(BROKER, guarded(apis.apis(), None))
+    response: Any = asyncio.run(served.handle(header, make(request_class, values)))
+    items = getattr(response, "results", getattr(response, "filter_results", (response,)))
+    assert [int(i.error_code) for i in items] == [ErrorCode.security_disabled]
+    assert controller.requests == []

@@ -1,0 +1,207 @@
+"""ACLs from real clients against a real kraft-server with Kafka's StandardAuthorizer
+configured: confluent-kafka's admin and Kafka's own kafka-acls tool add, list and remove
+them, and an anonymous producer is refused, allowed, then refused again as ACLs change.
+
+Every connection here is PLAINTEXT, so every client (and the broker talking to its own
+controller listener) is User:ANONYMOUS, as in Kafka."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from tests import kafka_tools as tools
+from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
+from tests.kraft.procs import Processes, free_port, port_open, single_node, wait_until
+
+AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
+ANONYMOUS = "User:ANONYMOUS"
+ACL_COMMAND = "org.apache.kafka.tools.AclCommand"
+
+
+@pytest.fixture(scope="module")
+def admin_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An authorizer-enabled node where the anonymous client is a super user."""
+    procs, bootstrap = single_node(
+        tmp_path_factory.mktemp("acl-admin"), {**AUTHORIZER, "super.users": ANONYMOUS}
+    )
+    try:
+        yield bootstrap
+    finally:
+        procs.cleanup()
+
+
+def binding(
+    name: str, operation: AclOperation, permission: AclPermissionType, principal: str
+) -> AclBinding:
+    return AclBinding(
+        ResourceType.TOPIC, name, ResourcePatternType.LITERAL, principal, "*", operation,
+        permission,
+    )  # fmt: skip
+
+
+def every_topic_acl(name: str | None = None) -> AclBindingFilter:
+    return AclBindingFilter(
+        ResourceType.TOPIC, name, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+        AclPermissionType.ANY,
+    )  # fmt: skip
+
+
+def test_confluent_kafka_creates_describes_and_deletes_acls(admin_node: str) -> None:
+    admin = AdminClient({"bootstrap.servers": admin_node})
+    read = binding("orders", AclOperation.READ, AclPermissionType.ALLOW, "User:alice")
+    deny = binding("orders", AclOperation.WRITE, AclPermissionType.DENY, "User:bob")
+    for future in admin.create_acls([read, deny], request_timeout=15).values():
+        assert future.result() is None
+    described = admin.describe_acls(every_topic_acl("orders"), request_timeout=15).result()
+    assert sorted(described, key=str) == sorted([read, deny], key=str)
+    prefixed = AclBindingFilter(
+        ResourceType.TOPIC, "orders", ResourcePatternType.MATCH, None, None, AclOperation.ANY,
+        AclPermissionType.ANY,
+    )  # fmt: skip
+    assert len(admin.describe_acls(prefixed, request_timeout=15).result()) == 2
+    only_bob = AclBindingFilter(
+        ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:bob", None,
+        AclOperation.ANY, AclPermissionType.ANY,
+    )  # fmt: skip
+    (deleted,) = admin.delete_acls([only_bob], request_timeout=15).values()
+    assert deleted.result() == [deny]
+    assert admin.describe_acls(every_topic_acl("orders"), request_timeout=15).result() == [read]
+    # An ACL with a filter's value (MATCH) is refused with INVALID_REQUEST by the broker.
+    bad = AclBinding(
+        ResourceType.TOPIC,
+        "x",
+        ResourcePatternType.PREFIXED,
+        "alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )  # not a type:name principal
+    (future,) = admin.create_acls([bad], request_timeout=15).values()
+    with pytest.raises(KafkaException) as raised:
+        future.result()
+    assert raised.value.args[0].code() == KafkaError.INVALID_REQUEST
+
+
+@pytest.mark.usefixtures("kafka_tools")
+def test_kafka_acls_tool_adds_lists_and_removes_acls(admin_node: str) -> None:
+    common = ("--bootstrap-server", admin_node)
+    tools.run(
+        ACL_COMMAND, *common, "--add", "--allow-principal", "User:carol", "--operation", "Read",
+        "--operation", "Describe", "--topic", "tool-topic", "--group", "tool-group",
+    )  # fmt: skip
+    listed = tools.run(ACL_COMMAND, *common, "--list", "--topic", "tool-topic").stdout
+    assert "User:carol" in listed and "READ" in listed and "DESCRIBE" in listed
+    groups = tools.run(ACL_COMMAND, *common, "--list", "--group", "tool-group").stdout
+    assert "User:carol" in groups
+    tools.run(
+        ACL_COMMAND, *common, "--remove", "--force", "--allow-principal", "User:carol",
+        "--operation", "Read", "--topic", "tool-topic",
+    )  # fmt: skip
+    after = tools.run(ACL_COMMAND, *common, "--list", "--topic", "tool-topic").stdout
+    assert "READ" not in after and "DESCRIBE" in after
+
+
+def test_without_an_authorizer_acl_requests_are_security_disabled(tmp_path: Path) -> None:
+    procs, bootstrap = single_node(tmp_path)
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        allow = binding("t", AclOperation.READ, AclPermissionType.ALLOW, "User:alice")
+        (future,) = admin.create_acls([allow], request_timeout=15).values()
+        with pytest.raises(KafkaException) as raised:
+            future.result()
+        assert raised.value.args[0].code() == KafkaError.SECURITY_DISABLED
+        assert "No Authorizer is configured" in raised.value.args[0].str()
+    finally:
+        procs.cleanup()
+
+
+def produce_one(bootstrap: str, topic: str) -> KafkaError | None:
+    """Produce one record; the delivery error (None: acknowledged)."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "message.timeout.ms": 10000, "acks": "all"}
+    )
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, b"v", on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(20)
+    assert len(outcome) == 1, "no delivery report within 20 s"
+    return outcome[0]
+
+
+def test_an_anonymous_producer_is_refused_allowed_then_denied(tmp_path: Path) -> None:
+    """Kafka's walk-through: with the authorizer on and no super user, the anonymous
+    producer gets TOPIC_AUTHORIZATION_FAILED; an ALLOW of WRITE lets it produce; a DENY
+    wins over that ALLOW. The cluster-level ACLs the node's own broker needs on its
+    controller listener (it is anonymous too) are created first, as a super user."""
+    broker_port, controller_port = free_port(), free_port()
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": (
+            f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}"
+        ),
+        "controller.listener.names": "CONTROLLER",
+        **AUTHORIZER,
+        "super.users": ANONYMOUS,
+    }
+    procs = Processes(tmp_path, {1: props})
+    bootstrap = f"127.0.0.1:{broker_port}"
+    try:
+        procs.start(1)
+        wait_until(lambda: port_open("127.0.0.1", broker_port), "the broker listener opens")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        cluster = [
+            AclBinding(
+                ResourceType.BROKER,  # confluent-kafka's name for the CLUSTER resource
+                "kafka-cluster",
+                ResourcePatternType.LITERAL,
+                ANONYMOUS,
+                "*",
+                operation,
+                AclPermissionType.ALLOW,
+            )
+            for operation in (
+                AclOperation.CLUSTER_ACTION,  # the broker's registration and heartbeats
+                AclOperation.ALTER,  # creating ACLs
+                AclOperation.CREATE,  # creating topics
+                AclOperation.DESCRIBE,
+            )
+        ]
+        for future in admin.create_acls(cluster, request_timeout=15).values():
+            future.result()
+        admin.create_topics([NewTopic("guarded", 1, 1)])["guarded"].result(timeout=15)
+        assert produce_one(bootstrap, "guarded") is None  # still a super user
+        procs.stop_all()
+        # The same node without super.users: the anonymous client is an ordinary principal.
+        del props["super.users"]
+        procs.config(1).write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        procs.start(1)
+        wait_until(lambda: port_open("127.0.0.1", broker_port), "the broker listener reopens")
+        refused = produce_one(bootstrap, "guarded")
+        assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        allow = binding("guarded", AclOperation.WRITE, AclPermissionType.ALLOW, ANONYMOUS)
+        for future in admin.create_acls([allow], request_timeout=15).values():
+            future.result()
+        assert produce_one(bootstrap, "guarded") is None
+        deny = binding("guarded", AclOperation.WRITE, AclPermissionType.DENY, ANONYMOUS)
+        for future in admin.create_acls([deny], request_timeout=15).values():
+            future.result()
+        denied = produce_one(bootstrap, "guarded")
+        assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        procs.cleanup()
