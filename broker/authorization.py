@@ -24,7 +24,17 @@ declared on its entry (protocol/api_table.py):
   items are answered with the error, the others handled (forwarded) as usual.
 - JoinGroup, SyncGroup, Heartbeat, LeaveGroup and ConsumerGroupHeartbeat need READ on the
   group (GROUP_AUTHORIZATION_FAILED); OffsetCommit READ on the group (every partition
-  GROUP_AUTHORIZATION_FAILED) and READ on each topic.
+  GROUP_AUTHORIZATION_FAILED) and READ on each topic; DescribeGroups DESCRIBE and
+  DeleteGroups DELETE on each group; ListGroups lists every group with DESCRIBE on the
+  cluster, else only the groups the principal may DESCRIBE; FindCoordinator DESCRIBE on the
+  group or transactional id.
+- ListOffsets and a client's OffsetForLeaderEpoch need DESCRIBE on each topic (a
+  follower's OffsetForLeaderEpoch CLUSTER_ACTION); DescribeTopicPartitions describes only
+  what the principal may DESCRIBE.
+- InitProducerId with a transactional id, EndTxn and AddOffsetsToTxn need WRITE on the
+  transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED; AddOffsetsToTxn also READ on
+  the group); an idempotent InitProducerId needs IDEMPOTENT_WRITE on the cluster or WRITE
+  on some topic (Authorizer.authorize_any), else CLUSTER_AUTHORIZATION_FAILED.
 
 ``UNCHECKED`` lists the entries that declare resource checks this module does not make yet;
 they are served as without an authorizer (docs/acls.md says which).
@@ -59,34 +69,14 @@ TOPIC_CONFIG_RESOURCE = 2  # ConfigResource.Type
 # Entries declaring resource checks not made yet: served as without an authorizer.
 UNCHECKED = frozenset(
     {
-        ApiKey.LIST_OFFSETS,
-        ApiKey.OFFSET_FOR_LEADER_EPOCH,
         ApiKey.OFFSET_FETCH,
-        ApiKey.FIND_COORDINATOR,
-        ApiKey.DESCRIBE_GROUPS,
-        ApiKey.LIST_GROUPS,
-        ApiKey.DELETE_GROUPS,
         ApiKey.OFFSET_DELETE,
         ApiKey.CONSUMER_GROUP_DESCRIBE,
-        ApiKey.INIT_PRODUCER_ID,
         ApiKey.ADD_PARTITIONS_TO_TXN,
-        ApiKey.ADD_OFFSETS_TO_TXN,
-        ApiKey.END_TXN,
         ApiKey.TXN_OFFSET_COMMIT,
-        ApiKey.WRITE_TXN_MARKERS,
         ApiKey.DESCRIBE_TRANSACTIONS,
         ApiKey.LIST_TRANSACTIONS,
         ApiKey.DESCRIBE_PRODUCERS,
-        ApiKey.DESCRIBE_TOPIC_PARTITIONS,
-    }
-)
-GROUP_READ_APIS = frozenset(
-    {
-        ApiKey.JOIN_GROUP,
-        ApiKey.SYNC_GROUP,
-        ApiKey.HEARTBEAT,
-        ApiKey.LEAVE_GROUP,
-        ApiKey.CONSUMER_GROUP_HEARTBEAT,
     }
 )
 
@@ -165,8 +155,6 @@ def _check_for(api: Api) -> Check | None:
     specific = _CHECKS.get(api.key)
     if specific is not None:
         return specific
-    if api.key in GROUP_READ_APIS:
-        return _group_read
     raise AssertionError(f"{api.key.name}: no authorization check for {api.authorization}")
 
 
@@ -193,10 +181,107 @@ def whole_refusal(request: ApiRequest, code: ErrorCode) -> object | None:
     return make(entity, {"error_code": code})
 
 
-async def _group_read(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest) -> Any:
-    if authz.allows(request, GROUP, request.body.group_id, Op.READ):
+@dataclass(frozen=True, slots=True)
+class _Single:
+    """Checks on the one resource each named field of the request names, in order; the
+    first refused answers the whole request with its error."""
+
+    checks: tuple[tuple[str, ResourceType, Op, ErrorCode], ...]
+
+    async def __call__(
+        self, authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+    ) -> Any:
+        for field, resource_type, operation, code in self.checks:
+            if not authz.allows(request, resource_type, getattr(request.body, field), operation):
+                return whole_refusal(request, code)
         return await handler(request)
-    return whole_refusal(request, ErrorCode.group_authorization_failed)
+
+
+_GROUP_READ = ("group_id", GROUP, Op.READ, ErrorCode.group_authorization_failed)
+_TXN_WRITE = (
+    "transactional_id",
+    TRANSACTIONAL_ID,
+    Op.WRITE,
+    ErrorCode.transactional_id_authorization_failed,
+)
+
+
+async def _init_producer_id(
+    authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+) -> Any:
+    """A transactional producer needs WRITE on its transactional id; an idempotent one
+    IDEMPOTENT_WRITE on the cluster or WRITE on some topic (Kafka's KafkaApis)."""
+    txn = request.body.transactional_id
+    if txn is not None:
+        if authz.allows(request, TRANSACTIONAL_ID, txn, Op.WRITE):
+            return await handler(request)
+        return whole_refusal(request, ErrorCode.transactional_id_authorization_failed)
+    if authz.cluster(request, Op.IDEMPOTENT_WRITE) or authz.current().authorize_any(
+        request.principal, request.client_host, TOPIC, Op.WRITE
+    ):
+        return await handler(request)
+    return whole_refusal(request, ErrorCode.cluster_authorization_failed)
+
+
+async def _find_coordinator(
+    authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+) -> Any:
+    """DESCRIBE on the group (key type 0) or transactional id (1) whose coordinator is
+    asked for; v4+ ask for several keys, each refused alone."""
+    if hasattr(request.body, "coordinator_keys"):
+        return await _FIND_COORDINATORS(authz, handler, request)
+    code = _coordinator_denial(authz, request, request.body.key)
+    return await handler(request) if code is None else whole_refusal(request, code)
+
+
+def _coordinator_denial(
+    authz: RequestAuthorizer, request: ApiRequest, key: Any
+) -> ErrorCode | None:
+    if int(request.body.key_type) == 1:
+        if authz.allows(request, TRANSACTIONAL_ID, key, Op.DESCRIBE):
+            return None
+        return ErrorCode.transactional_id_authorization_failed
+    if authz.allows(request, GROUP, key, Op.DESCRIBE):
+        return None
+    return ErrorCode.group_authorization_failed
+
+
+async def _list_groups(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest) -> Any:
+    """DESCRIBE on the cluster lists every group; otherwise only the groups the principal
+    may DESCRIBE are listed."""
+    response: Any = await handler(request)
+    if response is None or authz.cluster(request, Op.DESCRIBE):
+        return response
+    visible = tuple(
+        g for g in response.groups if authz.allows(request, GROUP, g.group_id, Op.DESCRIBE)
+    )
+    return dataclasses.replace(response, groups=visible)
+
+
+async def _describe_topic_partitions(
+    authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+) -> Any:
+    """Only topics the principal may DESCRIBE are described; a named one it may not is
+    answered TOPIC_AUTHORIZATION_FAILED."""
+    response: Any = await handler(request)
+    if response is None:
+        return None
+    module: Any = response_module(ApiKey.DESCRIBE_TOPIC_PARTITIONS, request.api_version)
+    named = {t.name for t in request.body.topics}
+    topics = []
+    for topic in response.topics:
+        if topic.name is None or authz.allows(request, TOPIC, topic.name, Op.DESCRIBE):
+            topics.append(topic)
+        elif topic.name in named:
+            values = {
+                "error_code": ErrorCode.topic_authorization_failed,
+                "name": topic.name,
+                "topic_id": None,
+                "is_internal": False,
+                "partitions": (),
+            }
+            topics.append(make(module.DescribeTopicPartitionsResponseTopic, values))
+    return dataclasses.replace(response, topics=tuple(topics))
 
 
 # ---- Produce ---------------------------------------------------------------------------------
@@ -480,6 +565,92 @@ def _describe_configs_errors(
     )
 
 
+def _simple_denial(
+    resource_type: ResourceType, operation: Op, code: ErrorCode, name: Callable[[Any], str]
+) -> Callable[[RequestAuthorizer, ApiRequest, Any], ErrorCode | None]:
+    def denial(authz: RequestAuthorizer, request: ApiRequest, item: Any) -> ErrorCode | None:
+        return None if authz.allows(request, resource_type, name(item), operation) else code
+
+    return denial
+
+
+def _items_refused(
+    api_key: int, entity: str, values: Callable[[Any, ErrorCode], dict[str, object]]
+) -> Callable[[ApiRequest, list[Any], ErrorCode], tuple[Any, ...]]:
+    """The response items of refused request items: ``entity`` of ``api_key``'s response
+    module, built from ``values(item, code)``."""
+
+    def errors(request: ApiRequest, denied: list[Any], code: ErrorCode) -> tuple[Any, ...]:
+        module: Any = response_module(api_key, request.api_version)
+        return tuple(make(getattr(module, entity), values(item, code)) for item in denied)
+
+    return errors
+
+
+def _partitions_refused(
+    api_key: int, topic_entity: str, partition_entity: str, topic_field: str, index_field: str
+) -> Callable[[ApiRequest, list[Any], ErrorCode], tuple[Any, ...]]:
+    """Refused topics answered with ``code`` for each partition they name."""
+
+    def errors(request: ApiRequest, denied: list[Any], code: ErrorCode) -> tuple[Any, ...]:
+        module: Any = response_module(api_key, request.api_version)
+        return tuple(
+            make(
+                getattr(module, topic_entity),
+                {
+                    topic_field: getattr(topic, topic_field),
+                    "partitions": tuple(
+                        make(
+                            getattr(module, partition_entity),
+                            {
+                                index_field: getattr(p, _request_index(p)),
+                                "error_code": code,
+                                "timestamp": -1,
+                                "offset": -1,
+                                "leader_epoch": -1,
+                                "end_offset": -1,
+                            },
+                        )
+                        for p in topic.partitions
+                    ),
+                },
+            )
+            for topic in denied
+        )
+
+    return errors
+
+
+def _request_index(partition: Any) -> str:
+    return "partition_index" if hasattr(partition, "partition_index") else "partition"
+
+
+def _leader_epoch_denial(
+    authz: RequestAuthorizer, request: ApiRequest, item: Any
+) -> ErrorCode | None:
+    """A follower's OffsetForLeaderEpoch needs CLUSTER_ACTION, a client's DESCRIBE on the
+    topic."""
+    if request.body.replica_id >= 0:
+        if authz.cluster(request, Op.CLUSTER_ACTION):
+            return None
+        return ErrorCode.cluster_authorization_failed
+    if authz.allows(request, TOPIC, item.topic, Op.DESCRIBE):
+        return None
+    return ErrorCode.topic_authorization_failed
+
+
+_FIND_COORDINATORS = _PerItem(
+    "coordinator_keys",
+    "coordinators",
+    _coordinator_denial,
+    _items_refused(
+        ApiKey.FIND_COORDINATOR,
+        "Coordinator",
+        lambda key, code: {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code},
+    ),
+)
+
+
 # ---- OffsetCommit ----------------------------------------------------------------------------
 async def _offset_commit(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest) -> Any:
     body = request.body
@@ -532,6 +703,61 @@ def _narrowed(request: ApiRequest, **fields: object) -> ApiRequest:
 
 
 _CHECKS: dict[int, Check] = {
+    ApiKey.JOIN_GROUP: _Single((_GROUP_READ,)),
+    ApiKey.SYNC_GROUP: _Single((_GROUP_READ,)),
+    ApiKey.HEARTBEAT: _Single((_GROUP_READ,)),
+    ApiKey.LEAVE_GROUP: _Single((_GROUP_READ,)),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: _Single((_GROUP_READ,)),
+    ApiKey.END_TXN: _Single((_TXN_WRITE,)),
+    ApiKey.ADD_OFFSETS_TO_TXN: _Single((_TXN_WRITE, _GROUP_READ)),
+    ApiKey.INIT_PRODUCER_ID: _init_producer_id,
+    ApiKey.FIND_COORDINATOR: _find_coordinator,
+    ApiKey.LIST_GROUPS: _list_groups,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: _describe_topic_partitions,
+    ApiKey.DESCRIBE_GROUPS: _PerItem(
+        "groups",
+        "groups",
+        _simple_denial(GROUP, Op.DESCRIBE, ErrorCode.group_authorization_failed, str),
+        _items_refused(
+            ApiKey.DESCRIBE_GROUPS,
+            "DescribedGroup",
+            lambda group, code: {"error_code": code, "group_id": group},
+        ),
+    ),
+    ApiKey.DELETE_GROUPS: _PerItem(
+        "groups_names",
+        "results",
+        _simple_denial(GROUP, Op.DELETE, ErrorCode.group_authorization_failed, str),
+        _items_refused(
+            ApiKey.DELETE_GROUPS,
+            "DeletableGroupResult",
+            lambda group, code: {"error_code": code, "group_id": group},
+        ),
+    ),
+    ApiKey.LIST_OFFSETS: _PerItem(
+        "topics",
+        "topics",
+        _simple_denial(TOPIC, Op.DESCRIBE, ErrorCode.topic_authorization_failed, lambda t: t.name),
+        _partitions_refused(
+            ApiKey.LIST_OFFSETS,
+            "ListOffsetsTopicResponse",
+            "ListOffsetsPartitionResponse",
+            "name",
+            "partition_index",
+        ),
+    ),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: _PerItem(
+        "topics",
+        "topics",
+        _leader_epoch_denial,
+        _partitions_refused(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            "OffsetForLeaderTopicResult",
+            "EpochEndOffset",
+            "topic",
+            "partition",
+        ),
+    ),
     ApiKey.PRODUCE: _produce,
     ApiKey.FETCH: _fetch,
     ApiKey.METADATA: _metadata,

@@ -24,7 +24,6 @@ pattern type matches every pattern that would apply to the named resource.
 from __future__ import annotations
 
 import enum
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -34,6 +33,8 @@ WILDCARD = "*"  # a literal resource name matching every name (Kafka's ResourceP
 WILDCARD_PRINCIPAL = "User:*"
 WILDCARD_HOST = "*"
 CLUSTER_NAME = "kafka-cluster"  # the one name of the CLUSTER resource
+# The name Kafka's authorizeByResourceType asks about first: one no literal ACL names.
+_UNNAMED = "hardcode"
 ANY_CODE = 1  # ResourceType.ANY, PatternType.ANY, AclOperation.ANY, AclPermissionType.ANY
 # What an ALLOW of each operation also allows (Kafka's AclEntry implied operations).
 IMPLIED_BY: Mapping[AclOperation, frozenset[AclOperation]] = {
@@ -239,6 +240,57 @@ class Authorizer:
             return True
         return not found and self._config.allow_everyone_if_no_acl_found
 
+    def authorize_any(
+        self, principal: str, host: str, resource_type: ResourceType, operation: AclOperation
+    ) -> bool:
+        """Whether ``principal`` may do ``operation`` on some resource of ``resource_type``
+        (Kafka's Authorizer.authorizeByResourceType: an idempotent producer needs WRITE on
+        some topic). A literal or prefixed ALLOW counts unless a DENY covers it (a wildcard
+        DENY, the same literal name, or a prefix of its name); a name nobody's ACLs cover
+        decides as ``authorize`` does (super users, allow.everyone.if.no.acl.found)."""
+        if self.authorize(principal, host, resource_type, _UNNAMED, operation):
+            return True
+        denied_literals: set[str] = set()
+        denied_prefixes: list[str] = []
+        allowed_literals: list[str] = []
+        allowed_prefixes: list[str] = []
+        every = [
+            *(
+                a
+                for (kind, _), acls in self._literal.items()
+                if kind == resource_type
+                for a in acls
+            ),
+            *self._prefixed.get(resource_type, ()),
+        ]
+        for acl in every:
+            if acl.principal not in (principal, WILDCARD_PRINCIPAL):
+                continue
+            if acl.host not in (host, WILDCARD_HOST):
+                continue
+            if acl.operation not in (operation, AclOperation.ALL):
+                continue
+            prefixed = acl.pattern_type == PatternType.PREFIXED
+            if acl.permission == Permission.DENY:
+                if prefixed:
+                    denied_prefixes.append(acl.resource_name)
+                else:
+                    denied_literals.add(acl.resource_name)
+            elif prefixed:
+                allowed_prefixes.append(acl.resource_name)
+            else:
+                allowed_literals.append(acl.resource_name)
+        if WILDCARD in denied_literals:
+            return False
+        for name in allowed_literals:
+            if name == WILDCARD or (
+                name not in denied_literals and not any(name.startswith(p) for p in denied_prefixes)
+            ):
+                return True
+        return any(
+            not any(name.startswith(p) for p in denied_prefixes) for name in allowed_prefixes
+        )
+
     def _applicable(self, resource_type: ResourceType, name: str) -> Iterable[AclBinding]:
         yield from self._literal.get((resource_type, name), ())
         if name != WILDCARD:
@@ -246,8 +298,3 @@ class Authorizer:
         for acl in self._prefixed.get(resource_type, ()):
             if name.startswith(acl.resource_name):
                 yield acl
-
-
-def acl_id(rng_bits: int) -> uuid.UUID:
-    """An ACL's id (Kafka's AccessControlEntryRecord.id) from 128 random bits."""
-    return uuid.UUID(int=rng_bits & ((1 << 128) - 1))

@@ -438,3 +438,182 @@ def test_without_an_authorizer_the_acl_apis_are_security_disabled(api_key: ApiKe
     items = getattr(response, "results", getattr(response, "filter_results", (response,)))
     assert [int(i.error_code) for i in items] == [ErrorCode.security_disabled]
     assert controller.requests == []
+
+
+# ---- groups, coordinators, offsets, transactions ---------------------------------------------
+def stub(api_key: ApiKey, version: int, reply: dict[str, object], seen: list[Any]) -> Any:
+    """A handler that records what reaches it and answers ``reply`` (the response's
+    values), echoing the request's items where the test says so."""
+
+    async def handle(request: ApiRequest) -> object:
+        seen.append(request.body)
+        module: Any = response_module(api_key, version)
+        name = type(request.body).__name__.removesuffix("Request") + "Response"
+        values = {k: v(request.body) if callable(v) else v for k, v in reply.items()}
+        return make(getattr(module, name), values)
+
+    return handle
+
+
+def group(name: str, operation: AclOperation, principal: str = ALICE) -> AclBinding:
+    return acl(name, operation, principal, resource_type=ResourceType.GROUP)
+
+
+def test_describe_and_delete_groups_refuse_each_group_alone() -> None:
+    seen: list[Any] = []
+    module: Any = response_module(ApiKey.DESCRIBE_GROUPS, 5)
+    described = stub(
+        ApiKey.DESCRIBE_GROUPS,
+        5,
+        {"groups": lambda b: tuple(make(module.DescribedGroup, {"group_id": g}) for g in b.groups)},
+        seen,
+    )
+    entries = [Api(ApiKey.DESCRIBE_GROUPS, (0, 5), described, BROKER, (GROUP_READ,))]
+    image = image_with(group("mine", Op.DESCRIBE))
+    response = ask(entries, image, ApiKey.DESCRIBE_GROUPS, 5, {"groups": ("mine", "theirs")})
+    codes = {g.group_id: int(g.error_code) for g in response.groups}
+    assert codes == {"mine": 0, "theirs": ErrorCode.group_authorization_failed}
+    assert seen[0].groups == ("mine",)
+    deleted_module: Any = response_module(ApiKey.DELETE_GROUPS, 2)
+    deleter = stub(
+        ApiKey.DELETE_GROUPS,
+        2,
+        {
+            "results": lambda b: tuple(
+                make(deleted_module.DeletableGroupResult, {"group_id": g}) for g in b.groups_names
+            )
+        },
+        seen,
+    )
+    entries = [Api(ApiKey.DELETE_GROUPS, (0, 2), deleter, BROKER, (GROUP_READ,))]
+    image = image_with(group("mine", Op.DESCRIBE), group("gone", Op.DELETE))
+    response = ask(entries, image, ApiKey.DELETE_GROUPS, 2, {"groups_names": ("mine", "gone")})
+    codes = {r.group_id: int(r.error_code) for r in response.results}
+    assert codes == {"gone": 0, "mine": ErrorCode.group_authorization_failed}
+
+
+def test_list_groups_shows_only_describable_groups_without_cluster_describe() -> None:
+    module: Any = response_module(ApiKey.LIST_GROUPS, 5)
+    listed = tuple(make(module.ListedGroup, {"group_id": g}) for g in ("mine", "theirs"))
+    handler = stub(ApiKey.LIST_GROUPS, 5, {"groups": listed}, [])
+    entries = [Api(ApiKey.LIST_GROUPS, (0, 5), handler, BROKER, (GROUP_READ,))]
+    image = image_with(
+        group("mine", Op.READ),
+        acl("kafka-cluster", Op.DESCRIBE, BOB, resource_type=ResourceType.CLUSTER),
+    )
+    alice = ask(entries, image, ApiKey.LIST_GROUPS, 5, {})
+    assert [g.group_id for g in alice.groups] == ["mine"]
+    bob = ask(entries, image, ApiKey.LIST_GROUPS, 5, {}, principal=BOB)
+    assert [g.group_id for g in bob.groups] == ["mine", "theirs"]
+
+
+def test_find_coordinator_needs_describe_on_the_group_or_transactional_id() -> None:
+    seen: list[Any] = []
+    module: Any = response_module(ApiKey.FIND_COORDINATOR, 4)
+    handler = stub(
+        ApiKey.FIND_COORDINATOR,
+        4,
+        {
+            "coordinators": lambda b: tuple(
+                make(module.Coordinator, {"key": k, "node_id": 1, "host": "h", "port": 1})
+                for k in b.coordinator_keys
+            )
+        },
+        seen,
+    )
+    entries = [Api(ApiKey.FIND_COORDINATOR, (0, 6), handler, BROKER, (GROUP_READ,))]
+    image = image_with(group("mine", Op.DESCRIBE))
+    values = {"key_type": 0, "coordinator_keys": ("mine", "theirs")}
+    response = ask(entries, image, ApiKey.FIND_COORDINATOR, 4, values)
+    codes = {c.key: int(c.error_code) for c in response.coordinators}
+    assert codes == {"mine": 0, "theirs": ErrorCode.group_authorization_failed}
+    txn = ask(
+        entries, image, ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ("tx",)}
+    )
+    assert [int(c.error_code) for c in txn.coordinators] == [
+        ErrorCode.transactional_id_authorization_failed
+    ]
+    old_handler = stub(ApiKey.FIND_COORDINATOR, 3, {"node_id": 1}, seen)
+    entries = [Api(ApiKey.FIND_COORDINATOR, (0, 6), old_handler, BROKER, (GROUP_READ,))]
+    refused = ask(entries, image, ApiKey.FIND_COORDINATOR, 3, {"key": "theirs", "key_type": 0})
+    assert int(refused.error_code) == ErrorCode.group_authorization_failed
+
+
+def test_list_offsets_needs_describe_on_each_topic() -> None:
+    seen: list[Any] = []
+    handler = stub(ApiKey.LIST_OFFSETS, 7, {"topics": ()}, seen)
+    entries = [Api(ApiKey.LIST_OFFSETS, (1, 7), handler, BROKER, (TOPIC_READ,))]
+    module: Any = request_module(ApiKey.LIST_OFFSETS, 7)
+    topics = tuple(
+        make(
+            module.ListOffsetsTopic,
+            {"name": n, "partitions": (make(module.ListOffsetsPartition, {"partition_index": 0}),)},
+        )
+        for n in ("orders", "audit")
+    )
+    image = image_with(acl("orders", Op.READ))
+    response = ask(entries, image, ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "topics": topics})
+    assert [(t.name, [int(p.error_code) for p in t.partitions]) for t in response.topics] == [
+        ("audit", [ErrorCode.topic_authorization_failed])
+    ]
+    assert [t.name for t in seen[0].topics] == ["orders"]
+
+
+def test_offset_for_leader_epoch_needs_cluster_action_from_a_follower() -> None:
+    seen: list[Any] = []
+    handler = stub(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {"topics": ()}, seen)
+    entries = [Api(ApiKey.OFFSET_FOR_LEADER_EPOCH, (2, 4), handler, BROKER, (TOPIC_READ,))]
+    module: Any = request_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4)
+    partition = make(module.OffsetForLeaderPartition, {"partition": 0})
+    topics = (make(module.OffsetForLeaderTopic, {"topic": "orders", "partitions": (partition,)}),)
+    image = image_with(acl("orders", Op.DESCRIBE))
+    client = ask(
+        entries, image, ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": -1, "topics": topics}
+    )
+    assert client.topics == () and len(seen) == 1
+    follower = ask(
+        entries, image, ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": 2, "topics": topics}
+    )
+    assert [int(p.error_code) for t in follower.topics for p in t.partitions] == [
+        ErrorCode.cluster_authorization_failed
+    ]
+    assert len(seen) == 1
+
+
+def test_init_producer_id_needs_the_transactional_id_or_idempotent_write() -> None:
+    seen: list[Any] = []
+    handler = stub(ApiKey.INIT_PRODUCER_ID, 4, {"producer_id": 7}, seen)
+    entries = [Api(ApiKey.INIT_PRODUCER_ID, (0, 4), handler, BROKER, (TRANSACTIONAL_ID_WRITE,))]
+    values = {
+        "transactional_id": None,
+        "transaction_timeout_ms": 1000,
+        "producer_id": -1,
+        "producer_epoch": -1,
+    }
+    image = image_with(acl("orders", Op.WRITE))  # WRITE on some topic: idempotence allowed
+    assert int(ask(entries, image, ApiKey.INIT_PRODUCER_ID, 4, values).error_code) == 0
+    refused = ask(entries, image, ApiKey.INIT_PRODUCER_ID, 4, values, principal=BOB)
+    assert int(refused.error_code) == ErrorCode.cluster_authorization_failed
+    denied_everywhere = image_with(
+        acl("orders", Op.WRITE), acl("*", Op.WRITE, permission=Permission.DENY)
+    )
+    refused = ask(entries, denied_everywhere, ApiKey.INIT_PRODUCER_ID, 4, values)
+    assert int(refused.error_code) == ErrorCode.cluster_authorization_failed
+    transactional = values | {"transactional_id": "tx"}
+    refused = ask(entries, image, ApiKey.INIT_PRODUCER_ID, 4, transactional)
+    assert int(refused.error_code) == ErrorCode.transactional_id_authorization_failed
+    image = image_with(acl("tx", Op.WRITE, resource_type=ResourceType.TRANSACTIONAL_ID))
+    assert int(ask(entries, image, ApiKey.INIT_PRODUCER_ID, 4, transactional).error_code) == 0
+    assert len(seen) == 2
+
+
+def test_end_txn_needs_write_on_the_transactional_id() -> None:
+    seen: list[Any] = []
+    handler = stub(ApiKey.END_TXN, 3, {}, seen)
+    entries = [Api(ApiKey.END_TXN, (0, 3), handler, BROKER, (TRANSACTIONAL_ID_WRITE,))]
+    values = {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0, "committed": True}
+    image = image_with(acl("tx", Op.WRITE, resource_type=ResourceType.TRANSACTIONAL_ID))
+    assert int(ask(entries, image, ApiKey.END_TXN, 3, values).error_code) == 0
+    refused = ask(entries, image, ApiKey.END_TXN, 3, values, principal=BOB)
+    assert int(refused.error_code) == ErrorCode.transactional_id_authorization_failed
+    assert len(seen) == 1
