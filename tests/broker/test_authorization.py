@@ -617,3 +617,32 @@ def test_end_txn_needs_write_on_the_transactional_id() -> None:
     refused = ask(entries, image, ApiKey.END_TXN, 3, values, principal=BOB)
     assert int(refused.error_code) == ErrorCode.transactional_id_authorization_failed
     assert len(seen) == 1
+
+
+# ---- the controller listener -----------------------------------------------------------------
+def test_a_stranger_on_the_controller_listener_cannot_vote_or_heartbeat() -> None:
+    """Issue 29's forged Votes and BrokerHeartbeats: CLUSTER_ACTION on the cluster is needed
+    (a broker's or controller's principal is a super user or holds it)."""
+    seen: list[Any] = []
+
+    async def quorum(request: ApiRequest) -> object:
+        seen.append(request.body)
+        module: Any = response_module(request.header.api_key, request.api_version)
+        name = type(request.body).__name__.removesuffix("Request") + "Response"
+        return make(getattr(module, name), {})
+
+    entries = [
+        Api(ApiKey.VOTE, (0, 2), quorum, BROKER, (CLUSTER_ACTION,)),
+        Api(ApiKey.BROKER_HEARTBEAT, (0, 2), quorum, BROKER, (CLUSTER_ACTION,)),
+    ]
+    image = image_with(
+        acl("kafka-cluster", Op.CLUSTER_ACTION, "User:broker", resource_type=ResourceType.CLUSTER)
+    )
+    vote = ask(entries, image, ApiKey.VOTE, 1, {"topics": ()}, principal="User:mallory")
+    assert int(vote.error_code) == ErrorCode.cluster_authorization_failed
+    heartbeat = {"broker_id": 1, "broker_epoch": 1, "current_metadata_offset": 0}
+    forged = ask(entries, image, ApiKey.BROKER_HEARTBEAT, 2, heartbeat, principal="User:mallory")
+    assert int(forged.error_code) == ErrorCode.cluster_authorization_failed
+    assert seen == []
+    real = ask(entries, image, ApiKey.BROKER_HEARTBEAT, 2, heartbeat, principal="User:broker")
+    assert int(real.error_code) == 0 and len(seen) == 1
