@@ -24,7 +24,8 @@ declared on its entry (protocol/api_table.py):
   items are answered with the error, the others handled (forwarded) as usual.
 - JoinGroup, SyncGroup, Heartbeat, LeaveGroup and ConsumerGroupHeartbeat need READ on the
   group (GROUP_AUTHORIZATION_FAILED); OffsetCommit READ on the group (every partition
-  GROUP_AUTHORIZATION_FAILED) and READ on each topic; DescribeGroups DESCRIBE and
+  GROUP_AUTHORIZATION_FAILED) and READ on each topic; OffsetFetch DESCRIBE on the group and
+  on each topic (TOPIC_AUTHORIZATION_FAILED if named, else left out); DescribeGroups DESCRIBE and
   DeleteGroups DELETE on each group; ListGroups lists every group with DESCRIBE on the
   cluster, else only the groups the principal may DESCRIBE; FindCoordinator DESCRIBE on the
   group or transactional id.
@@ -69,7 +70,6 @@ TOPIC_CONFIG_RESOURCE = 2  # ConfigResource.Type
 # Entries declaring resource checks not made yet: served as without an authorizer.
 UNCHECKED = frozenset(
     {
-        ApiKey.OFFSET_FETCH,
         ApiKey.OFFSET_DELETE,
         ApiKey.CONSUMER_GROUP_DESCRIBE,
         ApiKey.ADD_PARTITIONS_TO_TXN,
@@ -689,6 +689,103 @@ async def _offset_commit(authz: RequestAuthorizer, handler: ApiHandler, request:
     return dataclasses.replace(response, topics=(*response.topics, *errors))
 
 
+# ---- OffsetFetch -----------------------------------------------------------------------------
+async def _offset_fetch(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest) -> Any:
+    """DESCRIBE on each group (GROUP_AUTHORIZATION_FAILED) and on each topic: asked for by
+    name, a topic it may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED for each
+    partition; asked for all, it is left out (Kafka's handleOffsetFetchRequest)."""
+    body = request.body
+    if not hasattr(body, "groups"):  # v1-7: one group
+        if authz.allows(request, GROUP, body.group_id, Op.DESCRIBE):
+            response: Any = await handler(request)
+            if response is None:
+                return None
+            topics = _fetched_topics(authz, request, response.topics, body.topics is None)
+            return dataclasses.replace(response, topics=topics)
+        if request.api_version >= 2:
+            return whole_refusal(request, ErrorCode.group_authorization_failed)
+        module: Any = response_module(ApiKey.OFFSET_FETCH, request.api_version)
+        refused = tuple(
+            make(
+                module.OffsetFetchResponseTopic,
+                {
+                    "name": t.name,
+                    "partitions": tuple(
+                        _refused_offset(
+                            module.OffsetFetchResponsePartition,
+                            p,
+                            ErrorCode.group_authorization_failed,
+                        )
+                        for p in t.partition_indexes
+                    ),
+                },
+            )
+            for t in body.topics
+        )
+        return make(module.OffsetFetchResponse, {"topics": refused})
+    allowed, denied = _split(
+        body.groups, lambda g: authz.allows(request, GROUP, g.group_id, Op.DESCRIBE)
+    )
+    module = response_module(ApiKey.OFFSET_FETCH, request.api_version)
+    errors = tuple(
+        make(
+            module.OffsetFetchResponseGroup,
+            {
+                "group_id": g.group_id,
+                "topics": (),
+                "error_code": ErrorCode.group_authorization_failed,
+            },
+        )
+        for g in denied
+    )
+    if not allowed:
+        return make(module.OffsetFetchResponse, {"groups": errors})
+    response = await handler(_narrowed(request, groups=tuple(allowed)) if denied else request)
+    if response is None:
+        return None
+    asked_all = {g.group_id: g.topics is None for g in allowed}
+    groups = tuple(
+        dataclasses.replace(
+            g,
+            topics=_fetched_topics(authz, request, g.topics, asked_all.get(g.group_id, False)),
+        )
+        for g in response.groups
+    )
+    return dataclasses.replace(response, groups=(*groups, *errors))
+
+
+def _fetched_topics(
+    authz: RequestAuthorizer, request: ApiRequest, topics: Iterable[Any], asked_all: bool
+) -> tuple[Any, ...]:
+    kept = []
+    for topic in topics:
+        if authz.allows(request, TOPIC, topic.name, Op.DESCRIBE):
+            kept.append(topic)
+        elif not asked_all:
+            partitions = tuple(
+                dataclasses.replace(
+                    p,
+                    committed_offset=-1,
+                    metadata="",
+                    error_code=ErrorCode.topic_authorization_failed,
+                )
+                for p in topic.partitions
+            )
+            kept.append(dataclasses.replace(topic, partitions=partitions))
+    return tuple(kept)
+
+
+def _refused_offset(entity: Any, partition_index: int, code: ErrorCode) -> Any:
+    values = {
+        "partition_index": partition_index,
+        "committed_offset": -1,
+        "committed_leader_epoch": -1,
+        "metadata": "",
+        "error_code": code,
+    }
+    return make(entity, values)
+
+
 # ---- helpers ---------------------------------------------------------------------------------
 def _split(items: Iterable[Any], keep: Callable[[Any], bool]) -> tuple[list[Any], list[Any]]:
     kept: list[Any] = []
@@ -762,6 +859,7 @@ _CHECKS: dict[int, Check] = {
     ApiKey.FETCH: _fetch,
     ApiKey.METADATA: _metadata,
     ApiKey.OFFSET_COMMIT: _offset_commit,
+    ApiKey.OFFSET_FETCH: _offset_fetch,
     ApiKey.CREATE_TOPICS: _PerItem("topics", "topics", _create_denial),
     ApiKey.DELETE_TOPICS: _PerItem("topics", "responses", _topic_denial(Op.DELETE)),
     ApiKey.CREATE_PARTITIONS: _PerItem("topics", "results", _topic_denial(Op.ALTER)),

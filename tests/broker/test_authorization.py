@@ -646,3 +646,82 @@ def test_a_stranger_on_the_controller_listener_cannot_vote_or_heartbeat() -> Non
     assert seen == []
     real = ask(entries, image, ApiKey.BROKER_HEARTBEAT, 2, heartbeat, principal="User:broker")
     assert int(real.error_code) == 0 and len(seen) == 1
+
+
+def committed(module: Any, topic_entity: str, partition_entity: str, names: list[str]) -> Any:
+    return tuple(
+        make(
+            getattr(module, topic_entity),
+            {
+                "name": n,
+                "partitions": (
+                    make(
+                        getattr(module, partition_entity),
+                        {"partition_index": 0, "committed_offset": 42, "metadata": "m"},
+                    ),
+                ),
+            },
+        )
+        for n in names
+    )
+
+
+def test_offset_fetch_needs_describe_on_the_group_and_its_topics() -> None:
+    seen: list[Any] = []
+    module: Any = response_module(ApiKey.OFFSET_FETCH, 7)
+    stored = committed(
+        module, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition", ["orders", "audit"]
+    )
+    handler = stub(ApiKey.OFFSET_FETCH, 7, {"topics": stored}, seen)
+    entries = [Api(ApiKey.OFFSET_FETCH, (1, 9), handler, BROKER, (GROUP_READ,))]
+    image = image_with(group("g", Op.DESCRIBE), acl("orders", Op.READ))
+    every = ask(entries, image, ApiKey.OFFSET_FETCH, 7, {"group_id": "g", "topics": None})
+    assert [(t.name, t.partitions[0].committed_offset) for t in every.topics] == [("orders", 42)]
+    request: Any = request_module(ApiKey.OFFSET_FETCH, 7)
+    named = tuple(
+        make(request.OffsetFetchRequestTopic, {"name": n, "partition_indexes": (0,)})
+        for n in ("orders", "audit")
+    )
+    response = ask(entries, image, ApiKey.OFFSET_FETCH, 7, {"group_id": "g", "topics": named})
+    assert [
+        (t.name, int(t.partitions[0].error_code), t.partitions[0].committed_offset)
+        for t in response.topics
+    ] == [
+        ("orders", 0, 42),
+        ("audit", ErrorCode.topic_authorization_failed, -1),
+    ]
+    refused = ask(entries, image, ApiKey.OFFSET_FETCH, 7, {"group_id": "g", "topics": None}, BOB)
+    assert int(refused.error_code) == ErrorCode.group_authorization_failed
+    assert len(seen) == 2
+
+
+def test_offset_fetch_of_several_groups_refuses_each_group_alone() -> None:
+    seen: list[Any] = []
+    module: Any = response_module(ApiKey.OFFSET_FETCH, 9)
+    stored = committed(
+        module, "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions", ["orders"]
+    )
+    handler = stub(
+        ApiKey.OFFSET_FETCH,
+        9,
+        {
+            "groups": lambda b: tuple(
+                make(module.OffsetFetchResponseGroup, {"group_id": g.group_id, "topics": stored})
+                for g in b.groups
+            )
+        },
+        seen,
+    )
+    entries = [Api(ApiKey.OFFSET_FETCH, (1, 9), handler, BROKER, (GROUP_READ,))]
+    request: Any = request_module(ApiKey.OFFSET_FETCH, 9)
+    groups = tuple(
+        make(request.OffsetFetchRequestGroup, {"group_id": g, "member_epoch": -1, "topics": None})
+        for g in ("mine", "theirs")
+    )
+    image = image_with(group("mine", Op.DESCRIBE))  # no ACL on the topic: left out
+    response = ask(entries, image, ApiKey.OFFSET_FETCH, 9, {"groups": groups})
+    assert [(g.group_id, int(g.error_code), len(g.topics)) for g in response.groups] == [
+        ("mine", 0, 0),
+        ("theirs", ErrorCode.group_authorization_failed, 0),
+    ]
+    assert [g.group_id for g in seen[0].groups] == ["mine"]
