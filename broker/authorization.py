@@ -32,10 +32,12 @@ declared on its entry (protocol/api_table.py):
 - ListOffsets and a client's OffsetForLeaderEpoch need DESCRIBE on each topic (a
   follower's OffsetForLeaderEpoch CLUSTER_ACTION); DescribeTopicPartitions describes only
   what the principal may DESCRIBE.
-- InitProducerId with a transactional id, EndTxn and AddOffsetsToTxn need WRITE on the
-  transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED; AddOffsetsToTxn also READ on
-  the group); an idempotent InitProducerId needs IDEMPOTENT_WRITE on the cluster or WRITE
-  on some topic (Authorizer.authorize_any), else CLUSTER_AUTHORIZATION_FAILED.
+- InitProducerId with a transactional id, EndTxn, AddOffsetsToTxn, AddPartitionsToTxn and
+  TxnOffsetCommit need WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+  AddOffsetsToTxn and TxnOffsetCommit also READ on the group, AddPartitionsToTxn WRITE and
+  TxnOffsetCommit READ on each topic; a broker's AddPartitionsToTxn v4 CLUSTER_ACTION); an
+  idempotent InitProducerId needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+  (Authorizer.authorize_any), else CLUSTER_AUTHORIZATION_FAILED.
 
 ``UNCHECKED`` lists the entries that declare resource checks this module does not make yet;
 they are served as without an authorizer (docs/acls.md says which).
@@ -72,8 +74,6 @@ UNCHECKED = frozenset(
     {
         ApiKey.OFFSET_DELETE,
         ApiKey.CONSUMER_GROUP_DESCRIBE,
-        ApiKey.ADD_PARTITIONS_TO_TXN,
-        ApiKey.TXN_OFFSET_COMMIT,
         ApiKey.DESCRIBE_TRANSACTIONS,
         ApiKey.LIST_TRANSACTIONS,
         ApiKey.DESCRIBE_PRODUCERS,
@@ -651,42 +651,108 @@ _FIND_COORDINATORS = _PerItem(
 )
 
 
-# ---- OffsetCommit ----------------------------------------------------------------------------
-async def _offset_commit(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest) -> Any:
-    body = request.body
-    if not authz.allows(request, GROUP, body.group_id, Op.READ):
-        allowed, denied = list[Any](), list(body.topics)
-        code = ErrorCode.group_authorization_failed
-    else:
-        allowed, denied = _split(
-            body.topics, lambda t: authz.allows(request, TOPIC, t.name, Op.READ)
+# ---- OffsetCommit, TxnOffsetCommit ----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Commit:
+    """OffsetCommit (READ on the group, then on each topic) and TxnOffsetCommit (WRITE on
+    the transactional id first): a refused whole request answers every partition with its
+    error, a refused topic its own partitions with TOPIC_AUTHORIZATION_FAILED."""
+
+    api_key: int
+    prefix: str  # the response entities' names: "OffsetCommit" or "TxnOffsetCommit"
+    whole: tuple[tuple[str, ResourceType, Op, ErrorCode], ...]
+
+    async def __call__(
+        self, authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+    ) -> Any:
+        body = request.body
+        refusal_code = next(
+            (
+                code
+                for field, kind, op, code in self.whole
+                if not authz.allows(request, kind, getattr(body, field), op)
+            ),
+            None,
         )
-        code = ErrorCode.topic_authorization_failed
-    if not denied:
-        return await handler(request)
-    module: Any = response_module(ApiKey.OFFSET_COMMIT, request.api_version)
-    errors = tuple(
+        if refusal_code is not None:
+            allowed, denied = list[Any](), list(body.topics)
+            code = refusal_code
+        else:
+            allowed, denied = _split(
+                body.topics, lambda t: authz.allows(request, TOPIC, t.name, Op.READ)
+            )
+            code = ErrorCode.topic_authorization_failed
+        if not denied:
+            return await handler(request)
+        module: Any = response_module(self.api_key, request.api_version)
+        errors = tuple(
+            make(
+                getattr(module, f"{self.prefix}ResponseTopic"),
+                {
+                    "name": topic.name,
+                    "partitions": tuple(
+                        make(
+                            getattr(module, f"{self.prefix}ResponsePartition"),
+                            {"partition_index": p.partition_index, "error_code": code},
+                        )
+                        for p in topic.partitions
+                    ),
+                },
+            )
+            for topic in denied
+        )
+        if not allowed:
+            return make(getattr(module, f"{self.prefix}Response"), {"topics": errors})
+        response: Any = await handler(_narrowed(request, topics=tuple(allowed)))
+        if response is None:
+            return None
+        return dataclasses.replace(response, topics=(*response.topics, *errors))
+
+
+# ---- AddPartitionsToTxn ----------------------------------------------------------------------
+async def _add_partitions_to_txn(
+    authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+) -> Any:
+    """v0-3 (a client's): WRITE on the transactional id, else every partition
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED; WRITE on each topic, else its partitions
+    TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED (nothing is added).
+    v4+ (a broker's batch): CLUSTER_ACTION, else CLUSTER_AUTHORIZATION_FAILED."""
+    body = request.body
+    if request.api_version >= 4:
+        if authz.cluster(request, Op.CLUSTER_ACTION):
+            return await handler(request)
+        return whole_refusal(request, ErrorCode.cluster_authorization_failed)
+    topics = body.v3_and_below_topics
+    if not authz.allows(request, TRANSACTIONAL_ID, body.v3_and_below_transactional_id, Op.WRITE):
+        codes = {t.name: ErrorCode.transactional_id_authorization_failed for t in topics}
+    else:
+        refused = {t.name for t in topics if not authz.allows(request, TOPIC, t.name, Op.WRITE)}
+        if not refused:
+            return await handler(request)
+        codes = {
+            t.name: ErrorCode.topic_authorization_failed
+            if t.name in refused
+            else ErrorCode.operation_not_attempted
+            for t in topics
+        }
+    module: Any = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, request.api_version)
+    results = tuple(
         make(
-            module.OffsetCommitResponseTopic,
+            module.AddPartitionsToTxnTopicResult,
             {
-                "name": topic.name,
-                "partitions": tuple(
+                "name": t.name,
+                "results_by_partition": tuple(
                     make(
-                        module.OffsetCommitResponsePartition,
-                        {"partition_index": p.partition_index, "error_code": code},
+                        module.AddPartitionsToTxnPartitionResult,
+                        {"partition_index": p, "partition_error_code": codes[t.name]},
                     )
-                    for p in topic.partitions
+                    for p in t.partitions
                 ),
             },
         )
-        for topic in denied
+        for t in topics
     )
-    if not allowed:
-        return make(module.OffsetCommitResponse, {"topics": errors})
-    response: Any = await handler(_narrowed(request, topics=tuple(allowed)))
-    if response is None:
-        return None
-    return dataclasses.replace(response, topics=(*response.topics, *errors))
+    return make(module.AddPartitionsToTxnResponse, {"results_by_topic_v3_and_below": results})
 
 
 # ---- OffsetFetch -----------------------------------------------------------------------------
@@ -858,7 +924,11 @@ _CHECKS: dict[int, Check] = {
     ApiKey.PRODUCE: _produce,
     ApiKey.FETCH: _fetch,
     ApiKey.METADATA: _metadata,
-    ApiKey.OFFSET_COMMIT: _offset_commit,
+    ApiKey.OFFSET_COMMIT: _Commit(ApiKey.OFFSET_COMMIT, "OffsetCommit", (_GROUP_READ,)),
+    ApiKey.TXN_OFFSET_COMMIT: _Commit(
+        ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommit", (_TXN_WRITE, _GROUP_READ)
+    ),
+    ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
     ApiKey.OFFSET_FETCH: _offset_fetch,
     ApiKey.CREATE_TOPICS: _PerItem("topics", "topics", _create_denial),
     ApiKey.DELETE_TOPICS: _PerItem("topics", "responses", _topic_denial(Op.DELETE)),

@@ -725,3 +725,107 @@ def test_offset_fetch_of_several_groups_refuses_each_group_alone() -> None:
         ("theirs", ErrorCode.group_authorization_failed, 0),
     ]
     assert [g.group_id for g in seen[0].groups] == ["mine"]
+
+
+def commit_topics(
+    api_key: ApiKey, version: int, entity: str, partition: str, names: list[str]
+) -> Any:
+    module: Any = request_module(api_key, version)
+    return tuple(
+        make(
+            getattr(module, entity),
+            {
+                "name": n,
+                "partitions": (
+                    make(getattr(module, partition), {"partition_index": 0, "committed_offset": 1}),
+                ),
+            },
+        )
+        for n in names
+    )
+
+
+def commit_codes(response: Any) -> dict[str, int]:
+    return {t.name: int(p.error_code) for t in response.topics for p in t.partitions}
+
+
+def test_offset_commit_needs_read_on_the_group_and_each_topic() -> None:
+    seen: list[Any] = []
+    handler = stub(ApiKey.OFFSET_COMMIT, 9, {"topics": ()}, seen)
+    entries = [Api(ApiKey.OFFSET_COMMIT, (2, 9), handler, BROKER, (GROUP_READ, TOPIC_READ))]
+    topics = commit_topics(
+        ApiKey.OFFSET_COMMIT, 9, "OffsetCommitRequestTopic", "OffsetCommitRequestPartition",
+        ["orders", "audit"],
+    )  # fmt: skip
+    values = {
+        "group_id": "g",
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "topics": topics,
+    }
+    image = image_with(group("g", Op.READ), acl("orders", Op.READ))
+    response = ask(entries, image, ApiKey.OFFSET_COMMIT, 9, values)
+    assert commit_codes(response) == {"audit": ErrorCode.topic_authorization_failed}
+    assert [t.name for t in seen[0].topics] == ["orders"]
+    refused = ask(entries, image, ApiKey.OFFSET_COMMIT, 9, values, principal=BOB)
+    assert commit_codes(refused) == {
+        "orders": ErrorCode.group_authorization_failed,
+        "audit": ErrorCode.group_authorization_failed,
+    }
+    assert len(seen) == 1
+
+
+def test_txn_offset_commit_needs_the_transactional_id_first() -> None:
+    seen: list[Any] = []
+    handler = stub(ApiKey.TXN_OFFSET_COMMIT, 3, {"topics": ()}, seen)
+    entries = [Api(ApiKey.TXN_OFFSET_COMMIT, (0, 3), handler, BROKER, (TRANSACTIONAL_ID_WRITE,))]
+    topics = commit_topics(
+        ApiKey.TXN_OFFSET_COMMIT, 3, "TxnOffsetCommitRequestTopic",
+        "TxnOffsetCommitRequestPartition", ["orders"],
+    )  # fmt: skip
+    values = {"transactional_id": "tx", "group_id": "g", "producer_id": 1, "topics": topics}
+    image = image_with(group("g", Op.READ), acl("orders", Op.READ))
+    refused = ask(entries, image, ApiKey.TXN_OFFSET_COMMIT, 3, values)
+    assert commit_codes(refused) == {"orders": ErrorCode.transactional_id_authorization_failed}
+    image = image_with(
+        group("g", Op.READ),
+        acl("orders", Op.READ),
+        acl("tx", Op.WRITE, resource_type=ResourceType.TRANSACTIONAL_ID),
+    )
+    assert commit_codes(ask(entries, image, ApiKey.TXN_OFFSET_COMMIT, 3, values)) == {}
+    assert len(seen) == 1
+
+
+def test_add_partitions_to_txn_adds_nothing_if_any_topic_is_refused() -> None:
+    seen: list[Any] = []
+    handler = stub(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {}, seen)
+    entries = [
+        Api(ApiKey.ADD_PARTITIONS_TO_TXN, (0, 4), handler, BROKER, (TRANSACTIONAL_ID_WRITE,))
+    ]
+    module: Any = request_module(ApiKey.ADD_PARTITIONS_TO_TXN, 3)
+    topics = tuple(
+        make(module.AddPartitionsToTxnTopic, {"name": n, "partitions": (0,)})
+        for n in ("orders", "audit")
+    )
+    values = {
+        "v3_and_below_transactional_id": "tx",
+        "v3_and_below_producer_id": 1,
+        "v3_and_below_producer_epoch": 0,
+        "v3_and_below_topics": topics,
+    }
+    txn = acl("tx", Op.WRITE, resource_type=ResourceType.TRANSACTIONAL_ID)
+    image = image_with(txn, acl("orders", Op.WRITE))
+    response = ask(entries, image, ApiKey.ADD_PARTITIONS_TO_TXN, 3, values)
+    codes = {
+        t.name: int(p.partition_error_code)
+        for t in response.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+    }
+    assert codes == {
+        "orders": ErrorCode.operation_not_attempted,
+        "audit": ErrorCode.topic_authorization_failed,
+    }
+    assert seen == []
+    image = image_with(txn, acl("orders", Op.WRITE), acl("audit", Op.WRITE))
+    ask(entries, image, ApiKey.ADD_PARTITIONS_TO_TXN, 3, values)
+    assert len(seen) == 1
