@@ -28,7 +28,8 @@ declared on its entry (protocol/api_table.py):
   on each topic (TOPIC_AUTHORIZATION_FAILED if named, else left out); DescribeGroups DESCRIBE and
   DeleteGroups DELETE on each group; ListGroups lists every group with DESCRIBE on the
   cluster, else only the groups the principal may DESCRIBE; FindCoordinator DESCRIBE on the
-  group or transactional id.
+  group or transactional id; ConsumerGroupDescribe DESCRIBE on each group; OffsetDelete
+  DELETE on the group and READ on each topic.
 - ListOffsets and a client's OffsetForLeaderEpoch need DESCRIBE on each topic (a
   follower's OffsetForLeaderEpoch CLUSTER_ACTION); DescribeTopicPartitions describes only
   what the principal may DESCRIBE.
@@ -37,10 +38,13 @@ declared on its entry (protocol/api_table.py):
   AddOffsetsToTxn and TxnOffsetCommit also READ on the group, AddPartitionsToTxn WRITE and
   TxnOffsetCommit READ on each topic; a broker's AddPartitionsToTxn v4 CLUSTER_ACTION); an
   idempotent InitProducerId needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
-  (Authorizer.authorize_any), else CLUSTER_AUTHORIZATION_FAILED.
+  (Authorizer.authorize_any), else CLUSTER_AUTHORIZATION_FAILED. DescribeTransactions needs
+  DESCRIBE on each transactional id; ListTransactions lists only those.
 
-``UNCHECKED`` lists the entries that declare resource checks this module does not make yet;
-they are served as without an authorizer (docs/acls.md says which).
+Every entry that declares checks gets one (an entry without raises when the table is
+built, so a new API cannot be served unchecked by mistake). What is not done (the topics
+inside DescribeTransactions and ConsumerGroupDescribe answers are not filtered,
+``authorized_operations`` fields are not filled in) is in docs/acls.md.
 
 Forwarded requests are authorized here, on the broker that received them, for the client's
 principal; the controller then sees the broker's own principal (it has no Envelope), which
@@ -69,18 +73,9 @@ Op = AclOperation
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
 TOPIC_CONFIG_RESOURCE = 2  # ConfigResource.Type
+
+
 # Entries declaring resource checks not made yet: served as without an authorizer.
-UNCHECKED = frozenset(
-    {
-        ApiKey.OFFSET_DELETE,
-        ApiKey.CONSUMER_GROUP_DESCRIBE,
-        ApiKey.DESCRIBE_TRANSACTIONS,
-        ApiKey.LIST_TRANSACTIONS,
-        ApiKey.DESCRIBE_PRODUCERS,
-    }
-)
-
-
 class RequestAuthorizer:
     """The authorizer over the latest image's ACLs (rebuilt when they change), with the
     node's ``super.users`` and ``allow.everyone.if.no.acl.found``."""
@@ -126,7 +121,7 @@ Check = Callable[[RequestAuthorizer, ApiHandler, ApiRequest], Any]
 
 def guarded(entries: Iterable[Api], authorizer: RequestAuthorizer | None) -> list[Api]:
     """``entries`` with their handlers behind authorization (unchanged without an
-    authorizer, for entries with no checks and for UNCHECKED ones)."""
+    authorizer, and for entries that declare no checks: ApiVersions)."""
     if authorizer is None:
         return list(entries)
     result = []
@@ -147,7 +142,7 @@ def _wrap(check: Check, authorizer: RequestAuthorizer, handler: ApiHandler) -> A
 
 
 def _check_for(api: Api) -> Check | None:
-    if not api.authorization or api.key in UNCHECKED:
+    if not api.authorization:
         return None
     if all(action.resource_type == CLUSTER for action in api.authorization):
         operations = tuple(action.operation for action in api.authorization)
@@ -709,6 +704,32 @@ class _Commit:
         return dataclasses.replace(response, topics=(*response.topics, *errors))
 
 
+_TOPIC_READS = _Commit(ApiKey.OFFSET_DELETE, "OffsetDelete", ())
+
+
+async def _offset_delete(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest) -> Any:
+    """DELETE on the group (GROUP_AUTHORIZATION_FAILED for the request), READ on each topic
+    (TOPIC_AUTHORIZATION_FAILED for its partitions)."""
+    if not authz.allows(request, GROUP, request.body.group_id, Op.DELETE):
+        return whole_refusal(request, ErrorCode.group_authorization_failed)
+    return await _TOPIC_READS(authz, handler, request)
+
+
+async def _list_transactions(
+    authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+) -> Any:
+    """Only the transactional ids the principal may DESCRIBE are listed."""
+    response: Any = await handler(request)
+    if response is None:
+        return None
+    visible = tuple(
+        t
+        for t in response.transaction_states
+        if authz.allows(request, TRANSACTIONAL_ID, t.transactional_id, Op.DESCRIBE)
+    )
+    return dataclasses.replace(response, transaction_states=visible)
+
+
 # ---- AddPartitionsToTxn ----------------------------------------------------------------------
 async def _add_partitions_to_txn(
     authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
@@ -929,6 +950,30 @@ _CHECKS: dict[int, Check] = {
         ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommit", (_TXN_WRITE, _GROUP_READ)
     ),
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
+    ApiKey.OFFSET_DELETE: _offset_delete,
+    ApiKey.LIST_TRANSACTIONS: _list_transactions,
+    ApiKey.DESCRIBE_TRANSACTIONS: _PerItem(
+        "transactional_ids",
+        "transaction_states",
+        _simple_denial(
+            TRANSACTIONAL_ID, Op.DESCRIBE, ErrorCode.transactional_id_authorization_failed, str
+        ),
+        _items_refused(
+            ApiKey.DESCRIBE_TRANSACTIONS,
+            "TransactionState",
+            lambda txn, code: {"error_code": code, "transactional_id": txn},
+        ),
+    ),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: _PerItem(
+        "group_ids",
+        "groups",
+        _simple_denial(GROUP, Op.DESCRIBE, ErrorCode.group_authorization_failed, str),
+        _items_refused(
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            "DescribedGroup",
+            lambda group, code: {"error_code": code, "group_id": group},
+        ),
+    ),
     ApiKey.OFFSET_FETCH: _offset_fetch,
     ApiKey.CREATE_TOPICS: _PerItem("topics", "topics", _create_denial),
     ApiKey.DELETE_TOPICS: _PerItem("topics", "responses", _topic_denial(Op.DELETE)),

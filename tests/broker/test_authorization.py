@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.authorization import UNCHECKED, RequestAuthorizer, guarded
+from broker.authorization import RequestAuthorizer, guarded
 from broker.group.apis import GroupApis
 from broker.kafka_apis import KafkaApis
 from metadata.authorizer import AclBinding, AuthorizerConfig, PatternType, Permission
@@ -404,7 +404,7 @@ def test_join_group_needs_read_on_the_group() -> None:
 
 # ---- the tables ------------------------------------------------------------------------------
 @pytest.mark.parametrize("table", ["broker", "controller"])
-def test_every_entry_is_checked_or_listed_as_unchecked(table: str) -> None:
+def test_every_entry_with_declared_checks_is_checked(table: str) -> None:
     stub: Any = types.SimpleNamespace(add_listener=lambda _: None, add_publisher=lambda _: None)
     if table == "broker":
         apis = KafkaApis(
@@ -417,8 +417,7 @@ def test_every_entry_is_checked_or_listed_as_unchecked(table: str) -> None:
     authorizer = RequestAuthorizer(AuthorizerConfig(), MetadataImage)
     wrapped = guarded(entries, authorizer)  # raises for an entry with no check
     for before, after in zip(entries, wrapped, strict=True):
-        unchanged = not before.authorization or before.key in UNCHECKED
-        assert (after.handler is before.handler) == unchanged, before.key.name
+        assert (after.handler is before.handler) == (not before.authorization), before.key.name
 
 
 @pytest.mark.parametrize("api_key", [ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS])
@@ -829,3 +828,86 @@ def test_add_partitions_to_txn_adds_nothing_if_any_topic_is_refused() -> None:
     image = image_with(txn, acl("orders", Op.WRITE), acl("audit", Op.WRITE))
     ask(entries, image, ApiKey.ADD_PARTITIONS_TO_TXN, 3, values)
     assert len(seen) == 1
+
+
+def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic() -> None:
+    seen: list[Any] = []
+    handler = stub(ApiKey.OFFSET_DELETE, 0, {"topics": ()}, seen)
+    entries = [Api(ApiKey.OFFSET_DELETE, (0, 0), handler, BROKER, (GROUP_READ, TOPIC_READ))]
+    module: Any = request_module(ApiKey.OFFSET_DELETE, 0)
+    topics = tuple(
+        make(
+            module.OffsetDeleteRequestTopic,
+            {
+                "name": n,
+                "partitions": (make(module.OffsetDeleteRequestPartition, {"partition_index": 0}),),
+            },
+        )
+        for n in ("orders", "audit")
+    )
+    image = image_with(group("g", Op.DELETE), acl("orders", Op.READ))
+    response = ask(entries, image, ApiKey.OFFSET_DELETE, 0, {"group_id": "g", "topics": topics})
+    assert int(response.error_code) == 0
+    assert commit_codes(response) == {"audit": ErrorCode.topic_authorization_failed}
+    assert [t.name for t in seen[0].topics] == ["orders"]
+    refused = ask(entries, image, ApiKey.OFFSET_DELETE, 0, {"group_id": "g", "topics": topics}, BOB)
+    assert int(refused.error_code) == ErrorCode.group_authorization_failed
+    assert len(seen) == 1
+
+
+def test_transactions_are_described_and_listed_only_with_describe() -> None:
+    seen: list[Any] = []
+    described: Any = response_module(ApiKey.DESCRIBE_TRANSACTIONS, 0)
+    handler = stub(
+        ApiKey.DESCRIBE_TRANSACTIONS,
+        0,
+        {
+            "transaction_states": lambda b: tuple(
+                make(described.TransactionState, {"transactional_id": t})
+                for t in b.transactional_ids
+            )
+        },
+        seen,
+    )
+    listed: Any = response_module(ApiKey.LIST_TRANSACTIONS, 1)
+    states = tuple(
+        make(listed.TransactionState, {"transactional_id": t, "transaction_state": "Ongoing"})
+        for t in ("tx", "other")
+    )
+    lister = stub(ApiKey.LIST_TRANSACTIONS, 1, {"transaction_states": states}, seen)
+    entries = [
+        Api(ApiKey.DESCRIBE_TRANSACTIONS, (0, 0), handler, BROKER, (TRANSACTIONAL_ID_WRITE,)),
+        Api(ApiKey.LIST_TRANSACTIONS, (0, 1), lister, BROKER, (TRANSACTIONAL_ID_WRITE,)),
+    ]
+    image = image_with(acl("tx", Op.DESCRIBE, resource_type=ResourceType.TRANSACTIONAL_ID))
+    response = ask(
+        entries, image, ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": ("tx", "other")}
+    )
+    codes = {t.transactional_id: int(t.error_code) for t in response.transaction_states}
+    assert codes == {"tx": 0, "other": ErrorCode.transactional_id_authorization_failed}
+    assert seen[0].transactional_ids == ("tx",)
+    values = {"state_filters": (), "producer_id_filters": (), "duration_filter": -1}
+    response = ask(entries, image, ApiKey.LIST_TRANSACTIONS, 1, values)
+    assert [t.transactional_id for t in response.transaction_states] == ["tx"]
+
+
+def test_consumer_group_describe_refuses_each_group_alone() -> None:
+    seen: list[Any] = []
+    module: Any = response_module(ApiKey.CONSUMER_GROUP_DESCRIBE, 1)
+    handler = stub(
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        1,
+        {
+            "groups": lambda b: tuple(
+                make(module.DescribedGroup, {"group_id": g}) for g in b.group_ids
+            )
+        },
+        seen,
+    )
+    entries = [Api(ApiKey.CONSUMER_GROUP_DESCRIBE, (0, 1), handler, BROKER, (GROUP_READ,))]
+    image = image_with(group("mine", Op.DESCRIBE))
+    values = {"group_ids": ("mine", "theirs"), "include_authorized_operations": False}
+    response = ask(entries, image, ApiKey.CONSUMER_GROUP_DESCRIBE, 1, values)
+    codes = {g.group_id: int(g.error_code) for g in response.groups}
+    assert codes == {"mine": 0, "theirs": ErrorCode.group_authorization_failed}
+    assert seen[0].group_ids == ("mine",)
