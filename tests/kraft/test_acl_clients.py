@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -141,11 +141,46 @@ def produce_one(bootstrap: str, topic: str) -> KafkaError | None:
     return outcome[0]
 
 
+def first_poll(bootstrap: str, topic: str, group: str) -> bytes | int:
+    """The first record's value a new consumer of ``group`` reads from the start of
+    ``topic``, or the code of the first error it reports instead (within 30 s): librdkafka
+    reports a refused group through the error callback, a refused topic on a message."""
+    errors: list[int] = []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "error_cb": lambda error: errors.append(int(error.code())),
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        for _ in range(30):
+            message = consumer.poll(1.0)
+            if errors:
+                return errors[0]
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                return int(error.code())
+            value = message.value()
+            assert value is not None
+            return value
+        raise AssertionError("the consumer got neither a record nor an error within 30 s")
+    finally:
+        consumer.close()
+
+
 def test_an_anonymous_producer_is_refused_allowed_then_denied(tmp_path: Path) -> None:
     """Kafka's walk-through: with the authorizer on and no super user, the anonymous
     producer gets TOPIC_AUTHORIZATION_FAILED; an ALLOW of WRITE lets it produce; a DENY
-    wins over that ALLOW. The cluster-level ACLs the node's own broker needs on its
-    controller listener (it is anonymous too) are created first, as a super user."""
+    wins over that ALLOW. A consumer is refused its group until READ on the group and the
+    topic is allowed, then reads the record. The cluster-level ACLs the node's own broker
+    needs on its controller listener (it is anonymous too) are created first, as a super
+    user."""
     broker_port, controller_port = free_port(), free_port()
     props = {
         "process.roles": "broker,controller",
@@ -155,6 +190,7 @@ def test_an_anonymous_producer_is_refused_allowed_then_denied(tmp_path: Path) ->
             f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}"
         ),
         "controller.listener.names": "CONTROLLER",
+        "offsets.topic.replication.factor": "1",  # one broker
         **AUTHORIZER,
         "super.users": ANONYMOUS,
     }
@@ -203,5 +239,22 @@ def test_an_anonymous_producer_is_refused_allowed_then_denied(tmp_path: Path) ->
             future.result()
         denied = produce_one(bootstrap, "guarded")
         assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        # A consumer needs READ on its group and on the topic.
+        assert first_poll(bootstrap, "guarded", "readers") == KafkaError.GROUP_AUTHORIZATION_FAILED
+        reads = [
+            binding("guarded", AclOperation.READ, AclPermissionType.ALLOW, ANONYMOUS),
+            AclBinding(
+                ResourceType.GROUP,
+                "readers",
+                ResourcePatternType.LITERAL,
+                ANONYMOUS,
+                "*",
+                AclOperation.READ,
+                AclPermissionType.ALLOW,
+            ),
+        ]
+        for future in admin.create_acls(reads, request_timeout=15).values():
+            future.result()
+        assert first_poll(bootstrap, "guarded", "readers") == b"v"
     finally:
         procs.cleanup()
