@@ -235,6 +235,7 @@ class KraftNode:
                         config.leader_imbalance_check_interval_seconds * 1000
                     ),
                     bootstrap_records=tuple(read_bootstrap(runtime.fs, config.metadata_dir)),
+                    acls_enabled=config.authorizer() is not None,
                 ),
                 bugs=self.bugs & CONTROLLER_BUGS.keys(),
             )
