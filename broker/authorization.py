@@ -232,7 +232,7 @@ async def _find_coordinator(
 def _coordinator_denial(
     authz: RequestAuthorizer, request: ApiRequest, key: Any
 ) -> ErrorCode | None:
-    if int(request.body.key_type) == 1:
+    if int(getattr(request.body, "key_type", 0)) == 1:  # v0 names groups only
         if authz.allows(request, TRANSACTIONAL_ID, key, Op.DESCRIBE):
             return None
         return ErrorCode.transactional_id_authorization_failed
@@ -625,7 +625,7 @@ def _leader_epoch_denial(
 ) -> ErrorCode | None:
     """A follower's OffsetForLeaderEpoch needs CLUSTER_ACTION, a client's DESCRIBE on the
     topic."""
-    if request.body.replica_id >= 0:
+    if getattr(request.body, "replica_id", -1) >= 0:  # v3+ says who asks
         if authz.cluster(request, Op.CLUSTER_ACTION):
             return None
         return ErrorCode.cluster_authorization_failed

@@ -9,7 +9,7 @@ import dataclasses
 import random
 import types
 import uuid
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -911,3 +911,76 @@ def test_consumer_group_describe_refuses_each_group_alone() -> None:
     codes = {g.group_id: int(g.error_code) for g in response.groups}
     assert codes == {"mine": 0, "theirs": ErrorCode.group_authorization_failed}
     assert seen[0].group_ids == ("mine",)
+
+
+def one_of_each(entity_type: Any) -> Any:
+    """A valid entity whose every array of entities holds one (recursively built) element
+    (the wire fuzzer's template shape)."""
+    values: dict[str, object] = {}
+    for field in dataclasses.fields(entity_type):
+        annotation = field.type
+        if get_origin(annotation) is types.UnionType:
+            annotation = next(a for a in get_args(annotation) if a is not type(None))
+        element = get_args(annotation)[0] if get_origin(annotation) is tuple else None
+        if element is not None and dataclasses.is_dataclass(element):
+            values[field.name] = (one_of_each(element),)
+    return make(entity_type, values)
+
+
+def every_entry() -> list[Api]:
+    stub_: Any = types.SimpleNamespace(add_listener=lambda _: None, add_publisher=lambda _: None)
+    apis = KafkaApis(
+        1, "c", "PLAINTEXT", MetadataImage, FakeController(MetadataImage()),
+        random.Random(0), replicas=stub_, producer_ids=stub_,
+    )  # fmt: skip
+    controller = QuorumController(stub_, stub_, stub_, ControllerConfig(1, "c"))
+    return [
+        *apis.apis(),
+        *GroupApis(stub_, MetadataImage, stub_).apis("PLAINTEXT"),
+        *controller.apis(),
+    ]
+
+
+async def zero_answer(request: ApiRequest) -> object:
+    """What a handler that found nothing answers: the response with every field zero."""
+    module: Any = response_module(request.header.api_key, request.api_version)
+    name = type(request.body).__name__.removesuffix("Request") + "Response"
+    return make(getattr(module, name), {})
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version"),
+    sorted(
+        {
+            (api.key, v)
+            for api in every_entry()
+            if api.authorization
+            for v in range(api.versions[0], api.versions[1] + 1)
+        }
+    ),
+)
+def test_every_refusal_encodes_in_every_version(api_key: ApiKey, version: int) -> None:
+    """A stranger's request of every API and version, with one element in every array, is
+    answered in a shape its version carries (acks=0 Produce: the connection closes)."""
+    entries = [
+        dataclasses.replace(api, handler=zero_answer) for api in every_entry() if api.key == api_key
+    ]
+    module: Any = request_module(api_key, version)
+    request_class = next(
+        getattr(module, n)
+        for n in dir(module)
+        if n.endswith("Request") and getattr(getattr(module, n), "__api_key__", None) == api_key
+    )
+    authorizer = RequestAuthorizer(AuthorizerConfig(), lambda: image_with(acl("x", Op.READ)))
+    served = ServedApis(BROKER, guarded(entries[:1], authorizer))
+    header = wire.RequestHeader(api_key, version, 5, "client")
+
+    async def connection() -> object | None:
+        PRINCIPAL.set("User:stranger")
+        return await served.handle(header, one_of_each(request_class))
+
+    response = asyncio.run(connection())
+    if response is None:
+        assert api_key == ApiKey.PRODUCE  # acks=0 (the zero value): Kafka closes
+        return
+    wire.decode_response(api_key, version, wire.encode_response(header, response)[4:])
