@@ -190,21 +190,26 @@ class AuthorizerConfig:
 class Authorizer:
     """Decisions over one set of ACLs (an image's); build a new one when the ACLs change.
 
-    The ACLs are indexed by resource type, then literal name (``*`` included), and prefixed
-    ACLs are kept per type; a decision reads the literal entries of the name and of ``*`` and
-    every prefixed ACL of the type (prefixed ACLs are few in practice)."""
+    The ACLs are indexed by resource type and literal name (``*`` included) or prefix; a
+    decision reads the entries of the name, of ``*`` and of each prefix of the name whose
+    length some prefixed ACL of the type has (few distinct lengths in practice), so its cost
+    does not grow with the number of ACLs."""
 
-    __slots__ = ("_config", "_literal", "_prefixed")
+    __slots__ = ("_config", "_literal", "_prefix_lengths", "_prefixed")
 
     def __init__(self, acls: Iterable[AclBinding], config: AuthorizerConfig) -> None:
         self._config = config
         self._literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
-        self._prefixed: dict[ResourceType, list[AclBinding]] = {}
+        self._prefixed: dict[tuple[ResourceType, str], list[AclBinding]] = {}
+        lengths: dict[ResourceType, set[int]] = {}
         for acl in acls:
+            key = (acl.resource_type, acl.resource_name)
             if acl.pattern_type == PatternType.PREFIXED:
-                self._prefixed.setdefault(acl.resource_type, []).append(acl)
+                self._prefixed.setdefault(key, []).append(acl)
+                lengths.setdefault(acl.resource_type, set()).add(len(acl.resource_name))
             else:
-                self._literal.setdefault((acl.resource_type, acl.resource_name), []).append(acl)
+                self._literal.setdefault(key, []).append(acl)
+        self._prefix_lengths = {kind: sorted(found) for kind, found in lengths.items()}
 
     @property
     def config(self) -> AuthorizerConfig:
@@ -255,13 +260,11 @@ class Authorizer:
         allowed_literals: list[str] = []
         allowed_prefixes: list[str] = []
         every = [
-            *(
-                a
-                for (kind, _), acls in self._literal.items()
-                if kind == resource_type
-                for a in acls
-            ),
-            *self._prefixed.get(resource_type, ()),
+            a
+            for index in (self._literal, self._prefixed)
+            for (kind, _), acls in index.items()
+            if kind == resource_type
+            for a in acls
         ]
         for acl in every:
             if acl.principal not in (principal, WILDCARD_PRINCIPAL):
@@ -295,6 +298,7 @@ class Authorizer:
         yield from self._literal.get((resource_type, name), ())
         if name != WILDCARD:
             yield from self._literal.get((resource_type, WILDCARD), ())
-        for acl in self._prefixed.get(resource_type, ()):
-            if name.startswith(acl.resource_name):
-                yield acl
+        for length in self._prefix_lengths.get(resource_type, ()):
+            if length > len(name):
+                break
+            yield from self._prefixed.get((resource_type, name[:length]), ())

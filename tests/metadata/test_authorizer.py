@@ -126,6 +126,28 @@ def test_creations_refuse_filter_values_and_bad_names() -> None:
     assert isinstance(binding_from_codes(4, "kafka-cluster", 3, ALICE, "*", 7, 3), AclBinding)
 
 
+def test_authorize_any_finds_an_allow_no_deny_covers() -> None:
+    def any_write(*acls: AclBinding, config: AuthorizerConfig | None = None) -> bool:
+        authorizer = Authorizer(acls, config or AuthorizerConfig())
+        return authorizer.authorize_any(ALICE, HOST, TOPIC, Op.WRITE)
+
+    assert not any_write()
+    assert any_write(config=AuthorizerConfig(allow_everyone_if_no_acl_found=True))
+    assert any_write(acl("orders", Op.WRITE))
+    assert any_write(acl("ord", Op.ALL, pattern=PREFIXED))
+    assert not any_write(acl("orders", Op.READ))
+    assert not any_write(acl("orders", Op.WRITE, principal=BOB))
+    assert not any_write(acl("orders", Op.WRITE), acl("orders", Op.WRITE, DENY))
+    assert not any_write(acl("orders", Op.WRITE), acl("or", Op.WRITE, DENY, pattern=PREFIXED))
+    assert not any_write(
+        acl("ord", Op.WRITE, pattern=PREFIXED), acl("o", Op.ALL, DENY, pattern=PREFIXED)
+    )
+    assert not any_write(acl("orders", Op.WRITE), acl("*", Op.WRITE, DENY))
+    assert any_write(acl("orders", Op.WRITE), acl("logs", Op.WRITE, DENY))
+    admin = AuthorizerConfig(super_users=frozenset({ALICE}))
+    assert any_write(acl("*", Op.WRITE, DENY), config=admin)
+
+
 def test_filters_match_as_kafka_acl_binding_filter() -> None:
     literal, prefixed = acl("orders", Op.READ), acl("ord", Op.WRITE, pattern=PREFIXED)
     wildcard = acl("*", Op.READ, DENY)
