@@ -40,6 +40,8 @@ declared on its entry (protocol/api_table.py):
   idempotent InitProducerId needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
   (Authorizer.authorize_any), else CLUSTER_AUTHORIZATION_FAILED. DescribeTransactions needs
   DESCRIBE on each transactional id; ListTransactions lists only those.
+- DeleteRecords needs DELETE and DescribeProducers READ on each topic
+  (TOPIC_AUTHORIZATION_FAILED for its partitions); DescribeLogDirs DESCRIBE on the cluster.
 
 Every entry that declares checks gets one (an entry without raises when the table is
 built, so a new API cannot be served unchecked by mistake). What is not done (the topics
@@ -145,8 +147,11 @@ def _check_for(api: Api) -> Check | None:
     if not api.authorization:
         return None
     if all(action.resource_type == CLUSTER for action in api.authorization):
-        operations = tuple(action.operation for action in api.authorization)
-        return _cluster_check(operations)  # the quorum's Fetch too: CLUSTER_ACTION only
+        # (the quorum's Fetch among them: CLUSTER_ACTION only, unlike the data plane's)
+        shaped = _CLUSTER_REFUSALS.get(api.key)
+        if shaped is not None:
+            return shaped
+        return _cluster_check(tuple(action.operation for action in api.authorization))
     specific = _CHECKS.get(api.key)
     if specific is not None:
         return specific
@@ -604,6 +609,7 @@ def _partitions_refused(
                                 "offset": -1,
                                 "leader_epoch": -1,
                                 "end_offset": -1,
+                                "low_watermark": -1,
                             },
                         )
                         for p in topic.partitions
@@ -728,6 +734,55 @@ async def _list_transactions(
         if authz.allows(request, TRANSACTIONAL_ID, t.transactional_id, Op.DESCRIBE)
     )
     return dataclasses.replace(response, transaction_states=visible)
+
+
+async def _describe_log_dirs(
+    authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+) -> Any:
+    """DESCRIBE on the cluster; refused, no log dir is described (and v3+ says
+    CLUSTER_AUTHORIZATION_FAILED), as Kafka answers."""
+    if authz.cluster(request, Op.DESCRIBE):
+        return await handler(request)
+    module: Any = response_module(ApiKey.DESCRIBE_LOG_DIRS, request.api_version)
+    values = {"error_code": ErrorCode.cluster_authorization_failed, "results": ()}
+    return make(module.DescribeLogDirsResponse, values)
+
+
+async def _write_txn_markers(
+    authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+) -> Any:
+    """CLUSTER_ACTION (the transaction coordinator's markers); refused, every partition of
+    every marker is answered CLUSTER_AUTHORIZATION_FAILED."""
+    if authz.cluster(request, Op.CLUSTER_ACTION):
+        return await handler(request)
+    module: Any = response_module(ApiKey.WRITE_TXN_MARKERS, request.api_version)
+    code = ErrorCode.cluster_authorization_failed
+    markers = tuple(
+        make(
+            module.WritableTxnMarkerResult,
+            {
+                "producer_id": marker.producer_id,
+                "topics": tuple(
+                    make(
+                        module.WritableTxnMarkerTopicResult,
+                        {
+                            "name": topic.name,
+                            "partitions": tuple(
+                                make(
+                                    module.WritableTxnMarkerPartitionResult,
+                                    {"partition_index": p, "error_code": code},
+                                )
+                                for p in topic.partition_indexes
+                            ),
+                        },
+                    )
+                    for topic in marker.topics
+                ),
+            },
+        )
+        for marker in request.body.markers
+    )
+    return make(module.WriteTxnMarkersResponse, {"markers": markers})
 
 
 # ---- AddPartitionsToTxn ----------------------------------------------------------------------
@@ -951,6 +1006,37 @@ _CHECKS: dict[int, Check] = {
     ),
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
     ApiKey.OFFSET_DELETE: _offset_delete,
+    ApiKey.DELETE_RECORDS: _PerItem(
+        "topics",
+        "topics",
+        _simple_denial(TOPIC, Op.DELETE, ErrorCode.topic_authorization_failed, lambda t: t.name),
+        _partitions_refused(
+            ApiKey.DELETE_RECORDS,
+            "DeleteRecordsTopicResult",
+            "DeleteRecordsPartitionResult",
+            "name",
+            "partition_index",
+        ),
+    ),
+    ApiKey.DESCRIBE_PRODUCERS: _PerItem(
+        "topics",
+        "topics",
+        _simple_denial(TOPIC, Op.READ, ErrorCode.topic_authorization_failed, lambda t: t.name),
+        _items_refused(
+            ApiKey.DESCRIBE_PRODUCERS,
+            "TopicResponse",
+            lambda topic, code: {
+                "name": topic.name,
+                "partitions": tuple(
+                    make(
+                        response_module(ApiKey.DESCRIBE_PRODUCERS, 0).PartitionResponse,  # v0 only
+                        {"partition_index": p, "error_code": code},
+                    )
+                    for p in topic.partition_indexes
+                ),
+            },
+        ),
+    ),
     ApiKey.LIST_TRANSACTIONS: _list_transactions,
     ApiKey.DESCRIBE_TRANSACTIONS: _PerItem(
         "transactional_ids",
@@ -990,4 +1076,9 @@ _CHECKS: dict[int, Check] = {
         _config_denial(Op.DESCRIBE_CONFIGS, Op.DESCRIBE_CONFIGS),
         _describe_configs_errors,
     ),
+}
+# Cluster-only APIs whose refusal has a shape of its own (no top-level error code).
+_CLUSTER_REFUSALS: dict[int, Check] = {
+    ApiKey.DESCRIBE_LOG_DIRS: _describe_log_dirs,
+    ApiKey.WRITE_TXN_MARKERS: _write_txn_markers,
 }

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol import wire
+from protocol.connect import Connector
 
 MAX_IN_FLIGHT = 100
 _CORRELATION_ID_LIMIT = 2**31
@@ -36,8 +37,16 @@ class _InFlight:
 class KafkaConnection:
     """One connection to a Kafka-protocol server; ``connect`` then ``request``."""
 
-    def __init__(self, client_id: str | None, *, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+    def __init__(
+        self,
+        client_id: str | None,
+        *,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        connector: Connector | None = None,
+    ) -> None:
         self.client_id = client_id
+        # How the peer's listener is secured (TLS, SASL login); None: plaintext.
+        self._connector = connector
         self._slots = asyncio.Semaphore(max_in_flight)
         self._in_flight: dict[int, _InFlight] = {}
         self._next_correlation_id = 0
@@ -51,12 +60,16 @@ class KafkaConnection:
         return self._closed or self._writer is None
 
     async def connect(self, host: str, port: int, timeout_s: float) -> None:
-        """Open the TCP connection; OSError (TimeoutError included) when that fails."""
+        """Open the connection (TLS and the SASL login included, when the connector asks
+        for them); OSError (TimeoutError, and a refused login, included) when that fails."""
         assert self._writer is None and not self._closed, "connect once per KafkaConnection"
+        opening = (
+            self._connector.open(host, port, self.client_id)
+            if self._connector is not None
+            else asyncio.open_connection(host, port)
+        )
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), timeout=timeout_s
-            )
+            reader, writer = await asyncio.wait_for(opening, timeout=timeout_s)
         except OSError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from broker.client import ConnectionClosed, KafkaConnection
+from protocol.connect import Connector
 
 logger = logging.getLogger("broker.controller_channel")
 
@@ -71,9 +72,15 @@ class ControllerChannel:
     """Requests to whichever voter is the active controller."""
 
     def __init__(
-        self, voters: dict[int, tuple[str, int]], client_id: str, rng: random.Random
+        self,
+        voters: dict[int, tuple[str, int]],
+        client_id: str,
+        rng: random.Random,
+        *,
+        connector: Connector | None = None,
     ) -> None:
         assert voters, "a controller channel needs at least one voter"
+        self._connector = connector  # the controller listener's TLS/SASL (None: plaintext)
         self._voters = dict(sorted(voters.items()))
         self._client_id = client_id
         self._rng = rng
@@ -149,7 +156,7 @@ class ControllerChannel:
             connection = self._connections.get(voter)
             if connection is not None and not connection.closed:
                 return connection
-            connection = KafkaConnection(self._client_id)
+            connection = KafkaConnection(self._client_id, connector=self._connector)
             host, port = self._voters[voter]
             await connection.connect(host, port, CONNECT_TIMEOUT_S)
             if self._closed:

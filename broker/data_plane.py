@@ -43,6 +43,7 @@ from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 from protocol.server import NO_RESPONSE
 
+READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 TOPIC_ID_VERSION = 13  # Fetch names topics by id from v13 (KIP-516)
 
@@ -62,12 +63,23 @@ async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> o
                 ErrorCode.invalid_topic_exception,
                 message=f"Cannot append to internal topic {topic}",
             )
-        return await replicas.append(topic, data.index, bytes(data.records), acks, timeout_s)
+        return await replicas.append(
+            topic,
+            data.index,
+            bytes(data.records),
+            acks,
+            timeout_s,
+            transactional_id=request.transactional_id,  # Produce v3+
+        )
 
     # Every partition appends at once (in request order: each task appends before it first
     # waits), then all wait for their high watermarks together, within the one timeout.
     wanted = [(topic.name, data) for topic in request.topic_data for data in topic.partition_data]
-    results = iter(await asyncio.gather(*(one(name, data) for name, data in wanted)))
+    appended = await asyncio.gather(*(one(name, data) for name, data in wanted))
+    if (stats := replicas.topic_metrics) is not None:
+        for (name, data), appended_result in zip(wanted, appended, strict=True):
+            stats.produced(name, data.records or b"", appended_result.error)
+    results = iter(appended)
     topics = []
     for topic in request.topic_data:
         answers = []
@@ -168,6 +180,11 @@ async def fetch(
         only = None if size else set(changed)
         answers = _read_in_order(replicas, request, module, wanted, only, answers)
     result = context.respond([_summary(answer) for answer in answers])
+    if (stats := replicas.topic_metrics) is not None:
+        follower = request.replica_id >= 0
+        for i in result.selected:
+            answer = answers[i]
+            stats.fetched(wanted[i][1], len(answer["records"]), answer["error_code"], follower)
     by_topic: dict[uuid.UUID | str, list[object]] = {}
     for i in result.selected:
         by_topic.setdefault(wanted[i][0][0], []).append(make(module.PartitionData, answers[i]))
@@ -293,15 +310,24 @@ def _read(
             wanted.current_leader_epoch,
             min_one_message=min_one_message,
             last_fetched_epoch=wanted.last_fetched_epoch,
+            isolation_level=request.isolation_level,
+        )
+    aborted = None  # read_uncommitted: null, as Kafka sends it
+    if request.isolation_level == READ_COMMITTED:
+        aborted = tuple(
+            make(
+                module.AbortedTransaction,
+                {"producer_id": txn.producer_id, "first_offset": txn.first_offset},
+            )
+            for txn in result.aborted_transactions or ()
         )
     fields: dict[str, Any] = {
         "partition_index": index,
         "error_code": result.error,
         "high_watermark": result.high_watermark,
-        # No transactions yet: everything committed is stable.
-        "last_stable_offset": result.high_watermark,
+        "last_stable_offset": result.last_stable_offset,
         "log_start_offset": result.log_start_offset,
-        "aborted_transactions": None if request.isolation_level != READ_COMMITTED else (),
+        "aborted_transactions": aborted,
         "records": result.records,
     }
     if result.diverging_end_offset >= 0:
@@ -323,6 +349,7 @@ def list_offsets(replicas: ReplicaManager, request: Any, api_version: int) -> ob
                 wanted.partition_index,
                 wanted.timestamp,
                 getattr(wanted, "current_leader_epoch", -1),
+                getattr(request, "isolation_level", READ_UNCOMMITTED),  # v2+
             )
             answers.append(
                 make(

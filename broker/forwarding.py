@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.controller import reassignment
+from metadata.controller import reassignment, scram
 from metadata.controller.acls import acl_error_response
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
@@ -32,6 +32,7 @@ FORWARDED_APIS = frozenset(
         ApiKey.UPDATE_FEATURES,
         ApiKey.CREATE_ACLS,
         ApiKey.DELETE_ACLS,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
     }
 )
 
@@ -99,4 +100,6 @@ def forwarded_error_response(request: object, error_code: int, message: str | No
         return make(module.UpdateFeaturesResponse, error | {"results": results})
     if api_key in (ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS):
         return acl_error_response(api_key, version, body, ErrorCode(error_code), message)
+    if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+        return scram.refuse_alter(module, body, ErrorCode(error_code), message)
     raise ValueError(f"api {api_key} is not forwarded to the controller")

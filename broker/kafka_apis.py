@@ -23,7 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker import data_plane, forwarding
+from broker import data_plane, describe_producers, forwarding, txn_markers
 from broker.auto_topic_creation import AutoTopicCreationManager
 from broker.cluster_metadata import describe_cluster_response, metadata_response, random_live_broker
 from broker.controller_channel import ControllerSender
@@ -35,6 +35,7 @@ from broker.producer_ids import ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
 from broker.txn.apis import TxnApis
 from metadata.controller.acls import describe_acls_response, security_disabled
+from metadata.controller.scram import describe_user_scram_credentials
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
 from protocol.api_keys import ApiKey
@@ -96,8 +97,10 @@ class KafkaApis:
         fetch_sessions: FetchSessionCache | None = None,
         producer_ids: ProducerIdManager | None = None,
         transactions: TxnApis | None = None,
+        on_offsets_marker: txn_markers.OffsetsMarkerHook | None = None,
         auto_create_topics: bool = False,
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
+        descriptors_free: Callable[[], bool] = lambda: True,
         acls_enabled: bool = False,
     ) -> None:
         self.node_id = node_id
@@ -107,10 +110,13 @@ class KafkaApis:
             fetch_sessions = FetchSessionCache(CACHE_SLOTS_DEFAULT, rng, loop_time)
         self.fetch_sessions = fetch_sessions
         self._auto_creation = (
-            AutoTopicCreationManager(node_id, self._forward) if auto_create_topics else None
+            AutoTopicCreationManager(node_id, self._forward, descriptors_free)
+            if auto_create_topics
+            else None
         )
         self.producer_ids = producer_ids
         self.transactions = transactions
+        self._on_offsets_marker = on_offsets_marker  # the group coordinator's, when wired
         self.cluster_id = cluster_id
         self.listener_name = listener_name
         self._image = image
@@ -149,6 +155,14 @@ class KafkaApis:
             Api(ApiKey.ALTER_PARTITION_REASSIGNMENTS, (0, 1), forward, BROKER, (CLUSTER_ALTER,)),
             Api(ApiKey.LIST_PARTITION_REASSIGNMENTS, (0, 0), forward, BROKER, (CLUSTER_DESCRIBE,)),
             Api(ApiKey.UPDATE_FEATURES, (0, 1), forward, BROKER, (CLUSTER_ALTER,)),
+            Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, (0, 0), forward, BROKER, (CLUSTER_ALTER,)),
+            Api(
+                ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+                (0, 0),
+                self._describe_user_scram_credentials,
+                BROKER,
+                (CLUSTER_DESCRIBE,),
+            ),
             Api(
                 ApiKey.DESCRIBE_CLUSTER, (0, 1), self._describe_cluster, BROKER, (CLUSTER_DESCRIBE,)
             ),
@@ -181,6 +195,22 @@ class KafkaApis:
                     self._offset_for_leader_epoch,
                     BROKER,
                     (CLUSTER_ACTION, TOPIC_DESCRIBE),
+                ),
+                # The transaction coordinator's (and kafka-transactions abort's) markers; kio
+                # has no version 0, which Kafka 4 removed too.
+                Api(
+                    ApiKey.WRITE_TXN_MARKERS,
+                    (1, 2),
+                    self._write_txn_markers,
+                    BROKER,
+                    (CLUSTER_ACTION,),
+                ),
+                Api(
+                    ApiKey.DESCRIBE_PRODUCERS,
+                    (0, 0),
+                    self._describe_producers,
+                    BROKER,
+                    (TOPIC_READ,),
                 ),
             ]
         if self.producer_ids is not None:
@@ -224,6 +254,19 @@ class KafkaApis:
 
     async def _offset_for_leader_epoch(self, request: ApiRequest) -> object:
         return data_plane.offset_for_leader_epoch(
+            self._replicas(), request.body, request.api_version
+        )
+
+    async def _write_txn_markers(self, request: ApiRequest) -> object:
+        return await txn_markers.write_txn_markers(
+            self._replicas(),
+            request.body,
+            request.api_version,
+            on_offsets_marker=self._on_offsets_marker,
+        )
+
+    async def _describe_producers(self, request: ApiRequest) -> object:
+        return describe_producers.describe_producers(
             self._replicas(), request.body, request.api_version
         )
 
@@ -278,6 +321,9 @@ class KafkaApis:
         if not self.acls_enabled:
             return security_disabled(request.header.api_key, request.api_version, request.body)
         return await self._forward(request.body)
+
+    async def _describe_user_scram_credentials(self, request: ApiRequest) -> object:
+        return describe_user_scram_credentials(self._image(), request.body, request.api_version)
 
     async def _describe_topic_partitions(self, request: ApiRequest) -> object:
         return describe_topic_partitions_response(self._image(), request.body, self.listener_name)

@@ -33,9 +33,15 @@ BOOTSTRAP_FEATURES = (
 )
 
 
-async def write_bootstrap(fs: FileSystem, directory: str, timestamp_ms: int) -> None:
-    """Write the bootstrap records atomically (temp file, fsync, rename)."""
-    records = [Record(None, encode_record(r), timestamp_ms) for r in BOOTSTRAP_FEATURES]
+async def write_bootstrap(
+    fs: FileSystem,
+    directory: str,
+    timestamp_ms: int,
+    extra: tuple[MetadataRecord, ...] = (),
+) -> None:
+    """Write the bootstrap records atomically (temp file, fsync, rename); ``extra`` follow
+    the features (the SCRAM credentials of ``format --add-scram``)."""
+    records = [Record(None, encode_record(r), timestamp_ms) for r in (*BOOTSTRAP_FEATURES, *extra)]
     data = encode_snapshot(records, timestamp_ms)
     await write_atomic(fs, os.path.join(directory, BOOTSTRAP_FILE), data)
 

@@ -24,12 +24,30 @@ def _parser() -> argparse.ArgumentParser:
     fmt.add_argument("-t", "--cluster-id", required=True)
     fmt.add_argument("-c", "--config", required=True, help="server.properties")
     fmt.add_argument("-g", "--ignore-formatted", action="store_true")
+    fmt.add_argument(
+        "-S",
+        "--add-scram",
+        action="append",
+        default=[],
+        metavar="MECHANISM=[name=...,password=...]",
+        help="a SCRAM credential for the bootstrap metadata (repeatable)",
+    )
     start = sub.add_parser("start", help="run a broker, a controller, or both")
     start.add_argument("config", help="server.properties")
     sub.add_parser("random-uuid", help="print a new cluster id")
     quorum = sub.add_parser("describe-quorum", help="show the metadata quorum's state")
     quorum.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,HOST:PORT...]")
     quorum.add_argument("--replication", action="store_true", help="per-replica offsets")
+    state = sub.add_parser(
+        "quorum-state", help="show a stopped node's election state, or reset its epoch"
+    )
+    state.add_argument("-c", "--config", required=True, help="server.properties")
+    state.add_argument(
+        "--reset-epoch",
+        type=int,
+        metavar="N",
+        help="rewrite quorum-state to epoch N, no leader, no vote (docs/raft.md, Epoch cliff)",
+    )
     dump = sub.add_parser("dump-log", help="print the batches of log, index and timeindex files")
     dump.add_argument("files", nargs="+")
     dump.add_argument("--print-records", action="store_true")
@@ -130,7 +148,24 @@ def _run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         for warning in unknown_key_warnings(config):
             logger.warning(warning)
+        if args.command == "quorum-state":
+            from kraft.quorum_reset import quorum_status
+
+            before, after = asyncio.run(quorum_status(config, reset_epoch=args.reset_epoch))
+            if after is None:
+                print(before.describe())
+            else:
+                print(f"Reset {before.describe()}")
+                print(f"   to {after.describe()}")
+            return 0
         if args.command == "format":
+            from kraft.scram_args import ScramArgumentError, parse_add_scram
+
+            try:
+                credentials = tuple(parse_add_scram(text) for text in args.add_scram)
+            except ScramArgumentError as error:
+                print(f"kraft-server format: {error}", file=sys.stderr)
+                return 2
             formatted = asyncio.run(
                 format_dirs(
                     RealFileSystem(),
@@ -138,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
                     args.cluster_id,
                     ignore_formatted=args.ignore_formatted,
                     timestamp_ms=int(time.time() * 1000),
+                    bootstrap_records=credentials,
                 )
             )
             for directory in formatted:

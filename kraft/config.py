@@ -17,9 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from broker.group.config import KEYS as GROUP_COORDINATOR_KEYS
 from broker.group.config import GroupCoordinatorConfig
+from broker.replica_manager import REPLICATION_KEYS
 from broker.txn.config import KEYS as TXN_COORDINATOR_KEYS
 from broker.txn.config import TransactionCoordinatorConfig
 from kraft.properties import parse_properties
+from kraft.security import NodeSecurity, SecurityConfigError, is_security_key, parse_security
 from log.config import LOG_CONFIG_KEYS, LOG_MANAGER_KEYS, LogConfig, LogManagerConfig
 from metadata.authorizer import AuthorizerConfig
 from metadata.config_defs import BROKER_DYNAMIC_CONFIGS, TOPIC_CONFIGS
@@ -31,7 +33,6 @@ MAX_PORT = 65535
 KAFKA_KEYS_NOT_USED = frozenset(
     {
         "group.initial.rebalance.delay.ms",
-        "listener.security.protocol.map",
         # One log cleaner task on the event loop (log/manager.py), never a thread pool.
         "log.cleaner.threads",
         "num.io.threads",
@@ -184,6 +185,21 @@ class ServerConfig(BaseModel):
         users = frozenset(p.strip() for p in self.super_users.split(";") if p.strip())
         return AuthorizerConfig(users, self.allow_everyone_if_no_acl_found)
 
+    # Where Prometheus scrapes /metrics (kraft/metrics_http.py); absent or empty: not served.
+    metrics_listener: Endpoint | None = Field(default=None, alias="metrics.listener")
+
+    @field_validator("metrics_listener", mode="before")
+    @classmethod
+    def _metrics_listener(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        if not value.strip():
+            return None
+        endpoints = parse_endpoints(value)
+        if len(endpoints) != 1 or endpoints[0].name != "HTTP":
+            raise ValueError(f"{value!r} is not http://host:port")
+        return endpoints[0]
+
     @field_validator("queued_max_request_bytes")
     @classmethod
     def _queued_bytes(cls, value: int) -> int:
@@ -218,6 +234,15 @@ class ServerConfig(BaseModel):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
+    @field_validator("log_dirs")
+    @classmethod
+    def _some_log_dir(cls, value: list[str]) -> list[str]:
+        # Every node keeps meta.properties (and a controller its quorum-state) in a log dir;
+        # Kafka's log.dirs falls back to log.dir, which kraft-py does not have.
+        if not value:
+            raise ValueError("must name at least one directory")
+        return value
+
     @property
     def metadata_dir(self) -> str:
         """Where __cluster_metadata-0 and quorum-state live (metadata.log.dir or log.dirs[0])."""
@@ -243,6 +268,18 @@ class ServerConfig(BaseModel):
             for e in endpoints
             if e.name not in self.controller_listener_names
         ]
+
+    def security(self) -> NodeSecurity:
+        """Every listener's security protocol, TLS and SASL settings (kraft/security.py);
+        validated by config_from_properties, so this raises only for a config built
+        without it."""
+        return parse_security(
+            self.model_extra or {},
+            listener_names=[e.name for e in self.listeners],
+            controller_names=[n.upper() for n in self.controller_listener_names],
+            inter_broker_listener=self.inter_broker_listener_name,
+            is_broker="broker" in self.process_roles,
+        )
 
     def controller_endpoint(self) -> Endpoint:
         """The listener this node's quorum RPCs are served on."""
@@ -279,6 +316,16 @@ def config_from_properties(
     props: dict[str, str], source: str = "server.properties"
 ) -> ServerConfig:
     """Validate parsed properties; relative log dirs are taken as given (cwd-relative)."""
+    inter_broker_protocol = props.get("security.inter.broker.protocol")
+    if inter_broker_protocol is not None:
+        # Kafka: the inter-broker listener is the one named after this protocol; the two
+        # keys together are ambiguous and refused.
+        if "inter.broker.listener.name" in props:
+            raise ConfigError(
+                f"{source}: security.inter.broker.protocol: only one of it and "
+                "inter.broker.listener.name may be set"
+            )
+        props = {**props, "inter.broker.listener.name": inter_broker_protocol.strip().upper()}
     try:
         config = ServerConfig.model_validate(props)
     except ValidationError as error:
@@ -298,6 +345,16 @@ def config_from_properties(
         LogManagerConfig.from_properties(extra)
     except ValueError as error:
         raise ConfigError(f"{source}: {error}") from None
+    metrics = config.metrics_listener
+    if metrics is not None and metrics.port != 0:
+        for endpoint in config.listeners:
+            if endpoint.port == metrics.port and (
+                endpoint.host == metrics.host or not endpoint.host or not metrics.host
+            ):
+                raise ConfigError(
+                    f"{source}: metrics.listener: port {metrics.port} is the {endpoint.name} "
+                    "listener's; metrics are served on a port of their own"
+                )
     if "controller" in config.process_roles:
         if config.node_id not in config.controller_quorum_voters:
             raise ConfigError(
@@ -319,6 +376,10 @@ def config_from_properties(
             TransactionCoordinatorConfig.from_properties(config.model_extra or {})
         except ValueError as error:
             raise ConfigError(f"{source}: {error}") from None
+    try:
+        config.security()
+    except SecurityConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
     return config
 
 
@@ -329,7 +390,7 @@ def unknown_key_warnings(config: ServerConfig) -> list[str]:
     known = sorted(_KNOWN_KEYS)
     warnings = []
     for key in sorted(config.model_extra or {}):
-        if key in _KNOWN_KEYS:
+        if key in _KNOWN_KEYS or is_security_key(key):
             continue
         close = difflib.get_close_matches(key, known, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -351,4 +412,5 @@ _KNOWN_KEYS = frozenset(
     | KAFKA_KEYS_NOT_USED
     | GROUP_COORDINATOR_KEYS
     | TXN_COORDINATOR_KEYS
+    | REPLICATION_KEYS
 )

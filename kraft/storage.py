@@ -17,6 +17,7 @@ from kraft.config import ServerConfig
 from kraft.properties import format_properties, parse_properties
 from log.fs import FileSystem, read_all, write_atomic
 from log.manager import META_PROPERTIES
+from metadata.records import MetadataRecord
 
 LOCK_FILE = ".lock"
 
@@ -76,6 +77,7 @@ async def format_dirs(
     *,
     ignore_formatted: bool,
     timestamp_ms: int = 0,
+    bootstrap_records: tuple[MetadataRecord, ...] = (),
 ) -> list[str]:
     """Write meta.properties into every dir, and the bootstrap metadata into the metadata
     dir; returns the dirs it formatted."""
@@ -107,7 +109,7 @@ async def format_dirs(
         }
         try:
             if directory == config.metadata_dir:
-                await write_bootstrap(fs, directory, timestamp_ms)
+                await write_bootstrap(fs, directory, timestamp_ms, bootstrap_records)
             await write_atomic(
                 fs, os.path.join(directory, META_PROPERTIES), format_properties(props).encode()
             )

@@ -2,8 +2,9 @@
 
 One cleaning pass over a log (Kafka's Cleaner.doClean):
 1. The cleanable range ends at the first uncleanable offset: the active segment's base, the
-   recovery point (only fsynced data is rewritten), the high watermark, and the first
-   segment younger than ``min.compaction.lag.ms``.
+   recovery point (only fsynced data is rewritten), the last stable offset (the high
+   watermark, or the first offset of a transaction still open or not yet replicated),
+   and the first segment younger than ``min.compaction.lag.ms``.
 2. The offset map (key -> latest offset) is built over the dirty section, from the cleaner
    checkpoint's first dirty offset on, whole segments at a time (the first one up to its
    last whole batch that fits, if it does not fit whole), its memory bounded by
@@ -23,8 +24,15 @@ One cleaning pass over a log (Kafka's Cleaner.doClean):
    ``log/loader.py`` completes a swap a crash interrupted.
 
 The work runs on the event loop and yields to it every ``_YIELD_EVERY_BYTES`` of batches, so
-one large log never holds up heartbeats or fetches. Transactions do not exist here, so
-control batches are kept as they are and aborted data is never looked for.
+one large log never holds up heartbeats or fetches.
+
+Transactions (as Kafka's cleaner): the records of aborted transactions (the log's
+``.txnindex`` names them: producer id, first offset, marker offset) never enter the offset
+map, so an aborted write cannot make a committed one with its key go, and they are removed
+(the batch kept empty when it is its producer's last, as above). Commit and abort markers
+are kept as they are, and so are the index entries of the segments a swap replaces
+(``Log.replace_segments``). Kafka also removes a marker once its transaction's data is all
+gone and delete.retention.ms has passed; here markers stay.
 """
 
 from __future__ import annotations
@@ -35,12 +43,13 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from log.batch import decode_batch, decode_batch_keys, encode_batch
+from log.batch import BatchHeader, decode_batch, decode_batch_keys, encode_batch
 from log.checkpoint import TopicPartition
 from log.errors import RecordError
 from log.index import REL_OFFSET_MAX
 from log.log import Log
 from log.segment import LogSegment
+from log.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +58,7 @@ CLEANED_SUFFIX = ".cleaned"
 # here, so an entry costs its key's length on top.
 _MAP_ENTRY_OVERHEAD_BYTES = 24
 _YIELD_EVERY_BYTES = 256 * 1024
+_INT64_MAX = (1 << 63) - 1
 
 
 class OffsetMap:
@@ -95,7 +105,8 @@ class CleanResult:
 
 
 def first_uncleanable_offset(log: Log, now_ms: int, high_watermark: int | None) -> int:
-    """Kafka's firstUncleanableDirtyOffset (no transactions, so no last stable offset)."""
+    """Kafka's firstUncleanableDirtyOffset; ``high_watermark`` is the partition's last
+    stable offset (no record of an unfinished transaction is cleaned)."""
     segments = log.segments
     bound = min(log.active_segment.base_offset, log.recovery_point)
     if high_watermark is not None:
@@ -157,7 +168,10 @@ async def clean_log(
     offset_map = OffsetMap(dedupe_buffer_bytes)
     # With nothing dirty the clean section is still rewritten: its tombstones may have
     # passed their delete horizon.
-    map_end = await _build_offset_map(log, dirty, start, offset_map, yielder) if dirty else start
+    aborted = _AbortedTxns(log.aborted_txns())
+    map_end = start
+    if dirty:
+        map_end = await _build_offset_map(log, dirty, start, offset_map, aborted, yielder)
     if dirty and map_end == start:
         logger.warning("%s: not one batch's keys fit log.cleaner.dedupe.buffer.size", log.name)
         return None
@@ -190,6 +204,7 @@ async def clean_log(
                         now_ms=now_ms,
                         horizon_ms=horizon_ms,
                         keep_empty=location.last_offset == group_last_offset,
+                        aborted=aborted,
                     )
                     if out:
                         handle.append(out)
@@ -251,8 +266,39 @@ def _cleaned_path(segment: LogSegment) -> str:
     return segment.log.path + CLEANED_SUFFIX
 
 
+class _AbortedTxns:
+    """Which transactional batches belong to an aborted transaction, from the log's
+    ``.txnindex`` entries: a batch of producer P from an aborted transaction's first offset
+    to its marker (P writes nothing else in between: the leader refuses it)."""
+
+    __slots__ = ("_ranges",)
+
+    def __init__(self, entries: list[AbortedTxn]) -> None:
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        for entry in entries:
+            self._ranges.setdefault(entry.producer_id, []).append(
+                (entry.first_offset, entry.last_offset)
+            )
+        for ranges in self._ranges.values():
+            ranges.sort()
+
+    def holds(self, header: BatchHeader) -> bool:
+        if not header.is_transactional or header.is_control:
+            return False
+        ranges = self._ranges.get(header.producer_id)
+        if not ranges:
+            return False
+        index = bisect.bisect_right(ranges, (header.base_offset, _INT64_MAX)) - 1
+        return index >= 0 and ranges[index][1] >= header.base_offset
+
+
 async def _build_offset_map(
-    log: Log, dirty: list[LogSegment], start: int, offset_map: OffsetMap, yielder: _Yielder
+    log: Log,
+    dirty: list[LogSegment],
+    start: int,
+    offset_map: OffsetMap,
+    aborted: _AbortedTxns,
+    yielder: _Yielder,
 ) -> int:
     """Map the dirty segments' keys; the offset the map covers up to: a segment boundary,
     or, when even the first dirty segment does not fit, the end of its last batch that
@@ -269,7 +315,7 @@ async def _build_offset_map(
                 continue
             data = segment.log.pread(location.position, location.size)
             header, keys = decode_batch_keys(data)
-            for delta, key, _ in [] if header.is_control else keys:
+            for delta, key, _ in [] if header.is_control or aborted.holds(header) else keys:
                 if key is not None and not offset_map.put(key, header.base_offset + delta):
                     full = True
                     break
@@ -312,6 +358,7 @@ def _clean_batch(
     now_ms: int,
     horizon_ms: int,
     keep_empty: bool,
+    aborted: _AbortedTxns,
 ) -> tuple[bytes, int, int, int | None]:
     """(the batch's cleaned bytes, b"" to drop it; records read; records kept; the delete
     horizon of the tombstones it keeps, None if it keeps none)."""
@@ -320,7 +367,7 @@ def _clean_batch(
         return data, 0, 0, None
     keep: list[int] = []
     tombstones = False
-    for index, (delta, key, has_value) in enumerate(keys):
+    for index, (delta, key, has_value) in enumerate([] if aborted.holds(header) else keys):
         if key is not None and offset_map.get(key) > header.base_offset + delta:
             continue  # a later record has this key
         if key is not None and not has_value:

@@ -25,12 +25,22 @@ range check is two comparisons per batch; record errors are worked out in a seco
 when a batch fails. No await happens while a payload is inflated, so on the broker's one
 event loop at most one inflated payload exists at a time: the per-batch bound is also the
 broker-wide bound on decompression memory.
+
+This module is also the executable specification of ``kraft_native`` (native/, Rust): the
+broker's validate_records runs that build's one-call-per-batch port when it is importable
+and KRAFT_NATIVE is not 0, and this Python otherwise; tests/log/test_native_validator.py
+holds both to the same verdict on random and mutated batches (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import struct
+import types
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import ModuleType
 
 from crc32c import crc32c
 
@@ -47,8 +57,25 @@ from log.batch import (
 from log.compression import DECOMPRESSED_SIZE_BYTES_MAX, Compression, compress, decompress
 from log.config import LogConfig
 from log.config_defs import COMPRESSION_TYPES, TIMESTAMP_TYPES
-from log.errors import CorruptRecordError, InvalidRecordError, RecordError, RecordTooLargeError
-from log.records import decode_records, decode_varint, decode_varlong
+from log.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordError,
+    RecordTooLargeError,
+    UnsupportedCompressionError,
+)
+from log.records import INT64_MAX, INT64_MIN, decode_records, decode_varint, decode_varlong
+
+_kraft_native: types.ModuleType | None
+try:  # the Rust build of the per-record work (native/); this module stays its specification
+    import kraft_native as _kraft_native
+except ImportError as exc:  # not built on this machine: the Python path below does it all
+    _kraft_native = None
+    _NATIVE_MISSING = f"kraft_native is not importable ({exc})"
+else:
+    _NATIVE_MISSING = ""
+
+logger = logging.getLogger(__name__)
 
 NO_TIMESTAMP = -1
 INVALID_TIMESTAMP = 32  # Kafka's error codes
@@ -109,6 +136,33 @@ class ValidatedBatch:
     log_append_time_ms: int
 
 
+NATIVE_ENV = "KRAFT_NATIVE"  # "0" forces the Python path (benches, differential runs)
+
+
+@dataclass(slots=True)
+class _Dispatch:
+    """Which implementation validate_records runs, and whether that was logged yet."""
+
+    native: ModuleType | None
+    why_not: str
+    logged: bool = False
+
+
+def _choose(environ: Mapping[str, str]) -> _Dispatch:
+    if environ.get(NATIVE_ENV, "1") == "0":
+        return _Dispatch(None, f"{NATIVE_ENV}=0")
+    return _Dispatch(_kraft_native, _NATIVE_MISSING)
+
+
+# Chosen once per process: every node of a simulation validates with the same code.
+_dispatch = _choose(os.environ)
+
+
+def native_available() -> bool:
+    """Whether the kraft_native extension is importable (whatever KRAFT_NATIVE says)."""
+    return _kraft_native is not None
+
+
 def validate_records(
     records: bytes | bytearray,
     config: LogConfig,
@@ -117,7 +171,80 @@ def validate_records(
     max_decompressed_bytes: int = DECOMPRESSED_SIZE_BYTES_MAX,
 ) -> ValidatedBatch:
     """Check one produced batch as Kafka's LogValidator does and apply the topic's
-    compression.type and message.timestamp.* configs; RecordError if it cannot be stored."""
+    compression.type and message.timestamp.* configs; RecordError if it cannot be stored.
+
+    Runs kraft_native when it is importable and KRAFT_NATIVE is not 0, else the Python
+    specification (logging once which and why); both give the same verdict for every input.
+    """
+    dispatch = _dispatch
+    if dispatch.native is not None:
+        return validate_records_native(
+            records, config, now_ms, max_decompressed_bytes=max_decompressed_bytes
+        )
+    if not dispatch.logged:
+        dispatch.logged = True
+        logger.warning("Produced batches are validated in Python: %s", dispatch.why_not)
+    return validate_records_python(
+        records, config, now_ms, max_decompressed_bytes=max_decompressed_bytes
+    )
+
+
+# The error classes kraft_native.validate names by number, in its order.
+_NATIVE_ERRORS: dict[int, type[RecordError]] = {
+    1: CorruptRecordError,
+    2: InvalidRecordError,
+    3: UnsupportedCompressionError,
+    4: RecordTooLargeError,
+}
+
+
+def validate_records_native(
+    records: bytes | bytearray,
+    config: LogConfig,
+    now_ms: int,
+    *,
+    max_decompressed_bytes: int = DECOMPRESSED_SIZE_BYTES_MAX,
+) -> ValidatedBatch:
+    """validate_records in kraft_native (one call per batch); recompression stays here so
+    the stored bytes are those log/compression.py writes. ImportError if it is not built."""
+    if _kraft_native is None:
+        raise ImportError(_NATIVE_MISSING)
+    target = _TARGET_CODECS[config.compression_type]
+    timestamp_type = _TIMESTAMP_TYPE_IDS[config.message_timestamp_type]
+    verdict = _kraft_native.validate(
+        records,
+        config.max_message_bytes,
+        config.compact,
+        timestamp_type,
+        config.message_timestamp_before_max_ms,
+        config.message_timestamp_after_max_ms,
+        -1 if target is None else int(target),
+        now_ms,
+        max_decompressed_bytes,
+    )
+    kind = verdict[0]
+    if kind == 0:
+        _, out, log_append_time_ms, payload, max_timestamp = verdict
+        if out is None:
+            assert target is not None  # kraft_native returns no batch only to recompress it
+            out = _recompress(records, payload, target, timestamp_type, max_timestamp)
+        return ValidatedBatch(out, log_append_time_ms)
+    _, message, record_errors = verdict
+    if kind == 5:
+        raise RecordValidationError(message, tuple(record_errors))
+    if kind == 6:
+        raise RecordValidationError(message, tuple(record_errors), INVALID_RECORD)
+    raise _NATIVE_ERRORS[kind](message)
+
+
+def validate_records_python(
+    records: bytes | bytearray,
+    config: LogConfig,
+    now_ms: int,
+    *,
+    max_decompressed_bytes: int = DECOMPRESSED_SIZE_BYTES_MAX,
+) -> ValidatedBatch:
+    """validate_records in Python: the executable specification of kraft_native."""
     header = validate_batch(records)
     if header.size != len(records):
         raise InvalidRecordError("Compressed outer record has more than one batch")
@@ -341,8 +468,10 @@ def _record_errors(
     """(index in batch, message) of each record whose timestamp the topic refuses: usually
     none, decided from the walk's summary without a second pass."""
     batch_log_append_time = header.timestamp_type == LOG_APPEND_TIME
-    low = now_ms - config.message_timestamp_before_max_ms
-    high = now_ms + config.message_timestamp_after_max_ms
+    # Clamped to int64: with a *.max.ms near Long.MAX_VALUE a record could otherwise pass
+    # with a timestamp no batch header can hold.
+    low = max(now_ms - config.message_timestamp_before_max_ms, INT64_MIN)
+    high = min(now_ms + config.message_timestamp_after_max_ms, INT64_MAX)
     if not batch_log_append_time and (
         timestamp_type == LOG_APPEND_TIME or low <= walk.min_timestamp <= walk.max_timestamp <= high
     ):

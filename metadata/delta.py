@@ -45,10 +45,13 @@ from metadata.records import (
     RegisterBroker,
     RemoveAccessControlEntry,
     RemoveTopic,
+    RemoveUserScramCredential,
     Topic,
     UnfenceBroker,
     UnregisterBroker,
+    UserScramCredential,
 )
+from protocol.sasl import ScramCredential
 
 
 class MetadataStateError(Exception):
@@ -135,6 +138,7 @@ class MetadataDelta:
         self._configs: Mapping[tuple[int, str], Mapping[str, str]] = image.configs
         self._next_producer_id = image.next_producer_id
         self._acls: Mapping[uuid.UUID, AclBinding] = image.acls
+        self._scram: Mapping[tuple[str, str], ScramCredential] = image.scram_credentials
         self._owned: set[str] = set()  # names of the maps above already copied
 
     # ---- replay ------------------------------------------------------------------------------
@@ -328,6 +332,16 @@ class MetadataDelta:
             raise MetadataStateError(f"{record!r}: unknown ACL id")
         del self._own("_acls")[record.acl_id]
 
+    def _replay_user_scram_credential(self, record: UserScramCredential) -> None:
+        self._own("_scram")[(record.name, record.mechanism)] = ScramCredential(
+            record.salt, record.stored_key, record.server_key, record.iterations
+        )
+
+    def _replay_remove_user_scram_credential(self, record: RemoveUserScramCredential) -> None:
+        if (record.name, record.mechanism) not in self._scram:
+            raise MetadataStateError(f"{record!r}: no such credential")
+        del self._own("_scram")[(record.name, record.mechanism)]
+
     def _replay_no_op(self, record: NoOp) -> None:
         """Nothing to change: NoOps exist to move the high watermark."""
 
@@ -378,6 +392,7 @@ class MetadataDelta:
             configs=self._configs,
             next_producer_id=self._next_producer_id,
             acls=self._acls,
+            scram_credentials=self._scram,
         )
         return self.image
 
@@ -427,6 +442,8 @@ _HANDLERS: Mapping[type[Any], Any] = {
     ProducerIds: MetadataDelta._replay_producer_ids,
     AccessControlEntry: MetadataDelta._replay_access_control_entry,
     RemoveAccessControlEntry: MetadataDelta._replay_remove_access_control_entry,
+    UserScramCredential: MetadataDelta._replay_user_scram_credential,
+    RemoveUserScramCredential: MetadataDelta._replay_remove_user_scram_credential,
     NoOp: MetadataDelta._replay_no_op,
 }
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from metadata.authorizer import AclBinding
 from metadata.records import FeatureRange, Listener
+from protocol.sasl import ScramCredential
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -86,6 +87,10 @@ class MetadataImage:
     next_producer_id: int = 0
     # The ACLs (AccessControlEntry records) by id.
     acls: Mapping[uuid.UUID, AclBinding] = dataclasses.field(default_factory=dict)
+    # (user, mechanism) -> credential, from UserScramCredential records.
+    scram_credentials: Mapping[tuple[str, str], ScramCredential] = dataclasses.field(
+        default_factory=dict
+    )
 
 
 EMPTY = MetadataImage()

@@ -54,6 +54,15 @@ SENDFILE_MIN_BYTES = 256 * 1024
 # What a handler returns for a request that gets no response: a Produce with acks=0.
 NO_RESPONSE = object()
 
+
+@dataclass(frozen=True, slots=True)
+class CloseAfter:
+    """What a handler returns to send ``response`` and then close the connection (a failed
+    SASL login is answered, then the connection ends, as Kafka does)."""
+
+    response: object
+
+
 logger = logging.getLogger("protocol.server")
 _limited = RateLimitedLog(logger)
 _LENGTH = struct.Struct(">i")
@@ -138,10 +147,13 @@ async def serve_connection(
     *,
     limits: NetworkLimits | None = None,
     budget: RequestBytesBudget | None = None,
+    frame_limit: Callable[[], int] | None = None,
 ) -> None:
     """Answer one connection's requests in order until it closes, idles out or sends what we
     cannot serve; ``handle`` returns the response entity, None to close the connection, or
-    NO_RESPONSE to read the next request without answering this one."""
+    NO_RESPONSE to read the next request without answering this one. ``frame_limit``, when
+    given, is the largest frame accepted now, instead of socket.request.max.bytes (a SASL
+    listener takes only small frames before the client has logged in)."""
     peer = writer.get_extra_info("peername")
     CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "/")
     limits = limits or NetworkLimits()
@@ -149,8 +161,14 @@ async def serve_connection(
     try:
         while True:
             (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-            if size < 0 or size > limits.socket_request_max_bytes:
-                raise _FrameTooLarge(size)
+            largest = limits.socket_request_max_bytes if frame_limit is None else frame_limit()
+            if size < 0 or size > largest:
+                name = (
+                    "socket.request.max.bytes"
+                    if largest == limits.socket_request_max_bytes
+                    else "sasl.server.max.receive.size"
+                )
+                raise _FrameTooLarge(size, name, largest)
             if budget is not None:
                 await budget.acquire(size)
             try:
@@ -166,11 +184,10 @@ async def serve_connection(
             f"frame-size/{limits.listener}",
             logging.WARNING,
             "[SocketServer listener=%s] Closing connection from %s: request size %d is "
-            "outside [0, socket.request.max.bytes %d]",
+            "outside [0, %s %d]",
             limits.listener,
             _peer(writer),
-            error.args[0],
-            limits.socket_request_max_bytes,
+            *error.args,
         )
     except (OSError, asyncio.IncompleteReadError, wire.FrameError, _Close):
         return  # the peer went away, idled out, or sent an unreadable frame
@@ -225,6 +242,15 @@ async def _answer(
         header, request = decode_request(frame, supported)
     except wire.FrameError as error:
         if not _is_unsupported_api_versions(error):
+            # Kafka closes the channel of a request it cannot parse and logs why; so do we,
+            # once a minute (a client retrying the same request cannot flood the log).
+            _limited.log(
+                "malformed-request",
+                logging.WARNING,
+                "Closing connection from %s: %s",
+                _peer(writer),
+                error,
+            )
             raise _Close from None
         assert error.header is not None
         header = error.header
@@ -243,12 +269,17 @@ async def _answer(
         raise _Close
     if response is NO_RESPONSE:
         return
+    close = isinstance(response, CloseAfter)
+    if isinstance(response, CloseAfter):
+        response = response.response
     try:
         parts = await _encode_response(header, response)
     except Exception:  # an answer its version cannot carry: the handler's bug too
         _report_handler_failure(header)
         raise _Close from None
     await _send(writer, parts)
+    if close:
+        raise _Close
 
 
 def _peer(writer: asyncio.StreamWriter) -> str:
@@ -273,12 +304,15 @@ async def _send(writer: asyncio.StreamWriter, parts: list[wire.Part]) -> None:
     more is sent from the file by sendfile(2), with no copy through user space (Kafka's
     FileRecords.writeTo). The connection reads no other request meanwhile, so answers
     stay in request order. The simulator's files have no descriptor: their regions are
-    read and written in the one write, exactly as before regions existed."""
+    read and written in the one write, exactly as before regions existed. Nor can a TLS
+    connection take a sendfile (the bytes must be encrypted in user space): its regions
+    are copied too."""
     pending: list[bytes] = []
+    copy_all = writer.get_extra_info("ssl_object") is not None
     for part in parts:
         if isinstance(part, bytes):
             pending.append(part)
-        elif part.size < SENDFILE_MIN_BYTES or not hasattr(part.handle, "fileno"):
+        elif copy_all or part.size < SENDFILE_MIN_BYTES or not hasattr(part.handle, "fileno"):
             pending.append(_read_region(writer, part))
         else:
             writer.write(b"".join(pending))

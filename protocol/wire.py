@@ -45,6 +45,10 @@ from protocol.api_keys import ApiKey
 MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes default
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
+# Kafka's generated readers refuse a string longer than this, compact (flexible) ones too, and
+# its writers cannot write one; a request carrying one fails to parse and its connection is
+# closed. Every id a group record stores (group, member, instance, protocol) is bounded by it.
+MAX_STRING_BYTES = 0x7FFF
 
 _LENGTH = struct.Struct(">i")
 # What kio's native readers raise on bad input: its own errors, ValueError for invalid varints,
@@ -470,6 +474,8 @@ def _walk_value(shape: _Shape, flexible: bool, data: bytes, pos: int, limit: int
     elif shape.blob:
         length, pos = _length(data, pos, limit, flexible, _LEGACY_LENGTH[shape.blob])
         _check_null(shape, length)
+        if shape.blob == "string" and length > MAX_STRING_BYTES:
+            raise _Malformed(f"string of {length} bytes (at most {MAX_STRING_BYTES})")
         pos += max(length, 0)
     elif shape.item is not None:
         count, pos = _length(data, pos, limit, flexible, _LENGTH)

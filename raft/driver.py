@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from log.batch import decode_batch, iter_batches, validate_batch
+from log.rate_limited_log import RateLimitedLog
 from log.records import Record
 from log.runtime import Runtime
 from protocol import wire
@@ -38,12 +40,14 @@ from protocol.api_table import (
     Api,
     ApiRequest,
 )
+from protocol.connect import Connector
 from raft import codec, quorum_state
 from raft.batch_accumulator import BatchAccumulator
 from raft.core import (
     CORE_BUGS,
     MAX_PROPOSAL_RECORDS,
     OBSERVER_BUGS,
+    EpochRaiseLimited,
     Event,
     HighWatermarkAdvanced,
     NotLeaderError,
@@ -58,6 +62,9 @@ from raft.progress import ReplicaProgress
 from raft.replicated_log import DurableLog
 from raft.snapshot import SnapshotId, encode_snapshot
 from raft.transport import PeerConnection
+
+logger = logging.getLogger("raft.driver")
+_limited = RateLimitedLog(logger)
 
 LAZY_FLUSH_S = 1.0  # the data-log habit the ack-before-fsync bug brings to the metadata log
 DRIVER_BUGS = {
@@ -116,6 +123,8 @@ class RaftNodeConfig:
     # voter key a Vote or BeginQuorumEpoch v1 names; None when unknown (then only the id is).
     directory_id: uuid.UUID | None = None
     bugs: frozenset[str] = frozenset()
+    # How the voters' controller listener is secured (TLS, SASL); None: plaintext.
+    connector: Connector | None = None
 
 
 class RaftNode:
@@ -179,6 +188,7 @@ class RaftNode:
                 deliver=self._deliver_response,
                 rng=self.runtime.rng,
                 client_id=f"raft-client-{self.config.node_id}",
+                connector=self.config.connector,
             )
             peer.start()
             self._peers[peer_id] = peer
@@ -469,6 +479,18 @@ class RaftNode:
             listener.handle_event(event)
         if isinstance(event, HighWatermarkAdvanced):
             self._deliver_committed(event.high_watermark)
+        elif isinstance(event, EpochRaiseLimited):
+            _limited.log(
+                "epoch-raise",
+                logging.WARNING,
+                "[RaftManager nodeId=%d] Node %d asked for epoch %d from epoch %d, further or "
+                'faster than peers may raise it (docs/raft.md, "Epoch cliff"): moving there '
+                "in steps",
+                self.config.node_id,
+                event.src,
+                event.wanted,
+                event.epoch,
+            )
         elif isinstance(event, RoleChanged) and event.role is not Role.LEADER:
             for offset, (_epoch, future) in list(self._waiters.items()):
                 if not future.done():

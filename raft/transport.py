@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from protocol import wire
+from protocol.connect import Connector
 from raft import codec
 from raft.messages import Errors, Request, RequestFailed, Response
 
@@ -43,8 +44,10 @@ class PeerConnection:
         deliver: Callable[[int, int, Response], None],
         rng: random.Random,
         client_id: str,
+        connector: Connector | None = None,
     ) -> None:
         self.peer_id = peer_id
+        self._connector = connector  # the controller listener's TLS/SASL (None: plaintext)
         self.address = address
         self._deliver = deliver
         self._rng = rng
@@ -113,10 +116,13 @@ class PeerConnection:
             if not self._pending:
                 self._wake.clear()
                 await self._wake.wait()
+            opening = (
+                self._connector.open(*self.address, self._client_id)
+                if self._connector is not None
+                else asyncio.open_connection(*self.address)
+            )
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(*self.address), timeout=BACKOFF_MAX_S * 2
-                )
+                reader, writer = await asyncio.wait_for(opening, timeout=BACKOFF_MAX_S * 2)
             except OSError:
                 self._fail_all(Errors.BROKER_NOT_AVAILABLE)
                 task = asyncio.current_task()

@@ -61,10 +61,14 @@ from log.batch import decode_batch, encode_batch
 from log.clock import WallClock
 from log.errors import RecordError
 from log.log import KafkaStorageError, OffsetOutOfRangeError
+from log.rate_limited_log import ClipLongArguments
 from log.records import Record
 from metadata.image import MetadataImage
+from protocol.wire import MAX_STRING_BYTES
 
 logger = logging.getLogger("broker.group.coordinator")
+# Group, member, instance and client ids are the client's, up to 32,767 bytes each.
+logger.addFilter(ClipLongArguments())
 
 OFFSETS_TOPIC = "__consumer_offsets"
 LOAD_YIELD_BYTES = 1 << 20  # loading yields to the loop after each MiB read
@@ -317,7 +321,15 @@ class GroupCoordinator:
         return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
 
     def _member_id(self, prefix: str) -> str:
-        return f"{prefix}-{uuid.UUID(int=self._rng.getrandbits(128), version=4)}"
+        """Kafka's classic member id, ``<client id or group.instance.id>-<UUID>``, with the
+        prefix cut so the id stays a string a record can hold: both prefixes may be
+        MAX_STRING_BYTES long, and an id past it could not be stored (Kafka's writer fails
+        on it too), so the member would never be answered."""
+        suffix = f"-{uuid.UUID(int=self._rng.getrandbits(128), version=4)}"
+        room = MAX_STRING_BYTES - len(suffix)
+        if len(prefix) * 4 > room:  # UTF-8 takes at most 4 bytes a character
+            prefix = prefix.encode()[:room].decode(errors="ignore")
+        return prefix + suffix
 
     def shard_for(self, group_id: str) -> Shard | ErrorCode:
         """The loaded shard holding a group, or why this broker cannot answer for it."""

@@ -45,6 +45,7 @@ from log.errors import RecordError
 from log.log import KafkaStorageError, OffsetOutOfRangeError
 from log.records import Record
 from metadata.image import MetadataImage
+from protocol.connect import Connector
 
 logger = logging.getLogger("broker.txn.coordinator")
 
@@ -87,6 +88,8 @@ class TransactionCoordinator:
         producer_ids: ProducerIdManager,
         config: TransactionCoordinatorConfig,
         clock: WallClock,
+        *,
+        connector: Connector | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config
@@ -105,6 +108,7 @@ class TransactionCoordinator:
             lambda: self._image,
             self._endpoint,
             config.transaction_marker_retry_backoff_ms / 1000,
+            connector=connector,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from broker.txn.state import TopicPartition, TxnMetadata, TxnState
 from log.rate_limited_log import RateLimitedLog
 from metadata.image import MetadataImage
 from protocol.api_keys import ApiKey
+from protocol.connect import Connector
 from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.txn.markers")
@@ -64,8 +65,12 @@ class MarkerSender:
         image: Callable[[], MetadataImage | None],
         endpoint: Endpoint,
         backoff_s: float,
+        *,
+        connector: Connector | None = None,
     ) -> None:
         self.node_id = node_id
+        # How the leaders' inter-broker listener is secured (TLS, SASL); None: plaintext.
+        self._connector = connector
         self._image = image
         self._endpoint = endpoint
         self._backoff_s = backoff_s
@@ -206,7 +211,9 @@ class MarkerSender:
             address = self._endpoint(broker_id)
             if address is None:
                 raise ConnectionError(f"broker {broker_id} has no endpoint in the image")
-            connection = KafkaConnection(f"broker-{self.node_id}-txn-markers")
+            connection = KafkaConnection(
+                f"broker-{self.node_id}-txn-markers", connector=self._connector
+            )
             await connection.connect(*address, CONNECT_TIMEOUT_S)
             self._connections[broker_id] = connection
             return connection

@@ -41,6 +41,7 @@ from metadata.controller.configs import alter_configs, incremental_alter_configs
 from metadata.controller.context import ControllerConfig, ControllerContext, ControllerResult
 from metadata.controller.election import LEADER_OUTSIDE_ISR, preferred_leader_changes
 from metadata.controller.features import update_features
+from metadata.controller.internal_topics import is_internal_creator
 from metadata.controller.partitions import alter_partition, elect_leaders
 from metadata.controller.producer_ids import allocate_producer_ids
 from metadata.controller.reassignment import (
@@ -48,8 +49,8 @@ from metadata.controller.reassignment import (
     list_partition_reassignments,
 )
 from metadata.controller.refusals import refusal
+from metadata.controller.scram import alter_user_scram_credentials
 from metadata.controller.topics import (
-    INTERNAL_TOPIC_CREATOR,
     create_partitions,
     create_topics,
     delete_topics,
@@ -227,6 +228,13 @@ class QuorumController:
             Api(ApiKey.UPDATE_FEATURES, (0, 1), run(update_features), CONTROLLER, (CLUSTER_ALTER,)),
             Api(ApiKey.CREATE_ACLS, (1, 3), self._acls(create_acls), CONTROLLER, (CLUSTER_ALTER,)),
             Api(ApiKey.DELETE_ACLS, (1, 3), self._acls(delete_acls), CONTROLLER, (CLUSTER_ALTER,)),
+            Api(
+                ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+                (0, 0),
+                run(alter_user_scram_credentials),
+                CONTROLLER,
+                (CLUSTER_ALTER,),
+            ),
         ]
 
     def _acls(self, handler: Handler) -> ApiHandler:
@@ -276,7 +284,8 @@ class QuorumController:
         """The kio response to one controller request, sent once its records commit."""
         if not self._active:
             return refusal(api_key, api_version, request, ErrorCode.not_controller)
-        if api_key == ApiKey.CREATE_TOPICS and client_id == INTERNAL_TOPIC_CREATOR:
+        assert self._working is not None
+        if api_key == ApiKey.CREATE_TOPICS and is_internal_creator(client_id, self._working):
             result = create_topics(self._context(), request, api_version, internal=True)
         else:
             result = handler(self._context(), request, api_version)

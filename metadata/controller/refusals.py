@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.controller.acls import acl_error_response
 from metadata.controller.reassignment import error_response
+from metadata.controller.scram import refuse_alter
 from protocol.api_keys import ApiKey
 from protocol.entities import has_field, make, response_module
 
@@ -140,4 +141,5 @@ _REFUSALS: dict[int, Refusal] = {
     ApiKey.UPDATE_FEATURES: _update_features,
     ApiKey.CREATE_ACLS: _acls(ApiKey.CREATE_ACLS),
     ApiKey.DELETE_ACLS: _acls(ApiKey.DELETE_ACLS),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: refuse_alter,
 }

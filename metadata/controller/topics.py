@@ -25,6 +25,7 @@ from metadata.controller.context import (
     ControllerContext,
     ControllerResult,
 )
+from metadata.controller.internal_topics import check_internal_configs, refuse_internal_change
 from metadata.controller.placement import PlacementError, place_replicas
 from metadata.image import TopicImage
 from metadata.records import TOPIC_RESOURCE, Config, MetadataRecord, Partition, RemoveTopic, Topic
@@ -44,17 +45,11 @@ def validate_topic_name(name: str) -> None:
         raise ApiError(ErrorCode.invalid_topic_exception, problem)
 
 
-# The client id a broker uses for creating its own internal topics (__consumer_offsets on a
-# first FindCoordinator), as Kafka's broker does under its own principal; requests it
-# forwards for clients carry another, and only brokers reach the controller listener.
-INTERNAL_TOPIC_CREATOR = "kraft-broker-internal-topics"
-
-
 def _refuse_reserved(name: str, internal: bool) -> None:
     """Kafka's answers to a client creating a reserved topic: the metadata log's name is
     INVALID_REQUEST (ControllerApis.createTopics); the broker's internal topics are its own
-    to create (``internal``), and kraft-py grants no client that right
-    (TOPIC_AUTHORIZATION_FAILED)."""
+    to create (``internal``: its internal-topics channel, see internal_topics.py), and
+    kraft-py grants no client that right (TOPIC_AUTHORIZATION_FAILED)."""
     if name == CLUSTER_METADATA_TOPIC:
         raise ApiError(
             ErrorCode.invalid_request,
@@ -67,6 +62,11 @@ def _refuse_reserved(name: str, internal: bool) -> None:
 def _collision_key(name: str) -> str:
     """Kafka's metric names turn '.' into '_': two topics equal after that would collide."""
     return name.replace(".", "_")
+
+
+# An internal topic's name is taken before the topic exists: a client's "__consumer.offsets"
+# created first would collide with it, and the broker could never create its own.
+_INTERNAL_COLLISIONS = {_collision_key(name): name for name in INTERNAL_TOPICS}
 
 
 # ---- CreateTopics ------------------------------------------------------------------------------
@@ -112,11 +112,20 @@ def _create_topic(
     if topic.name in ctx.image.topics.by_name:
         raise ApiError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
     configs = _topic_configs(topic.configs)
+    check_internal_configs(topic.name, configs)
     colliding = collisions.get(_collision_key(topic.name))
-    if colliding is not None:
+    if colliding is not None and topic.name not in INTERNAL_TOPICS:
+        # (An internal topic is created even beside a client's colliding topic made before
+        # internal names were reserved: its coordinator could not work otherwise.)
         raise ApiError(
             ErrorCode.invalid_topic_exception,
             f"Topic '{topic.name}' collides with existing topic: {colliding}",
+        )
+    internal = _INTERNAL_COLLISIONS.get(_collision_key(topic.name), topic.name)
+    if internal != topic.name:
+        raise ApiError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic '{topic.name}' collides with internal topic: {internal}",
         )
     if topic.assignments:
         replica_lists = _manual_assignment(ctx, topic)
@@ -312,7 +321,9 @@ def delete_topics(ctx: ControllerContext, request: Any, api_version: int) -> Con
     for name, topic_id in wanted:
         values: dict[str, object] = {"name": name, "topic_id": topic_id}
         try:
+            refuse_internal_change(name or "")  # before existence, as authorization is
             topic = _topic_to_delete(ctx, name, topic_id, names, ids)
+            refuse_internal_change(topic.name)  # named by id
         except ApiError as error:
             values |= {"error_code": error.code, "error_message": error.message}
         else:
@@ -383,6 +394,7 @@ def create_partitions(ctx: ControllerContext, request: Any, api_version: int) ->
 
 
 def _grow_topic(ctx: ControllerContext, request: Any) -> list[MetadataRecord]:
+    refuse_internal_change(request.name)
     topic = ctx.image.topics.get(request.name)
     if topic is None:
         raise ApiError(ErrorCode.unknown_topic_or_partition)

@@ -17,6 +17,8 @@ from kio.schema.errors import ErrorCode
 from broker.authorization import RequestAuthorizer, guarded
 from broker.group.apis import GroupApis
 from broker.kafka_apis import KafkaApis
+from broker.log_admin import log_admin_apis
+from broker.txn.apis import TxnApis
 from metadata.authorizer import AclBinding, AuthorizerConfig, PatternType, Permission
 from metadata.controller.context import ControllerConfig
 from metadata.controller.quorum_controller import QuorumController
@@ -406,14 +408,12 @@ def test_join_group_needs_read_on_the_group() -> None:
 @pytest.mark.parametrize("table", ["broker", "controller"])
 def test_every_entry_with_declared_checks_is_checked(table: str) -> None:
     stub: Any = types.SimpleNamespace(add_listener=lambda _: None, add_publisher=lambda _: None)
-    if table == "broker":
-        apis = KafkaApis(
-            1, "c", "PLAINTEXT", MetadataImage, FakeController(MetadataImage()),
-            random.Random(0), replicas=stub, producer_ids=stub,
-        )  # fmt: skip
-        entries = [*apis.apis(), *GroupApis(stub, MetadataImage, stub).apis("PLAINTEXT")]
-    else:
-        entries = QuorumController(stub, stub, stub, ControllerConfig(1, "c")).apis()
+    every = every_entry()
+    controller_keys = {
+        api.key for api in QuorumController(stub, stub, stub, ControllerConfig(1, "c")).apis()
+    }
+    entries = [api for api in every if (api.key in controller_keys) == (table == "controller")]
+    assert len(entries) > 10
     authorizer = RequestAuthorizer(AuthorizerConfig(), MetadataImage)
     wrapped = guarded(entries, authorizer)  # raises for an entry with no check
     for before, after in zip(entries, wrapped, strict=True):
@@ -937,6 +937,8 @@ def every_entry() -> list[Api]:
     return [
         *apis.apis(),
         *GroupApis(stub_, MetadataImage, stub_).apis("PLAINTEXT"),
+        *TxnApis(stub_, stub_, MetadataImage, stub_).apis(),
+        *log_admin_apis(stub_),
         *controller.apis(),
     ]
 

@@ -480,6 +480,8 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
     if api_key == ApiKey.DELETE_ACLS:
         wanted = {"resource_type_filter": 2, "resource_name_filter": "t", "pattern_type_filter": 3}
         return {"filters": (make(module.DeleteAclsFilter, wanted | {"operation": 1}),)}
+    if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+        return {"deletions": (make(module.ScramCredentialDeletion, {"name": "t", "mechanism": 2}),)}
     return {
         "resources": (
             make(

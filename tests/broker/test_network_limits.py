@@ -18,9 +18,10 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from broker import acceptor
 from broker.acceptor import Acceptor
 from log.rate_limited_log import RateLimitedLog
-from protocol import wire
+from protocol import server, wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import api_versions_response
+from protocol.entities import make, request_module
 from protocol.server import (
     NetworkLimits,
     RequestBytesBudget,
@@ -251,3 +252,52 @@ def test_rate_limited_log_says_how_many_lines_it_held_back(
         "another event",
         "event 100 (and 99 more times since the last such line)",
     ]
+
+
+def test_a_string_over_kafkas_bound_closes_the_connection_and_logs_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22: an OffsetCommit v8 with a 40,000-byte group id reached the coordinator and
+    ended in a traceback (struct.error writing its record). Kafka cannot parse such a request
+    and closes the connection; so does the listener, before any handler sees it, with one
+    WARNING line a minute, and the next connection is served."""
+    # The listener's once-a-minute limiter is per process: start from a fresh one, so an
+    # earlier test's malformed request (within the minute) does not silence this one's.
+    monkeypatch.setattr(server, "_limited", RateLimitedLog(server.logger))
+    supported = {ApiKey.API_VERSIONS: (0, 3), ApiKey.OFFSET_COMMIT: (8, 8)}
+    handled: list[object] = []
+
+    async def handle(header: wire.RequestHeader, request: object) -> object:
+        handled.append(request)
+        return api_versions_response(header.api_version, SUPPORTED)
+
+    entity_type = request_module(8, 8).OffsetCommitRequest
+    commit = wire.encode_request(
+        wire.RequestHeader(8, 8, 1, "c"), make(entity_type, {"group_id": "g" * 40_000})
+    )
+
+    async def run() -> list[bool]:
+        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await serve_connection(reader, writer, handle, supported)
+
+        server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        results = []
+        for _ in range(3):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(commit)
+            results.append(await closed_by_server(reader))
+            writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(api_versions_frame(2))
+        results.append(len(await asyncio.wait_for(wire.read_frame(reader), 10)) > 0)
+        writer.close()
+        server.close()
+        return results
+
+    with caplog.at_level(logging.WARNING, logger="protocol.server"):
+        assert asyncio.run(run()) == [True] * 4
+    assert len(handled) == 1  # the ApiVersions only
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "protocol.server"]
+    assert line.startswith("Closing connection from 127.0.0.1:")
+    assert "malformed api 8 v8 request: string of 40000 bytes (at most 32767)" in line

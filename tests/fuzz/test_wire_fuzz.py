@@ -1,5 +1,6 @@
-"""The wire fuzzer: random and mutated frames of every API a real node answers, on both of
-its listeners, and after each batch the node must still be whole.
+"""The wire fuzzer: random and mutated frames of every API a real node answers, on each of
+its listeners (a SASL_PLAINTEXT one among them, whose login exchange is fuzzed), and after
+each batch the node must still be whole.
 
 One kraft-server process (a combined broker+controller, its working directory an empty
 dir of its own) serves the whole module. For each listener the fuzzer asks ApiVersions what
@@ -83,7 +84,7 @@ class Node:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     root = tmp_path_factory.mktemp("fuzz")
-    broker_port, controller_port = free_port(), free_port()
+    broker_port, controller_port, sasl_port = free_port(), free_port(), free_port()
     log_dirs = root / "data1"
     procs = Processes(
         root,
@@ -93,9 +94,19 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
                 "node.id": "1",
                 "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
                 "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},"
-                f"CONTROLLER://127.0.0.1:{controller_port}",
+                f"CONTROLLER://127.0.0.1:{controller_port},"
+                f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
                 "controller.listener.names": "CONTROLLER",
                 "log.dirs": str(log_dirs),
+                # A SASL listener: everything before the login is fuzzed there.
+                "listener.security.protocol.map": (
+                    "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+                ),
+                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    'user_fuzz="fuzz-secret";'
+                ),
             }
         },
     )
@@ -105,7 +116,11 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     try:
         wait_until(lambda: port_open("127.0.0.1", broker_port), "the broker listener opens")
         node = Node(
-            procs, root, cwd, log_dirs, {"client": broker_port, "controller": controller_port}
+            procs,
+            root,
+            cwd,
+            log_dirs,
+            {"client": broker_port, "controller": controller_port, "sasl": sasl_port},
         )
 
         async def canary_topic() -> None:
@@ -264,9 +279,18 @@ def _meaningful() -> list[tuple[int, int, dict[str, Any]]]:
         "timeout": timedelta(seconds=1),
     }
     grow = {"topics": ({"name": TARGET, "count": 2},), "timeout": timedelta(seconds=1)}
+    # The SASL exchange: handshakes naming each mechanism, PLAIN tokens wrong and right, and
+    # a SCRAM client-first (on the SASL listener only; elsewhere they close the connection).
+    plain = {"mechanism": "PLAIN"}
+    scram = {"mechanism": "SCRAM-SHA-512"}
+    wrong = {"auth_bytes": b"\x00fuzz\x00guess"}
+    right = {"auth_bytes": b"\x00fuzz\x00fuzz-secret"}
+    first = {"auth_bytes": b"n,,n=fuzz,r=fyko+d2lbbFgONRv9qkxdawL"}
     return [
         (0, 9, produce), (0, 3, produce), (1, 12, fetch), (1, 4, fetch), (2, 7, list_offsets),
         (3, 12, metadata), (3, 1, metadata), (19, 7, create), (19, 2, create), (37, 3, grow),
+        (17, 1, plain), (17, 1, scram), (36, 2, wrong), (36, 2, right), (36, 0, right),
+        (36, 2, first),
     ]  # fmt: skip
 
 
@@ -336,7 +360,7 @@ FUZZ_SETTINGS = settings(
 )
 
 
-@pytest.mark.parametrize("listener", ["client", "controller"])
+@pytest.mark.parametrize("listener", ["client", "controller", "sasl"])
 def test_no_frame_takes_the_node_down(node: Node, listener: str) -> None:
     port = node.listeners[listener]
     frames = templates(advertised(port))

@@ -66,6 +66,8 @@ def test_shipped_default_config_is_the_single_node_combined_server() -> None:
         ("authorizer.class.name", "kafka.security.authorizer.AclAuthorizer", "only org.apache"),
         ("super.users", "admin", "super.users: Value error, 'admin' is not a principal"),
         ("allow.everyone.if.no.acl.found", "sure", "allow.everyone.if.no.acl.found"),
+        ("log.dirs", "", "log.dirs: Value error, must name at least one directory"),
+        ("log.dirs", " , ", "log.dirs: Value error, must name at least one directory"),
     ],
 )
 def test_bad_values_fail_with_one_line_naming_the_key(key: str, value: str, message: str) -> None:
@@ -157,6 +159,17 @@ def test_unknown_keys_warn_naming_the_closest_known_key() -> None:
         "did you mean 'log.retention.hours'?",
         "The configuration 'zz' was supplied but isn't a known config",
     ]
+
+
+def test_the_replication_keys_the_broker_reads_raise_no_warning() -> None:
+    """ReplicationConfig and its fetcher read these; they were warned about as unknown."""
+    keys = {
+        "replica.lag.time.max.ms": "10000",
+        "replica.fetch.max.bytes": "1048576",
+        "replica.fetch.wait.max.ms": "500",
+        "transaction.partition.verification.enable": "false",
+    }
+    assert unknown_key_warnings(config_from_properties({**BASE, **keys})) == []
 
 
 def test_the_shipped_configs_and_kafkas_usual_keys_raise_no_warning() -> None:

@@ -32,9 +32,11 @@ from metadata.records import (
     RegisterBroker,
     RemoveAccessControlEntry,
     RemoveTopic,
+    RemoveUserScramCredential,
     Topic,
     UnfenceBroker,
     UnregisterBroker,
+    UserScramCredential,
 )
 
 INT8 = st.integers(-128, 127)
@@ -92,6 +94,20 @@ any_record: st.SearchStrategy[MetadataRecord] = st.one_of(
         INT8,
     ),
     st.builds(RemoveAccessControlEntry, uuids),
+    st.builds(
+        UserScramCredential,
+        st.text(max_size=8),
+        st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512"]),
+        st.binary(max_size=32),
+        st.binary(max_size=64),
+        st.binary(max_size=64),
+        st.integers(4096, 10_000),
+    ),
+    st.builds(
+        RemoveUserScramCredential,
+        st.text(max_size=8),
+        st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512"]),
+    ),
     st.just(NoOp()),
 )
 

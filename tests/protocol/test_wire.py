@@ -27,9 +27,10 @@ from kio.static.primitive import Records, i64Timedelta
 
 from log.fs import FileRegion
 from protocol.api_table import api_versions_response
-from protocol.entities import make
+from protocol.entities import make, request_module
 from protocol.wire import (
     INVALID_REQUEST,
+    MAX_STRING_BYTES,
     UNSUPPORTED_VERSION,
     FrameError,
     RequestHeader,
@@ -488,3 +489,28 @@ def test_records_already_in_memory_stay_a_part_of_their_own_and_encode_as_kio_do
     assert any(part is records for part in piece)
     payload = b"".join(piece)  # type: ignore[arg-type]
     assert struct.pack(">i", len(payload)) + payload == encode_response(header, body)
+
+
+@pytest.mark.parametrize(
+    ("api", "api_key", "version", "fields"),
+    [
+        ("OffsetCommitRequest", 8, 8, {"group_id": "g" * 40_000}),
+        ("ConsumerGroupHeartbeatRequest", 68, 1, {"group_id": "g", "member_id": "m" * 40_000}),
+        ("JoinGroupRequest", 11, 9, {"group_id": "g", "protocol_type": "p" * 40_000}),
+    ],
+)
+def test_a_string_longer_than_kafkas_bound_is_refused(
+    api: str, api_key: int, version: int, fields: dict[str, str]
+) -> None:
+    """Issue 22: compact strings of any length reached the group coordinator, whose records
+    hold at most 32,767 bytes a string (struct.error, a client never answered, 19 MiB of log
+    per JoinGroup of a 5 MiB group id). Kafka's generated readers refuse such a string;
+    the request fails to parse, as in Kafka, and one at the bound still reads."""
+    entity_type = getattr(request_module(api_key, version), api)
+    header = RequestHeader(api_key, version, 3, "c")
+    entity = make(entity_type, fields)
+    with pytest.raises(FrameError, match=r"string of 40000 bytes \(at most 32767\)") as caught:
+        decode_request(encode_request(header, entity)[4:])
+    assert caught.value.header == header
+    entity = make(entity_type, {key: value[:MAX_STRING_BYTES] for key, value in fields.items()})
+    assert decode_request(encode_request(header, entity)[4:])[1] == entity

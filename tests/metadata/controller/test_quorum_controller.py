@@ -242,6 +242,8 @@ def _empty_request(module: Any, api_key: int) -> Any:
         values["creations"] = (make(module.AclCreation, {"resource_name": "t"}),)
     elif api_key == 31:
         values["filters"] = (make(module.DeleteAclsFilter, {"resource_name_filter": "t"}),)
+    elif api_key == 51:
+        values["deletions"] = (make(module.ScramCredentialDeletion, {"name": "u", "mechanism": 2}),)
     return make(request_type, values)
 
 
