@@ -1,9 +1,11 @@
 """ACLs from real clients against a real kraft-server with Kafka's StandardAuthorizer
 configured: confluent-kafka's admin and Kafka's own kafka-acls tool add, list and remove
-them, and an anonymous producer is refused, allowed, then refused again as ACLs change.
+them; an anonymous producer is refused, allowed, then refused again as ACLs change, and a
+consumer is refused its group until allowed; over SASL the principal is the login and the
+ACL's host the client's address.
 
-Every connection here is PLAINTEXT, so every client (and the broker talking to its own
-controller listener) is User:ANONYMOUS, as in Kafka."""
+On PLAINTEXT every client (and the broker talking to its own controller listener) is
+User:ANONYMOUS, as in Kafka."""
 
 from __future__ import annotations
 
@@ -256,5 +258,83 @@ def test_an_anonymous_producer_is_refused_allowed_then_denied(tmp_path: Path) ->
         for future in admin.create_acls(reads, request_timeout=15).values():
             future.result()
         assert first_poll(bootstrap, "guarded", "readers") == b"v"
+    finally:
+        procs.cleanup()
+
+
+def test_sasl_principals_and_client_hosts_are_what_acls_name(tmp_path: Path) -> None:
+    """Over SASL_PLAINTEXT (PLAIN users from the listener's JAAS entry) the principal is the
+    login, User:alice, and the host the client's address: an ALLOW for alice from another
+    host does not let her write, one from her address does; the admin is a super user."""
+    broker_port, controller_port = free_port(), free_port()
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": (
+            f"SASL_PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}"
+        ),
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'username="broker" password="broker-pw" user_broker="broker-pw" '
+            'user_admin="admin-pw" user_alice="alice-pw";'
+        ),
+        **AUTHORIZER,
+        # The broker's own links: as User:broker over SASL, anonymous to its controller.
+        "super.users": f"User:admin;User:broker;{ANONYMOUS}",
+    }
+    procs = Processes(tmp_path, {1: props})
+    bootstrap = f"127.0.0.1:{broker_port}"
+
+    def login(user: str) -> dict[str, str]:
+        return {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": f"{user}-pw",
+        }
+
+    def alice_writes() -> KafkaError | None:
+        producer = Producer({**login("alice"), "message.timeout.ms": 10000})
+        outcome: list[KafkaError | None] = []
+        producer.produce("ledger", b"v", on_delivery=lambda err, _msg: outcome.append(err))
+        producer.flush(20)
+        assert len(outcome) == 1, "no delivery report within 20 s"
+        return outcome[0]
+
+    try:
+        procs.start(1)
+        wait_until(lambda: port_open("127.0.0.1", broker_port), "the SASL listener opens")
+        admin = AdminClient(login("admin"))
+        admin.create_topics([NewTopic("ledger", 1, 1)])["ledger"].result(timeout=15)
+        refused = alice_writes()
+        assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        elsewhere = AclBinding(
+            ResourceType.TOPIC, "ledger", ResourcePatternType.LITERAL, "User:alice",
+            "10.9.9.9", AclOperation.WRITE, AclPermissionType.ALLOW,
+        )  # fmt: skip
+        for future in admin.create_acls([elsewhere], request_timeout=15).values():
+            future.result()
+        refused = alice_writes()
+        assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        here = AclBinding(
+            ResourceType.TOPIC, "ledger", ResourcePatternType.LITERAL, "User:alice",
+            "127.0.0.1", AclOperation.WRITE, AclPermissionType.ALLOW,
+        )  # fmt: skip
+        for future in admin.create_acls([here], request_timeout=15).values():
+            future.result()
+        assert alice_writes() is None
+        # alice may not manage ACLs (ALTER on the cluster).
+        alice_admin = AdminClient(login("alice"))
+        (future,) = alice_admin.create_acls([here], request_timeout=15).values()
+        with pytest.raises(KafkaException) as raised:
+            future.result()
+        assert raised.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     finally:
         procs.cleanup()
