@@ -46,7 +46,9 @@ declared on its entry (protocol/api_table.py):
 Every entry that declares checks gets one (an entry without raises when the table is
 built, so a new API cannot be served unchecked by mistake). What is not done (the topics
 inside DescribeTransactions and ConsumerGroupDescribe answers are not filtered,
-``authorized_operations`` fields are not filled in) is in docs/acls.md.
+DescribeTopicPartitions' authorized operations are not filled in) is in docs/acls.md.
+Metadata, DescribeCluster, DescribeGroups and ConsumerGroupDescribe fill in the authorized
+operations a request asks for (``authorized_operations``).
 
 Forwarded requests are authorized here, on the broker that received them, for the client's
 principal; the controller then sees the broker's own principal (it has no Envelope), which
@@ -119,6 +121,31 @@ class RequestAuthorizer:
 
 
 Check = Callable[[RequestAuthorizer, ApiHandler, ApiRequest], Any]
+# The operations an ``authorized_operations`` field reports per resource type (Kafka's
+# AclEntry.supportedOperations, ALL excluded).
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Op, ...]] = {
+    ResourceType.TOPIC: (
+        Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER, Op.DESCRIBE_CONFIGS,
+        Op.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (Op.READ, Op.DESCRIBE, Op.DELETE),
+    ResourceType.CLUSTER: (
+        Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE,
+        Op.ALTER, Op.DESCRIBE,
+    ),
+}  # fmt: skip
+
+
+def authorized_operations(
+    authz: RequestAuthorizer, request: ApiRequest, resource_type: ResourceType, name: str
+) -> int:
+    """Kafka's 32-bit field of the operations ``request``'s principal may do on the
+    resource: bit ``code`` set for each allowed operation."""
+    return sum(
+        1 << int(op)
+        for op in SUPPORTED_OPERATIONS[resource_type]
+        if authz.allows(request, resource_type, name, op)
+    )
 
 
 def guarded(entries: Iterable[Api], authorizer: RequestAuthorizer | None) -> list[Api]:
@@ -390,6 +417,30 @@ def _fetch_topic_name(topic: Any, image: MetadataImage) -> str | None:
 
 # ---- Metadata --------------------------------------------------------------------------------
 async def _metadata(authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest) -> Any:
+    """The topics checked, then the authorized operations filled in where asked for."""
+    response: Any = await _metadata_topics(authz, handler, request)
+    if response is None:
+        return None
+    body = request.body
+    if getattr(body, "include_topic_authorized_operations", False):
+        topics = tuple(
+            t
+            if t.name is None or int(t.error_code)
+            else dataclasses.replace(
+                t, topic_authorized_operations=authorized_operations(authz, request, TOPIC, t.name)
+            )
+            for t in response.topics
+        )
+        response = dataclasses.replace(response, topics=topics)
+    if getattr(body, "include_cluster_authorized_operations", False):
+        operations = authorized_operations(authz, request, CLUSTER, CLUSTER_NAME)
+        response = dataclasses.replace(response, cluster_authorized_operations=operations)
+    return response
+
+
+async def _metadata_topics(
+    authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+) -> Any:
     body = request.body
     image = authz.image()
     version = request.api_version
@@ -736,6 +787,43 @@ async def _list_transactions(
     return dataclasses.replace(response, transaction_states=visible)
 
 
+async def _describe_cluster(
+    authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+) -> Any:
+    """DESCRIBE on the cluster; the cluster's authorized operations where asked for."""
+    if not authz.cluster(request, Op.DESCRIBE):
+        return whole_refusal(request, ErrorCode.cluster_authorization_failed)
+    response: Any = await handler(request)
+    if response is None or not request.body.include_cluster_authorized_operations:
+        return response
+    operations = authorized_operations(authz, request, CLUSTER, CLUSTER_NAME)
+    return dataclasses.replace(response, cluster_authorized_operations=operations)
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupOperations:
+    """A group-describing check, then each described group's authorized operations where
+    the request asks for them (DescribeGroups v3+, ConsumerGroupDescribe)."""
+
+    check: Check
+
+    async def __call__(
+        self, authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+    ) -> Any:
+        response: Any = await self.check(authz, handler, request)
+        if response is None or not getattr(request.body, "include_authorized_operations", False):
+            return response
+        groups = tuple(
+            g
+            if int(g.error_code)
+            else dataclasses.replace(
+                g, authorized_operations=authorized_operations(authz, request, GROUP, g.group_id)
+            )
+            for g in response.groups
+        )
+        return dataclasses.replace(response, groups=groups)
+
+
 async def _describe_log_dirs(
     authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
 ) -> Any:
@@ -953,15 +1041,17 @@ _CHECKS: dict[int, Check] = {
     ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.LIST_GROUPS: _list_groups,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: _describe_topic_partitions,
-    ApiKey.DESCRIBE_GROUPS: _PerItem(
-        "groups",
-        "groups",
-        _simple_denial(GROUP, Op.DESCRIBE, ErrorCode.group_authorization_failed, str),
-        _items_refused(
-            ApiKey.DESCRIBE_GROUPS,
-            "DescribedGroup",
-            lambda group, code: {"error_code": code, "group_id": group},
-        ),
+    ApiKey.DESCRIBE_GROUPS: _GroupOperations(
+        _PerItem(
+            "groups",
+            "groups",
+            _simple_denial(GROUP, Op.DESCRIBE, ErrorCode.group_authorization_failed, str),
+            _items_refused(
+                ApiKey.DESCRIBE_GROUPS,
+                "DescribedGroup",
+                lambda group, code: {"error_code": code, "group_id": group},
+            ),
+        )
     ),
     ApiKey.DELETE_GROUPS: _PerItem(
         "groups_names",
@@ -1050,15 +1140,17 @@ _CHECKS: dict[int, Check] = {
             lambda txn, code: {"error_code": code, "transactional_id": txn},
         ),
     ),
-    ApiKey.CONSUMER_GROUP_DESCRIBE: _PerItem(
-        "group_ids",
-        "groups",
-        _simple_denial(GROUP, Op.DESCRIBE, ErrorCode.group_authorization_failed, str),
-        _items_refused(
-            ApiKey.CONSUMER_GROUP_DESCRIBE,
-            "DescribedGroup",
-            lambda group, code: {"error_code": code, "group_id": group},
-        ),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: _GroupOperations(
+        _PerItem(
+            "group_ids",
+            "groups",
+            _simple_denial(GROUP, Op.DESCRIBE, ErrorCode.group_authorization_failed, str),
+            _items_refused(
+                ApiKey.CONSUMER_GROUP_DESCRIBE,
+                "DescribedGroup",
+                lambda group, code: {"error_code": code, "group_id": group},
+            ),
+        )
     ),
     ApiKey.OFFSET_FETCH: _offset_fetch,
     ApiKey.CREATE_TOPICS: _PerItem("topics", "topics", _create_denial),
@@ -1077,8 +1169,10 @@ _CHECKS: dict[int, Check] = {
         _describe_configs_errors,
     ),
 }
-# Cluster-only APIs whose refusal has a shape of its own (no top-level error code).
+# Cluster-only APIs whose check is more than a cluster check: a refusal of their own shape
+# (no top-level error code), or authorized operations to fill in.
 _CLUSTER_REFUSALS: dict[int, Check] = {
+    ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
     ApiKey.DESCRIBE_LOG_DIRS: _describe_log_dirs,
     ApiKey.WRITE_TXN_MARKERS: _write_txn_markers,
 }

@@ -986,3 +986,44 @@ def test_every_refusal_encodes_in_every_version(api_key: ApiKey, version: int) -
         assert api_key == ApiKey.PRODUCE  # acks=0 (the zero value): Kafka closes
         return
     wire.decode_response(api_key, version, wire.encode_response(header, response)[4:])
+
+
+def test_authorized_operations_are_filled_in_where_asked_for() -> None:
+    """Kafka's bit field (bit = operation code) of what the principal may do: READ on a
+    topic implies DESCRIBE (bits 3 and 8)."""
+    image = image_with(
+        acl("orders", Op.READ),
+        acl("kafka-cluster", Op.DESCRIBE, resource_type=ResourceType.CLUSTER),
+        group("g", Op.READ),
+    )
+    entries, _ = kafka_apis(image)
+    asked = metadata(None, version=10) | {
+        "include_topic_authorized_operations": True,
+        "include_cluster_authorized_operations": True,
+    }
+    response = ask(entries, image, ApiKey.METADATA, 10, asked)
+    assert [(t.name, t.topic_authorized_operations) for t in response.topics] == [
+        ("orders", (1 << 3) | (1 << 8))
+    ]
+    assert response.cluster_authorized_operations == 1 << 8
+    not_asked = ask(entries, image, ApiKey.METADATA, 10, metadata(None, version=10))
+    assert not_asked.topics[0].topic_authorized_operations != (1 << 3) | (1 << 8)
+    values = {"include_cluster_authorized_operations": True}
+    cluster = ask(entries, image, ApiKey.DESCRIBE_CLUSTER, 1, values)
+    assert cluster.cluster_authorized_operations == 1 << 8
+    module: Any = response_module(ApiKey.DESCRIBE_GROUPS, 5)
+    handler = stub(
+        ApiKey.DESCRIBE_GROUPS,
+        5,
+        {"groups": lambda b: tuple(make(module.DescribedGroup, {"group_id": g}) for g in b.groups)},
+        [],
+    )
+    groups = [Api(ApiKey.DESCRIBE_GROUPS, (0, 5), handler, BROKER, (GROUP_READ,))]
+    described = ask(
+        groups,
+        image,
+        ApiKey.DESCRIBE_GROUPS,
+        5,
+        {"groups": ("g",), "include_authorized_operations": True},
+    )
+    assert [g.authorized_operations for g in described.groups] == [(1 << 3) | (1 << 8)]
