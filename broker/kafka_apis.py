@@ -250,10 +250,10 @@ class KafkaApis:
         )
 
     async def _list_offsets(self, request: ApiRequest) -> object:
-        return data_plane.list_offsets(self._replicas(), request.body, request.api_version)
+        return await data_plane.list_offsets(self._replicas(), request.body, request.api_version)
 
     async def _offset_for_leader_epoch(self, request: ApiRequest) -> object:
-        return data_plane.offset_for_leader_epoch(
+        return await data_plane.offset_for_leader_epoch(
             self._replicas(), request.body, request.api_version
         )
 
