@@ -1,9 +1,10 @@
 """Answers a broker gives in the controller's place when a forwarded request gets no answer.
 
 The admin APIs a broker forwards (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
-IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments) report errors per
-item (the last two also at the top level, which clients read first), so "the controller did not
-answer in time" has to be spelled out for every topic or resource of the request, as Kafka's
+IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments, Create/DeleteAcls)
+report errors per item (reassignments also at the top level, which clients read first), so
+"the controller did not answer in time" has to be spelled out for every topic or resource of
+the request, as Kafka's
 ``AbstractRequest.getErrorResponse`` does. The response has the request's version.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from metadata.controller import reassignment, scram
+from metadata.controller.acls import acl_error_response
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
@@ -28,6 +30,8 @@ FORWARDED_APIS = frozenset(
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         ApiKey.LIST_PARTITION_REASSIGNMENTS,
         ApiKey.UPDATE_FEATURES,
+        ApiKey.CREATE_ACLS,
+        ApiKey.DELETE_ACLS,
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
     }
 )
@@ -94,6 +98,8 @@ def forwarded_error_response(request: object, error_code: int, message: str | No
             for u in body.feature_updates
         )
         return make(module.UpdateFeaturesResponse, error | {"results": results})
+    if api_key in (ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS):
+        return acl_error_response(api_key, version, body, ErrorCode(error_code), message)
     if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         return scram.refuse_alter(module, body, ErrorCode(error_code), message)
     raise ValueError(f"api {api_key} is not forwarded to the controller")

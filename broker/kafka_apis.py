@@ -33,8 +33,8 @@ from broker.fetch_session import CACHE_SLOTS_DEFAULT, FetchSessionCache
 from broker.lifecycle import SUPPORTED_FEATURES
 from broker.producer_ids import ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
-from broker.security import ACL_APIS
 from broker.txn.apis import TxnApis
+from metadata.controller.acls import describe_acls_response, security_disabled
 from metadata.controller.scram import describe_user_scram_credentials
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
@@ -101,6 +101,7 @@ class KafkaApis:
         auto_create_topics: bool = False,
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
         descriptors_free: Callable[[], bool] = lambda: True,
+        acls_enabled: bool = False,
     ) -> None:
         self.node_id = node_id
         self.replicas = replicas
@@ -122,6 +123,7 @@ class KafkaApis:
         self._channel = channel
         self._rng = rng
         self._forward_timeout_s = forward_timeout_ms / 1000
+        self.acls_enabled = acls_enabled  # an authorizer is configured (docs/acls.md)
 
     def apis(self) -> list[Api]:
         """This listener's entries: the metadata-plane APIs always, Produce, Fetch,
@@ -161,10 +163,12 @@ class KafkaApis:
                 BROKER,
                 (CLUSTER_DESCRIBE,),
             ),
-            *ACL_APIS,
             Api(
                 ApiKey.DESCRIBE_CLUSTER, (0, 1), self._describe_cluster, BROKER, (CLUSTER_DESCRIBE,)
             ),
+            Api(ApiKey.DESCRIBE_ACLS, (1, 3), self._describe_acls, BROKER, (CLUSTER_DESCRIBE,)),
+            Api(ApiKey.CREATE_ACLS, (1, 3), self._acl_write, BROKER, (CLUSTER_ALTER,)),
+            Api(ApiKey.DELETE_ACLS, (1, 3), self._acl_write, BROKER, (CLUSTER_ALTER,)),
             Api(
                 ApiKey.DESCRIBE_TOPIC_PARTITIONS,
                 (0, 0),
@@ -304,6 +308,20 @@ class KafkaApis:
 
     async def _describe_configs(self, request: ApiRequest) -> object:
         return describe_configs_response(self._image(), request.body, self.node_id)
+
+    async def _describe_acls(self, request: ApiRequest) -> object:
+        """DescribeAcls from this broker's image (Kafka's brokers answer it from their
+        authorizer's copy of the ACLs); SECURITY_DISABLED without an authorizer."""
+        if not self.acls_enabled:
+            return security_disabled(ApiKey.DESCRIBE_ACLS, request.api_version, request.body)
+        return describe_acls_response(self._image().acls, request.body, request.api_version)
+
+    async def _acl_write(self, request: ApiRequest) -> object:
+        """CreateAcls and DeleteAcls: the controller's (forwarded); SECURITY_DISABLED
+        without an authorizer."""
+        if not self.acls_enabled:
+            return security_disabled(request.header.api_key, request.api_version, request.body)
+        return await self._forward(request.body)
 
     async def _describe_user_scram_credentials(self, request: ApiRequest) -> object:
         return describe_user_scram_credentials(self._image(), request.body, request.api_version)

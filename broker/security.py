@@ -8,35 +8,29 @@ before the login succeeds. A failed login is answered after
 ``connection.failed.authentication.delay.ms`` and the connection is closed; it is logged at
 most once a minute per listener with the user name and the address, never the password.
 
-The principal of the request being handled is in ``PRINCIPAL`` (a context variable, as
-``CLIENT_HOST``: each connection runs in its own task), for the authorizer to come.
+The principal of the request being handled is in ``protocol.principal.PRINCIPAL`` (a
+context variable, as ``CLIENT_HOST``: each connection runs in its own task); ServedApis
+copies it into each ApiRequest, which the authorizer reads (broker/authorization.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
-
-from kio.schema.errors import ErrorCode
 
 from log.rate_limited_log import RateLimitedLog
 from protocol import wire
 from protocol.api_keys import ApiKey
-from protocol.api_table import BROKER, CLUSTER_ALTER, CLUSTER_DESCRIBE, Api, ApiRequest
 from protocol.entities import make, response_module
+from protocol.principal import CLIENT_HOST, PRINCIPAL
 from protocol.sasl import SASL_APIS, SaslServer, ScramLookup, Verdict
 from protocol.security import ListenerSecurity
-from protocol.server import CLIENT_HOST, CloseAfter, Handler
+from protocol.server import CloseAfter, Handler
 from protocol.tls import peer_principal
-
-ANONYMOUS = "User:ANONYMOUS"
-PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("principal", default=ANONYMOUS)
 
 logger = logging.getLogger("broker.security")
 _limited = RateLimitedLog(logger)
@@ -143,38 +137,3 @@ def _with_sasl_apis(response: Any, version: int) -> object:
     )
     merged = tuple(sorted((*keys, *extra), key=lambda item: int(item.api_key)))
     return dataclasses.replace(response, api_keys=merged)
-
-
-NO_AUTHORIZER = "No Authorizer is configured."
-
-
-def security_disabled_response(api_key: int, version: int, request: Any) -> object:
-    """Kafka's answer to the ACL APIs on a broker without an authorizer: SECURITY_DISABLED
-    (54) for the request, each creation or each filter, with Kafka's message, so kafka-acls
-    says what is missing instead of meeting a closed connection. (No authorizer is built
-    yet: ``authorizer.class.name`` stops start-up.)"""
-    module: Any = response_module(api_key, version)
-    error = {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER}
-    throttle = {"throttle_time": timedelta(0)}
-    if api_key == ApiKey.DESCRIBE_ACLS:
-        return make(module.DescribeAclsResponse, throttle | error | {"resources": ()})
-    if api_key == ApiKey.CREATE_ACLS:
-        results = tuple(make(module.AclCreationResult, error) for _ in request.creations)
-        return make(module.CreateAclsResponse, throttle | {"results": results})
-    assert api_key == ApiKey.DELETE_ACLS, api_key
-    results = tuple(
-        make(module.DeleteAclsFilterResult, error | {"matching_acls": ()}) for _ in request.filters
-    )
-    return make(module.DeleteAclsResponse, throttle | {"filter_results": results})
-
-
-async def _security_disabled(request: ApiRequest) -> object:
-    return security_disabled_response(request.header.api_key, request.api_version, request.body)
-
-
-# The ACL APIs' entries on the client listeners, with Kafka's authorization for them.
-ACL_APIS = (
-    Api(ApiKey.DESCRIBE_ACLS, (1, 3), _security_disabled, BROKER, (CLUSTER_DESCRIBE,)),
-    Api(ApiKey.CREATE_ACLS, (1, 3), _security_disabled, BROKER, (CLUSTER_ALTER,)),
-    Api(ApiKey.DELETE_ACLS, (1, 3), _security_disabled, BROKER, (CLUSTER_ALTER,)),
-)

@@ -23,6 +23,7 @@ from broker.txn.config import TransactionCoordinatorConfig
 from kraft.properties import parse_properties
 from kraft.security import NodeSecurity, SecurityConfigError, is_security_key, parse_security
 from log.config import LOG_CONFIG_KEYS, LOG_MANAGER_KEYS, LogConfig, LogManagerConfig
+from metadata.authorizer import AuthorizerConfig
 from metadata.config_defs import BROKER_DYNAMIC_CONFIGS, TOPIC_CONFIGS
 
 Role = Literal["broker", "controller"]
@@ -92,6 +93,9 @@ def parse_voters(text: str) -> dict[int, tuple[str, int]]:
     return voters
 
 
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
 class ServerConfig(BaseModel):
     """The keys kraft-py uses, under their Kafka names (aliases)."""
 
@@ -150,6 +154,37 @@ class ServerConfig(BaseModel):
         default=1000, alias="max.incremental.fetch.session.cache.slots", ge=0
     )
     inter_broker_listener_name: str = Field(default="PLAINTEXT", alias="inter.broker.listener.name")
+    # The authorizer (docs/acls.md): Kafka's StandardAuthorizer is the one accepted value.
+    authorizer_class_name: str = Field(default="", alias="authorizer.class.name")
+    super_users: str = Field(default="", alias="super.users")
+    allow_everyone_if_no_acl_found: bool = Field(
+        default=False, alias="allow.everyone.if.no.acl.found"
+    )
+
+    @field_validator("authorizer_class_name")
+    @classmethod
+    def _authorizer(cls, value: str) -> str:
+        value = value.strip()
+        if value not in ("", STANDARD_AUTHORIZER):
+            raise ValueError(f"only {STANDARD_AUTHORIZER} is implemented, not {value!r}")
+        return value
+
+    @field_validator("super_users")
+    @classmethod
+    def _super_users(cls, value: str) -> str:
+        for principal in value.split(";"):
+            kind, _, name = principal.strip().partition(":")
+            if principal.strip() and (not kind or not name):
+                raise ValueError(f"{principal.strip()!r} is not a principal (User:name)")
+        return value
+
+    def authorizer(self) -> AuthorizerConfig | None:
+        """The authorizer's settings, or None when no authorizer is configured."""
+        if not self.authorizer_class_name:
+            return None
+        users = frozenset(p.strip() for p in self.super_users.split(";") if p.strip())
+        return AuthorizerConfig(users, self.allow_everyone_if_no_acl_found)
+
     # Where Prometheus scrapes /metrics (kraft/metrics_http.py); absent or empty: not served.
     metrics_listener: Endpoint | None = Field(default=None, alias="metrics.listener")
 

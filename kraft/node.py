@@ -26,6 +26,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authorization import RequestAuthorizer, guarded
 from broker.bugs import BROKER_BUGS
 from broker.cluster_metadata import describe_controllers_response
 from broker.controller_channel import ControllerChannel
@@ -280,6 +281,7 @@ class KraftNode:
                         config.leader_imbalance_check_interval_seconds * 1000
                     ),
                     bootstrap_records=tuple(read_bootstrap(runtime.fs, config.metadata_dir)),
+                    acls_enabled=config.authorizer() is not None,
                 ),
                 bugs=self.bugs & CONTROLLER_BUGS.keys(),
             )
@@ -454,6 +456,7 @@ class KraftNode:
             runtime.rng,
             connector=self._controller_connector,
         )
+        authorizer = self._authorizer()
         for endpoint in config.broker_endpoints():
             # Each listener answers Metadata with the brokers' endpoints of its own name,
             # as Kafka does: a client that came in on EXTERNAL is told EXTERNAL addresses.
@@ -473,6 +476,7 @@ class KraftNode:
                 descriptors_free=functools.partial(
                     self.descriptors.admits_logs, config.num_partitions
                 ),
+                acls_enabled=authorizer is not None,
             )
             self.apis[endpoint.name] = apis
             entries = [
@@ -481,7 +485,9 @@ class KraftNode:
                 *txn_apis.apis(),
                 *log_admin_apis(replicas),
             ]
-            served = self.served[endpoint.name] = ApiTable(entries).served(BROKER)
+            served = self.served[endpoint.name] = ApiTable(guarded(entries, authorizer)).served(
+                BROKER
+            )
             handle = self._measured(served.handle)
             self._servers.append(
                 await self._listen(
@@ -601,14 +607,27 @@ class KraftNode:
         DescribeCluster for admin clients bootstrapped from controllers (KIP-919)."""
         assert self.raft is not None and self.controller is not None
         describe = self._describe_controllers
-        return ApiTable(
-            [
-                API_VERSIONS,
-                *self.raft.apis(),
-                *self.controller.apis(),
-                Api(ApiKey.DESCRIBE_CLUSTER, (1, 1), describe, CONTROLLER, (CLUSTER_DESCRIBE,)),
-            ]
-        ).served(CONTROLLER)
+        entries = [
+            API_VERSIONS,
+            *self.raft.apis(),
+            *self.controller.apis(),
+            Api(ApiKey.DESCRIBE_CLUSTER, (1, 1), describe, CONTROLLER, (CLUSTER_DESCRIBE,)),
+        ]
+        return ApiTable(guarded(entries, self._authorizer())).served(CONTROLLER)
+
+    def _authorizer(self) -> RequestAuthorizer | None:
+        """The authorizer over this node's metadata image, when authorizer.class.name is
+        set (docs/acls.md); None serves every request unchecked."""
+        settings = self.config.authorizer()
+        if settings is None:
+            return None
+        loader = self.loader
+        assert loader is not None
+        return RequestAuthorizer(
+            settings,
+            lambda: loader.image,
+            auto_create_topics=self.config.auto_create_topics_enable,
+        )
 
     async def _describe_controllers(self, request: ApiRequest) -> object:
         assert self.raft is not None

@@ -75,9 +75,6 @@ OTHER_KEYS = frozenset(
 KNOWN_KEYS = SSL_KEYS | SASL_KEYS | OTHER_KEYS
 # Keys of security features that are not built: set at all, they stop start-up.
 NOT_BUILT = {
-    "authorizer.class.name": "no authorizer is built yet (ACLs): every client may do anything",
-    "super.users": "no authorizer is built yet (ACLs)",
-    "allow.everyone.if.no.acl.found": "no authorizer is built yet (ACLs)",
     "principal.builder.class": "only Kafka's default principal builder is built",
     "sasl.jaas.config": (
         "a broker reads JAAS entries per listener and mechanism: "
@@ -206,10 +203,8 @@ def is_security_key(key: str) -> bool:
 
 
 def _refuse_unbuilt(props: Mapping[str, str]) -> None:
-    for key, value in sorted(props.items()):
+    for key in sorted(props):
         if key in NOT_BUILT:
-            if key == "authorizer.class.name" and not value.strip():
-                continue  # Kafka's default: no authorizer
             raise SecurityConfigError(f"{key}: not supported by kraft-py: {NOT_BUILT[key]}")
         match = _LISTENER_KEY.fullmatch(key)
         base = match.group(2) if match is not None else key

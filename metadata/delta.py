@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from metadata.authorizer import AclBinding, binding_from_codes
 from metadata.image import (
     BrokerRegistration,
     ClusterImage,
@@ -31,6 +32,7 @@ from metadata.records import (
     BROKER_RESOURCE,
     NO_LEADER,
     TOPIC_RESOURCE,
+    AccessControlEntry,
     BrokerRegistrationChange,
     Config,
     FeatureLevel,
@@ -41,6 +43,7 @@ from metadata.records import (
     PartitionChange,
     ProducerIds,
     RegisterBroker,
+    RemoveAccessControlEntry,
     RemoveTopic,
     RemoveUserScramCredential,
     Topic,
@@ -134,6 +137,7 @@ class MetadataDelta:
         self._partitions: dict[uuid.UUID, dict[int, PartitionRegistration]] = {}
         self._configs: Mapping[tuple[int, str], Mapping[str, str]] = image.configs
         self._next_producer_id = image.next_producer_id
+        self._acls: Mapping[uuid.UUID, AclBinding] = image.acls
         self._scram: Mapping[tuple[str, str], ScramCredential] = image.scram_credentials
         self._owned: set[str] = set()  # names of the maps above already copied
 
@@ -307,6 +311,27 @@ class MetadataDelta:
             )
         self._next_producer_id = record.next_producer_id
 
+    def _replay_access_control_entry(self, record: AccessControlEntry) -> None:
+        if record.acl_id in self._acls:
+            raise MetadataStateError(f"{record!r}: the ACL id already exists")
+        binding = binding_from_codes(
+            record.resource_type,
+            record.resource_name,
+            record.pattern_type,
+            record.principal,
+            record.host,
+            record.operation,
+            record.permission_type,
+        )
+        if isinstance(binding, str):
+            raise MetadataStateError(f"{record!r}: {binding}")
+        self._own("_acls")[record.acl_id] = binding
+
+    def _replay_remove_access_control_entry(self, record: RemoveAccessControlEntry) -> None:
+        if record.acl_id not in self._acls:
+            raise MetadataStateError(f"{record!r}: unknown ACL id")
+        del self._own("_acls")[record.acl_id]
+
     def _replay_user_scram_credential(self, record: UserScramCredential) -> None:
         self._own("_scram")[(record.name, record.mechanism)] = ScramCredential(
             record.salt, record.stored_key, record.server_key, record.iterations
@@ -366,6 +391,7 @@ class MetadataDelta:
             ),
             configs=self._configs,
             next_producer_id=self._next_producer_id,
+            acls=self._acls,
             scram_credentials=self._scram,
         )
         return self.image
@@ -414,6 +440,8 @@ _HANDLERS: Mapping[type[Any], Any] = {
     Config: MetadataDelta._replay_config,
     FeatureLevel: MetadataDelta._replay_feature_level,
     ProducerIds: MetadataDelta._replay_producer_ids,
+    AccessControlEntry: MetadataDelta._replay_access_control_entry,
+    RemoveAccessControlEntry: MetadataDelta._replay_remove_access_control_entry,
     UserScramCredential: MetadataDelta._replay_user_scram_credential,
     RemoveUserScramCredential: MetadataDelta._replay_remove_user_scram_credential,
     NoOp: MetadataDelta._replay_no_op,

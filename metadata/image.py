@@ -12,6 +12,7 @@ import dataclasses
 import uuid
 from collections.abc import Mapping
 
+from metadata.authorizer import AclBinding
 from metadata.records import FeatureRange, Listener
 from protocol.sasl import ScramCredential
 
@@ -84,6 +85,8 @@ class MetadataImage:
     # (resource_type, resource_name) -> {key: value}
     configs: Mapping[tuple[int, str], Mapping[str, str]] = dataclasses.field(default_factory=dict)
     next_producer_id: int = 0
+    # The ACLs (AccessControlEntry records) by id.
+    acls: Mapping[uuid.UUID, AclBinding] = dataclasses.field(default_factory=dict)
     # (user, mechanism) -> credential, from UserScramCredential records.
     scram_credentials: Mapping[tuple[str, str], ScramCredential] = dataclasses.field(
         default_factory=dict

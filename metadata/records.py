@@ -189,6 +189,32 @@ class ProducerIds:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AccessControlEntry:
+    """One ACL (Kafka's AccessControlEntryRecord): codes as Kafka's ResourceType,
+    PatternType, AclOperation and AclPermissionType; ``acl_id`` names it for removal."""
+
+    TYPE: ClassVar[str] = "AccessControlEntry"
+    VERSION: ClassVar[int] = 0
+    acl_id: uuid.UUID
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntry:
+    """Kafka's RemoveAccessControlEntryRecord: the ACL ``acl_id`` is gone."""
+
+    TYPE: ClassVar[str] = "RemoveAccessControlEntry"
+    VERSION: ClassVar[int] = 0
+    acl_id: uuid.UUID
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class UserScramCredential:
     """Kafka's UserScramCredentialRecord: one user's SCRAM credential for one mechanism
     (SCRAM-SHA-256 or SCRAM-SHA-512); the password itself is never stored."""
@@ -234,6 +260,8 @@ MetadataRecord = (
     | Config
     | FeatureLevel
     | ProducerIds
+    | AccessControlEntry
+    | RemoveAccessControlEntry
     | UserScramCredential
     | RemoveUserScramCredential
     | NoOp
@@ -253,6 +281,8 @@ RECORD_TYPES: dict[str, type[Any]] = {
         Config,
         FeatureLevel,
         ProducerIds,
+        AccessControlEntry,
+        RemoveAccessControlEntry,
         UserScramCredential,
         RemoveUserScramCredential,
         NoOp,

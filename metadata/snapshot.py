@@ -9,12 +9,15 @@ exactly what a node that replayed the whole log serves.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 
 from log.records import Record
+from metadata.authorizer import AclBinding
 from metadata.delta import MetadataDelta
 from metadata.image import EMPTY, MetadataImage
 from metadata.records import (
+    AccessControlEntry,
     Config,
     FeatureLevel,
     MetadataRecord,
@@ -80,7 +83,23 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
         # Who asked for the last block does not survive a snapshot (-1: nobody); the counter
         # does.
         records.append(ProducerIds(-1, -1, image.next_producer_id))
+    for acl_id, acl in sorted(image.acls.items()):
+        records.append(acl_record(acl_id, acl))
     return records
+
+
+def acl_record(acl_id: uuid.UUID, acl: AclBinding) -> AccessControlEntry:
+    """The AccessControlEntry record of ``acl``."""
+    return AccessControlEntry(
+        acl_id=acl_id,
+        resource_type=int(acl.resource_type),
+        resource_name=acl.resource_name,
+        pattern_type=int(acl.pattern_type),
+        principal=acl.principal,
+        host=acl.host,
+        operation=int(acl.operation),
+        permission_type=int(acl.permission),
+    )
 
 
 def image_from_records(records: Iterable[MetadataRecord], offset: int, epoch: int) -> MetadataImage:

@@ -13,7 +13,8 @@ Authorization is data here (resource type and operation, Kafka's ResourceType an
 AclOperation codes): the checks an authorizer makes for the API, on the resources the
 request names (a topic's name, a group id) or on the cluster. Where Kafka picks one check by
 the request (a follower's Fetch needs CLUSTER_ACTION on the cluster, a consumer's READ on
-each topic), every check the API may make is listed. Nothing enforces them yet.
+each topic), every check the API may make is listed. broker/authorization.py enforces them
+when an authorizer is configured.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kio.schema.errors import ErrorCode
 from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.principal import ANONYMOUS, CLIENT_HOST, PRINCIPAL
 
 
 class ResourceType(enum.IntEnum):
@@ -112,11 +114,14 @@ CONTROLLER = Listeners.CONTROLLER
 class ApiRequest:
     """One decoded request as a handler receives it: its header, its body (the kio entity
     of ``header.api_version``, which the connection checked is one the entry serves) and the
-    listener's served table (ApiVersions answers from it)."""
+    listener's served table (ApiVersions answers from it), and who sent it from where
+    (the connection's principal and address: protocol/principal.py)."""
 
     header: wire.RequestHeader
     body: Any
     apis: ServedApis
+    principal: str = ANONYMOUS  # "User:alice": who the connection authenticated as
+    client_host: str = ""  # the client's address ("127.0.0.1"), as ACL hosts name it
 
     @property
     def api_version(self) -> int:
@@ -177,7 +182,8 @@ class ServedApis:
         api = self._entries.get(header.api_key)
         if api is None:
             return None
-        return await api.handler(ApiRequest(header, body, self))
+        host = CLIENT_HOST.get().removeprefix("/")
+        return await api.handler(ApiRequest(header, body, self, PRINCIPAL.get(), host))
 
     def api_versions_response(self, version: int, error_code: int = 0) -> object:
         """The ApiVersionsResponse (of ``version``) listing what this listener serves."""

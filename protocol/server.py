@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import functools
 import io
 import logging
@@ -44,6 +43,7 @@ from log.rate_limited_log import RateLimitedLog
 from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import api_versions_response
+from protocol.principal import CLIENT_HOST  # set here per connection; read by ServedApis
 
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 BIG_FRAME_BYTES = 64 * 1024
@@ -70,10 +70,6 @@ class CloseAfter:
 
     response: object
 
-
-# The client's address as Kafka shows it ("/127.0.0.1"), for the request being handled: each
-# connection runs in its own task, so this is per connection.
-CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="/")
 
 logger = logging.getLogger("protocol.server")
 _limited = RateLimitedLog(logger)

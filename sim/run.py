@@ -49,6 +49,9 @@ class RunConfig:
     descriptor_limit: int | None = None
     # Now and then a random partition is reassigned (KIP-455) to random brokers.
     reassign: bool = False
+    # Every node runs Kafka's StandardAuthorizer with no ACLs and
+    # allow.everyone.if.no.acl.found=true: every request passes through its checks.
+    authorizer: bool = False
     trace_path: str | None = None
     trace_dir: str | None = None
 

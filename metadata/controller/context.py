@@ -35,6 +35,9 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True  # auto.leader.rebalance.enable
     leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
     controller_listener: str = "CONTROLLER"
+    # authorizer.class.name is set: CreateAcls and DeleteAcls are served (else, as in
+    # Kafka's ControllerApis, they answer SECURITY_DISABLED).
+    acls_enabled: bool = False
     # Written by the first controller to become active on an empty metadata log.
     bootstrap_records: tuple[MetadataRecord, ...] = ()
 

@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from log.records import Record
 from log.runtime import Runtime
+from metadata.controller.acls import create_acls, delete_acls, security_disabled
 from metadata.controller.cluster import (
     SHUTDOWN_KEEPS_LEADERS,
     UNFENCE_BEFORE_CAUGHT_UP,
@@ -234,6 +235,8 @@ class QuorumController:
                 (CLUSTER_ACTION,),
             ),
             Api(ApiKey.UPDATE_FEATURES, (0, 1), run(update_features), CONTROLLER, (CLUSTER_ALTER,)),
+            Api(ApiKey.CREATE_ACLS, (1, 3), self._acls(create_acls), CONTROLLER, (CLUSTER_ALTER,)),
+            Api(ApiKey.DELETE_ACLS, (1, 3), self._acls(delete_acls), CONTROLLER, (CLUSTER_ALTER,)),
             Api(
                 ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
                 (0, 0),
@@ -242,6 +245,18 @@ class QuorumController:
                 (CLUSTER_ALTER,),
             ),
         ]
+
+    def _acls(self, handler: Handler) -> ApiHandler:
+        """CreateAcls or DeleteAcls: SECURITY_DISABLED without an authorizer."""
+        entry = self._entry(handler)
+
+        async def answer(request: ApiRequest) -> object:
+            if not self.config.acls_enabled:
+                key = request.header.api_key
+                return security_disabled(key, request.api_version, request.body)
+            return await entry(request)
+
+        return answer
 
     def _entry(self, handler: Handler) -> ApiHandler:
         """A table entry's handler: ``handler``'s records proposed, its answer given once

@@ -12,12 +12,18 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from metadata.controller.acls import acl_error_response
 from metadata.controller.reassignment import error_response
 from metadata.controller.scram import refuse_alter
 from protocol.api_keys import ApiKey
 from protocol.entities import has_field, make, response_module
 
 Refusal = Callable[[Any, Any, ErrorCode], object]
+
+
+def refuses(api_key: int) -> bool:
+    """Whether ``refusal`` knows the shape of ``api_key``'s response."""
+    return api_key in _REFUSALS
 
 
 def refusal(api_key: int, api_version: int, request: Any, code: ErrorCode) -> object:
@@ -110,6 +116,14 @@ def _top_level(response_name: str) -> Refusal:
     return refuse
 
 
+def _acls(api_key: int) -> Refusal:
+    def refuse(module: Any, request: Any, code: ErrorCode) -> object:
+        version = int(request.__version__)
+        return acl_error_response(api_key, version, request, code, None)
+
+    return refuse
+
+
 _REFUSALS: dict[int, Refusal] = {
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.DELETE_TOPICS: _delete_topics,
@@ -125,5 +139,7 @@ _REFUSALS: dict[int, Refusal] = {
     ApiKey.BROKER_HEARTBEAT: _top_level("BrokerHeartbeatResponse"),
     ApiKey.UNREGISTER_BROKER: _top_level("UnregisterBrokerResponse"),
     ApiKey.UPDATE_FEATURES: _update_features,
+    ApiKey.CREATE_ACLS: _acls(ApiKey.CREATE_ACLS),
+    ApiKey.DELETE_ACLS: _acls(ApiKey.DELETE_ACLS),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: refuse_alter,
 }

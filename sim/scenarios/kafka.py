@@ -130,6 +130,13 @@ COMPACT_TOPIC_CONFIGS = {
     "min.cleanable.dirty.ratio": "0.01",
 }
 COMPACT_BROKER_PROPS = {"log.cleaner.backoff.ms": "500", "log.initial.task.delay.ms": "1000"}
+# --authorizer: every request of every node goes through broker/authorization.py; with no
+# ACLs and allow.everyone.if.no.acl.found every check allows, so the history must be as clean
+# as without it.
+AUTHORIZER_PROPS = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "allow.everyone.if.no.acl.found": "true",
+}
 
 
 def key_of(partition: int) -> str:
@@ -963,6 +970,7 @@ def run_kafka(config: RunConfig) -> RunResult:
             "offsets.topic.replication.factor": str(rf),
             "group.initial.rebalance.delay.ms": "0",
             **(COMPACT_BROKER_PROPS if config.compact else {}),
+            **(AUTHORIZER_PROPS if config.authorizer else {}),
         },
         partitions=config.partitions,
         acks=-1 if config.acks == "all" else 1,

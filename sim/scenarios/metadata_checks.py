@@ -57,6 +57,7 @@ class ImageDigests:
             alone = TopicsImage(by_id={topic_id: topic}, by_name={name: topic_id})
             hasher.update(self._part(topic, MetadataImage(topics=alone)))
         hasher.update(self._part(image.configs, MetadataImage(configs=image.configs)))
+        hasher.update(self._part(image.acls, MetadataImage(acls=image.acls)))
         return hasher.hexdigest()
 
 

@@ -53,6 +53,7 @@ def apis(
         controller,
         random.Random(seed),
         auto_create_topics=auto_create,
+        acls_enabled=True,
     )
 
 
@@ -472,6 +473,20 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
     if api_key == ApiKey.UPDATE_FEATURES:
         feature = {"feature": "eligible.leader.replicas.version", "max_version_level": 1}
         return {"feature_updates": (make(module.FeatureUpdateKey, feature),)}
+    if api_key == ApiKey.CREATE_ACLS:
+        creation = {
+            "resource_type": 2,
+            "resource_name": "t",
+            "resource_pattern_type": 3,
+            "principal": "User:alice",
+            "host": "*",
+            "operation": 3,
+            "permission_type": 3,
+        }
+        return {"creations": (make(module.AclCreation, creation),)}
+    if api_key == ApiKey.DELETE_ACLS:
+        wanted = {"resource_type_filter": 2, "resource_name_filter": "t", "pattern_type_filter": 3}
+        return {"filters": (make(module.DeleteAclsFilter, wanted | {"operation": 1}),)}
     if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         return {"deletions": (make(module.ScramCredentialDeletion, {"name": "t", "mechanism": 2}),)}
     return {
@@ -492,7 +507,7 @@ def item_codes(response: Any) -> list[int]:
         partitions = [int(p.error_code) for t in nested for p in t.partitions]
         assert partitions in ([], [int(response.error_code)])
         return [int(response.error_code)]
-    for field in ("topics", "responses", "results"):
+    for field in ("topics", "responses", "results", "filter_results"):
         if hasattr(response, field):
             return [int(item.error_code) for item in getattr(response, field)]
     return [

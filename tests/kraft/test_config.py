@@ -63,6 +63,9 @@ def test_shipped_default_config_is_the_single_node_combined_server() -> None:
         ("listeners", "CONTROLLER://localhost:9093", "a broker needs a non-controller listener"),
         ("offsets.topic.num.partitions", "0", "offsets.topic.num.partitions: must be at least"),
         ("group.max.size", "many", "group.max.size: not an integer"),
+        ("authorizer.class.name", "kafka.security.authorizer.AclAuthorizer", "only org.apache"),
+        ("super.users", "admin", "super.users: Value error, 'admin' is not a principal"),
+        ("allow.everyone.if.no.acl.found", "sure", "allow.everyone.if.no.acl.found"),
         ("log.dirs", "", "log.dirs: Value error, must name at least one directory"),
         ("log.dirs", " , ", "log.dirs: Value error, must name at least one directory"),
     ],
@@ -72,6 +75,23 @@ def test_bad_values_fail_with_one_line_naming_the_key(key: str, value: str, mess
         config_from_properties({**BASE, key: value})
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_the_standard_authorizer_reads_super_users_and_allow_everyone() -> None:
+    assert config_from_properties(BASE).authorizer() is None
+    config = config_from_properties(
+        {
+            **BASE,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin; User:broker",
+            "allow.everyone.if.no.acl.found": "true",
+        }
+    )
+    settings = config.authorizer()
+    assert settings is not None
+    assert settings.super_users == {"User:admin", "User:broker"}
+    assert settings.allow_everyone_if_no_acl_found
+    assert unknown_key_warnings(config) == []
 
 
 def test_missing_key_is_named() -> None:

@@ -17,6 +17,7 @@ from metadata.records import (
     BROKER_RESOURCE,
     NO_LEADER,
     TOPIC_RESOURCE,
+    AccessControlEntry,
     BrokerRegistrationChange,
     Config,
     FeatureLevel,
@@ -29,6 +30,7 @@ from metadata.records import (
     PartitionChange,
     ProducerIds,
     RegisterBroker,
+    RemoveAccessControlEntry,
     RemoveTopic,
     RemoveUserScramCredential,
     Topic,
@@ -37,6 +39,7 @@ from metadata.records import (
     UserScramCredential,
 )
 
+INT8 = st.integers(-128, 127)
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
 uuids = st.builds(uuid.UUID, int=st.integers(0, 2**128 - 1))
@@ -80,6 +83,18 @@ any_record: st.SearchStrategy[MetadataRecord] = st.one_of(
     st.builds(FeatureLevel, st.text(max_size=8), INT32),
     st.builds(ProducerIds, INT32, INT64, INT64),
     st.builds(
+        AccessControlEntry,
+        uuids,
+        INT8,
+        st.text(max_size=8),
+        INT8,
+        st.text(max_size=8),
+        st.text(max_size=8),
+        INT8,
+        INT8,
+    ),
+    st.builds(RemoveAccessControlEntry, uuids),
+    st.builds(
         UserScramCredential,
         st.text(max_size=8),
         st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512"]),
@@ -112,12 +127,15 @@ class Model:
     )
     next_producer_id: int = 0
     epoch_counter: int = 0
+    acls: set[uuid.UUID] = field(default_factory=set)
 
 
 @st.composite
 def legal_record(draw: st.DrawFn, model: Model) -> MetadataRecord:
     """One record legal after the model's history; updates the model."""
-    kinds = ["register", "feature", "noop"]
+    kinds = ["register", "feature", "noop", "acl"]
+    if model.acls:
+        kinds.append("remove_acl")
     if model.brokers:
         kinds += ["unregister", "broker_change", "producer_ids", "broker_config"]
     if len(model.topics) < len(TOPIC_NAMES):
@@ -152,6 +170,23 @@ def legal_record(draw: st.DrawFn, model: Model) -> MetadataRecord:
         return ProducerIds(broker_id, model.brokers[broker_id][0], model.next_producer_id)
     if kind == "noop":
         return NoOp()
+    if kind == "acl":
+        acl_id = draw(uuids.filter(lambda u: u not in model.acls))
+        model.acls.add(acl_id)
+        return AccessControlEntry(
+            acl_id,
+            draw(st.sampled_from((2, 3, 5))),  # TOPIC, GROUP, TRANSACTIONAL_ID
+            draw(st.sampled_from(("a", "b", "*"))),
+            draw(st.sampled_from((3, 4))),  # LITERAL, PREFIXED
+            draw(st.sampled_from(("User:alice", "User:*"))),
+            draw(st.sampled_from(("*", "10.0.0.1"))),
+            draw(st.integers(2, 12)),
+            draw(st.sampled_from((2, 3))),  # DENY, ALLOW
+        )
+    if kind == "remove_acl":
+        acl_id = draw(st.sampled_from(sorted(model.acls)))
+        model.acls.remove(acl_id)
+        return RemoveAccessControlEntry(acl_id)
     if kind == "feature":
         return FeatureLevel(
             draw(st.sampled_from(("metadata.version", "x"))), draw(st.integers(0, 3))
@@ -284,6 +319,7 @@ def illegal_for(image: MetadataImage) -> st.SearchStrategy[MetadataRecord]:
         ),
         st.builds(PartitionChange, unknown_id, st.integers(0, 3), leader=st.just(NO_LEADER)),
         st.builds(RemoveTopic, unknown_id),
+        st.builds(RemoveAccessControlEntry, unknown_id.filter(lambda u: u not in image.acls)),
         st.builds(FenceBroker, st.just(stranger), INT32),
         st.builds(UnfenceBroker, st.just(stranger), INT32),
         st.builds(UnregisterBroker, st.just(stranger), INT32),

@@ -295,3 +295,15 @@ def test_kafka_scenario_same_seed_same_digest_with_clients() -> None:
     assert first.ok, first.summary()
     assert first.stats["sends"] > 0 and first.stats["polls"] > 0
     assert first.digest == second.digest
+
+
+def test_kafka_scenario_with_every_request_authorized() -> None:
+    """The StandardAuthorizer on every node (no ACLs, allow.everyone.if.no.acl.found): the
+    checks run for every client, broker and controller request under the faults, and the
+    history is as clean as without them."""
+    config = RunConfig(
+        "kafka", 5, duration_s=6, faults=FAULTS + KAFKA_FAULTS, idempotent=True, authorizer=True
+    )
+    result = run_kafka(config)
+    assert result.ok, result.summary()
+    assert result.stats["sends"] > 0 and result.stats["polls"] > 0

@@ -238,6 +238,10 @@ def _empty_request(module: Any, api_key: int) -> Any:
         values["topic_partitions"] = (
             make(module.TopicPartitions, {"topic": "t", "partitions": (0,)}),
         )
+    elif api_key == 30:
+        values["creations"] = (make(module.AclCreation, {"resource_name": "t"}),)
+    elif api_key == 31:
+        values["filters"] = (make(module.DeleteAclsFilter, {"resource_name_filter": "t"}),)
     elif api_key == 51:
         values["deletions"] = (make(module.ScramCredentialDeletion, {"name": "u", "mechanism": 2}),)
     return make(request_type, values)
@@ -444,6 +448,54 @@ def test_one_request_may_not_generate_more_than_the_user_op_limit(tmp_path: Path
         refused = await node.create_topic("huge", MAX_RECORDS_PER_USER_OP)
         assert refused.error_code == ErrorCode.policy_violation
         assert node.image.topics.get("huge") is None
+        await node.stop()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("acls_enabled", [False, True])
+def test_acls_are_committed_by_the_controller_only_with_an_authorizer(
+    tmp_path: Path, acls_enabled: bool
+) -> None:
+    """CreateAcls and DeleteAcls through the running controller: records committed into
+    the image with an authorizer configured; SECURITY_DISABLED without one."""
+
+    async def scenario() -> None:
+        node = Controller(tmp_path, acls_enabled=acls_enabled)
+        await node.start()
+        create = request_module(30, 3)
+        creation = create.AclCreation(
+            resource_type=2,
+            resource_name="orders",
+            resource_pattern_type=3,
+            principal="User:alice",
+            host="*",
+            operation=3,
+            permission_type=3,
+        )
+        created = await node.call(30, 3, create.CreateAclsRequest(creations=(creation,)))
+        (result,) = created.results
+        if not acls_enabled:
+            assert result.error_code == ErrorCode.security_disabled
+            assert node.image.acls == {}
+            await node.stop()
+            return
+        assert result.error_code == ErrorCode.none
+        (acl,) = node.image.acls.values()  # committed before the answer
+        assert (acl.resource_name, acl.principal) == ("orders", "User:alice")
+        delete = request_module(31, 3)
+        wanted = delete.DeleteAclsFilter(
+            resource_type_filter=1,
+            resource_name_filter=None,
+            pattern_type_filter=1,
+            principal_filter="User:alice",
+            host_filter=None,
+            operation=1,
+            permission_type=1,
+        )
+        deleted = await node.call(31, 3, delete.DeleteAclsRequest(filters=(wanted,)))
+        assert [len(r.matching_acls) for r in deleted.filter_results] == [1]
+        assert node.image.acls == {}
         await node.stop()
 
     run(scenario())
