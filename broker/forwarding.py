@@ -13,7 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.controller import reassignment, scram
+from metadata.controller import client_quotas, reassignment, scram
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
@@ -29,6 +29,7 @@ FORWARDED_APIS = frozenset(
         ApiKey.LIST_PARTITION_REASSIGNMENTS,
         ApiKey.UPDATE_FEATURES,
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+        ApiKey.ALTER_CLIENT_QUOTAS,
     }
 )
 
@@ -96,4 +97,6 @@ def forwarded_error_response(request: object, error_code: int, message: str | No
         return make(module.UpdateFeaturesResponse, error | {"results": results})
     if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         return scram.refuse_alter(module, body, ErrorCode(error_code), message)
+    if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+        return client_quotas.refuse_alter(module, body, ErrorCode(error_code), message)
     raise ValueError(f"api {api_key} is not forwarded to the controller")

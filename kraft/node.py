@@ -36,6 +36,7 @@ from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.log_admin import log_admin_apis
 from broker.metrics import BrokerMetricsPublisher
 from broker.producer_ids import ProducerIdManager
+from broker.quotas import QuotaConfig, QuotaManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
 from broker.security import Authenticated, authenticating, served_apis
 from broker.txn.apis import TxnApis
@@ -198,6 +199,7 @@ class KraftNode:
         self.apis: dict[str, KafkaApis] = {}  # by listener name
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
+        self.quotas: QuotaManager | None = None  # the broker's client quotas
         self.groups: GroupCoordinator | None = None
         self._group_apis: GroupApis | None = None
         self._controller_served: ServedApis | None = None  # the controller listener's table
@@ -426,6 +428,11 @@ class KraftNode:
         self.lifecycle_ready.set_result(
             (self.lifecycle.broker_epoch, loader.image.offset, self.lifecycle.unfenced_by)
         )
+        # One quota manager per broker: a client's rate is the same on every listener.
+        quotas = self.quotas = QuotaManager(
+            lambda: loader.image,
+            QuotaConfig(config.quota_window_num, config.quota_window_size_seconds),
+        )
         fetch_sessions = FetchSessionCache(
             config.max_incremental_fetch_session_cache_slots, runtime.rng, loop_time
         )
@@ -458,7 +465,7 @@ class KraftNode:
                 *log_admin_apis(replicas),
             ]
             served = ApiTable(entries).served(BROKER)
-            handle = self._measured(served.handle)
+            handle = quotas.enforcing(self._measured(served.handle))
             self._servers.append(
                 await self._listen(
                     functools.partial(

@@ -211,6 +211,22 @@ class RemoveUserScramCredential:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ClientQuota:
+    """Kafka's ClientQuotaRecord: one quota key of one entity set or removed. The entity is
+    its (type, name) pairs ("user", "client-id", "ip"), kept as two parallel tuples in
+    entity-type order; a name of None is the type's default entity (Kafka's ``<default>``).
+    ``remove`` deletes the key (``value`` is then ignored)."""
+
+    TYPE: ClassVar[str] = "ClientQuota"
+    VERSION: ClassVar[int] = 0
+    entity_types: tuple[str, ...]
+    entity_names: tuple[str | None, ...]
+    key: str
+    value: float
+    remove: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class NoOp:
     """Appended when idle (KIP-835) so the high watermark keeps moving."""
 
@@ -233,6 +249,7 @@ MetadataRecord = (
     | ProducerIds
     | UserScramCredential
     | RemoveUserScramCredential
+    | ClientQuota
     | NoOp
 )
 RECORD_TYPES: dict[str, type[Any]] = {
@@ -252,6 +269,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
         ProducerIds,
         UserScramCredential,
         RemoveUserScramCredential,
+        ClientQuota,
         NoOp,
     )
 }

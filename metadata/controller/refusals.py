@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from metadata.controller import client_quotas
 from metadata.controller.reassignment import error_response
 from metadata.controller.scram import refuse_alter
 from protocol.api_keys import ApiKey
@@ -126,4 +127,5 @@ _REFUSALS: dict[int, Refusal] = {
     ApiKey.UNREGISTER_BROKER: _top_level("UnregisterBrokerResponse"),
     ApiKey.UPDATE_FEATURES: _update_features,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: refuse_alter,
+    ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.refuse_alter,
 }

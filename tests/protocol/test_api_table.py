@@ -126,13 +126,16 @@ def test_every_served_api_but_api_versions_names_the_authorization_it_needs() ->
 def test_the_broker_table_serves_the_apis_it_did_before_the_table() -> None:
     """The versions the four if-chains and seven version tables served (main a7e37cd)."""
     versions = ServedApis(BROKER, broker_entries()).versions
-    # 32, and since issue 29 the SCRAM credential APIs and the ACL APIs (SECURITY_DISABLED).
+    # 32, and since issue 29 the SCRAM credential APIs, the ACL APIs (SECURITY_DISABLED) and
+    # the client quota APIs.
     security = {
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.DESCRIBE_ACLS: (1, 3),
         ApiKey.CREATE_ACLS: (1, 3),
         ApiKey.DELETE_ACLS: (1, 3),
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+        ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     }
     assert {key: versions[key] for key in security} == security
     assert len(versions) == 32 + len(security)
@@ -143,7 +146,8 @@ def test_the_broker_table_serves_the_apis_it_did_before_the_table() -> None:
     assert versions[ApiKey.API_VERSIONS] == (0, 4)
     served_by_controller = controller_versions()
     assert served_by_controller[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] == (0, 0)
-    assert len(served_by_controller) == 14 + 1
+    assert served_by_controller[ApiKey.ALTER_CLIENT_QUOTAS] == (0, 1)
+    assert len(served_by_controller) == 14 + 2
     assert set(RAFT_VERSIONS) == {
         ApiKey.FETCH,
         ApiKey.API_VERSIONS,
