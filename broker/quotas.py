@@ -56,9 +56,8 @@ class QuotaConfig:
         assert self.window_num >= 1 and self.window_size_s > 0, self
 
     @property
-    def max_throttle_s(self) -> float:
-        """The longest throttle (and mute): the whole sampled window. A client far over its
-        quota waits at most this long per request, as its rate decays with the window."""
+    def span_s(self) -> float:
+        """The whole sampled window: a rate idle this long measures 0."""
         return self.window_num * self.window_size_s
 
 
@@ -93,7 +92,7 @@ class Rate:
         self.last_record_s = now_s
 
     def _purge(self, now_s: float) -> None:
-        expire_s = self._config.window_num * self._config.window_size_s
+        expire_s = self._config.span_s
         for i, start in enumerate(self._starts):
             if now_s - start >= expire_s:
                 self._starts[i] = now_s
@@ -115,14 +114,15 @@ class Rate:
         return sum(self._values) / window
 
     def throttle_s(self, bound: float, now_s: float) -> float:
-        """How long the client must wait for the rate to fall back to ``bound`` (Kafka's
-        QuotaUtils.throttleTime: the excess over the bound, as a fraction of the bound, times
-        the window), 0 within the quota, at most the whole window."""
+        """How long the client must wait for the rate to fall back to ``bound`` if it sent
+        nothing more (Kafka's QuotaUtils.throttleTime: the excess over the bound, as a
+        fraction of the bound, times the window); 0 within the quota. Unbounded, as Kafka's
+        byte-rate throttles are: a client that sent ten windows' worth at once waits for it."""
         window = self.window_s(now_s)
         rate = sum(self._values) / window
         if rate <= bound:
             return 0.0
-        return min((rate - bound) / bound * window, self._config.max_throttle_s)
+        return (rate - bound) / bound * window
 
 
 def user_of(principal: str) -> str:
@@ -201,10 +201,10 @@ class QuotaManager:
         """Forget rates idle for the whole window (they measure 0 anyway), at most once per
         window, and the idlest beyond MAX_SENSORS, so memory stays bounded whatever client
         ids arrive."""
-        if now_s - self._swept_s < self.config.max_throttle_s and len(self._rates) < MAX_SENSORS:
+        if now_s - self._swept_s < self.config.span_s and len(self._rates) < MAX_SENSORS:
             return
         self._swept_s = now_s
-        expire_s = self.config.max_throttle_s
+        expire_s = self.config.span_s
         for sensor, rate in list(self._rates.items()):
             if now_s - rate.last_record_s >= expire_s:
                 del self._rates[sensor]

@@ -1,0 +1,153 @@
+"""Client quotas against a real node: a producer_byte_rate set through AlterClientQuotas
+(forwarded to the controller, a ClientQuota record) holds a confluent-kafka (librdkafka)
+producer to it, and the client is told so through throttle_time_ms (its throttle_cb)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from protocol.api_keys import ApiKey
+from protocol.entities import make, request_module
+from tests.kraft.procs import single_node, wait_until
+from tests.kraft.wire_client import connect
+
+QUOTA_BYTES_PER_S = 100 * 1024
+# A new client's first burst is averaged over ten seconds (Kafka's Rate pads the window),
+# and the sliding window then lets a client burst whenever a sample leaves it, every 11 s:
+# the rate is held over whole quota windows, so it is measured over three of them after the
+# first has passed.
+WARM_UP_S = 12.0
+MEASURE_S = 33.0
+VALUE = b"q" * 1000
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("quotas")
+    procs, bootstrap = single_node(root, {"log.dirs": str(root / "logs")})
+    try:
+        yield bootstrap
+    finally:
+        procs.cleanup()
+
+
+async def _request(bootstrap: str, request: object) -> Any:
+    host, port = bootstrap.rsplit(":", 1)
+    connection = await connect(host, int(port))
+    try:
+        return await connection.request(request, 30.0)
+    finally:
+        await connection.close()
+
+
+def alter(bootstrap: str, entity: list[tuple[str, str | None]], key: str, value: float) -> Any:
+    module: Any = request_module(ApiKey.ALTER_CLIENT_QUOTAS, 1)
+    entry = make(
+        module.EntryData,
+        {
+            "entity": tuple(
+                make(module.EntityData, {"entity_type": t, "entity_name": n}) for t, n in entity
+            ),
+            "ops": (make(module.OpData, {"key": key, "value": value, "remove": False}),),
+        },
+    )
+    request = make(module.AlterClientQuotasRequest, {"entries": (entry,), "validate_only": False})
+    return asyncio.run(_request(bootstrap, request))
+
+
+def describe(bootstrap: str, client_id: str) -> dict[str, float]:
+    """The quotas DescribeClientQuotas lists for exactly this client id."""
+    module: Any = request_module(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1)
+    component = make(
+        module.ComponentData, {"entity_type": "client-id", "match_type": 0, "match": client_id}
+    )
+    request = make(module.DescribeClientQuotasRequest, {"components": (component,), "strict": True})
+    response = asyncio.run(_request(bootstrap, request))
+    assert response.error_code == ErrorCode.none
+    return {v.key: v.value for entry in response.entries for v in entry.values}
+
+
+def produce_for(
+    bootstrap: str, client_id: str, seconds: float, skip_s: float = 0.0
+) -> tuple[float, list[float]]:
+    """Produce as fast as the producer is let for ``skip_s`` then ``seconds``; the bytes per
+    second acknowledged during the last ``seconds``, and the throttle times reported."""
+    throttles: list[float] = []
+    acked = [0]
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "linger.ms": 5,
+            "batch.size": 16384,  # the Java producer's default: requests of about 16 KB
+            "max.in.flight.requests.per.connection": 5,
+            "throttle_cb": lambda event: throttles.append(event.throttle_time),
+        }
+    )
+    measuring = [False]
+
+    def delivered(error: object, _message: object) -> None:
+        assert error is None, error
+        if measuring[0]:
+            acked[0] += len(VALUE)
+
+    start = time.monotonic()
+    begin = start + skip_s
+    end = begin + seconds
+    while (now := time.monotonic()) < end:
+        measuring[0] = now >= begin
+        try:
+            producer.produce("quota", VALUE, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.05)
+            continue
+        if len(producer) > 5000:
+            producer.poll(0.05)
+        else:
+            producer.poll(0)
+    measuring[0] = False  # what is still queued is not counted
+    producer.flush(60)
+    return acked[0] / seconds, throttles
+
+
+def test_a_client_id_quota_holds_a_producer_to_its_byte_rate(node: str) -> None:
+    bootstrap = node
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic("quota", 1, 1)]).values():
+        future.result(30)
+    response = alter(
+        bootstrap, [("client-id", "throttled")], "producer_byte_rate", QUOTA_BYTES_PER_S
+    )
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(bootstrap, "throttled") == {"producer_byte_rate": QUOTA_BYTES_PER_S},
+        "the broker's image has the quota",
+    )
+    # Another client id has no quota: the same producer runs many times faster.
+    free_rate, free_throttles = produce_for(bootstrap, "free", 3.0)
+    assert free_rate > 5 * QUOTA_BYTES_PER_S and not free_throttles
+    rate, throttles = produce_for(bootstrap, "throttled", MEASURE_S, skip_s=WARM_UP_S)
+    print(
+        f"unthrottled {free_rate / 1024:.0f} KiB/s; throttled {rate / 1024:.1f} KiB/s, "
+        f"{len(throttles)} throttle events, max {max(throttles, default=0):.3f} s"
+    )
+    assert abs(rate - QUOTA_BYTES_PER_S) <= 0.1 * QUOTA_BYTES_PER_S
+    assert throttles and max(throttles) > 0
+
+
+def test_a_refused_quota_gets_kafkas_error(node: str) -> None:
+    response = alter(node, [("client-id", "x")], "producer_byte_rate", 1.5)
+    [entry] = response.entries
+    assert entry.error_code == ErrorCode.invalid_request
+    assert entry.error_message == "Configuration producer_byte_rate must be a Long value"
+    response = alter(node, [("user", "u"), ("ip", "1.2.3.4")], "producer_byte_rate", 1.0)
+    assert response.entries[0].error_code == ErrorCode.invalid_request
+    assert describe(node, "x") == {}
