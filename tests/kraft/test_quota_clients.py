@@ -1,10 +1,12 @@
 """Client quotas against a real node: a producer_byte_rate set through AlterClientQuotas
 (forwarded to the controller, a ClientQuota record) holds a confluent-kafka (librdkafka)
-producer to it, and the client is told so through throttle_time_ms (its throttle_cb)."""
+producer to it, and the client is told so through throttle_time_ms (its throttle_cb);
+Kafka's own kafka-configs sets and describes user and client quotas."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
+from tests.kafka_tools import ROOT
 from tests.kraft.procs import single_node, wait_until
 from tests.kraft.wire_client import connect
 
@@ -151,3 +154,91 @@ def test_a_refused_quota_gets_kafkas_error(node: str) -> None:
     response = alter(node, [("user", "u"), ("ip", "1.2.3.4")], "producer_byte_rate", 1.0)
     assert response.entries[0].error_code == ErrorCode.invalid_request
     assert describe(node, "x") == {}
+
+
+def kafka_configs(bootstrap: str, *args: str) -> str:
+    """Kafka's own kafka-configs (scripts/kafka-dist.sh assembles Kafka 4.1.0's jars)."""
+    result = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "scripts" / "kafka-dist.sh"),
+            "configs",
+            "--bootstrap-server",
+            bootstrap,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def test_kafka_configs_sets_and_describes_user_and_client_quotas(node: str) -> None:
+    """``kafka-configs --entity-type users/clients`` (AlterClientQuotas and
+    DescribeClientQuotas from the Java Admin client), defaults included."""
+    kafka_configs(
+        node,
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "alice",
+        "--add-config",
+        "producer_byte_rate=1048576,consumer_byte_rate=2097152",
+    )
+    kafka_configs(
+        node,
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "alice",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--add-config",
+        "request_percentage=50",
+    )
+    kafka_configs(
+        node,
+        "--alter",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--add-config",
+        "producer_byte_rate=4096",
+    )
+    described = kafka_configs(
+        node, "--describe", "--entity-type", "users", "--entity-name", "alice"
+    )
+    assert "Quota configs for user-principal 'alice' are" in described
+    assert (
+        "producer_byte_rate=1048576.0" in described and "consumer_byte_rate=2097152.0" in described
+    )
+    both = kafka_configs(
+        node,
+        "--describe",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "alice",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+    )
+    assert "request_percentage=50.0" in both
+    defaults = kafka_configs(node, "--describe", "--entity-type", "clients", "--entity-default")
+    assert "producer_byte_rate=4096.0" in defaults
+    kafka_configs(
+        node,
+        "--alter",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--delete-config",
+        "producer_byte_rate",
+    )
+    gone = kafka_configs(node, "--describe", "--entity-type", "clients", "--entity-default")
+    assert "producer_byte_rate" not in gone
