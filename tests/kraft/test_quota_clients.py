@@ -9,6 +9,7 @@ import asyncio
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,19 @@ from kio.schema.errors import ErrorCode
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from tests.kafka_tools import ROOT
-from tests.kraft.procs import single_node, wait_until
+from tests.kraft.procs import Processes, free_port, port_open, single_node, wait_until
+from tests.kraft.secured import (
+    ADD_SCRAM,
+    ADMIN,
+    ADMIN_PASSWORD,
+    ALICE,
+    ALICE_PASSWORD,
+    Certs,
+    ScramFormat,
+    make_ca,
+    sasl_ssl_props,
+    scram_jaas,
+)
 from tests.kraft.wire_client import connect
 
 QUOTA_BYTES_PER_S = 100 * 1024
@@ -30,6 +43,7 @@ QUOTA_BYTES_PER_S = 100 * 1024
 WARM_UP_S = 12.0
 MEASURE_S = 33.0
 VALUE = b"q" * 1000
+TOPIC = "quota"
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +93,11 @@ def describe(bootstrap: str, client_id: str) -> dict[str, float]:
 
 
 def produce_for(
-    bootstrap: str, client_id: str, seconds: float, skip_s: float = 0.0
+    bootstrap: str,
+    client_id: str,
+    seconds: float,
+    skip_s: float = 0.0,
+    security: dict[str, str] | None = None,
 ) -> tuple[float, list[float]]:
     """Produce as fast as the producer is let for ``skip_s`` then ``seconds``; the bytes per
     second acknowledged during the last ``seconds``, and the throttle times reported."""
@@ -89,6 +107,7 @@ def produce_for(
         {
             "bootstrap.servers": bootstrap,
             "client.id": client_id,
+            **(security or {}),
             "linger.ms": 5,
             "batch.size": 16384,  # the Java producer's default: requests of about 16 KB
             "max.in.flight.requests.per.connection": 5,
@@ -108,7 +127,7 @@ def produce_for(
     while (now := time.monotonic()) < end:
         measuring[0] = now >= begin
         try:
-            producer.produce("quota", VALUE, on_delivery=delivered)
+            producer.produce(TOPIC, VALUE, on_delivery=delivered)
         except BufferError:
             producer.poll(0.05)
             continue
@@ -242,3 +261,95 @@ def test_kafka_configs_sets_and_describes_user_and_client_quotas(node: str) -> N
     )
     gone = kafka_configs(node, "--describe", "--entity-type", "clients", "--entity-default")
     assert "producer_byte_rate" not in gone
+
+
+@pytest.fixture(scope="module")
+def sasl_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Certs]]:
+    """One combined node whose listeners are SASL_SSL with SCRAM-SHA-512 users admin and
+    alice (tests/kraft/secured.py)."""
+    root = tmp_path_factory.mktemp("quotas-sasl")
+    certs = make_ca(root / "certs")
+    broker_port, controller_port = free_port(), free_port()
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"SASL_SSL://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "SASL_SSL",
+        "log.dirs": str(root / "logs"),
+        **sasl_ssl_props(
+            certs.identity("node1", ips=("127.0.0.1",)), certs, ["SASL_SSL", "CONTROLLER"]
+        ),
+    }
+    procs = Processes(root, {1: props}, program=ScramFormat(scram=ADD_SCRAM))
+    try:
+        procs.start(1)
+        wait_until(lambda: port_open("127.0.0.1", broker_port), "the SASL_SSL listener opens")
+        yield f"127.0.0.1:{broker_port}", certs
+    finally:
+        procs.cleanup()
+
+
+def _sasl(certs: Certs, user: str, password: str) -> dict[str, str]:
+    return {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": password,
+        "ssl.ca.location": str(certs.ca),
+    }
+
+
+def test_a_user_quota_holds_a_sasl_producer_to_its_byte_rate(
+    sasl_node: tuple[str, Certs], tmp_path: Path
+) -> None:
+    """The issue's figure: 100 KB/s on user alice (logged in with SCRAM-SHA-512 over
+    SASL_SSL), set by kafka-configs --entity-type users with --command-config; admin, another
+    user, is not held."""
+    bootstrap, certs = sasl_node
+    admin_conf = _sasl(certs, ADMIN, ADMIN_PASSWORD)
+    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_conf})
+    for future in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
+        future.result(30)
+    command_config = tmp_path / "admin.properties"
+    command_config.write_text(
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        f"sasl.jaas.config={scram_jaas(ADMIN, ADMIN_PASSWORD)}\n"
+        "ssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={certs.ca}\n"
+    )
+    kafka_configs(
+        bootstrap,
+        "--command-config",
+        str(command_config),
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        ALICE,
+        "--add-config",
+        f"producer_byte_rate={QUOTA_BYTES_PER_S}",
+    )
+    described = kafka_configs(
+        bootstrap,
+        "--command-config",
+        str(command_config),
+        "--describe",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        ALICE,
+    )
+    assert f"producer_byte_rate={float(QUOTA_BYTES_PER_S)}" in described
+    free_rate, free_throttles = produce_for(bootstrap, "app", 3.0, security=admin_conf)
+    assert free_rate > 5 * QUOTA_BYTES_PER_S and not free_throttles
+    alice = _sasl(certs, ALICE, ALICE_PASSWORD)
+    rate, throttles = produce_for(bootstrap, "app", MEASURE_S, skip_s=WARM_UP_S, security=alice)
+    print(
+        f"SASL_SSL: admin {free_rate / 1024:.0f} KiB/s; alice {rate / 1024:.1f} KiB/s, "
+        f"{len(throttles)} throttle events, max {max(throttles, default=0):.3f} s"
+    )
+    assert abs(rate - QUOTA_BYTES_PER_S) <= 0.1 * QUOTA_BYTES_PER_S
+    assert throttles and max(throttles) > 0
