@@ -57,6 +57,9 @@ class ImageDigests:
             alone = TopicsImage(by_id={topic_id: topic}, by_name={name: topic_id})
             hasher.update(self._part(topic, MetadataImage(topics=alone)))
         hasher.update(self._part(image.configs, MetadataImage(configs=image.configs)))
+        if image.client_quotas:  # hashed only when set, so older runs' digests stand
+            quotas = image.client_quotas
+            hasher.update(self._part(quotas, MetadataImage(client_quotas=quotas)))
         return hasher.hexdigest()
 
 
