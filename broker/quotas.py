@@ -9,6 +9,9 @@ the connection for that long (KIP-219): the response is sent at once and the con
 next request is not read until the time has passed (``protocol.server.Channel``), so a
 client that ignores the throttle time is held back all the same.
 
+New connections are counted too: an IP over its ``connection_creation_rate`` (KIP-612) has
+its connection closed after a delay of at most one window (``admit_connection``).
+
 What is counted, as in Kafka: Produce by the bytes of its request, a consumer's Fetch by the
 records bytes of its response (a follower's fetch is replication, never throttled). Kafka
 answers a fetch that violates its quota with an empty response; here the response is sent
@@ -31,7 +34,9 @@ from typing import Any
 from broker.security import PRINCIPAL
 from metadata.controller.client_quotas import (
     CLIENT_ID,
+    CONNECTION_CREATION_RATE,
     CONSUMER_BYTE_RATE,
+    IP,
     PRODUCER_BYTE_RATE,
     USER,
 )
@@ -196,6 +201,32 @@ class QuotaManager:
             rate = self._rates[sensor] = Rate(self.config, now_s)
         rate.record(value, now_s)
         return rate.throttle_s(quota.bound, now_s)
+
+    def admit_connection(self, ip: str, now_s: float) -> float:
+        """KIP-612's ``connection_creation_rate`` of an IP (its own quota, else the default
+        IP's): 0 admits the new connection; otherwise the connection is refused and this is
+        how long to hold it before closing it (Kafka's Acceptor delays the close by the
+        throttle time, at most one window, so a client retrying at once is slowed). A refused
+        connection is not counted, as in Kafka."""
+        quotas = self._image().client_quotas
+        if not quotas:
+            return 0.0
+        bound = quotas.get(((IP, ip),), {}).get(CONNECTION_CREATION_RATE)
+        if bound is None:
+            bound = quotas.get(((IP, None),), {}).get(CONNECTION_CREATION_RATE)
+        if bound is None:
+            return 0.0
+        self._sweep(now_s)
+        sensor = (CONNECTION_CREATION_RATE, ip, "")
+        rate = self._rates.get(sensor)
+        if rate is None:
+            rate = self._rates[sensor] = Rate(self.config, now_s)
+        rate.record(1.0, now_s)
+        throttle_s = rate.throttle_s(bound, now_s)
+        if throttle_s <= 0:
+            return 0.0
+        rate.record(-1.0, now_s)
+        return min(throttle_s, self.config.window_size_s)
 
     def _sweep(self, now_s: float) -> None:
         """Forget rates idle for the whole window (they measure 0 anyway), at most once per

@@ -624,6 +624,9 @@ class KraftNode:
             writer.transport.abort()
             return
         with self._tracked(writer, limits.listener):
+            if await self._over_connection_rate(writer, limits.listener):
+                writer.transport.abort()
+                return
             authenticated, versions = self._secured(limits.listener, served, handle, writer)
             if authenticated is None:
                 writer.transport.abort()
@@ -637,6 +640,26 @@ class KraftNode:
                 budget=self._budgets["broker"],
                 frame_limit=authenticated.frame_limit,
             )
+
+    async def _over_connection_rate(self, writer: asyncio.StreamWriter, listener: str) -> bool:
+        """Whether the client's IP is over its ``connection_creation_rate`` quota; if so the
+        connection is held for the throttle time first (broker/quotas.py), then refused."""
+        peer = writer.get_extra_info("peername")
+        if self.quotas is None or not isinstance(peer, tuple) or not peer:
+            return False
+        delay_s = self.quotas.admit_connection(str(peer[0]), asyncio.get_running_loop().time())
+        if delay_s <= 0:
+            return False
+        _limited.log(
+            f"connection-rate/{listener}",
+            logging.INFO,
+            "[SocketServer listener=%s] Closing connection from %s: over its IP's "
+            "connection_creation_rate quota",
+            listener,
+            peer[0],
+        )
+        await asyncio.sleep(delay_s)
+        return True
 
     def _measured(self, handle: Handler) -> Handler:
         """``handle``, counted and timed by the request metrics when there are metrics."""

@@ -284,3 +284,22 @@ def test_rates_idle_for_the_whole_window_are_forgotten() -> None:
     assert quotas.sensors == 50
     quotas.record("producer_byte_rate", "u", "late", 1.0, 12.0)
     assert quotas.sensors == 1
+
+
+def test_an_ip_over_its_connection_creation_rate_is_refused_and_not_counted() -> None:
+    quotas_by_entity: dict[QuotaEntity, dict[str, float]] = {
+        (("ip", None),): {"connection_creation_rate": 2.0},
+        (("ip", "10.0.0.9"),): {"connection_creation_rate": 100.0},
+    }
+    quotas = QuotaManager(lambda: _image(quotas_by_entity), CONFIG)
+    # Two a second, averaged over the first ten seconds: 20 at once, then refusals.
+    assert [quotas.admit_connection("10.0.0.1", 0.0) for _ in range(20)] == [0.0] * 20
+    refused = [quotas.admit_connection("10.0.0.1", 0.0) for _ in range(5)]
+    assert all(0 < delay <= CONFIG.window_size_s for delay in refused)
+    # Refusals are not counted: as soon as the rate allows one more, one more is admitted.
+    assert quotas.admit_connection("10.0.0.1", 0.49) > 0  # 21 over 10.49 s: above 2/s
+    assert quotas.admit_connection("10.0.0.1", 0.5) == 0.0  # 21 over 10.5 s: 2/s exactly
+    # Its own quota for one IP, the default for the others; none without a quota.
+    assert [quotas.admit_connection("10.0.0.9", 0.0) for _ in range(50)] == [0.0] * 50
+    assert quotas.admit_connection("10.0.0.2", 0.0) == 0.0
+    assert QuotaManager(lambda: _image({}), CONFIG).admit_connection("10.0.0.1", 0.0) == 0.0

@@ -6,6 +6,7 @@ seed gives the same throttle times."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -97,3 +98,58 @@ def test_a_producer_that_ignores_its_throttle_times_is_held_to_its_quota(seed: i
     # has passed: the mute, not the client's good manners, holds it back.
     assert shortest_wait >= 0.99
     assert run(seed)[1] == throttles  # the same seed, the same throttles
+
+
+def test_an_ip_over_its_connection_creation_rate_gets_its_connections_closed() -> None:
+    """KIP-612: with a default IP quota of one connection a second, a client opening
+    connections in a loop is admitted at that rate (after the first ten seconds' worth) and
+    the rest are closed after a delay of at most a second."""
+    world = World(seed=5)
+    cluster = Cluster(world)
+    outcome: list[Any] = []
+
+    async def scenario() -> None:
+        await cluster.serving()
+        module: Any = request_module(ApiKey.ALTER_CLIENT_QUOTAS, 1)
+        entity = make(module.EntityData, {"entity_type": "ip", "entity_name": None})
+        op = make(module.OpData, {"key": "connection_creation_rate", "value": 1.0, "remove": False})
+        entry = make(module.EntryData, {"entity": (entity,), "ops": (op,)})
+        request = make(
+            module.AlterClientQuotasRequest, {"entries": (entry,), "validate_only": False}
+        )
+        connection = KafkaConnection("admin")
+        await connection.connect(BROKERS[0], PORT, 1.0)
+        response: Any = await connection.request(request, TIMEOUT_S)
+        assert [e.error_code for e in response.entries] == [ErrorCode.none]
+        await connection.close()
+        await cluster.until(
+            lambda: cluster.nodes[BROKERS[1]].loader.image.client_quotas,  # type: ignore[union-attr]
+            "the broker's image has the quota",
+        )
+        versions = make(
+            request_module(ApiKey.API_VERSIONS, 3).ApiVersionsRequest,
+            {"client_software_name": "t", "client_software_version": "1"},
+        )
+        loop = world.loop
+        start = loop.time()
+        admitted, refusal_waits = 0, []
+        for _ in range(40):
+            began = loop.time()
+            client = KafkaConnection("looping")
+            try:
+                await client.connect(BROKERS[1], PORT, 1.0)
+                await client.request(versions, 5.0)
+                admitted += 1
+            except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError):
+                refusal_waits.append(loop.time() - began)
+            finally:
+                await client.close()
+        outcome.extend([admitted, refusal_waits, loop.time() - start])
+
+    run_scenario(world, scenario)
+    admitted, refusal_waits, elapsed_s = outcome
+    print(f"{admitted} admitted, {len(refusal_waits)} refused in {elapsed_s:.1f} s")
+    assert refusal_waits, "no connection was refused"
+    assert admitted <= 1.0 * (elapsed_s + 10) + 1
+    assert admitted >= 10  # the first ten seconds' worth at once
+    assert all(wait <= 1.5 for wait in refusal_waits)
