@@ -180,7 +180,7 @@ def resolve(
 
 
 class QuotaManager:
-    """The broker's byte-rate quotas: one Rate per (quota key, user, client-id) in use."""
+    """The broker's client quotas: one Rate per (quota key, user or IP, client-id) in use."""
 
     def __init__(self, image: Callable[[], MetadataImage], config: QuotaConfig) -> None:
         self._image = image
