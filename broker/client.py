@@ -91,10 +91,11 @@ class KafkaConnection:
         """
         body: Any = entity
         api_key, api_version = int(body.__api_key__), int(body.__version__)
+        encoded = await _encoded_in_slices(entity)
         try:
             async with asyncio.timeout(timeout_s):
                 await self._slots.acquire()
-                answer = self._send(api_key, api_version, entity)
+                answer = self._send(api_key, api_version, entity, encoded)
                 if self._writer is not None:
                     await self._writer.drain()
                 return await answer
@@ -109,7 +110,9 @@ class KafkaConnection:
             self._fail(f"write failed: {error!r}")
             raise ConnectionClosed(f"write failed: {error!r}") from error
 
-    def _send(self, api_key: int, api_version: int, entity: object) -> asyncio.Future[object]:
+    def _send(
+        self, api_key: int, api_version: int, entity: object, encoded: bytes | None = None
+    ) -> asyncio.Future[object]:
         """Write one request (a slot already taken) and return the future of its answer."""
         if self.closed:
             self._slots.release()
@@ -118,7 +121,7 @@ class KafkaConnection:
         correlation_id = self._next_correlation_id
         header = wire.RequestHeader(api_key, api_version, correlation_id, self.client_id)
         try:
-            frame = wire.encode_request(header, entity)
+            frame = wire.encode_request(header, entity, encoded)
         except Exception:
             self._slots.release()
             raise
@@ -171,3 +174,21 @@ class KafkaConnection:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+# Entities of a big request encoded between turns of the loop (as the network layer's
+# responses): a broker forwarding a CreateTopics of 200,000 topics encodes it in slices.
+ENCODE_SLICE_ITEMS = 2000
+
+
+async def _encoded_in_slices(entity: object) -> bytes | None:
+    """A big request body's bytes, encoded a slice at a time; None for a small one (it is
+    encoded with its header in one piece)."""
+    parts = wire.request_body_parts(entity, ENCODE_SLICE_ITEMS)
+    if parts is None:
+        return None
+    chunks = []
+    for chunk in parts:
+        chunks.append(chunk)
+        await asyncio.sleep(0)
+    return b"".join(chunks)

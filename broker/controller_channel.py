@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -39,23 +40,24 @@ class ControllerSender(Protocol):
         ...
 
 
-def _item_error_codes(entity: object) -> list[int]:
-    """The error codes of every nested item of a response (not its top-level code)."""
-    codes: list[int] = []
+def _item_error_codes(entity: object) -> Iterator[int]:
+    """The error codes of every nested item of a response (not its top-level code), lazily:
+    an answer of 200,000 topics is looked at only as far as its first code that tells."""
     for field in dataclasses.fields(entity):  # type: ignore[arg-type]
         value = getattr(entity, field.name)
         if isinstance(value, tuple):
             for item in value:
                 if dataclasses.is_dataclass(item):
-                    codes.extend(_entity_error_codes(item))
+                    yield from _entity_error_codes(item)
         elif dataclasses.is_dataclass(value):
-            codes.extend(_entity_error_codes(value))
-    return codes
+            yield from _entity_error_codes(value)
 
 
-def _entity_error_codes(entity: object) -> list[int]:
+def _entity_error_codes(entity: object) -> Iterator[int]:
     own = getattr(entity, "error_code", None)
-    return ([int(own)] if own is not None else []) + _item_error_codes(entity)
+    if own is not None:
+        yield int(own)
+    yield from _item_error_codes(entity)
 
 
 def is_not_controller(response: object) -> bool:
@@ -64,8 +66,12 @@ def is_not_controller(response: object) -> bool:
     top-level code and answer per topic)."""
     if getattr(response, "error_code", None) == _NOT_CONTROLLER:
         return True
-    codes = _item_error_codes(response)
-    return bool(codes) and all(code == _NOT_CONTROLLER for code in codes)
+    seen = False
+    for code in _item_error_codes(response):
+        if code != _NOT_CONTROLLER:
+            return False
+        seen = True
+    return seen
 
 
 class ControllerChannel:

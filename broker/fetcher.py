@@ -359,7 +359,7 @@ class ReplicaFetcher:
                     fetch_offset,
                     data.log_start_offset,
                 )
-                await log.truncate_fully_and_start_at(data.log_start_offset)
+                await partition.truncate_fully_and_start_at(data.log_start_offset)
                 partition.follower_high_watermark(partition.high_watermark)
                 return
             end = await self._leader_end_offset(partition, fetching.leader_epoch)
@@ -378,7 +378,7 @@ class ReplicaFetcher:
                 offset,
                 log.log_end_offset,
             )
-            await log.truncate_to(offset)
+            await partition.truncate_to(offset)
         else:
             # Nothing to cut, but an epoch this broker began as leader at its log end and
             # never appended to conflicts with the leader's: forget it, as Kafka's truncateTo

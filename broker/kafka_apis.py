@@ -23,7 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker import data_plane, forwarding
+from broker import data_plane, describe_producers, forwarding, txn_markers
 from broker.auto_topic_creation import AutoTopicCreationManager
 from broker.cluster_metadata import describe_cluster_response, metadata_response, random_live_broker
 from broker.controller_channel import ControllerSender
@@ -99,6 +99,7 @@ class KafkaApis:
         fetch_sessions: FetchSessionCache | None = None,
         producer_ids: ProducerIdManager | None = None,
         transactions: TxnApis | None = None,
+        on_offsets_marker: txn_markers.OffsetsMarkerHook | None = None,
         auto_create_topics: bool = False,
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
         descriptors_free: Callable[[], bool] = lambda: True,
@@ -116,6 +117,7 @@ class KafkaApis:
         )
         self.producer_ids = producer_ids
         self.transactions = transactions
+        self._on_offsets_marker = on_offsets_marker  # the group coordinator's, when wired
         self.cluster_id = cluster_id
         self.listener_name = listener_name
         self._image = image
@@ -200,6 +202,22 @@ class KafkaApis:
                     BROKER,
                     (CLUSTER_ACTION, TOPIC_DESCRIBE),
                 ),
+                # The transaction coordinator's (and kafka-transactions abort's) markers; kio
+                # has no version 0, which Kafka 4 removed too.
+                Api(
+                    ApiKey.WRITE_TXN_MARKERS,
+                    (1, 2),
+                    self._write_txn_markers,
+                    BROKER,
+                    (CLUSTER_ACTION,),
+                ),
+                Api(
+                    ApiKey.DESCRIBE_PRODUCERS,
+                    (0, 0),
+                    self._describe_producers,
+                    BROKER,
+                    (TOPIC_READ,),
+                ),
             ]
         if self.producer_ids is not None:
             entries.append(
@@ -238,10 +256,23 @@ class KafkaApis:
         )
 
     async def _list_offsets(self, request: ApiRequest) -> object:
-        return data_plane.list_offsets(self._replicas(), request.body, request.api_version)
+        return await data_plane.list_offsets(self._replicas(), request.body, request.api_version)
 
     async def _offset_for_leader_epoch(self, request: ApiRequest) -> object:
-        return data_plane.offset_for_leader_epoch(
+        return await data_plane.offset_for_leader_epoch(
+            self._replicas(), request.body, request.api_version
+        )
+
+    async def _write_txn_markers(self, request: ApiRequest) -> object:
+        return await txn_markers.write_txn_markers(
+            self._replicas(),
+            request.body,
+            request.api_version,
+            on_offsets_marker=self._on_offsets_marker,
+        )
+
+    async def _describe_producers(self, request: ApiRequest) -> object:
+        return describe_producers.describe_producers(
             self._replicas(), request.body, request.api_version
         )
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from broker.group.config import KEYS as GROUP_COORDINATOR_KEYS
 from broker.group.config import GroupCoordinatorConfig
+from broker.replica_manager import REPLICATION_KEYS
 from broker.txn.config import KEYS as TXN_COORDINATOR_KEYS
 from broker.txn.config import TransactionCoordinatorConfig
 from kraft.properties import parse_properties
@@ -379,4 +380,5 @@ _KNOWN_KEYS = frozenset(
     | KAFKA_KEYS_NOT_USED
     | GROUP_COORDINATOR_KEYS
     | TXN_COORDINATOR_KEYS
+    | REPLICATION_KEYS
 )

@@ -207,6 +207,7 @@ class KraftNode:
         self._controller_handle: Handler | None = None  # its dispatch, measured with metrics
         self._channel: ControllerChannel | None = None
         self._internal_channel: ControllerChannel | None = None
+        self._forwarding_channel: ControllerChannel | None = None
         self._servers: list[Any] = []  # asyncio.Server or broker.acceptor.Acceptor
         # Handlers of the connections our listeners accepted: a server's close() leaves
         # them open, and a handler still pending when the loop ends is cancelled, which
@@ -423,7 +424,7 @@ class KraftNode:
             lambda request: internal.send(request, CONTROLLED_SHUTDOWN_TIMEOUT_S),
             transactions,
         )
-        txn_apis = TxnApis(transactions, groups, replicas, lambda: loader.image, runtime.clock)
+        txn_apis = TxnApis(transactions, groups, lambda: loader.image, runtime.clock)
         assert self.lifecycle_ready is not None
         self.lifecycle_ready.set_result(
             (self.lifecycle.broker_epoch, loader.image.offset, self.lifecycle.unfenced_by)
@@ -438,6 +439,16 @@ class KraftNode:
         )
         if self.metrics is not None:
             self.metrics.fetch_sessions = fetch_sessions
+        # Clients' admin requests reach the controller over a connection of their own, as
+        # Kafka's forwarding manager has its own channel: the controller answers one
+        # request of a connection at a time, and a CreateTopics naming 200,000 topics must
+        # not hold up this broker's heartbeats behind it (it would be fenced).
+        forwarding = self._forwarding_channel = ControllerChannel(
+            config.controller_quorum_voters,
+            f"broker-{config.node_id}-forwarding",
+            runtime.rng,
+            connector=self._controller_connector,
+        )
         for endpoint in config.broker_endpoints():
             # Each listener answers Metadata with the brokers' endpoints of its own name,
             # as Kafka does: a client that came in on EXTERNAL is told EXTERNAL addresses.
@@ -446,12 +457,13 @@ class KraftNode:
                 self.cluster_id,
                 endpoint.name,
                 lambda: loader.image,
-                self._channel,
+                forwarding,
                 runtime.rng,
                 replicas=replicas,
                 fetch_sessions=fetch_sessions,
                 producer_ids=producer_ids,
                 transactions=txn_apis,
+                on_offsets_marker=groups.complete_transaction,
                 auto_create_topics=config.auto_create_topics_enable,
                 descriptors_free=functools.partial(
                     self.descriptors.admits_logs, config.num_partitions
@@ -735,6 +747,8 @@ class KraftNode:
             await self._channel.close()
         if self._internal_channel is not None:
             await self._internal_channel.close()
+        if self._forwarding_channel is not None:
+            await self._forwarding_channel.close()
         if self.controller is not None:
             await self.controller.close()
         if self.loader is not None:

@@ -120,6 +120,9 @@ class LogManager:
         self.manager_config = manager_config or LogManagerConfig()
         self.topic_configs: dict[str, LogConfig] = dict(topic_configs or {})
         self.high_watermark_provider = high_watermark_provider
+        # The cleaner's bound: the last stable offset (set by the replica manager); the high
+        # watermark when unset.
+        self.last_stable_offset_provider: HighWatermarkProvider | None = None
         if descriptors is None:
             reserve = self.manager_config.open_files_reserve
             if reserve < 0:
@@ -149,7 +152,7 @@ class LogManager:
         self.cleaner = LogCleaner(
             now_ms=runtime.clock.now_ms,
             dedupe_buffer_bytes=self.manager_config.cleaner_dedupe_buffer_size,
-            high_watermark=self._high_watermark_of,
+            high_watermark=self._cleanable_bound_of,
         )
 
     # ---- loading ------------------------------------------------------------------------
@@ -502,6 +505,10 @@ class LogManager:
     def _high_watermark_of(self, tp: TopicPartition) -> int | None:
         provider = self.high_watermark_provider  # set by the replica manager after start-up
         return provider(tp) if provider is not None else None
+
+    def _cleanable_bound_of(self, tp: TopicPartition) -> int | None:
+        provider = self.last_stable_offset_provider
+        return provider(tp) if provider is not None else self._high_watermark_of(tp)
 
     async def clean_dirtiest_log(self) -> CleanResult | None:
         """One log cleaner pass over the dirtiest compacted log, then its dir's

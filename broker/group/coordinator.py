@@ -44,6 +44,7 @@ from broker.group.classic import (
 from broker.group.config import GroupCoordinatorConfig
 from broker.group.consumer_coordinator import ConsumerGroupCoordinator
 from broker.group.consumer_group import ConsumerGroup
+from broker.group.member_budget import MemberMetadataBudget, protocols_bytes
 from broker.group.records import (
     GroupKey,
     OffsetKey,
@@ -61,7 +62,7 @@ from log.batch import decode_batch, encode_batch
 from log.clock import WallClock
 from log.errors import RecordError
 from log.log import KafkaStorageError, OffsetOutOfRangeError
-from log.rate_limited_log import ClipLongArguments
+from log.rate_limited_log import ClipLongArguments, RateLimitedLog
 from log.records import Record
 from metadata.image import MetadataImage
 from protocol.wire import MAX_STRING_BYTES
@@ -69,6 +70,7 @@ from protocol.wire import MAX_STRING_BYTES
 logger = logging.getLogger("broker.group.coordinator")
 # Group, member, instance and client ids are the client's, up to 32,767 bytes each.
 logger.addFilter(ClipLongArguments())
+_limited = RateLimitedLog(logger)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 LOAD_YIELD_BYTES = 1 << 20  # loading yields to the loop after each MiB read
@@ -118,8 +120,17 @@ class GroupCoordinator:
         # Insertion-ordered (a dict, not a set): cancelling and gathering them in a
         # hash order of task ids would make the simulator's runs depend on memory layout.
         self._writes: dict[asyncio.Task[None], None] = {}
+        self.member_budget = MemberMetadataBudget(
+            config.group_coordinator_member_metadata_max_bytes
+        )
         self.consumer = ConsumerGroupCoordinator(
-            node_id, self.shard_for, self._write, lambda: self._image, clock, self._wake_before
+            node_id,
+            self.shard_for,
+            self._write,
+            lambda: self._image,
+            clock,
+            self._wake_before,
+            self.member_budget,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -218,6 +229,7 @@ class GroupCoordinator:
         for group in shard.groups.values():
             if group.state is not GroupState.DEAD:
                 self._deliver(group, group.mark_dead().replies)
+            self.member_budget.drop_group(group.group_id)
         self.consumer.unload(shard)
         if shard.loaded:
             logger.info(
@@ -400,8 +412,13 @@ class GroupCoordinator:
     def _handle(
         self, shard: Shard, group: ClassicGroup, out: Outcome, before: tuple[GroupState, int, int]
     ) -> None:
-        """Deliver an outcome's replies, start its write, log what changed."""
+        """Deliver an outcome's replies, start its write, log what changed, count what its
+        members keep."""
         self._log_transition(group, before)
+        self.member_budget.sync_group(
+            group.group_id,
+            {m.member_id: protocols_bytes(m.protocols) for m in group.members.values()},
+        )
         self._deliver(group, out.replies)
         if out.persist is not None:
             self._spawn(self._persist(shard, group, out.persist))
@@ -552,6 +569,21 @@ class GroupCoordinator:
             if request.member_id:
                 return JoinReply(request.member_id, ErrorCode.unknown_member_id)
             group = shard.group(group_id)
+        if not self.member_budget.fits(
+            group_id, request.member_id, protocols_bytes(request.protocols)
+        ):
+            _limited.log(
+                "member-metadata",
+                logging.WARNING,
+                "[GroupCoordinator id=%d] JoinGroup of %s to group %s refused: its metadata "
+                "would take the members' metadata past "
+                "group.coordinator.member.metadata.max.bytes %d",
+                self.node_id,
+                request.client_id,
+                group_id,
+                self.member_budget.max_bytes,
+            )
+            return JoinReply(request.member_id, ErrorCode.group_max_size_reached)
         before, known = _snapshot(group), set(group.members)
         member_id, out = group.join(request, asyncio.get_running_loop().time())
         if member_id in group.members and member_id not in known:

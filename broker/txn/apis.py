@@ -4,11 +4,10 @@ AddPartitionsToTxn (v0-v3, the client's; v4, a broker's batch, with verify-only 
 part 1), AddOffsetsToTxn, EndTxn, TxnOffsetCommit (to the
 group coordinator), DescribeTransactions and ListTransactions.
 
-WriteTxnMarkers is here only for ``__consumer_offsets`` partitions: the marker is appended
-to the offsets partition led here and the group coordinator then applies or drops the
-producer's pending offsets. Data partitions answer UNSUPPORTED_FOR_MESSAGE_FORMAT (Kafka's
-answer for a log that cannot hold markers; the coordinator then skips the partition), until
-the partition side of transactions (control batches, last stable offset) handles them.
+WriteTxnMarkers is the partition side's (broker/txn_markers.py, KafkaApis' table entry): it
+appends the marker to every partition, ``__consumer_offsets`` ones included, and hands
+those to the group coordinator (``GroupCoordinator.complete_transaction``), which applies or
+drops the producer's pending offsets.
 
 As Kafka does, PRODUCER_FENCED goes to clients too old to know it (InitProducerId before v4,
 the others before v2) as INVALID_PRODUCER_EPOCH.
@@ -24,8 +23,6 @@ from kio.schema.errors import ErrorCode
 
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.group.shard import OffsetCommit
-from broker.replica_manager import ReplicaManager
-from broker.txn.control import encode_marker_batch
 from broker.txn.coordinator import TransactionCoordinator
 from broker.txn.state import TxnMetadata, TxnState
 from log.clock import WallClock
@@ -46,7 +43,6 @@ from protocol.api_table import (
 from protocol.entities import make, response_module
 
 NO_THROTTLE = timedelta(0)
-MARKER_TIMEOUT_S = 30.0
 
 
 def _fenced_for(error: ErrorCode, version: int, since: int) -> ErrorCode:
@@ -62,13 +58,11 @@ class TxnApis:
         self,
         coordinator: TransactionCoordinator,
         groups: GroupCoordinator,
-        replicas: ReplicaManager,
         image: Callable[[], MetadataImage],
         clock: WallClock,
     ) -> None:
         self.coordinator = coordinator
         self._groups = groups
-        self._replicas = replicas
         self._image = image
         self._clock = clock
 
@@ -91,13 +85,6 @@ class TxnApis:
                 (TRANSACTIONAL_ID_WRITE, GROUP_READ),
             ),
             Api(ApiKey.END_TXN, (0, 3), self._end_txn, BROKER, (TRANSACTIONAL_ID_WRITE,)),
-            Api(
-                ApiKey.WRITE_TXN_MARKERS,
-                (1, 1),
-                self._write_txn_markers_api,
-                BROKER,
-                (CLUSTER_ACTION,),
-            ),
             Api(
                 ApiKey.TXN_OFFSET_COMMIT,
                 (0, 3),
@@ -148,10 +135,6 @@ class TxnApis:
             response_module(ApiKey.END_TXN, version).EndTxnResponse,
             {"throttle_time": NO_THROTTLE, "error_code": _fenced_for(error, version, 2)},
         )
-
-    async def _write_txn_markers_api(self, request: ApiRequest) -> object:
-        module = response_module(ApiKey.WRITE_TXN_MARKERS, request.api_version)
-        return await self._write_txn_markers(module, request.body)
 
     async def _describe_api(self, request: ApiRequest) -> object:
         module = response_module(ApiKey.DESCRIBE_TRANSACTIONS, request.api_version)
@@ -329,56 +312,6 @@ class TxnApis:
                 ),
             },
         )
-
-    async def _write_txn_markers(self, module: Any, request: Any) -> object:
-        """Markers for ``__consumer_offsets`` partitions: appended (acks=all), then the
-        group coordinator completes the producer's offsets there."""
-        results = []
-        for marker in request.markers:
-            topics = []
-            for topic in marker.topics:
-                partitions = []
-                for index in topic.partition_indexes:
-                    if topic.name != OFFSETS_TOPIC:
-                        error = ErrorCode.unsupported_for_message_format
-                    else:
-                        error = await self._append_marker(index, marker)
-                    partitions.append(
-                        make(
-                            module.WritableTxnMarkerPartitionResult,
-                            {"partition_index": index, "error_code": error},
-                        )
-                    )
-                topics.append(
-                    make(
-                        module.WritableTxnMarkerTopicResult,
-                        {"name": topic.name, "partitions": tuple(partitions)},
-                    )
-                )
-            results.append(
-                make(
-                    module.WritableTxnMarkerResult,
-                    {"producer_id": marker.producer_id, "topics": tuple(topics)},
-                )
-            )
-        return make(module.WriteTxnMarkersResponse, {"markers": tuple(results)})
-
-    async def _append_marker(self, partition: int, marker: Any) -> ErrorCode:
-        batch = encode_marker_batch(
-            marker.producer_id,
-            marker.producer_epoch,
-            marker.transaction_result,
-            marker.coordinator_epoch,
-            self._clock.now_ms(),
-        )
-        result = await self._replicas.append(
-            OFFSETS_TOPIC, partition, batch, -1, MARKER_TIMEOUT_S, coordinator=True
-        )
-        if result.error is ErrorCode.none:
-            self._groups.complete_transaction(
-                partition, marker.producer_id, marker.producer_epoch, marker.transaction_result
-            )
-        return result.error
 
     # ---- DescribeTransactions, ListTransactions ----------------------------------------------
     def _describe(self, module: Any, request: Any) -> object:

@@ -512,7 +512,7 @@ def test_idempotent_producers_get_retries_deduplicated_even_after_a_restart(
                 base_sequence=0,
                 is_transactional=True,
                 is_control=True,
-            ),  # a marker: only the broker's coordinators write control batches
+            ),  # markers are the broker's own, never a producer's
         ):
             result = await replicas.append("a", 0, records, acks=-1, timeout_s=5)
             answers.append((result.error, result.base_offset))

@@ -1,6 +1,6 @@
 """The transaction coordinator over stand-ins for the ReplicaManager and the producer-id
 manager, with the real group coordinator, TxnApis and marker sender (its requests go straight
-to TxnApis' WriteTxnMarkers handler instead of a socket).
+to the partition side's WriteTxnMarkers handler instead of a socket).
 
 What it guarantees: a transaction's state is acknowledged in ``__transaction_state`` before a
 client hears of it; committed offsets appear only after the commit marker, never after an
@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import random
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
 from types import SimpleNamespace
@@ -34,7 +34,9 @@ from broker.txn.config import TXN_TOPIC, TransactionCoordinatorConfig
 from broker.txn.coordinator import TransactionCoordinator
 from broker.txn.records import decode_key, decode_value
 from broker.txn.state import TxnState
+from broker.txn_markers import write_txn_markers
 from log.batch import assign_offsets, decode_batch, parse_header
+from log.end_txn_marker import EndTransactionMarker, encode_marker_batch
 from metadata.image import (
     BrokerRegistration,
     ClusterImage,
@@ -118,6 +120,21 @@ class Partitions:
     def get_log(self, topic: str, index: int) -> PartitionLog:
         return PartitionLog(self, (topic, index))
 
+    async def write_txn_marker(
+        self,
+        topic: str,
+        index: int,
+        producer_id: int,
+        producer_epoch: int,
+        marker: EndTransactionMarker,
+        timeout_s: float,
+        *,
+        epoch_bumped: bool = False,
+    ) -> AppendResult:
+        """The partition side's marker append (WriteTxnMarkers), as an acks=all append."""
+        batch = encode_marker_batch(producer_id, producer_epoch, marker, 0)
+        return await self.append(topic, index, batch, -1, timeout_s, coordinator=True)
+
 
 @dataclass
 class PartitionLog:
@@ -167,19 +184,29 @@ def image(epoch: int = 0, *, txn_leader: int = NODE) -> MetadataImage:
 
 
 class Direct:
-    """A marker sender's connection that hands each request to TxnApis directly."""
+    """A marker sender's connection that hands each request to the partition side's
+    WriteTxnMarkers handler directly (over the fake partitions, the group coordinator
+    completing the offsets partitions' transactions)."""
 
     closed = False
 
-    def __init__(self, apis: Callable[[], TxnApis], hold: asyncio.Event) -> None:
-        self._apis = apis
+    def __init__(
+        self, partitions: Partitions, groups: GroupCoordinator, hold: asyncio.Event
+    ) -> None:
+        self._partitions = partitions
+        self._groups = groups
         self._hold = hold
         self.sent: list[Any] = []
 
     async def request(self, entity: Any, timeout_s: float) -> object:
         await self._hold.wait()
         self.sent.append(entity)
-        return await ask_txn(self._apis(), ApiKey.WRITE_TXN_MARKERS, 1, entity)
+        return await write_txn_markers(
+            self._partitions,  # type: ignore[arg-type]
+            entity,
+            1,
+            on_offsets_marker=self._groups.complete_transaction,
+        )
 
     async def close(self) -> None:
         return None
@@ -327,8 +354,8 @@ async def start(
         ),
         clock,
     )
-    apis = TxnApis(txn, groups, partitions, lambda: node.current, clock)  # type: ignore[arg-type]
-    direct = Direct(lambda: apis, hold)
+    apis = TxnApis(txn, groups, lambda: node.current, clock)
+    direct = Direct(partitions, groups, hold)
 
     async def connection(broker_id: int) -> Direct:
         return direct

@@ -141,6 +141,17 @@ def test_unknown_keys_warn_naming_the_closest_known_key() -> None:
     ]
 
 
+def test_the_replication_keys_the_broker_reads_raise_no_warning() -> None:
+    """ReplicationConfig and its fetcher read these; they were warned about as unknown."""
+    keys = {
+        "replica.lag.time.max.ms": "10000",
+        "replica.fetch.max.bytes": "1048576",
+        "replica.fetch.wait.max.ms": "500",
+        "transaction.partition.verification.enable": "false",
+    }
+    assert unknown_key_warnings(config_from_properties({**BASE, **keys})) == []
+
+
 def test_the_shipped_configs_and_kafkas_usual_keys_raise_no_warning() -> None:
     root = Path(__file__).parents[2] / "config"
     for path in [root / "server.properties", *sorted((root / "cluster").iterdir())]:

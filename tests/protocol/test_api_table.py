@@ -138,7 +138,11 @@ def test_the_broker_table_serves_the_apis_it_did_before_the_table() -> None:
         ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     }
     assert {key: versions[key] for key in security} == security
-    assert len(versions) == 32 + len(security)
+    # Since issue 24, the partition side of transactions (the coordinator's APIs are
+    # TxnApis' entries, not in this table).
+    transactions = {ApiKey.WRITE_TXN_MARKERS: (1, 2), ApiKey.DESCRIBE_PRODUCERS: (0, 0)}
+    assert {key: versions[key] for key in transactions} == transactions
+    assert len(versions) == 32 + len(security) + len(transactions)
     assert versions[ApiKey.PRODUCE] == (3, 9)
     assert versions[ApiKey.FETCH] == (4, 13)
     assert versions[ApiKey.INIT_PRODUCER_ID] == (0, 4)
