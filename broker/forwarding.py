@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.controller import reassignment, scram
+from metadata.controller import client_quotas, reassignment, scram
 from metadata.controller.acls import acl_error_response
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
@@ -33,6 +33,7 @@ FORWARDED_APIS = frozenset(
         ApiKey.CREATE_ACLS,
         ApiKey.DELETE_ACLS,
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+        ApiKey.ALTER_CLIENT_QUOTAS,
     }
 )
 
@@ -102,4 +103,6 @@ def forwarded_error_response(request: object, error_code: int, message: str | No
         return acl_error_response(api_key, version, body, ErrorCode(error_code), message)
     if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         return scram.refuse_alter(module, body, ErrorCode(error_code), message)
+    if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+        return client_quotas.refuse_alter(module, body, ErrorCode(error_code), message)
     raise ValueError(f"api {api_key} is not forwarded to the controller")

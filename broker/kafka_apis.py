@@ -35,6 +35,7 @@ from broker.producer_ids import ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
 from broker.txn.apis import TxnApis
 from metadata.controller.acls import describe_acls_response, security_disabled
+from metadata.controller.client_quotas import describe_client_quotas
 from metadata.controller.scram import describe_user_scram_credentials
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
@@ -45,6 +46,7 @@ from protocol.api_table import (
     BROKER,
     CLUSTER_ACTION,
     CLUSTER_ALTER,
+    CLUSTER_ALTER_CONFIGS,
     CLUSTER_CREATE,
     CLUSTER_DESCRIBE,
     CLUSTER_DESCRIBE_CONFIGS,
@@ -162,6 +164,14 @@ class KafkaApis:
                 self._describe_user_scram_credentials,
                 BROKER,
                 (CLUSTER_DESCRIBE,),
+            ),
+            Api(ApiKey.ALTER_CLIENT_QUOTAS, (0, 1), forward, BROKER, (CLUSTER_ALTER_CONFIGS,)),
+            Api(
+                ApiKey.DESCRIBE_CLIENT_QUOTAS,
+                (0, 1),
+                self._describe_client_quotas,
+                BROKER,
+                (CLUSTER_DESCRIBE_CONFIGS,),
             ),
             Api(
                 ApiKey.DESCRIBE_CLUSTER, (0, 1), self._describe_cluster, BROKER, (CLUSTER_DESCRIBE,)
@@ -325,6 +335,9 @@ class KafkaApis:
 
     async def _describe_user_scram_credentials(self, request: ApiRequest) -> object:
         return describe_user_scram_credentials(self._image(), request.body, request.api_version)
+
+    async def _describe_client_quotas(self, request: ApiRequest) -> object:
+        return describe_client_quotas(self._image(), request.body, request.api_version)
 
     async def _describe_topic_partitions(self, request: ApiRequest) -> object:
         return describe_topic_partitions_response(self._image(), request.body, self.listener_name)

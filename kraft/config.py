@@ -149,6 +149,9 @@ class ServerConfig(BaseModel):
         default=104_857_600, alias="queued.max.request.bytes", ge=-1
     )
     connections_max_idle_ms: int = Field(default=600_000, alias="connections.max.idle.ms", gt=0)
+    # Client quotas' sampling (broker/quotas.py): samples kept and the span of each.
+    quota_window_num: int = Field(default=11, alias="quota.window.num", ge=1)
+    quota_window_size_seconds: int = Field(default=1, alias="quota.window.size.seconds", ge=1)
     broker_rack: str | None = Field(default=None, alias="broker.rack")
     max_incremental_fetch_session_cache_slots: int = Field(
         default=1000, alias="max.incremental.fetch.session.cache.slots", ge=0

@@ -39,6 +39,7 @@ from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.log_admin import log_admin_apis
 from broker.metrics import BrokerMetricsPublisher
 from broker.producer_ids import ProducerIdManager
+from broker.quotas import QuotaConfig, QuotaManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
 from broker.security import Authenticated, authenticating, served_apis
 from broker.txn.apis import TxnApis
@@ -202,6 +203,7 @@ class KraftNode:
         self.served: dict[str, ServedApis] = {}  # each client listener's table, by name
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
+        self.quotas: QuotaManager | None = None  # the broker's client quotas
         self.groups: GroupCoordinator | None = None
         self._group_apis: GroupApis | None = None
         self._controller_served: ServedApis | None = None  # the controller listener's table
@@ -441,6 +443,11 @@ class KraftNode:
         self.lifecycle_ready.set_result(
             (self.lifecycle.broker_epoch, loader.image.offset, self.lifecycle.unfenced_by)
         )
+        # One quota manager per broker: a client's rate is the same on every listener.
+        quotas = self.quotas = QuotaManager(
+            lambda: loader.image,
+            QuotaConfig(config.quota_window_num, config.quota_window_size_seconds),
+        )
         fetch_sessions = FetchSessionCache(
             config.max_incremental_fetch_session_cache_slots, runtime.rng, loop_time
         )
@@ -488,7 +495,7 @@ class KraftNode:
             served = self.served[endpoint.name] = ApiTable(guarded(entries, authorizer)).served(
                 BROKER
             )
-            handle = self._measured(served.handle)
+            handle = quotas.enforcing(self._measured(served.handle))
             self._servers.append(
                 await self._listen(
                     functools.partial(
@@ -660,6 +667,9 @@ class KraftNode:
             writer.transport.abort()
             return
         with self._tracked(writer, limits.listener):
+            if await self._over_connection_rate(writer, limits.listener):
+                writer.transport.abort()
+                return
             authenticated, versions = self._secured(limits.listener, served, handle, writer)
             if authenticated is None:
                 writer.transport.abort()
@@ -673,6 +683,26 @@ class KraftNode:
                 budget=self._budgets["broker"],
                 frame_limit=authenticated.frame_limit,
             )
+
+    async def _over_connection_rate(self, writer: asyncio.StreamWriter, listener: str) -> bool:
+        """Whether the client's IP is over its ``connection_creation_rate`` quota; if so the
+        connection is held for the throttle time first (broker/quotas.py), then refused."""
+        peer = writer.get_extra_info("peername")
+        if self.quotas is None or not isinstance(peer, tuple) or not peer:
+            return False
+        delay_s = self.quotas.admit_connection(str(peer[0]), asyncio.get_running_loop().time())
+        if delay_s <= 0:
+            return False
+        _limited.log(
+            f"connection-rate/{listener}",
+            logging.INFO,
+            "[SocketServer listener=%s] Closing connection from %s: over its IP's "
+            "connection_creation_rate quota",
+            listener,
+            peer[0],
+        )
+        await asyncio.sleep(delay_s)
+        return True
 
     def _measured(self, handle: Handler) -> Handler:
         """``handle``, counted and timed by the request metrics when there are metrics."""

@@ -25,6 +25,7 @@ from metadata.image import (
     ClusterImage,
     MetadataImage,
     PartitionRegistration,
+    QuotaEntity,
     TopicImage,
     TopicsImage,
 )
@@ -34,6 +35,7 @@ from metadata.records import (
     TOPIC_RESOURCE,
     AccessControlEntry,
     BrokerRegistrationChange,
+    ClientQuota,
     Config,
     FeatureLevel,
     FenceBroker,
@@ -139,6 +141,7 @@ class MetadataDelta:
         self._next_producer_id = image.next_producer_id
         self._acls: Mapping[uuid.UUID, AclBinding] = image.acls
         self._scram: Mapping[tuple[str, str], ScramCredential] = image.scram_credentials
+        self._client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = image.client_quotas
         self._owned: set[str] = set()  # names of the maps above already copied
 
     # ---- replay ------------------------------------------------------------------------------
@@ -342,6 +345,25 @@ class MetadataDelta:
             raise MetadataStateError(f"{record!r}: no such credential")
         del self._own("_scram")[(record.name, record.mechanism)]
 
+    def _replay_client_quota(self, record: ClientQuota) -> None:
+        """Set or remove one key of one entity, as Kafka's ClientQuotasImage does; an entity
+        left with no key is forgotten (DescribeClientQuotas no longer lists it)."""
+        if len(record.entity_types) != len(record.entity_names) or not record.entity_types:
+            raise MetadataStateError(f"{record!r}: malformed entity")
+        entity: QuotaEntity = tuple(
+            sorted(zip(record.entity_types, record.entity_names, strict=True))
+        )
+        quotas = self._own("_client_quotas")
+        keys = dict(quotas.get(entity, {}))
+        if record.remove:
+            keys.pop(record.key, None)
+        else:
+            keys[record.key] = record.value
+        if keys:
+            quotas[entity] = keys
+        else:
+            quotas.pop(entity, None)
+
     def _replay_no_op(self, record: NoOp) -> None:
         """Nothing to change: NoOps exist to move the high watermark."""
 
@@ -393,6 +415,7 @@ class MetadataDelta:
             next_producer_id=self._next_producer_id,
             acls=self._acls,
             scram_credentials=self._scram,
+            client_quotas=self._client_quotas,
         )
         return self.image
 
@@ -444,6 +467,7 @@ _HANDLERS: Mapping[type[Any], Any] = {
     RemoveAccessControlEntry: MetadataDelta._replay_remove_access_control_entry,
     UserScramCredential: MetadataDelta._replay_user_scram_credential,
     RemoveUserScramCredential: MetadataDelta._replay_remove_user_scram_credential,
+    ClientQuota: MetadataDelta._replay_client_quota,
     NoOp: MetadataDelta._replay_no_op,
 }
 

@@ -16,6 +16,15 @@ from metadata.authorizer import AclBinding
 from metadata.records import FeatureRange, Listener
 from protocol.sasl import ScramCredential
 
+# A client-quota entity: its (entity type, name) pairs sorted by type ("client-id", "ip",
+# "user"); a name of None is that type's default entity (Kafka's ``<default>``).
+QuotaEntity = tuple[tuple[str, str | None], ...]
+
+
+def entity_order(entity: QuotaEntity) -> tuple[tuple[str, bool, str], ...]:
+    """A sort key for entities (None, the default, does not compare with a name)."""
+    return tuple((entity_type, name is None, name or "") for entity_type, name in entity)
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BrokerRegistration:
@@ -89,6 +98,10 @@ class MetadataImage:
     acls: Mapping[uuid.UUID, AclBinding] = dataclasses.field(default_factory=dict)
     # (user, mechanism) -> credential, from UserScramCredential records.
     scram_credentials: Mapping[tuple[str, str], ScramCredential] = dataclasses.field(
+        default_factory=dict
+    )
+    # entity -> {quota key: value}, from ClientQuota records (broker/quotas.py reads them).
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = dataclasses.field(
         default_factory=dict
     )
 

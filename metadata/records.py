@@ -240,6 +240,22 @@ class RemoveUserScramCredential:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ClientQuota:
+    """Kafka's ClientQuotaRecord: one quota key of one entity set or removed. The entity is
+    its (type, name) pairs ("user", "client-id", "ip"), kept as two parallel tuples in
+    entity-type order; a name of None is the type's default entity (Kafka's ``<default>``).
+    ``remove`` deletes the key (``value`` is then ignored)."""
+
+    TYPE: ClassVar[str] = "ClientQuota"
+    VERSION: ClassVar[int] = 0
+    entity_types: tuple[str, ...]
+    entity_names: tuple[str | None, ...]
+    key: str
+    value: float
+    remove: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class NoOp:
     """Appended when idle (KIP-835) so the high watermark keeps moving."""
 
@@ -264,6 +280,7 @@ MetadataRecord = (
     | RemoveAccessControlEntry
     | UserScramCredential
     | RemoveUserScramCredential
+    | ClientQuota
     | NoOp
 )
 RECORD_TYPES: dict[str, type[Any]] = {
@@ -285,6 +302,7 @@ RECORD_TYPES: dict[str, type[Any]] = {
         RemoveAccessControlEntry,
         UserScramCredential,
         RemoveUserScramCredential,
+        ClientQuota,
         NoOp,
     )
 }

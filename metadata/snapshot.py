@@ -15,9 +15,10 @@ from collections.abc import Iterable
 from log.records import Record
 from metadata.authorizer import AclBinding
 from metadata.delta import MetadataDelta
-from metadata.image import EMPTY, MetadataImage
+from metadata.image import EMPTY, MetadataImage, entity_order
 from metadata.records import (
     AccessControlEntry,
+    ClientQuota,
     Config,
     FeatureLevel,
     MetadataRecord,
@@ -79,6 +80,14 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
         )
         for (name, mechanism), cred in sorted(image.scram_credentials.items())
     )
+    for entity in sorted(image.client_quotas, key=entity_order):
+        quotas = image.client_quotas[entity]
+        types = tuple(entity_type for entity_type, _ in entity)
+        names = tuple(name for _, name in entity)
+        records.extend(
+            ClientQuota(types, names, key, value, remove=False)
+            for key, value in sorted(quotas.items())
+        )
     if image.next_producer_id > 0:
         # Who asked for the last block does not survive a snapshot (-1: nobody); the counter
         # does.

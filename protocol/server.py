@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import functools
 import io
 import logging
@@ -70,6 +71,32 @@ class CloseAfter:
 
     response: object
 
+
+class Channel:
+    """What a handler may learn of and ask of its connection (``CHANNEL``): the size of the
+    request being handled (a Produce quota counts it), and KIP-219's mute: a throttled
+    client's response is sent at once, then the connection reads nothing more until
+    ``muted_until_s`` (the loop's clock), as Kafka's SocketServer mutes a throttled channel.
+    Bytes the client sends meanwhile wait in the socket buffers (TCP back-pressure)."""
+
+    __slots__ = ("muted_until_s", "request_bytes")
+
+    def __init__(self) -> None:
+        self.request_bytes = 0
+        self.muted_until_s = 0.0
+
+    def mute_until(self, until_s: float) -> None:
+        self.muted_until_s = max(self.muted_until_s, until_s)
+
+    async def wait_unmuted(self) -> None:
+        delay_s = self.muted_until_s - asyncio.get_running_loop().time()
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+
+
+# The channel of the request being handled (per connection, as CLIENT_HOST); None for a
+# handler called outside a connection.
+CHANNEL: contextvars.ContextVar[Channel | None] = contextvars.ContextVar("channel", default=None)
 
 logger = logging.getLogger("protocol.server")
 _limited = RateLimitedLog(logger)
@@ -188,6 +215,8 @@ async def serve_connection(
     listener takes only small frames before the client has logged in)."""
     peer = writer.get_extra_info("peername")
     CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "/")
+    channel = Channel()
+    CHANNEL.set(channel)
     limits = limits or NetworkLimits()
     idle = _IdleTimer(writer.transport, limits.connections_max_idle_ms / 1000)
     try:
@@ -207,10 +236,12 @@ async def serve_connection(
                 # decoded entity, not its bytes as well.
                 body = [await reader.readexactly(size)]
                 idle.busy = True
+                channel.request_bytes = size  # header and body, as Kafka counts a request
                 await _answer(body, writer, handle, supported, give_back)
-                idle.answered()
             finally:
                 give_back()
+            await channel.wait_unmuted()  # a throttled client's next request waits (KIP-219)
+            idle.answered()
     except _FrameTooLarge as error:
         _limited.log(
             f"frame-size/{limits.listener}",

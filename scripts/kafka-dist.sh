@@ -6,6 +6,7 @@
 #   scripts/kafka-dist.sh lib                     the lib dir (installing first if needed)
 #   scripts/kafka-dist.sh storage ARGS...         Kafka's StorageTool (random-uuid, format ...)
 #   scripts/kafka-dist.sh server CONFIG           a node: java -cp LIB/* kafka.Kafka CONFIG
+#   scripts/kafka-dist.sh configs ARGS...         Kafka's kafka-configs (kafka.admin.ConfigCommand)
 #
 # The lib dir holds org.apache.kafka:kafka_2.13 with its runtime dependencies and a log4j2
 # SLF4J binding, as the distribution's libs/ does; log4j2.properties beside it logs a
@@ -71,7 +72,7 @@ java_run() {
 }
 
 if [ $# -eq 0 ]; then
-    sed -n '2,18p' "$0" >&2
+    sed -n '2,19p' "$0" >&2
     exit 2
 fi
 command="$1"
@@ -81,5 +82,6 @@ case "$command" in
     lib) install; echo "$LIB" ;;
     storage) install; java_run tools-log4j2.properties kafka.tools.StorageTool "$@" ;;
     server) install; java_run log4j2.properties kafka.Kafka "$@" ;;
-    *) echo "kafka-dist: unknown command '$command' (install, lib, storage, server)" >&2; exit 2 ;;
+    configs) install; java_run tools-log4j2.properties kafka.admin.ConfigCommand "$@" ;;
+    *) echo "kafka-dist: unknown command '$command' (install, lib, storage, server, configs)" >&2; exit 2 ;;
 esac

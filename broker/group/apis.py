@@ -45,7 +45,7 @@ from protocol.api_table import (
     ApiRequest,
 )
 from protocol.entities import make, request_module, response_module
-from protocol.server import CLIENT_HOST
+from protocol.principal import CLIENT_HOST
 
 if TYPE_CHECKING:
     from broker.txn.coordinator import TransactionCoordinator

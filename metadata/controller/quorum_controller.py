@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 from log.records import Record
 from log.runtime import Runtime
 from metadata.controller.acls import create_acls, delete_acls, security_disabled
+from metadata.controller.client_quotas import alter_client_quotas
 from metadata.controller.cluster import (
     SHUTDOWN_KEEPS_LEADERS,
     UNFENCE_BEFORE_CAUGHT_UP,
@@ -66,6 +67,7 @@ from protocol.api_table import (
     ALTER_CONFIGS_AUTHORIZATION,
     CLUSTER_ACTION,
     CLUSTER_ALTER,
+    CLUSTER_ALTER_CONFIGS,
     CLUSTER_DESCRIBE,
     CONTROLLER,
     CREATE_TOPICS_AUTHORIZATION,
@@ -243,6 +245,13 @@ class QuorumController:
                 run(alter_user_scram_credentials),
                 CONTROLLER,
                 (CLUSTER_ALTER,),
+            ),
+            Api(
+                ApiKey.ALTER_CLIENT_QUOTAS,
+                (0, 1),
+                run(alter_client_quotas),
+                CONTROLLER,
+                (CLUSTER_ALTER_CONFIGS,),
             ),
         ]
 

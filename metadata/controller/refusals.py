@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from metadata.controller import client_quotas
 from metadata.controller.acls import acl_error_response
 from metadata.controller.reassignment import error_response
 from metadata.controller.scram import refuse_alter
@@ -142,4 +143,5 @@ _REFUSALS: dict[int, Refusal] = {
     ApiKey.CREATE_ACLS: _acls(ApiKey.CREATE_ACLS),
     ApiKey.DELETE_ACLS: _acls(ApiKey.DELETE_ACLS),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: refuse_alter,
+    ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.refuse_alter,
 }

@@ -58,6 +58,9 @@ class ImageDigests:
             hasher.update(self._part(topic, MetadataImage(topics=alone)))
         hasher.update(self._part(image.configs, MetadataImage(configs=image.configs)))
         hasher.update(self._part(image.acls, MetadataImage(acls=image.acls)))
+        if image.client_quotas:  # hashed only when set, so older runs' digests stand
+            quotas = image.client_quotas
+            hasher.update(self._part(quotas, MetadataImage(client_quotas=quotas)))
         return hasher.hexdigest()
 
 

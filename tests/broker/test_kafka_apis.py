@@ -489,6 +489,11 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
         return {"filters": (make(module.DeleteAclsFilter, wanted | {"operation": 1}),)}
     if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         return {"deletions": (make(module.ScramCredentialDeletion, {"name": "t", "mechanism": 2}),)}
+    if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+        entity = make(module.EntityData, {"entity_type": "client-id", "entity_name": "t"})
+        op = make(module.OpData, {"key": "producer_byte_rate", "value": 1024.0, "remove": False})
+        entry = make(module.EntryData, {"entity": (entity,), "ops": (op,)})
+        return {"entries": (entry,), "validate_only": False}
     return {
         "resources": (
             make(
@@ -507,7 +512,7 @@ def item_codes(response: Any) -> list[int]:
         partitions = [int(p.error_code) for t in nested for p in t.partitions]
         assert partitions in ([], [int(response.error_code)])
         return [int(response.error_code)]
-    for field in ("topics", "responses", "results", "filter_results"):
+    for field in ("topics", "responses", "results", "filter_results", "entries"):
         if hasattr(response, field):
             return [int(item.error_code) for item in getattr(response, field)]
     return [

@@ -19,6 +19,7 @@ from metadata.records import (
     TOPIC_RESOURCE,
     AccessControlEntry,
     BrokerRegistrationChange,
+    ClientQuota,
     Config,
     FeatureLevel,
     FeatureRange,
@@ -108,6 +109,14 @@ any_record: st.SearchStrategy[MetadataRecord] = st.one_of(
         st.text(max_size=8),
         st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512"]),
     ),
+    st.builds(
+        ClientQuota,
+        st.lists(st.text(max_size=8), max_size=2).map(tuple),
+        st.lists(st.none() | st.text(max_size=8), max_size=2).map(tuple),
+        st.text(max_size=8),
+        st.floats(allow_nan=False),
+        st.booleans(),
+    ),
     st.just(NoOp()),
 )
 
@@ -133,7 +142,7 @@ class Model:
 @st.composite
 def legal_record(draw: st.DrawFn, model: Model) -> MetadataRecord:
     """One record legal after the model's history; updates the model."""
-    kinds = ["register", "feature", "noop", "acl"]
+    kinds = ["register", "feature", "noop", "acl", "client_quota"]
     if model.acls:
         kinds.append("remove_acl")
     if model.brokers:
@@ -187,6 +196,8 @@ def legal_record(draw: st.DrawFn, model: Model) -> MetadataRecord:
         acl_id = draw(st.sampled_from(sorted(model.acls)))
         model.acls.remove(acl_id)
         return RemoveAccessControlEntry(acl_id)
+    if kind == "client_quota":
+        return draw(_client_quota())
     if kind == "feature":
         return FeatureLevel(
             draw(st.sampled_from(("metadata.version", "x"))), draw(st.integers(0, 3))
@@ -252,6 +263,17 @@ def legal_record(draw: st.DrawFn, model: Model) -> MetadataRecord:
     new_leader = draw(st.sampled_from((NO_LEADER, *isr)))
     partitions[partition_id] = (replicas, isr, new_leader)
     return PartitionChange(topic_id, partition_id, leader=new_leader)
+
+
+@st.composite
+def _client_quota(draw: st.DrawFn) -> MetadataRecord:
+    """A quota set or removed on a user, a client id, both (defaults included), or an ip."""
+    names = st.none() | st.sampled_from(("alice", "app"))
+    types = draw(st.sampled_from((("user",), ("client-id",), ("client-id", "user"), ("ip",))))
+    entity_names = tuple(draw(names) for _ in types)
+    key = draw(st.sampled_from(("producer_byte_rate", "consumer_byte_rate")))
+    value = float(draw(st.integers(1, 10**9)))
+    return ClientQuota(types, entity_names, key, value, remove=draw(st.booleans()))
 
 
 @st.composite

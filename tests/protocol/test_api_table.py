@@ -126,13 +126,16 @@ def test_every_served_api_but_api_versions_names_the_authorization_it_needs() ->
 def test_the_broker_table_serves_the_apis_it_did_before_the_table() -> None:
     """The versions the four if-chains and seven version tables served (main a7e37cd)."""
     versions = ServedApis(BROKER, broker_entries()).versions
-    # 32, and since issue 29 the SCRAM credential APIs and the ACL APIs.
+    # 32, and since issue 29 the SCRAM credential APIs, the ACL APIs and the client quota
+    # APIs.
     security = {
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.DESCRIBE_ACLS: (1, 3),
         ApiKey.CREATE_ACLS: (1, 3),
         ApiKey.DELETE_ACLS: (1, 3),
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+        ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     }
     assert {key: versions[key] for key in security} == security
     # Since issue 24, the partition side of transactions (the coordinator's APIs are
@@ -148,7 +151,9 @@ def test_the_broker_table_serves_the_apis_it_did_before_the_table() -> None:
     served_by_controller = controller_versions()
     assert served_by_controller[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] == (0, 0)
     assert served_by_controller[ApiKey.CREATE_ACLS] == served_by_controller[ApiKey.DELETE_ACLS]
-    assert len(served_by_controller) == 14 + 3  # AlterUserScramCredentials, Create/DeleteAcls
+    assert served_by_controller[ApiKey.ALTER_CLIENT_QUOTAS] == (0, 1)
+    # AlterUserScramCredentials, Create/DeleteAcls, AlterClientQuotas
+    assert len(served_by_controller) == 14 + 4
     assert set(RAFT_VERSIONS) == {
         ApiKey.FETCH,
         ApiKey.API_VERSIONS,

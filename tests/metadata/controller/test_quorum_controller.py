@@ -244,6 +244,9 @@ def _empty_request(module: Any, api_key: int) -> Any:
         values["filters"] = (make(module.DeleteAclsFilter, {"resource_name_filter": "t"}),)
     elif api_key == 51:
         values["deletions"] = (make(module.ScramCredentialDeletion, {"name": "u", "mechanism": 2}),)
+    elif api_key == 49:
+        entity = make(module.EntityData, {"entity_type": "user", "entity_name": "u"})
+        values["entries"] = (make(module.EntryData, {"entity": (entity,), "ops": ()}),)
     return make(request_type, values)
 
 

@@ -1,0 +1,297 @@
+"""Client quotas on the broker (Kafka's ClientQuotaManager, KIP-13/55/219).
+
+The quotas are ClientQuota records in the metadata image (metadata/controller/
+client_quotas.py writes them). For each request the broker resolves the quota of the
+request's (user, client-id) in Kafka's order of precedence, records what the request costs
+in a sliding-window rate of ``quota.window.num`` samples of ``quota.window.size.seconds``
+each, and when the rate is above the quota answers with ``throttle_time_ms`` and then mutes
+the connection for that long (KIP-219): the response is sent at once and the connection's
+next request is not read until the time has passed (``protocol.server.Channel``), so a
+client that ignores the throttle time is held back all the same.
+
+New connections are counted too: an IP over its ``connection_creation_rate`` (KIP-612) has
+its connection closed after a delay of at most one window (``admit_connection``).
+
+What is counted, as in Kafka: Produce by the bytes of its request, a consumer's Fetch by the
+records bytes of its response (a follower's fetch is replication, never throttled). Kafka
+answers a fetch that violates its quota with an empty response; here the response is sent
+whole and the channel muted for the throttle time, which brings the rate back to the quota
+just the same one response later (the fetch session has already recorded what was sent, so
+withholding it would desynchronize the session).
+
+Only the event loop's clock is read, so the simulator replays quotas exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from broker.security import PRINCIPAL
+from metadata.controller.client_quotas import (
+    CLIENT_ID,
+    CONNECTION_CREATION_RATE,
+    CONSUMER_BYTE_RATE,
+    IP,
+    PRODUCER_BYTE_RATE,
+    USER,
+)
+from metadata.image import MetadataImage, QuotaEntity
+from protocol import wire
+from protocol.api_keys import ApiKey
+from protocol.server import CHANNEL, Handler
+
+QUOTA_WINDOW_NUM_DEFAULT = 11  # quota.window.num: 10 whole windows and the current one
+QUOTA_WINDOW_SIZE_SECONDS_DEFAULT = 1  # quota.window.size.seconds
+MAX_SENSORS = 100_000  # (quota type, user, client-id) rates kept; idle ones go first
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaConfig:
+    """The broker's quota sampling, under Kafka's keys."""
+
+    window_num: int = QUOTA_WINDOW_NUM_DEFAULT
+    window_size_s: float = QUOTA_WINDOW_SIZE_SECONDS_DEFAULT
+
+    def __post_init__(self) -> None:
+        assert self.window_num >= 1 and self.window_size_s > 0, self
+
+    @property
+    def span_s(self) -> float:
+        """The whole sampled window: a rate idle this long measures 0."""
+        return self.window_num * self.window_size_s
+
+
+class Rate:
+    """Kafka's Rate over a SampledStat: the sum of the samples divided by the time they
+    span. A sample covers ``window_size_s``; the oldest of ``window_num`` is reused when a
+    new one starts, and samples older than the whole window are reset before a measure. The
+    span counts at least ``window_num - 1`` whole windows, so a client's first burst is
+    averaged over ten seconds, not over the few milliseconds it took (Kafka's
+    Rate.windowSize)."""
+
+    __slots__ = ("_config", "_current", "_starts", "_values", "last_record_s")
+
+    def __init__(self, config: QuotaConfig, now_s: float) -> None:
+        self._config = config
+        self._starts = [now_s]  # each sample's start
+        self._values = [0.0]
+        self._current = 0
+        self.last_record_s = now_s
+
+    def record(self, value: float, now_s: float) -> None:
+        config = self._config
+        if now_s - self._starts[self._current] >= config.window_size_s:
+            self._current = (self._current + 1) % config.window_num
+            if self._current >= len(self._starts):
+                self._starts.append(now_s)
+                self._values.append(0.0)
+            else:
+                self._starts[self._current] = now_s
+                self._values[self._current] = 0.0
+        self._values[self._current] += value
+        self.last_record_s = now_s
+
+    def _purge(self, now_s: float) -> None:
+        expire_s = self._config.span_s
+        for i, start in enumerate(self._starts):
+            if now_s - start >= expire_s:
+                self._starts[i] = now_s
+                self._values[i] = 0.0
+
+    def window_s(self, now_s: float) -> float:
+        """The time the samples span (Kafka's Rate.windowSize)."""
+        self._purge(now_s)
+        config = self._config
+        elapsed = now_s - min(self._starts)
+        full = int(elapsed // config.window_size_s)
+        if full < config.window_num - 1:
+            elapsed += (config.window_num - 1 - full) * config.window_size_s
+        return elapsed
+
+    def measure(self, now_s: float) -> float:
+        """Units per second over the sampled window."""
+        window = self.window_s(now_s)
+        return sum(self._values) / window
+
+    def throttle_s(self, bound: float, now_s: float) -> float:
+        """How long the client must wait for the rate to fall back to ``bound`` if it sent
+        nothing more (Kafka's QuotaUtils.throttleTime: the excess over the bound, as a
+        fraction of the bound, times the window); 0 within the quota. Unbounded, as Kafka's
+        byte-rate throttles are: a client that sent ten windows' worth at once waits for it."""
+        window = self.window_s(now_s)
+        rate = sum(self._values) / window
+        if rate <= bound:
+            return 0.0
+        return (rate - bound) / bound * window
+
+
+def user_of(principal: str) -> str:
+    """The user quota entity's name of a principal ("User:alice" -> "alice")."""
+    return principal.split(":", 1)[1] if ":" in principal else principal
+
+
+def quota_entities(user: str, client_id: str) -> tuple[QuotaEntity, ...]:
+    """The entities whose quota applies to (user, client-id), most specific first: Kafka's
+    order (user and client-id, user and default client-id, user, default user and
+    client-id, default user and default client-id, default user, client-id, default
+    client-id)."""
+    return (
+        ((CLIENT_ID, client_id), (USER, user)),
+        ((CLIENT_ID, None), (USER, user)),
+        ((USER, user),),
+        ((CLIENT_ID, client_id), (USER, None)),
+        ((CLIENT_ID, None), (USER, None)),
+        ((USER, None),),
+        ((CLIENT_ID, client_id),),
+        ((CLIENT_ID, None),),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedQuota:
+    """A quota bound and the rate it is measured by: the entity that set it, with its
+    default names filled in (each user under a default user quota gets a rate of its own;
+    all the clients of a user quota share one, as in Kafka's metric tags)."""
+
+    bound: float
+    sensor: tuple[str, str]  # (user, client-id); "" where the entity has no such type
+
+
+def resolve(
+    quotas: Mapping[QuotaEntity, Mapping[str, float]], key: str, user: str, client_id: str
+) -> ResolvedQuota | None:
+    """The quota ``key`` of (user, client-id), or None when no entity sets it."""
+    if not quotas:
+        return None
+    for entity in quota_entities(user, client_id):
+        bound = quotas.get(entity, {}).get(key)
+        if bound is not None:
+            types = {entity_type for entity_type, _ in entity}
+            return ResolvedQuota(
+                bound,
+                (user if USER in types else "", client_id if CLIENT_ID in types else ""),
+            )
+    return None
+
+
+class QuotaManager:
+    """The broker's client quotas: one Rate per (quota key, user or IP, client-id) in use."""
+
+    def __init__(self, image: Callable[[], MetadataImage], config: QuotaConfig) -> None:
+        self._image = image
+        self.config = config
+        self._rates: dict[tuple[str, str, str], Rate] = {}
+        self._swept_s = 0.0
+
+    def record(self, key: str, user: str, client_id: str, value: float, now_s: float) -> float:
+        """Record ``value`` against the quota ``key`` of (user, client-id); the throttle time
+        (seconds) it earns, 0 when within the quota or when no quota applies."""
+        quota = resolve(self._image().client_quotas, key, user, client_id)
+        if quota is None:
+            return 0.0
+        self._sweep(now_s)
+        sensor = (key, *quota.sensor)
+        rate = self._rates.get(sensor)
+        if rate is None:
+            rate = self._rates[sensor] = Rate(self.config, now_s)
+        rate.record(value, now_s)
+        return rate.throttle_s(quota.bound, now_s)
+
+    def admit_connection(self, ip: str, now_s: float) -> float:
+        """KIP-612's ``connection_creation_rate`` of an IP (its own quota, else the default
+        IP's): 0 admits the new connection; otherwise the connection is refused and this is
+        how long to hold it before closing it (Kafka's Acceptor delays the close by the
+        throttle time, at most one window, so a client retrying at once is slowed). A refused
+        connection is not counted, as in Kafka."""
+        quotas = self._image().client_quotas
+        if not quotas:
+            return 0.0
+        bound = quotas.get(((IP, ip),), {}).get(CONNECTION_CREATION_RATE)
+        if bound is None:
+            bound = quotas.get(((IP, None),), {}).get(CONNECTION_CREATION_RATE)
+        if bound is None:
+            return 0.0
+        self._sweep(now_s)
+        sensor = (CONNECTION_CREATION_RATE, ip, "")
+        rate = self._rates.get(sensor)
+        if rate is None:
+            rate = self._rates[sensor] = Rate(self.config, now_s)
+        rate.record(1.0, now_s)
+        throttle_s = rate.throttle_s(bound, now_s)
+        if throttle_s <= 0:
+            return 0.0
+        rate.record(-1.0, now_s)
+        return min(throttle_s, self.config.window_size_s)
+
+    def _sweep(self, now_s: float) -> None:
+        """Forget rates idle for the whole window (they measure 0 anyway), at most once per
+        window, and the idlest beyond MAX_SENSORS, so memory stays bounded whatever client
+        ids arrive."""
+        if now_s - self._swept_s < self.config.span_s and len(self._rates) < MAX_SENSORS:
+            return
+        self._swept_s = now_s
+        expire_s = self.config.span_s
+        for sensor, rate in list(self._rates.items()):
+            if now_s - rate.last_record_s >= expire_s:
+                del self._rates[sensor]
+        if len(self._rates) >= MAX_SENSORS:
+            idlest = sorted(self._rates, key=lambda s: self._rates[s].last_record_s)
+            for sensor in idlest[: len(self._rates) - MAX_SENSORS // 2]:
+                del self._rates[sensor]
+
+    @property
+    def sensors(self) -> int:
+        return len(self._rates)
+
+    def enforcing(self, handle: Handler) -> Handler:
+        """``handle`` with Produce and consumer Fetch quotas: the response carries the
+        throttle time and the connection is muted for it after the response is sent."""
+        loop = asyncio.get_running_loop()
+
+        async def throttled(header: wire.RequestHeader, request: object) -> object | None:
+            response = await handle(header, request)
+            channel = CHANNEL.get()
+            if channel is None:
+                return response  # not from a connection: nothing to mute
+            if header.api_key == ApiKey.PRODUCE:
+                key, value = PRODUCER_BYTE_RATE, float(channel.request_bytes)
+            elif header.api_key == ApiKey.FETCH and _is_consumer_fetch(request, response):
+                key, value = CONSUMER_BYTE_RATE, float(_records_bytes(response))
+            else:
+                return response
+            user = user_of(PRINCIPAL.get())
+            now_s = loop.time()
+            throttle_s = self.record(key, user, header.client_id or "", value, now_s)
+            if throttle_s <= 0:
+                return response
+            channel.mute_until(now_s + throttle_s)
+            return _with_throttle_time(response, throttle_s)
+
+        return throttled
+
+
+def _is_consumer_fetch(request: Any, response: object) -> bool:
+    return getattr(request, "replica_id", -1) < 0 and hasattr(response, "responses")
+
+
+def _records_bytes(response: Any) -> int:
+    return sum(
+        len(partition.records or b"")
+        for topic in response.responses
+        for partition in topic.partitions
+    )
+
+
+def _with_throttle_time(response: object, throttle_s: float) -> object:
+    """``response`` with its throttle time at least ``throttle_s`` (whole milliseconds, as
+    Kafka rounds); a response without one (acks=0's NO_RESPONSE) is left as it is."""
+    current = getattr(response, "throttle_time", None)
+    if not isinstance(current, timedelta):
+        return response
+    throttle = timedelta(milliseconds=int(throttle_s * 1000))
+    return dataclasses.replace(response, throttle_time=max(current, throttle))  # type: ignore[type-var]

@@ -1,0 +1,355 @@
+"""Client quotas against a real node: a producer_byte_rate set through AlterClientQuotas
+(forwarded to the controller, a ClientQuota record) holds a confluent-kafka (librdkafka)
+producer to it, and the client is told so through throttle_time_ms (its throttle_cb);
+Kafka's own kafka-configs sets and describes user and client quotas."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from protocol.api_keys import ApiKey
+from protocol.entities import make, request_module
+from tests.kafka_tools import ROOT
+from tests.kraft.procs import Processes, free_port, port_open, single_node, wait_until
+from tests.kraft.secured import (
+    ADD_SCRAM,
+    ADMIN,
+    ADMIN_PASSWORD,
+    ALICE,
+    ALICE_PASSWORD,
+    Certs,
+    ScramFormat,
+    make_ca,
+    sasl_ssl_props,
+    scram_jaas,
+)
+from tests.kraft.wire_client import connect
+
+QUOTA_BYTES_PER_S = 100 * 1024
+# A new client's first burst is averaged over ten seconds (Kafka's Rate pads the window),
+# and the sliding window then lets a client burst whenever a sample leaves it, every 11 s:
+# the rate is held over whole quota windows, so it is measured over three of them after the
+# first has passed.
+WARM_UP_S = 12.0
+MEASURE_S = 33.0
+VALUE = b"q" * 1000
+TOPIC = "quota"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("quotas")
+    procs, bootstrap = single_node(root, {"log.dirs": str(root / "logs")})
+    try:
+        yield bootstrap
+    finally:
+        procs.cleanup()
+
+
+async def _request(bootstrap: str, request: object) -> Any:
+    host, port = bootstrap.rsplit(":", 1)
+    connection = await connect(host, int(port))
+    try:
+        return await connection.request(request, 30.0)
+    finally:
+        await connection.close()
+
+
+def alter(bootstrap: str, entity: list[tuple[str, str | None]], key: str, value: float) -> Any:
+    module: Any = request_module(ApiKey.ALTER_CLIENT_QUOTAS, 1)
+    entry = make(
+        module.EntryData,
+        {
+            "entity": tuple(
+                make(module.EntityData, {"entity_type": t, "entity_name": n}) for t, n in entity
+            ),
+            "ops": (make(module.OpData, {"key": key, "value": value, "remove": False}),),
+        },
+    )
+    request = make(module.AlterClientQuotasRequest, {"entries": (entry,), "validate_only": False})
+    return asyncio.run(_request(bootstrap, request))
+
+
+def describe(bootstrap: str, client_id: str) -> dict[str, float]:
+    """The quotas DescribeClientQuotas lists for exactly this client id."""
+    module: Any = request_module(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1)
+    component = make(
+        module.ComponentData, {"entity_type": "client-id", "match_type": 0, "match": client_id}
+    )
+    request = make(module.DescribeClientQuotasRequest, {"components": (component,), "strict": True})
+    response = asyncio.run(_request(bootstrap, request))
+    assert response.error_code == ErrorCode.none
+    return {v.key: v.value for entry in response.entries for v in entry.values}
+
+
+def produce_for(
+    bootstrap: str,
+    client_id: str,
+    seconds: float,
+    skip_s: float = 0.0,
+    security: dict[str, str] | None = None,
+) -> tuple[float, list[float]]:
+    """Produce as fast as the producer is let for ``skip_s`` then ``seconds``; the bytes per
+    second acknowledged during the last ``seconds``, and the throttle times reported."""
+    throttles: list[float] = []
+    acked = [0]
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            **(security or {}),
+            "linger.ms": 5,
+            "batch.size": 16384,  # the Java producer's default: requests of about 16 KB
+            "max.in.flight.requests.per.connection": 5,
+            "throttle_cb": lambda event: throttles.append(event.throttle_time),
+        }
+    )
+    measuring = [False]
+
+    def delivered(error: object, _message: object) -> None:
+        assert error is None, error
+        if measuring[0]:
+            acked[0] += len(VALUE)
+
+    start = time.monotonic()
+    begin = start + skip_s
+    end = begin + seconds
+    while (now := time.monotonic()) < end:
+        measuring[0] = now >= begin
+        try:
+            producer.produce(TOPIC, VALUE, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.05)
+            continue
+        if len(producer) > 5000:
+            producer.poll(0.05)
+        else:
+            producer.poll(0)
+    measuring[0] = False  # what is still queued is not counted
+    producer.flush(60)
+    return acked[0] / seconds, throttles
+
+
+def test_a_client_id_quota_holds_a_producer_to_its_byte_rate(node: str) -> None:
+    bootstrap = node
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic("quota", 1, 1)]).values():
+        future.result(30)
+    response = alter(
+        bootstrap, [("client-id", "throttled")], "producer_byte_rate", QUOTA_BYTES_PER_S
+    )
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(bootstrap, "throttled") == {"producer_byte_rate": QUOTA_BYTES_PER_S},
+        "the broker's image has the quota",
+    )
+    # Another client id has no quota: the same producer runs many times faster.
+    free_rate, free_throttles = produce_for(bootstrap, "free", 3.0)
+    assert free_rate > 5 * QUOTA_BYTES_PER_S and not free_throttles
+    rate, throttles = produce_for(bootstrap, "throttled", MEASURE_S, skip_s=WARM_UP_S)
+    print(
+        f"unthrottled {free_rate / 1024:.0f} KiB/s; throttled {rate / 1024:.1f} KiB/s, "
+        f"{len(throttles)} throttle events, max {max(throttles, default=0):.3f} s"
+    )
+    assert abs(rate - QUOTA_BYTES_PER_S) <= 0.1 * QUOTA_BYTES_PER_S
+    assert throttles and max(throttles) > 0
+
+
+def test_a_refused_quota_gets_kafkas_error(node: str) -> None:
+    response = alter(node, [("client-id", "x")], "producer_byte_rate", 1.5)
+    [entry] = response.entries
+    assert entry.error_code == ErrorCode.invalid_request
+    assert entry.error_message == "Configuration producer_byte_rate must be a Long value"
+    response = alter(node, [("user", "u"), ("ip", "1.2.3.4")], "producer_byte_rate", 1.0)
+    assert response.entries[0].error_code == ErrorCode.invalid_request
+    assert describe(node, "x") == {}
+
+
+def kafka_configs(bootstrap: str, *args: str) -> str:
+    """Kafka's own kafka-configs (scripts/kafka-dist.sh assembles Kafka 4.1.0's jars)."""
+    result = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "scripts" / "kafka-dist.sh"),
+            "configs",
+            "--bootstrap-server",
+            bootstrap,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def test_kafka_configs_sets_and_describes_user_and_client_quotas(node: str) -> None:
+    """``kafka-configs --entity-type users/clients`` (AlterClientQuotas and
+    DescribeClientQuotas from the Java Admin client), defaults included."""
+    kafka_configs(
+        node,
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "alice",
+        "--add-config",
+        "producer_byte_rate=1048576,consumer_byte_rate=2097152",
+    )
+    kafka_configs(
+        node,
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "alice",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--add-config",
+        "request_percentage=50",
+    )
+    kafka_configs(
+        node,
+        "--alter",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--add-config",
+        "producer_byte_rate=4096",
+    )
+    described = kafka_configs(
+        node, "--describe", "--entity-type", "users", "--entity-name", "alice"
+    )
+    assert "Quota configs for user-principal 'alice' are" in described
+    assert (
+        "producer_byte_rate=1048576.0" in described and "consumer_byte_rate=2097152.0" in described
+    )
+    both = kafka_configs(
+        node,
+        "--describe",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "alice",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+    )
+    assert "request_percentage=50.0" in both
+    defaults = kafka_configs(node, "--describe", "--entity-type", "clients", "--entity-default")
+    assert "producer_byte_rate=4096.0" in defaults
+    kafka_configs(
+        node,
+        "--alter",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--delete-config",
+        "producer_byte_rate",
+    )
+    gone = kafka_configs(node, "--describe", "--entity-type", "clients", "--entity-default")
+    assert "producer_byte_rate" not in gone
+
+
+@pytest.fixture(scope="module")
+def sasl_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Certs]]:
+    """One combined node whose listeners are SASL_SSL with SCRAM-SHA-512 users admin and
+    alice (tests/kraft/secured.py)."""
+    root = tmp_path_factory.mktemp("quotas-sasl")
+    certs = make_ca(root / "certs")
+    broker_port, controller_port = free_port(), free_port()
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"SASL_SSL://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "SASL_SSL",
+        "log.dirs": str(root / "logs"),
+        **sasl_ssl_props(
+            certs.identity("node1", ips=("127.0.0.1",)), certs, ["SASL_SSL", "CONTROLLER"]
+        ),
+    }
+    procs = Processes(root, {1: props}, program=ScramFormat(scram=ADD_SCRAM))
+    try:
+        procs.start(1)
+        wait_until(lambda: port_open("127.0.0.1", broker_port), "the SASL_SSL listener opens")
+        yield f"127.0.0.1:{broker_port}", certs
+    finally:
+        procs.cleanup()
+
+
+def _sasl(certs: Certs, user: str, password: str) -> dict[str, str]:
+    return {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": password,
+        "ssl.ca.location": str(certs.ca),
+    }
+
+
+def test_a_user_quota_holds_a_sasl_producer_to_its_byte_rate(
+    sasl_node: tuple[str, Certs], tmp_path: Path
+) -> None:
+    """The issue's figure: 100 KB/s on user alice (logged in with SCRAM-SHA-512 over
+    SASL_SSL), set by kafka-configs --entity-type users with --command-config; admin, another
+    user, is not held."""
+    bootstrap, certs = sasl_node
+    admin_conf = _sasl(certs, ADMIN, ADMIN_PASSWORD)
+    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_conf})
+    for future in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
+        future.result(30)
+    command_config = tmp_path / "admin.properties"
+    command_config.write_text(
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        f"sasl.jaas.config={scram_jaas(ADMIN, ADMIN_PASSWORD)}\n"
+        "ssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={certs.ca}\n"
+    )
+    kafka_configs(
+        bootstrap,
+        "--command-config",
+        str(command_config),
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        ALICE,
+        "--add-config",
+        f"producer_byte_rate={QUOTA_BYTES_PER_S}",
+    )
+    described = kafka_configs(
+        bootstrap,
+        "--command-config",
+        str(command_config),
+        "--describe",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        ALICE,
+    )
+    assert f"producer_byte_rate={float(QUOTA_BYTES_PER_S)}" in described
+    free_rate, free_throttles = produce_for(bootstrap, "app", 3.0, security=admin_conf)
+    assert free_rate > 5 * QUOTA_BYTES_PER_S and not free_throttles
+    alice = _sasl(certs, ALICE, ALICE_PASSWORD)
+    rate, throttles = produce_for(bootstrap, "app", MEASURE_S, skip_s=WARM_UP_S, security=alice)
+    print(
+        f"SASL_SSL: admin {free_rate / 1024:.0f} KiB/s; alice {rate / 1024:.1f} KiB/s, "
+        f"{len(throttles)} throttle events, max {max(throttles, default=0):.3f} s"
+    )
+    assert abs(rate - QUOTA_BYTES_PER_S) <= 0.1 * QUOTA_BYTES_PER_S
+    assert throttles and max(throttles) > 0
