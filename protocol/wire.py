@@ -30,7 +30,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.serial.errors import SerialError
 from kio.serial.writers import (
     Writable,
@@ -41,6 +41,7 @@ from kio.static.primitive import i16, i32
 
 from log.fs import FileRegion
 from protocol.api_keys import ApiKey
+from protocol.fast_writer import entity_writer
 
 MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes default
 UNSUPPORTED_VERSION = 35
@@ -97,6 +98,21 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BY
     if length < 0 or length > max_bytes:
         raise FrameError(f"frame length {length} outside [0, {max_bytes}]")
     return await reader.readexactly(length)
+
+
+@cache
+def _request_schema(api_key: int, api_version: int) -> type[Any]:
+    """kio's request schema class, looked up once: kio resolves it by module name and
+    import on every call (pkgutil.resolve_name), ~8 us per request."""
+    schema: type[Any] = load_request_schema(api_key, api_version)
+    return schema
+
+
+@cache
+def _response_schema(api_key: int, api_version: int) -> type[Any]:
+    """kio's response schema class, looked up once (see _request_schema)."""
+    schema: type[Any] = load_response_schema(api_key, api_version)
+    return schema
 
 
 def _frame(*parts: tuple[type[Any], object]) -> bytes:
@@ -191,7 +207,7 @@ def decode_request(
                 error_code=UNSUPPORTED_VERSION,
             )
     try:
-        body_type: type[Any] = load_request_schema(key, version)
+        body_type = _request_schema(key, version)
     except KioIndexError as error:
         raise FrameError(
             f"unknown api {key} v{version}", header=header, error_code=UNSUPPORTED_VERSION
@@ -251,7 +267,9 @@ class _PartsWriter:
         self._buffer = bytearray()
 
     def write(self, data: bytes | FileRegion) -> int:
-        if isinstance(data, FileRegion) or (type(data) is bytes and len(data) >= _OWN_PART_BYTES):
+        if type(data) is bytes and len(data) < _OWN_PART_BYTES:  # nearly every field
+            self._buffer += data
+        elif isinstance(data, FileRegion) or type(data) is bytes:
             if data:
                 self._flush()
                 self.parts.append(data)
@@ -286,8 +304,7 @@ def response_parts(header: RequestHeader, body: object, slice_items: int) -> Ite
     body_type: type[Any] = type(body)
     if body_type.__api_key__ != header.api_key:
         raise ValueError(f"{body_type.__name__} does not answer api {header.api_key}")
-    header_type = _response_header_type(header.api_key, body_type.__flexible__)
-    head = _encode(header_type, header_type(correlation_id=header.correlation_id))
+    head = _response_head(header.api_key, body_type.__flexible__, header.correlation_id)
     yield from _entity_parts(body, slice_items, head)
 
 
@@ -358,6 +375,14 @@ def _weight(entity: Any) -> int:
     return total
 
 
+def _response_head(api_key: int, flexible: bool, correlation_id: int) -> bytes:
+    """The response header's bytes: kio writes v0 as the int32 correlation id and v1 as that
+    and an empty tagged-field section (a zero count); built without a kio entity, which
+    cost more than the rest of a small answer's header path."""
+    head = _LENGTH.pack(correlation_id)
+    return head + b"\0" if _response_header_type(api_key, flexible) is ResponseHeaderV1 else head
+
+
 def _encode(entity_type: type[Any], entity: object) -> bytes:
     """The entity's bytes; a FileRegion in it is read (only the split check meets one)."""
     writer = _PartsWriter()
@@ -374,12 +399,23 @@ def _array_length(flexible: bool, count: int) -> bytes:
     return buffer.getvalue()
 
 
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}  # per kio entity type (finitely many)
+
+
+def _field_names(entity_type: type[Any]) -> tuple[str, ...]:
+    """The entity type's field names (dataclasses.fields rebuilds its tuple per call)."""
+    names = _FIELD_NAMES.get(entity_type)
+    if names is None:
+        names = _FIELD_NAMES[entity_type] = tuple(item.name for item in fields(entity_type))
+    return names
+
+
 def _longest_entity_array(body: object) -> str | None:
     best, size = None, 0
-    for item in fields(body):  # type: ignore[arg-type]
-        value = getattr(body, item.name)
+    for name in _field_names(type(body)):
+        value = getattr(body, name)
         if isinstance(value, tuple) and len(value) > size and is_dataclass(value[0]):
-            best, size = item.name, len(value)
+            best, size = name, len(value)
     return best
 
 
@@ -423,11 +459,11 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
     """
     frame = bytes(frame)
     try:
-        body_type: type[Any] = load_response_schema(api_key, api_version)
+        body_type = _response_schema(api_key, api_version)
         header_type = _response_header_type(api_key, body_type.__flexible__)
         kio_header, offset = entity_reader(header_type)(frame, 0)
         if api_key == ApiKey.API_VERSIONS and frame[offset : offset + 2] != b"\0\0":
-            body_type = load_response_schema(api_key, 0)
+            body_type = _response_schema(api_key, 0)
         body, size = _read_body(body_type, frame, offset)
     except KioIndexError as error:
         raise ValueError(f"unknown api {api_key} v{api_version}") from error

@@ -175,7 +175,8 @@ def test_the_replication_keys_the_broker_reads_raise_no_warning() -> None:
 
 def test_the_shipped_configs_and_kafkas_usual_keys_raise_no_warning() -> None:
     root = Path(__file__).parents[2] / "config"
-    for path in [root / "server.properties", *sorted((root / "cluster").iterdir())]:
+    layouts = [*sorted((root / "cluster").iterdir()), *sorted((root / "per-core").iterdir())]
+    for path in [root / "server.properties", *layouts]:
         assert unknown_key_warnings(load_config(str(path))) == [], path
     usual = {
         "log.retention.check.interval.ms": "1000",
@@ -239,10 +240,27 @@ def test_a_log_dir_that_cannot_be_locked_is_one_clear_error(tmp_path: Path) -> N
 def test_the_shipped_cluster_keeps_its_data_out_of_the_single_nodes_tree() -> None:
     root = Path(__file__).parents[2] / "config"
     single = [Path(d).resolve() for d in load_config(str(root / "server.properties")).all_dirs]
-    for path in sorted((root / "cluster").iterdir()):
+    for path in [*sorted((root / "cluster").iterdir()), *sorted((root / "per-core").iterdir())]:
         for directory in load_config(str(path)).all_dirs:
             resolved = Path(directory).resolve()
             assert not any(resolved.is_relative_to(d) for d in single), (path, directory)
+
+
+def test_the_per_core_layout_is_one_host_one_rack_and_a_port_per_process() -> None:
+    """config/per-core: one controller and a broker per core, all on this host; every broker
+    names the host as its rack, and no two processes share a listener or metrics port."""
+    root = Path(__file__).parents[2] / "config" / "per-core"
+    configs = [load_config(str(path)) for path in sorted(root.iterdir())]
+    brokers = [c for c in configs if "broker" in c.process_roles]
+    assert len(brokers) == 2 and len(configs) == 3
+    assert {c.broker_rack for c in brokers} == {"host-1"}
+    assert {c.controller_quorum_voters[1] for c in configs} == {("localhost", 9093)}
+    ports = [e.port for c in configs for e in c.listeners]
+    assert len(ports) == len(set(ports))
+    metrics = [c.metrics_listener for c in configs]
+    assert len(metrics) == len(set(metrics))
+    dirs = [d for c in configs for d in c.all_dirs]
+    assert len(dirs) == len(set(dirs))
 
 
 @pytest.mark.parametrize(

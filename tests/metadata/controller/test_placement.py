@@ -67,3 +67,16 @@ def test_added_partitions_continue_the_leader_stripe() -> None:
     more = place_replicas(brokers, 3, 2, random.Random(5), start_partition=3)
     assert sorted(r[0] for r in first) == [1, 2, 3]
     assert sorted(r[0] for r in more) == [1, 2, 3]
+
+
+def test_per_core_brokers_sharing_their_hosts_rack_get_replicas_on_different_hosts() -> None:
+    """The per-core layout (config/per-core): two broker processes per host, broker.rack =
+    the host. A partition's replicas land on as many hosts as its replication factor allows,
+    and leaders still stripe over every process, so every core leads partitions."""
+    hosts = {1: "host-a", 2: "host-a", 3: "host-b", 4: "host-b", 5: "host-c", 6: "host-c"}
+    brokers = [registration(broker_id, host) for broker_id, host in hosts.items()]
+    for replication_factor, distinct_hosts in ((2, 2), (3, 3), (4, 3)):
+        placement = place_replicas(brokers, 12, replication_factor, random.Random(7))
+        for replicas in placement:
+            assert len({hosts[r] for r in replicas}) == distinct_hosts, replicas
+        assert Counter(replicas[0] for replicas in placement) == dict.fromkeys(hosts, 2)
