@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import enum
 import random
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from log.batch import iter_batches
 from log.clock import WallClock
 from log.records import Record
 from raft.control import leader_change_record
@@ -46,6 +48,25 @@ from raft.quorum_state import QuorumState
 from raft.replicated_log import ReplicatedLog
 from raft.snapshot import SnapshotId
 from raft.validation import request_error
+from raft.voters import (
+    KRAFT_VERSION_DYNAMIC,
+    QuorumControl,
+    Voter,
+    VoterHistory,
+    VoterSet,
+    VoterSetError,
+    scan_control,
+    voters_record,
+)
+
+
+def _next_offset(data: bytes) -> int:
+    """The offset after the last whole batch in ``data``."""
+    end = -1
+    for _position, header in iter_batches(data):
+        end = header.next_offset
+    return end
+
 
 # Planted bugs the core understands (off unless a simulation asks for them).
 CORE_BUGS = {
@@ -190,7 +211,7 @@ class RaftCore:
     def __init__(
         self,
         node_id: int,
-        voters: Sequence[int],
+        voters: Sequence[int] | VoterSet,
         log: ReplicatedLog,
         state: QuorumState,
         *,
@@ -199,13 +220,24 @@ class RaftCore:
         now_ms: int,
         config: RaftConfig | None = None,
         bugs: frozenset[str] = frozenset(),
+        kraft_version: int = 0,
+        directory_id: uuid.UUID | None = None,
+        bootstrap: Sequence[int] = (),
     ) -> None:
+        """``voters`` is the voter set the log starts with: controller.quorum.voters for a
+        static quorum, else the one in the snapshot the log starts at (the bootstrap
+        snapshot of ``kraft-server format``); the log's own Voters records follow it.
+        ``bootstrap`` names (negative) ids of controller.quorum.bootstrap.servers, asked
+        who leads when no voter is known."""
         unknown = bugs - CORE_BUGS.keys() - OBSERVER_BUGS.keys()
         assert not unknown, f"unknown planted bugs {sorted(unknown)}"
         self.node_id = node_id
-        self.voters = tuple(sorted(voters))
-        self.is_voter = node_id in self.voters
+        self.directory_id = directory_id
+        base = voters if isinstance(voters, VoterSet) else VoterSet.static(tuple(voters))
+        self.history = VoterHistory(base, kraft_version)
+        self.bootstrap = tuple(bootstrap)
         self.log = log
+        self._scan_log(log.start_offset())
         self.rng = rng
         self.clock = clock
         self.config = config or RaftConfig()
@@ -257,14 +289,117 @@ class RaftCore:
             # A leader that restarts must not lead the same epoch again: it may have lost
             # entries it never flushed. Resign and let a new epoch start.
             self._become_resigned()
-        elif self.leader_id != NO_LEADER:
+        elif self.leader_id not in (NO_LEADER, node_id):
             self._become_follower(self.epoch, self.leader_id, persist=False)
         else:
             self._become_unattached(self.epoch, self.voted_id, persist=False)
-        if self.voters == (node_id,) and self.role in (Role.UNATTACHED, Role.RESIGNED):
+        if (
+            self.voters == (node_id,)
+            and self.is_voter
+            and self.role in (Role.UNATTACHED, Role.RESIGNED)
+        ):
             # The sole voter has nobody to wait for: stand for election at the first tick,
             # as Kafka's does, instead of an election timeout into start-up.
             self._election_deadline_ms = now_ms
+
+    # ---- the voter set (KIP-853) ----------------------------------------------------------
+    @property
+    def voters(self) -> tuple[int, ...]:
+        """Ids of the voter set in force: the latest in the log, committed or not."""
+        return self.history.latest().ids()
+
+    @property
+    def is_voter(self) -> bool:
+        """True if this replica (id and directory) is one of the voters in force."""
+        return self.history.latest().is_voter(self.node_id, self.directory_id)
+
+    def voter_set(self) -> VoterSet:
+        return self.history.latest()
+
+    def _scan_log(self, offset: int) -> None:
+        """Learn the voter sets in the log from ``offset`` on (at start-up)."""
+        end = self.log.end_offset()
+        while offset < end:
+            data = self.log.read(offset, 1024 * 1024)
+            if not data:
+                break
+            for control in scan_control(data):
+                self.history.add(control)
+            offset = _next_offset(data)
+
+    def _learn_voters(self, data: bytes) -> None:
+        """Appended batches may hold a kraft.version or voter set: it takes effect now."""
+        changed = False
+        for control in scan_control(data):
+            changed |= self.history.add(control)
+        if changed:
+            self._voters_changed()
+
+    def _maybe_step_down(self) -> None:
+        """A leader whose removal is committed leads no more (KIP-853): it resigns, the
+        remaining voters elect a leader among themselves, and it goes on as an observer.
+        Looked at once the message or flush that advanced the high watermark is handled."""
+        if (
+            self.role is Role.LEADER
+            and not self.is_voter
+            and self.history.latest_offset() < self.high_watermark
+        ):
+            self._become_resigned()
+
+    def _voters_changed(self) -> None:
+        """The voter set in force changed (appended, or reverted by a truncation)."""
+        if self.role is Role.LEADER:
+            for voter in self.voters:
+                if voter not in self._progress:
+                    self._progress[voter] = ReplicaProgress(voter, last_fetch_ms=self.now_ms)
+            self._update_high_watermark()
+        elif not self.is_voter and self.role in (Role.PROSPECTIVE, Role.CANDIDATE):
+            self._become_unattached(self.epoch, self.voted_id)
+        elif self.is_voter and self.role is Role.UNATTACHED:
+            self._election_deadline_ms = self.now_ms + self._random_election_timeout()
+
+    def change_voters(self, change: str, voter: Voter) -> tuple[int, int]:
+        """Leader only: append a VotersRecord that ``add``s, ``remove``s or ``update``s
+        ``voter``. Returns (error code, offset of the record): the change is done when the
+        high watermark passes that offset. One change at a time: refused with
+        REQUEST_TIMED_OUT (Kafka's answer) while the last one is uncommitted, or while this
+        leader has not committed an entry of its own epoch yet (Raft's single-server change
+        bug: a change made before that can lose an earlier leader's uncommitted change)."""
+        if self.role is not Role.LEADER:
+            return Errors.NOT_LEADER_OR_FOLLOWER, -1
+        if self.history.kraft_version() < KRAFT_VERSION_DYNAMIC:
+            return Errors.UNSUPPORTED_VERSION, -1
+        if (
+            self.history.latest_offset() >= self.high_watermark
+            or self.high_watermark <= self._epoch_start_offset
+        ):
+            return Errors.REQUEST_TIMED_OUT, -1
+        current = self.history.latest()
+        try:
+            if change == "add":
+                if current.get(voter.voter_id) is not None:
+                    return Errors.DUPLICATE_VOTER, -1
+                progress = self._progress.get(voter.voter_id)
+                caught_up = self.now_ms - self.config.fetch_timeout_ms
+                if progress is None or progress.last_caught_up_ms < max(caught_up, 0):
+                    # Not an observer that reached the high watermark within a fetch
+                    # timeout (Kafka's isReplicaCaughtUp): adding it could stall commits
+                    # until it catches up, so Kafka refuses it the same way.
+                    return Errors.REQUEST_TIMED_OUT, -1
+                updated = current.added(voter)
+            elif change == "remove":
+                updated = current.removed(voter.voter_id, voter.directory_id)
+            else:
+                updated = current.updated(voter)
+        except VoterSetError:
+            return Errors.VOTER_NOT_FOUND, -1
+        record = voters_record(updated, self.clock.now_ms())
+        _first, last = self.log.append_as_leader([record], self.epoch, control=True)
+        self.history.add(QuorumControl(last, voters=updated))
+        self._ready.flush = True
+        self._voters_changed()
+        self._answer_parked()
+        return Errors.NONE, last
 
     # ---- driver interface ---------------------------------------------------------------
     def ready(self) -> Ready:
@@ -312,6 +447,7 @@ class RaftCore:
         """Advance time: elections, fetch timeouts, check quorum, long-poll expiry."""
         self.now_ms = max(self.now_ms, now_ms)
         self._expire_requests()
+        self._maybe_step_down()
         role = self.role
         if role is Role.LEADER:
             self._leader_tick()
@@ -333,14 +469,24 @@ class RaftCore:
                 self._start_prospective()
 
     def truncated(self, offset: int) -> None:
-        """The driver cut the log back to ``offset`` as asked."""
+        """The driver cut the log back to ``offset`` as asked; a voter set appended past it
+        is gone, and the one before it is in force again."""
         assert self.log.end_offset() == offset, (self.log.end_offset(), offset)
         self._truncating = False
+        if self.history.truncate(offset):
+            self._voters_changed()
         self._maybe_fetch()
 
-    def snapshot_installed(self, snapshot: SnapshotId) -> None:
-        """The driver published a downloaded snapshot and restarted the log at its end."""
+    def snapshot_installed(
+        self, snapshot: SnapshotId, control: QuorumControl | None = None
+    ) -> None:
+        """The driver published a downloaded snapshot and restarted the log at its end;
+        ``control`` is the kraft.version and voter set the snapshot holds."""
         assert self.log.end_offset() == snapshot.end_offset
+        before = self.history.latest()
+        self.history.reset(control or QuorumControl(-1))
+        if self.history.latest() != before:
+            self._voters_changed()
         self._download = None
         self._installing = False
         self.flushed_offset = snapshot.end_offset
@@ -355,6 +501,7 @@ class RaftCore:
         self.flushed_offset = max(self.flushed_offset, min(offset, self.log.end_offset()))
         if self.role is Role.LEADER:
             self._update_high_watermark()
+            self._maybe_step_down()
         else:
             self._maybe_fetch()
 
@@ -384,6 +531,7 @@ class RaftCore:
             self._on_vote_request(message, body)
         elif isinstance(body, FetchRequest):
             self._on_fetch_request(message, body)
+            self._maybe_step_down()
         elif isinstance(body, BeginQuorumEpochRequest):
             self._on_begin_quorum_epoch(message, body)
         elif isinstance(body, EndQuorumEpochRequest):
@@ -579,8 +727,9 @@ class RaftCore:
 
     def _tally(self) -> bool:
         """Advance the election if this round has a majority; True if it did."""
-        granted = sum(1 for ok in self._votes.values() if ok)
-        if granted < majority(len(self.voters)):
+        voters = self.voters
+        granted = sum(1 for v, ok in self._votes.items() if ok and v in voters)
+        if granted < majority(len(voters)):
             return False
         if self.role is Role.PROSPECTIVE:
             self._become_candidate()
@@ -628,7 +777,8 @@ class RaftCore:
     # ---- leader --------------------------------------------------------------------------
     def _send_begin_quorum_epoch(self) -> None:
         for voter in self.voters:
-            if voter == self.node_id or self._progress[voter].end_offset >= 0:
+            progress = self._progress.get(voter)
+            if voter == self.node_id or (progress is not None and progress.end_offset >= 0):
                 continue
             sent = self._begin_epoch_sent_ms.get(voter)
             if sent is None or self.now_ms - sent >= BEGIN_QUORUM_RETRY_MS:
@@ -881,8 +1031,12 @@ class RaftCore:
             return self.leader_id
         if self.is_voter:
             return None
-        # An observer that knows no leader asks the voters in turn who leads.
-        target = self.voters[self._bootstrap_index % len(self.voters)]
+        # An observer that knows no leader asks the voters in turn who leads; one that knows
+        # no voter yet (a controller formatted to join later) asks the bootstrap servers.
+        targets = self.voters or self.bootstrap
+        if not targets:
+            return None
+        target = targets[self._bootstrap_index % len(targets)]
         self._bootstrap_index += 1
         return target
 
@@ -960,6 +1114,7 @@ class RaftCore:
         elif response.records:
             self.log.append_as_follower(response.records)
             self._ready.flush = True
+            self._learn_voters(response.records)
         high_watermark = min(response.high_watermark, self.log.end_offset())
         if high_watermark > self.high_watermark:
             self.high_watermark = high_watermark
@@ -1099,7 +1254,7 @@ class RaftCore:
         if response.vote_granted:
             self._tally()
             return
-        rejected = sum(1 for ok in self._votes.values() if not ok)
+        rejected = sum(1 for v, ok in self._votes.items() if not ok and v in self.voters)
         if rejected >= majority(len(self.voters)) and self.role is Role.PROSPECTIVE:
             self._end_prospective()
 
