@@ -34,7 +34,7 @@ from broker.kafka_apis import KafkaApis, loop_time
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
-from kraft.bootstrap import read_bootstrap
+from kraft.bootstrap import read_bootstrap, read_bootstrap_quorum
 from kraft.config import ServerConfig
 from kraft.storage import metadata_directory_id
 from log.config import LogConfig, LogManagerConfig
@@ -178,6 +178,7 @@ class KraftNode:
     async def start(self) -> None:
         runtime, config = self.runtime, self.config
         self.log = await DiskLog.open(runtime, self.metadata_dir, bugs=self.bugs)
+        quorum = read_bootstrap_quorum(runtime.fs, config.metadata_dir)
         raft = RaftNode(
             runtime,
             RaftNodeConfig(
@@ -193,6 +194,10 @@ class KraftNode:
                 ),
                 bugs=self.bugs & RAFT_BUGS.keys(),
                 directory_id=metadata_directory_id(runtime.fs, config.metadata_dir),
+                initial_voters=quorum.voters,
+                initial_kraft_version=quorum.kraft_version or 0,
+                bootstrap_servers=tuple(config.controller_quorum_bootstrap_servers),
+                controller_listener=config.controller_listener_names[0],
             ),
             self.log,
         )
@@ -262,7 +267,7 @@ class KraftNode:
         assert self.loader is not None
         incarnation = uuid.UUID(int=runtime.rng.getrandbits(128), version=4)
         self._channel = ControllerChannel(
-            config.controller_quorum_voters, f"broker-{config.node_id}", runtime.rng
+            config.controller_addresses(), f"broker-{config.node_id}", runtime.rng
         )
         listeners = tuple(
             Listener(e.name, e.host, e.port) for e in config.advertised_broker_endpoints()
@@ -329,7 +334,7 @@ class KraftNode:
         # The broker's own requests (creating __consumer_offsets) go under their own client
         # id, which the controller lets create internal topics (clients' forwarded ones not).
         internal = self._internal_channel = ControllerChannel(
-            config.controller_quorum_voters, INTERNAL_TOPIC_CREATOR, runtime.rng
+            config.controller_addresses(), INTERNAL_TOPIC_CREATOR, runtime.rng
         )
         group_apis = self._group_apis = GroupApis(
             groups,
@@ -442,7 +447,7 @@ class KraftNode:
     async def _describe_controllers(self, request: ApiRequest) -> object:
         assert self.raft is not None
         return describe_controllers_response(
-            request.body, self.cluster_id, self.raft.leader_id, self.config.controller_quorum_voters
+            request.body, self.cluster_id, self.raft.leader_id, self.raft.voter_addresses()
         )
 
     async def _serve_broker(

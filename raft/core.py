@@ -55,6 +55,7 @@ from raft.voters import (
     VoterHistory,
     VoterSet,
     VoterSetError,
+    kraft_version_record,
     scan_control,
     voters_record,
 )
@@ -747,8 +748,24 @@ class RaftCore:
             voter: ReplicaProgress(voter, last_fetch_ms=self.now_ms) for voter in self.voters
         }
         self._epoch_start_offset = self.log.end_offset()
-        record = leader_change_record(self.node_id, self.voters, granting, self.clock.now_ms())
-        self.log.append_as_leader([record], self.epoch, control=True)
+        now_ms = self.clock.now_ms()
+        records = [leader_change_record(self.node_id, self.voters, granting, now_ms)]
+        history = self.history
+        copy_bootstrap = (
+            history.kraft_version() >= KRAFT_VERSION_DYNAMIC
+            and history.latest_offset() == -1
+            and self.log.latest_snapshot() is None
+        )
+        if copy_bootstrap:
+            # The voter set is only in the bootstrap checkpoint, which is not replicated:
+            # put it into the log (as Kafka's first leader does), so that replicas fetching
+            # from offset 0 learn it.
+            records.append(kraft_version_record(history.kraft_version(), now_ms))
+            records.append(voters_record(history.latest(), now_ms))
+        first, _last = self.log.append_as_leader(records, self.epoch, control=True)
+        if copy_bootstrap:
+            history.add(QuorumControl(first + 1, kraft_version=history.kraft_version()))
+            history.add(QuorumControl(first + 2, voters=history.latest()))
         self._ready.flush = True
         if "hw-from-previous-epoch" in self.bugs and self._epoch_start_offset > self.high_watermark:
             self.high_watermark = self._epoch_start_offset

@@ -79,6 +79,7 @@ DRIVER_BUGS = {
 BUGS = {**CORE_BUGS, **DRIVER_BUGS, **LOG_BUGS}  # the raft scenario's planted bugs
 NODE_BUGS = {**BUGS, **OBSERVER_BUGS}  # every planted bug a RaftNode takes
 MAX_READ_BYTES = 8 * 1024 * 1024
+MAX_LEARNED_ENDPOINTS = 64  # leader endpoints heard from peers (bounded: peers may lie)
 # Half of max.message.bytes (1 MiB): accumulated proposals stay well inside what the log takes.
 MAX_BATCH_BYTES = 512 * 1024
 
@@ -128,6 +129,10 @@ class RaftNodeConfig:
     # voter key a Vote or BeginQuorumEpoch v1 names; None when unknown (then only the id is).
     directory_id: uuid.UUID | None = None
     bugs: frozenset[str] = frozenset()
+    # A dynamic quorum's first kraft.version and voter set (the bootstrap checkpoint that
+    # `kraft-server format` wrote); None/0 for a static quorum (``voters``).
+    initial_voters: VoterSet | None = None
+    initial_kraft_version: int = KRAFT_VERSION_STATIC
     # controller.quorum.bootstrap.servers: asked who leads by a node that knows no voter
     # (a controller formatted with --no-initial-controllers, waiting to be added).
     bootstrap_servers: tuple[tuple[str, int], ...] = ()
@@ -148,6 +153,7 @@ class RaftNode:
         self._listeners: list[RaftListener] = []
         self._peers: dict[int, PeerConnection] = {}
         self._closing_peers: set[asyncio.Task[None]] = set()
+        self._learned: dict[int, tuple[str, int]] = {}
         self._wake = asyncio.Event()
         self._flush_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -176,6 +182,9 @@ class RaftNode:
         # The voter set the log starts with: the latest snapshot's (a dynamic quorum's, or
         # the bootstrap snapshot `kraft-server format` wrote), else controller.quorum.voters.
         base, kraft_version = VoterSet.static(self.config.voters), KRAFT_VERSION_STATIC
+        if self.config.initial_kraft_version >= KRAFT_VERSION_DYNAMIC:
+            base = self.config.initial_voters or VoterSet()
+            kraft_version = self.config.initial_kraft_version
         latest = self.log.latest_snapshot()
         if latest is not None:
             control = self.log.load_snapshot_control(latest)
@@ -487,7 +496,15 @@ class RaftNode:
                 address = voter.address(self.config.controller_listener)
                 if address is not None:
                     return address
-        return self.config.voters.get(peer_id)
+        return self.config.voters.get(peer_id) or self._learned.get(peer_id)
+
+    def _learn_endpoint(self, node_id: int, host: str, port: int) -> None:
+        """A peer told us where a leader listens (NodeEndpoints): kept for one entry per
+        id, for a leader this replica cannot find in its voter set yet."""
+        if node_id < 0 or node_id == self.config.node_id or not 0 < port < 65536:
+            return
+        if len(self._learned) < MAX_LEARNED_ENDPOINTS or node_id in self._learned:
+            self._learned[node_id] = (host, port)
 
     def _peer(self, peer_id: int) -> PeerConnection | None:
         """The connection to ``peer_id``, made on first use, and made again when the voter
@@ -510,6 +527,7 @@ class RaftNode:
             deliver=self._deliver_response,
             rng=self.runtime.rng,
             client_id=f"raft-client-{self.config.node_id}",
+            learn=self._learn_endpoint,
         )
         peer.start()
         self._peers[peer_id] = peer
@@ -718,7 +736,13 @@ class RaftNode:
             refusal = self.core.refusal(body, Errors.INVALID_VOTER_KEY)
             return codec.encode_raft_response(refusal, api_key=api_key, api_version=version)
         answer = await self.ask(src, body)
-        return codec.encode_raft_response(answer, api_key=api_key, api_version=version)
+        response = codec.encode_raft_response(answer, api_key=api_key, api_version=version)
+        leader = getattr(answer, "leader_id", -1)
+        address = self._address(leader) if leader >= 0 else None
+        if address is not None:
+            # KIP-853: say where the leader listens, for replicas that do not know it yet.
+            response = codec.with_node_endpoint(response, leader, address)
+        return response
 
     def _is_own_voter_key(self, key: tuple[int, uuid.UUID] | None) -> bool:
         if key is None:
@@ -742,6 +766,17 @@ class RaftNode:
             return await future
         finally:
             self._asks.pop(future, None)
+
+    def voter_addresses(self) -> dict[int, tuple[str, int]]:
+        """Each voter in force and where its controller listener is (DescribeCluster for
+        clients bootstrapped from controllers, KIP-919)."""
+        assert self.core is not None
+        addresses = {}
+        for voter_id in self.core.voters:
+            address = self._address(voter_id)
+            if address is not None:
+                addresses[voter_id] = address
+        return addresses
 
     def _describe_quorum(self, version: int) -> object:
         core = self.core
