@@ -99,6 +99,15 @@ OBSERVER_BUGS = {
     "follows fails stops fetching: its metadata replay stalls until it restarts",
 }
 
+# Planted bugs of membership change (KIP-853), caught by the raft scenario's opt-in
+# ``membership`` fault (they need a dynamic quorum to matter).
+MEMBER_BUGS = {
+    "voter-set-applied-at-commit": "a voter change takes effect only once it is committed: "
+    "until then the leader counts the old voter set's majority for its high watermark",
+    "removed-voter-keeps-leading": "a leader whose removal from the voter set committed goes "
+    "on leading instead of resigning",
+}
+
 RETRY_BACKOFF_MS = 100
 SNAPSHOT_NOT_FOUND = 98
 SNAPSHOT_CHUNK_BYTES = 1024 * 1024
@@ -230,7 +239,7 @@ class RaftCore:
         snapshot of ``kraft-server format``); the log's own Voters records follow it.
         ``bootstrap`` names (negative) ids of controller.quorum.bootstrap.servers, asked
         who leads when no voter is known."""
-        unknown = bugs - CORE_BUGS.keys() - OBSERVER_BUGS.keys()
+        unknown = bugs - CORE_BUGS.keys() - OBSERVER_BUGS.keys() - MEMBER_BUGS.keys()
         assert not unknown, f"unknown planted bugs {sorted(unknown)}"
         self.node_id = node_id
         self.directory_id = directory_id
@@ -286,7 +295,7 @@ class RaftCore:
         # A snapshot download in progress: (id, next position), and whether it is installing.
         self._download: tuple[SnapshotId, int] | None = None
         self._installing = False
-        if self.leader_id == node_id and self.is_voter:
+        if self.leader_id == node_id and self.electable:
             # A leader that restarts must not lead the same epoch again: it may have lost
             # entries it never flushed. Resign and let a new epoch start.
             self._become_resigned()
@@ -296,7 +305,7 @@ class RaftCore:
             self._become_unattached(self.epoch, self.voted_id, persist=False)
         if (
             self.voters == (node_id,)
-            and self.is_voter
+            and self.electable
             and self.role in (Role.UNATTACHED, Role.RESIGNED)
         ):
             # The sole voter has nobody to wait for: stand for election at the first tick,
@@ -313,6 +322,21 @@ class RaftCore:
     def is_voter(self) -> bool:
         """True if this replica (id and directory) is one of the voters in force."""
         return self.history.latest().is_voter(self.node_id, self.directory_id)
+
+    @property
+    def electable(self) -> bool:
+        """True if this replica takes part in elections: a voter in force, or (a dynamic
+        quorum) a voter of the set before an uncommitted change that removes it. The
+        latter matters when a leader removing itself loses its quorum before the removal
+        commits: the others may lack the record, and only it (with the longest log) can win
+        the votes of the new set, lead, commit the removal and then step down."""
+        if self.is_voter:
+            return True
+        history = self.history
+        pending = history.latest_offset()
+        if history.kraft_version() < KRAFT_VERSION_DYNAMIC or pending < self.high_watermark:
+            return False
+        return history.at(pending)[1].is_voter(self.node_id, self.directory_id)
 
     def voter_set(self) -> VoterSet:
         return self.history.latest()
@@ -336,10 +360,21 @@ class RaftCore:
         if changed:
             self._voters_changed()
 
+    def _may_vote(self, candidate_id: int) -> bool:
+        """Whether this replica may answer a vote at all. A static quorum: both are voters.
+        A dynamic one: anyone may, except a replica whose id votes on another disk (a
+        re-formatted disk must never vote in place of the replica that made promises)."""
+        if self.history.kraft_version() < KRAFT_VERSION_DYNAMIC:
+            return self.is_voter and candidate_id in self.voters
+        own = self.history.latest().get(self.node_id)
+        return own is None or own.matches(self.node_id, self.directory_id)
+
     def _maybe_step_down(self) -> None:
         """A leader whose removal is committed leads no more (KIP-853): it resigns, the
         remaining voters elect a leader among themselves, and it goes on as an observer.
         Looked at once the message or flush that advanced the high watermark is handled."""
+        if "removed-voter-keeps-leading" in self.bugs:
+            return
         if (
             self.role is Role.LEADER
             and not self.is_voter
@@ -354,9 +389,9 @@ class RaftCore:
                 if voter not in self._progress:
                     self._progress[voter] = ReplicaProgress(voter, last_fetch_ms=self.now_ms)
             self._update_high_watermark()
-        elif not self.is_voter and self.role in (Role.PROSPECTIVE, Role.CANDIDATE):
+        elif not self.electable and self.role in (Role.PROSPECTIVE, Role.CANDIDATE):
             self._become_unattached(self.epoch, self.voted_id)
-        elif self.is_voter and self.role is Role.UNATTACHED:
+        elif self.electable and self.role is Role.UNATTACHED:
             self._election_deadline_ms = self.now_ms + self._random_election_timeout()
 
     def change_voters(self, change: str, voter: Voter) -> tuple[int, int]:
@@ -436,10 +471,10 @@ class RaftCore:
             deadlines.extend(p.deadline_ms for p in self._parked.values())
         elif role is Role.FOLLOWER:
             deadlines.append(self._fetch_deadline_ms)
-        elif self.is_voter:
+        elif self.electable:
             deadlines.append(self._election_deadline_ms)
         if role is not Role.LEADER and self._fetch_correlation is None:
-            fetching = role is Role.FOLLOWER or not self.is_voter
+            fetching = role is Role.FOLLOWER or not self.electable
             if fetching and self._fetch_backoff_until_ms > self.now_ms:
                 deadlines.append(self._fetch_backoff_until_ms)
         return max(min(deadlines, default=self.now_ms + BEGIN_QUORUM_RETRY_MS), self.now_ms + 1)
@@ -455,11 +490,11 @@ class RaftCore:
         elif role is Role.FOLLOWER:
             if self.now_ms < self._fetch_deadline_ms:
                 self._maybe_fetch()
-            elif self.is_voter:
+            elif self.electable:
                 self._start_prospective()
             else:
                 self._become_unattached(self.epoch, NO_LEADER)
-        elif not self.is_voter:
+        elif not self.electable:
             self._maybe_fetch()
         elif self.now_ms >= self._election_deadline_ms:
             if role is Role.CANDIDATE:
@@ -521,7 +556,15 @@ class RaftCore:
         raft/validation.py is answered with its error and changes nothing."""
         body = message.body
         if isinstance(body, _REQUEST_TYPES):
-            code = request_error(body, node_id=self.node_id, voters=self.voters)
+            voters: tuple[int, ...] = self.voters
+            if self.history.kraft_version() >= KRAFT_VERSION_DYNAMIC:
+                # KIP-853 (and Raft's rule): a dynamic quorum answers Vote and
+                # Begin/EndQuorumEpoch from replicas outside its own latest voter set, which
+                # may be behind the sender's (a removal of itself it appended, an addition
+                # it has not fetched yet); the sender counts only its own voters' answers.
+                sender = getattr(body, "candidate_id", getattr(body, "leader_id", -1))
+                voters = (self.node_id, sender)
+            code = request_error(body, node_id=self.node_id, voters=voters)
             if code is not None:
                 self._reply(message, self.refusal(body, code))
                 return
@@ -649,7 +692,7 @@ class RaftCore:
         self._election_deadline_ms = self.now_ms + delay
         if persist and changed:
             self._persist()
-        if not self.is_voter:
+        if not self.electable:
             self._maybe_fetch()
 
     def _become_follower(
@@ -679,7 +722,7 @@ class RaftCore:
 
     def _start_prospective(self) -> None:
         """KIP-996 pre-vote: ask for votes for epoch+1 without changing any stored state."""
-        if not self.is_voter:
+        if not self.electable:
             return
         if self.epoch >= MAX_EPOCH:
             # Epochs are exhausted (2^31 elections, or a forged epoch let in by an older
@@ -824,9 +867,15 @@ class RaftCore:
                 del self._parked[src]
 
     def _update_high_watermark(self) -> None:
+        voters = self.voters
+        if "voter-set-applied-at-commit" in self.bugs:
+            voters = self.history.at(self.high_watermark)[1].ids()
+        missing = ReplicaProgress(-1)  # a voter not heard from yet holds nothing
         ends = [
-            self._durable_end() if voter == self.node_id else self._progress[voter].end_offset
-            for voter in self.voters
+            self._durable_end()
+            if voter == self.node_id
+            else self._progress.get(voter, missing).end_offset
+            for voter in voters
         ]
         candidate = quorum_offset(ends)
         if candidate <= self.high_watermark:
@@ -1046,7 +1095,7 @@ class RaftCore:
     def _fetch_target(self) -> int | None:
         if self.role is Role.FOLLOWER:
             return self.leader_id
-        if self.is_voter:
+        if self.electable:
             return None
         # An observer that knows no leader asks the voters in turn who leads; one that knows
         # no voter yet (a controller formatted to join later) asks the bootstrap servers.
@@ -1062,7 +1111,7 @@ class RaftCore:
             return
         if self._fetch_stopped:
             return
-        if self.role is not Role.FOLLOWER and self.is_voter:
+        if self.role is not Role.FOLLOWER and self.electable:
             return
         if self._truncating or self._download is not None:
             return  # the driver is still cutting the log back, or a snapshot is coming
@@ -1095,7 +1144,7 @@ class RaftCore:
                 if self._maybe_higher_epoch(response.leader_epoch, response.leader_id):
                     return
                 if (
-                    not self.is_voter
+                    not self.electable
                     and response.leader_epoch == self.epoch
                     and response.leader_id not in (NO_LEADER, self.node_id)
                     and self.role is not Role.FOLLOWER
@@ -1103,7 +1152,7 @@ class RaftCore:
                     self._become_follower(response.leader_epoch, response.leader_id)
                     return
             self._fetch_backoff_until_ms = self.now_ms + RETRY_BACKOFF_MS
-            if not self.is_voter and self.role is Role.FOLLOWER:
+            if not self.electable and self.role is Role.FOLLOWER:
                 if "observer-stops-on-fetch-error" in self.bugs:
                     self._fetch_stopped = True
                 self._become_unattached(self.epoch, NO_LEADER)
@@ -1111,7 +1160,7 @@ class RaftCore:
         if self._maybe_higher_epoch(response.leader_epoch, response.leader_id):
             return
         if self.role is not Role.FOLLOWER:
-            if self.is_voter or response.leader_id == NO_LEADER:
+            if self.electable or response.leader_id == NO_LEADER:
                 return
             # Process these records before the next fetch goes out.
             self._become_follower(response.leader_epoch, response.leader_id, fetch=False)
@@ -1218,7 +1267,7 @@ class RaftCore:
         def answer(granted: bool, code: int = Errors.NONE) -> None:
             self._reply(message, VoteResponse(code, self.epoch, self._leader_hint(), granted))
 
-        if not self.is_voter or request.candidate_id not in self.voters:
+        if not self._may_vote(request.candidate_id):
             answer(False, Errors.INCONSISTENT_VOTER_SET)
             return
         if request.candidate_epoch < self.epoch:
@@ -1308,7 +1357,7 @@ class RaftCore:
             )
             return
         follows_it = self.leader_id == request.leader_id or request.leader_epoch > self.epoch
-        if self.is_voter and follows_it and self.role is not Role.LEADER:
+        if self.electable and follows_it and self.role is not Role.LEADER:
             self._become_unattached(
                 request.leader_epoch,
                 self.voted_id if request.leader_epoch == self.epoch else NO_LEADER,

@@ -44,6 +44,7 @@ from raft.batch_accumulator import BatchAccumulator
 from raft.core import (
     CORE_BUGS,
     MAX_PROPOSAL_RECORDS,
+    MEMBER_BUGS,
     OBSERVER_BUGS,
     Event,
     HighWatermarkAdvanced,
@@ -77,7 +78,7 @@ DRIVER_BUGS = {
     "the vote it records is sent",
 }
 BUGS = {**CORE_BUGS, **DRIVER_BUGS, **LOG_BUGS}  # the raft scenario's planted bugs
-NODE_BUGS = {**BUGS, **OBSERVER_BUGS}  # every planted bug a RaftNode takes
+NODE_BUGS = {**BUGS, **OBSERVER_BUGS, **MEMBER_BUGS}  # every planted bug a RaftNode takes
 MAX_READ_BYTES = 8 * 1024 * 1024
 MAX_LEARNED_ENDPOINTS = 64  # leader endpoints heard from peers (bounded: peers may lie)
 # Half of max.message.bytes (1 MiB): accumulated proposals stay well inside what the log takes.
@@ -201,7 +202,7 @@ class RaftNode:
             clock=self.runtime.clock,
             now_ms=self._now_ms(),
             config=self.config.raft,
-            bugs=self.config.bugs & (CORE_BUGS.keys() | OBSERVER_BUGS.keys()),
+            bugs=self.config.bugs & (CORE_BUGS.keys() | OBSERVER_BUGS.keys() | MEMBER_BUGS.keys()),
             kraft_version=kraft_version,
             directory_id=self.config.directory_id,
             bootstrap=tuple(-2 - i for i in range(len(self.config.bootstrap_servers))),
@@ -386,7 +387,7 @@ class RaftNode:
                 raise self._failure
             core.tick(self._now_ms())
             now = loop.time()
-            for peer in self._peers.values():
+            for peer in list(self._peers.values()):  # an expiry may connect a new peer
                 peer.expire(now)
             await self._process_ready()
             self._wake_at_ms = core.next_deadline_ms()
@@ -696,6 +697,19 @@ class RaftNode:
             ApiKey.REMOVE_RAFT_VOTER: "remove",
             ApiKey.UPDATE_RAFT_VOTER: "update",
         }[ApiKey(key)]
+        timeout = getattr(body, "timeout", None)
+        timeout_s = timeout.total_seconds() if timeout else _default_timeout(self)
+        wait = key != ApiKey.ADD_RAFT_VOTER or getattr(body, "ack_when_committed", True)
+        return await self.change_voters(change, voter, timeout_s, wait=wait)
+
+    async def change_voters(
+        self, change: str, voter: Voter, timeout_s: float, *, wait: bool = True
+    ) -> int:
+        """Append a voter change as leader (``RaftCore.change_voters``) and, with ``wait``,
+        wait until it is committed; a Kafka error code (REQUEST_TIMED_OUT after
+        ``timeout_s``, NOT_LEADER_OR_FOLLOWER if leadership is lost first)."""
+        core = self.core
+        assert core is not None
         self._drain()  # proposals of this turn keep their offsets ahead of the change
         code, offset = core.change_voters(change, voter)
         if code != Errors.NONE:
@@ -703,11 +717,9 @@ class RaftNode:
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self._waiters[offset] = (core.epoch, future)
         self._pump()
-        if key == ApiKey.ADD_RAFT_VOTER and not getattr(body, "ack_when_committed", True):
+        if not wait:
             self._waiters.pop(offset, None)
             return Errors.NONE
-        timeout = getattr(body, "timeout", None)
-        timeout_s = timeout.total_seconds() if timeout else _default_timeout(self)
         try:
             await asyncio.wait_for(future, max(timeout_s, 0.001))
         except TimeoutError:
@@ -820,6 +832,7 @@ def _default_timeout(node: RaftNode) -> float:
 
 __all__ = [
     "BUGS",
+    "MEMBER_BUGS",
     "NODE_BUGS",
     "CommittedBatch",
     "NotLeaderError",
