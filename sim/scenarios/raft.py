@@ -281,6 +281,17 @@ class Cluster:
                 cut_off.add(leader)
         return cut_off
 
+    def removed_leaders(self) -> set[str]:
+        """Running leaders whose removal from the voter set is committed."""
+        removed = set()
+        for name in self.leaders():
+            core = self.nodes[name].core
+            if core is None or self.world.processes[name].paused:
+                continue
+            if not core.is_voter and core.history.latest_offset() < core.high_watermark:
+                removed.add(name)
+        return removed
+
     def membership(self, nemesis: Nemesis, hold_s: float) -> None:
         """The membership fault: add an observer as a voter, remove a voter, or replace a
         voter's disk with a fresh one (remove the old replica, add the new one)."""
@@ -414,6 +425,8 @@ def run_raft(config: RunConfig) -> RunResult:
             await asyncio.sleep(0.1)
             checker.check_dual_leadership(world.loop.time(), world.processes)
             checker.check_cut_off(world.loop.time(), cluster.cut_off_leaders())
+            if dynamic:
+                checker.check_removed_leaders(world.loop.time(), cluster.removed_leaders())
 
     async def drive() -> None:
         watcher = world.loop.create_task(watch())

@@ -115,6 +115,10 @@ class WatchedDiskLog(DiskLog):
         return read_entries(self)
 
 
+# A leader resigns in the step that commits its removal; the watch looks every 0.1 s.
+REMOVED_LEADER_BOUND_S = 1.0
+
+
 @dataclass(slots=True)
 class Checker:
     """Raft's invariants over every node incarnation of one run."""
@@ -137,6 +141,8 @@ class Checker:
     # A dynamic quorum (KIP-853): the voter set in force at a leader, by node name; the
     # checks judge commits and resignations against it. None: the static voter set.
     voters_of: Callable[[str], tuple[str, ...]] | None = None
+    # Leaders whose own removal is committed, since when (virtual seconds).
+    removed_since: dict[str, float] = field(default_factory=dict)
 
     def voter_count(self, node: str) -> int:
         """How many voters make ``node``'s majority: the static count, or the size of the
@@ -227,6 +233,20 @@ class Checker:
         found = self.cut_off.observe(now_s, leaders)
         if found is not None:
             self.fail(found)
+
+    def check_removed_leaders(self, now_s: float, removed: set[str]) -> None:
+        """Called periodically with the running leaders whose removal from the voter set
+        is committed (KIP-853): each must resign within REMOVED_LEADER_BOUND_S."""
+        for name in list(self.removed_since):
+            if name not in removed:
+                del self.removed_since[name]
+        for name in sorted(removed):
+            since = self.removed_since.setdefault(name, now_s)
+            if now_s - since > REMOVED_LEADER_BOUND_S:
+                self.fail(
+                    f"removed-leader: {name} still leads {now_s - since:.1f}s after its "
+                    "removal from the voter set committed"
+                )
 
     def check_acked(self) -> None:
         """At the end: every acknowledged proposal is committed at the offset it was given."""

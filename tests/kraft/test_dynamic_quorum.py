@@ -1,9 +1,10 @@
 """A dynamic controller quorum (KIP-853) with real kraft-server processes on 127.0.0.1-4:
 one controller formatted --standalone grows to three with `kraft-server add-controller`,
 the leader is removed (it steps down and a remaining voter leads), a fourth is added, and
-a controller whose disk is wiped is replaced by its re-formatted self (a new directory id). The committed log
-stays identical on every voter. (Kafka's own kafka-metadata-quorum is not driven here:
-these use kraft-server's wire client for AddRaftVoter / RemoveRaftVoter.)"""
+a controller whose disk is wiped is replaced by its re-formatted self (a new directory
+id). The committed log stays identical on every voter. (Kafka's own kafka-metadata-quorum
+is not driven here: these use kraft-server's wire client for AddRaftVoter and
+RemoveRaftVoter.)"""
 
 from __future__ import annotations
 
