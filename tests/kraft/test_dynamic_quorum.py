@@ -2,9 +2,8 @@
 one controller formatted --standalone grows to three with `kraft-server add-controller`,
 the leader is removed (it steps down and a remaining voter leads), a fourth is added, and
 a controller whose disk is wiped is replaced by its re-formatted self (a new directory
-id). The committed log stays identical on every voter. (Kafka's own kafka-metadata-quorum
-is not driven here: these use kraft-server's wire client for AddRaftVoter and
-RemoveRaftVoter.)"""
+id); the committed log stays identical on every voter. Apache Kafka's own
+kafka-metadata-quorum grows and shrinks a quorum the same way."""
 
 from __future__ import annotations
 
@@ -18,6 +17,8 @@ import pytest
 from kraft.quorum_tool import QuorumStatus
 from kraft.storage import metadata_directory_id, print_uuid
 from log.fs import RealFileSystem
+from tests import kafka_tools as tools
+from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
 
 from .procs import KRAFT_SERVER, Processes, free_port, wait_until
 from .test_controller_quorum import committed_records
@@ -156,3 +157,49 @@ def test_a_standalone_controller_grows_to_three_loses_its_leader_and_replaces_a_
     assert len(logs[2]) == final.high_watermark
     assert logs[2] == logs[3] == logs[4]
     assert settled.leader_id in (2, 3, 4)
+
+
+METADATA_QUORUM = "org.apache.kafka.tools.MetadataQuorumCommand"  # kafka-metadata-quorum
+
+
+@pytest.mark.usefixtures("kafka_tools")
+def test_kafka_metadata_quorum_grows_a_standalone_controller_and_removes_its_leader(
+    quorum: DynamicQuorum,
+) -> None:
+    """Apache Kafka's own kafka-metadata-quorum (4.1, from Maven Central) against kraft-py:
+    add-controller twice, describe, remove-controller of the leader."""
+    bootstrap = ("--bootstrap-controller", f"127.0.0.1:{quorum.port}")
+    quorum.format(1, "--standalone")
+    for node in (2, 3):
+        quorum.format(node, "--no-initial-controllers")
+    for node in (1, 2, 3):
+        quorum.start(node)
+    quorum.wait_for(lambda s: s.leader_id == 1 and len(s.observers) == 2)
+    for node in (2, 3):
+
+        def added(node: int = node) -> bool:
+            config = ("--command-config", str(quorum.config(node)))
+            result = tools.run(METADATA_QUORUM, *bootstrap, *config, "add-controller", check=False)
+            return result.returncode == 0 and f"Added controller {node}" in result.stdout
+
+        wait_until(added, f"kafka-metadata-quorum add-controller {node}")
+    status = tools.run(METADATA_QUORUM, *bootstrap, "describe", "--status").stdout
+    assert 'CurrentVoters:          [{"id": 1}, {"id": 2}, {"id": 3}]' in status, status
+    removed = tools.run(
+        METADATA_QUORUM,
+        *bootstrap,
+        "remove-controller",
+        "--controller-id",
+        "1",
+        "--controller-directory-id",
+        quorum.directory_id(1),
+    )
+    assert "Removed  KRaft controller 1" in removed.stdout, removed.stdout
+    # The removed leader stepped down and fetches on as an observer.
+    quorum.wait_for(
+        lambda s: (
+            voters(s) == {2, 3}
+            and s.leader_id in (2, 3)
+            and {o.replica_id for o in s.observers} == {1}
+        )
+    )
