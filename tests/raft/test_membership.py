@@ -13,6 +13,7 @@ from raft.core import RaftCore, Role
 from raft.messages import Errors, Inbound, VoteRequest, VoteResponse
 from raft.quorum_state import QuorumState
 from raft.replicated_log import MemoryLog
+from raft.snapshot import decode_snapshot, decode_snapshot_control, encode_snapshot
 from raft.voters import (
     Endpoint,
     QuorumControl,
@@ -264,3 +265,15 @@ def test_voter_records_in_fetched_batches_take_effect_on_followers() -> None:
     data.append_as_leader([voters_record(voters, 0)], 1, control=True)
     found = list(scan_control(data.read(0, 1 << 20)))
     assert found == [QuorumControl(1, voters=voters)]
+
+
+def test_a_snapshot_carries_the_voter_set_beside_the_state_records() -> None:
+    voters = VoterSet((Voter(1, uuid.UUID(int=1), (Endpoint("CONTROLLER", "h", 1),)),))
+    state = [Record(None, b"state", 0)]
+    data = encode_snapshot(state, 0, [kraft_version_record(1, 0), voters_record(voters, 0)])
+    # The state machine never sees them.
+    assert [r.value for r in decode_snapshot(data)] == [b"state"]
+    control = decode_snapshot_control(data)
+    assert (control.kraft_version, control.voters) == (1, voters)
+    plain = decode_snapshot_control(encode_snapshot(state, 0))
+    assert (plain.kraft_version, plain.voters) == (None, None)
