@@ -277,3 +277,17 @@ def test_a_snapshot_carries_the_voter_set_beside_the_state_records() -> None:
     assert (control.kraft_version, control.voters) == (1, voters)
     plain = decode_snapshot_control(encode_snapshot(state, 0))
     assert (plain.kraft_version, plain.voters) == (None, None)
+
+
+def test_update_moves_a_voter_to_new_endpoints_everywhere() -> None:
+    rng = random.Random(10)
+    cluster = CoreCluster(voters=3, dynamic=True)
+    moved = Voter(2, cluster.directory_id(2), (Endpoint("CONTROLLER", "new-host", 19093),))
+    change(cluster, rng, "update", moved)
+    cluster.run(10, rng)
+    for node in cluster.node_ids:
+        assert cluster.cores[node].voter_set().get(2) == moved
+        assert cluster.cores[node].voters == (1, 2, 3)
+    stranger = Voter(2, uuid.uuid4(), moved.endpoints)  # the id, but another disk
+    leader = settle(cluster, rng)
+    assert cluster.cores[leader].change_voters("update", stranger)[0] == Errors.VOTER_NOT_FOUND
