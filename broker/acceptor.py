@@ -18,6 +18,7 @@ import asyncio
 import errno
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 
 from log.rate_limited_log import RateLimitedLog
@@ -27,6 +28,8 @@ _limited = RateLimitedLog(logger)
 ACCEPT_BACKOFF_S = 1.0
 # Connections taken per readiness event before yielding to the rest of the loop.
 ACCEPTS_PER_WAKEUP = 64
+TLS_HANDSHAKE_S = 10.0  # a client that does not finish its TLS handshake by then is dropped
+_STREAM_LIMIT = 2**16  # asyncio.open_connection's default reader buffer limit
 OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 ConnectionHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -35,9 +38,15 @@ ConnectionHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Await
 class Acceptor:
     """One listening socket feeding ``handler`` with stream pairs; ``close`` stops it."""
 
-    def __init__(self, sock: socket.socket, handler: ConnectionHandler) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        handler: ConnectionHandler,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self._sock = sock
         self._handler = handler
+        self._ssl = ssl_context  # a TLS listener: the handshake runs before the handler
         self._loop = asyncio.get_running_loop()
         self._retry: asyncio.TimerHandle | None = None
         self._closed = False
@@ -80,8 +89,24 @@ class Acceptor:
 
     async def _serve(self, conn: socket.socket) -> None:
         try:
-            reader, writer = await asyncio.open_connection(sock=conn)
-        except OSError:
+            if self._ssl is None:
+                reader, writer = await asyncio.open_connection(sock=conn)
+            else:
+                reader = asyncio.StreamReader(limit=_STREAM_LIMIT)
+                protocol = asyncio.StreamReaderProtocol(reader)
+                transport, _ = await self._loop.connect_accepted_socket(
+                    lambda: protocol, conn, ssl=self._ssl, ssl_handshake_timeout=TLS_HANDSHAKE_S
+                )
+                writer = asyncio.StreamWriter(transport, protocol, reader, self._loop)
+        except (OSError, ssl.SSLError, TimeoutError):
+            # A failed TLS handshake (no or a wrong client certificate, not TLS at all) ends
+            # here, before any request is read; counted in the log, once a minute.
+            _limited.log(
+                f"tls/{self._sock.getsockname()}",
+                logging.INFO,
+                "[SocketServer] Failed TLS handshake on %s; connection closed",
+                self._sock.getsockname(),
+            )
             conn.close()
             return
         await self._handler(reader, writer)
@@ -100,10 +125,15 @@ class Acceptor:
 
 
 async def start_acceptor(
-    handler: ConnectionHandler, host: str | None, port: int, *, backlog: int = 100
+    handler: ConnectionHandler,
+    host: str | None,
+    port: int,
+    *,
+    backlog: int = 100,
+    ssl: ssl.SSLContext | None = None,
 ) -> Acceptor:
-    """Listen on ``host:port`` (all interfaces when host is None) like asyncio.start_server,
-    with the out-of-descriptors backoff."""
+    """Listen on ``host:port`` (all interfaces when host is None) like asyncio.start_server
+    (``ssl`` as there: a TLS listener), with the out-of-descriptors backoff."""
     infos = await asyncio.get_running_loop().getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )
@@ -121,4 +151,4 @@ async def start_acceptor(
         raise OSError(
             error.errno, f"error while attempting to bind on address {address!r}: {reason}"
         ) from None
-    return Acceptor(sock, handler)
+    return Acceptor(sock, handler, ssl)

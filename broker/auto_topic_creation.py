@@ -39,9 +39,17 @@ CREATE_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default
 class AutoTopicCreationManager:
     """Creates missing topics through ``forward`` (the controller channel), within budget."""
 
-    def __init__(self, node_id: int, forward: Callable[[object], Awaitable[object]]) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        forward: Callable[[object], Awaitable[object]],
+        descriptors_free: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """``descriptors_free``: False while this broker is at its descriptor reserve
+        (log/descriptors.py); every name is then deferred, as over the budget."""
         self.node_id = node_id
         self._forward = forward
+        self._descriptors_free = descriptors_free
         self._creating: dict[str, None] = {}  # forwarded and not yet answered, in order
         self._background: dict[asyncio.Task[None], None] = {}
         self._tokens = float(AUTO_CREATE_BURST_TOPICS)
@@ -58,10 +66,11 @@ class AutoTopicCreationManager:
         being_created: list[str] = []
         new: list[str] = []
         deferred = 0
+        room = self._descriptors_free()
         for name in missing:
             if name in self._creating:
                 being_created.append(name)
-            elif self._tokens >= 1:
+            elif room and self._tokens >= 1:
                 self._tokens -= 1
                 self._creating[name] = None
                 new.append(name)
@@ -73,7 +82,7 @@ class AutoTopicCreationManager:
             self._background[task] = None
             task.add_done_callback(self._background.pop)
         if deferred:
-            self._log_deferred(now, deferred)
+            self._log_deferred(now, deferred, room)
         return frozenset(being_created)
 
     def _refill(self, now: float) -> None:
@@ -82,19 +91,23 @@ class AutoTopicCreationManager:
             self._tokens = min(float(AUTO_CREATE_BURST_TOPICS), self._tokens + earned)
         self._refilled_s = now
 
-    def _log_deferred(self, now: float, count: int) -> None:
+    def _log_deferred(self, now: float, count: int, descriptors_free: bool) -> None:
         self._deferred += count
         last = self._deferred_logged_s
         if last is not None and now - last < LOG_INTERVAL_S:
             return
+        why = (
+            f"over the budget of {AUTO_CREATE_BURST_TOPICS} topics (refilled at "
+            f"{AUTO_CREATE_TOPICS_PER_S:g}/s)"
+            if descriptors_free
+            else "this broker is at its file descriptor reserve (open.files.reserve)"
+        )
         logger.warning(
             "[AutoTopicCreationManager id=%d] Deferred auto-creating %d topic(s) since the "
-            "last report: over the budget of %d topics (refilled at %g/s); clients see "
-            "UNKNOWN_TOPIC_OR_PARTITION and retry",
+            "last report: %s; clients see UNKNOWN_TOPIC_OR_PARTITION and retry",
             self.node_id,
             self._deferred,
-            AUTO_CREATE_BURST_TOPICS,
-            AUTO_CREATE_TOPICS_PER_S,
+            why,
         )
         self._deferred = 0
         self._deferred_logged_s = now

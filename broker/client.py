@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol import wire
+from protocol.connect import Connector
 
 MAX_IN_FLIGHT = 100
 _CORRELATION_ID_LIMIT = 2**31
@@ -36,8 +37,16 @@ class _InFlight:
 class KafkaConnection:
     """One connection to a Kafka-protocol server; ``connect`` then ``request``."""
 
-    def __init__(self, client_id: str | None, *, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+    def __init__(
+        self,
+        client_id: str | None,
+        *,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        connector: Connector | None = None,
+    ) -> None:
         self.client_id = client_id
+        # How the peer's listener is secured (TLS, SASL login); None: plaintext.
+        self._connector = connector
         self._slots = asyncio.Semaphore(max_in_flight)
         self._in_flight: dict[int, _InFlight] = {}
         self._next_correlation_id = 0
@@ -51,12 +60,16 @@ class KafkaConnection:
         return self._closed or self._writer is None
 
     async def connect(self, host: str, port: int, timeout_s: float) -> None:
-        """Open the TCP connection; OSError (TimeoutError included) when that fails."""
+        """Open the connection (TLS and the SASL login included, when the connector asks
+        for them); OSError (TimeoutError, and a refused login, included) when that fails."""
         assert self._writer is None and not self._closed, "connect once per KafkaConnection"
+        opening = (
+            self._connector.open(host, port, self.client_id)
+            if self._connector is not None
+            else asyncio.open_connection(host, port)
+        )
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), timeout=timeout_s
-            )
+            reader, writer = await asyncio.wait_for(opening, timeout=timeout_s)
         except OSError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -78,10 +91,11 @@ class KafkaConnection:
         """
         body: Any = entity
         api_key, api_version = int(body.__api_key__), int(body.__version__)
+        encoded = await _encoded_in_slices(entity)
         try:
             async with asyncio.timeout(timeout_s):
                 await self._slots.acquire()
-                answer = self._send(api_key, api_version, entity)
+                answer = self._send(api_key, api_version, entity, encoded)
                 if self._writer is not None:
                     await self._writer.drain()
                 return await answer
@@ -96,7 +110,9 @@ class KafkaConnection:
             self._fail(f"write failed: {error!r}")
             raise ConnectionClosed(f"write failed: {error!r}") from error
 
-    def _send(self, api_key: int, api_version: int, entity: object) -> asyncio.Future[object]:
+    def _send(
+        self, api_key: int, api_version: int, entity: object, encoded: bytes | None = None
+    ) -> asyncio.Future[object]:
         """Write one request (a slot already taken) and return the future of its answer."""
         if self.closed:
             self._slots.release()
@@ -105,7 +121,7 @@ class KafkaConnection:
         correlation_id = self._next_correlation_id
         header = wire.RequestHeader(api_key, api_version, correlation_id, self.client_id)
         try:
-            frame = wire.encode_request(header, entity)
+            frame = wire.encode_request(header, entity, encoded)
         except Exception:
             self._slots.release()
             raise
@@ -158,3 +174,21 @@ class KafkaConnection:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+# Entities of a big request encoded between turns of the loop (as the network layer's
+# responses): a broker forwarding a CreateTopics of 200,000 topics encodes it in slices.
+ENCODE_SLICE_ITEMS = 2000
+
+
+async def _encoded_in_slices(entity: object) -> bytes | None:
+    """A big request body's bytes, encoded a slice at a time; None for a small one (it is
+    encoded with its header in one piece)."""
+    parts = wire.request_body_parts(entity, ENCODE_SLICE_ITEMS)
+    if parts is None:
+        return None
+    chunks = []
+    for chunk in parts:
+        chunks.append(chunk)
+        await asyncio.sleep(0)
+    return b"".join(chunks)

@@ -14,11 +14,13 @@ import asyncio
 import dataclasses
 import logging
 import random
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from broker.client import ConnectionClosed, KafkaConnection
+from protocol.connect import Connector
 
 logger = logging.getLogger("broker.controller_channel")
 
@@ -38,23 +40,24 @@ class ControllerSender(Protocol):
         ...
 
 
-def _item_error_codes(entity: object) -> list[int]:
-    """The error codes of every nested item of a response (not its top-level code)."""
-    codes: list[int] = []
+def _item_error_codes(entity: object) -> Iterator[int]:
+    """The error codes of every nested item of a response (not its top-level code), lazily:
+    an answer of 200,000 topics is looked at only as far as its first code that tells."""
     for field in dataclasses.fields(entity):  # type: ignore[arg-type]
         value = getattr(entity, field.name)
         if isinstance(value, tuple):
             for item in value:
                 if dataclasses.is_dataclass(item):
-                    codes.extend(_entity_error_codes(item))
+                    yield from _entity_error_codes(item)
         elif dataclasses.is_dataclass(value):
-            codes.extend(_entity_error_codes(value))
-    return codes
+            yield from _entity_error_codes(value)
 
 
-def _entity_error_codes(entity: object) -> list[int]:
+def _entity_error_codes(entity: object) -> Iterator[int]:
     own = getattr(entity, "error_code", None)
-    return ([int(own)] if own is not None else []) + _item_error_codes(entity)
+    if own is not None:
+        yield int(own)
+    yield from _item_error_codes(entity)
 
 
 def is_not_controller(response: object) -> bool:
@@ -63,17 +66,27 @@ def is_not_controller(response: object) -> bool:
     top-level code and answer per topic)."""
     if getattr(response, "error_code", None) == _NOT_CONTROLLER:
         return True
-    codes = _item_error_codes(response)
-    return bool(codes) and all(code == _NOT_CONTROLLER for code in codes)
+    seen = False
+    for code in _item_error_codes(response):
+        if code != _NOT_CONTROLLER:
+            return False
+        seen = True
+    return seen
 
 
 class ControllerChannel:
     """Requests to whichever voter is the active controller."""
 
     def __init__(
-        self, voters: dict[int, tuple[str, int]], client_id: str, rng: random.Random
+        self,
+        voters: dict[int, tuple[str, int]],
+        client_id: str,
+        rng: random.Random,
+        *,
+        connector: Connector | None = None,
     ) -> None:
         assert voters, "a controller channel needs at least one voter"
+        self._connector = connector  # the controller listener's TLS/SASL (None: plaintext)
         self._voters = dict(sorted(voters.items()))
         self._client_id = client_id
         self._rng = rng
@@ -149,7 +162,7 @@ class ControllerChannel:
             connection = self._connections.get(voter)
             if connection is not None and not connection.closed:
                 return connection
-            connection = KafkaConnection(self._client_id)
+            connection = KafkaConnection(self._client_id, connector=self._connector)
             host, port = self._voters[voter]
             await connection.connect(host, port, CONNECT_TIMEOUT_S)
             if self._closed:

@@ -170,9 +170,10 @@ class FullFetchContext(FetchContext):
     def respond(self, answers: list[PartitionAnswer]) -> FetchResult:
         cached: dict[PartitionKey, CachedPartition] = {}
         for (key, request), answer in zip(self.partitions, answers, strict=True):
-            cached[key] = CachedPartition(
-                request, answer.high_watermark, answer.last_stable_offset, answer.log_start_offset
-            )
+            # Remembered as an incremental answer would remember it: an error answer leaves
+            # no watermark, so the partition is answered again once the error clears.
+            cached[key] = partition = CachedPartition(request)
+            partition.must_respond(answer)
         session_id = self._cache.maybe_create_session(
             self._privileged, self._uses_topic_ids, cached
         )

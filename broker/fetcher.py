@@ -41,6 +41,7 @@ from log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from log.errors import RecordError
 from log.log import KafkaStorageError, UnexpectedAppendOffsetError
 from protocol.api_keys import ApiKey
+from protocol.connect import Connector
 from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.fetcher")
@@ -65,6 +66,8 @@ class FetcherConfig:
     response_max_bytes: int = 10 * 1024 * 1024  # replica.fetch.response.max.bytes
     backoff_ms: int = 1000  # replica.fetch.backoff.ms
     socket_timeout_ms: int = 30_000  # replica.socket.timeout.ms
+    # How the leaders' inter-broker listener is secured (None: plaintext); set by the node.
+    connector: Connector | None = None
 
     @classmethod
     def from_properties(cls, properties: dict[str, Any]) -> FetcherConfig:
@@ -153,6 +156,7 @@ class _Fetching:
     partition: Partition
     leader_epoch: int  # the epoch it was added at: answers for another are not ours
     delayed_until_s: float = 0.0
+    lag: int = 0  # the leader's high watermark less our log end, as of the last answer
 
 
 class ReplicaFetcher:
@@ -181,6 +185,10 @@ class ReplicaFetcher:
 
     def __len__(self) -> int:
         return len(self._partitions)
+
+    def lags(self) -> dict[tuple[str, int], int]:
+        """Each partition's lag (Kafka's FetcherLagMetrics ConsumerLag)."""
+        return {key: fetching.lag for key, fetching in self._partitions.items()}
 
     def add(self, partition: Partition) -> None:
         assert partition.state is ReplicaState.FOLLOWER and partition.leader == self.source_id
@@ -238,7 +246,9 @@ class ReplicaFetcher:
         address = self._endpoint(self.source_id)
         if address is None:
             raise ConnectionError(f"broker {self.source_id} has no endpoint in the image")
-        connection = KafkaConnection(f"broker-{self.node_id}-fetcher-{self.source_id}")
+        connection = KafkaConnection(
+            f"broker-{self.node_id}-fetcher-{self.source_id}", connector=self._config.connector
+        )
         await connection.connect(*address, CONNECT_TIMEOUT_S)
         self._connection = connection
         return connection
@@ -334,6 +344,7 @@ class ReplicaFetcher:
             if records:
                 partition.append_as_follower(records, self._clock.now_ms())
             partition.follower_high_watermark(data.high_watermark)
+            fetching.lag = max(0, data.high_watermark - log.log_end_offset)
             leader_start = data.log_start_offset
             if leader_start > log.log_start_offset and leader_start <= partition.high_watermark:
                 await log.delete_records(leader_start, high_watermark=partition.high_watermark)
@@ -348,7 +359,7 @@ class ReplicaFetcher:
                     fetch_offset,
                     data.log_start_offset,
                 )
-                await log.truncate_fully_and_start_at(data.log_start_offset)
+                await partition.truncate_fully_and_start_at(data.log_start_offset)
                 partition.follower_high_watermark(partition.high_watermark)
                 return
             end = await self._leader_end_offset(partition, fetching.leader_epoch)
@@ -367,7 +378,7 @@ class ReplicaFetcher:
                 offset,
                 log.log_end_offset,
             )
-            await log.truncate_to(offset)
+            await partition.truncate_to(offset)
         else:
             # Nothing to cut, but an epoch this broker began as leader at its log end and
             # never appended to conflicts with the leader's: forget it, as Kafka's truncateTo
@@ -457,6 +468,12 @@ class ReplicaFetcherManager:
         if not len(fetcher) and self._fetchers.get(source) is fetcher:
             del self._fetchers[source]
             await fetcher.close()
+
+    def lags(self) -> dict[tuple[str, int], int]:
+        """Every followed partition's lag behind its leader's high watermark."""
+        return {
+            key: lag for fetcher in self._fetchers.values() for key, lag in fetcher.lags().items()
+        }
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.controller import reassignment
+from metadata.controller import reassignment, scram
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
@@ -28,6 +28,7 @@ FORWARDED_APIS = frozenset(
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         ApiKey.LIST_PARTITION_REASSIGNMENTS,
         ApiKey.UPDATE_FEATURES,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
     }
 )
 
@@ -93,4 +94,6 @@ def forwarded_error_response(request: object, error_code: int, message: str | No
             for u in body.feature_updates
         )
         return make(module.UpdateFeaturesResponse, error | {"results": results})
+    if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+        return scram.refuse_alter(module, body, ErrorCode(error_code), message)
     raise ValueError(f"api {api_key} is not forwarded to the controller")

@@ -1,9 +1,10 @@
 """The broker's client-facing request handlers (Kafka's KafkaApis).
 
 Produce, Fetch and ListOffsets go to the ReplicaManager (broker/data_plane.py) when there
-is one, InitProducerId to the ProducerIdManager (broker/producer_ids.py). Reads (ApiVersions,
-Metadata, DescribeCluster, DescribeConfigs, DescribeTopicPartitions) are answered from the
-latest published MetadataImage, taken once per request so one answer never mixes two images.
+is one, InitProducerId to the ProducerIdManager (broker/producer_ids.py), or, with a
+transactional id, to the transaction APIs (broker/txn/apis.py). Reads (ApiVersions, Metadata,
+DescribeCluster, DescribeConfigs, DescribeTopicPartitions) are answered from the latest
+published MetadataImage, taken once per request so one answer never mixes two images.
 Writes to cluster metadata (topics, partitions, configs, leader elections) are the controller's:
 they are forwarded unchanged through the controller channel and its answer is passed back,
 NOT_CONTROLLER included (clients retry it); only when no controller answers in time does the
@@ -22,7 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker import data_plane, forwarding
+from broker import data_plane, describe_producers, forwarding, txn_markers
 from broker.auto_topic_creation import AutoTopicCreationManager
 from broker.cluster_metadata import describe_cluster_response, metadata_response, random_live_broker
 from broker.controller_channel import ControllerSender
@@ -32,6 +33,9 @@ from broker.fetch_session import CACHE_SLOTS_DEFAULT, FetchSessionCache
 from broker.lifecycle import SUPPORTED_FEATURES
 from broker.producer_ids import ProducerIdManager, init_producer_id
 from broker.replica_manager import ReplicaManager
+from broker.security import ACL_APIS
+from broker.txn.apis import TxnApis
+from metadata.controller.scram import describe_user_scram_credentials
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
 from protocol.api_keys import ApiKey
@@ -92,8 +96,11 @@ class KafkaApis:
         replicas: ReplicaManager | None = None,
         fetch_sessions: FetchSessionCache | None = None,
         producer_ids: ProducerIdManager | None = None,
+        transactions: TxnApis | None = None,
+        on_offsets_marker: txn_markers.OffsetsMarkerHook | None = None,
         auto_create_topics: bool = False,
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
+        descriptors_free: Callable[[], bool] = lambda: True,
     ) -> None:
         self.node_id = node_id
         self.replicas = replicas
@@ -102,9 +109,13 @@ class KafkaApis:
             fetch_sessions = FetchSessionCache(CACHE_SLOTS_DEFAULT, rng, loop_time)
         self.fetch_sessions = fetch_sessions
         self._auto_creation = (
-            AutoTopicCreationManager(node_id, self._forward) if auto_create_topics else None
+            AutoTopicCreationManager(node_id, self._forward, descriptors_free)
+            if auto_create_topics
+            else None
         )
         self.producer_ids = producer_ids
+        self.transactions = transactions
+        self._on_offsets_marker = on_offsets_marker  # the group coordinator's, when wired
         self.cluster_id = cluster_id
         self.listener_name = listener_name
         self._image = image
@@ -142,6 +153,15 @@ class KafkaApis:
             Api(ApiKey.ALTER_PARTITION_REASSIGNMENTS, (0, 1), forward, BROKER, (CLUSTER_ALTER,)),
             Api(ApiKey.LIST_PARTITION_REASSIGNMENTS, (0, 0), forward, BROKER, (CLUSTER_DESCRIBE,)),
             Api(ApiKey.UPDATE_FEATURES, (0, 1), forward, BROKER, (CLUSTER_ALTER,)),
+            Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, (0, 0), forward, BROKER, (CLUSTER_ALTER,)),
+            Api(
+                ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+                (0, 0),
+                self._describe_user_scram_credentials,
+                BROKER,
+                (CLUSTER_DESCRIBE,),
+            ),
+            *ACL_APIS,
             Api(
                 ApiKey.DESCRIBE_CLUSTER, (0, 1), self._describe_cluster, BROKER, (CLUSTER_DESCRIBE,)
             ),
@@ -171,6 +191,22 @@ class KafkaApis:
                     self._offset_for_leader_epoch,
                     BROKER,
                     (CLUSTER_ACTION, TOPIC_DESCRIBE),
+                ),
+                # The transaction coordinator's (and kafka-transactions abort's) markers; kio
+                # has no version 0, which Kafka 4 removed too.
+                Api(
+                    ApiKey.WRITE_TXN_MARKERS,
+                    (1, 2),
+                    self._write_txn_markers,
+                    BROKER,
+                    (CLUSTER_ACTION,),
+                ),
+                Api(
+                    ApiKey.DESCRIBE_PRODUCERS,
+                    (0, 0),
+                    self._describe_producers,
+                    BROKER,
+                    (TOPIC_READ,),
                 ),
             ]
         if self.producer_ids is not None:
@@ -210,14 +246,31 @@ class KafkaApis:
         )
 
     async def _list_offsets(self, request: ApiRequest) -> object:
-        return data_plane.list_offsets(self._replicas(), request.body, request.api_version)
+        return await data_plane.list_offsets(self._replicas(), request.body, request.api_version)
 
     async def _offset_for_leader_epoch(self, request: ApiRequest) -> object:
-        return data_plane.offset_for_leader_epoch(
+        return await data_plane.offset_for_leader_epoch(
+            self._replicas(), request.body, request.api_version
+        )
+
+    async def _write_txn_markers(self, request: ApiRequest) -> object:
+        return await txn_markers.write_txn_markers(
+            self._replicas(),
+            request.body,
+            request.api_version,
+            on_offsets_marker=self._on_offsets_marker,
+        )
+
+    async def _describe_producers(self, request: ApiRequest) -> object:
+        return describe_producers.describe_producers(
             self._replicas(), request.body, request.api_version
         )
 
     async def _init_producer_id(self, request: ApiRequest) -> object:
+        """An idempotent producer's id from the ProducerIdManager; with a transactional id,
+        the transaction coordinator's (broker/txn/apis.py)."""
+        if self.transactions is not None and request.body.transactional_id is not None:
+            return await self.transactions.init_producer_id(request)
         assert self.producer_ids is not None
         return await init_producer_id(self.producer_ids, request.body, request.api_version)
 
@@ -250,6 +303,9 @@ class KafkaApis:
 
     async def _describe_configs(self, request: ApiRequest) -> object:
         return describe_configs_response(self._image(), request.body, self.node_id)
+
+    async def _describe_user_scram_credentials(self, request: ApiRequest) -> object:
+        return describe_user_scram_credentials(self._image(), request.body, request.api_version)
 
     async def _describe_topic_partitions(self, request: ApiRequest) -> object:
         return describe_topic_partitions_response(self._image(), request.body, self.listener_name)

@@ -38,12 +38,17 @@ from dataclasses import dataclass, field
 
 from broker.bugs import NO_EPOCH_BUMP
 from broker.producer_state import ProducerState
-from log.batch import iter_batches
+from log.batch import BatchHeader, iter_batches
+from log.end_txn_marker import EndTransactionMarker, decode_marker
 from log.log import Log
 from metadata.image import PartitionRegistration
 from metadata.records import NO_LEADER
 
 UNKNOWN_OFFSET = -1
+# Producer-state checkpoints kept in memory, at the latest segment boundaries: a truncation
+# (nearly always within the last segment or two) replays the log from the latest one below
+# its target instead of from the log start (Kafka keeps a snapshot file per segment).
+CHECKPOINTS_KEPT = 3
 
 
 class ReplicaState(enum.Enum):
@@ -118,6 +123,9 @@ class Partition:
     leader_epoch_start_offset: int = UNKNOWN_OFFSET
     remote: dict[int, ReplicaProgress] = field(default_factory=dict)
     bugs: frozenset[str] = frozenset()  # planted (broker/bugs.py); simulator only
+    # (segment base offset, producer state there), oldest first; see CHECKPOINTS_KEPT.
+    checkpoints: list[tuple[int, ProducerState]] = field(default_factory=list)
+    checkpointed_base: int = UNKNOWN_OFFSET  # the active segment base last looked at
 
     @property
     def key(self) -> tuple[str, int]:
@@ -126,6 +134,16 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.state is ReplicaState.LEADER
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the high watermark, or the first offset of the earliest transaction
+        still open or not yet replicated below it (where read_committed reads stop), but
+        never below the log start (Kafka's maybeIncrementFirstUnstableOffset: records
+        deleted by retention or DeleteRecords cannot hold consumers back)."""
+        high_watermark = self.high_watermark
+        stable = self.producers.last_stable_offset(high_watermark)
+        return max(stable, min(self.log.log_start_offset, high_watermark))
 
     @property
     def maximal_isr(self) -> tuple[int, ...]:
@@ -253,6 +271,7 @@ class Partition:
         if candidate <= self.high_watermark or candidate < self.leader_epoch_start_offset:
             return False
         self.high_watermark = candidate
+        self.producers.on_high_watermark(candidate)
         return True
 
     def isr_to_expand(
@@ -306,12 +325,71 @@ class Partition:
     def append_as_follower(self, records: memoryview | bytes, now_ms: int) -> int:
         """Append the leader's batches with their offsets and epochs; remember their
         producers, so this replica deduplicates as leader. Returns the new log end."""
+        log_end = self.log.log_end_offset
         info = self.log.append_as_follower(records)
         if info.first_offset >= 0:
-            for _position, header in iter_batches(records):
-                self.producers.record(header, header.base_offset, now_ms)
+            self.checkpoint_if_rolled(log_end)
+            for position, header in iter_batches(records):
+                marker = decode_marker(records, position, header)
+                self.record_append(header, header.base_offset, now_ms, marker)
         return self.log.log_end_offset
+
+    def record_append(
+        self,
+        header: BatchHeader,
+        first_offset: int,
+        now_ms: int,
+        marker: EndTransactionMarker | None = None,
+    ) -> None:
+        """An appended batch into the producer state, and an abort's ``.txnindex`` entry."""
+        aborted = self.producers.record(header, first_offset, now_ms, marker)
+        if aborted is not None:
+            self.log.append_aborted_txn(aborted)
+
+    def checkpoint_if_rolled(self, log_end_before: int) -> None:
+        """After an append, before its batches are recorded: if it rolled a segment, the
+        producer state as it is now is the state at the new segment's base offset."""
+        base = self.log.active_segment.base_offset
+        if base == self.checkpointed_base:
+            return
+        self.checkpointed_base = base
+        if base >= log_end_before:  # nothing was appended between the old log end and it
+            self.checkpoints.append((base, self.producers.copy()))
+            del self.checkpoints[:-CHECKPOINTS_KEPT]
 
     def follower_high_watermark(self, leader_high_watermark: int) -> None:
         """A follower's high watermark: the leader's, but never past its own log end."""
         self.high_watermark = max(0, min(leader_high_watermark, self.log.log_end_offset))
+        self.producers.on_high_watermark(self.high_watermark)
+
+    # ---- truncation ----------------------------------------------------------------------
+    async def truncate_to(self, offset: int) -> bool:
+        """Cut the log at ``offset`` and rebuild the producer state from what is left, as
+        Kafka's truncateTo does (the cut may have removed batches, transactions' first
+        batches or their markers). True if anything was removed."""
+        removed = await self.log.truncate_to(offset)
+        if removed:
+            self._rebuild_producers()
+        return removed
+
+    async def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log, restarting at ``offset``; no producer is known any more."""
+        await self.log.truncate_fully_and_start_at(offset)
+        self.checkpoints = []
+        self._rebuild_producers()
+
+    def _rebuild_producers(self) -> None:
+        """From the latest checkpoint at or below the new log end whose high watermark is
+        not above ours (it forgot the closed transactions below its own), else from the log
+        start."""
+        log = self.log
+        self.high_watermark = min(self.high_watermark, log.log_end_offset)
+        self.checkpoints = [c for c in self.checkpoints if c[0] <= log.log_end_offset]
+        usable = [c for c in self.checkpoints if c[1].high_watermark <= self.high_watermark]
+        self.producers = ProducerState.from_log(
+            log,
+            self.producers.expiration_ms,
+            self.high_watermark,
+            checkpoint=usable[-1] if usable else None,
+        )
+        self.checkpointed_base = log.active_segment.base_offset

@@ -4,8 +4,8 @@ broker hands out is unique across the cluster and across restarts.
 
 A producer that asks again with its id and epoch (KIP-360, after an error it cannot otherwise
 recover from) keeps its id with the next epoch, which fences its own older requests; when the
-epoch would overflow it gets a new id. A ``transactional_id`` needs the transaction
-coordinator, which kraft-py does not have: such requests get COORDINATOR_NOT_AVAILABLE.
+epoch would overflow it gets a new id. A ``transactional_id`` is the transaction
+coordinator's (broker/txn/); a broker without one answers COORDINATOR_NOT_AVAILABLE.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ import logging
 import os
 import random
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,27 +47,46 @@ from broker.bugs import (
 )
 from broker.controller_channel import ControllerSender
 from broker.fetcher import FetcherConfig, ReplicaFetcherManager
+from broker.metrics import BrokerTopicMetrics
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
+from broker.producer_snapshot import (
+    SnapshotEntry,
+    remove_snapshots,
+    take_snapshot,
+    write_snapshot,
+)
 from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState, Verdict
 from broker.purgatory import DelayedOperations
-from log.batch import parse_header
+from broker.txn_verification import TxnVerifier
+from log.batch import BatchHeader, parse_header
 from log.checkpoint import CheckpointError
 from log.clock import WallClock
 from log.config import LogConfig
+from log.descriptors import is_out_of_descriptors
+from log.end_txn_marker import EndTransactionMarker, encode_marker_batch
 from log.epoch_cache import UNDEFINED_EPOCH
 from log.errors import RecordError
 from log.fs import FileRegion, read_all, write_atomic
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.manager import LogManager
-from log.validator import PRODUCE_DECOMPRESSED_BYTES_MAX, validate_records
+from log.rate_limited_log import RateLimitedLog
+from log.txn_index import AbortedTxn
+from log.validator import (
+    PRODUCE_DECOMPRESSED_BYTES_MAX,
+    WALK_SLICE_RECORDS,
+    ValidatedBatch,
+    validate_records,
+    validate_records_in_slices,
+)
 from metadata.config_defs import CLUSTER_DEFAULT
-from metadata.delta import local_changes
-from metadata.image import EMPTY, MetadataImage, TopicImage
+from metadata.delta import TopicPartition, local_changes
+from metadata.image import EMPTY, MetadataImage, PartitionRegistration, TopicImage
 from metadata.records import ELR_FEATURE, NO_LEADER
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.replica_manager")
+_limited = RateLimitedLog(logger)
 
 PARTITION_METADATA_FILE = "partition.metadata"
 RECONCILE_RETRY_S = 1.0  # after a disk error, how soon the same image is tried again
@@ -76,9 +95,29 @@ BROKER_RESOURCE = 4  # ... and of broker configs (resource "" = cluster-wide def
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+HIGH_WATERMARK_OFFSET = -1  # DeleteRecords: up to the high watermark
 NO_EPOCH = -1
 ALTER_PARTITION_VERSION = 3
 ALTER_PARTITION_TIMEOUT_S = 30.0
+
+
+# The keys ReplicationConfig and its FetcherConfig read (kraft/config.py knows them, so they
+# get no "isn't a known config" warning).
+REPLICATION_KEYS = frozenset(
+    {
+        "replica.lag.time.max.ms",
+        "replica.high.watermark.checkpoint.interval.ms",
+        "transaction.partition.verification.enable",
+        "replica.fetch.backoff.ms",
+        "replica.fetch.max.bytes",
+        "replica.fetch.min.bytes",
+        "replica.fetch.response.max.bytes",
+        "replica.fetch.wait.max.ms",
+        "replica.socket.timeout.ms",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +129,7 @@ class ReplicationConfig:
     min_insync_replicas: int = 1  # min.insync.replicas (the broker default)
     inter_broker_listener_name: str | None = None  # None: a broker's first listener
     fetcher: FetcherConfig = field(default_factory=FetcherConfig)
+    transaction_partition_verification_enable: bool = True  # KIP-890 part 1
 
     @classmethod
     def from_properties(
@@ -103,6 +143,10 @@ class ReplicationConfig:
             min_insync_replicas=int(str(properties.get("min.insync.replicas", 1))),
             inter_broker_listener_name=listener_name,
             fetcher=FetcherConfig.from_properties(dict(properties)),
+            transaction_partition_verification_enable=str(
+                properties.get("transaction.partition.verification.enable", "true")
+            ).lower()
+            == "true",
         )
 
 
@@ -124,6 +168,9 @@ class ReadResult:
     records: bytes | FileRegion = b""  # a consumer or follower read: a region, unread
     diverging_epoch: int = UNDEFINED_EPOCH  # with diverging_end_offset: where to truncate
     diverging_end_offset: int = -1
+    last_stable_offset: int = -1
+    # read_committed: the aborted transactions overlapping the records read (else None)
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +209,15 @@ class ReplicaManager:
         # Partitions whose log could not be opened or configured: KAFKA_STORAGE_ERROR until
         # a restart, while every other partition is served (Kafka's offline replicas).
         self._offline: set[tuple[str, int]] = set()
+        # Partitions assigned here whose log was refused to keep the descriptor reserve
+        # (log/descriptors.py): tried again every RECONCILE_RETRY_S, served once opened.
+        self._waiting_for_descriptors: set[tuple[str, int]] = set()
+        self._descriptor_retry: asyncio.TimerHandle | None = None
         self._image: MetadataImage | None = None  # the image the partitions reflect
         self._latest: MetadataImage | None = None
         self._wake = asyncio.Event()
+        # One big produced batch validated in slices at a time (log/validator.py).
+        self._validation_lock = asyncio.Lock()
         self._reconciled = asyncio.Event()  # set and replaced after each reconciled image
         self._task: asyncio.Task[None] | None = None
         self.config = config or ReplicationConfig()
@@ -178,6 +231,8 @@ class ReplicaManager:
         self._shrink_task: asyncio.Task[None] | None = None
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._checkpointed: dict[tuple[str, int], int] = {}  # high watermarks at start-up
+        self.txn_verifier = TxnVerifier(node_id, lambda: self._latest, self._endpoint)
+        self.topic_metrics: BrokerTopicMetrics | None = None  # data_plane counts into it
 
     # ---- metadata --------------------------------------------------------------------------
     def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
@@ -189,6 +244,8 @@ class ReplicaManager:
         task fails if reconciling ever does, so the node's owner can fail loudly with it."""
         self._latest = image
         self._wake.set()
+        # The log cleaner leaves unfinished transactions alone (Kafka's LSO bound).
+        self.logs.last_stable_offset_provider = self.last_stable_offset_of
         loop = asyncio.get_running_loop()
         try:
             self._checkpointed = self.logs.read_high_watermarks()
@@ -210,6 +267,8 @@ class ReplicaManager:
             await self._reconciled.wait()
 
     async def close(self) -> None:
+        if self._descriptor_retry is not None:
+            self._descriptor_retry.cancel()
         tasks = [self._task, self._shrink_task, self._checkpoint_task, *self._isr_tasks.values()]
         for task in tasks:
             if task is not None:
@@ -219,9 +278,33 @@ class ReplicaManager:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self.fetchers.close()
+        await self.txn_verifier.close()
         self.delayed.notify_all()
+        await self._write_producer_snapshots()
         if self._checkpoint_task is not None:
             await self._checkpoint_high_watermarks()  # Kafka checkpoints them at shutdown too
+
+    async def _write_producer_snapshots(self) -> None:
+        """At shutdown, nothing appends any more: each online log's producer state as of its
+        log end, for the next clean start (broker/producer_snapshot.py)."""
+        for key, partition in sorted(self._partitions.items()):
+            log = partition.log
+            if self.logs.get_log(*key) is not log or not log.is_online:
+                continue
+            try:
+                await write_snapshot(
+                    self.logs.fs,
+                    log.dir_path,
+                    log.log_end_offset,
+                    partition.producers.snapshot_entries(),
+                )
+            except OSError as exc:  # only costs the next start a read of the log
+                logger.warning(
+                    "[ReplicaManager id=%d] no producer snapshot for %s-%d: %s",
+                    self.node_id,
+                    *key,
+                    exc,
+                )
 
     async def _checkpoint_high_watermarks_forever(self) -> None:
         """replication-offset-checkpoint every replica.high.watermark.checkpoint.interval.ms,
@@ -285,6 +368,7 @@ class ReplicaManager:
             key = (deleted.topic, deleted.partition)
             stopped = self._partitions.pop(key, None)  # no request finds it from here on
             self._offline.discard(key)
+            self._waiting_for_descriptors.discard(key)
             await self.fetchers.remove(key)
             if stopped is not None:
                 stopped.stop()
@@ -303,7 +387,7 @@ class ReplicaManager:
                 except OSError:  # what is left is set aside as a stray at the next start
                     logger.exception("[ReplicaManager id=%d] deleting %s-%d", self.node_id, *key)
         now_ms = self._clock.now_ms()
-        for changed, registration in (changes.leaders | changes.followers).items():
+        for changed, registration in self._to_apply(changes.leaders | changes.followers, image):
             key = (changed.topic, changed.partition)
             partition = self._partitions.get(key)
             if partition is None:
@@ -313,9 +397,13 @@ class ReplicaManager:
                 assert topic is not None, changed
                 try:
                     partition = self._partitions[key] = await self._open(topic, key[1], image)
-                except Exception:
-                    self._take_offline([key], "opening its log")
+                except Exception as error:
+                    if is_out_of_descriptors(error):
+                        self._wait_for_descriptors(key, error)
+                    else:
+                        self._take_offline([key], "opening its log")
                     continue
+                self._waiting_for_descriptors.discard(key)
             refetch = (
                 registration.leader != partition.leader
                 or registration.leader_epoch != partition.leader_epoch
@@ -328,7 +416,7 @@ class ReplicaManager:
             following = transition.after is ReplicaState.FOLLOWER
             if refetch and following and partition.leader != NO_LEADER:
                 if TRUNCATE_TO_HW in self.bugs and transition.new_epoch:
-                    await partition.log.truncate_to(partition.high_watermark)
+                    await partition.truncate_to(partition.high_watermark)
                 self.fetchers.add(partition)
             if transition.after is ReplicaState.LEADER:
                 self._maybe_advance_high_watermark(partition)
@@ -353,6 +441,44 @@ class ReplicaManager:
                 except ValueError:
                     hosted = [k for k in self._partitions if k[0] == name]
                     self._take_offline(hosted, "applying its topic config")
+
+    def _to_apply(
+        self, changed: dict[TopicPartition, PartitionRegistration], image: MetadataImage
+    ) -> list[tuple[TopicPartition, PartitionRegistration]]:
+        """The image's changes for this broker, plus the partitions still waiting for
+        descriptors that are assigned here (their registration as of ``image``)."""
+        pending = dict(changed)
+        for topic_name, index in sorted(self._waiting_for_descriptors):
+            topic = image.topics.get(topic_name)
+            registration = topic.partitions.get(index) if topic is not None else None
+            if registration is None or self.node_id not in registration.replicas:
+                self._waiting_for_descriptors.discard((topic_name, index))
+                continue
+            pending.setdefault(TopicPartition(topic_name, index), registration)
+        return list(pending.items())
+
+    def _wait_for_descriptors(self, key: tuple[str, int], error: BaseException) -> None:
+        """Not a failure of the partition: it is opened once descriptors are free again (a
+        partition deleted or moved here meanwhile). One line a minute says how many wait."""
+        self._waiting_for_descriptors.add(key)
+        if self._descriptor_retry is None:
+            self._descriptor_retry = asyncio.get_running_loop().call_later(
+                RECONCILE_RETRY_S, self._retry_waiting_partitions
+            )
+        _limited.log(
+            "waiting-for-descriptors",
+            logging.WARNING,
+            "[ReplicaManager id=%d] %d partition(s) assigned here wait for file descriptors, "
+            "%s-%d among them: %s",
+            self.node_id,
+            len(self._waiting_for_descriptors),
+            *key,
+            error,
+        )
+
+    def _retry_waiting_partitions(self) -> None:
+        self._descriptor_retry = None
+        self._wake.set()
 
     def _take_offline(self, keys: list[tuple[str, int]], doing: str) -> None:
         """One partition's failure is that partition's, never the reconciler's: it answers
@@ -429,17 +555,22 @@ class ReplicaManager:
         if self._recorded_topic_id(log) is None:
             marker = os.path.join(log.dir_path, PARTITION_METADATA_FILE)
             await write_atomic(self.logs.fs, marker, _partition_metadata(topic.topic_id))
-        partition = Partition(
-            topic.name,
-            index,
-            topic.topic_id,
-            log,
-            ProducerState.from_log(log, self._producer_id_expiration_ms),
-            self.node_id,
-            bugs=self.bugs,
-        )
         checkpointed = self._checkpointed.pop((topic.name, index), 0)
-        partition.high_watermark = max(log.log_start_offset, min(checkpointed, log.log_end_offset))
+        high_watermark = max(log.log_start_offset, min(checkpointed, log.log_end_offset))
+        # After a clean shutdown its producer snapshot spares reading the whole log.
+        log_dir = self.logs.log_dir_of(topic.name, index)
+        snapshot = None
+        if self.logs.had_clean_shutdown.get(log_dir or "", False):
+            snapshot = take_snapshot(self.logs.fs, log.dir_path)
+        else:
+            remove_snapshots(self.logs.fs, log.dir_path)
+        producers = ProducerState.from_log(
+            log, self._producer_id_expiration_ms, high_watermark, snapshot
+        )
+        partition = Partition(
+            topic.name, index, topic.topic_id, log, producers, self.node_id, bugs=self.bugs
+        )
+        partition.high_watermark = high_watermark
         return partition
 
     def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
@@ -464,6 +595,19 @@ class ReplicaManager:
         """The high watermark of a partition hosted here (None if not hosted)."""
         partition = self._partitions.get(key)
         return None if partition is None else partition.high_watermark
+
+    def active_producers(self, topic: str, index: int) -> ErrorCode | list[SnapshotEntry]:
+        """DescribeProducers: the leader's producers, as a snapshot would keep them."""
+        partition = self._leader(topic, index)
+        if isinstance(partition, ErrorCode):
+            return partition
+        return partition.producers.snapshot_entries()
+
+    def last_stable_offset_of(self, key: tuple[str, int]) -> int | None:
+        """The last stable offset of a partition hosted here (None if not hosted): the log
+        cleaner's bound, as Kafka's firstUncleanableOffset (open transactions stay)."""
+        partition = self._partitions.get(key)
+        return None if partition is None else partition.last_stable_offset
 
     # ---- high watermark and ISR ------------------------------------------------------------
     def _maybe_advance_high_watermark(self, partition: Partition) -> None:
@@ -643,9 +787,24 @@ class ReplicaManager:
         return partition
 
     async def append(
-        self, topic: str, index: int, records: bytes, acks: int, timeout_s: float
+        self,
+        topic: str,
+        index: int,
+        records: bytes,
+        acks: int,
+        timeout_s: float,
+        *,
+        transactional_id: str | None = None,
+        coordinator: bool = False,
     ) -> AppendResult:
-        """Append a producer's batches as leader; with acks=-1, wait for the high watermark."""
+        """Append a producer's batches as leader; with acks=-1, wait for the high watermark.
+        A producer's first transactional batch here is verified with its transaction
+        coordinator first (KIP-890 part 1, ``transactional_id`` from the Produce).
+
+        ``coordinator``: the broker's own coordinators' batches (Kafka's AppendOrigin
+        COORDINATOR: transactional offset commits in ``__consumer_offsets``), which are not
+        a producer's to sequence-check, but still enter the producer state (their
+        transaction is open until its marker)."""
         partition = self._leader(topic, index)
         if isinstance(partition, ErrorCode):
             return AppendResult(partition)
@@ -661,11 +820,11 @@ class ReplicaManager:
                 ErrorCode.invalid_record,
                 message="A produce request must carry exactly one record batch per partition",
             )
-        if header.is_control or header.is_transactional:
-            # Control batches are the broker's own; transactions need a coordinator.
+        if header.is_control:
+            # Markers are the broker's own, written by write_txn_marker for WriteTxnMarkers.
             return AppendResult(
                 ErrorCode.invalid_record,
-                message="Control and transactional batches are not accepted from producers",
+                message="Control batches are not accepted from producers",
             )
         min_isr = self._min_insync_replicas(topic)
         if acks == -1 and len(partition.isr) < min_isr:
@@ -674,31 +833,43 @@ class ReplicaManager:
                 message=f"The ISR of {topic}-{index} has {len(partition.isr)} replicas, fewer "
                 f"than min.insync.replicas {min_isr}",
             )
+        validated: ValidatedBatch | None
         try:
             # Every record parsed and the topic's configs applied before anything is stored,
             # duplicates included, as Kafka validates before its producer-state check.
-            validated = validate_records(
-                records,
-                log.config,
-                self._clock.now_ms(),
-                max_decompressed_bytes=PRODUCE_DECOMPRESSED_BYTES_MAX,
-            )
+            if header.records_count <= WALK_SLICE_RECORDS:
+                validated = validate_records(
+                    records,
+                    log.config,
+                    self._clock.now_ms(),
+                    max_decompressed_bytes=PRODUCE_DECOMPRESSED_BYTES_MAX,
+                )
+            else:
+                validated = await self._validate_in_slices(partition, records, log)
         except RecordError as error:
             return AppendResult(
                 ErrorCode(error.kafka_error_code),
                 message=str(error),
                 record_errors=error.record_errors,
             )
-        verdict = partition.producers.check(header)
+        if validated is None:
+            return AppendResult(ErrorCode.not_leader_or_follower)
+        verdict = Verdict() if coordinator else partition.producers.check(header)
         if SKIP_SEQUENCE_CHECK in self.bugs and verdict.duplicate_of >= 0:
             verdict = Verdict()
         if verdict.error != ErrorCode.none:
             return AppendResult(verdict.error, message=f"producer {header.producer_id}")
+        if verdict.append and self._needs_verification(partition, header, transactional_id):
+            assert transactional_id is not None
+            verdict = await self._verify_transaction(partition, header, transactional_id)
+            if verdict.error != ErrorCode.none:
+                return AppendResult(verdict.error, message=f"producer {header.producer_id}")
         if verdict.append:
             try:
                 epoch = partition.leader_epoch
                 if NO_EPOCH_BUMP in self.bugs:
                     epoch = log.leader_epoch_cache.latest_epoch or 0
+                log_end = log.log_end_offset
                 info = log.append_as_leader(validated.records, epoch)
             except RecordError as error:
                 return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
@@ -707,7 +878,8 @@ class ReplicaManager:
                 if log_dir is not None:
                     self.logs.fail_log_dir(log_dir, error)
                 return AppendResult(ErrorCode.kafka_storage_error, message=str(error))
-            partition.producers.record(header, info.first_offset, self._clock.now_ms())
+            partition.checkpoint_if_rolled(log_end)
+            partition.record_append(header, info.first_offset, self._clock.now_ms())
             first, last = info.first_offset, info.last_offset
             self._maybe_advance_high_watermark(partition)
             self.delayed.notify(partition.key)  # followers' fetches wait for this
@@ -721,12 +893,67 @@ class ReplicaManager:
         )
         if acks != -1 or ACK_BEFORE_FETCH in self.bugs:
             return result
+        return await self._wait_replicated(partition, last, min_isr, timeout_s, result)
+
+    def _needs_verification(
+        self, partition: Partition, header: BatchHeader, transactional_id: str | None
+    ) -> bool:
+        """Kafka verifies a transactional batch whose producer has no transaction open on
+        the partition yet, when the request names its transactional id."""
+        return (
+            header.is_transactional
+            and transactional_id is not None
+            and self.config.transaction_partition_verification_enable
+            and not partition.producers.in_transaction(header.producer_id)
+        )
+
+    async def _verify_transaction(
+        self, partition: Partition, header: BatchHeader, transactional_id: str
+    ) -> Verdict:
+        """Ask the coordinator (broker/txn_verification.py); then check again what may have
+        changed while it answered: leadership, a truncation, a marker for the producer
+        (Kafka's verification guard: a transaction ended meanwhile must not be reopened by
+        a batch verified against it)."""
+        producers = partition.producers
+        producer_id = header.producer_id
+        marker = producers.last_marker_of(producer_id)
+        epoch = partition.leader_epoch
+        error = await self.txn_verifier.verify(
+            transactional_id,
+            producer_id,
+            header.producer_epoch,
+            partition.topic,
+            partition.index,
+        )
+        if error != ErrorCode.none:
+            return Verdict(error)
+        if (
+            self._partitions.get(partition.key) is not partition
+            or not partition.is_leader
+            or partition.leader_epoch != epoch
+        ):
+            return Verdict(ErrorCode.not_leader_or_follower)
+        if partition.producers is not producers or producers.last_marker_of(producer_id) != marker:
+            return Verdict(ErrorCode.invalid_txn_state)
+        return producers.check(header)  # another batch may have been appended meanwhile
+
+    async def _wait_replicated(
+        self,
+        partition: Partition,
+        last: int,
+        min_isr: int,
+        timeout_s: float,
+        result: AppendResult,
+    ) -> AppendResult:
+        """acks=all: ``result`` once the high watermark passes ``last``, or why not (Kafka's
+        DelayedProduce, parked in the partition's purgatory)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         epoch = partition.leader_epoch
-        while True:  # Kafka's DelayedProduce; bounded by the deadline
+        first = result.base_offset
+        while True:  # bounded by the deadline
             if (
-                self._partitions.get((topic, index)) is not partition
+                self._partitions.get(partition.key) is not partition
                 or not partition.is_leader
                 or partition.leader_epoch != epoch
             ):
@@ -736,12 +963,116 @@ class ReplicaManager:
                     return AppendResult(
                         ErrorCode.not_enough_replicas_after_append,
                         first,
-                        message=f"The ISR of {topic}-{index} shrank below "
-                        f"min.insync.replicas {min_isr} after the append",
+                        message=f"The ISR of {partition.topic}-{partition.index} shrank "
+                        f"below min.insync.replicas {min_isr} after the append",
                     )
                 return result
             if not await self.delayed.wait((partition.key,), deadline - loop.time()):
                 return AppendResult(ErrorCode.request_timed_out, first)
+
+    async def write_txn_marker(
+        self,
+        topic: str,
+        index: int,
+        producer_id: int,
+        producer_epoch: int,
+        marker: EndTransactionMarker,
+        timeout_s: float,
+        *,
+        epoch_bumped: bool = False,
+    ) -> AppendResult:
+        """Append a commit or abort marker for ``producer_id`` as leader and answer once it
+        is replicated, as acks=all (Kafka's appendRecords from the coordinator origin).
+        A retry of the marker last written is not appended again: it waits for that one.
+        ``epoch_bumped``: a transaction version 2 marker (its epoch must be newer)."""
+        partition = self._leader(topic, index)
+        if isinstance(partition, ErrorCode):
+            return AppendResult(partition)
+        if producer_id < 0 or producer_epoch < 0:
+            return AppendResult(ErrorCode.invalid_producer_epoch, message="no producer")
+        min_isr = self._min_insync_replicas(topic)
+        if len(partition.isr) < min_isr:
+            return AppendResult(
+                ErrorCode.not_enough_replicas,
+                message=f"The ISR of {topic}-{index} has {len(partition.isr)} replicas, fewer "
+                f"than min.insync.replicas {min_isr}",
+            )
+        verdict = partition.producers.check_marker(
+            producer_id, producer_epoch, marker, epoch_bumped=epoch_bumped
+        )
+        if verdict.error != ErrorCode.none:
+            return AppendResult(verdict.error, message=f"producer {producer_id}")
+        log = partition.log
+        if verdict.append:
+            now_ms = self._clock.now_ms()
+            batch = encode_marker_batch(producer_id, producer_epoch, marker, now_ms)
+            try:
+                log_end = log.log_end_offset
+                info = log.append_as_leader(bytearray(batch), partition.leader_epoch)
+                partition.checkpoint_if_rolled(log_end)
+                partition.record_append(parse_header(batch), info.first_offset, now_ms, marker)
+            except OSError as error:
+                log_dir = self.logs.log_dir_of(topic, index)
+                if log_dir is not None:
+                    self.logs.fail_log_dir(log_dir, error)
+                return AppendResult(ErrorCode.kafka_storage_error, message=str(error))
+            offset = info.first_offset
+            self._maybe_advance_high_watermark(partition)
+            self.delayed.notify(partition.key)
+        else:
+            offset = verdict.duplicate_of
+        result = AppendResult(ErrorCode.none, offset, log.log_start_offset)
+        return await self._wait_replicated(partition, offset, min_isr, timeout_s, result)
+
+    async def delete_records(self, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
+        """DeleteRecords as leader (Kafka's Partition.deleteRecordsOnLeader): raise the log
+        start offset to ``offset`` (-1: the high watermark); followers follow through the
+        log_start_offset of their fetch responses. (error, the leader's new log start)."""
+        partition = self._leader(topic, index)
+        if isinstance(partition, ErrorCode):
+            return partition, -1
+        log, high_watermark = partition.log, partition.high_watermark
+        if not log.config.delete:  # a compacted topic's records are the cleaner's to remove
+            return ErrorCode.policy_violation, -1
+        target = high_watermark if offset == HIGH_WATERMARK_OFFSET else offset
+        if not 0 <= target <= high_watermark:
+            return ErrorCode.offset_out_of_range, -1
+        try:
+            return ErrorCode.none, await log.delete_records(target, high_watermark=high_watermark)
+        except KafkaStorageError:
+            return ErrorCode.kafka_storage_error, -1
+        except OSError as error:  # the checkpoint write failed: its dir goes offline
+            log_dir = self.logs.log_dir_of(topic, index)
+            if log_dir is not None:
+                self.logs.fail_log_dir(log_dir, error)
+            return ErrorCode.kafka_storage_error, -1
+
+    def min_insync_replicas(self, topic: str) -> int:
+        """min.insync.replicas of ``topic`` as appends see it (the metrics read it)."""
+        return self._min_insync_replicas(topic)
+
+    async def _validate_in_slices(
+        self, partition: Partition, records: bytes, log: Log
+    ) -> ValidatedBatch | None:
+        """A batch of many records (up to 1.78M in 16 MiB inflated: 7.9 s of loop on main)
+        validated a slice at a time, one such batch at a time broker-wide (so at most one
+        big inflated payload exists); None when the partition's leadership changed
+        meanwhile (the caller answers NOT_LEADER_OR_FOLLOWER, and the producer retries)."""
+        epoch = partition.leader_epoch
+        async with self._validation_lock:
+            validated = await validate_records_in_slices(
+                records,
+                log.config,
+                self._clock.now_ms(),
+                max_decompressed_bytes=PRODUCE_DECOMPRESSED_BYTES_MAX,
+            )
+        if (
+            self._leader(*partition.key) is not partition
+            or partition.leader_epoch != epoch
+            or partition.log is not log
+        ):
+            return None
+        return validated
 
     def _min_insync_replicas(self, topic: str) -> int:
         """min.insync.replicas of ``topic``: its own config, this broker's dynamic one,
@@ -765,12 +1096,18 @@ class ReplicaManager:
         *,
         min_one_message: bool,
         last_fetched_epoch: int = UNDEFINED_EPOCH,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> ReadResult:
-        """A consumer's read: whole batches from ``offset``, none at or past the high watermark."""
+        """A consumer's read: whole batches from ``offset``, none at or past the high
+        watermark, or, read_committed, the last stable offset, with the aborted
+        transactions among them (from the ``.txnindex``)."""
         partition = self._leader(topic, index, current_leader_epoch)
         if isinstance(partition, ErrorCode):
             return ReadResult(partition)
-        return self._read(partition, offset, max_bytes, min_one_message, last_fetched_epoch, True)
+        committed = isolation_level == READ_COMMITTED
+        return self._read(
+            partition, offset, max_bytes, min_one_message, last_fetched_epoch, True, committed
+        )
 
     def read_for_follower(
         self,
@@ -820,8 +1157,10 @@ class ReplicaManager:
         min_one_message: bool,
         last_fetched_epoch: int,
         to_high_watermark: bool,
+        committed: bool = False,
     ) -> ReadResult:
         log, hw = partition.log, partition.high_watermark
+        stable = partition.last_stable_offset
         if last_fetched_epoch != UNDEFINED_EPOCH:
             # KIP-320: the fetcher's log must agree with ours up to ``offset``; if not, it
             # is told where its last epoch ends here and truncates there.
@@ -830,22 +1169,40 @@ class ReplicaManager:
                 # Kafka: the end of that epoch cannot be determined here.
                 return ReadResult(ErrorCode.offset_out_of_range, hw, log.log_start_offset)
             if epoch < last_fetched_epoch or end < offset:
-                return ReadResult(ErrorCode.none, hw, log.log_start_offset, b"", epoch, end)
+                return ReadResult(ErrorCode.none, hw, log.log_start_offset, b"", epoch, end, stable)
+        max_offset = None
+        if to_high_watermark:
+            max_offset = stable if committed else hw
         try:
             # Past the high watermark but within the log is not out of range (Kafka): a
             # consumer there waits for the records to commit.
             data = log.read(
                 offset,
                 max_bytes,
-                max_offset=hw if to_high_watermark else None,
+                max_offset=max_offset,
                 min_one_message=min_one_message,
                 skip_emptied=to_high_watermark,  # consumers only: replicas copy them
             )
+            aborted = None
+            if committed:
+                # The transactions aborted within what is read (Kafka's upper bound is the
+                # offset after the read; an empty read needs none).
+                found = log.collect_aborted_txns(offset, data.next_offset) if data.records else []
+                aborted = tuple(found)
         except OffsetOutOfRangeError:
-            return ReadResult(ErrorCode.offset_out_of_range, hw, log.log_start_offset)
+            return ReadResult(
+                ErrorCode.offset_out_of_range, hw, log.log_start_offset, last_stable_offset=stable
+            )
         except KafkaStorageError:
             return ReadResult(ErrorCode.kafka_storage_error)
-        return ReadResult(ErrorCode.none, hw, log.log_start_offset, data.records)
+        return ReadResult(
+            ErrorCode.none,
+            hw,
+            log.log_start_offset,
+            data.records,
+            last_stable_offset=stable,
+            aborted_transactions=aborted,
+        )
 
     def offset_for_leader_epoch(
         self, topic: str, index: int, current_leader_epoch: int, leader_epoch: int
@@ -859,14 +1216,77 @@ class ReplicaManager:
         return ErrorCode.none, epoch, end
 
     def list_offset(
-        self, topic: str, index: int, timestamp: int, current_leader_epoch: int
+        self,
+        topic: str,
+        index: int,
+        timestamp: int,
+        current_leader_epoch: int,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> OffsetResult:
-        """ListOffsets: earliest, latest (the high watermark), the record with the largest
-        timestamp, or the first record whose timestamp is at or after ``timestamp``."""
+        """ListOffsets: earliest, latest (the high watermark, or read_committed the last
+        stable offset), the record with the largest timestamp, or the first record whose
+        timestamp is at or after ``timestamp`` (below that same bound, as Kafka's
+        lastFetchableOffset)."""
+        steps = self._list_offset_steps(
+            topic, index, timestamp, current_leader_epoch, isolation_level
+        )
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    async def list_offset_in_slices(
+        self,
+        topic: str,
+        index: int,
+        timestamp: int,
+        current_leader_epoch: int,
+        isolation_level: int = READ_UNCOMMITTED,
+    ) -> OffsetResult:
+        """list_offset, serving the loop between slices of a big batch's walk; one lookup
+        by timestamp at a time broker-wide (the lock big produced batches take too), so at
+        most one big inflated payload exists. NOT_LEADER_OR_FOLLOWER if the partition's
+        leadership moved meanwhile."""
+        if timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+            return self.list_offset(topic, index, timestamp, current_leader_epoch, isolation_level)
+        async with self._validation_lock:
+            partition = self._leader(topic, index, current_leader_epoch)
+            epoch = partition.leader_epoch if isinstance(partition, Partition) else NO_EPOCH
+            steps = self._list_offset_steps(
+                topic, index, timestamp, current_leader_epoch, isolation_level
+            )
+            sliced = False
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    result: OffsetResult = done.value
+                    break
+                sliced = True
+                await asyncio.sleep(0)
+        if sliced and (
+            self._leader(topic, index) is not partition
+            or not isinstance(partition, Partition)
+            or partition.leader_epoch != epoch
+        ):
+            return OffsetResult(ErrorCode.not_leader_or_follower)
+        return result
+
+    def _list_offset_steps(
+        self,
+        topic: str,
+        index: int,
+        timestamp: int,
+        current_leader_epoch: int,
+        isolation_level: int,
+    ) -> Generator[None, None, OffsetResult]:
         partition = self._leader(topic, index, current_leader_epoch)
         if isinstance(partition, ErrorCode):
             return OffsetResult(partition)
         log, hw, epoch = partition.log, partition.high_watermark, partition.leader_epoch
+        if isolation_level == READ_COMMITTED:
+            hw = partition.last_stable_offset
         if timestamp == EARLIEST_TIMESTAMP:
             start = log.log_start_offset
             return OffsetResult(ErrorCode.none, -1, start, _epoch_at(log, start, epoch))
@@ -880,7 +1300,7 @@ class ReplicaManager:
         elif timestamp < 0:
             return OffsetResult(ErrorCode.invalid_request)
         try:
-            found = log.fetch_offset_by_timestamp(timestamp)
+            found = yield from log.offset_by_timestamp_steps(timestamp)
         except RecordError as error:  # a stored batch that does not inflate within the bound
             return OffsetResult(ErrorCode(error.kafka_error_code))
         if found is None or found[0] >= hw:

@@ -50,13 +50,15 @@ async def write_bootstrap(
     fs: FileSystem,
     directory: str,
     timestamp_ms: int,
+    extra: tuple[MetadataRecord, ...] = (),
     *,
     dynamic: bool = False,
     voters: VoterSet | None = None,
 ) -> None:
-    """Write the bootstrap records atomically (temp file, fsync, rename); with ``dynamic``,
+    """Write the bootstrap records atomically (temp file, fsync, rename); ``extra`` follow
+    the features (the SCRAM credentials of ``format --add-scram``); with ``dynamic``,
     kraft.version 1 and the initial ``voters`` (None: this node joins a running quorum)."""
-    records = [Record(None, encode_record(r), timestamp_ms) for r in BOOTSTRAP_FEATURES]
+    records = [Record(None, encode_record(r), timestamp_ms) for r in (*BOOTSTRAP_FEATURES, *extra)]
     control = []
     if dynamic:
         control.append(kraft_version_record(KRAFT_VERSION_DYNAMIC, timestamp_ms))

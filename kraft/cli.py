@@ -40,6 +40,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="join a running dynamic quorum (added later with add-controller)",
     )
+    fmt.add_argument(
+        "-S",
+        "--add-scram",
+        action="append",
+        default=[],
+        metavar="MECHANISM=[name=...,password=...]",
+        help="a SCRAM credential for the bootstrap metadata (repeatable)",
+    )
     start = sub.add_parser("start", help="run a broker, a controller, or both")
     start.add_argument("config", help="server.properties")
     sub.add_parser("random-uuid", help="print a new cluster id")
@@ -55,6 +63,16 @@ def _parser() -> argparse.ArgumentParser:
     remove.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,HOST:PORT...]")
     remove.add_argument("--controller-id", type=int, required=True)
     remove.add_argument("--controller-directory-id", required=True)
+    state = sub.add_parser(
+        "quorum-state", help="show a stopped node's election state, or reset its epoch"
+    )
+    state.add_argument("-c", "--config", required=True, help="server.properties")
+    state.add_argument(
+        "--reset-epoch",
+        type=int,
+        metavar="N",
+        help="rewrite quorum-state to epoch N, no leader, no vote (docs/raft.md, Epoch cliff)",
+    )
     dump = sub.add_parser("dump-log", help="print the batches of log, index and timeindex files")
     dump.add_argument("files", nargs="+")
     dump.add_argument("--print-records", action="store_true")
@@ -212,7 +230,24 @@ def _run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         for warning in unknown_key_warnings(config):
             logger.warning(warning)
+        if args.command == "quorum-state":
+            from kraft.quorum_reset import quorum_status
+
+            before, after = asyncio.run(quorum_status(config, reset_epoch=args.reset_epoch))
+            if after is None:
+                print(before.describe())
+            else:
+                print(f"Reset {before.describe()}")
+                print(f"   to {after.describe()}")
+            return 0
         if args.command == "format":
+            from kraft.scram_args import ScramArgumentError, parse_add_scram
+
+            try:
+                credentials = tuple(parse_add_scram(text) for text in args.add_scram)
+            except ScramArgumentError as error:
+                print(f"kraft-server format: {error}", file=sys.stderr)
+                return 2
             formatted = asyncio.run(
                 format_dirs(
                     RealFileSystem(),
@@ -225,6 +260,7 @@ def _run(args: argparse.Namespace) -> int:
                     if args.initial_controllers is not None
                     else None,
                     no_initial_controllers=args.no_initial_controllers,
+                    bootstrap_records=credentials,
                 )
             )
             for directory in formatted:

@@ -17,7 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from broker.group.config import KEYS as GROUP_COORDINATOR_KEYS
 from broker.group.config import GroupCoordinatorConfig
+from broker.replica_manager import REPLICATION_KEYS
+from broker.txn.config import KEYS as TXN_COORDINATOR_KEYS
+from broker.txn.config import TransactionCoordinatorConfig
 from kraft.properties import parse_properties
+from kraft.security import NodeSecurity, SecurityConfigError, is_security_key, parse_security
 from log.config import LOG_CONFIG_KEYS, LOG_MANAGER_KEYS, LogConfig, LogManagerConfig
 from metadata.config_defs import BROKER_DYNAMIC_CONFIGS, TOPIC_CONFIGS
 
@@ -28,7 +32,6 @@ MAX_PORT = 65535
 KAFKA_KEYS_NOT_USED = frozenset(
     {
         "group.initial.rebalance.delay.ms",
-        "listener.security.protocol.map",
         # One log cleaner task on the event loop (log/manager.py), never a thread pool.
         "log.cleaner.threads",
         "num.io.threads",
@@ -40,8 +43,6 @@ KAFKA_KEYS_NOT_USED = frozenset(
         "socket.receive.buffer.bytes",
         "socket.request.max.bytes",
         "socket.send.buffer.bytes",
-        "transaction.state.log.min.isr",
-        "transaction.state.log.replication.factor",
     }
 )
 
@@ -167,6 +168,20 @@ class ServerConfig(BaseModel):
         default=1000, alias="max.incremental.fetch.session.cache.slots", ge=0
     )
     inter_broker_listener_name: str = Field(default="PLAINTEXT", alias="inter.broker.listener.name")
+    # Where Prometheus scrapes /metrics (kraft/metrics_http.py); absent or empty: not served.
+    metrics_listener: Endpoint | None = Field(default=None, alias="metrics.listener")
+
+    @field_validator("metrics_listener", mode="before")
+    @classmethod
+    def _metrics_listener(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        if not value.strip():
+            return None
+        endpoints = parse_endpoints(value)
+        if len(endpoints) != 1 or endpoints[0].name != "HTTP":
+            raise ValueError(f"{value!r} is not http://host:port")
+        return endpoints[0]
 
     @field_validator("queued_max_request_bytes")
     @classmethod
@@ -219,6 +234,15 @@ class ServerConfig(BaseModel):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
+    @field_validator("log_dirs")
+    @classmethod
+    def _some_log_dir(cls, value: list[str]) -> list[str]:
+        # Every node keeps meta.properties (and a controller its quorum-state) in a log dir;
+        # Kafka's log.dirs falls back to log.dir, which kraft-py does not have.
+        if not value:
+            raise ValueError("must name at least one directory")
+        return value
+
     @property
     def metadata_dir(self) -> str:
         """Where __cluster_metadata-0 and quorum-state live (metadata.log.dir or log.dirs[0])."""
@@ -244,6 +268,18 @@ class ServerConfig(BaseModel):
             for e in endpoints
             if e.name not in self.controller_listener_names
         ]
+
+    def security(self) -> NodeSecurity:
+        """Every listener's security protocol, TLS and SASL settings (kraft/security.py);
+        validated by config_from_properties, so this raises only for a config built
+        without it."""
+        return parse_security(
+            self.model_extra or {},
+            listener_names=[e.name for e in self.listeners],
+            controller_names=[n.upper() for n in self.controller_listener_names],
+            inter_broker_listener=self.inter_broker_listener_name,
+            is_broker="broker" in self.process_roles,
+        )
 
     def controller_endpoint(self) -> Endpoint:
         """The listener this node's quorum RPCs are served on."""
@@ -280,6 +316,16 @@ def config_from_properties(
     props: dict[str, str], source: str = "server.properties"
 ) -> ServerConfig:
     """Validate parsed properties; relative log dirs are taken as given (cwd-relative)."""
+    inter_broker_protocol = props.get("security.inter.broker.protocol")
+    if inter_broker_protocol is not None:
+        # Kafka: the inter-broker listener is the one named after this protocol; the two
+        # keys together are ambiguous and refused.
+        if "inter.broker.listener.name" in props:
+            raise ConfigError(
+                f"{source}: security.inter.broker.protocol: only one of it and "
+                "inter.broker.listener.name may be set"
+            )
+        props = {**props, "inter.broker.listener.name": inter_broker_protocol.strip().upper()}
     try:
         config = ServerConfig.model_validate(props)
     except ValidationError as error:
@@ -309,6 +355,16 @@ def config_from_properties(
             f"{source}: controller.quorum.voters: node.id {config.node_id} is a controller "
             "but not one of the voters"
         )
+    metrics = config.metrics_listener
+    if metrics is not None and metrics.port != 0:
+        for endpoint in config.listeners:
+            if endpoint.port == metrics.port and (
+                endpoint.host == metrics.host or not endpoint.host or not metrics.host
+            ):
+                raise ConfigError(
+                    f"{source}: metrics.listener: port {metrics.port} is the {endpoint.name} "
+                    "listener's; metrics are served on a port of their own"
+                )
     if "controller" in config.process_roles:
         config.controller_endpoint()
     if "broker" in config.process_roles:
@@ -322,8 +378,13 @@ def config_from_properties(
             )
         try:
             GroupCoordinatorConfig.from_properties(config.model_extra or {})
+            TransactionCoordinatorConfig.from_properties(config.model_extra or {})
         except ValueError as error:
             raise ConfigError(f"{source}: {error}") from None
+    try:
+        config.security()
+    except SecurityConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
     return config
 
 
@@ -334,7 +395,7 @@ def unknown_key_warnings(config: ServerConfig) -> list[str]:
     known = sorted(_KNOWN_KEYS)
     warnings = []
     for key in sorted(config.model_extra or {}):
-        if key in _KNOWN_KEYS:
+        if key in _KNOWN_KEYS or is_security_key(key):
             continue
         close = difflib.get_close_matches(key, known, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -355,4 +416,6 @@ _KNOWN_KEYS = frozenset(
     | BROKER_DYNAMIC_CONFIGS.keys()
     | KAFKA_KEYS_NOT_USED
     | GROUP_COORDINATOR_KEYS
+    | TXN_COORDINATOR_KEYS
+    | REPLICATION_KEYS
 )

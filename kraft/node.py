@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import functools
 import logging
@@ -32,21 +33,30 @@ from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import GroupCoordinator
 from broker.kafka_apis import KafkaApis, loop_time
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
+from broker.log_admin import log_admin_apis
+from broker.metrics import BrokerMetricsPublisher
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager, ReplicationConfig
+from broker.security import Authenticated, authenticating, served_apis
+from broker.txn.apis import TxnApis
+from broker.txn.config import TransactionCoordinatorConfig
+from broker.txn.coordinator import TransactionCoordinator
 from kraft.bootstrap import read_bootstrap, read_bootstrap_quorum
 from kraft.config import ServerConfig
+from kraft.metrics import NodeMetrics
 from kraft.storage import metadata_directory_id
 from log.config import LogConfig, LogManagerConfig
+from log.descriptors import DescriptorReserve, default_reserve
 from log.manager import METADATA_PARTITION_DIR, LogManager
+from log.rate_limited_log import RateLimitedLog
 from log.records import Record
 from log.runtime import Runtime
+from metadata.controller.internal_topics import internal_creator_client_id
 from metadata.controller.quorum_controller import (
     CONTROLLER_BUGS,
     ControllerConfig,
     QuorumController,
 )
-from metadata.controller.topics import INTERNAL_TOPIC_CREATOR
 from metadata.loader import MetadataLoader, MetadataPublisher
 from metadata.records import Listener
 from protocol.api_keys import ApiKey
@@ -60,7 +70,11 @@ from protocol.api_table import (
     ApiTable,
     ServedApis,
 )
-from protocol.server import NetworkLimits, RequestBytesBudget, serve_connection
+from protocol.connect import Connector
+from protocol.sasl import ScramCredential
+from protocol.security import ClientSecurity, SecurityProtocol
+from protocol.server import Handler, NetworkLimits, RequestBytesBudget, serve_connection
+from protocol.tls import server_context
 from raft.core import Event, RaftConfig, Role, RoleChanged, Truncated
 from raft.disk_log import DiskLog
 from raft.driver import NODE_BUGS as RAFT_BUGS
@@ -68,6 +82,7 @@ from raft.driver import CommittedBatch, RaftListener, RaftNode, RaftNodeConfig
 from raft.snapshot import SnapshotId
 
 logger = logging.getLogger("kraft.node")
+_limited = RateLimitedLog(logger)
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
 # How a listener is opened: asyncio.start_server (also the simulator's), or the real
 # process's broker.acceptor.start_acceptor with its out-of-descriptors backoff.
@@ -130,7 +145,11 @@ class KraftNode:
         publishers: Sequence[MetadataPublisher] = (),
         listen: Listen = asyncio.start_server,
         raft_listeners: Sequence[RaftListener] = (),
+        metrics: NodeMetrics | None = None,
+        descriptor_baseline: int = 0,
     ) -> None:
+        """``descriptor_baseline``: descriptors the process held at start outside the
+        filesystem seam (kraft/server.py measures it; log/descriptors.py)."""
         self.runtime = runtime
         self.config = config
         self.cluster_id = cluster_id
@@ -146,6 +165,28 @@ class KraftNode:
             for plane in ("broker", "controller")
         }
         self._raft_listeners = tuple(raft_listeners)  # after the loader, e.g. a checker
+        # What Prometheus scrapes (kraft/metrics.py); None counts nothing at all.
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.attach(self)
+            metrics.budgets = self._budgets
+        reserve = LogManagerConfig.from_properties(dict(config.model_extra or {}))
+        reserve_size = reserve.open_files_reserve
+        if reserve_size < 0:
+            reserve_size = default_reserve(runtime.fs.descriptor_limit())
+        # New partitions and client connections stop short of it; checkpoints, the metadata
+        # log and segment rolls draw on it.
+        self.descriptors = DescriptorReserve(
+            runtime.fs,
+            reserve_size,
+            baseline=descriptor_baseline,
+            sources=[lambda: len(self._connections)],
+        )
+        # Each listener's TLS and SASL (kraft/security.py), and how this node connects to
+        # the controllers and, as a follower, to the other brokers.
+        self.security = config.security()
+        self._controller_connector = _connector(self.security.controller_client)
+        self._inter_broker_connector = _connector(self.security.inter_broker_client)
         self.metadata_dir = os.path.join(config.metadata_dir, METADATA_PARTITION_DIR)
         self.is_controller = "controller" in config.process_roles
         self.is_broker = "broker" in config.process_roles
@@ -160,8 +201,11 @@ class KraftNode:
         self.groups: GroupCoordinator | None = None
         self._group_apis: GroupApis | None = None
         self._controller_served: ServedApis | None = None  # the controller listener's table
+        self.transactions: TransactionCoordinator | None = None
+        self._controller_handle: Handler | None = None  # its dispatch, measured with metrics
         self._channel: ControllerChannel | None = None
         self._internal_channel: ControllerChannel | None = None
+        self._forwarding_channel: ControllerChannel | None = None
         self._servers: list[Any] = []  # asyncio.Server or broker.acceptor.Acceptor
         # Handlers of the connections our listeners accepted: a server's close() leaves
         # them open, and a handler still pending when the loop ends is cancelled, which
@@ -198,6 +242,7 @@ class KraftNode:
                 initial_kraft_version=quorum.kraft_version or 0,
                 bootstrap_servers=tuple(config.controller_quorum_bootstrap_servers),
                 controller_listener=config.controller_listener_names[0],
+                connector=self._controller_connector,
             ),
             self.log,
         )
@@ -214,6 +259,8 @@ class KraftNode:
         raft.add_listener(_RoleLogger(config.node_id))
         for listener in self._raft_listeners:
             raft.add_listener(listener)
+        if self.metrics is not None and self.metrics.raft is not None:
+            raft.add_listener(self.metrics.raft)
         if self.is_controller:
             self.controller = QuorumController(
                 runtime,
@@ -241,17 +288,23 @@ class KraftNode:
         await raft.start()
         if self.is_controller:
             self._controller_served = self._controller_table()
+            self._controller_handle = self._measured(self._controller_served.handle)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._run_quorum(raft)))
         if self.is_controller:
             endpoint = config.controller_endpoint()
             self._servers.append(
-                await self._listen(self._serve_controller, endpoint.host or None, endpoint.port)
+                await self._listen(
+                    self._serve_controller,
+                    endpoint.host or None,
+                    endpoint.port,
+                    **self._tls_of(endpoint.name),
+                )
             )
             logger.info(
                 "[ControllerServer id=%d] Serving %s://%s:%d (cluster %s, metadata log end %d)",
                 config.node_id,
-                endpoint.name,
+                self._describe(endpoint.name),
                 endpoint.host,
                 endpoint.port,
                 self.cluster_id,
@@ -267,10 +320,14 @@ class KraftNode:
         assert self.loader is not None
         incarnation = uuid.UUID(int=runtime.rng.getrandbits(128), version=4)
         self._channel = ControllerChannel(
-            config.controller_addresses(), f"broker-{config.node_id}", runtime.rng
+            config.controller_addresses(),
+            f"broker-{config.node_id}",
+            runtime.rng,
+            connector=self._controller_connector,
         )
         listeners = tuple(
-            Listener(e.name, e.host, e.port) for e in config.advertised_broker_endpoints()
+            Listener(e.name, e.host, e.port, int(self.security.protocol_of(e.name)))
+            for e in config.advertised_broker_endpoints()
         )
         loader = self.loader
         # The partition logs are recovered before the broker registers (Kafka's RECOVERY).
@@ -281,9 +338,19 @@ class KraftNode:
             list(config.log_dirs),
             log_config,
             manager_config=LogManagerConfig.from_properties(properties),
+            descriptors=self.descriptors,
         )
         await self.logs.startup()
         broker_epoch = lambda: self.lifecycle.broker_epoch if self.lifecycle else -1  # noqa: E731
+        replication = ReplicationConfig.from_properties(
+            properties, config.inter_broker_listener_name
+        )
+        replication = dataclasses.replace(
+            replication,
+            fetcher=dataclasses.replace(
+                replication.fetcher, connector=self._inter_broker_connector
+            ),
+        )
         replicas = self.replicas = ReplicaManager(
             config.node_id,
             self.logs,
@@ -291,7 +358,7 @@ class KraftNode:
             runtime.rng,
             runtime.clock,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
-            config=ReplicationConfig.from_properties(properties, config.inter_broker_listener_name),
+            config=replication,
             channel=self._channel,
             broker_epoch=broker_epoch,
             bugs=self.bugs & BROKER_BUGS.keys(),
@@ -299,6 +366,10 @@ class KraftNode:
         # Retention never deletes past what is committed.
         self.logs.high_watermark_provider = replicas.high_watermark_of
         loader.add_publisher(replicas)
+        if self.metrics is not None:
+            replicas.topic_metrics = self.metrics.topics
+            self.metrics.publisher = BrokerMetricsPublisher(config.node_id, self.metrics.topics)
+            loader.add_publisher(self.metrics.publisher)
         self.lifecycle = BrokerLifecycleManager(
             runtime,
             config.node_id,
@@ -331,22 +402,50 @@ class KraftNode:
         )
         loader.add_publisher(groups)
         groups.start(loader.image)
+        transactions = self.transactions = TransactionCoordinator(
+            config.node_id,
+            replicas,
+            producer_ids,
+            TransactionCoordinatorConfig.from_properties(properties),
+            runtime.clock,
+            connector=self._inter_broker_connector,
+        )
+        loader.add_publisher(transactions)
+        transactions.start(loader.image)
         # The broker's own requests (creating __consumer_offsets) go under their own client
-        # id, which the controller lets create internal topics (clients' forwarded ones not).
+        # id, naming this broker and its incarnation id, which the controller lets create
+        # internal topics (clients' forwarded ones not; metadata/controller/internal_topics.py).
         internal = self._internal_channel = ControllerChannel(
-            config.controller_addresses(), INTERNAL_TOPIC_CREATOR, runtime.rng
+            config.controller_addresses(),
+            internal_creator_client_id(config.node_id, incarnation),
+            runtime.rng,
+            connector=self._controller_connector,
         )
         group_apis = self._group_apis = GroupApis(
             groups,
             lambda: loader.image,
             lambda request: internal.send(request, CONTROLLED_SHUTDOWN_TIMEOUT_S),
+            transactions,
         )
+        txn_apis = TxnApis(transactions, groups, lambda: loader.image, runtime.clock)
         assert self.lifecycle_ready is not None
         self.lifecycle_ready.set_result(
             (self.lifecycle.broker_epoch, loader.image.offset, self.lifecycle.unfenced_by)
         )
         fetch_sessions = FetchSessionCache(
             config.max_incremental_fetch_session_cache_slots, runtime.rng, loop_time
+        )
+        if self.metrics is not None:
+            self.metrics.fetch_sessions = fetch_sessions
+        # Clients' admin requests reach the controller over a connection of their own, as
+        # Kafka's forwarding manager has its own channel: the controller answers one
+        # request of a connection at a time, and a CreateTopics naming 200,000 topics must
+        # not hold up this broker's heartbeats behind it (it would be fenced).
+        forwarding = self._forwarding_channel = ControllerChannel(
+            config.controller_addresses(),
+            f"broker-{config.node_id}-forwarding",
+            runtime.rng,
+            connector=self._controller_connector,
         )
         for endpoint in config.broker_endpoints():
             # Each listener answers Metadata with the brokers' endpoints of its own name,
@@ -356,26 +455,41 @@ class KraftNode:
                 self.cluster_id,
                 endpoint.name,
                 lambda: loader.image,
-                self._channel,
+                forwarding,
                 runtime.rng,
                 replicas=replicas,
                 fetch_sessions=fetch_sessions,
                 producer_ids=producer_ids,
+                transactions=txn_apis,
+                on_offsets_marker=groups.complete_transaction,
                 auto_create_topics=config.auto_create_topics_enable,
+                descriptors_free=functools.partial(
+                    self.descriptors.admits_logs, config.num_partitions
+                ),
             )
             self.apis[endpoint.name] = apis
-            served = ApiTable([*apis.apis(), *group_apis.apis(endpoint.name)]).served(BROKER)
+            entries = [
+                *apis.apis(),
+                *group_apis.apis(endpoint.name),
+                *txn_apis.apis(),
+                *log_admin_apis(replicas),
+            ]
+            served = ApiTable(entries).served(BROKER)
+            handle = self._measured(served.handle)
             self._servers.append(
                 await self._listen(
-                    functools.partial(self._serve_broker, served, self._limits(endpoint.name)),
+                    functools.partial(
+                        self._serve_broker, served, handle, self._limits(endpoint.name)
+                    ),
                     endpoint.host or None,
                     endpoint.port,
+                    **self._tls_of(endpoint.name),
                 )
             )
             logger.info(
                 "[BrokerServer id=%d] Serving %s://%s:%d",
                 config.node_id,
-                endpoint.name,
+                self._describe(endpoint.name),
                 endpoint.host,
                 endpoint.port,
             )
@@ -407,6 +521,45 @@ class KraftNode:
         raise FatalStorageError(f"every log dir has failed ({failed})")
 
     # ---- listeners --------------------------------------------------------------------------
+    def _tls_of(self, listener: str) -> dict[str, Any]:
+        """The listen function's ``ssl`` argument for a TLS listener (none for the rest, so
+        the simulator's listen is called exactly as before)."""
+        security = self.security.listeners.get(listener)
+        if security is None or security.tls is None:
+            return {}
+        return {"ssl": server_context(security.tls)}
+
+    def _describe(self, listener: str) -> str:
+        """A listener's name as the log shows it: with its protocol and mechanisms when it
+        is not PLAINTEXT (``SASL_SSL(SASL_SSL; SCRAM-SHA-512)``), so the log says what is
+        really served."""
+        security = self.security.listeners.get(listener)
+        if security is None or security.protocol is SecurityProtocol.PLAINTEXT:
+            return listener
+        mechanisms = f"; {','.join(security.mechanisms)}" if security.mechanisms else ""
+        return f"{listener}({security.protocol.name}{mechanisms})"
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """A user's SCRAM credential from the metadata image (UserScramCredential records)."""
+        if self.loader is None:
+            return None
+        return self.loader.image.scram_credentials.get((user, mechanism))
+
+    def _secured(
+        self, listener: str, served: ServedApis, handle: Handler, writer: asyncio.StreamWriter
+    ) -> tuple[Authenticated | None, dict[int, tuple[int, int]]]:
+        """A connection's ``handle`` (the listener's table, measured) behind the listener's
+        authentication, and the versions it decodes (SASL's too on a SASL listener)."""
+        security = self.security.listeners[listener]
+        authenticated = authenticating(
+            handle,
+            security,
+            writer,
+            self.scram_credential,
+            self.config.socket_request_max_bytes,
+        )
+        return authenticated, served_apis(security, served.versions)
+
     def _limits(self, listener: str) -> NetworkLimits:
         config = self.config
         return NetworkLimits(
@@ -418,16 +571,22 @@ class KraftNode:
     async def _serve_controller(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        with self._tracked(writer):
-            served = self._controller_served
-            assert served is not None
+        listener = self.config.controller_endpoint().name
+        with self._tracked(writer, listener):
+            served, handle = self._controller_served, self._controller_handle
+            assert served is not None and handle is not None
+            authenticated, versions = self._secured(listener, served, handle, writer)
+            if authenticated is None:
+                writer.transport.abort()
+                return
             await serve_connection(
                 reader,
                 writer,
-                served.handle,
-                served.versions,
-                limits=self._limits(self.config.controller_endpoint().name),
+                authenticated.handle,
+                versions,
+                limits=self._limits(listener),
                 budget=self._budgets["controller"],
+                frame_limit=authenticated.frame_limit,
             )
 
     def _controller_table(self) -> ServedApis:
@@ -453,30 +612,61 @@ class KraftNode:
     async def _serve_broker(
         self,
         served: ServedApis,
+        handle: Handler,
         limits: NetworkLimits,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        with self._tracked(writer):
+        if not self.descriptors.admits(1):
+            # At the descriptor reserve: a client connection would eat into what the node
+            # needs for itself. Closed at once; the client retries (Kafka's Acceptor stops
+            # accepting when out of descriptors).
+            _limited.log(
+                "connection-reserve",
+                logging.WARNING,
+                "[SocketServer listener=%s] Closing new connections: %d descriptors are open "
+                "of %d, %d kept in reserve (open.files.reserve)",
+                limits.listener,
+                self.descriptors.in_use(),
+                self.runtime.fs.descriptor_limit(),
+                self.descriptors.reserve,
+            )
+            writer.transport.abort()
+            return
+        with self._tracked(writer, limits.listener):
+            authenticated, versions = self._secured(limits.listener, served, handle, writer)
+            if authenticated is None:
+                writer.transport.abort()
+                return
             await serve_connection(
                 reader,
                 writer,
-                served.handle,
-                served.versions,
+                authenticated.handle,
+                versions,
                 limits=limits,
                 budget=self._budgets["broker"],
+                frame_limit=authenticated.frame_limit,
             )
 
+    def _measured(self, handle: Handler) -> Handler:
+        """``handle``, counted and timed by the request metrics when there are metrics."""
+        return handle if self.metrics is None else self.metrics.requests.instrument(handle)
+
     @contextlib.contextmanager
-    def _tracked(self, writer: asyncio.StreamWriter) -> Iterator[None]:
+    def _tracked(self, writer: asyncio.StreamWriter, listener: str) -> Iterator[None]:
         """Count a served connection as open (``close`` aborts it) while its handler runs."""
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = writer
+        network = self.metrics.network if self.metrics is not None else None
+        if network is not None:
+            network.opened(listener)
         try:
             yield
         finally:
             self._connections.pop(task, None)
+            if network is not None:
+                network.closed(listener)
 
     # ---- run and stop ---------------------------------------------------------------------
     async def wait(self) -> None:
@@ -516,6 +706,8 @@ class KraftNode:
             await apis.close()
         if self._group_apis is not None:
             await self._group_apis.close()
+        if self.transactions is not None:
+            await self.transactions.close()
         if self.groups is not None:
             await self.groups.close()
         broker_epoch = -1
@@ -530,6 +722,8 @@ class KraftNode:
             await self._channel.close()
         if self._internal_channel is not None:
             await self._internal_channel.close()
+        if self._forwarding_channel is not None:
+            await self._forwarding_channel.close()
         if self.controller is not None:
             await self.controller.close()
         if self.loader is not None:
@@ -546,3 +740,11 @@ class KraftNode:
                 # needed (Raft fsyncs what it acknowledges before it counts).
                 self.log.storage.take_offline(self._fatal)
             await self.log.close()
+
+
+def _connector(security: ClientSecurity) -> Connector | None:
+    """A connector for a secured peer listener; None for PLAINTEXT (the plain
+    asyncio.open_connection, which the simulator's network serves)."""
+    if security.protocol is SecurityProtocol.PLAINTEXT:
+        return None
+    return Connector(security)

@@ -15,8 +15,12 @@ import os
 import resource
 import signal
 
+from prometheus_client import ProcessCollector
+
 from broker.acceptor import start_acceptor
 from kraft.config import ServerConfig
+from kraft.metrics import NodeMetrics
+from kraft.metrics_http import PATH, MetricsServer
 from kraft.node import FatalStorageError, KraftNode
 from kraft.planted import PLANTED_BUGS_ENV, planted_bugs
 from kraft.storage import check_and_lock
@@ -52,6 +56,17 @@ def out_of_descriptors_message(error: OSError) -> str:
     )
 
 
+def _descriptors_outside_the_seam(runtime: Runtime) -> int:
+    """What the process holds besides the filesystem seam's files: standard streams, the
+    event loop's, the executor's; counted once (listing them costs milliseconds per
+    thousand). 0 where the kernel does not list them."""
+    try:
+        held = len(os.listdir("/proc/self/fd")) - 1  # the listing's own descriptor
+    except OSError:
+        return 0
+    return max(0, held - runtime.fs.open_descriptors())
+
+
 async def serve(config: ServerConfig, runtime: Runtime | None = None) -> int:
     """Run until SIGTERM/SIGINT; the process exit code."""
     runtime = runtime or real_runtime()
@@ -72,7 +87,19 @@ async def serve(config: ServerConfig, runtime: Runtime | None = None) -> int:
             ",".join(sorted(bugs)),
         )
     cluster_id = check_and_lock(runtime.fs, config)
-    node = KraftNode(runtime, config, cluster_id, bugs=bugs, listen=start_acceptor)
+    metrics = NodeMetrics() if config.metrics_listener is not None else None
+    if metrics is not None:
+        ProcessCollector(registry=metrics.registry)  # process_cpu_seconds_total, fds, memory
+    node = KraftNode(
+        runtime,
+        config,
+        cluster_id,
+        bugs=bugs,
+        listen=start_acceptor,
+        metrics=metrics,
+        descriptor_baseline=_descriptors_outside_the_seam(runtime),
+    )
+    metrics_server = MetricsServer(metrics.exposition) if metrics is not None else None
     logger.info(
         "[KafkaRaftServer nodeId=%d] Starting %s of cluster %s",
         config.node_id,
@@ -85,6 +112,21 @@ async def serve(config: ServerConfig, runtime: Runtime | None = None) -> int:
         loop.add_signal_handler(signum, stop.set)
     try:
         await node.start()
+        if metrics_server is not None and config.metrics_listener is not None:
+            wanted = config.metrics_listener
+            try:
+                host, port = await metrics_server.start(wanted.host, wanted.port)
+            except OSError as error:  # one line naming the key, as a Kafka listener's would
+                raise OSError(
+                    error.errno, f"metrics.listener {wanted.host}:{wanted.port}: {error.strerror}"
+                ) from error
+            logger.info(
+                "[KafkaRaftServer nodeId=%d] Serving metrics on http://%s:%d%s",
+                config.node_id,
+                host,
+                port,
+                PATH,
+            )
         running = loop.create_task(node.wait())
         stopping = loop.create_task(stop.wait())
         await asyncio.wait([running, stopping], return_when=asyncio.FIRST_COMPLETED)
@@ -100,6 +142,8 @@ async def serve(config: ServerConfig, runtime: Runtime | None = None) -> int:
         logger.info("[KafkaRaftServer nodeId=%d] Shutting down", config.node_id)
         await node.shutdown()
     finally:
+        if metrics_server is not None:
+            await metrics_server.close()
         await node.close()
     logger.info("[KafkaRaftServer nodeId=%d] Shut down completed", config.node_id)
     return 0

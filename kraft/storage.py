@@ -17,6 +17,7 @@ from kraft.config import ServerConfig
 from kraft.properties import format_properties, parse_properties
 from log.fs import FileSystem, read_all, write_atomic
 from log.manager import META_PROPERTIES
+from metadata.records import MetadataRecord
 from raft.voters import CONTROLLER_LISTENER, Endpoint, Voter, VoterSet
 
 LOCK_FILE = ".lock"
@@ -116,6 +117,7 @@ async def format_dirs(
     standalone: bool = False,
     initial_controllers: VoterSet | None = None,
     no_initial_controllers: bool = False,
+    bootstrap_records: tuple[MetadataRecord, ...] = (),
 ) -> list[str]:
     """Write meta.properties into every dir, and the bootstrap metadata into the metadata
     dir; returns the dirs it formatted.
@@ -194,7 +196,12 @@ async def format_dirs(
         try:
             if directory == config.metadata_dir:
                 await write_bootstrap(
-                    fs, directory, timestamp_ms, dynamic=config.dynamic_quorum, voters=voters
+                    fs,
+                    directory,
+                    timestamp_ms,
+                    bootstrap_records,
+                    dynamic=config.dynamic_quorum,
+                    voters=voters,
                 )
             await write_atomic(
                 fs, os.path.join(directory, META_PROPERTIES), format_properties(props).encode()

@@ -31,9 +31,9 @@ from log.records import (
     Buffer,
     Record,
     RecordKey,
+    RecordKeyScan,
     decode_records,
     encode_record,
-    scan_record_keys,
 )
 
 BATCH_HEADER_SIZE = 61
@@ -334,18 +334,31 @@ def decode_batch(
 def decode_batch_keys(buf: Buffer, pos: int = 0) -> tuple[BatchHeader, list[RecordKey]]:
     """Validate the batch at pos and scan its records' keys (scan_record_keys), in order,
     with the offset-delta checks decode_batch makes: the log cleaner's cheaper read."""
+    header, scan = batch_key_scan(buf, pos)
+    scan.scan(scan.count)
+    return header, check_key_deltas(header, scan.finish(), pos)
+
+
+def batch_key_scan(buf: Buffer, pos: int = 0) -> tuple[BatchHeader, RecordKeyScan]:
+    """decode_batch_keys in parts: the validated header and a scan of its (inflated)
+    records to run a part at a time, then ``check_key_deltas``."""
     header = validate_batch(buf, pos)
     with memoryview(buf) as view:
         payload: Buffer = view[pos + BATCH_HEADER_SIZE : pos + header.size]
         if header.compression is not Compression.NONE:
             payload = decompress(header.compression, payload, max_size=DECOMPRESSED_SIZE_BYTES_MAX)
-        keys = scan_record_keys(payload, header.records_count)
+        scan = RecordKeyScan(payload, header.records_count)
+    return header, scan
+
+
+def check_key_deltas(header: BatchHeader, keys: list[RecordKey], pos: int = 0) -> list[RecordKey]:
+    """``keys`` if their offset deltas increase within the batch's last offset delta."""
     previous = -1
     for delta, _, _ in keys:
         if delta <= previous or delta > header.last_offset_delta:
             raise InvalidRecordError(f"batch at {pos} has offset delta {delta} after {previous}")
         previous = delta
-    return header, keys
+    return keys
 
 
 def _check_offset_deltas(records: list[Record], header: BatchHeader, pos: int) -> None:

@@ -145,12 +145,15 @@ class LogManagerConfig:
     cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms
     # Bounds the cleaner's key -> offset map (the only memory a pass holds on to).
     cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
+    # Descriptors kept free of new partitions and connections (log/descriptors.py); -1: a
+    # tenth of the open-files limit, between 64 (a quarter of a limit under 256) and 4,096.
+    open_files_reserve: int = -1  # open.files.reserve (kraft-py's own key)
 
     def __post_init__(self) -> None:
         for f in fields(self):
             if f.type == "bool":
                 continue
-            least = 0 if f.name == "initial_task_delay_ms" else 1
+            least = {"initial_task_delay_ms": 0, "open_files_reserve": -1}.get(f.name, 1)
             if getattr(self, f.name) < least:
                 key = next(k for k, name in LOG_MANAGER_KEYS.items() if name == f.name)
                 raise ValueError(
@@ -187,4 +190,5 @@ LOG_MANAGER_KEYS: dict[str, str] = {
     "log.cleaner.enable": "cleaner_enable",
     "log.cleaner.backoff.ms": "cleaner_backoff_ms",
     "log.cleaner.dedupe.buffer.size": "cleaner_dedupe_buffer_size",
+    "open.files.reserve": "open_files_reserve",
 }

@@ -29,9 +29,16 @@ from log.batch import (
     parse_header,
     validate_batch,
 )
+from log.end_txn_marker import decode_marker
 from log.errors import RecordError
 from log.fs import FileHandle, FileSystem, RealFileSystem, read_all
 from log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_base_offset
+from log.txn_index import (
+    ABORTED_TXN_VERSION,
+    TXN_INDEX_SUFFIX,
+    CorruptTxnIndexError,
+    TransactionIndex,
+)
 
 _CHUNK_BYTES = 1024 * 1024
 _OFFSET_ENTRY = struct.Struct(">II")
@@ -66,8 +73,11 @@ def dump_files(
             elif path.endswith(TIME_INDEX_SUFFIX):
                 out.write(f"Dumping {path}\n")
                 exit_code |= _dump_time_index(fs, path, index_sanity_check, out)
+            elif path.endswith(TXN_INDEX_SUFFIX):
+                out.write(f"Dumping {path}\n")
+                exit_code |= _dump_txn_index(fs, path, out)
             else:
-                out.write(f"error: {path}: not a .log, .index or .timeindex file\n")
+                out.write(f"error: {path}: not a .log, .index, .timeindex or .txnindex file\n")
                 exit_code = 1
         except OSError as exc:
             out.write(f"error: {path}: {exc.strerror or exc}\n")
@@ -151,6 +161,12 @@ def _print_records(data: bytes, header: BatchHeader, position: int, out: TextIO)
         out.write(f"found corrupt batch at position {position}: {exc}\n")
         return
     time_type = "LogAppendTime" if header.timestamp_type == LOG_APPEND_TIME else "CreateTime"
+    control = ""
+    with contextlib.suppress(RecordError):
+        marker = decode_marker(data, 0, header)
+        if marker is not None:  # Kafka's DumpLogSegments shows the marker of a control batch
+            kind = "COMMIT" if marker.commit else "ABORT"
+            control = f" endTxnMarker: {kind} coordinatorEpoch: {marker.coordinator_epoch}"
     for index, record in enumerate(records):
         delta = record.offset_delta if record.offset_delta is not None else index
         sequence = header.base_sequence + delta if header.base_sequence >= 0 else -1
@@ -161,11 +177,27 @@ def _print_records(data: bytes, header: BatchHeader, position: int, out: TextIO)
             f"keySize: {len(record.key) if record.key is not None else -1} "
             f"valueSize: {len(record.value) if record.value is not None else -1} "
             f"sequence: {sequence} headerKeys: [{header_keys}] key: {_text(record.key)} "
-            f"payload: {_text(record.value)} headers: [{headers}]\n"
+            f"payload: {_text(record.value)} headers: [{headers}]{control}\n"
         )
 
 
 # ---- indexes ------------------------------------------------------------------------------
+def _dump_txn_index(fs: FileSystem, path: str, out: TextIO) -> int:
+    """Kafka's dumpTxnIndex: one line per aborted transaction."""
+    try:
+        entries = TransactionIndex(fs, path).entries
+    except CorruptTxnIndexError as exc:
+        out.write(f"found corrupt index {path}: {exc}\n")
+        return 1
+    for entry in entries:
+        out.write(
+            f"version: {ABORTED_TXN_VERSION} producerId: {entry.producer_id} "
+            f"firstOffset: {entry.first_offset} lastOffset: {entry.last_offset} "
+            f"lastStableOffset: {entry.last_stable_offset}\n"
+        )
+    return 0
+
+
 def _log_path_for(path: str, suffix: str) -> str:
     return path[: -len(suffix)] + LOG_SUFFIX
 

@@ -21,6 +21,7 @@ import asyncio
 import errno
 import fcntl
 import os
+import resource
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -116,6 +117,14 @@ class FileSystem(Protocol):
         Raises OSError(EAGAIN) when another process (or simulated node incarnation) holds it.
         """
 
+    def open_descriptors(self) -> int:
+        """How many descriptors this filesystem holds open (handles, dups, lock files): what
+        the node's files cost the process, counted without asking the kernel."""
+
+    def descriptor_limit(self) -> int:
+        """How many descriptors the process may hold in all (the soft RLIMIT_NOFILE; the
+        simulated disk's own limit); opening past it fails with EMFILE."""
+
 
 def read_all(fs: FileSystem, path: str) -> bytes:
     """Whole contents of the file at ``path``."""
@@ -150,17 +159,32 @@ async def write_atomic(fs: FileSystem, path: str, data: bytes) -> None:
 # its log on itself. Bigger syncs (a data log flushing many megabytes) go to a thread so they
 # cannot stall the loop.
 INLINE_FSYNC_MAX_BYTES = 64 * 1024
+# What an unlimited RLIMIT_NOFILE means in practice: Linux's fs.nr_open default.
+MAX_DESCRIPTORS = 1 << 20
+
+
+@dataclass(slots=True)
+class _OpenCount:
+    """The descriptors a RealFileSystem's handles hold, shared with the handles."""
+
+    value: int = 0
 
 
 class RealFile:
     """A FileHandle over an OS file descriptor."""
 
-    __slots__ = ("_fd", "_size", "_unsynced", "path")
+    __slots__ = ("_count", "_fd", "_size", "_unsynced", "path")
 
-    def __init__(self, path: str, fd: int) -> None:
+    def __init__(self, path: str, fd: int, count: _OpenCount | None = None) -> None:
         self.path = path
         self._fd = fd
-        self._size = os.fstat(fd).st_size
+        self._count = count or _OpenCount()
+        try:
+            self._size = os.fstat(fd).st_size
+        except OSError:
+            os.close(fd)
+            raise
+        self._count.value += 1
         self._unsynced = 0  # bytes written since the last fsync, truncations counted as one
 
     def _check_open(self) -> int:
@@ -210,9 +234,10 @@ class RealFile:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+            self._count.value -= 1
 
     def dup(self) -> RealFile:
-        return RealFile(self.path, os.dup(self._check_open()))
+        return RealFile(self.path, os.dup(self._check_open()), self._count)
 
     def fileno(self) -> int:
         """The descriptor, for sendfile(2): only real files have one."""
@@ -224,10 +249,18 @@ class RealFileSystem:
 
     def __init__(self) -> None:
         self._locks: dict[str, int] = {}
+        self._open = _OpenCount()
 
     def open(self, path: str, *, create: bool = True) -> RealFile:
         flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
-        return RealFile(path, os.open(path, flags, 0o644))
+        return RealFile(path, os.open(path, flags, 0o644), self._open)
+
+    def open_descriptors(self) -> int:
+        return self._open.value + len(self._locks)
+
+    def descriptor_limit(self) -> int:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return MAX_DESCRIPTORS if soft == resource.RLIM_INFINITY else soft
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)

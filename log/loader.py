@@ -45,6 +45,7 @@ from log.segment import (
     parse_base_offset,
     segment_path,
 )
+from log.txn_index import TXN_INDEX_SUFFIX
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +87,9 @@ async def load_segments(
             log_bases.append(base)
     for name in names:
         base = parse_base_offset(name)
-        index_file = base is not None and name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX))
+        index_file = base is not None and name.endswith(
+            (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+        )
         if index_file and base not in log_bases:
             logger.info("%s: removing orphaned index %s", dir_path, name)
             fs.remove(os.path.join(dir_path, name))

@@ -29,7 +29,7 @@ import errno
 import itertools
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 
 from log.batch import (
@@ -43,16 +43,20 @@ from log.batch import (
 from log.checkpoint import LEADER_EPOCH_CHECKPOINT
 from log.compression import Compression, decompress
 from log.config import LogConfig
+from log.descriptors import is_out_of_descriptors
 from log.epoch_cache import LeaderEpochFileCache
 from log.errors import InvalidRecordError, RecordError, RecordTooLargeError
 from log.fs import FileRegion
 from log.index import REL_OFFSET_MAX
 from log.loader import load_segments
+from log.rate_limited_log import RateLimitedLog
 from log.runtime import Runtime
 from log.segment import LOG_SUFFIX, SWAP_SUFFIX, LogSegment, segment_path
-from log.validator import walk_records
+from log.txn_index import AbortedTxn
+from log.validator import WALK_SLICE_RECORDS, RecordWalk
 
 logger = logging.getLogger(__name__)
+_limited = RateLimitedLog(logger)
 
 
 class KafkaStorageError(OSError):
@@ -525,9 +529,69 @@ class Log:
             leo,
         )
 
+    # ---- aborted transactions -----------------------------------------------------------
+    def _segment_of(self, offset: int) -> LogSegment:
+        return self._segments[max(0, bisect.bisect_right(self._bases, offset) - 1)]
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        """Index an aborted transaction in the segment holding its marker (just appended)."""
+        self._check_online()
+        self._segment_of(entry.last_offset).append_aborted_txn(entry)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset), from the
+        indexes of the segment holding ``fetch_offset`` on (Kafka's
+        collectAbortedTransactions): what a read_committed fetch of that range returns."""
+        found: list[AbortedTxn] = []
+        start = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
+        for segment in self._segments[start:]:  # bounded by the segment count
+            search = segment.collect_aborted_txns(fetch_offset, upper_bound_offset)
+            found.extend(search.aborted)
+            if search.complete:
+                break
+        return found
+
+    def aborted_txns(self) -> list[AbortedTxn]:
+        """Every indexed aborted transaction, in marker order."""
+        return [entry for segment in self._segments for entry in segment.txn_index.entries]
+
+    def repair_txn_indexes(self, computed: list[AbortedTxn]) -> int:
+        """Add the ``computed`` entries (from a read of the log's batches) that the segments'
+        indexes lack: a crash can lose an index write the log's data survived. Stored
+        entries stay (a transaction that began below the log start can no longer be
+        computed, but its entry is still right). Returns the number of segments rewritten."""
+        self._check_online()
+        by_segment: dict[int, list[AbortedTxn]] = {}
+        for entry in computed:
+            if entry.last_offset < self._log_end_offset:
+                index = max(0, bisect.bisect_right(self._bases, entry.last_offset) - 1)
+                by_segment.setdefault(index, []).append(entry)
+        rewritten = 0
+        for index, entries in sorted(by_segment.items()):
+            txn_index = self._segments[index].txn_index
+            stored = {entry.last_offset: entry for entry in txn_index.entries}
+            merged = stored | {e.last_offset: e for e in entries if e.last_offset not in stored}
+            if len(merged) != len(stored):
+                txn_index.replace(merged.values())
+                rewritten += 1
+        return rewritten
+
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after ``timestamp`` (ListOffsets)."""
-        for segment in self._segments:  # bounded by the segment count
+        steps = self.offset_by_timestamp_steps(timestamp)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def offset_by_timestamp_steps(
+        self, timestamp: int
+    ) -> Generator[None, None, tuple[int, int] | None]:
+        """fetch_offset_by_timestamp as steps: it yields between slices of WALK_SLICE_RECORDS
+        records of a batch's walk (a batch may hold 1.78M records: 64 concurrent lookups in
+        it kept every other request waiting 5 s), so a caller can serve its loop."""
+        for segment in list(self._segments):  # bounded by the segment count
             if segment.max_timestamp < timestamp:
                 continue
             location = segment.find_offset_by_timestamp(timestamp)
@@ -545,13 +609,20 @@ class Log:
             payload = data[BATCH_HEADER_SIZE:]
             if header.compression is not Compression.NONE:
                 payload = decompress(header.compression, payload)
-            walk = walk_records(
+            walking = RecordWalk(
                 bytes(payload),
                 header.records_count,
                 header.base_timestamp,
                 stop_at_timestamp=timestamp,
                 min_offset_delta=min_delta,
             )
+            del payload
+            while True:
+                walking.step(WALK_SLICE_RECORDS)
+                if walking.done:
+                    break
+                yield
+            walk = walking.result()
             if walk.found is not None:
                 return header.base_offset + walk.found[0], walk.found[1]
         return None
@@ -610,8 +681,18 @@ class Log:
         ):
             try:
                 await self.flush(self._flush_request)
-            except OSError:
-                logger.exception("%s: background flush failed; the log is offline", self.name)
+            except OSError as exc:
+                if is_out_of_descriptors(exc):  # the next flush request tries again
+                    _limited.log(
+                        "flush-out-of-descriptors",
+                        logging.WARNING,
+                        "%s: background flush is out of file descriptors (%s); the log stays "
+                        "online",
+                        self.name,
+                        exc,
+                    )
+                else:
+                    logger.exception("%s: background flush failed; the log is offline", self.name)
                 return
 
     # ---- truncation ---------------------------------------------------------------------
@@ -835,6 +916,8 @@ class Log:
             base = old[0].base_offset
             swap_path = segment_path(self.dir_path, base, LOG_SUFFIX + SWAP_SUFFIX)
             try:
+                # The aborted transactions the originals indexed are still in the data.
+                aborted = [entry for s in old for entry in s.txn_index.entries]
                 self.fs.rename(cleaned_path, swap_path)
                 await self.fs.fsync_dir(self.dir_path)
                 self._delete_segments_later(old)
@@ -850,6 +933,7 @@ class Log:
                     create=False,
                     indexes_expected=False,
                 )
+                segment.txn_index.replace(aborted)
                 segments[first : first + len(old)] = [segment]
                 self._bases = [s.base_offset for s in segments]
                 assert segment.next_offset == segments[first + 1].base_offset, segment
@@ -893,6 +977,10 @@ class Log:
                     segment.close()
 
     def _mark_offline(self, exc: OSError) -> None:
+        if is_out_of_descriptors(exc):
+            # Not a disk failure: what failed is tried again, the log stays online (the
+            # caller still gets the error; log/descriptors.py).
+            return
         if self._offline is None:
             logger.error("%s: disk failure, taking the log offline: %s", self.name, exc)
             self._offline = exc

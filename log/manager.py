@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import functools
 import json
@@ -46,12 +47,21 @@ from log.checkpoint import (
 )
 from log.cleaner import CleanResult, LogCleaner
 from log.config import LONG_MAX, LogConfig, LogManagerConfig
+from log.descriptors import (
+    DescriptorReserve,
+    OutOfDescriptorsError,
+    default_reserve,
+    is_out_of_descriptors,
+)
 from log.errors import RecordError
 from log.fs import read_all, write_atomic
+from log.lazy_files import PooledFileSystem
 from log.log import KafkaStorageError, Log
+from log.rate_limited_log import RateLimitedLog
 from log.runtime import Runtime
 
 logger = logging.getLogger(__name__)
+_limited = RateLimitedLog(logger)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"  # what ``kraft-server format`` writes into a log dir
@@ -95,8 +105,10 @@ class LogManager:
         manager_config: LogManagerConfig | None = None,
         topic_configs: Mapping[str, LogConfig] | None = None,
         high_watermark_provider: HighWatermarkProvider | None = None,
+        descriptors: DescriptorReserve | None = None,
     ) -> None:
-        """No I/O here: ``await load_logs()`` (or ``startup()``) reads the dirs."""
+        """No I/O here: ``await load_logs()`` (or ``startup()``) reads the dirs.
+        ``descriptors``: the node's reserve (one is made from the config if not given)."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         if len(set(log_dirs)) != len(log_dirs):
@@ -108,6 +120,20 @@ class LogManager:
         self.manager_config = manager_config or LogManagerConfig()
         self.topic_configs: dict[str, LogConfig] = dict(topic_configs or {})
         self.high_watermark_provider = high_watermark_provider
+        # The cleaner's bound: the last stable offset (set by the replica manager); the high
+        # watermark when unset.
+        self.last_stable_offset_provider: HighWatermarkProvider | None = None
+        if descriptors is None:
+            reserve = self.manager_config.open_files_reserve
+            if reserve < 0:
+                reserve = default_reserve(self.fs.descriptor_limit())
+            descriptors = DescriptorReserve(self.fs, reserve)
+        self.descriptors = descriptors
+        # The logs' files give their descriptors back when idle and the node is short of
+        # them (log/lazy_files.py); checkpoints and the like use the plain seam.
+        self.files = PooledFileSystem(runtime.fs, lambda: descriptors.headroom() < 0)
+        descriptors.reclaim = self.files.reclaim
+        self._log_runtime = dataclasses.replace(runtime, fs=self.files)
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, str] = {}
         self._dir_locks = {d: asyncio.Lock() for d in self.log_dirs}
@@ -126,7 +152,7 @@ class LogManager:
         self.cleaner = LogCleaner(
             now_ms=runtime.clock.now_ms,
             dedupe_buffer_bytes=self.manager_config.cleaner_dedupe_buffer_size,
-            high_watermark=self._high_watermark_of,
+            high_watermark=self._cleanable_bound_of,
         )
 
     # ---- loading ------------------------------------------------------------------------
@@ -176,7 +202,7 @@ class LogManager:
                         f"duplicate log directories for {tp}: {self._logs[tp].dir_path}, {path}"
                     )
                 self._logs[tp] = await Log.open(
-                    self.runtime,
+                    self._log_runtime,
                     path,
                     self.topic_configs.get(tp[0], self.default_config),
                     recovery_point=recovery_points.get(tp, 0),
@@ -242,8 +268,18 @@ class LogManager:
         while True:  # ends when shutdown cancels the task
             try:
                 await task()
-            except (OSError, RecordError, CheckpointError):
-                # A failing disk takes its logs offline; the task keeps serving the others.
+            except OSError as exc:
+                if is_out_of_descriptors(exc):  # not the disk: the next period tries again
+                    _limited.log(
+                        f"task/{name}",
+                        logging.WARNING,
+                        "Scheduled task %s is out of file descriptors: %s",
+                        name,
+                        exc,
+                    )
+                else:  # a failing disk takes its logs offline; the others are still served
+                    logger.exception("scheduled task %s failed", name)
+            except (RecordError, CheckpointError):
                 logger.exception("scheduled task %s failed", name)
             await asyncio.sleep(period_ms / 1000)
 
@@ -316,13 +352,21 @@ class LogManager:
             live = self.live_log_dirs
             if not live:
                 raise KafkaStorageError(errno.EIO, "every log dir is offline")
+            if not self.descriptors.admits_logs(1):
+                raise OutOfDescriptorsError(
+                    errno.EMFILE,
+                    f"no log for {topic}-{partition}: {self.descriptors.in_use()} of "
+                    f"{self.fs.descriptor_limit()} descriptors are open and "
+                    f"{self.descriptors.reserve} are kept in reserve (open.files.reserve; new logs "
+                    "stop at 1.5 times it)",
+                )
             counts = dict.fromkeys(live, 0)
             for log_dir in self._dir_of.values():
                 if log_dir in counts:
                     counts[log_dir] += 1
             log_dir = min(live, key=lambda d: counts[d])  # ties: first listed
             log = await Log.open(
-                self.runtime,
+                self._log_runtime,
                 os.path.join(log_dir, partition_dir_name(topic, partition)),
                 config or self.topic_configs.get(topic, self.default_config),
                 had_clean_shutdown=True,
@@ -350,6 +394,17 @@ class LogManager:
         other dirs keep serving. One line says so; the dir comes back with a restart once
         the disk is repaired (start-up recovers its logs from their checkpoints)."""
         if log_dir in self.offline_dirs:
+            return
+        if is_out_of_descriptors(exc):
+            # Nothing on disk is wrong: the operation failed and is tried again later.
+            _limited.log(
+                "out-of-descriptors",
+                logging.WARNING,
+                "Out of file descriptors in log dir %s (%s): it stays online; raise the "
+                "open-files limit or open.files.reserve",
+                log_dir,
+                exc,
+            )
             return
         self.offline_dirs[log_dir] = exc
         partitions = self._partitions_in(log_dir)
@@ -450,6 +505,10 @@ class LogManager:
     def _high_watermark_of(self, tp: TopicPartition) -> int | None:
         provider = self.high_watermark_provider  # set by the replica manager after start-up
         return provider(tp) if provider is not None else None
+
+    def _cleanable_bound_of(self, tp: TopicPartition) -> int | None:
+        provider = self.last_stable_offset_provider
+        return provider(tp) if provider is not None else self._high_watermark_of(tp)
 
     async def clean_dirtiest_log(self) -> CleanResult | None:
         """One log cleaner pass over the dirtiest compacted log, then its dir's

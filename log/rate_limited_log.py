@@ -45,3 +45,27 @@ class RateLimitedLog:
             args = (*args, suppressed)
         self.logger.log(level, msg, *args)
         return True
+
+
+class ClipLongArguments(logging.Filter):
+    """Cut every string argument of a log record longer than ``max_chars`` to its head and
+    its length, so a client-chosen id (a group or member id may be 32,767 bytes) costs a
+    log line its head only: per-event lines that name such ids stay short, however many
+    events a client causes. Attach it to a logger with ``logger.addFilter``."""
+
+    def __init__(self, max_chars: int = 200) -> None:
+        super().__init__()
+        self.max_chars = max_chars
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(
+            isinstance(arg, str) and len(arg) > self.max_chars for arg in args
+        ):
+            record.args = tuple(
+                f"{arg[: self.max_chars]}...({len(arg)} chars)"
+                if isinstance(arg, str) and len(arg) > self.max_chars
+                else arg
+                for arg in args
+            )
+        return True

@@ -248,29 +248,61 @@ def scan_record_keys(payload: Buffer, count: int) -> list[RecordKey]:
     """Each of ``count`` records' (offset delta, key, whether its value is non-null), all
     that the log cleaner decides on: values and headers are stepped over by the record's
     length, which is checked against the payload as decode_records checks it."""
-    data = payload if type(payload) is bytes else bytes(payload)
-    end = len(data)
-    if not 0 <= count <= end // RECORD_SIZE_MIN:
-        raise InvalidRecordError(f"batch declares {count} records in {end} bytes")
-    keys: list[RecordKey] = []
-    pos = 0
-    for index in range(count):
-        length, pos = decode_varint(data, pos)
-        record_end = pos + length
-        if length <= 0 or record_end > end:
-            raise CorruptRecordError(f"record {index} claims {length} bytes, {end - pos} remain")
-        try:
-            _, pos = decode_varlong(data, pos + 1)  # after the attributes: timestamp delta
-            offset_delta, pos = decode_varint(data, pos)
-            key, pos = _read_nullable(data, pos, record_end)
-            value_length, _ = decode_varint(data, pos)
-        except IndexError:
-            raise CorruptRecordError(f"record {index} runs past the end of the batch") from None
-        keys.append((offset_delta, key, value_length != _NULL_LENGTH))
-        pos = record_end
-    if pos != end:
-        raise InvalidRecordError(f"{end - pos} bytes remain after the {count} records")
-    return keys
+    scan = RecordKeyScan(payload, count)
+    scan.scan(count)
+    return scan.finish()
+
+
+class RecordKeyScan:
+    """scan_record_keys a part at a time (``scan``), so a caller can serve its event loop
+    between parts: a batch of 1 MiB may hold 1.78M records."""
+
+    __slots__ = ("_data", "_end", "_index", "_pos", "count", "keys")
+
+    def __init__(self, payload: Buffer, count: int) -> None:
+        self._data = payload if type(payload) is bytes else bytes(payload)
+        self._end = len(self._data)
+        if not 0 <= count <= self._end // RECORD_SIZE_MIN:
+            raise InvalidRecordError(f"batch declares {count} records in {self._end} bytes")
+        self.count = count
+        self.keys: list[RecordKey] = []
+        self._pos = 0
+        self._index = 0
+
+    @property
+    def done(self) -> bool:
+        return self._index >= self.count
+
+    def scan(self, records: int) -> None:
+        """Scan up to ``records`` more records."""
+        data, end, pos, keys = self._data, self._end, self._pos, self.keys
+        stop = min(self.count, self._index + records)
+        for index in range(self._index, stop):
+            length, pos = decode_varint(data, pos)
+            record_end = pos + length
+            if length <= 0 or record_end > end:
+                raise CorruptRecordError(
+                    f"record {index} claims {length} bytes, {end - pos} remain"
+                )
+            try:
+                _, pos = decode_varlong(data, pos + 1)  # after the attributes: timestamp delta
+                offset_delta, pos = decode_varint(data, pos)
+                key, pos = _read_nullable(data, pos, record_end)
+                value_length, _ = decode_varint(data, pos)
+            except IndexError:
+                raise CorruptRecordError(f"record {index} runs past the end of the batch") from None
+            keys.append((offset_delta, key, value_length != _NULL_LENGTH))
+            pos = record_end
+        self._pos, self._index = pos, stop
+
+    def finish(self) -> list[RecordKey]:
+        """The keys, once every record is scanned and nothing follows the last."""
+        assert self.done
+        if self._pos != self._end:
+            raise InvalidRecordError(
+                f"{self._end - self._pos} bytes remain after the {self.count} records"
+            )
+        return self.keys
 
 
 def _decode_record(

@@ -26,6 +26,7 @@ from log.index import (
     OffsetIndex,
     TimeIndex,
 )
+from log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex, TxnIndexSearch
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 SWAP_SUFFIX = ".swap"  # a cleaned segment being swapped in (log/cleaner.py)
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 _BATCH_LENGTH_MIN = BATCH_HEADER_SIZE - LOG_OVERHEAD
 _BASE_AND_LENGTH = struct.Struct(">qi")
@@ -117,6 +118,7 @@ class LogSegment:
         "offset_index",
         "roll_jitter_ms",
         "time_index",
+        "txn_index",
     )
 
     def __init__(
@@ -151,6 +153,10 @@ class LogSegment:
         )
         self.offset_index = OffsetIndex(fs, index_path, base_offset, max_index_size)
         self.time_index = TimeIndex(fs, time_index_path, base_offset, max_index_size)
+        txn_index_path = segment_path(dir_path, base_offset, TXN_INDEX_SUFFIX)
+        if create and fs.exists(txn_index_path):
+            fs.remove(txn_index_path)  # a leftover of an earlier segment of this name
+        self.txn_index = TransactionIndex(fs, txn_index_path)
         self._size = self.log.size()
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
@@ -550,6 +556,7 @@ class LogSegment:
         self._size = position
         self._next_offset = next_offset
         self._rolling_based_timestamp = None
+        self.txn_index.truncate_to(next_offset)  # markers that did not survive
         self.offset_index.write_pending()
         self.time_index.write_pending()
         return truncated
@@ -561,6 +568,7 @@ class LogSegment:
             return 0
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = self._size - first.position
         self._tail = [batch for batch in self._tail if batch.position < first.position]
         self.log.truncate(first.position)
@@ -574,10 +582,23 @@ class LogSegment:
         assert self.next_offset <= max(offset, self.base_offset), (self.next_offset, offset)
         return removed
 
+    # ---- aborted transactions -----------------------------------------------------------
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        """Index a transaction whose abort marker this segment holds (Kafka's
+        updateTxnIndex)."""
+        assert self.base_offset <= entry.last_offset < self.next_offset, (self, entry)
+        self.txn_index.append(entry)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearch:
+        return self.txn_index.collect(fetch_offset, upper_bound_offset)
+
     # ---- durability and lifecycle -------------------------------------------------------
     async def flush(self, *, include_indexes: bool) -> None:
         """fsync the log file (and the index files when asked); OSError on failure."""
         await self.log.fsync()
+        # With the log, not only with the other indexes: a marker's entry is rarely
+        # written, and one that survives a crash saves rebuilding it.
+        await self.txn_index.fsync()
         if include_indexes:
             self._ensure_indexes()
             await self.offset_index.fsync()
@@ -595,6 +616,7 @@ class LogSegment:
             path = segment_path(self.dir_path, self.base_offset, suffix)
             if self.fs.exists(path):
                 self.fs.rename(path, path + DELETED_SUFFIX)
+        self.txn_index.renamed(self.txn_index.path + DELETED_SUFFIX)
         self.deleted = True
 
     def delete_files(self) -> None:
@@ -608,10 +630,11 @@ class LogSegment:
                 self.fs.remove(path)
 
     def close(self) -> None:
-        """Close the three handles (writes of buffered index entries are the caller's)."""
+        """Close the handles (writes of buffered index entries are the caller's)."""
         self.log.close()
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def __repr__(self) -> str:
         return f"LogSegment({self.dir_path!r}, base={self.base_offset}, size={self._size})"

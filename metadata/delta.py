@@ -42,10 +42,13 @@ from metadata.records import (
     ProducerIds,
     RegisterBroker,
     RemoveTopic,
+    RemoveUserScramCredential,
     Topic,
     UnfenceBroker,
     UnregisterBroker,
+    UserScramCredential,
 )
+from protocol.sasl import ScramCredential
 
 
 class MetadataStateError(Exception):
@@ -131,6 +134,7 @@ class MetadataDelta:
         self._partitions: dict[uuid.UUID, dict[int, PartitionRegistration]] = {}
         self._configs: Mapping[tuple[int, str], Mapping[str, str]] = image.configs
         self._next_producer_id = image.next_producer_id
+        self._scram: Mapping[tuple[str, str], ScramCredential] = image.scram_credentials
         self._owned: set[str] = set()  # names of the maps above already copied
 
     # ---- replay ------------------------------------------------------------------------------
@@ -303,6 +307,16 @@ class MetadataDelta:
             )
         self._next_producer_id = record.next_producer_id
 
+    def _replay_user_scram_credential(self, record: UserScramCredential) -> None:
+        self._own("_scram")[(record.name, record.mechanism)] = ScramCredential(
+            record.salt, record.stored_key, record.server_key, record.iterations
+        )
+
+    def _replay_remove_user_scram_credential(self, record: RemoveUserScramCredential) -> None:
+        if (record.name, record.mechanism) not in self._scram:
+            raise MetadataStateError(f"{record!r}: no such credential")
+        del self._own("_scram")[(record.name, record.mechanism)]
+
     def _replay_no_op(self, record: NoOp) -> None:
         """Nothing to change: NoOps exist to move the high watermark."""
 
@@ -352,6 +366,7 @@ class MetadataDelta:
             ),
             configs=self._configs,
             next_producer_id=self._next_producer_id,
+            scram_credentials=self._scram,
         )
         return self.image
 
@@ -399,6 +414,8 @@ _HANDLERS: Mapping[type[Any], Any] = {
     Config: MetadataDelta._replay_config,
     FeatureLevel: MetadataDelta._replay_feature_level,
     ProducerIds: MetadataDelta._replay_producer_ids,
+    UserScramCredential: MetadataDelta._replay_user_scram_credential,
+    RemoveUserScramCredential: MetadataDelta._replay_remove_user_scram_credential,
     NoOp: MetadataDelta._replay_no_op,
 }
 

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Mapping
 
 from metadata.records import FeatureRange, Listener
+from protocol.sasl import ScramCredential
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,6 +84,10 @@ class MetadataImage:
     # (resource_type, resource_name) -> {key: value}
     configs: Mapping[tuple[int, str], Mapping[str, str]] = dataclasses.field(default_factory=dict)
     next_producer_id: int = 0
+    # (user, mechanism) -> credential, from UserScramCredential records.
+    scram_credentials: Mapping[tuple[str, str], ScramCredential] = dataclasses.field(
+        default_factory=dict
+    )
 
 
 EMPTY = MetadataImage()

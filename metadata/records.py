@@ -186,6 +186,31 @@ class ProducerIds:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class UserScramCredential:
+    """Kafka's UserScramCredentialRecord: one user's SCRAM credential for one mechanism
+    (SCRAM-SHA-256 or SCRAM-SHA-512); the password itself is never stored."""
+
+    TYPE: ClassVar[str] = "UserScramCredential"
+    VERSION: ClassVar[int] = 0
+    name: str
+    mechanism: str
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RemoveUserScramCredential:
+    """Kafka's RemoveUserScramCredentialRecord."""
+
+    TYPE: ClassVar[str] = "RemoveUserScramCredential"
+    VERSION: ClassVar[int] = 0
+    name: str
+    mechanism: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class NoOp:
     """Appended when idle (KIP-835) so the high watermark keeps moving."""
 
@@ -206,6 +231,8 @@ MetadataRecord = (
     | Config
     | FeatureLevel
     | ProducerIds
+    | UserScramCredential
+    | RemoveUserScramCredential
     | NoOp
 )
 RECORD_TYPES: dict[str, type[Any]] = {
@@ -223,6 +250,8 @@ RECORD_TYPES: dict[str, type[Any]] = {
         Config,
         FeatureLevel,
         ProducerIds,
+        UserScramCredential,
+        RemoveUserScramCredential,
         NoOp,
     )
 }

@@ -22,6 +22,7 @@ from metadata.records import (
     ProducerIds,
     RegisterBroker,
     Topic,
+    UserScramCredential,
     encode_record,
 )
 
@@ -69,6 +70,12 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
             Config(resource_type, resource_name, key, value)
             for key, value in sorted(entries.items())
         )
+    records.extend(
+        UserScramCredential(
+            name, mechanism, cred.salt, cred.stored_key, cred.server_key, cred.iterations
+        )
+        for (name, mechanism), cred in sorted(image.scram_credentials.items())
+    )
     if image.next_producer_id > 0:
         # Who asked for the last block does not survive a snapshot (-1: nobody); the counter
         # does.

@@ -10,11 +10,14 @@ a newer client can retry with one we have.
 
 Limits (NetworkLimits, Kafka's keys): a frame larger than ``socket.request.max.bytes`` closes
 the connection before its body is read (logged once a minute per listener); the bytes of all
-requests being read or handled on a listener group share one ``queued.max.request.bytes``
+requests being read or decoded on a listener group share one ``queued.max.request.bytes``
 budget (RequestBytesBudget): when it is spent, connections stop reading (TCP back-pressure)
-until answered requests free it; a connection that sends nothing, or does not finish a frame,
-within ``connections.max.idle.ms`` is closed, which also ends a slow-loris that sends a
-length prefix and never the body.
+until decoded requests free it. A request gives its bytes back once decoded, not once
+answered, so requests parked in a handler (a JoinGroup waiting for its rebalance, a Fetch
+waiting for data) hold none of it; small requests have a reserve of their own, so one
+client's big requests cannot make everyone's ApiVersions or heartbeats wait. A connection
+that sends nothing, or does not finish a frame, within ``connections.max.idle.ms`` is
+closed, which also ends a slow-loris that sends a length prefix and never the body.
 
 Bytes after a request body are ignored here, as Kafka's broker ignores them (its parser reads
 the fields it knows and never looks at what remains): librdkafka 2.16 sends three stray bytes
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import functools
 import io
 import logging
 import struct
@@ -43,6 +47,10 @@ from protocol.api_table import api_versions_response
 
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 BIG_FRAME_BYTES = 64 * 1024
+# Frames this small (ApiVersions, heartbeats, most requests) first use a reserve of their
+# own beside queued.max.request.bytes, so big requests cannot starve them.
+SMALL_REQUEST_BYTES = BIG_FRAME_BYTES
+SMALL_RESERVE_BYTES = 4 * 1024 * 1024
 ENCODE_SLICE_ITEMS = 2000  # entities of one big array encoded between turns of the loop
 # Records regions smaller than this are read and written with the bytes around them: below
 # it a sendfile's dup, system calls and turns of the loop cost more CPU than copying the
@@ -53,6 +61,16 @@ ENCODE_SLICE_ITEMS = 2000  # entities of one big array encoded between turns of 
 SENDFILE_MIN_BYTES = 256 * 1024
 # What a handler returns for a request that gets no response: a Produce with acks=0.
 NO_RESPONSE = object()
+
+
+@dataclass(frozen=True, slots=True)
+class CloseAfter:
+    """What a handler returns to send ``response`` and then close the connection (a failed
+    SASL login is answered, then the connection ends, as Kafka does)."""
+
+    response: object
+
+
 # The client's address as Kafka shows it ("/127.0.0.1"), for the request being handled: each
 # connection runs in its own task, so this is per connection.
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="/")
@@ -78,21 +96,45 @@ class RequestBytesBudget:
     flight never exceed what one such request may be.
 
     A frame's size is taken from the budget before its body is read and given back once it
-    is answered. Waiters are served in order, so a large request is not starved by small
-    ones; a request larger than the whole budget is let in when nothing else holds any
-    (otherwise it could never be served), so the budget may be exceeded by one request.
+    is decoded (what a parked request keeps is the state of its handler, bounded there:
+    group.max.size and the group metadata limits). Frames of at most SMALL_REQUEST_BYTES
+    are first taken from a reserve of SMALL_RESERVE_BYTES beside the budget, granted
+    without waiting behind big ones: a client holding the budget with big requests (one
+    per connection, so at most one frame's bytes per connection) cannot starve the small
+    requests of other clients. Waiters are served in order, so a large request is not
+    starved by small ones; a request larger than the whole budget is let in when nothing
+    else holds any (otherwise it could never be served), so the budget may be exceeded by
+    one request.
     """
 
-    def __init__(self, max_bytes: int) -> None:
-        assert max_bytes > 0
+    def __init__(self, max_bytes: int, small_reserve_bytes: int = SMALL_RESERVE_BYTES) -> None:
+        assert max_bytes > 0 and small_reserve_bytes >= 0
         self.max_bytes = max_bytes
         self.used_bytes = 0
+        self.small_reserve_bytes = small_reserve_bytes
+        self.reserve_used_bytes = 0
         self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
 
     @property
     def waiting(self) -> int:
         """Connections waiting for budget before reading their next request's body."""
         return len(self._waiters)
+
+    async def take(self, size: int) -> Callable[[], None]:
+        """Take ``size`` bytes for one frame, from the small-request reserve when it fits
+        there, else from the budget (waiting in order); returns what gives them back."""
+        if (
+            size <= SMALL_REQUEST_BYTES
+            and self.reserve_used_bytes + size <= self.small_reserve_bytes
+        ):
+            self.reserve_used_bytes += size
+            return functools.partial(self._release_reserve, size)
+        await self.acquire(size)
+        return functools.partial(self.release, size)
+
+    def _release_reserve(self, size: int) -> None:
+        self.reserve_used_bytes -= size
+        assert self.reserve_used_bytes >= 0, self.reserve_used_bytes
 
     def _fits(self, size: int) -> bool:
         return self.used_bytes == 0 or self.used_bytes + size <= self.max_bytes
@@ -141,10 +183,13 @@ async def serve_connection(
     *,
     limits: NetworkLimits | None = None,
     budget: RequestBytesBudget | None = None,
+    frame_limit: Callable[[], int] | None = None,
 ) -> None:
     """Answer one connection's requests in order until it closes, idles out or sends what we
     cannot serve; ``handle`` returns the response entity, None to close the connection, or
-    NO_RESPONSE to read the next request without answering this one."""
+    NO_RESPONSE to read the next request without answering this one. ``frame_limit``, when
+    given, is the largest frame accepted now, instead of socket.request.max.bytes (a SASL
+    listener takes only small frames before the client has logged in)."""
     peer = writer.get_extra_info("peername")
     CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "/")
     limits = limits or NetworkLimits()
@@ -152,34 +197,58 @@ async def serve_connection(
     try:
         while True:
             (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-            if size < 0 or size > limits.socket_request_max_bytes:
-                raise _FrameTooLarge(size)
-            if budget is not None:
-                await budget.acquire(size)
+            largest = limits.socket_request_max_bytes if frame_limit is None else frame_limit()
+            if size < 0 or size > largest:
+                name = (
+                    "socket.request.max.bytes"
+                    if largest == limits.socket_request_max_bytes
+                    else "sasl.server.max.receive.size"
+                )
+                raise _FrameTooLarge(size, name, largest)
+            give_back = _Once(_nothing if budget is None else await budget.take(size))
             try:
-                frame = await reader.readexactly(size)
+                # No local keeps the frame: once decoded, a parked request holds its
+                # decoded entity, not its bytes as well.
+                body = [await reader.readexactly(size)]
                 idle.busy = True
-                await _answer(frame, writer, handle, supported)
+                await _answer(body, writer, handle, supported, give_back)
                 idle.answered()
             finally:
-                if budget is not None:
-                    budget.release(size)
+                give_back()
     except _FrameTooLarge as error:
         _limited.log(
             f"frame-size/{limits.listener}",
             logging.WARNING,
             "[SocketServer listener=%s] Closing connection from %s: request size %d is "
-            "outside [0, socket.request.max.bytes %d]",
+            "outside [0, %s %d]",
             limits.listener,
             _peer(writer),
-            error.args[0],
-            limits.socket_request_max_bytes,
+            *error.args,
         )
     except (OSError, asyncio.IncompleteReadError, wire.FrameError, _Close):
         return  # the peer went away, idled out, or sent an unreadable frame
     finally:
         idle.cancel()
         writer.transport.abort()
+
+
+def _nothing() -> None:
+    """No budget: nothing to give back."""
+
+
+class _Once:
+    """Calls ``action`` the first time it is called, never again: a frame's budget is given
+    back once decoded, and the connection's clean-up calls it again harmlessly."""
+
+    __slots__ = ("_action",)
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self._action: Callable[[], None] | None = action
+
+    def __call__(self) -> None:
+        action, self._action = self._action, None
+        if action is not None:
+            action()
 
 
 class _IdleTimer:
@@ -219,21 +288,39 @@ class _Close(Exception):
 
 
 async def _answer(
-    frame: bytes,
+    body: list[bytes],
     writer: asyncio.StreamWriter,
     handle: Handler,
     supported: Mapping[int, tuple[int, int]],
+    decoded: Callable[[], None],
 ) -> None:
+    """Decode, handle and answer the frame ``body`` holds (taken out of it, so it is freed
+    once decoded); ``decoded`` gives the frame's budget back as soon as it is decoded (or
+    refused), before the handler may park it."""
+    frame = body.pop()
+    size = len(frame)
     try:
         header, request = decode_request(frame, supported)
     except wire.FrameError as error:
+        decoded()
         if not _is_unsupported_api_versions(error):
+            # Kafka closes the channel of a request it cannot parse and logs why; so do we,
+            # once a minute (a client retrying the same request cannot flood the log).
+            _limited.log(
+                "malformed-request",
+                logging.WARNING,
+                "Closing connection from %s: %s",
+                _peer(writer),
+                error,
+            )
             raise _Close from None
         assert error.header is not None
         header = error.header
         response = api_versions_response(0, supported, wire.UNSUPPORTED_VERSION)
     else:
-        if len(frame) > BIG_FRAME_BYTES:
+        del frame
+        decoded()
+        if size > BIG_FRAME_BYTES:
             await asyncio.sleep(0)  # its decoding was one long step: let others run
         try:
             response = await handle(header, request)
@@ -246,12 +333,17 @@ async def _answer(
         raise _Close
     if response is NO_RESPONSE:
         return
+    close = isinstance(response, CloseAfter)
+    if isinstance(response, CloseAfter):
+        response = response.response
     try:
         parts = await _encode_response(header, response)
     except Exception:  # an answer its version cannot carry: the handler's bug too
         _report_handler_failure(header)
         raise _Close from None
     await _send(writer, parts)
+    if close:
+        raise _Close
 
 
 def _peer(writer: asyncio.StreamWriter) -> str:
@@ -276,12 +368,15 @@ async def _send(writer: asyncio.StreamWriter, parts: list[wire.Part]) -> None:
     more is sent from the file by sendfile(2), with no copy through user space (Kafka's
     FileRecords.writeTo). The connection reads no other request meanwhile, so answers
     stay in request order. The simulator's files have no descriptor: their regions are
-    read and written in the one write, exactly as before regions existed."""
+    read and written in the one write, exactly as before regions existed. Nor can a TLS
+    connection take a sendfile (the bytes must be encrypted in user space): its regions
+    are copied too."""
     pending: list[bytes] = []
+    copy_all = writer.get_extra_info("ssl_object") is not None
     for part in parts:
         if isinstance(part, bytes):
             pending.append(part)
-        elif part.size < SENDFILE_MIN_BYTES or not hasattr(part.handle, "fileno"):
+        elif copy_all or part.size < SENDFILE_MIN_BYTES or not hasattr(part.handle, "fileno"):
             pending.append(_read_region(writer, part))
         else:
             writer.write(b"".join(pending))

@@ -45,6 +45,10 @@ from protocol.api_keys import ApiKey
 MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes default
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
+# Kafka's generated readers refuse a string longer than this, compact (flexible) ones too, and
+# its writers cannot write one; a request carrying one fails to parse and its connection is
+# closed. Every id a group record stores (group, member, instance, protocol) is bounded by it.
+MAX_STRING_BYTES = 0x7FFF
 
 _LENGTH = struct.Struct(">i")
 # What kio's native readers raise on bad input: its own errors, ValueError for invalid varints,
@@ -118,8 +122,9 @@ def _check_body(header: RequestHeader, body: object) -> type[Any]:
     return body_type
 
 
-def encode_request(header: RequestHeader, body: object) -> bytes:
-    """The whole request frame, length prefix included."""
+def encode_request(header: RequestHeader, body: object, encoded_body: bytes | None = None) -> bytes:
+    """The whole request frame, length prefix included; ``encoded_body``: the body's bytes,
+    encoded beforehand (``request_body_parts``)."""
     body_type = _check_body(header, body)
     header_type = RequestHeaderV2 if body_type.__flexible__ else RequestHeaderV1
     kio_header = header_type(
@@ -128,7 +133,26 @@ def encode_request(header: RequestHeader, body: object) -> bytes:
         correlation_id=i32(header.correlation_id),
         client_id=header.client_id,
     )
-    return _frame((header_type, kio_header), (body_type, body))
+    if encoded_body is None:
+        return _frame((header_type, kio_header), (body_type, body))
+    head = _encode(header_type, kio_header)
+    return _LENGTH.pack(len(head) + len(encoded_body)) + head + encoded_body
+
+
+def request_body_parts(body: object, slice_items: int) -> Iterator[bytes] | None:
+    """A request body's bytes about ``slice_items`` entities at a time (as response_parts),
+    so a broker forwarding a CreateTopics of 200,000 topics to its controller can serve its
+    loop while encoding it; None when the body is small enough to encode in one piece."""
+    if _weight(body) <= slice_items and all(
+        _weight(item) <= slice_items
+        for name in _ENTITY_ARRAYS[type(body)]
+        for item in (getattr(body, name) or ())[:1]
+        if is_dataclass(item)  # arrays of ids or names hold no entities to weigh
+    ):
+        return None
+    return (
+        b"".join(bytes(part) for part in parts) for parts in _entity_parts(body, slice_items, b"")
+    )
 
 
 def decode_request(
@@ -251,35 +275,87 @@ class _PartsWriter:
 
 def response_parts(header: RequestHeader, body: object, slice_items: int) -> Iterator[list[Part]]:
     """The bytes of ``encode_response`` after its length prefix, as lists of parts (bytes
-    and the FileRegions of records fields, unread), computed as they are asked for: when
-    the body's longest top-level array of entities holds more than ``slice_items`` of them,
-    that array comes out ``slice_items`` entities at a time, so a caller can serve its event
-    loop between lists (a Metadata answer naming 100,000 topics is 0.6 s of kio encoding in
-    one piece). Anything smaller is one list."""
+    and the FileRegions of records fields, unread), computed as they are asked for: about
+    ``slice_items`` entities per list, so a caller can serve its event loop between lists
+    (a Metadata answer naming 100,000 topics is 0.6 s of kio encoding in one piece, a Fetch
+    answer of 200,000 partitions of one topic 10 s). The body's longest array of entities
+    comes out a few entities at a time, and an entity of it that holds a big array of its
+    own (the one topic of those 200,000 partitions) is split the same way, recursively.
+    Anything smaller is one list."""
     assert slice_items > 0
     body_type: type[Any] = type(body)
     if body_type.__api_key__ != header.api_key:
         raise ValueError(f"{body_type.__name__} does not answer api {header.api_key}")
     header_type = _response_header_type(header.api_key, body_type.__flexible__)
     head = _encode(header_type, header_type(correlation_id=header.correlation_id))
-    name = _longest_entity_array(body)
-    items: tuple[Any, ...] = getattr(body, name) if name else ()
-    split = _split_at_array(body, name, items) if len(items) > slice_items else None
+    yield from _entity_parts(body, slice_items, head)
+
+
+def _entity_parts(entity: Any, slice_items: int, head: bytes) -> Iterator[list[Part]]:
+    """``head`` and ``entity``'s bytes, in lists of about ``slice_items`` entities each."""
+    entity_type: type[Any] = type(entity)
+    name = _longest_entity_array(entity)
+    items: tuple[Any, ...] = getattr(entity, name) if name else ()
+    big = len(items) > slice_items or (
+        bool(items) and sum(_weight(item) for item in items) > slice_items
+    )
+    split = _split_at_array(entity, name, items) if big else None
     if split is None:
         writer = _PartsWriter()
         writer.write(head)
-        entity_writer(body_type)(writer.writable(), body)
+        entity_writer(entity_type)(writer.writable(), entity)
         yield writer.finish()
         return
     before, after = split
-    yield [head + before + _array_length(body_type.__flexible__, len(items))]
+    yield [head + before + _array_length(entity_type.__flexible__, len(items))]
     write = entity_writer(type(items[0]))
-    for start in range(0, len(items), slice_items):
-        writer = _PartsWriter()
-        for item in items[start : start + slice_items]:
-            write(writer.writable(), item)
+    writer, weight = _PartsWriter(), 0
+    for item in items:
+        item_weight = _weight(item)
+        if item_weight > slice_items:
+            if weight:
+                yield writer.finish()
+                writer, weight = _PartsWriter(), 0
+            yield from _entity_parts(item, slice_items, b"")
+            continue
+        write(writer.writable(), item)
+        weight += item_weight
+        if weight >= slice_items:
+            yield writer.finish()
+            writer, weight = _PartsWriter(), 0
+    if weight:
         yield writer.finish()
     yield [after]
+
+
+_ENTITY_ARRAYS: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _trimmed(entity: Any) -> Any:
+    """``entity`` with its arrays of entities emptied."""
+    _weight(entity)  # fills _ENTITY_ARRAYS for its type
+    empty = {
+        name: ()
+        for name in _ENTITY_ARRAYS[type(entity)]
+        if (value := getattr(entity, name)) and is_dataclass(value[0])
+    }
+    return replace(entity, **empty) if empty else entity
+
+
+def _weight(entity: Any) -> int:
+    """1 plus the entities of ``entity``'s own arrays of entities (one level down: what
+    decides whether it is split on its own)."""
+    names = _ENTITY_ARRAYS.get(type(entity))
+    if names is None:
+        names = _ENTITY_ARRAYS[type(entity)] = tuple(
+            item.name for item in fields(entity) if "tuple" in str(item.type)
+        )
+    total = 1
+    for name in names:
+        value = getattr(entity, name)
+        if value and is_dataclass(value[0]):
+            total += len(value)
+    return total
 
 
 def _encode(entity_type: type[Any], entity: object) -> bytes:
@@ -316,15 +392,24 @@ def _split_at_array(
     spliced in, so the split relies on kio's encoding alone, never on a layout of ours."""
     body_type = type(body)
     flexible = body_type.__flexible__
-    empty = _encode(body_type, replace(body, **{name: ()}))  # type: ignore[arg-type]
-    one = _encode(body_type, replace(body, **{name: items[:1]}))  # type: ignore[arg-type]
+    writer = _PartsWriter()
+    entity_writer(body_type)(writer.writable(), replace(body, **{name: ()}))  # type: ignore[arg-type]
+    pieces = writer.finish()
+    if any(isinstance(piece, FileRegion) for piece in pieces):
+        return None  # records outside the array: encoded whole, so they stay regions
+    empty = b"".join(pieces)  # type: ignore[arg-type]
+    # Checked with the first element's arrays of entities emptied: any element proves the
+    # layout, and a single huge one (one topic of 200,000 partitions) would cost its whole
+    # encoding, twice, in this one step.
+    sample = _trimmed(items[0])
+    one = _encode(body_type, replace(body, **{name: (sample,)}))  # type: ignore[arg-type]
     count0, count1 = _array_length(flexible, 0), _array_length(flexible, 1)
     differ = next(i for i, (a, b) in enumerate(zip(empty, one, strict=False)) if a != b)
     start = differ - next(i for i, (a, b) in enumerate(zip(count0, count1, strict=True)) if a != b)
     before, after = empty[:start], empty[start + len(count0) :]
     if empty[start : start + len(count0)] != count0:
         return None
-    if one != before + count1 + _encode(type(items[0]), items[0]) + after:
+    if one != before + count1 + _encode(type(sample), sample) + after:
         return None
     return before, after
 
@@ -470,6 +555,8 @@ def _walk_value(shape: _Shape, flexible: bool, data: bytes, pos: int, limit: int
     elif shape.blob:
         length, pos = _length(data, pos, limit, flexible, _LEGACY_LENGTH[shape.blob])
         _check_null(shape, length)
+        if shape.blob == "string" and length > MAX_STRING_BYTES:
+            raise _Malformed(f"string of {length} bytes (at most {MAX_STRING_BYTES})")
         pos += max(length, 0)
     elif shape.item is not None:
         count, pos = _length(data, pos, limit, flexible, _LENGTH)

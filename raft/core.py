@@ -47,7 +47,7 @@ from raft.progress import ReplicaProgress, majority, quorum_offset
 from raft.quorum_state import QuorumState
 from raft.replicated_log import ReplicatedLog
 from raft.snapshot import SnapshotId
-from raft.validation import request_error
+from raft.validation import EpochRaiseBudget, raised_epoch, request_error
 from raft.voters import (
     KRAFT_VERSION_DYNAMIC,
     QuorumControl,
@@ -176,7 +176,17 @@ class Truncated:
     to_offset: int
 
 
-Event = RoleChanged | HighWatermarkAdvanced | Truncated
+@dataclass(frozen=True, slots=True)
+class EpochRaiseLimited:
+    """A message from ``src`` would have raised the epoch from ``epoch`` to ``wanted``,
+    further or faster than raft/validation.py's EpochRaiseBudget allows."""
+
+    epoch: int
+    wanted: int
+    src: int
+
+
+Event = RoleChanged | HighWatermarkAdvanced | Truncated | EpochRaiseLimited
 
 
 @dataclass(slots=True)
@@ -280,6 +290,7 @@ class RaftCore:
         # Last time the leader showed it is alive (a fetch answered, BeginQuorumEpoch): what
         # a pre-vote is judged by, not merely being in the follower role.
         self._leader_contact_ms = -(10**12)
+        self._epoch_raises = EpochRaiseBudget(now_ms)
         self._fetch_correlation: int | None = None
         self._fetch_backoff_until_ms = 0
         self._fetch_stopped = False  # only the observer-stops-on-fetch-error bug sets it
@@ -571,6 +582,26 @@ class RaftCore:
         elif getattr(body, "leader_epoch", 0) > MAX_EPOCH:
             # A forged or corrupt answer: acting on it would poison our epoch.
             body = RequestFailed(Errors.INVALID_REQUEST)
+        target = raised_epoch(body)
+        solicited = isinstance(body, _REQUEST_TYPES) or (
+            self._inflight.get(message.correlation_id, (None,))[0] == message.src
+        )
+        if target is not None and target > self.epoch and solicited:
+            allowed = self._epoch_raises.allowance(self.now_ms)
+            if target - self.epoch > allowed:
+                # Further than one message may take us: go as far as allowed (unattached,
+                # no vote: always safe) and answer as a node that does not know that epoch
+                # yet. A peer that really is there moves us further with its next message.
+                self._epoch_raises.spend(allowed)
+                self._event(EpochRaiseLimited(self.epoch, target, message.src))
+                if allowed:
+                    self._become_unattached(self.epoch + allowed, NO_LEADER)
+                if isinstance(body, _REQUEST_TYPES):
+                    self._reply(message, self.refusal(body, Errors.UNKNOWN_LEADER_EPOCH))
+                    return
+                body = RequestFailed(Errors.UNKNOWN_LEADER_EPOCH)
+            else:
+                self._epoch_raises.spend(target - self.epoch)
         if isinstance(body, VoteRequest):
             self._on_vote_request(message, body)
         elif isinstance(body, FetchRequest):

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from log.batch import decode_batch, iter_batches, validate_batch
+from log.rate_limited_log import RateLimitedLog
 from log.records import Record
 from log.runtime import Runtime
 from protocol import wire
@@ -39,6 +41,7 @@ from protocol.api_table import (
     Api,
     ApiRequest,
 )
+from protocol.connect import Connector
 from raft import codec, quorum_state
 from raft.batch_accumulator import BatchAccumulator
 from raft.core import (
@@ -46,6 +49,7 @@ from raft.core import (
     MAX_PROPOSAL_RECORDS,
     MEMBER_BUGS,
     OBSERVER_BUGS,
+    EpochRaiseLimited,
     Event,
     HighWatermarkAdvanced,
     NotLeaderError,
@@ -71,6 +75,9 @@ from raft.voters import (
     kraft_version_record,
     voters_record,
 )
+
+logger = logging.getLogger("raft.driver")
+_limited = RateLimitedLog(logger)
 
 LAZY_FLUSH_S = 1.0  # the data-log habit the ack-before-fsync bug brings to the metadata log
 DRIVER_BUGS = {
@@ -139,6 +146,8 @@ class RaftNodeConfig:
     bootstrap_servers: tuple[tuple[str, int], ...] = ()
     # The listener name voters' endpoints are looked up by (controller.listener.names[0]).
     controller_listener: str = CONTROLLER_LISTENER
+    # How the voters' controller listener is secured (TLS, SASL); None: plaintext.
+    connector: Connector | None = None
 
 
 class RaftNode:
@@ -529,6 +538,7 @@ class RaftNode:
             rng=self.runtime.rng,
             client_id=f"raft-client-{self.config.node_id}",
             learn=self._learn_endpoint,
+            connector=self.config.connector,
         )
         peer.start()
         self._peers[peer_id] = peer
@@ -558,6 +568,18 @@ class RaftNode:
             listener.handle_event(event)
         if isinstance(event, HighWatermarkAdvanced):
             self._deliver_committed(event.high_watermark)
+        elif isinstance(event, EpochRaiseLimited):
+            _limited.log(
+                "epoch-raise",
+                logging.WARNING,
+                "[RaftManager nodeId=%d] Node %d asked for epoch %d from epoch %d, further or "
+                'faster than peers may raise it (docs/raft.md, "Epoch cliff"): moving there '
+                "in steps",
+                self.config.node_id,
+                event.src,
+                event.wanted,
+                event.epoch,
+            )
         elif isinstance(event, RoleChanged) and event.role is not Role.LEADER:
             for offset, (_epoch, future) in list(self._waiters.items()):
                 if not future.done():

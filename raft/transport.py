@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from protocol import wire
+from protocol.connect import Connector
 from raft import codec
 from raft.messages import Errors, Request, RequestFailed, Response
 
@@ -44,12 +45,14 @@ class PeerConnection:
         rng: random.Random,
         client_id: str,
         learn: Callable[[int, str, int], None] | None = None,
+        connector: Connector | None = None,
     ) -> None:
         """``learn`` hears the leader endpoints an answer carries (KIP-853's NodeEndpoints
         in Fetch and Vote responses): how a replica that knows no voter yet finds the
         leader its bootstrap server named."""
         self._learn = learn
         self.peer_id = peer_id
+        self._connector = connector  # the controller listener's TLS/SASL (None: plaintext)
         self.address = address
         self._deliver = deliver
         self._rng = rng
@@ -118,10 +121,13 @@ class PeerConnection:
             if not self._pending:
                 self._wake.clear()
                 await self._wake.wait()
+            opening = (
+                self._connector.open(*self.address, self._client_id)
+                if self._connector is not None
+                else asyncio.open_connection(*self.address)
+            )
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(*self.address), timeout=BACKOFF_MAX_S * 2
-                )
+                reader, writer = await asyncio.wait_for(opening, timeout=BACKOFF_MAX_S * 2)
             except OSError:
                 self._fail_all(Errors.BROKER_NOT_AVAILABLE)
                 task = asyncio.current_task()

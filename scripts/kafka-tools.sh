@@ -42,6 +42,8 @@ main_class() {
         producer-perf-test) echo org.apache.kafka.tools.ProducerPerformance ;;
         e2e-latency) echo org.apache.kafka.tools.EndToEndLatency ;;
         reassign-partitions) echo org.apache.kafka.tools.reassign.ReassignPartitionsCommand ;;
+        log-dirs) echo org.apache.kafka.tools.LogDirsCommand ;;
+        delete-records) echo org.apache.kafka.tools.DeleteRecordsCommand ;;
         *.*) echo "$1" ;;
         *) echo "kafka-tools: unknown tool '$1'" >&2; exit 2 ;;
     esac

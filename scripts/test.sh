@@ -6,9 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh test,spark
 # Debian packages the tests drive: kcat (one of the real clients of the admin tests);
-# iproute2, iptables and faketime (kraft-jepsen's namespaces, cuts and clock faults).
+# iproute2, iptables and faketime (kraft-jepsen's namespaces, cuts and clock faults);
+# prometheus (a real Prometheus server scrapes a cluster in tests/kraft/test_prometheus.py).
 missing=""
-for pair in kcat:kcat ip:iproute2 tc:iproute2 iptables:iptables faketime:faketime; do
+for pair in kcat:kcat ip:iproute2 tc:iproute2 iptables:iptables faketime:faketime \
+    prometheus:prometheus; do
     if ! command -v "${pair%%:*}" >/dev/null 2>&1; then missing="$missing ${pair##*:}"; fi
 done
 if [ -n "$missing" ]; then

@@ -84,6 +84,14 @@ def _parser() -> argparse.ArgumentParser:
             help="kafka: a compacted topic (unique keys) that the brokers' log cleaner rewrites",
         )
         p.add_argument(
+            "--descriptor-limit",
+            type=int,
+            default=None,
+            metavar="N",
+            help="kafka: each broker's open-files limit (its idle segment files are closed "
+            "and reopened under it; log/lazy_files.py)",
+        )
+        p.add_argument(
             "--reassign",
             action="store_true",
             help="kafka: now and then reassign a random partition to random brokers (KIP-455)",
@@ -166,6 +174,7 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         acks=args.acks,
         idempotent=args.idempotent,
         compact=args.compact,
+        descriptor_limit=args.descriptor_limit,
         reassign=args.reassign,
         trace_dir=args.trace,
     )

@@ -77,6 +77,10 @@ class SimDisk:
         self._write_errno: int | None = None
         self._stalled_until_s = 0.0
         self.fsyncs = 0
+        # The process's open-files limit, and the handles its current incarnation holds:
+        # opening past the limit fails with EMFILE, as a real process's open does.
+        self.descriptor_limit = 1 << 20
+        self.open_handles = 0
 
     # ---- faults -------------------------------------------------------------------------
     def fail_fsyncs(self, count: int = 1, err: int = errno.EIO) -> None:
@@ -121,13 +125,20 @@ class SimDisk:
             inode.pending = []
         self._locks = {}
         self._stalled_until_s = 0.0  # a power cycle ends a stall
+        self.open_handles = 0
         self.incarnation += 1
 
     def process_exited(self) -> None:
         """The process died but the machine did not: its unsynced writes stay in the page
         cache, but its open handles die with it."""
         self._locks = {}
+        self.open_handles = 0
         self.incarnation += 1
+
+    def _take_descriptor(self, path: str) -> None:
+        if self.open_handles >= self.descriptor_limit:
+            raise OSError(errno.EMFILE, "Too many open files", path)
+        self.open_handles += 1
 
     # ---- helpers used by SimFile -------------------------------------------------------
     def _check_write(self, path: str) -> None:
@@ -232,12 +243,16 @@ class SimFile:
         self._disk._fsync_inode(inode)
 
     def close(self) -> None:
+        if not self._closed and self._incarnation == self._disk.incarnation:
+            self._disk.open_handles -= 1
         self._closed = True
 
     def dup(self) -> SimFile:
         """A handle on the same inode: it reads the file after its name is removed, as a
         POSIX descriptor does (a crash still ends it, like every handle of the incarnation)."""
-        return SimFile(self._disk, self._incarnation, self._live(), self.path)
+        inode = self._live()
+        self._disk._take_descriptor(self.path)
+        return SimFile(self._disk, self._incarnation, inode, self.path)
 
 
 class SimFileSystem:
@@ -269,10 +284,13 @@ class SimFileSystem:
             if not create:
                 raise OSError(errno.ENOENT, "no such file", path)
             self._parent_must_exist(names, path)
+            disk._take_descriptor(path)  # before the name exists, as open(2) fails
             inode_id = disk._next_inode
             disk._next_inode += 1
             disk._inodes[inode_id] = _Inode()
             disk._name_op(("create", path, inode_id))
+            return SimFile(disk, self._incarnation, disk._inodes[inode_id], path)
+        disk._take_descriptor(path)
         return SimFile(disk, self._incarnation, disk._inodes[inode_id], path)
 
     def exists(self, path: str) -> bool:
@@ -368,4 +386,11 @@ class SimFileSystem:
         if locks.get(path) == self._incarnation:
             raise OSError(errno.EAGAIN, "already locked by another process", path)
         self.open(path).close()
+        self._disk._take_descriptor(path)  # a real lock holds its file open
         locks[path] = self._incarnation
+
+    def open_descriptors(self) -> int:
+        return self._disk.open_handles if self._incarnation == self._disk.incarnation else 0
+
+    def descriptor_limit(self) -> int:
+        return self._disk.descriptor_limit

@@ -45,6 +45,8 @@ class RunConfig:
     # The topic is compacted (unique record keys, so nothing may go) with 1 s segments,
     # and every broker's log cleaner merges and swaps them under the faults.
     compact: bool = False
+    # Each broker's open-files limit (None: the simulated disk's default, 2^20).
+    descriptor_limit: int | None = None
     # Now and then a random partition is reassigned (KIP-455) to random brokers.
     reassign: bool = False
     trace_path: str | None = None

@@ -160,3 +160,36 @@ def test_real_fsync_failure_leaves_the_data_counted_as_unsynced(tmp_path: Path) 
         assert not asyncio.run(sync_is_inline(handle))
     finally:
         handle.close()
+
+
+def test_open_descriptors_count_handles_dups_and_locks(fs_root: tuple[FileSystem, str]) -> None:
+    """What the descriptor reserve (log/descriptors.py) counts on, on both filesystems."""
+    fs, root = fs_root
+    fs.mkdir(root + "/d")
+    base = fs.open_descriptors()
+    first = fs.open(root + "/d/a")
+    second = first.dup()
+    fs.lock(root + "/d/.lock")
+    assert fs.open_descriptors() == base + 3
+    first.close()
+    first.close()  # a second close releases nothing more
+    second.close()
+    assert fs.open_descriptors() == base + 1
+    assert fs.descriptor_limit() > fs.open_descriptors()
+
+
+def test_the_simulated_disk_refuses_opens_past_its_descriptor_limit() -> None:
+    disk = SimDisk(random.Random(1))
+    fs = disk.fs()
+    fs.mkdir("/d")
+    disk.descriptor_limit = fs.open_descriptors() + 2
+    kept = [fs.open("/d/a"), fs.open("/d/b")]
+    for attempt in (lambda: fs.open("/d/c"), kept[0].dup):
+        with pytest.raises(OSError) as info:
+            attempt()
+        assert info.value.errno == errno.EMFILE
+    assert not fs.exists("/d/c")  # a refused open creates nothing
+    kept[1].close()
+    fs.open("/d/c").close()
+    disk.crash()  # a new incarnation holds nothing
+    assert disk.fs().open_descriptors() == 0

@@ -5,8 +5,10 @@ KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe.
 
 Each handler reads the fields its version has (``getattr`` with Kafka's default for fields
 older versions lack) and answers with ``make`` at the request's version. FindCoordinator
-creates ``__consumer_offsets`` on first use, as Kafka's AutoTopicCreationManager does,
-answering COORDINATOR_NOT_AVAILABLE until its partition has a leader.
+finds group coordinators and (key type 1) transaction coordinators, creating
+``__consumer_offsets`` or ``__transaction_state`` on first use, as Kafka's
+AutoTopicCreationManager does, answering COORDINATOR_NOT_AVAILABLE until its partition has a
+leader.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -26,6 +28,7 @@ from broker.group.consumer_records import Partitions
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.group.records import OffsetValue
 from broker.group.shard import OffsetCommit
+from broker.txn.config import TXN_TOPIC
 from log.rate_limited_log import RateLimitedLog
 from metadata.image import MetadataImage
 from protocol.api_keys import ApiKey
@@ -44,11 +47,15 @@ from protocol.api_table import (
 from protocol.entities import make, request_module, response_module
 from protocol.server import CLIENT_HOST
 
+if TYPE_CHECKING:
+    from broker.txn.coordinator import TransactionCoordinator
+
 logger = logging.getLogger("broker.group.apis")
 
 CREATE_TOPICS_VERSION = 7
 
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
 CLASSIC = "classic"
 CONSUMER = "consumer"
 NO_THROTTLE = timedelta(0)
@@ -58,15 +65,21 @@ Forward = Callable[[object], Awaitable[object]]
 
 class GroupApis:
     """One broker's group request handlers; ``apis`` are their entries in a client
-    listener's table."""
+    listener's table. FindCoordinator also finds transaction coordinators when given
+    ``transactions``."""
 
     def __init__(
-        self, coordinator: GroupCoordinator, image: Callable[[], MetadataImage], forward: Forward
+        self,
+        coordinator: GroupCoordinator,
+        image: Callable[[], MetadataImage],
+        forward: Forward,
+        transactions: TransactionCoordinator | None = None,
     ) -> None:
         self.coordinator = coordinator
+        self.transactions = transactions
         self._image = image
         self._forward = forward
-        self._creating: asyncio.Task[None] | None = None
+        self._creating: dict[str, asyncio.Task[None]] = {}
         self._failures = RateLimitedLog(logger)
 
     def apis(self, listener: str) -> list[Api]:
@@ -229,46 +242,70 @@ class GroupApis:
     def _coordinator(
         self, image: MetadataImage, key: str, key_type: int, listener: str
     ) -> tuple[ErrorCode, str | None, int, str, int]:
-        if key_type != GROUP_KEY_TYPE:
-            return ErrorCode.invalid_request, "Only group coordinators are served", -1, "", -1
-        topic = image.topics.get(OFFSETS_TOPIC)
+        partition_of: Callable[[str, MetadataImage], int]
+        if key_type == GROUP_KEY_TYPE:
+            name, partition_of = OFFSETS_TOPIC, self.coordinator.partition_of
+        elif key_type == TRANSACTION_KEY_TYPE and self.transactions is not None:
+            name, partition_of = TXN_TOPIC, self.transactions.partition_of
+        else:
+            message = "Only group and transaction coordinators are served"
+            return ErrorCode.invalid_request, message, -1, "", -1
+        topic = image.topics.get(name)
         if topic is None:
-            self._create_offsets_topic()
-            return (
-                ErrorCode.coordinator_not_available,
-                f"{OFFSETS_TOPIC} is being created",
-                -1,
-                "",
-                -1,
-            )
-        registration = topic.partitions.get(self.coordinator.partition_of(key, image))
+            self._create_internal_topic(name)
+            return ErrorCode.coordinator_not_available, f"{name} is being created", -1, "", -1
+        registration = topic.partitions.get(partition_of(key, image))
         broker = image.cluster.brokers.get(registration.leader) if registration else None
         endpoint = broker.listener(listener) if broker is not None and not broker.fenced else None
         if registration is None or broker is None or endpoint is None:
             return ErrorCode.coordinator_not_available, None, -1, "", -1
         return ErrorCode.none, None, broker.broker_id, endpoint.host, endpoint.port
 
-    def _create_offsets_topic(self) -> None:
-        if self._creating is not None and not self._creating.done():
+    def _create_internal_topic(self, name: str) -> None:
+        creating = self._creating.get(name)
+        if creating is not None and not creating.done():
             return
-        self._creating = asyncio.get_running_loop().create_task(self._create())
+        self._creating[name] = asyncio.get_running_loop().create_task(self._create(name))
 
-    async def _create(self) -> None:
+    def _internal_topic(self, name: str) -> tuple[int, int, dict[str, str]]:
+        """Partitions, replication factor and configs of an internal topic, as Kafka's
+        AutoTopicCreationManager creates it. Compaction (log/cleaner.py) keeps the latest
+        record of every key, so a topic of offsets or transaction states does not grow with
+        each commit."""
+        if name == TXN_TOPIC:
+            assert self.transactions is not None
+            txn = self.transactions.config
+            return (
+                txn.transaction_state_log_num_partitions,
+                txn.transaction_state_log_replication_factor,
+                {
+                    "cleanup.policy": "compact",
+                    "compression.type": "uncompressed",
+                    "min.insync.replicas": str(txn.transaction_state_log_min_isr),
+                    "segment.bytes": str(txn.transaction_state_log_segment_bytes),
+                    "unclean.leader.election.enable": "false",
+                },
+            )
         config = self.coordinator.config
+        return (
+            config.offsets_topic_num_partitions,
+            config.offsets_topic_replication_factor,
+            {
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(config.offsets_topic_segment_bytes),
+            },
+        )
+
+    async def _create(self, name: str) -> None:
         module: Any = request_module(ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION)
-        # Kafka's settings. Compaction (log/cleaner.py) keeps the latest record of every
-        # key, so repeated commits of one partition's offset do not grow the topic.
-        configs = {
-            "cleanup.policy": "compact",
-            "compression.type": "producer",
-            "segment.bytes": str(config.offsets_topic_segment_bytes),
-        }
+        num_partitions, replication_factor, configs = self._internal_topic(name)
         topic = make(
             module.CreatableTopic,
             {
-                "name": OFFSETS_TOPIC,
-                "num_partitions": config.offsets_topic_num_partitions,
-                "replication_factor": config.offsets_topic_replication_factor,
+                "name": name,
+                "num_partitions": num_partitions,
+                "replication_factor": replication_factor,
                 "configs": tuple(
                     make(module.CreatableTopicConfig, {"name": k, "value": v})
                     for k, v in configs.items()
@@ -285,7 +322,7 @@ class GroupApis:
                 "no-controller",
                 logging.WARNING,
                 "Creating %s: no controller answered: %r",
-                OFFSETS_TOPIC,
+                name,
                 error,
             )
             return
@@ -297,17 +334,17 @@ class GroupApis:
                     created.error_code.name,
                     logging.WARNING,
                     "Creating %s (%d partitions, replication factor %d) failed: %s %s",
-                    OFFSETS_TOPIC,
-                    config.offsets_topic_num_partitions,
-                    config.offsets_topic_replication_factor,
+                    name,
+                    num_partitions,
+                    replication_factor,
                     created.error_code.name,
                     created.error_message,
                 )
 
     async def close(self) -> None:
-        if self._creating is not None:
-            self._creating.cancel()
-            await asyncio.gather(self._creating, return_exceptions=True)
+        for creating in self._creating.values():
+            creating.cancel()
+        await asyncio.gather(*self._creating.values(), return_exceptions=True)
 
     # ---- JoinGroup, SyncGroup, LeaveGroup ------------------------------------------------
     async def _join(self, module: Any, version: int, request: Any, client_id: str) -> object:
@@ -471,15 +508,20 @@ class GroupApis:
         )
 
     def _offset_fetch(self, module: Any, version: int, request: Any) -> object:
+        stable = getattr(request, "require_stable", False)
         if version < 8:
-            error, topics = self._fetch_group(module, request.group_id, request.topics, "", None)
+            error, topics = self._fetch_group(
+                module, request.group_id, request.topics, "", None, stable
+            )
             return make(
                 module.OffsetFetchResponse,
                 {"throttle_time": NO_THROTTLE, "topics": topics, "error_code": error},
             )
         groups = []
         for group in request.groups:
-            error, topics = self._fetch_group(module, group.group_id, group.topics, "s", group)
+            error, topics = self._fetch_group(
+                module, group.group_id, group.topics, "s", group, stable
+            )
             groups.append(
                 make(
                     module.OffsetFetchResponseGroup,
@@ -491,10 +533,18 @@ class GroupApis:
         )
 
     def _fetch_group(
-        self, module: Any, group_id: str, topics: Any, plural: str, group: Any
+        self,
+        module: Any,
+        group_id: str,
+        topics: Any,
+        plural: str,
+        group: Any,
+        require_stable: bool,
     ) -> tuple[ErrorCode, tuple[object, ...]]:
         """One group's OffsetFetch answer: (group error, topics). v8+ names its types
-        ``OffsetFetchResponseTopics``/``Partitions`` (``plural``); v9 names the member."""
+        ``OffsetFetchResponseTopics``/``Partitions`` (``plural``); v9 names the member.
+        With ``require_stable`` (KIP-447, v7+), a partition whose offset an open transaction
+        holds answers UNSTABLE_OFFSET_COMMIT and no offset, and the consumer retries."""
         wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
         result = self.coordinator.fetch_offsets(
             group_id,
@@ -512,24 +562,29 @@ class GroupApis:
             partition_error = result
         else:
             result_topics, partition_error = result, ErrorCode.none
+        unstable = self.coordinator.unstable_offsets(group_id) if require_stable else frozenset()
+
+        def partition(name: str, index: int, value: OffsetValue | None) -> object:
+            error = partition_error
+            if (name, index) in unstable:
+                error, value = ErrorCode.unstable_offset_commit, None
+            return make(
+                partition_type,
+                {
+                    "partition_index": index,
+                    "committed_offset": value.offset if value else -1,
+                    "committed_leader_epoch": value.leader_epoch if value else -1,
+                    "metadata": value.metadata if value else "",
+                    "error_code": error,
+                },
+            )
+
         answer = tuple(
             make(
                 topic_type,
                 {
                     "name": name,
-                    "partitions": tuple(
-                        make(
-                            partition_type,
-                            {
-                                "partition_index": p,
-                                "committed_offset": value.offset if value else -1,
-                                "committed_leader_epoch": value.leader_epoch if value else -1,
-                                "metadata": value.metadata if value else "",
-                                "error_code": partition_error,
-                            },
-                        )
-                        for p, value in partitions
-                    ),
+                    "partitions": tuple(partition(name, p, value) for p, value in partitions),
                 },
             )
             for name, partitions in result_topics

@@ -36,6 +36,9 @@ class GroupCoordinatorConfig:
     group_consumer_heartbeat_interval_ms: int = 5000
     group_consumer_max_size: int = 1000
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    # kraft-py's own: the bytes of member metadata (classic protocols, KIP-848
+    # subscriptions) the coordinator keeps across all its groups (broker/group/member_budget.py).
+    group_coordinator_member_metadata_max_bytes: int = 64 * 1024 * 1024
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> GroupCoordinatorConfig:

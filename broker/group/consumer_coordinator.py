@@ -12,18 +12,27 @@ heartbeats take turns (each sees the last one's records); other groups are not h
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import re2
 from kio.schema.errors import ErrorCode
 
 from broker.group.classic import GroupState
-from broker.group.consumer_group import ConsumerGroup, Heartbeat, Result
-from broker.group.consumer_records import encode_key, encode_value
+from broker.group.consumer_group import (
+    ConsumerGroup,
+    Heartbeat,
+    Result,
+    compile_regex,
+    match_names,
+)
+from broker.group.consumer_records import MEMBER_METADATA, encode_key, encode_value
+from broker.group.member_budget import MemberMetadataBudget, subscription_bytes
 from broker.group.shard import Shard
 from log.records import Record
 from metadata.image import MetadataImage
@@ -36,13 +45,89 @@ logger = logging.getLogger("broker.group.coordinator")
 Write = Callable[[Shard, list[Record]], Awaitable[tuple[ErrorCode, int]]]
 
 
+# Topic names one regex is matched against between turns of the loop: ~5 ms of matching at
+# the slowest program RE2's limit lets in, microseconds for ordinary patterns.
+REGEX_MATCH_SLICE = 10
+# Topic names the resolved regexes may keep between them (a frozenset of references to the
+# image's names: ~30 bytes a name); the least recently used go first.
+REGEX_CACHE_NAMES = 1_000_000
+
+
+class SubscriptionRegexes:
+    """Broker-wide resolution of KIP-848 subscription regexes: which topics each matches in
+    the topic names of an image. Kafka resolves them off the heartbeat path, asynchronously;
+    here ``resolve`` matches a group's regexes a few names at a time between turns of the
+    loop before its heartbeat runs, and keeps each answer for as long as the set of topic
+    names stays the same (an image that only changes partitions or leaders keeps the same
+    name mapping), so a heartbeat matches nothing. A pattern that is invalid or over RE2's
+    program limit is left to the heartbeat, which refuses it (INVALID_REGULAR_EXPRESSION).
+    """
+
+    def __init__(self, max_names: int = REGEX_CACHE_NAMES) -> None:
+        self._max_names = max_names
+        self._names = 0
+        # regex -> (the image's name mapping it was matched against, the matches)
+        self._matched: collections.OrderedDict[str, tuple[object, frozenset[str]]] = (
+            collections.OrderedDict()
+        )
+
+    def cached(self, regex: str, image: MetadataImage) -> frozenset[str] | None:
+        entry = self._matched.get(regex)
+        if entry is None or entry[0] is not image.topics.by_name:
+            return None
+        self._matched.move_to_end(regex)
+        return entry[1]
+
+    def matching(self, regex: str, image: MetadataImage) -> frozenset[str]:
+        """The topics of ``image`` that ``regex`` matches: resolved beforehand, or (a regex
+        nobody resolved: a test, a cache that evicted it) matched now."""
+        found = self.cached(regex, image)
+        if found is None:
+            found = match_names(compile_regex(regex), image.topics.by_name)
+            self._keep(regex, image, found)
+        return found
+
+    async def resolve(self, regexes: Iterable[str], image: MetadataImage) -> None:
+        """Match each of ``regexes`` not yet resolved for ``image``'s topic names, yielding
+        the loop every REGEX_MATCH_SLICE names."""
+        for regex in regexes:
+            if self.cached(regex, image) is not None:
+                continue
+            try:
+                pattern = compile_regex(regex)
+            except re2.error:
+                continue  # the heartbeat refuses it
+            await asyncio.sleep(0)  # compiling may have taken a slice of its own
+            names = list(image.topics.by_name)
+            found: set[str] = set()
+            for start in range(0, len(names), REGEX_MATCH_SLICE):
+                found |= match_names(pattern, names[start : start + REGEX_MATCH_SLICE])
+                await asyncio.sleep(0)
+            self._keep(regex, image, frozenset(found))
+
+    def _keep(self, regex: str, image: MetadataImage, found: frozenset[str]) -> None:
+        old = self._matched.pop(regex, None)
+        if old is not None:
+            self._names -= len(old[1])
+        self._matched[regex] = (image.topics.by_name, found)
+        self._names += len(found)
+        while self._names > self._max_names and len(self._matched) > 1:
+            _, (_, evicted) = self._matched.popitem(last=False)
+            self._names -= len(evicted)
+
+
 class TopicsView(Mapping[str, tuple[uuid.UUID, int]]):
-    """Topic name -> (id, partition count) over a metadata image, read lazily."""
+    """Topic name -> (id, partition count) over a metadata image, read lazily; regexes are
+    answered by the broker's SubscriptionRegexes (a RegexTopics)."""
 
-    __slots__ = ("_image",)
+    __slots__ = ("_image", "_regexes")
 
-    def __init__(self, image: MetadataImage) -> None:
+    def __init__(self, image: MetadataImage, regexes: SubscriptionRegexes | None = None) -> None:
         self._image = image
+        self._regexes = regexes if regexes is not None else SubscriptionRegexes()
+
+    def matching(self, regex: str) -> frozenset[str]:
+        return self._regexes.matching(regex, self._image)
 
     def __getitem__(self, name: str) -> tuple[uuid.UUID, int]:
         topic = self._image.topics.get(name)
@@ -74,6 +159,7 @@ class ConsumerGroupCoordinator:
         image: Callable[[], MetadataImage | None],
         clock: WallClock,
         wake_before: Callable[[float], None],
+        member_budget: MemberMetadataBudget | None = None,
     ) -> None:
         self.node_id = node_id
         self._shard_for = shard_for
@@ -82,6 +168,8 @@ class ConsumerGroupCoordinator:
         self._clock = clock
         self._wake_before = wake_before  # the timer loop must run by this deadline
         self._locks: dict[str, _GroupLock] = {}
+        self.regexes = SubscriptionRegexes()
+        self._budget = member_budget or MemberMetadataBudget(1 << 62)
         # Insertion-ordered (a dict, not a set): cancelling and gathering them in a
         # hash order of task ids would make the simulator's runs depend on memory layout.
         self._fencing: dict[asyncio.Task[None], None] = {}
@@ -112,8 +200,23 @@ class ConsumerGroupCoordinator:
             return await self._heartbeat(group_id, request)
 
     async def _heartbeat(self, group_id: str, request: Heartbeat) -> Result:
-        shard = self._shard_for(group_id)
+        """Resolves the group's regexes (and the request's) first, in slices, against the
+        image of now; the heartbeat then runs against that image, matching nothing."""
         image = self._image()
+        shard = self._shard_for(group_id)
+        if image is not None and isinstance(shard, Shard) and request.member_epoch >= 0:
+            group = shard.consumer_groups.get(group_id)
+            wanted = list(group.regexes) if group is not None else []
+            if request.subscribed_topic_regex is not None:
+                wanted.append(request.subscribed_topic_regex)
+            if wanted:
+                await self.regexes.resolve(wanted, image)
+        return await self._heartbeat_in(group_id, request, image)
+
+    async def _heartbeat_in(
+        self, group_id: str, request: Heartbeat, image: MetadataImage | None
+    ) -> Result:
+        shard = self._shard_for(group_id)
         if isinstance(shard, ErrorCode) or image is None:
             error = shard if isinstance(shard, ErrorCode) else ErrorCode.coordinator_not_available
             return Result(error, None, request.member_id, request.member_epoch)
@@ -136,7 +239,10 @@ class ConsumerGroupCoordinator:
             fresh = group is None
             if group is None:
                 group = ConsumerGroup(group_id, shard.consumer_limits)
-            result = group.heartbeat(request, TopicsView(image))
+            refused = self._over_budget(group_id, request)
+            if refused is not None:
+                return refused
+            result = group.heartbeat(request, TopicsView(image, self.regexes))
             if fresh and result.error is ErrorCode.none:
                 result = await self._store(shard, group, result)
                 if result.error is ErrorCode.none:
@@ -164,6 +270,15 @@ class ConsumerGroupCoordinator:
             if shard.consumer_groups.get(group.group_id, group) is not group:
                 return Result(ErrorCode.not_coordinator, None, result.member_id)
         group.apply(result, asyncio.get_running_loop().time())
+        member = group.members.get(result.member_id)
+        if member is None:
+            self._budget.drop(group.group_id, result.member_id)
+        elif not known or any(key.kind == MEMBER_METADATA for key, _ in result.records):
+            metadata = member.metadata
+            size = subscription_bytes(
+                metadata.subscribed_topic_names, metadata.subscribed_topic_regex
+            )
+            self._budget.set(group.group_id, result.member_id, size)
         deadline = group.next_deadline()
         if deadline is not None:
             self._wake_before(deadline)
@@ -187,6 +302,23 @@ class ConsumerGroupCoordinator:
                 len(group.members),
             )
         return result
+
+    def _over_budget(self, group_id: str, request: Heartbeat) -> Result | None:
+        """GROUP_MAX_SIZE_REACHED when the subscription the heartbeat sets would take the
+        members' metadata past group.coordinator.member.metadata.max.bytes."""
+        names, regex = request.subscribed_topic_names, request.subscribed_topic_regex
+        if names is None and regex is None:
+            return None  # unchanged
+        size = subscription_bytes(names or (), regex)
+        if self._budget.fits(group_id, request.member_id, size):
+            return None
+        return Result(
+            ErrorCode.group_max_size_reached,
+            "The subscription would take the coordinator's member metadata past "
+            f"group.coordinator.member.metadata.max.bytes {self._budget.max_bytes}",
+            request.member_id,
+            request.member_epoch,
+        )
 
     def _log_member(self, group: ConsumerGroup, result: Result, verb: str) -> None:
         logger.info(
@@ -251,6 +383,7 @@ class ConsumerGroupCoordinator:
     def unload(self, shard: Shard) -> None:
         for group in shard.consumer_groups.values():
             group.dead = True
+            self._budget.drop_group(group.group_id)
 
     async def delete(self, shard: Shard, group: ConsumerGroup, offsets: list[Record]) -> ErrorCode:
         """DeleteGroups of an Empty consumer group: its offsets' and its own tombstones."""

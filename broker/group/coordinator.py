@@ -44,6 +44,7 @@ from broker.group.classic import (
 from broker.group.config import GroupCoordinatorConfig
 from broker.group.consumer_coordinator import ConsumerGroupCoordinator
 from broker.group.consumer_group import ConsumerGroup
+from broker.group.member_budget import MemberMetadataBudget, protocols_bytes
 from broker.group.records import (
     GroupKey,
     OffsetKey,
@@ -56,14 +57,20 @@ from broker.group.records import (
 )
 from broker.group.shard import OffsetCommit, Shard, TopicPartition, validate_commit
 from broker.replica_manager import ReplicaManager
+from broker.txn.control import control_type
 from log.batch import decode_batch, encode_batch
 from log.clock import WallClock
 from log.errors import RecordError
 from log.log import KafkaStorageError, OffsetOutOfRangeError
+from log.rate_limited_log import ClipLongArguments, RateLimitedLog
 from log.records import Record
 from metadata.image import MetadataImage
+from protocol.wire import MAX_STRING_BYTES
 
 logger = logging.getLogger("broker.group.coordinator")
+# Group, member, instance and client ids are the client's, up to 32,767 bytes each.
+logger.addFilter(ClipLongArguments())
+_limited = RateLimitedLog(logger)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 LOAD_YIELD_BYTES = 1 << 20  # loading yields to the loop after each MiB read
@@ -113,8 +120,17 @@ class GroupCoordinator:
         # Insertion-ordered (a dict, not a set): cancelling and gathering them in a
         # hash order of task ids would make the simulator's runs depend on memory layout.
         self._writes: dict[asyncio.Task[None], None] = {}
+        self.member_budget = MemberMetadataBudget(
+            config.group_coordinator_member_metadata_max_bytes
+        )
         self.consumer = ConsumerGroupCoordinator(
-            node_id, self.shard_for, self._write, lambda: self._image, clock, self._wake_before
+            node_id,
+            self.shard_for,
+            self._write,
+            lambda: self._image,
+            clock,
+            self._wake_before,
+            self.member_budget,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -213,6 +229,7 @@ class GroupCoordinator:
         for group in shard.groups.values():
             if group.state is not GroupState.DEAD:
                 self._deliver(group, group.mark_dead().replies)
+            self.member_budget.drop_group(group.group_id)
         self.consumer.unload(shard)
         if shard.loaded:
             logger.info(
@@ -240,10 +257,20 @@ class GroupCoordinator:
                     header, records = decode_batch(view, pos)
                     pos += header.size
                     position = header.next_offset
-                    if not header.is_control:
-                        for record in records:
-                            self._replay(shard, record, header.base_offset, now)
-                            records_read += 1
+                    producer_id = header.producer_id if header.is_transactional else -1
+                    if header.is_control:
+                        committed = control_type(records)
+                        if committed is not None:
+                            shard.note_epoch(producer_id, header.producer_epoch)
+                            shard.complete_txn(producer_id, committed)
+                        continue
+                    if producer_id >= 0:
+                        if shard.fenced(producer_id, header.producer_epoch):
+                            continue  # a fenced zombie's offsets: never pending
+                        shard.note_epoch(producer_id, header.producer_epoch)
+                    for record in records:
+                        self._replay(shard, record, header.base_offset, now, producer_id)
+                        records_read += 1
             except OffsetOutOfRangeError:
                 if position >= log.log_start_offset:
                     break
@@ -277,11 +304,19 @@ class GroupCoordinator:
         )
         self._timer_wake.set()
 
-    def _replay(self, shard: Shard, record: Record, base_offset: int, now: float) -> None:
+    def _replay(
+        self, shard: Shard, record: Record, base_offset: int, now: float, producer_id: int
+    ) -> None:
         if record.key is None:
             return
         try:
-            shard.replay(record.key, record.value, base_offset + (record.offset_delta or 0), now)
+            shard.replay(
+                record.key,
+                record.value,
+                base_offset + (record.offset_delta or 0),
+                now,
+                producer_id,
+            )
         except RecordError as error:
             # Kafka's loader fails the partition on a record it cannot read; the batch CRC
             # held, so this is a format we do not know: skip it, loudly.
@@ -298,7 +333,15 @@ class GroupCoordinator:
         return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
 
     def _member_id(self, prefix: str) -> str:
-        return f"{prefix}-{uuid.UUID(int=self._rng.getrandbits(128), version=4)}"
+        """Kafka's classic member id, ``<client id or group.instance.id>-<UUID>``, with the
+        prefix cut so the id stays a string a record can hold: both prefixes may be
+        MAX_STRING_BYTES long, and an id past it could not be stored (Kafka's writer fails
+        on it too), so the member would never be answered."""
+        suffix = f"-{uuid.UUID(int=self._rng.getrandbits(128), version=4)}"
+        room = MAX_STRING_BYTES - len(suffix)
+        if len(prefix) * 4 > room:  # UTF-8 takes at most 4 bytes a character
+            prefix = prefix.encode()[:room].decode(errors="ignore")
+        return prefix + suffix
 
     def shard_for(self, group_id: str) -> Shard | ErrorCode:
         """The loaded shard holding a group, or why this broker cannot answer for it."""
@@ -313,17 +356,31 @@ class GroupCoordinator:
         return shard
 
     # ---- writes ----------------------------------------------------------------------------
-    async def _write(self, shard: Shard, records: list[Record]) -> tuple[ErrorCode, int]:
-        """Append records to the shard's partition with acks=all; (error, base offset)."""
-        batch = encode_batch(records)
+    async def _write(
+        self, shard: Shard, records: list[Record], producer: tuple[int, int] | None = None
+    ) -> tuple[ErrorCode, int]:
+        """Append records to the shard's partition with acks=all; (error, base offset).
+        ``producer``: (id, epoch) of the transaction the records belong to."""
+        # A transaction's batch is the coordinator's own (Kafka's AppendOrigin.COORDINATOR).
+        coordinator = producer is not None
+        if producer is None:
+            batch = encode_batch(records)
+        else:
+            batch = encode_batch(
+                records,
+                producer_id=producer[0],
+                producer_epoch=producer[1],
+                is_transactional=True,
+            )
         if COORDINATOR_HW_OVER_TRUNCATED in self.bugs:
-            return await self._write_until_high_watermark(shard, batch, len(records))
+            return await self._write_until_high_watermark(shard, batch, len(records), coordinator)
         result = await self._replicas.append(
             OFFSETS_TOPIC,
             shard.partition,
             batch,
             -1,
             self.config.offsets_commit_timeout_ms / 1000,
+            coordinator=coordinator,
         )
         if result.error is not ErrorCode.none:
             return _WRITE_ERRORS.get(result.error, ErrorCode.unknown_server_error), -1
@@ -332,7 +389,7 @@ class GroupCoordinator:
         return ErrorCode.none, result.base_offset
 
     async def _write_until_high_watermark(
-        self, shard: Shard, batch: bytes, count: int
+        self, shard: Shard, batch: bytes, count: int, coordinator: bool
     ) -> tuple[ErrorCode, int]:
         """The planted bug (KAFKA-20634): append as leader, then acknowledge once this
         broker's high watermark of the partition passes the records' offsets, even if it
@@ -340,7 +397,7 @@ class GroupCoordinator:
         leader's records: the commit is acknowledged and lost."""
         key = (OFFSETS_TOPIC, shard.partition)
         timeout_s = self.config.offsets_commit_timeout_ms / 1000
-        result = await self._replicas.append(*key, batch, 1, timeout_s)
+        result = await self._replicas.append(*key, batch, 1, timeout_s, coordinator=coordinator)
         if result.error is not ErrorCode.none:
             return _WRITE_ERRORS.get(result.error, ErrorCode.unknown_server_error), -1
         loop = asyncio.get_running_loop()
@@ -355,8 +412,13 @@ class GroupCoordinator:
     def _handle(
         self, shard: Shard, group: ClassicGroup, out: Outcome, before: tuple[GroupState, int, int]
     ) -> None:
-        """Deliver an outcome's replies, start its write, log what changed."""
+        """Deliver an outcome's replies, start its write, log what changed, count what its
+        members keep."""
         self._log_transition(group, before)
+        self.member_budget.sync_group(
+            group.group_id,
+            {m.member_id: protocols_bytes(m.protocols) for m in group.members.values()},
+        )
         self._deliver(group, out.replies)
         if out.persist is not None:
             self._spawn(self._persist(shard, group, out.persist))
@@ -507,6 +569,21 @@ class GroupCoordinator:
             if request.member_id:
                 return JoinReply(request.member_id, ErrorCode.unknown_member_id)
             group = shard.group(group_id)
+        if not self.member_budget.fits(
+            group_id, request.member_id, protocols_bytes(request.protocols)
+        ):
+            _limited.log(
+                "member-metadata",
+                logging.WARNING,
+                "[GroupCoordinator id=%d] JoinGroup of %s to group %s refused: its metadata "
+                "would take the members' metadata past "
+                "group.coordinator.member.metadata.max.bytes %d",
+                self.node_id,
+                request.client_id,
+                group_id,
+                self.member_budget.max_bytes,
+            )
+            return JoinReply(request.member_id, ErrorCode.group_max_size_reached)
         before, known = _snapshot(group), set(group.members)
         member_id, out = group.join(request, asyncio.get_running_loop().time())
         if member_id in group.members and member_id not in known:
@@ -638,6 +715,98 @@ class GroupCoordinator:
             return errors
         shard.store_offsets(group_id, [(where, value) for _, where, value in accepted], base_offset)
         return errors
+
+    async def commit_txn_offsets(
+        self,
+        group_id: str,
+        producer: tuple[int, int],
+        member_id: str,
+        instance: str | None,
+        generation: int,
+        commits: list[OffsetCommit],
+        known_topic: Callable[[str, int], bool],
+    ) -> list[ErrorCode]:
+        """TxnOffsetCommit: the offsets are written in the producer's transaction and held
+        pending until its marker (``complete_transaction``). KIP-447: a member id or a
+        generation given is checked against the group as OffsetCommit's are; a client
+        before v3 gives neither, and is not."""
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return [shard] * len(commits)
+        consumer = shard.consumer_groups.get(group_id)
+        group = shard.groups.get(group_id)
+        if shard.fenced(*producer):
+            error = ErrorCode.producer_fenced
+        elif not member_id and generation < 0 and instance is None:
+            error = ErrorCode.none
+        elif consumer is not None:
+            error = consumer.validate_offset_commit(member_id, generation)
+        else:
+            error = validate_commit(group, member_id, instance, generation)
+            if error is ErrorCode.rebalance_in_progress:
+                error = ErrorCode.none  # a transaction may commit while members sync
+        if error is not ErrorCode.none:
+            return [error] * len(commits)
+        now_ms = self._clock.now_ms()
+        errors: list[ErrorCode] = []
+        records: list[Record] = []
+        accepted: list[tuple[int, TopicPartition, OffsetValue]] = []
+        for commit in commits:
+            if not known_topic(commit.topic, commit.partition):
+                errors.append(ErrorCode.unknown_topic_or_partition)
+            elif len(commit.metadata.encode()) > self.config.offset_metadata_max_bytes:
+                errors.append(ErrorCode.offset_metadata_too_large)
+            else:
+                value = OffsetValue(commit.offset, commit.leader_epoch, commit.metadata, now_ms)
+                key = OffsetKey(group_id, commit.topic, commit.partition)
+                accepted.append((len(errors), (commit.topic, commit.partition), value))
+                records.append(Record(encode_offset_key(key), encode_offset_value(value), now_ms))
+                errors.append(ErrorCode.none)
+        if not records:
+            return errors
+        error, base_offset = await self._write(shard, records, producer)
+        if error is ErrorCode.none and shard.fenced(*producer):
+            error = ErrorCode.producer_fenced  # fenced meanwhile; loading skips them too
+        if error is not ErrorCode.none:
+            for index, _, _ in accepted:
+                errors[index] = error
+            return errors
+        shard.note_epoch(*producer)
+        shard.store_txn_offsets(
+            producer[0], group_id, [(where, value) for _, where, value in accepted], base_offset
+        )
+        return errors
+
+    def complete_transaction(
+        self, offsets_partition: int, producer_id: int, producer_epoch: int, committed: bool
+    ) -> None:
+        """A producer's transaction marker was appended to ``__consumer_offsets`` partition
+        ``offsets_partition`` (by the WriteTxnMarkers handler): its pending offsets there are
+        applied (commit) or dropped (abort). A shard still loading reads the marker itself."""
+        shard = self._shards.get(offsets_partition)
+        if shard is None:
+            return
+        shard.note_epoch(producer_id, producer_epoch)
+        count = shard.complete_txn(producer_id, committed)
+        if count:
+            logger.info(
+                "[GroupCoordinator id=%d] %s %d transactional offsets of producer %d (epoch "
+                "%d) in %s-%d",
+                self.node_id,
+                "Committed" if committed else "Dropped",
+                count,
+                producer_id,
+                producer_epoch,
+                OFFSETS_TOPIC,
+                offsets_partition,
+            )
+
+    def unstable_offsets(self, group_id: str) -> frozenset[TopicPartition]:
+        """The group's partitions whose offset an open transaction holds (KIP-447)."""
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return frozenset()
+        return shard.pending_offsets(group_id)
 
     def fetch_offsets(
         self,

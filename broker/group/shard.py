@@ -26,6 +26,8 @@ from broker.group.records import (
 )
 
 TopicPartition = tuple[str, int]
+NO_PRODUCER_ID = -1
+MAX_PRODUCER_EPOCHS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,15 @@ class Shard:
     # KIP-848 groups; a group id is in at most one of the two maps.
     consumer_groups: dict[str, ConsumerGroup] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
+    # TxnOffsetCommit's offsets, per producer id, until that producer's transaction marker
+    # reaches this partition: applied on a commit marker, dropped on an abort.
+    pending_txn: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = field(
+        default_factory=dict
+    )
+    # The latest epoch of each transactional producer seen here (offsets or markers): an
+    # older epoch's TxnOffsetCommit is a fenced zombie's (Kafka's producer state of the
+    # partition refuses it). Bounded, the oldest entries without pending offsets go first.
+    producer_epochs: dict[int, int] = field(default_factory=dict)
 
     def group(self, group_id: str) -> ClassicGroup:
         """The group, created Empty if it does not exist (as Kafka creates one on a
@@ -78,13 +89,28 @@ class Shard:
             group = self.consumer_groups[group_id] = ConsumerGroup(group_id, self.consumer_limits)
         return group
 
-    def replay(self, key: bytes, value: bytes | None, log_offset: int, now: float) -> None:
-        """Apply one stored record; a CorruptRecordError for one that cannot be read."""
+    def replay(
+        self,
+        key: bytes,
+        value: bytes | None,
+        log_offset: int,
+        now: float,
+        producer_id: int = NO_PRODUCER_ID,
+    ) -> None:
+        """Apply one stored record; a CorruptRecordError for one that cannot be read.
+        ``producer_id``: the record is in that producer's transaction (TxnOffsetCommit), so
+        its offset is pending until the producer's marker."""
         decoded = decode_key(key)
         if decoded is None:
             self._replay_consumer(key, value)
         elif isinstance(decoded, OffsetKey):
             where = (decoded.topic, decoded.partition)
+            if producer_id != NO_PRODUCER_ID:
+                if value is not None:
+                    committed = CommittedOffset(decode_offset_value(value), log_offset)
+                    pending = self.pending_txn.setdefault(producer_id, {})
+                    pending.setdefault(decoded.group, {})[where] = committed
+                return
             if value is None:
                 self.offsets.get(decoded.group, {}).pop(where, None)
                 return
@@ -126,6 +152,56 @@ class Shard:
             current = offsets.get(where)
             if current is None or current.log_offset < base_offset + delta:
                 offsets[where] = CommittedOffset(value, base_offset + delta)
+
+    def fenced(self, producer_id: int, epoch: int) -> bool:
+        """Whether a newer epoch of the producer was seen here."""
+        return epoch < self.producer_epochs.get(producer_id, -1)
+
+    def note_epoch(self, producer_id: int, epoch: int) -> None:
+        if epoch <= self.producer_epochs.get(producer_id, -1):
+            return
+        self.producer_epochs.pop(producer_id, None)  # re-inserted last: the newest
+        self.producer_epochs[producer_id] = epoch
+        if len(self.producer_epochs) > MAX_PRODUCER_EPOCHS:
+            oldest = next((p for p in self.producer_epochs if p not in self.pending_txn), None)
+            if oldest is not None:
+                del self.producer_epochs[oldest]
+
+    def store_txn_offsets(
+        self,
+        producer_id: int,
+        group_id: str,
+        values: list[tuple[TopicPartition, OffsetValue]],
+        base_offset: int,
+    ) -> None:
+        """A TxnOffsetCommit's records were acknowledged, the i-th at ``base_offset + i``:
+        pending until the producer's marker."""
+        pending = self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
+        for delta, (where, value) in enumerate(values):
+            pending[where] = CommittedOffset(value, base_offset + delta)
+
+    def complete_txn(self, producer_id: int, committed: bool) -> int:
+        """The producer's marker is in the partition: its pending offsets become the
+        committed ones (unless a later record committed that partition since, Kafka's rule)
+        or are dropped. Returns how many offsets were pending."""
+        pending = self.pending_txn.pop(producer_id, {})
+        if committed:
+            for group_id, offsets in pending.items():
+                if group_id not in self.consumer_groups:
+                    self.group(group_id)
+                current = self.offsets.setdefault(group_id, {})
+                for where, offset in offsets.items():
+                    existing = current.get(where)
+                    if existing is None or existing.log_offset < offset.log_offset:
+                        current[where] = offset
+        return sum(len(offsets) for offsets in pending.values())
+
+    def pending_offsets(self, group_id: str) -> frozenset[TopicPartition]:
+        """The group's partitions whose offset a transaction holds (KIP-447's
+        require_stable OffsetFetch then answers UNSTABLE_OFFSET_COMMIT)."""
+        return frozenset(
+            where for groups in self.pending_txn.values() for where in groups.get(group_id, {})
+        )
 
     def forget_offsets(self, group_id: str, doomed: list[TopicPartition], base_offset: int) -> None:
         """Tombstones that were acknowledged, the i-th at ``base_offset + i``."""

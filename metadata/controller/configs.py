@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from metadata.config_defs import CLUSTER_DEFAULT, ConfigType, check_config, definitions, list_items
 from metadata.controller import elr
 from metadata.controller.context import ApiError, ControllerContext, ControllerResult
+from metadata.controller.internal_topics import check_internal_configs
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, Config, MetadataRecord
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
@@ -65,6 +66,11 @@ def _alter(
             _check_resource(ctx, resource.resource_type, resource.resource_name)
             current = ctx.image.configs.get(key, {})
             changes = changes_of(resource.resource_type, resource.configs, current)
+            if resource.resource_type == TOPIC_RESOURCE:
+                after = {**current, **changes}
+                check_internal_configs(
+                    resource.resource_name, {k: v for k, v in after.items() if v is not None}
+                )
             cleared = elr.config_change_records(
                 ctx, resource.resource_type, resource.resource_name, changes
             )

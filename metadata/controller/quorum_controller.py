@@ -40,6 +40,7 @@ from metadata.controller.configs import alter_configs, incremental_alter_configs
 from metadata.controller.context import ControllerConfig, ControllerContext, ControllerResult
 from metadata.controller.election import LEADER_OUTSIDE_ISR, preferred_leader_changes
 from metadata.controller.features import update_features
+from metadata.controller.internal_topics import is_internal_creator
 from metadata.controller.partitions import alter_partition, elect_leaders
 from metadata.controller.producer_ids import allocate_producer_ids
 from metadata.controller.reassignment import (
@@ -47,8 +48,10 @@ from metadata.controller.reassignment import (
     list_partition_reassignments,
 )
 from metadata.controller.refusals import refusal
+from metadata.controller.scram import alter_user_scram_credentials
 from metadata.controller.topics import (
-    INTERNAL_TOPIC_CREATOR,
+    CreateTopicsRun,
+    DeleteTopicsRun,
     create_partitions,
     create_topics,
     delete_topics,
@@ -103,6 +106,13 @@ Handler = Callable[[ControllerContext, Any, int], ControllerResult]
 
 class _NotController(Exception):
     """A pending request's records may not commit: leadership moved."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A request refused while its records were proposed: answer this."""
+
+    response: object
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +234,13 @@ class QuorumController:
                 (CLUSTER_ACTION,),
             ),
             Api(ApiKey.UPDATE_FEATURES, (0, 1), run(update_features), CONTROLLER, (CLUSTER_ALTER,)),
+            Api(
+                ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+                (0, 0),
+                run(alter_user_scram_credentials),
+                CONTROLLER,
+                (CLUSTER_ALTER,),
+            ),
         ]
 
     def _entry(self, handler: Handler) -> ApiHandler:
@@ -261,21 +278,76 @@ class QuorumController:
         """The kio response to one controller request, sent once its records commit."""
         if not self._active:
             return refusal(api_key, api_version, request, ErrorCode.not_controller)
-        if api_key == ApiKey.CREATE_TOPICS and client_id == INTERNAL_TOPIC_CREATOR:
-            result = create_topics(self._context(), request, api_version, internal=True)
+        if api_key in (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS):
+            return await self._handle_in_slices(api_key, api_version, request, client_id)
+        result = handler(self._context(), request, api_version)
+        proposed = self._propose_result(api_key, api_version, request, result.records)
+        if isinstance(proposed, _Refused):
+            return proposed.response
+        return await self._answer_once_committed(
+            api_key, api_version, request, proposed, result.response
+        )
+
+    async def _handle_in_slices(
+        self, api_key: int, api_version: int, request: Any, client_id: str | None
+    ) -> object:
+        """CreateTopics and DeleteTopics, TOPICS_PER_SLICE topics per turn of the loop: each
+        slice is worked on against the working image of then and its records proposed
+        before the next, as Kafka's non-atomic create writes a big request in several
+        batches; the answer waits for the last of them. Losing leadership in between is
+        NOT_CONTROLLER for the request (the client retries: what was created already exists,
+        as after a failover in Kafka)."""
+        run: CreateTopicsRun | DeleteTopicsRun
+        if api_key == ApiKey.CREATE_TOPICS:
+            assert self._working is not None
+            internal = is_internal_creator(client_id, self._working)
+            run = CreateTopicsRun.start(self._context(), request, api_version, internal)
         else:
-            result = handler(self._context(), request, api_version)
-        if result.records:
-            try:
-                last_offset = self._propose(result.records)
-            except NotLeaderError:
-                self._deactivate()
-                return refusal(api_key, api_version, request, ErrorCode.not_controller)
+            run = DeleteTopicsRun.start(request, api_version)
+        last_offset: int | None = None
+        for index, topics in enumerate(run.slices()):
+            if index:  # the first slice is proposed at once, as any other request
+                await asyncio.sleep(0)
+                if not self._active:
+                    return refusal(api_key, api_version, request, ErrorCode.not_controller)
+            records = run.step(self._context(), topics)
+            proposed = self._propose_result(api_key, api_version, request, records)
+            if isinstance(proposed, _Refused):
+                return proposed.response
+            last_offset = proposed if proposed is not None else last_offset
+        return await self._answer_once_committed(
+            api_key, api_version, request, last_offset, run.response()
+        )
+
+    def _propose_result(
+        self, api_key: int, api_version: int, request: Any, records: Sequence[MetadataRecord]
+    ) -> int | _Refused | None:
+        """Propose ``records``: the offset of the last, None if there are none, or the
+        refusal to answer if this controller is no longer the leader."""
+        if not records:
+            return None
+        try:
+            return self._propose(records)
+        except NotLeaderError:
+            self._deactivate()
+            return _Refused(refusal(api_key, api_version, request, ErrorCode.not_controller))
+
+    async def _answer_once_committed(
+        self,
+        api_key: int,
+        api_version: int,
+        request: Any,
+        last_offset: int | None,
+        response: object,
+    ) -> object:
+        """``response`` once what it rests on is committed: the records proposed for it
+        (up to ``last_offset``), or, with none, everything proposed so far."""
+        if last_offset is not None:
             if ANSWER_BEFORE_COMMIT in self.bugs or (
                 CONFIG_ANSWER_BEFORE_COMMIT in self.bugs
                 and api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
             ):
-                return result.response
+                return response
         else:
             # An answer read from the working image (TOPIC_ALREADY_EXISTS, a heartbeat that
             # changes nothing) may rest on records not yet committed: like Kafka, wait for
@@ -284,14 +356,14 @@ class QuorumController:
             assert self._working is not None
             last_offset = self._working.offset - 1
             if last_offset < self.loader.image.offset or ANSWER_BEFORE_COMMIT in self.bugs:
-                return result.response
+                return response
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(last_offset, done))
         try:
             await done
         except _NotController:
             return refusal(api_key, api_version, request, ErrorCode.not_controller)
-        return result.response
+        return response
 
     def _context(self) -> ControllerContext:
         assert self._working is not None

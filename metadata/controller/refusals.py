@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from metadata.controller.reassignment import error_response
+from metadata.controller.scram import refuse_alter
 from protocol.api_keys import ApiKey
 from protocol.entities import has_field, make, response_module
 
@@ -124,4 +125,5 @@ _REFUSALS: dict[int, Refusal] = {
     ApiKey.BROKER_HEARTBEAT: _top_level("BrokerHeartbeatResponse"),
     ApiKey.UNREGISTER_BROKER: _top_level("UnregisterBrokerResponse"),
     ApiKey.UPDATE_FEATURES: _update_features,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: refuse_alter,
 }

@@ -987,6 +987,8 @@ def run_kafka(config: RunConfig) -> RunResult:
     )
     for name in controllers + brokers:
         process = world.add_process(name)
+        if config.descriptor_limit is not None and name in brokers:
+            process.disk.descriptor_limit = config.descriptor_limit
         process.start(lambda rt, p=process: cluster.main(rt, p))
     ready = asyncio.Event()
     stop_workload = asyncio.Event()
@@ -1070,8 +1072,16 @@ def run_kafka(config: RunConfig) -> RunResult:
             "lost": cluster.kafka.lost,
             "faults": nemesis.injected,
             **(_cleaned(cluster) if config.compact else {}),
+            **(_files_closed(cluster) if config.descriptor_limit is not None else {}),
         },
     )
+
+
+def _files_closed(cluster: KafkaCluster) -> dict[str, int]:
+    """--descriptor-limit's figure: idle segment files the brokers' current incarnations
+    closed to stay under the limit (reopened on use)."""
+    nodes = cluster.nodes.values()
+    return {"files_closed": sum(n.logs.files.evictions for n in nodes if n.logs)}
 
 
 def _cleaned(cluster: KafkaCluster) -> dict[str, int]:

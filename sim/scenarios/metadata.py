@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from broker.client import KafkaConnection
 from broker.lifecycle import BrokerState
 from kraft.config import ServerConfig, config_from_properties
+from kraft.metrics import NodeMetrics
 from kraft.node import CONTROLLED_SHUTDOWN_TIMEOUT_S, KraftNode
 from log.runtime import Runtime
 from metadata.controller.quorum_controller import CONTROLLER_BUGS
@@ -223,6 +224,7 @@ class Cluster:
             bugs=bugs,
             publishers=(watcher,),
             raft_listeners=(leader,),
+            metrics=NodeMetrics(),  # counted in every run, rendered at each broker's start
         )
         self.nodes[process.name] = node
         await node.start()
@@ -248,6 +250,8 @@ class Cluster:
             reported=reported,
         )
         self.checker.check_serving(process.name, epoch, offset, unfenced_by)
+        assert node.metrics is not None
+        node.metrics.exposition()  # a collector failing in some state fails the run
 
     # ---- graceful shutdown -------------------------------------------------------------
     def terminate(self, nemesis: Nemesis, name: str, hold_s: float) -> None:

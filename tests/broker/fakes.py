@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.group.apis import GroupApis
 from broker.kafka_apis import KafkaApis
+from broker.txn.apis import TxnApis
 from metadata.image import (
     BrokerRegistration,
     ClusterImage,
@@ -21,7 +22,7 @@ from metadata.image import (
 from metadata.records import BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE, Listener
 from protocol import wire
 from protocol.api_keys import ApiKey
-from protocol.api_table import BROKER, ServedApis
+from protocol.api_table import BROKER, ApiRequest, ServedApis
 from protocol.entities import make, response_module
 
 LISTENER = "PLAINTEXT"
@@ -160,3 +161,12 @@ async def ask_group(
     """A group request answered through a broker listener's table, as a connection does."""
     header = wire.RequestHeader(api_key, version, 1, client_id)
     return await ServedApis(BROKER, apis.apis(listener)).handle(header, request)
+
+
+async def ask_txn(apis: TxnApis, api_key: int, version: int, request: object) -> Any:
+    """A transaction request answered as a broker listener does: InitProducerId (KafkaApis'
+    entry) handed to the transaction APIs, the others through their table entries."""
+    header = wire.RequestHeader(api_key, version, 1, "c")
+    if api_key == ApiKey.INIT_PRODUCER_ID:
+        return await apis.init_producer_id(ApiRequest(header, request, ServedApis(BROKER, ())))
+    return await ServedApis(BROKER, apis.apis()).handle(header, request)

@@ -93,6 +93,20 @@ def test_a_full_fetch_opens_a_session_that_answers_only_what_changed() -> None:
     assert context.respond([seen(), seen(hw=5), seen()]).selected == ()
 
 
+def test_a_moved_last_stable_offset_alone_is_answered() -> None:
+    """read_committed (transactions): the LSO can move while the high watermark stands
+    still (an open transaction's marker is written and replicated); an incremental fetch
+    must answer the partition, or a read_committed consumer waits at the old LSO."""
+    sessions = cache()
+    session_id = open_session(sessions, [A])
+    context = sessions.new_context(session_id, 1, False, False, [], [])
+    assert context.respond([PartitionAnswer(0, 9, 4, 0)]).selected == (0,)  # LSO 0 -> 4
+    context = sessions.new_context(session_id, 2, False, False, [], [])
+    assert context.respond([PartitionAnswer(0, 9, 4, 0)]).selected == ()
+    context = sessions.new_context(session_id, 3, False, False, [], [])
+    assert context.respond([PartitionAnswer(0, 9, 9, 0)]).selected == (0,)  # LSO 4 -> 9
+
+
 def test_records_move_a_partition_to_the_back_of_the_session() -> None:
     sessions = cache()
     session_id = open_session(sessions, [A, B, C])
@@ -334,6 +348,10 @@ class Client:
     [("fetch", KEYS[0], 0), ("error", KEYS[0], 1), ("fetch", KEYS[0], 0), ("error", KEYS[0], 0)],
     1,
 )
+@example(  # the first fetch ever answers an error, then the error clears
+    [("error", KEYS[0], 1), ("fetch", KEYS[0], 0), ("error", KEYS[0], 0)],
+    1,
+)
 def test_incremental_answers_tell_the_fetcher_what_full_answers_would(
     steps: list[tuple[str, PartitionKey, int]], slots: int
 ) -> None:
@@ -402,6 +420,7 @@ class Leader:
 
     log_end: dict[tuple[str, int], int] = field(default_factory=lambda: {("t", 0): 0, ("t", 1): 0})
     waits: int = 0
+    topic_metrics: None = None  # no metrics counted (data_plane reads it)
 
     def read(self, topic: str, index: int, offset: int, *_: object, **__: object) -> ReadResult:
         end = self.log_end.get((topic, index))

@@ -68,7 +68,7 @@ def test_find_coordinator_answers_the_partition_leader_for_each_batched_key() ->
         transactional = request(ApiKey.FIND_COORDINATOR, 3, "FindCoordinatorRequest",
                                 {"key": "tx", "key_type": 1})  # fmt: skip
         answer = await ask_group(apis, ApiKey.FIND_COORDINATOR, 3, transactional, LISTENER, "c")
-        assert answer.error_code is ErrorCode.invalid_request
+        assert answer.error_code is ErrorCode.invalid_request  # no transaction coordinator
 
     run(body)
 
@@ -178,8 +178,8 @@ def test_a_failed_offsets_topic_creation_is_logged_once_a_minute_however_often_r
         for _ in range(3):
             answer = await ask_group(apis, ApiKey.FIND_COORDINATOR, 0, find, LISTENER, "c")
             assert answer.error_code is ErrorCode.coordinator_not_available
-            assert apis._creating is not None
-            await apis._creating  # this attempt ends before the next request starts another
+            # This attempt ends before the next request starts another.
+            await apis._creating[OFFSETS_TOPIC]
         assert len(attempts) == 3
         await apis.close()
         await coordinator.close()

@@ -6,6 +6,7 @@ partition's records, and offsets retention expires an empty group's offsets and 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import struct
 import uuid
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.group.classic import GroupState, JoinRequest
@@ -23,6 +25,7 @@ from broker.group.shard import OffsetCommit
 from broker.replica_manager import AppendResult
 from log.batch import assign_offsets, parse_header
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage, TopicsImage
+from protocol.wire import MAX_STRING_BYTES
 
 NODE = 1
 PARTITIONS = 3
@@ -51,7 +54,14 @@ class Partitions:
         return None
 
     async def append(
-        self, topic: str, index: int, records: bytes, acks: int, timeout_s: float
+        self,
+        topic: str,
+        index: int,
+        records: bytes,
+        acks: int,
+        timeout_s: float,
+        *,
+        coordinator: bool = False,
     ) -> AppendResult:
         assert (topic, acks) == (OFFSETS_TOPIC, -1)
         batch = bytearray(records)
@@ -258,3 +268,45 @@ def test_a_stable_groups_offsets_expire_only_for_topics_it_no_longer_subscribes_
         await coordinator.close()
 
     run(body())
+
+
+def test_ids_as_long_as_the_protocol_allows_are_stored_and_logged_short(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 22: a member id is its client id (or group.instance.id) plus "-" and a UUID, so
+    ids at the protocol's 32,767-byte bound made a 32,804-byte member id that the group
+    record could not hold: struct.error in the background write, and the SyncGroup was
+    never answered. Every id here is at the bound, in multi-byte characters too."""
+    longest = MAX_STRING_BYTES
+    client_id = "é" * (longest // 2) + "c"  # 2-byte characters: the cut must not split one
+    instance_id = "i" * longest
+    protocol = "p" * longest
+
+    async def body() -> None:
+        partitions, clock = Partitions(), Clock()
+        coordinator = await started(partitions, clock, group_initial_rebalance_delay_ms=0)
+        for group_id, instance in (("g" * longest, None), ("h" * longest, instance_id)):
+            request = JoinRequest("", instance, client_id, "/h", 30_000, 30_000, "consumer",
+                                  ((protocol, b"m"),), False, True)  # fmt: skip
+            joined = await coordinator.join(group_id, request)
+            assert joined.error is ErrorCode.none
+            assert len(joined.member_id.encode()) <= MAX_STRING_BYTES
+            synced = await coordinator.sync(
+                group_id, joined.member_id, instance, joined.generation, None, None,
+                {joined.member_id: b"a"},
+            )  # fmt: skip
+            assert (synced.error, synced.assignment) == (ErrorCode.none, b"a")
+            # The group record holds it: a reload has the member and its assignment.
+            epoch = 2 if instance is None else 4
+            await move(coordinator, image(2, epoch=epoch - 1))
+            await move(coordinator, image(NODE, epoch=epoch))
+            group = coordinator.describe(group_id)
+            assert not isinstance(group, ErrorCode) and group is not None
+            assert group.members[joined.member_id].assignment == b"a"
+            assert group.protocol_name == protocol
+        await coordinator.close()
+
+    with caplog.at_level(logging.INFO, logger="broker.group.coordinator"):
+        run(body())
+    assert caplog.records
+    assert max(len(record.getMessage()) for record in caplog.records) < 2000

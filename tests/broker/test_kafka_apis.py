@@ -465,6 +465,8 @@ def forwarded_request(api_key: int, version: int) -> dict[str, object]:
     if api_key == ApiKey.UPDATE_FEATURES:
         feature = {"feature": "eligible.leader.replicas.version", "max_version_level": 1}
         return {"feature_updates": (make(module.FeatureUpdateKey, feature),)}
+    if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+        return {"deletions": (make(module.ScramCredentialDeletion, {"name": "t", "mechanism": 2}),)}
     return {
         "resources": (
             make(

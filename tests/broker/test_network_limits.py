@@ -18,9 +18,10 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from broker import acceptor
 from broker.acceptor import Acceptor
 from log.rate_limited_log import RateLimitedLog
-from protocol import wire
+from protocol import server, wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import api_versions_response
+from protocol.entities import make, request_module
 from protocol.server import (
     NetworkLimits,
     RequestBytesBudget,
@@ -90,40 +91,82 @@ def test_a_frame_over_socket_request_max_bytes_closes_the_connection_and_logs_on
     assert "1001" in lines[0].getMessage() and "TEST" in lines[0].getMessage()
 
 
-def test_a_spent_budget_stops_reading_until_an_answer_frees_it() -> None:
+def test_a_request_parked_in_its_handler_holds_no_budget() -> None:
+    """Issue 22: 120 JoinGroups parked in a rebalance held queued.max.request.bytes and
+    every other client's ApiVersions waited the whole rebalance (56 s). A request gives
+    its bytes back once decoded, so a budget of exactly one frame (and no small-request
+    reserve) still serves a second connection while the first one's request is parked."""
     frame = api_versions_frame(1)
-    budget = RequestBytesBudget(len(frame))  # room for exactly one request
-    started: list[int] = []
+    budget = RequestBytesBudget(len(frame) - 4, small_reserve_bytes=0)
 
-    async def run() -> tuple[list[int], list[int], int]:
+    async def run() -> tuple[list[int], int]:
         gate = asyncio.Event()
 
-        async def slow(header: wire.RequestHeader, request: object) -> object:
-            started.append(header.correlation_id)
-            await gate.wait()
+        async def parks_the_first(header: wire.RequestHeader, request: object) -> object:
+            if header.correlation_id == 1:
+                await gate.wait()
             return await answer(header, request)
 
-        async with serving(slow, NetworkLimits(), budget) as port:
-            connections = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
-            for index, (_reader, writer) in enumerate(connections):
-                writer.write(api_versions_frame(index + 1))
-            # Until one request is in its handler and the other connection waits for budget.
+        async with serving(parks_the_first, NetworkLimits(), budget) as port:
+            parked_reader, parked_writer = await asyncio.open_connection("127.0.0.1", port)
+            parked_writer.write(api_versions_frame(1))
+            other_reader, other_writer = await asyncio.open_connection("127.0.0.1", port)
+            other_writer.write(api_versions_frame(2))
+            other = await asyncio.wait_for(wire.read_frame(other_reader), 10)
+            held_while_parked = budget.used_bytes
+            gate.set()
+            parked = await asyncio.wait_for(wire.read_frame(parked_reader), 10)
+            parked_writer.close()
+            other_writer.close()
+            ids = [wire.decode_response(18, 3, f)[0] for f in (other, parked)]
+            return ids, held_while_parked
+
+    ids, held = asyncio.run(run())
+    assert ids == [2, 1]
+    assert held == 0 and budget.used_bytes == 0
+
+
+def test_a_spent_budget_stops_reading_big_frames_but_small_ones_use_their_reserve() -> None:
+    """A frame whose body is still arriving holds its bytes: a second big frame waits for
+    them (TCP back-pressure) until the first is decoded; a small frame (ApiVersions) is
+    served from the small-request reserve meanwhile, so one client's big requests cannot
+    starve another client's small ones."""
+    big = 100_000
+    budget = RequestBytesBudget(big)
+
+    async def run() -> tuple[int, bool, int]:
+        async def quick(header: wire.RequestHeader, request: object) -> object:
+            return await answer(header, request)
+
+        async with serving(quick, NetworkLimits(), budget) as port:
+            hog_reader, hog_writer = await asyncio.open_connection("127.0.0.1", port)
+            hog_writer.write(struct.pack(">i", big) + b"x" * 10)  # and never the rest
+            _second_reader, second_writer = await asyncio.open_connection("127.0.0.1", port)
+            second_writer.write(struct.pack(">i", big) + b"y" * 10)
             for _ in range(1000):
-                if started and budget.waiting:
+                if budget.waiting:
                     break
                 await asyncio.sleep(0.01)
-            while_spent = list(started)
-            in_use = budget.used_bytes
-            gate.set()
-            for reader, writer in connections:
-                await asyncio.wait_for(wire.read_frame(reader), 10)
+            waiting = budget.waiting
+            small_reader, small_writer = await asyncio.open_connection("127.0.0.1", port)
+            small_writer.write(api_versions_frame(3))
+            small = await asyncio.wait_for(wire.read_frame(small_reader), 10)
+            still_waiting = budget.waiting == 1
+            hog_writer.write(b"x" * (big - 10))  # not a request: the hog is closed
+            closed = await closed_by_server(hog_reader)
+            assert closed
+            for _ in range(1000):  # the second frame now has the budget
+                if not budget.waiting:
+                    break
+                await asyncio.sleep(0.01)
+            for writer in (hog_writer, second_writer, small_writer):
                 writer.close()
-            return while_spent, started, in_use
+            return waiting, still_waiting, wire.decode_response(18, 3, small)[0]
 
-    while_spent, started_all, in_use = asyncio.run(run())
-    assert len(while_spent) == 1 and in_use == len(frame) - 4
-    assert sorted(started_all) == [1, 2]
-    assert budget.used_bytes == 0
+    waiting, still_waiting, small_id = asyncio.run(run())
+    assert waiting == 1 and still_waiting
+    assert small_id == 3
+    assert budget.waiting == 0
 
 
 def test_a_length_prefix_without_a_body_is_closed_after_the_idle_time() -> None:
@@ -251,3 +294,52 @@ def test_rate_limited_log_says_how_many_lines_it_held_back(
         "another event",
         "event 100 (and 99 more times since the last such line)",
     ]
+
+
+def test_a_string_over_kafkas_bound_closes_the_connection_and_logs_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22: an OffsetCommit v8 with a 40,000-byte group id reached the coordinator and
+    ended in a traceback (struct.error writing its record). Kafka cannot parse such a request
+    and closes the connection; so does the listener, before any handler sees it, with one
+    WARNING line a minute, and the next connection is served."""
+    # The listener's once-a-minute limiter is per process: start from a fresh one, so an
+    # earlier test's malformed request (within the minute) does not silence this one's.
+    monkeypatch.setattr(server, "_limited", RateLimitedLog(server.logger))
+    supported = {ApiKey.API_VERSIONS: (0, 3), ApiKey.OFFSET_COMMIT: (8, 8)}
+    handled: list[object] = []
+
+    async def handle(header: wire.RequestHeader, request: object) -> object:
+        handled.append(request)
+        return api_versions_response(header.api_version, SUPPORTED)
+
+    entity_type = request_module(8, 8).OffsetCommitRequest
+    commit = wire.encode_request(
+        wire.RequestHeader(8, 8, 1, "c"), make(entity_type, {"group_id": "g" * 40_000})
+    )
+
+    async def run() -> list[bool]:
+        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await serve_connection(reader, writer, handle, supported)
+
+        server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        results = []
+        for _ in range(3):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(commit)
+            results.append(await closed_by_server(reader))
+            writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(api_versions_frame(2))
+        results.append(len(await asyncio.wait_for(wire.read_frame(reader), 10)) > 0)
+        writer.close()
+        server.close()
+        return results
+
+    with caplog.at_level(logging.WARNING, logger="protocol.server"):
+        assert asyncio.run(run()) == [True] * 4
+    assert len(handled) == 1  # the ApiVersions only
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "protocol.server"]
+    assert line.startswith("Closing connection from 127.0.0.1:")
+    assert "malformed api 8 v8 request: string of 40000 bytes (at most 32767)" in line

@@ -51,7 +51,14 @@ class LogPartitions:
         return None
 
     async def append(
-        self, topic: str, index: int, records: bytes, acks: int, timeout_s: float
+        self,
+        topic: str,
+        index: int,
+        records: bytes,
+        acks: int,
+        timeout_s: float,
+        *,
+        coordinator: bool = False,
     ) -> AppendResult:
         log = await self.logs.get_or_create_log(topic, index, OFFSETS_CONFIG)
         info = log.append_as_leader(records, 0)

@@ -511,7 +511,8 @@ def test_idempotent_producers_get_retries_deduplicated_even_after_a_restart(
                 producer_epoch=0,
                 base_sequence=0,
                 is_transactional=True,
-            ),  # no transactions here
+                is_control=True,
+            ),  # markers are the broker's own, never a producer's
         ):
             result = await replicas.append("a", 0, records, acks=-1, timeout_s=5)
             answers.append((result.error, result.base_offset))

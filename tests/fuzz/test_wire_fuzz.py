@@ -1,5 +1,6 @@
-"""The wire fuzzer: random and mutated frames of every API a real node answers, on both of
-its listeners, and after each batch the node must still be whole.
+"""The wire fuzzer: random and mutated frames of every API a real node answers, on each of
+its listeners (a SASL_PLAINTEXT one among them, whose login exchange is fuzzed), and after
+each batch the node must still be whole.
 
 One kraft-server process (a combined broker+controller, its working directory an empty
 dir of its own) serves the whole module. For each listener the fuzzer asks ApiVersions what
@@ -16,9 +17,18 @@ version or api key replaced, the length prefix lying, or plain garbage. After ea
 - nothing exists on disk outside log.dirs (its working dir stays empty, and the test root
   holds only what the test put there).
 
-The CI slice runs FUZZ_EXAMPLES (200) batches per listener (10-30 s in all); a longer run is
-``KRAFT_FUZZ_EXAMPLES=5000 pytest tests/fuzz -q`` (docs/operations.md, "Limits and bad
-input"). A failing batch is shrunk by hypothesis and printed, frames as bytes.
+A second test sends the hostile shapes of issue 22 (``hostile_frames``): requests of huge
+arrays (20,000 entities, wide and deep, built by tests/kraft/big_requests.py), strings past
+Kafka's 32,767-byte bounds, KIP-848 heartbeats subscribing to regexes whose RE2 program is
+huge, and JoinGroups of 1 MiB metadata that park in a rebalance. Meanwhile a probe
+connection sends ApiVersions every PROBE_INTERVAL_S and times the answers: the longest wait
+is the longest the node's loop was held (plus the network), reported at the end of the run
+and bounded by LOOP_STEP_BOUND_S, below the broker session, so no broker is ever fenced.
+
+The CI slice runs FUZZ_EXAMPLES (200) batches per listener (10-30 s in all) and a tenth of
+that of hostile shapes; a longer run is ``KRAFT_FUZZ_EXAMPLES=5000 pytest tests/fuzz -q -s``
+(docs/operations.md, "Limits and bad input"). A failing batch is shrunk by hypothesis and
+printed, frames as bytes.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ from log.records import Record
 from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
+from tests.kraft.big_requests import big_request
 from tests.kraft.procs import Processes, free_port, port_open, wait_until
 from tests.kraft.wire_client import connect, create_topic, produce, read_all, wait_for_leader
 
@@ -83,7 +94,7 @@ class Node:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     root = tmp_path_factory.mktemp("fuzz")
-    broker_port, controller_port = free_port(), free_port()
+    broker_port, controller_port, sasl_port = free_port(), free_port(), free_port()
     log_dirs = root / "data1"
     procs = Processes(
         root,
@@ -93,9 +104,19 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
                 "node.id": "1",
                 "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
                 "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},"
-                f"CONTROLLER://127.0.0.1:{controller_port}",
+                f"CONTROLLER://127.0.0.1:{controller_port},"
+                f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
                 "controller.listener.names": "CONTROLLER",
                 "log.dirs": str(log_dirs),
+                # A SASL listener: everything before the login is fuzzed there.
+                "listener.security.protocol.map": (
+                    "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+                ),
+                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    'user_fuzz="fuzz-secret";'
+                ),
             }
         },
     )
@@ -105,7 +126,11 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     try:
         wait_until(lambda: port_open("127.0.0.1", broker_port), "the broker listener opens")
         node = Node(
-            procs, root, cwd, log_dirs, {"client": broker_port, "controller": controller_port}
+            procs,
+            root,
+            cwd,
+            log_dirs,
+            {"client": broker_port, "controller": controller_port, "sasl": sasl_port},
         )
 
         async def canary_topic() -> None:
@@ -264,9 +289,18 @@ def _meaningful() -> list[tuple[int, int, dict[str, Any]]]:
         "timeout": timedelta(seconds=1),
     }
     grow = {"topics": ({"name": TARGET, "count": 2},), "timeout": timedelta(seconds=1)}
+    # The SASL exchange: handshakes naming each mechanism, PLAIN tokens wrong and right, and
+    # a SCRAM client-first (on the SASL listener only; elsewhere they close the connection).
+    plain = {"mechanism": "PLAIN"}
+    scram = {"mechanism": "SCRAM-SHA-512"}
+    wrong = {"auth_bytes": b"\x00fuzz\x00guess"}
+    right = {"auth_bytes": b"\x00fuzz\x00fuzz-secret"}
+    first = {"auth_bytes": b"n,,n=fuzz,r=fyko+d2lbbFgONRv9qkxdawL"}
     return [
         (0, 9, produce), (0, 3, produce), (1, 12, fetch), (1, 4, fetch), (2, 7, list_offsets),
         (3, 12, metadata), (3, 1, metadata), (19, 7, create), (19, 2, create), (37, 3, grow),
+        (17, 1, plain), (17, 1, scram), (36, 2, wrong), (36, 2, right), (36, 0, right),
+        (36, 2, first),
     ]  # fmt: skip
 
 
@@ -336,7 +370,7 @@ FUZZ_SETTINGS = settings(
 )
 
 
-@pytest.mark.parametrize("listener", ["client", "controller"])
+@pytest.mark.parametrize("listener", ["client", "controller", "sasl"])
 def test_no_frame_takes_the_node_down(node: Node, listener: str) -> None:
     port = node.listeners[listener]
     frames = templates(advertised(port))
@@ -349,3 +383,122 @@ def test_no_frame_takes_the_node_down(node: Node, listener: str) -> None:
         check_whole(node, next(probes))
 
     fuzz()
+
+
+# ---- hostile shapes and the longest loop step (issue 22) -------------------------------------
+
+HUGE_ITEMS = 20_000
+PROBE_INTERVAL_S = 0.02
+# The longest an ApiVersions may wait on a loaded 2-core host while the node works on a
+# hostile batch: its loop's longest step (bounded in CPU by tests/kraft/test_loop_hold.py)
+# plus what the host's load adds; below the broker session (9 s), so no broker is fenced.
+LOOP_STEP_BOUND_S = 5.0
+HOSTILE_REGEXES = ("d{0,1000}" * 100, "(d{0,1000})" * 90, "(a+)+" * 100, "[" * 10)
+# The apis whose huge-array requests the fuzzer sends (those a client reaches with arrays
+# of topics, partitions, groups or members), where the listener serves them.
+HUGE_APIS = (0, 1, 2, 3, 8, 9, 11, 14, 15, 16, 19, 20, 23, 32, 37, 42, 44, 47, 68, 69, 75)
+
+
+def _frame(api_key: int, version: int, values: dict[str, Any]) -> bytes:
+    header = wire.RequestHeader(api_key, version, 1, "fuzz")
+    return wire.encode_request(header, _build(api_key, version, values))
+
+
+def hostile_frames(apis: dict[int, tuple[int, int]]) -> list[bytes]:
+    """The shapes above, of the apis the listener serves."""
+    frames = []
+    for api_key in HUGE_APIS:
+        if api_key not in apis:
+            continue
+        high = apis[api_key][1]
+        for shape in ("wide", "deep"):
+            request = big_request(api_key, high, HUGE_ITEMS, shape)
+            if request is not None:
+                frames.append(
+                    wire.encode_request(wire.RequestHeader(api_key, high, 1, "f"), request)
+                )
+    long = "x" * 40_000  # past every string bound Kafka has (32,767)
+    if 11 in apis:
+        join = {
+            "group_id": "fuzz-parked",
+            "session_timeout": timedelta(seconds=30),
+            "rebalance_timeout": timedelta(minutes=5),
+            "member_id": "",
+            "protocol_type": "consumer",
+            "protocols": ({"name": "range", "metadata": b"m" * (1 << 20)},),
+        }
+        high = apis[11][1]  # flexible (v6+): compact strings carry 40,000 bytes
+        frames.append(_frame(11, high, join))  # parks: the group waits for its rebalance
+        frames.append(_frame(11, high, {**join, "group_id": long}))
+    if 8 in apis:
+        commit = {"group_id": long, "generation_id_or_member_epoch": -1, "member_id": long}
+        frames.append(_frame(8, 8, commit))
+    if 68 in apis:
+        high = apis[68][1]
+        heartbeat = {
+            "group_id": "fuzz-regex",
+            "member_id": "fuzz-member",
+            "member_epoch": 0,
+            "rebalance_timeout": timedelta(seconds=30),
+            "topic_partitions": (),
+        }
+        for regex in HOSTILE_REGEXES if high >= 1 else ():
+            frames.append(_frame(68, high, {**heartbeat, "subscribed_topic_regex": regex}))
+        names = tuple(f"topic-{i:05d}" for i in range(3900))
+        frames.append(_frame(68, high, {**heartbeat, "subscribed_topic_names": names}))
+        frames.append(_frame(68, high, {**heartbeat, "member_id": long}))
+    if 3 in apis:
+        frames.append(_frame(3, 12, {"topics": ({"name": long},)}))
+    return frames
+
+
+async def _send_probed(port: int, frames: list[bytes], probe_port: int) -> float:
+    """``_send`` while a probe connection asks ApiVersions every PROBE_INTERVAL_S: the
+    longest an answer took (a connection the node refused counts as the whole wait)."""
+    module: Any = request_module(ApiKey.API_VERSIONS, 3)
+    request = make(
+        module.ApiVersionsRequest, {"client_software_name": "p", "client_software_version": "1"}
+    )
+    loop = asyncio.get_running_loop()
+    longest = 0.0
+    stop = asyncio.Event()
+
+    async def probe() -> None:
+        nonlocal longest
+        connection = KafkaConnection("fuzz-probe")
+        await connection.connect("127.0.0.1", probe_port, 5)
+        try:
+            while not stop.is_set():
+                started = loop.time()
+                await connection.request(request, 30)
+                longest = max(longest, loop.time() - started)
+                await asyncio.sleep(PROBE_INTERVAL_S)
+        finally:
+            await connection.close()
+
+    task = loop.create_task(probe())
+    try:
+        await _send(port, frames)
+        await asyncio.sleep(PROBE_INTERVAL_S * 2)
+    finally:
+        stop.set()
+        await task
+    return longest
+
+
+@pytest.mark.parametrize("listener", ["client", "controller"])
+def test_hostile_shapes_keep_the_loop_turning(node: Node, listener: str) -> None:
+    port = node.listeners[listener]
+    frames = hostile_frames(advertised(port))
+    probes = iter(range(1_000_000, 2_000_000))
+    steps: list[float] = []
+
+    @settings(FUZZ_SETTINGS, max_examples=max(10, FUZZ_EXAMPLES // 10))
+    @given(batch=st.lists(st.sampled_from(frames), min_size=1, max_size=4))
+    def fuzz(batch: list[bytes]) -> None:
+        steps.append(asyncio.run(_send_probed(port, batch, node.listeners["client"])))
+        check_whole(node, next(probes))
+        assert steps[-1] < LOOP_STEP_BOUND_S, f"ApiVersions waited {steps[-1]:.1f} s"
+
+    fuzz()
+    print(f"{listener}: {len(steps)} hostile batches, longest loop step seen {max(steps):.3f} s")

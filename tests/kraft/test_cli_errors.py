@@ -57,6 +57,18 @@ def test_an_unusable_log_dir_is_one_line(tmp_path: Path, log_dirs: str, expected
     assert line.startswith(f"kraft-server format: {expected.format(log_dirs)}")
 
 
+@pytest.mark.parametrize("command", ["format", "start"])
+def test_empty_log_dirs_is_one_line(tmp_path: Path, command: str) -> None:
+    config = properties(tmp_path / "s.properties", "", 1, 2)
+    args = ["format", "-t", CLUSTER_ID, "-c", str(config)] if command == "format" else [command]
+    if command == "start":
+        args.append(str(config))
+    line = one_error_line(kraft_server(*args), command)
+    assert line == (
+        f"kraft-server {command}: {config}: log.dirs: Value error, must name at least one directory"
+    )
+
+
 def test_a_binary_server_properties_is_one_line(tmp_path: Path) -> None:
     config = tmp_path / "s.properties"
     config.write_bytes(bytes(range(256)))

@@ -63,6 +63,8 @@ def test_shipped_default_config_is_the_single_node_combined_server() -> None:
         ("listeners", "CONTROLLER://localhost:9093", "a broker needs a non-controller listener"),
         ("offsets.topic.num.partitions", "0", "offsets.topic.num.partitions: must be at least"),
         ("group.max.size", "many", "group.max.size: not an integer"),
+        ("log.dirs", "", "log.dirs: Value error, must name at least one directory"),
+        ("log.dirs", " , ", "log.dirs: Value error, must name at least one directory"),
     ],
 )
 def test_bad_values_fail_with_one_line_naming_the_key(key: str, value: str, message: str) -> None:
@@ -137,6 +139,17 @@ def test_unknown_keys_warn_naming_the_closest_known_key() -> None:
         "did you mean 'log.retention.hours'?",
         "The configuration 'zz' was supplied but isn't a known config",
     ]
+
+
+def test_the_replication_keys_the_broker_reads_raise_no_warning() -> None:
+    """ReplicationConfig and its fetcher read these; they were warned about as unknown."""
+    keys = {
+        "replica.lag.time.max.ms": "10000",
+        "replica.fetch.max.bytes": "1048576",
+        "replica.fetch.wait.max.ms": "500",
+        "transaction.partition.verification.enable": "false",
+    }
+    assert unknown_key_warnings(config_from_properties({**BASE, **keys})) == []
 
 
 def test_the_shipped_configs_and_kafkas_usual_keys_raise_no_warning() -> None:

@@ -62,6 +62,7 @@ def cluster_nodes(root: Path) -> tuple[dict[int, dict[str, str]], dict[int, tupl
         props["log.dirs"] = str(root / f"data{node}")
         props["replica.lag.time.max.ms"] = str(LAG_MS)
         props["broker.heartbeat.interval.ms"] = "500"
+        props["metrics.listener"] = f"http://{host}:{free_port(host)}"  # shipped: 9404
     return nodes, ports
 
 

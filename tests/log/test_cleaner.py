@@ -26,7 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from log.batch import decode_batch, encode_batch, iter_batches
 from log.checkpoint import OffsetCheckpointFile
-from log.cleaner import LogCleaner, clean_log
+from log.cleaner import LogCleaner, clean_log, map_entry_bytes
 from log.config import LogConfig, LogManagerConfig
 from log.log import Log
 from log.manager import LogManager
@@ -172,7 +172,7 @@ class CleanerModelMachine(RuleBasedStateMachine):
                 self.log,
                 self.first_dirty,
                 now_ms=self.clock.now,
-                dedupe_buffer_bytes=keys_fitting * (1 + 24),
+                dedupe_buffer_bytes=keys_fitting * map_entry_bytes(b"k"),
             )
         )
         if result is not None:
@@ -531,7 +531,7 @@ def test_a_full_key_map_never_lets_an_old_value_outlive_its_tombstone() -> None:
 
     async def run() -> None:
         clock, log = await open_log(9)
-        three_keys = 3 * (1 + 24)
+        three_keys = 3 * map_entry_bytes(b"k")
         log.append_as_leader(encode_batch([Record(b"k", b"old", clock.now)]), 0)
         log.roll()
         await log.flush()

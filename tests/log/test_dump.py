@@ -11,9 +11,11 @@ import struct
 from log.batch import encode_batch
 from log.config import LogConfig
 from log.dump import dump_files
+from log.end_txn_marker import EndTransactionMarker, encode_marker_batch
 from log.log import Log
 from log.records import Header, Record
 from log.runtime import Runtime
+from log.txn_index import AbortedTxn
 from sim.disk import SimDisk
 
 DIR = "/data/t-0"
@@ -140,3 +142,30 @@ def test_missing_or_unsupported_file_is_one_line_and_exit_code_1() -> None:
     assert lines[1] == f"Dumping {LOG}"
     code, lines = _dump(fs, [f"{DIR}/leader-epoch-checkpoint"])
     assert code == 1 and len(lines) == 1
+
+
+def test_markers_and_the_txnindex_are_dumped_like_kafka() -> None:
+    disk = SimDisk(random.Random(0))
+    fs = disk.fs()
+    fs.mkdir("/data")
+    runtime = Runtime(fs, Clock(), random.Random(0))
+
+    async def write() -> None:
+        log = await Log.open(runtime, DIR, LogConfig())
+        marker = encode_marker_batch(7, 1, EndTransactionMarker(False, 4), 1000)
+        log.append_as_leader(bytearray(marker), leader_epoch=3)
+        log.append_aborted_txn(AbortedTxn(7, 0, 0, 1))
+        await log.close()
+
+    asyncio.run(write())
+    code, lines = _dump(fs, [LOG], print_records=True)
+    assert code == 0 and "isTransactional: true isControl: true" in lines[2]
+    assert lines[3].endswith("endTxnMarker: ABORT coordinatorEpoch: 4")
+    code, lines = _dump(fs, [f"{DIR}/00000000000000000000.txnindex"])
+    assert (code, lines[1]) == (
+        0,
+        "version: 0 producerId: 7 firstOffset: 0 lastOffset: 0 lastStableOffset: 1",
+    )
+    fs.open(f"{DIR}/00000000000000000000.txnindex").append(b"\x00")  # torn
+    code, lines = _dump(fs, [f"{DIR}/00000000000000000000.txnindex"])
+    assert code == 1 and "not whole entries" in lines[1]

@@ -4,6 +4,7 @@ log dirs, leftover cleanup, and the scheduled tasks (run in virtual time)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import random
 import selectors
@@ -12,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from log.batch import encode_batch
+from log.batch import encode_batch, iter_batches
 from log.checkpoint import CheckpointError, OffsetCheckpointFile
 from log.config import LogConfig, LogManagerConfig
+from log.descriptors import OutOfDescriptorsError
 from log.fs import read_all, write_atomic
 from log.log import KafkaStorageError
 from log.manager import CLEAN_SHUTDOWN_FILE, LogManager, parse_topic_partition
@@ -468,3 +470,118 @@ def test_a_checkpoint_write_that_fails_takes_its_dir_offline_in_one_line_and_spa
     assert not [r for r in caplog.records if r.exc_info]
     offline = [r for r in caplog.records if "is offline after a disk error" in r.getMessage()]
     assert len(offline) == 1 and "/a" in offline[0].getMessage()
+
+
+def test_new_logs_stop_short_of_the_descriptor_reserve() -> None:
+    """Issue 22: partitions were created until EMFILE. A new log now needs three
+    descriptors plus half the reserve free; what the node must do itself still fits."""
+
+    async def run() -> None:
+        node = Node()
+        manager = node.manager(manager_config=LogManagerConfig(open_files_reserve=10))
+        await manager.startup()
+        # Room for exactly two logs: 3 each, plus 5 (half the reserve), plus the reserve.
+        node.disk.descriptor_limit = node.disk.open_handles + 2 * 3 + 5 + 10
+        await manager.get_or_create_log("a", 0)
+        await manager.get_or_create_log("a", 1)
+        with pytest.raises(OutOfDescriptorsError) as refused:
+            await manager.get_or_create_log("a", 2)
+        assert refused.value.errno == errno.EMFILE
+        assert "10 are kept in reserve (open.files.reserve" in str(refused.value)
+        assert manager.get_log("a", 2) is None and not manager.offline_dirs
+        await manager.checkpoint_log_recovery_offsets()  # the reserve pays for this
+        await manager.delete_log("a", 0, "x")
+        await manager.get_or_create_log("a", 2)  # freed descriptors make room again
+        await manager.shutdown()
+
+    run_virtual(run())
+
+
+def test_out_of_descriptors_is_not_a_disk_failure(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 22: EMFILE on a checkpoint write took the log dir offline and stopped the node
+    ("every log dir has failed"). The write fails, the dir and its logs stay online, and the
+    next attempt succeeds once descriptors are free."""
+
+    async def run() -> None:
+        node = Node(segment_bytes=200)
+        manager = node.manager()
+        await manager.startup()
+        log = await manager.get_or_create_log("t", 0)
+        log.append_as_leader(batch(), 1)
+        node.disk.descriptor_limit = node.disk.open_handles  # not one more open succeeds
+        await manager.checkpoint_log_recovery_offsets()  # reported once, nothing offline
+        with pytest.raises(OSError) as rolled:  # a roll needs new files
+            for _ in range(10):
+                log.append_as_leader(batch(), 1)
+        assert rolled.value.errno == errno.EMFILE
+        with pytest.raises(OSError) as checkpointed:
+            await manager.checkpoint_high_watermarks({("t", 0): 0})
+        assert checkpointed.value.errno == errno.EMFILE
+        assert not manager.offline_dirs and log.is_online
+        node.disk.descriptor_limit = 1 << 20
+        end = log.log_end_offset
+        log.append_as_leader(batch(), 1)
+        assert log.log_end_offset == end + 1
+        await manager.checkpoint_log_recovery_offsets()
+        await manager.shutdown()
+        assert OffsetCheckpointFile(
+            node.disk.fs(), "/data/recovery-point-offset-checkpoint"
+        ).read() == {("t", 0): end + 1}
+
+    with caplog.at_level(logging.WARNING):
+        run_virtual(run())
+    assert "Out of file descriptors in log dir /data" in caplog.text
+    assert "offline" not in caplog.text.replace("stays online", "")
+
+
+def test_more_segment_files_than_descriptors_are_served_by_closing_idle_ones() -> None:
+    """Issue 22: every segment file held a descriptor from load to close, so a node with
+    more segment files than its open-files limit could not start. Idle files are now closed
+    when the node runs into its reserve and reopened on use: reads, writes, a crash and a
+    restart under a limit below the number of files all work."""
+    values_per_log = 30
+
+    async def read_back(manager: LogManager, partitions: int) -> list[int]:
+        counts = []
+        for partition in range(partitions):
+            log = manager.get_log("t", partition)
+            assert log is not None
+            records, offset = 0, 0
+            while offset < log.log_end_offset:
+                data = bytes(log.read(offset, 1 << 20).records)
+                for _position, header in iter_batches(data):
+                    records += header.last_offset_delta + 1
+                    offset = header.next_offset
+            counts.append(records)
+        return counts
+
+    async def run() -> None:
+        node = Node(segment_bytes=300)  # two batches a segment
+        config = LogManagerConfig(open_files_reserve=8)
+        manager = node.manager(manager_config=config)
+        await manager.startup()
+        for partition in range(4):
+            log = await manager.get_or_create_log("t", partition)
+            for _ in range(values_per_log):
+                log.append_as_leader(batch(), 1)
+            await log.flush(log.log_end_offset)
+        files = manager.files.open_files
+        assert files > 4 * 3 * 10  # at least ten segments a log, three files a segment
+        await manager.shutdown()
+        node.disk.crash()  # everything was flushed: nothing is lost
+        limit = node.disk.open_handles + files // 2  # room for half of the files at once
+        node.disk.descriptor_limit = limit
+        restarted = node.manager(manager_config=config)
+        await restarted.load_logs()  # more files than the limit allows at once
+        assert restarted.files.evictions > 0 and node.disk.open_handles <= limit
+        assert await read_back(restarted, 4) == [values_per_log] * 4
+        for partition in range(4):  # writes go on, to the active segments
+            log = restarted.get_log("t", partition)
+            assert log is not None
+            log.append_as_leader(batch(), 1)
+            await log.flush(log.log_end_offset)
+        assert await read_back(restarted, 4) == [values_per_log + 1] * 4
+        assert node.disk.open_handles <= limit
+        await restarted.shutdown()
+
+    run_virtual(run())

@@ -30,9 +30,11 @@ from metadata.records import (
     ProducerIds,
     RegisterBroker,
     RemoveTopic,
+    RemoveUserScramCredential,
     Topic,
     UnfenceBroker,
     UnregisterBroker,
+    UserScramCredential,
 )
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -77,6 +79,20 @@ any_record: st.SearchStrategy[MetadataRecord] = st.one_of(
     st.builds(Config, INT32, st.text(max_size=8), st.text(max_size=8), st.none() | st.text()),
     st.builds(FeatureLevel, st.text(max_size=8), INT32),
     st.builds(ProducerIds, INT32, INT64, INT64),
+    st.builds(
+        UserScramCredential,
+        st.text(max_size=8),
+        st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512"]),
+        st.binary(max_size=32),
+        st.binary(max_size=64),
+        st.binary(max_size=64),
+        st.integers(4096, 10_000),
+    ),
+    st.builds(
+        RemoveUserScramCredential,
+        st.text(max_size=8),
+        st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512"]),
+    ),
     st.just(NoOp()),
 )
 

@@ -126,14 +126,28 @@ def test_every_served_api_but_api_versions_names_the_authorization_it_needs() ->
 def test_the_broker_table_serves_the_apis_it_did_before_the_table() -> None:
     """The versions the four if-chains and seven version tables served (main a7e37cd)."""
     versions = ServedApis(BROKER, broker_entries()).versions
-    assert len(versions) == 32
+    # 32, and since issue 29 the SCRAM credential APIs and the ACL APIs (SECURITY_DISABLED).
+    security = {
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+        ApiKey.DESCRIBE_ACLS: (1, 3),
+        ApiKey.CREATE_ACLS: (1, 3),
+        ApiKey.DELETE_ACLS: (1, 3),
+    }
+    assert {key: versions[key] for key in security} == security
+    # Since issue 24, the partition side of transactions (the coordinator's APIs are
+    # TxnApis' entries, not in this table).
+    transactions = {ApiKey.WRITE_TXN_MARKERS: (1, 2), ApiKey.DESCRIBE_PRODUCERS: (0, 0)}
+    assert {key: versions[key] for key in transactions} == transactions
+    assert len(versions) == 32 + len(security) + len(transactions)
     assert versions[ApiKey.PRODUCE] == (3, 9)
     assert versions[ApiKey.FETCH] == (4, 13)
     assert versions[ApiKey.INIT_PRODUCER_ID] == (0, 4)
     assert versions[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
     assert versions[ApiKey.API_VERSIONS] == (0, 4)
     served_by_controller = controller_versions()
-    assert len(served_by_controller) == 14
+    assert served_by_controller[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] == (0, 0)
+    assert len(served_by_controller) == 14 + 1
     assert set(RAFT_VERSIONS) == {
         ApiKey.FETCH,
         ApiKey.API_VERSIONS,

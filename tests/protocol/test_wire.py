@@ -8,6 +8,7 @@ import dataclasses
 import io
 import random
 import struct
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -27,9 +28,10 @@ from kio.static.primitive import Records, i64Timedelta
 
 from log.fs import FileRegion
 from protocol.api_table import api_versions_response
-from protocol.entities import make
+from protocol.entities import make, request_module
 from protocol.wire import (
     INVALID_REQUEST,
+    MAX_STRING_BYTES,
     UNSUPPORTED_VERSION,
     FrameError,
     RequestHeader,
@@ -38,6 +40,7 @@ from protocol.wire import (
     encode_request,
     encode_response,
     read_frame,
+    request_body_parts,
     response_parts,
 )
 from raft.codec import API_VERSIONS, encode_raft_request, error_response
@@ -475,6 +478,35 @@ def test_a_big_metadata_answer_comes_out_in_slices(version: int) -> None:
     assert struct.pack(">i", len(payload)) + payload == encode_response(header, body)
 
 
+@pytest.mark.parametrize("version", [4, 12, 16])
+def test_a_fetch_answer_of_one_topic_with_many_partitions_comes_out_in_slices(
+    version: int,
+) -> None:
+    """Issue 22: a Fetch naming 200,000 partitions of one topic was answered by one 10 s
+    encoding step (the only top-level array held one topic). Its partitions come out a
+    slice at a time, and so do those of a second big topic after a small one."""
+    module: Any = load_payload_module(1, version, EntityType.response)
+    name_field = "topic_id" if version >= 13 else "topic"
+
+    def topic(ref: int, count: int) -> Any:
+        partitions = tuple(
+            make(module.PartitionData, {"partition_index": i, "high_watermark": i})
+            for i in range(count)
+        )
+        value: object = uuid.UUID(int=ref) if version >= 13 else f"t{ref}"
+        return make(module.FetchableTopicResponse, {name_field: value, "partitions": partitions})
+
+    body = make(module.FetchResponse, {"responses": (topic(1, 2500), topic(2, 3), topic(3, 1500))})
+    header = RequestHeader(1, version, 5, "t")
+    pieces = list(response_parts(header, body, 1000))
+    # head+count; topic 1: its head, 3 slices, its tail; topic 2 whole (joined with the next
+    # slice's bytes or alone); topic 3: head, 2 slices, tail; what follows the array.
+    assert len(pieces) >= 1 + 5 + 1 + 4 + 1
+    assert max(len(b"".join(piece)) for piece in pieces) < 40_000  # type: ignore[arg-type]
+    payload = b"".join(part for piece in pieces for part in piece)  # type: ignore[misc]
+    assert struct.pack(">i", len(payload)) + payload == encode_response(header, body)
+
+
 def test_records_already_in_memory_stay_a_part_of_their_own_and_encode_as_kio_does() -> None:
     """A Raft Fetch answer's records (bytes, not a file region) are not copied into the
     encoder's buffer: the very object is a part, and the parts are kio's encoding."""
@@ -488,3 +520,47 @@ def test_records_already_in_memory_stay_a_part_of_their_own_and_encode_as_kio_do
     assert any(part is records for part in piece)
     payload = b"".join(piece)  # type: ignore[arg-type]
     assert struct.pack(">i", len(payload)) + payload == encode_response(header, body)
+
+
+@pytest.mark.parametrize(
+    ("api", "api_key", "version", "fields"),
+    [
+        ("OffsetCommitRequest", 8, 8, {"group_id": "g" * 40_000}),
+        ("ConsumerGroupHeartbeatRequest", 68, 1, {"group_id": "g", "member_id": "m" * 40_000}),
+        ("JoinGroupRequest", 11, 9, {"group_id": "g", "protocol_type": "p" * 40_000}),
+    ],
+)
+def test_a_string_longer_than_kafkas_bound_is_refused(
+    api: str, api_key: int, version: int, fields: dict[str, str]
+) -> None:
+    """Issue 22: compact strings of any length reached the group coordinator, whose records
+    hold at most 32,767 bytes a string (struct.error, a client never answered, 19 MiB of log
+    per JoinGroup of a 5 MiB group id). Kafka's generated readers refuse such a string;
+    the request fails to parse, as in Kafka, and one at the bound still reads."""
+    entity_type = getattr(request_module(api_key, version), api)
+    header = RequestHeader(api_key, version, 3, "c")
+    entity = make(entity_type, fields)
+    with pytest.raises(FrameError, match=r"string of 40000 bytes \(at most 32767\)") as caught:
+        decode_request(encode_request(header, entity)[4:])
+    assert caught.value.header == header
+    entity = make(entity_type, {key: value[:MAX_STRING_BYTES] for key, value in fields.items()})
+    assert decode_request(encode_request(header, entity)[4:])[1] == entity
+
+
+def test_a_request_body_is_encoded_in_slices_only_when_big_and_as_kio_encodes_it() -> None:
+    """A broker forwards a CreateTopics of many topics encoded a slice at a time; a small
+    request, or one whose arrays hold ids rather than entities (BrokerRegistration's
+    log_dirs), is encoded in one piece."""
+    registration: Any = load_payload_module(62, 4, EntityType.request)
+    small = make(
+        registration.BrokerRegistrationRequest, {"broker_id": 1, "log_dirs": (uuid.UUID(int=5),)}
+    )
+    assert request_body_parts(small, 1000) is None
+    module: Any = load_payload_module(19, 7, EntityType.request)
+    topics = tuple(make(module.CreatableTopic, {"name": f"t{i}"}) for i in range(2500))
+    body = make(module.CreateTopicsRequest, {"topics": topics})
+    parts = request_body_parts(body, 1000)
+    assert parts is not None
+    encoded = b"".join(parts)
+    header = RequestHeader(19, 7, 3, "t")
+    assert encode_request(header, body, encoded) == encode_request(header, body)

@@ -93,9 +93,16 @@ def test_forged_election_requests_are_refused_and_change_nothing(body, code) -> 
 
 
 def test_largest_acceptable_epoch_leaves_room_for_the_next_election() -> None:
-    _cluster, core = follower_of_three()
-    other = next(v for v in core.voters if v != core.node_id)
-    core.step(Inbound(other, vote(MAX_EPOCH, other), reply_to="conn"))
+    core = RaftCore(
+        1,
+        [1, 2, 3],
+        MemoryLog(),
+        QuorumState(leader_epoch=MAX_EPOCH - 1),
+        rng=random.Random(1),
+        clock=type("Clock", (), {"now_ms": staticmethod(lambda: 0)})(),
+        now_ms=0,
+    )
+    core.step(Inbound(2, vote(MAX_EPOCH, 2), reply_to="conn"))
     ready = core.ready()
     (reply,) = [m.body for m in ready.messages if m.reply_to == "conn"]
     assert reply.error_code == Errors.NONE  # type: ignore[attr-defined]

@@ -238,6 +238,8 @@ def _empty_request(module: Any, api_key: int) -> Any:
         values["topic_partitions"] = (
             make(module.TopicPartitions, {"topic": "t", "partitions": (0,)}),
         )
+    elif api_key == 51:
+        values["deletions"] = (make(module.ScramCredentialDeletion, {"name": "u", "mechanism": 2}),)
     return make(request_type, values)
 
 

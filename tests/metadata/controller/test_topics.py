@@ -129,7 +129,10 @@ def test_reserved_topic_names_are_refused_as_kafka_refuses_them() -> None:
 def test_a_broker_creates_its_own_internal_topics_but_never_the_metadata_log() -> None:
     names = ("__cluster_metadata", "__consumer_offsets")
     result = create_topics(
-        context(brokers(1)), create(*(topic(n) for n in names)), 7, internal=True
+        context(brokers(1)),
+        create(*(topic(n, configs={"cleanup.policy": "compact"}) for n in names)),
+        7,
+        internal=True,
     )
     assert results(result.response)["__consumer_offsets"] == (ErrorCode.none, None)
     assert results(result.response)["__cluster_metadata"][0] == ErrorCode.invalid_request

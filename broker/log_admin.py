@@ -1,0 +1,126 @@
+"""The log-dir admin APIs: DescribeLogDirs (``kafka-log-dirs --describe``) and DeleteRecords
+(``kafka-delete-records``), in and out of the ReplicaManager and LogManager.
+
+DescribeLogDirs lists every log dir of this broker with the partitions it holds (size, and
+how far the replica's log end is behind the high watermark it knows); a failed dir answers
+KAFKA_STORAGE_ERROR with no partitions, as Kafka's. Volume sizes are not known through the
+filesystem seam, so total and usable bytes are -1, Kafka's "unknown".
+
+DeleteRecords raises a partition's log start offset on its leader (a record below it is
+never served again, its whole segments are deleted); the followers raise theirs when their
+next fetch response carries it. The low watermark answered is the leader's new log start
+offset: unlike Kafka, the answer does not wait for every follower to have moved its own
+(Kafka's DelayedDeleteRecords), so it is an acks=1 kind of answer.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.replica_manager import ReplicaManager
+from protocol.api_keys import ApiKey
+from protocol.api_table import BROKER, CLUSTER_DESCRIBE, TOPIC_DELETE, Api, ApiRequest
+from protocol.entities import make, response_module
+
+UNKNOWN_VOLUME_BYTES = -1
+
+
+def log_admin_apis(replicas: ReplicaManager) -> list[Api]:
+    """Their entries in a broker listener's API table (authorization as Kafka's)."""
+
+    async def delete(request: ApiRequest) -> object:
+        return await delete_records(replicas, request.body, request.api_version)
+
+    async def describe(request: ApiRequest) -> object:
+        return describe_log_dirs(replicas, request.body, request.api_version)
+
+    return [
+        Api(ApiKey.DELETE_RECORDS, (0, 2), delete, BROKER, (TOPIC_DELETE,)),
+        Api(ApiKey.DESCRIBE_LOG_DIRS, (1, 4), describe, BROKER, (CLUSTER_DESCRIBE,)),
+    ]
+
+
+async def delete_records(replicas: ReplicaManager, request: Any, api_version: int) -> object:
+    module: Any = response_module(ApiKey.DELETE_RECORDS, api_version)
+    topics = []
+    for topic in request.topics:
+        answers = []
+        for wanted in topic.partitions:
+            error, low_watermark = await replicas.delete_records(
+                topic.name, wanted.partition_index, wanted.offset
+            )
+            answers.append(
+                make(
+                    module.DeleteRecordsPartitionResult,
+                    {
+                        "partition_index": wanted.partition_index,
+                        "low_watermark": low_watermark,
+                        "error_code": error,
+                    },
+                )
+            )
+        topics.append(
+            make(
+                module.DeleteRecordsTopicResult, {"name": topic.name, "partitions": tuple(answers)}
+            )
+        )
+    return make(
+        module.DeleteRecordsResponse, {"throttle_time": timedelta(0), "topics": tuple(topics)}
+    )
+
+
+def describe_log_dirs(replicas: ReplicaManager, request: Any, api_version: int) -> object:
+    module: Any = response_module(ApiKey.DESCRIBE_LOG_DIRS, api_version)
+    logs = replicas.logs
+    wanted = (
+        None
+        if request.topics is None
+        else {(topic.topic, index) for topic in request.topics for index in topic.partitions}
+    )
+    by_dir: dict[str, dict[str, list[object]]] = {log_dir: {} for log_dir in logs.log_dirs}
+    for (topic, index), log in logs.all_logs():
+        log_dir = logs.log_dir_of(topic, index)
+        if wanted is not None and (topic, index) not in wanted:
+            continue
+        if log_dir is None or log_dir not in by_dir or log_dir in logs.offline_dirs:
+            continue
+        high_watermark = replicas.high_watermark_of((topic, index))
+        lag = 0 if high_watermark is None else max(0, high_watermark - log.log_end_offset)
+        by_dir[log_dir].setdefault(topic, []).append(
+            make(
+                module.DescribeLogDirsPartition,
+                {
+                    "partition_index": index,
+                    "partition_size": log.size,
+                    "offset_lag": lag,
+                    "is_future_key": False,
+                },
+            )
+        )
+    results = tuple(
+        make(
+            module.DescribeLogDirsResult,
+            {
+                "error_code": (
+                    ErrorCode.kafka_storage_error
+                    if log_dir in logs.offline_dirs
+                    else ErrorCode.none
+                ),
+                "log_dir": log_dir,
+                "topics": tuple(
+                    make(module.DescribeLogDirsTopic, {"name": name, "partitions": tuple(parts)})
+                    for name, parts in sorted(topics.items())
+                ),
+                "total_bytes": UNKNOWN_VOLUME_BYTES,
+                "usable_bytes": UNKNOWN_VOLUME_BYTES,
+            },
+        )
+        for log_dir, topics in by_dir.items()
+    )
+    return make(
+        module.DescribeLogDirsResponse,
+        {"throttle_time": timedelta(0), "error_code": ErrorCode.none, "results": results},
+    )

@@ -1,0 +1,128 @@
+"""Producer-state snapshots: Kafka's file layout, the state they bring back (each
+producer's last batch, open transactions, coordinator epochs), corrupt files ignored, and
+a clean restart of a real replica manager that starts from one and consumes it."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from pathlib import Path
+
+from crc32c import crc32c
+from kio.schema.errors import ErrorCode
+
+from broker.producer_snapshot import (
+    SnapshotEntry,
+    decode_snapshot,
+    encode_snapshot,
+    snapshot_path,
+    take_snapshot,
+    write_snapshot,
+)
+from broker.producer_state import ProducerState
+from broker.replica_manager import ReplicaManager
+from log.batch import encode_batch, parse_header
+from log.end_txn_marker import EndTransactionMarker, encode_marker_batch
+from log.log import Log
+from log.records import Record
+from tests.broker.test_replica_manager import SOLE, run
+from tests.log.test_log import DIR, config, make_runtime
+
+
+def batch(producer_id: int, sequence: int, count: int = 1, *, txn: bool = False) -> bytes:
+    return encode_batch(
+        [Record(None, b"v", 1_000 + i) for i in range(count)],
+        producer_id=producer_id,
+        producer_epoch=2,
+        base_sequence=sequence,
+        is_transactional=txn,
+    )
+
+
+def test_a_snapshot_is_kafkas_layout() -> None:
+    entry = SnapshotEntry(7, 2, 4, 10, 2, 1_000, 5, -1)
+    data = encode_snapshot([entry])
+    body = struct.pack(">i", 1) + struct.pack(">qhiqiqiq", 7, 2, 4, 10, 2, 1_000, 5, -1)
+    assert data == struct.pack(">hI", 1, crc32c(body)) + body  # version 1, CRC-32C of the rest
+    assert len(body) == 4 + 46 and decode_snapshot(data) == [entry]
+
+
+def test_a_snapshot_brings_back_the_last_batches_and_transactions() -> None:
+    async def run_it() -> None:
+        _, runtime, _ = make_runtime()
+        log = await Log.open(runtime, DIR, config())
+        for data in (
+            batch(7, 0, 3),  # 0-2
+            batch(7, 3, 2),  # 3-4: 7's last batch
+            batch(8, 0, txn=True),  # 5: 8 opens
+            encode_marker_batch(9, 2, EndTransactionMarker(False, 5), 1_000),  # 6
+        ):
+            log.append_as_leader(bytearray(data), 0)
+        before = ProducerState.from_log(log)
+        await write_snapshot(runtime.fs, DIR, log.log_end_offset, before.snapshot_entries())
+        taken = take_snapshot(runtime.fs, DIR)
+        assert taken is not None and taken[0] == 7
+        assert not runtime.fs.exists(snapshot_path(DIR, 7))  # read once, then gone
+        after = ProducerState.from_log(log, snapshot=taken)
+        assert after.snapshot_entries() == before.snapshot_entries()
+        assert after.open_transactions == {8: 5}
+        assert after.check(parse_header(batch(7, 3, 2))).duplicate_of == 3
+        assert after.check(parse_header(batch(7, 5))).append
+        fenced = after.check_marker(9, 2, EndTransactionMarker(True, 4))
+        assert fenced.error == ErrorCode.transaction_coordinator_fenced
+        await log.close()
+
+    asyncio.run(run_it())
+
+
+def test_a_corrupt_snapshot_is_ignored_and_removed() -> None:
+    async def run_it() -> None:
+        _, runtime, _ = make_runtime()
+        fs = runtime.fs
+        fs.mkdir(DIR)
+        await write_snapshot(fs, DIR, 3, [SnapshotEntry(7, 0, 0, 0, 0, 0, -1, -1)])
+        handle = fs.open(snapshot_path(DIR, 3), create=False)
+        handle.pwrite(10, b"\xff")  # one flipped byte: the CRC no longer matches
+        handle.close()
+        assert take_snapshot(fs, DIR) is None
+        assert [n for n in fs.list_dir(DIR) if n.endswith(".snapshot")] == []
+
+    asyncio.run(run_it())
+
+
+def test_a_clean_restart_starts_from_the_snapshot_written_at_shutdown(tmp_path: Path) -> None:
+    async def first_life(replicas: ReplicaManager) -> None:
+        for data in (batch(7, 0, 2), batch(8, 0, txn=True)):
+            assert (await replicas.append("a", 0, data, acks=1, timeout_s=5)).base_offset >= 0
+
+    run(tmp_path, first_life, SOLE)
+    path = tmp_path / "a-0" / f"{3:020d}.snapshot"
+    assert path.exists()  # written at the clean shutdown, at the log end
+    entries = decode_snapshot(path.read_bytes())
+    assert [(e.producer_id, e.last_sequence, e.current_txn_first_offset) for e in entries] == [
+        (7, 1, -1),
+        (8, 0, 2),
+    ]
+
+    # A producer only the snapshot knows (its coordinator epoch 9): proof the start used it.
+    known = SnapshotEntry(99, 0, -1, -1, 0, int(time.time() * 1000), 9, -1)
+    path.write_bytes(encode_snapshot([*entries, known]))
+
+    async def second_life(replicas: ReplicaManager) -> tuple[object, ...]:
+        consumed = not path.exists()
+        retry = await replicas.append("a", 0, batch(7, 0, 2), acks=1, timeout_s=5)
+        stale = await replicas.write_txn_marker(
+            "a", 0, 99, 0, EndTransactionMarker(True, 1), timeout_s=5
+        )
+        lso = replicas.last_stable_offset_of(("a", 0))
+        return consumed, retry.error, retry.base_offset, stale.error, lso
+
+    assert run(tmp_path, second_life, SOLE) == (
+        True,  # read at the start, then removed
+        ErrorCode.none,
+        0,  # a retry of 7's last batch, answered with its offset
+        ErrorCode.transaction_coordinator_fenced,
+        2,  # 8's transaction is still open
+    )
+    assert path.exists()  # the second clean shutdown wrote it again
