@@ -7,6 +7,12 @@ Kafka 4.0+'s default). The first controller to become active on an
 empty metadata log writes these records before anything else, so every node's image carries
 the version the cluster was formatted with. The file uses the snapshot layout (header
 control record, the records, footer), so the same CRC-checked reader loads it.
+
+A dynamic quorum (KIP-853: ``--standalone``, ``--initial-controllers`` or
+``--no-initial-controllers``) also has a KRaftVersionRecord (kraft.version 1) and, unless
+formatted to join later, the first VotersRecord in the header's control batch, as Kafka's
+bootstrap checkpoint does. The first leader copies them into the log (raft/core.py), so
+replicas that fetch the log from its start learn the voter set.
 """
 
 from __future__ import annotations
@@ -24,7 +30,14 @@ from metadata.records import (
     decode_record,
     encode_record,
 )
-from raft.snapshot import decode_snapshot, encode_snapshot
+from raft.snapshot import decode_snapshot, decode_snapshot_control, encode_snapshot
+from raft.voters import (
+    KRAFT_VERSION_DYNAMIC,
+    QuorumControl,
+    VoterSet,
+    kraft_version_record,
+    voters_record,
+)
 
 BOOTSTRAP_FILE = "bootstrap.checkpoint"
 METADATA_VERSION = 1  # the only metadata.version kraft-py has so far
@@ -42,12 +55,30 @@ async def write_bootstrap(
     directory: str,
     timestamp_ms: int,
     extra: tuple[MetadataRecord, ...] = (),
+    *,
+    dynamic: bool = False,
+    voters: VoterSet | None = None,
 ) -> None:
     """Write the bootstrap records atomically (temp file, fsync, rename); ``extra`` follow
-    the features (the SCRAM credentials of ``format --add-scram``)."""
+    the features (the SCRAM credentials of ``format --add-scram``); with ``dynamic``,
+    kraft.version 1 and the initial ``voters`` (None: this node joins a running quorum)."""
     records = [Record(None, encode_record(r), timestamp_ms) for r in (*BOOTSTRAP_FEATURES, *extra)]
-    data = encode_snapshot(records, timestamp_ms)
+    control = []
+    if dynamic:
+        control.append(kraft_version_record(KRAFT_VERSION_DYNAMIC, timestamp_ms))
+        if voters is not None:
+            control.append(voters_record(voters, timestamp_ms))
+    data = encode_snapshot(records, timestamp_ms, control)
     await write_atomic(fs, os.path.join(directory, BOOTSTRAP_FILE), data)
+
+
+def read_bootstrap_quorum(fs: FileSystem, directory: str) -> QuorumControl:
+    """The kraft.version and voter set the directory was formatted with (None for each
+    when it was formatted for a static quorum)."""
+    path = os.path.join(directory, BOOTSTRAP_FILE)
+    if not fs.exists(path):
+        return QuorumControl(-1)
+    return decode_snapshot_control(read_all(fs, path), BOOTSTRAP_FILE)
 
 
 def read_bootstrap(fs: FileSystem, directory: str) -> list[MetadataRecord]:

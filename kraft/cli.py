@@ -24,6 +24,22 @@ def _parser() -> argparse.ArgumentParser:
     fmt.add_argument("-t", "--cluster-id", required=True)
     fmt.add_argument("-c", "--config", required=True, help="server.properties")
     fmt.add_argument("-g", "--ignore-formatted", action="store_true")
+    quorum_start = fmt.add_mutually_exclusive_group()
+    quorum_start.add_argument(
+        "-s", "--standalone", action="store_true", help="this controller is the only voter"
+    )
+    quorum_start.add_argument(
+        "-I",
+        "--initial-controllers",
+        metavar="ID@HOST:PORT:DIRID,...",
+        help="the first voters, each with its metadata directory id",
+    )
+    quorum_start.add_argument(
+        "-N",
+        "--no-initial-controllers",
+        action="store_true",
+        help="join a running dynamic quorum (added later with add-controller)",
+    )
     fmt.add_argument(
         "-S",
         "--add-scram",
@@ -38,6 +54,15 @@ def _parser() -> argparse.ArgumentParser:
     quorum = sub.add_parser("describe-quorum", help="show the metadata quorum's state")
     quorum.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,HOST:PORT...]")
     quorum.add_argument("--replication", action="store_true", help="per-replica offsets")
+    add = sub.add_parser(
+        "add-controller", help="add this node (its config) to a dynamic quorum (KIP-853)"
+    )
+    add.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    add.add_argument("-c", "--command-config", "--config", dest="config", required=True)
+    remove = sub.add_parser("remove-controller", help="remove a voter from a dynamic quorum")
+    remove.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,HOST:PORT...]")
+    remove.add_argument("--controller-id", type=int, required=True)
+    remove.add_argument("--controller-directory-id", required=True)
     state = sub.add_parser(
         "quorum-state", help="show a stopped node's election state, or reset its epoch"
     )
@@ -102,6 +127,56 @@ def _describe_quorum(address: str, replication: bool) -> int:
     return 1
 
 
+def _change_controller(args: argparse.Namespace) -> int:
+    """add-controller / remove-controller, as Kafka's kafka-metadata-quorum: the change is
+    sent to each bootstrap controller in turn until the leader takes it."""
+    import asyncio
+
+    from kraft.config import ConfigError, load_config
+    from kraft.quorum_tool import change_voter
+    from kraft.storage import metadata_directory_id, parse_uuid
+    from log.fs import RealFileSystem
+
+    name = args.command
+    try:
+        if name == "add-controller":
+            config = load_config(args.config)
+            directory = metadata_directory_id(RealFileSystem(), config.metadata_dir)
+            if directory is None:
+                raise ConfigError(f"{config.metadata_dir} is not formatted")
+            endpoint = config.controller_endpoint()
+            change = "add"
+            voter_id = config.node_id
+            endpoints: tuple[tuple[str, str, int], ...] = (
+                (endpoint.name, endpoint.host or "localhost", endpoint.port),
+            )
+        else:
+            change, voter_id, endpoints = "remove", args.controller_id, ()
+            directory = parse_uuid(args.controller_directory_id)
+    except (ConfigError, ValueError) as error:
+        print(f"kraft-server {name}: {error}", file=sys.stderr)
+        return 1
+    problems = []
+    for item in args.bootstrap_controller.split(","):
+        host, _, port_text = item.strip().rpartition(":")
+        if not host or not port_text.isdigit():
+            print(f"kraft-server {name}: {item!r} is not HOST:PORT", file=sys.stderr)
+            return 2
+        try:
+            code = asyncio.run(
+                change_voter(host, int(port_text), change, voter_id, directory, endpoints)
+            )
+        except (OSError, TimeoutError) as error:
+            problems.append(f"{item} unreachable ({error})")
+            continue
+        if code == 0:
+            print(f"{'Added' if change == 'add' else 'Removed'} controller {voter_id}")
+            return 0
+        problems.append(f"{item}: error {code}")
+    print(f"kraft-server {name}: {'; '.join(problems)}", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``kraft-server``."""
     args = _parser().parse_args(argv)
@@ -117,7 +192,12 @@ def _run(args: argparse.Namespace) -> int:
     import time
 
     from kraft.config import ConfigError, load_config, unknown_key_warnings
-    from kraft.storage import StorageError, format_dirs, random_uuid
+    from kraft.storage import (
+        StorageError,
+        format_dirs,
+        parse_initial_controllers,
+        random_uuid,
+    )
     from log.fs import RealFileSystem
     from raft.quorum_state import QuorumStateError
     from raft.snapshot import SnapshotError
@@ -127,6 +207,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "describe-quorum":
         return _describe_quorum(args.bootstrap_controller, args.replication)
+    if args.command in ("add-controller", "remove-controller"):
+        return _change_controller(args)
     if args.command == "metadata-shell":
         from kraft.metadata_shell import main as shell_main
 
@@ -173,6 +255,11 @@ def _run(args: argparse.Namespace) -> int:
                     args.cluster_id,
                     ignore_formatted=args.ignore_formatted,
                     timestamp_ms=int(time.time() * 1000),
+                    standalone=args.standalone,
+                    initial_controllers=parse_initial_controllers(args.initial_controllers)
+                    if args.initial_controllers is not None
+                    else None,
+                    no_initial_controllers=args.no_initial_controllers,
                     bootstrap_records=credentials,
                 )
             )

@@ -96,6 +96,17 @@ def parse_voters(text: str) -> dict[int, tuple[str, int]]:
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
+def parse_bootstrap_servers(text: str) -> list[tuple[str, int]]:
+    """``host:port,...`` as in controller.quorum.bootstrap.servers."""
+    servers = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, colon, port = item.rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise ValueError(f"{item!r} is not host:port")
+        servers.append((host.strip("[]"), _port(item, port, 1)))
+    return servers
+
+
 class ServerConfig(BaseModel):
     """The keys kraft-py uses, under their Kafka names (aliases)."""
 
@@ -103,7 +114,14 @@ class ServerConfig(BaseModel):
 
     process_roles: frozenset[Role] = Field(alias="process.roles")
     node_id: int = Field(alias="node.id", ge=0)
-    controller_quorum_voters: dict[int, tuple[str, int]] = Field(alias="controller.quorum.voters")
+    # A static quorum (kraft.version 0) names its voters here; a dynamic one (KIP-853) gives
+    # bootstrap servers instead and keeps its voter set in the metadata log.
+    controller_quorum_voters: dict[int, tuple[str, int]] = Field(
+        default_factory=dict, alias="controller.quorum.voters"
+    )
+    controller_quorum_bootstrap_servers: list[tuple[str, int]] = Field(
+        default_factory=list, alias="controller.quorum.bootstrap.servers"
+    )
     listeners: list[Endpoint] = Field(alias="listeners")
     advertised_listeners: list[Endpoint] | None = Field(default=None, alias="advertised.listeners")
     controller_listener_names: list[str] = Field(alias="controller.listener.names")
@@ -224,6 +242,23 @@ class ServerConfig(BaseModel):
     @classmethod
     def _voters(cls, value: object) -> object:
         return parse_voters(value) if isinstance(value, str) else value
+
+    @field_validator("controller_quorum_bootstrap_servers", mode="before")
+    @classmethod
+    def _bootstrap(cls, value: object) -> object:
+        return parse_bootstrap_servers(value) if isinstance(value, str) else value
+
+    @property
+    def dynamic_quorum(self) -> bool:
+        """True when the voters live in the log (controller.quorum.bootstrap.servers)."""
+        return not self.controller_quorum_voters
+
+    def controller_addresses(self) -> dict[int, tuple[str, int]]:
+        """Where to look for the active controller before the voter set is known: the
+        static voters, else the bootstrap servers under negative ids (as Kafka's own)."""
+        if self.controller_quorum_voters:
+            return dict(self.controller_quorum_voters)
+        return {-2 - i: s for i, s in enumerate(self.controller_quorum_bootstrap_servers)}
 
     @field_validator("listeners", "advertised_listeners", mode="before")
     @classmethod
@@ -348,6 +383,16 @@ def config_from_properties(
         LogManagerConfig.from_properties(extra)
     except ValueError as error:
         raise ConfigError(f"{source}: {error}") from None
+    if not config.controller_quorum_voters and not config.controller_quorum_bootstrap_servers:
+        raise ConfigError(
+            f"{source}: controller.quorum.voters or controller.quorum.bootstrap.servers is required"
+        )
+    static = config.controller_quorum_voters
+    if "controller" in config.process_roles and static and config.node_id not in static:
+        raise ConfigError(
+            f"{source}: controller.quorum.voters: node.id {config.node_id} is a controller "
+            "but not one of the voters"
+        )
     metrics = config.metrics_listener
     if metrics is not None and metrics.port != 0:
         for endpoint in config.listeners:
@@ -359,11 +404,6 @@ def config_from_properties(
                     "listener's; metrics are served on a port of their own"
                 )
     if "controller" in config.process_roles:
-        if config.node_id not in config.controller_quorum_voters:
-            raise ConfigError(
-                f"{source}: controller.quorum.voters: node.id {config.node_id} is a controller "
-                "but not one of the voters"
-            )
         config.controller_endpoint()
     if "broker" in config.process_roles:
         names = [e.name for e in config.broker_endpoints()]

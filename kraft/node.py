@@ -45,7 +45,7 @@ from broker.security import Authenticated, authenticating, served_apis
 from broker.txn.apis import TxnApis
 from broker.txn.config import TransactionCoordinatorConfig
 from broker.txn.coordinator import TransactionCoordinator
-from kraft.bootstrap import read_bootstrap
+from kraft.bootstrap import read_bootstrap, read_bootstrap_quorum
 from kraft.config import ServerConfig
 from kraft.metrics import NodeMetrics
 from kraft.storage import metadata_directory_id
@@ -228,6 +228,7 @@ class KraftNode:
     async def start(self) -> None:
         runtime, config = self.runtime, self.config
         self.log = await DiskLog.open(runtime, self.metadata_dir, bugs=self.bugs)
+        quorum = read_bootstrap_quorum(runtime.fs, config.metadata_dir)
         raft = RaftNode(
             runtime,
             RaftNodeConfig(
@@ -243,6 +244,10 @@ class KraftNode:
                 ),
                 bugs=self.bugs & RAFT_BUGS.keys(),
                 directory_id=metadata_directory_id(runtime.fs, config.metadata_dir),
+                initial_voters=quorum.voters,
+                initial_kraft_version=quorum.kraft_version or 0,
+                bootstrap_servers=tuple(config.controller_quorum_bootstrap_servers),
+                controller_listener=config.controller_listener_names[0],
                 connector=self._controller_connector,
             ),
             self.log,
@@ -322,7 +327,7 @@ class KraftNode:
         assert self.loader is not None
         incarnation = uuid.UUID(int=runtime.rng.getrandbits(128), version=4)
         self._channel = ControllerChannel(
-            config.controller_quorum_voters,
+            config.controller_addresses(),
             f"broker-{config.node_id}",
             runtime.rng,
             connector=self._controller_connector,
@@ -418,7 +423,7 @@ class KraftNode:
         # id, naming this broker and its incarnation id, which the controller lets create
         # internal topics (clients' forwarded ones not; metadata/controller/internal_topics.py).
         internal = self._internal_channel = ControllerChannel(
-            config.controller_quorum_voters,
+            config.controller_addresses(),
             internal_creator_client_id(config.node_id, incarnation),
             runtime.rng,
             connector=self._controller_connector,
@@ -458,7 +463,7 @@ class KraftNode:
         # request of a connection at a time, and a CreateTopics naming 200,000 topics must
         # not hold up this broker's heartbeats behind it (it would be fenced).
         forwarding = self._forwarding_channel = ControllerChannel(
-            config.controller_quorum_voters,
+            config.controller_addresses(),
             f"broker-{config.node_id}-forwarding",
             runtime.rng,
             connector=self._controller_connector,
@@ -639,7 +644,7 @@ class KraftNode:
     async def _describe_controllers(self, request: ApiRequest) -> object:
         assert self.raft is not None
         return describe_controllers_response(
-            request.body, self.cluster_id, self.raft.leader_id, self.config.controller_quorum_voters
+            request.body, self.cluster_id, self.raft.leader_id, self.raft.voter_addresses()
         )
 
     async def _serve_broker(

@@ -5,15 +5,20 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 
+from kio.schema.add_raft_voter.v0.request import AddRaftVoterRequest
+from kio.schema.add_raft_voter.v0.request import Listener as AddListener
 from kio.schema.describe_quorum.v2.request import (
     DescribeQuorumRequest,
     PartitionData,
     TopicData,
 )
+from kio.schema.remove_raft_voter.v0.request import RemoveRaftVoterRequest
 from kio.schema.types import TopicName
-from kio.static.primitive import i32
+from kio.static.primitive import i32, i32Timedelta, u16
 
 from protocol import wire
 from protocol.api_keys import ApiKey
@@ -84,6 +89,45 @@ async def describe_quorum(host: str, port: int, timeout_s: float = 5.0) -> Quoru
         voters=replicas(partition.current_voters),
         observers=replicas(partition.observers),
     )
+
+
+async def change_voter(
+    host: str,
+    port: int,
+    change: str,
+    voter_id: int,
+    directory_id: uuid.UUID,
+    endpoints: tuple[tuple[str, str, int], ...] = (),
+    timeout_s: float = 30.0,
+) -> int:
+    """AddRaftVoter (``change`` "add", with the new voter's (listener, host, port)s) or
+    RemoveRaftVoter ("remove") against one controller; its error code (0 once the change is
+    committed). OSError/TimeoutError if it cannot be reached."""
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    try:
+        request: object
+        if change == "add":
+            key = ApiKey.ADD_RAFT_VOTER
+            request = AddRaftVoterRequest(
+                cluster_id=None,
+                timeout=i32Timedelta.parse(timedelta(seconds=timeout_s)),
+                voter_id=i32(voter_id),
+                voter_directory_id=directory_id,
+                listeners=tuple(
+                    AddListener(name=name, host=h, port=u16(p)) for name, h, p in endpoints
+                ),
+            )
+        else:
+            key = ApiKey.REMOVE_RAFT_VOTER
+            request = RemoveRaftVoterRequest(
+                cluster_id=None, voter_id=i32(voter_id), voter_directory_id=directory_id
+            )
+        writer.write(wire.encode_request(wire.RequestHeader(key, 0, 1, "kraft-server"), request))
+        frame = await asyncio.wait_for(wire.read_frame(reader), timeout_s + 5)
+    finally:
+        writer.close()
+    _cid, response = wire.decode_response(key, 0, frame)
+    return int(response.error_code)  # type: ignore[attr-defined]
 
 
 def format_status(status: QuorumStatus) -> str:

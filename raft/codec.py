@@ -15,6 +15,8 @@ reads the source replica from.
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 import types
 import uuid
 from collections.abc import Callable
@@ -25,7 +27,9 @@ from typing import Any, Literal
 
 from kio.index import KioIndexError, load_payload_module, load_response_schema
 from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId
 from kio.static.constants import EntityType
+from kio.static.primitive import i32
 
 from protocol.api_keys import ApiKey
 from protocol.entities import make
@@ -380,6 +384,19 @@ def encode_raft_response(body: Response, *, api_key: int, api_version: int) -> o
     topics = _topics(module, *classes, partition)
     top = {"error_code": ErrorCode.none, "topics": topics, "responses": topics}
     return make(getattr(module, type(body).__name__), top)
+
+
+def with_node_endpoint(entity: object, node_id: int, address: tuple[str, int]) -> object:
+    """``entity`` (a Fetch v17+ or Vote v2+ response) naming where ``node_id`` (the leader
+    it names) listens, in KIP-853's NodeEndpoints tagged field; unchanged for versions
+    without that field."""
+    if not hasattr(entity, "node_endpoints"):
+        return entity
+    module: Any = sys.modules[type(entity).__module__]
+    endpoint = module.NodeEndpoint(
+        node_id=BrokerId(i32(node_id)), host=address[0], port=i32(address[1])
+    )
+    return dataclasses.replace(entity, node_endpoints=(endpoint,))  # type: ignore[type-var]
 
 
 def decode_raft_response(entity: object) -> Response:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import enum
 import random
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from log.batch import iter_batches
 from log.clock import WallClock
 from log.records import Record
 from raft.control import leader_change_record
@@ -46,6 +48,26 @@ from raft.quorum_state import QuorumState
 from raft.replicated_log import ReplicatedLog
 from raft.snapshot import SnapshotId
 from raft.validation import EpochRaiseBudget, raised_epoch, request_error
+from raft.voters import (
+    KRAFT_VERSION_DYNAMIC,
+    QuorumControl,
+    Voter,
+    VoterHistory,
+    VoterSet,
+    VoterSetError,
+    kraft_version_record,
+    scan_control,
+    voters_record,
+)
+
+
+def _next_offset(data: bytes) -> int:
+    """The offset after the last whole batch in ``data``."""
+    end = -1
+    for _position, header in iter_batches(data):
+        end = header.next_offset
+    return end
+
 
 # Planted bugs the core understands (off unless a simulation asks for them).
 CORE_BUGS = {
@@ -75,6 +97,15 @@ CORE_BUGS = {
 OBSERVER_BUGS = {
     "observer-stops-on-fetch-error": "an observer (a broker) whose Fetch to the leader it "
     "follows fails stops fetching: its metadata replay stalls until it restarts",
+}
+
+# Planted bugs of membership change (KIP-853), caught by the raft scenario's opt-in
+# ``membership`` fault (they need a dynamic quorum to matter).
+MEMBER_BUGS = {
+    "voter-set-applied-at-commit": "a voter change takes effect only once it is committed: "
+    "until then the leader counts the old voter set's majority for its high watermark",
+    "removed-voter-keeps-leading": "a leader whose removal from the voter set committed goes "
+    "on leading instead of resigning",
 }
 
 RETRY_BACKOFF_MS = 100
@@ -200,7 +231,7 @@ class RaftCore:
     def __init__(
         self,
         node_id: int,
-        voters: Sequence[int],
+        voters: Sequence[int] | VoterSet,
         log: ReplicatedLog,
         state: QuorumState,
         *,
@@ -209,13 +240,24 @@ class RaftCore:
         now_ms: int,
         config: RaftConfig | None = None,
         bugs: frozenset[str] = frozenset(),
+        kraft_version: int = 0,
+        directory_id: uuid.UUID | None = None,
+        bootstrap: Sequence[int] = (),
     ) -> None:
-        unknown = bugs - CORE_BUGS.keys() - OBSERVER_BUGS.keys()
+        """``voters`` is the voter set the log starts with: controller.quorum.voters for a
+        static quorum, else the one in the snapshot the log starts at (the bootstrap
+        snapshot of ``kraft-server format``); the log's own Voters records follow it.
+        ``bootstrap`` names (negative) ids of controller.quorum.bootstrap.servers, asked
+        who leads when no voter is known."""
+        unknown = bugs - CORE_BUGS.keys() - OBSERVER_BUGS.keys() - MEMBER_BUGS.keys()
         assert not unknown, f"unknown planted bugs {sorted(unknown)}"
         self.node_id = node_id
-        self.voters = tuple(sorted(voters))
-        self.is_voter = node_id in self.voters
+        self.directory_id = directory_id
+        base = voters if isinstance(voters, VoterSet) else VoterSet.static(tuple(voters))
+        self.history = VoterHistory(base, kraft_version)
+        self.bootstrap = tuple(bootstrap)
         self.log = log
+        self._scan_log(log.start_offset())
         self.rng = rng
         self.clock = clock
         self.config = config or RaftConfig()
@@ -264,18 +306,147 @@ class RaftCore:
         # A snapshot download in progress: (id, next position), and whether it is installing.
         self._download: tuple[SnapshotId, int] | None = None
         self._installing = False
-        if self.leader_id == node_id and self.is_voter:
+        if self.leader_id == node_id and self.electable:
             # A leader that restarts must not lead the same epoch again: it may have lost
             # entries it never flushed. Resign and let a new epoch start.
             self._become_resigned()
-        elif self.leader_id != NO_LEADER:
+        elif self.leader_id not in (NO_LEADER, node_id):
             self._become_follower(self.epoch, self.leader_id, persist=False)
         else:
             self._become_unattached(self.epoch, self.voted_id, persist=False)
-        if self.voters == (node_id,) and self.role in (Role.UNATTACHED, Role.RESIGNED):
+        if (
+            self.voters == (node_id,)
+            and self.electable
+            and self.role in (Role.UNATTACHED, Role.RESIGNED)
+        ):
             # The sole voter has nobody to wait for: stand for election at the first tick,
             # as Kafka's does, instead of an election timeout into start-up.
             self._election_deadline_ms = now_ms
+
+    # ---- the voter set (KIP-853) ----------------------------------------------------------
+    @property
+    def voters(self) -> tuple[int, ...]:
+        """Ids of the voter set in force: the latest in the log, committed or not."""
+        return self.history.latest().ids()
+
+    @property
+    def is_voter(self) -> bool:
+        """True if this replica (id and directory) is one of the voters in force."""
+        return self.history.latest().is_voter(self.node_id, self.directory_id)
+
+    @property
+    def electable(self) -> bool:
+        """True if this replica takes part in elections: a voter in force, or (a dynamic
+        quorum) a voter of the set before an uncommitted change that removes it. The
+        latter matters when a leader removing itself loses its quorum before the removal
+        commits: the others may lack the record, and only it (with the longest log) can win
+        the votes of the new set, lead, commit the removal and then step down."""
+        if self.is_voter:
+            return True
+        history = self.history
+        pending = history.latest_offset()
+        if history.kraft_version() < KRAFT_VERSION_DYNAMIC or pending < self.high_watermark:
+            return False
+        return history.at(pending)[1].is_voter(self.node_id, self.directory_id)
+
+    def voter_set(self) -> VoterSet:
+        return self.history.latest()
+
+    def _scan_log(self, offset: int) -> None:
+        """Learn the voter sets in the log from ``offset`` on (at start-up)."""
+        end = self.log.end_offset()
+        while offset < end:
+            data = self.log.read(offset, 1024 * 1024)
+            if not data:
+                break
+            for control in scan_control(data):
+                self.history.add(control)
+            offset = _next_offset(data)
+
+    def _learn_voters(self, data: bytes) -> None:
+        """Appended batches may hold a kraft.version or voter set: it takes effect now."""
+        changed = False
+        for control in scan_control(data):
+            changed |= self.history.add(control)
+        if changed:
+            self._voters_changed()
+
+    def _may_vote(self, candidate_id: int) -> bool:
+        """Whether this replica may answer a vote at all. A static quorum: both are voters.
+        A dynamic one: anyone may, except a replica whose id votes on another disk (a
+        re-formatted disk must never vote in place of the replica that made promises)."""
+        if self.history.kraft_version() < KRAFT_VERSION_DYNAMIC:
+            return self.is_voter and candidate_id in self.voters
+        own = self.history.latest().get(self.node_id)
+        return own is None or own.matches(self.node_id, self.directory_id)
+
+    def _maybe_step_down(self) -> None:
+        """A leader whose removal is committed leads no more (KIP-853): it resigns, the
+        remaining voters elect a leader among themselves, and it goes on as an observer.
+        Looked at once the message or flush that advanced the high watermark is handled."""
+        if "removed-voter-keeps-leading" in self.bugs:
+            return
+        if (
+            self.role is Role.LEADER
+            and not self.is_voter
+            and self.history.latest_offset() < self.high_watermark
+        ):
+            self._become_resigned()
+
+    def _voters_changed(self) -> None:
+        """The voter set in force changed (appended, or reverted by a truncation)."""
+        if self.role is Role.LEADER:
+            for voter in self.voters:
+                if voter not in self._progress:
+                    self._progress[voter] = ReplicaProgress(voter, last_fetch_ms=self.now_ms)
+            self._update_high_watermark()
+        elif not self.electable and self.role in (Role.PROSPECTIVE, Role.CANDIDATE):
+            self._become_unattached(self.epoch, self.voted_id)
+        elif self.electable and self.role is Role.UNATTACHED:
+            self._election_deadline_ms = self.now_ms + self._random_election_timeout()
+
+    def change_voters(self, change: str, voter: Voter) -> tuple[int, int]:
+        """Leader only: append a VotersRecord that ``add``s, ``remove``s or ``update``s
+        ``voter``. Returns (error code, offset of the record): the change is done when the
+        high watermark passes that offset. One change at a time: refused with
+        REQUEST_TIMED_OUT (Kafka's answer) while the last one is uncommitted, or while this
+        leader has not committed an entry of its own epoch yet (Raft's single-server change
+        bug: a change made before that can lose an earlier leader's uncommitted change)."""
+        if self.role is not Role.LEADER:
+            return Errors.NOT_LEADER_OR_FOLLOWER, -1
+        if self.history.kraft_version() < KRAFT_VERSION_DYNAMIC:
+            return Errors.UNSUPPORTED_VERSION, -1
+        if (
+            self.history.latest_offset() >= self.high_watermark
+            or self.high_watermark <= self._epoch_start_offset
+        ):
+            return Errors.REQUEST_TIMED_OUT, -1
+        current = self.history.latest()
+        try:
+            if change == "add":
+                if current.get(voter.voter_id) is not None:
+                    return Errors.DUPLICATE_VOTER, -1
+                progress = self._progress.get(voter.voter_id)
+                caught_up = self.now_ms - self.config.fetch_timeout_ms
+                if progress is None or progress.last_caught_up_ms < max(caught_up, 0):
+                    # Not an observer that reached the high watermark within a fetch
+                    # timeout (Kafka's isReplicaCaughtUp): adding it could stall commits
+                    # until it catches up, so Kafka refuses it the same way.
+                    return Errors.REQUEST_TIMED_OUT, -1
+                updated = current.added(voter)
+            elif change == "remove":
+                updated = current.removed(voter.voter_id, voter.directory_id)
+            else:
+                updated = current.updated(voter)
+        except VoterSetError:
+            return Errors.VOTER_NOT_FOUND, -1
+        record = voters_record(updated, self.clock.now_ms())
+        _first, last = self.log.append_as_leader([record], self.epoch, control=True)
+        self.history.add(QuorumControl(last, voters=updated))
+        self._ready.flush = True
+        self._voters_changed()
+        self._answer_parked()
+        return Errors.NONE, last
 
     # ---- driver interface ---------------------------------------------------------------
     def ready(self) -> Ready:
@@ -311,10 +482,10 @@ class RaftCore:
             deadlines.extend(p.deadline_ms for p in self._parked.values())
         elif role is Role.FOLLOWER:
             deadlines.append(self._fetch_deadline_ms)
-        elif self.is_voter:
+        elif self.electable:
             deadlines.append(self._election_deadline_ms)
         if role is not Role.LEADER and self._fetch_correlation is None:
-            fetching = role is Role.FOLLOWER or not self.is_voter
+            fetching = role is Role.FOLLOWER or not self.electable
             if fetching and self._fetch_backoff_until_ms > self.now_ms:
                 deadlines.append(self._fetch_backoff_until_ms)
         return max(min(deadlines, default=self.now_ms + BEGIN_QUORUM_RETRY_MS), self.now_ms + 1)
@@ -323,17 +494,18 @@ class RaftCore:
         """Advance time: elections, fetch timeouts, check quorum, long-poll expiry."""
         self.now_ms = max(self.now_ms, now_ms)
         self._expire_requests()
+        self._maybe_step_down()
         role = self.role
         if role is Role.LEADER:
             self._leader_tick()
         elif role is Role.FOLLOWER:
             if self.now_ms < self._fetch_deadline_ms:
                 self._maybe_fetch()
-            elif self.is_voter:
+            elif self.electable:
                 self._start_prospective()
             else:
                 self._become_unattached(self.epoch, NO_LEADER)
-        elif not self.is_voter:
+        elif not self.electable:
             self._maybe_fetch()
         elif self.now_ms >= self._election_deadline_ms:
             if role is Role.CANDIDATE:
@@ -344,14 +516,24 @@ class RaftCore:
                 self._start_prospective()
 
     def truncated(self, offset: int) -> None:
-        """The driver cut the log back to ``offset`` as asked."""
+        """The driver cut the log back to ``offset`` as asked; a voter set appended past it
+        is gone, and the one before it is in force again."""
         assert self.log.end_offset() == offset, (self.log.end_offset(), offset)
         self._truncating = False
+        if self.history.truncate(offset):
+            self._voters_changed()
         self._maybe_fetch()
 
-    def snapshot_installed(self, snapshot: SnapshotId) -> None:
-        """The driver published a downloaded snapshot and restarted the log at its end."""
+    def snapshot_installed(
+        self, snapshot: SnapshotId, control: QuorumControl | None = None
+    ) -> None:
+        """The driver published a downloaded snapshot and restarted the log at its end;
+        ``control`` is the kraft.version and voter set the snapshot holds."""
         assert self.log.end_offset() == snapshot.end_offset
+        before = self.history.latest()
+        self.history.reset(control or QuorumControl(-1))
+        if self.history.latest() != before:
+            self._voters_changed()
         self._download = None
         self._installing = False
         self.flushed_offset = snapshot.end_offset
@@ -366,6 +548,7 @@ class RaftCore:
         self.flushed_offset = max(self.flushed_offset, min(offset, self.log.end_offset()))
         if self.role is Role.LEADER:
             self._update_high_watermark()
+            self._maybe_step_down()
         else:
             self._maybe_fetch()
 
@@ -384,7 +567,15 @@ class RaftCore:
         raft/validation.py is answered with its error and changes nothing."""
         body = message.body
         if isinstance(body, _REQUEST_TYPES):
-            code = request_error(body, node_id=self.node_id, voters=self.voters)
+            voters: tuple[int, ...] = self.voters
+            if self.history.kraft_version() >= KRAFT_VERSION_DYNAMIC:
+                # KIP-853 (and Raft's rule): a dynamic quorum answers Vote and
+                # Begin/EndQuorumEpoch from replicas outside its own latest voter set, which
+                # may be behind the sender's (a removal of itself it appended, an addition
+                # it has not fetched yet); the sender counts only its own voters' answers.
+                sender = getattr(body, "candidate_id", getattr(body, "leader_id", -1))
+                voters = (self.node_id, sender)
+            code = request_error(body, node_id=self.node_id, voters=voters)
             if code is not None:
                 self._reply(message, self.refusal(body, code))
                 return
@@ -415,6 +606,7 @@ class RaftCore:
             self._on_vote_request(message, body)
         elif isinstance(body, FetchRequest):
             self._on_fetch_request(message, body)
+            self._maybe_step_down()
         elif isinstance(body, BeginQuorumEpochRequest):
             self._on_begin_quorum_epoch(message, body)
         elif isinstance(body, EndQuorumEpochRequest):
@@ -531,7 +723,7 @@ class RaftCore:
         self._election_deadline_ms = self.now_ms + delay
         if persist and changed:
             self._persist()
-        if not self.is_voter:
+        if not self.electable:
             self._maybe_fetch()
 
     def _become_follower(
@@ -561,7 +753,7 @@ class RaftCore:
 
     def _start_prospective(self) -> None:
         """KIP-996 pre-vote: ask for votes for epoch+1 without changing any stored state."""
-        if not self.is_voter:
+        if not self.electable:
             return
         if self.epoch >= MAX_EPOCH:
             # Epochs are exhausted (2^31 elections, or a forged epoch let in by an older
@@ -610,8 +802,9 @@ class RaftCore:
 
     def _tally(self) -> bool:
         """Advance the election if this round has a majority; True if it did."""
-        granted = sum(1 for ok in self._votes.values() if ok)
-        if granted < majority(len(self.voters)):
+        voters = self.voters
+        granted = sum(1 for v, ok in self._votes.items() if ok and v in voters)
+        if granted < majority(len(voters)):
             return False
         if self.role is Role.PROSPECTIVE:
             self._become_candidate()
@@ -629,8 +822,24 @@ class RaftCore:
             voter: ReplicaProgress(voter, last_fetch_ms=self.now_ms) for voter in self.voters
         }
         self._epoch_start_offset = self.log.end_offset()
-        record = leader_change_record(self.node_id, self.voters, granting, self.clock.now_ms())
-        self.log.append_as_leader([record], self.epoch, control=True)
+        now_ms = self.clock.now_ms()
+        records = [leader_change_record(self.node_id, self.voters, granting, now_ms)]
+        history = self.history
+        copy_bootstrap = (
+            history.kraft_version() >= KRAFT_VERSION_DYNAMIC
+            and history.latest_offset() == -1
+            and self.log.latest_snapshot() is None
+        )
+        if copy_bootstrap:
+            # The voter set is only in the bootstrap checkpoint, which is not replicated:
+            # put it into the log (as Kafka's first leader does), so that replicas fetching
+            # from offset 0 learn it.
+            records.append(kraft_version_record(history.kraft_version(), now_ms))
+            records.append(voters_record(history.latest(), now_ms))
+        first, _last = self.log.append_as_leader(records, self.epoch, control=True)
+        if copy_bootstrap:
+            history.add(QuorumControl(first + 1, kraft_version=history.kraft_version()))
+            history.add(QuorumControl(first + 2, voters=history.latest()))
         self._ready.flush = True
         if "hw-from-previous-epoch" in self.bugs and self._epoch_start_offset > self.high_watermark:
             self.high_watermark = self._epoch_start_offset
@@ -659,7 +868,8 @@ class RaftCore:
     # ---- leader --------------------------------------------------------------------------
     def _send_begin_quorum_epoch(self) -> None:
         for voter in self.voters:
-            if voter == self.node_id or self._progress[voter].end_offset >= 0:
+            progress = self._progress.get(voter)
+            if voter == self.node_id or (progress is not None and progress.end_offset >= 0):
                 continue
             sent = self._begin_epoch_sent_ms.get(voter)
             if sent is None or self.now_ms - sent >= BEGIN_QUORUM_RETRY_MS:
@@ -688,9 +898,15 @@ class RaftCore:
                 del self._parked[src]
 
     def _update_high_watermark(self) -> None:
+        voters = self.voters
+        if "voter-set-applied-at-commit" in self.bugs:
+            voters = self.history.at(self.high_watermark)[1].ids()
+        missing = ReplicaProgress(-1)  # a voter not heard from yet holds nothing
         ends = [
-            self._durable_end() if voter == self.node_id else self._progress[voter].end_offset
-            for voter in self.voters
+            self._durable_end()
+            if voter == self.node_id
+            else self._progress.get(voter, missing).end_offset
+            for voter in voters
         ]
         candidate = quorum_offset(ends)
         if candidate <= self.high_watermark:
@@ -910,10 +1126,14 @@ class RaftCore:
     def _fetch_target(self) -> int | None:
         if self.role is Role.FOLLOWER:
             return self.leader_id
-        if self.is_voter:
+        if self.electable:
             return None
-        # An observer that knows no leader asks the voters in turn who leads.
-        target = self.voters[self._bootstrap_index % len(self.voters)]
+        # An observer that knows no leader asks the voters in turn who leads; one that knows
+        # no voter yet (a controller formatted to join later) asks the bootstrap servers.
+        targets = self.voters or self.bootstrap
+        if not targets:
+            return None
+        target = targets[self._bootstrap_index % len(targets)]
         self._bootstrap_index += 1
         return target
 
@@ -922,7 +1142,7 @@ class RaftCore:
             return
         if self._fetch_stopped:
             return
-        if self.role is not Role.FOLLOWER and self.is_voter:
+        if self.role is not Role.FOLLOWER and self.electable:
             return
         if self._truncating or self._download is not None:
             return  # the driver is still cutting the log back, or a snapshot is coming
@@ -955,7 +1175,7 @@ class RaftCore:
                 if self._maybe_higher_epoch(response.leader_epoch, response.leader_id):
                     return
                 if (
-                    not self.is_voter
+                    not self.electable
                     and response.leader_epoch == self.epoch
                     and response.leader_id not in (NO_LEADER, self.node_id)
                     and self.role is not Role.FOLLOWER
@@ -963,7 +1183,7 @@ class RaftCore:
                     self._become_follower(response.leader_epoch, response.leader_id)
                     return
             self._fetch_backoff_until_ms = self.now_ms + RETRY_BACKOFF_MS
-            if not self.is_voter and self.role is Role.FOLLOWER:
+            if not self.electable and self.role is Role.FOLLOWER:
                 if "observer-stops-on-fetch-error" in self.bugs:
                     self._fetch_stopped = True
                 self._become_unattached(self.epoch, NO_LEADER)
@@ -971,7 +1191,7 @@ class RaftCore:
         if self._maybe_higher_epoch(response.leader_epoch, response.leader_id):
             return
         if self.role is not Role.FOLLOWER:
-            if self.is_voter or response.leader_id == NO_LEADER:
+            if self.electable or response.leader_id == NO_LEADER:
                 return
             # Process these records before the next fetch goes out.
             self._become_follower(response.leader_epoch, response.leader_id, fetch=False)
@@ -991,6 +1211,7 @@ class RaftCore:
         elif response.records:
             self.log.append_as_follower(response.records)
             self._ready.flush = True
+            self._learn_voters(response.records)
         high_watermark = min(response.high_watermark, self.log.end_offset())
         if high_watermark > self.high_watermark:
             self.high_watermark = high_watermark
@@ -1077,7 +1298,7 @@ class RaftCore:
         def answer(granted: bool, code: int = Errors.NONE) -> None:
             self._reply(message, VoteResponse(code, self.epoch, self._leader_hint(), granted))
 
-        if not self.is_voter or request.candidate_id not in self.voters:
+        if not self._may_vote(request.candidate_id):
             answer(False, Errors.INCONSISTENT_VOTER_SET)
             return
         if request.candidate_epoch < self.epoch:
@@ -1130,7 +1351,7 @@ class RaftCore:
         if response.vote_granted:
             self._tally()
             return
-        rejected = sum(1 for ok in self._votes.values() if not ok)
+        rejected = sum(1 for v, ok in self._votes.items() if not ok and v in self.voters)
         if rejected >= majority(len(self.voters)) and self.role is Role.PROSPECTIVE:
             self._end_prospective()
 
@@ -1167,7 +1388,7 @@ class RaftCore:
             )
             return
         follows_it = self.leader_id == request.leader_id or request.leader_epoch > self.epoch
-        if self.is_voter and follows_it and self.role is not Role.LEADER:
+        if self.electable and follows_it and self.role is not Role.LEADER:
             self._become_unattached(
                 request.leader_epoch,
                 self.voted_id if request.leader_epoch == self.epoch else NO_LEADER,

@@ -17,6 +17,7 @@ from log.records import Record
 from log.runtime import Runtime
 from raft import snapshot as snapshots
 from raft.snapshot import SnapshotId
+from raft.voters import QuorumControl
 
 METADATA_LOG_CONFIG = LogConfig(segment_bytes=8 * 1024 * 1024, segment_index_bytes=1024 * 1024)
 # Planted bugs of the log's own (off unless a simulation asks for them).
@@ -91,6 +92,9 @@ class DiskLog:
 
     def load_snapshot(self, snapshot: SnapshotId) -> list[Record]:
         return snapshots.read_snapshot(self._fs, self._dir, snapshot)
+
+    def load_snapshot_control(self, snapshot: SnapshotId) -> QuorumControl:
+        return snapshots.read_snapshot_control(self._fs, self._dir, snapshot)
 
     async def save_snapshot(self, snapshot: SnapshotId, data: bytes) -> None:
         """Publish a snapshot this node made, then let the log before it go."""

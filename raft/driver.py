@@ -25,7 +25,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from log.batch import decode_batch, iter_batches, validate_batch
 from log.rate_limited_log import RateLimitedLog
@@ -35,6 +35,7 @@ from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import (
     CLUSTER_ACTION,
+    CLUSTER_ALTER,
     CLUSTER_DESCRIBE,
     CONTROLLER,
     Api,
@@ -46,6 +47,7 @@ from raft.batch_accumulator import BatchAccumulator
 from raft.core import (
     CORE_BUGS,
     MAX_PROPOSAL_RECORDS,
+    MEMBER_BUGS,
     OBSERVER_BUGS,
     EpochRaiseLimited,
     Event,
@@ -62,6 +64,17 @@ from raft.progress import ReplicaProgress
 from raft.replicated_log import DurableLog
 from raft.snapshot import SnapshotId, encode_snapshot
 from raft.transport import PeerConnection
+from raft.voters import (
+    CONTROLLER_LISTENER,
+    KRAFT_VERSION_DYNAMIC,
+    KRAFT_VERSION_STATIC,
+    MAX_ENDPOINTS,
+    Endpoint,
+    Voter,
+    VoterSet,
+    kraft_version_record,
+    voters_record,
+)
 
 logger = logging.getLogger("raft.driver")
 _limited = RateLimitedLog(logger)
@@ -72,8 +85,9 @@ DRIVER_BUGS = {
     "the vote it records is sent",
 }
 BUGS = {**CORE_BUGS, **DRIVER_BUGS, **LOG_BUGS}  # the raft scenario's planted bugs
-NODE_BUGS = {**BUGS, **OBSERVER_BUGS}  # every planted bug a RaftNode takes
+NODE_BUGS = {**BUGS, **OBSERVER_BUGS, **MEMBER_BUGS}  # every planted bug a RaftNode takes
 MAX_READ_BYTES = 8 * 1024 * 1024
+MAX_LEARNED_ENDPOINTS = 64  # leader endpoints heard from peers (bounded: peers may lie)
 # Half of max.message.bytes (1 MiB): accumulated proposals stay well inside what the log takes.
 MAX_BATCH_BYTES = 512 * 1024
 
@@ -123,6 +137,15 @@ class RaftNodeConfig:
     # voter key a Vote or BeginQuorumEpoch v1 names; None when unknown (then only the id is).
     directory_id: uuid.UUID | None = None
     bugs: frozenset[str] = frozenset()
+    # A dynamic quorum's first kraft.version and voter set (the bootstrap checkpoint that
+    # `kraft-server format` wrote); None/0 for a static quorum (``voters``).
+    initial_voters: VoterSet | None = None
+    initial_kraft_version: int = KRAFT_VERSION_STATIC
+    # controller.quorum.bootstrap.servers: asked who leads by a node that knows no voter
+    # (a controller formatted with --no-initial-controllers, waiting to be added).
+    bootstrap_servers: tuple[tuple[str, int], ...] = ()
+    # The listener name voters' endpoints are looked up by (controller.listener.names[0]).
+    controller_listener: str = CONTROLLER_LISTENER
     # How the voters' controller listener is secured (TLS, SASL); None: plaintext.
     connector: Connector | None = None
 
@@ -139,6 +162,8 @@ class RaftNode:
         self.core: RaftCore | None = None
         self._listeners: list[RaftListener] = []
         self._peers: dict[int, PeerConnection] = {}
+        self._closing_peers: set[asyncio.Task[None]] = set()
+        self._learned: dict[int, tuple[str, int]] = {}
         self._wake = asyncio.Event()
         self._flush_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -164,34 +189,39 @@ class RaftNode:
         state = quorum_state.load(fs, self.config.metadata_dir)
         flushed = await self.log.flush()
         loop = asyncio.get_running_loop()
+        # The voter set the log starts with: the latest snapshot's (a dynamic quorum's, or
+        # the bootstrap snapshot `kraft-server format` wrote), else controller.quorum.voters.
+        base, kraft_version = VoterSet.static(self.config.voters), KRAFT_VERSION_STATIC
+        if self.config.initial_kraft_version >= KRAFT_VERSION_DYNAMIC:
+            base = self.config.initial_voters or VoterSet()
+            kraft_version = self.config.initial_kraft_version
+        latest = self.log.latest_snapshot()
+        if latest is not None:
+            control = self.log.load_snapshot_control(latest)
+            if control.voters is not None:
+                base = control.voters
+            if control.kraft_version is not None:
+                kraft_version = control.kraft_version
         self.core = RaftCore(
             self.config.node_id,
-            list(self.config.voters),
+            base,
             self.log,
             state,
             rng=self.runtime.rng,
             clock=self.runtime.clock,
             now_ms=self._now_ms(),
             config=self.config.raft,
-            bugs=self.config.bugs & (CORE_BUGS.keys() | OBSERVER_BUGS.keys()),
+            bugs=self.config.bugs & (CORE_BUGS.keys() | OBSERVER_BUGS.keys() | MEMBER_BUGS.keys()),
+            kraft_version=kraft_version,
+            directory_id=self.config.directory_id,
+            bootstrap=tuple(-2 - i for i in range(len(self.config.bootstrap_servers))),
         )
         self.core.flushed(flushed)
         snapshot = self.log.latest_snapshot()
         if snapshot is not None:
             self._load_snapshot(snapshot, self.log.load_snapshot(snapshot))
-        for peer_id, address in sorted(self.config.voters.items()):
-            if peer_id == self.config.node_id:
-                continue
-            peer = PeerConnection(
-                peer_id,
-                address,
-                deliver=self._deliver_response,
-                rng=self.runtime.rng,
-                client_id=f"raft-client-{self.config.node_id}",
-                connector=self.config.connector,
-            )
-            peer.start()
-            self._peers[peer_id] = peer
+        for peer_id in sorted(self.config.voters):
+            self._peer(peer_id)
         self._tasks = [loop.create_task(self._run()), loop.create_task(self._flusher())]
 
     async def wait(self) -> None:
@@ -258,7 +288,14 @@ class RaftNode:
                 f"offset {self._applied}"
             )
         snapshot = SnapshotId(end_offset, self.log.epoch_for_offset(end_offset - 1))
-        data = encode_snapshot(records, self.runtime.clock.now_ms())
+        assert self.core is not None
+        kraft_version, voters = self.core.history.at(end_offset)
+        now_ms = self.runtime.clock.now_ms()
+        control = []
+        if kraft_version >= KRAFT_VERSION_DYNAMIC:
+            # A dynamic quorum's voter set must outlive the log it was in.
+            control = [kraft_version_record(kraft_version, now_ms), voters_record(voters, now_ms)]
+        data = encode_snapshot(records, now_ms, control)
         await self.log.save_snapshot(snapshot, data)
         return snapshot
 
@@ -359,7 +396,7 @@ class RaftNode:
                 raise self._failure
             core.tick(self._now_ms())
             now = loop.time()
-            for peer in self._peers.values():
+            for peer in list(self._peers.values()):  # an expiry may connect a new peer
                 peer.expire(now)
             await self._process_ready()
             self._wake_at_ms = core.next_deadline_ms()
@@ -429,7 +466,8 @@ class RaftNode:
                 self.log.write_snapshot_chunk(snapshot, position, data)
             if ready.install_snapshot is not None:
                 records = await self.log.install_snapshot(ready.install_snapshot)
-                core.snapshot_installed(ready.install_snapshot)
+                control = self.log.load_snapshot_control(ready.install_snapshot)
+                core.snapshot_installed(ready.install_snapshot, control)
                 self._load_snapshot(ready.install_snapshot, records)
             if ready.flush:
                 self._flush_wanted.set()
@@ -444,7 +482,7 @@ class RaftNode:
             if not reply.done():
                 reply.set_result(message.body)
             return
-        peer = self._peers.get(message.dst)
+        peer = self._peer(message.dst)
         if peer is None:
             return
         peer.send(
@@ -454,6 +492,57 @@ class RaftNode:
             src_id=self.config.node_id,
             timeout_s=self.config.raft.request_timeout_ms / 1000,
         )
+
+    def _address(self, peer_id: int) -> tuple[str, int] | None:
+        """Where a peer listens: a bootstrap server (negative ids), the voter set in force
+        (its endpoint on the controller listener), else controller.quorum.voters."""
+        if peer_id < -1:
+            servers = self.config.bootstrap_servers
+            index = -2 - peer_id
+            return servers[index] if index < len(servers) else None
+        if self.core is not None:
+            voter = self.core.voter_set().get(peer_id)
+            if voter is not None:
+                address = voter.address(self.config.controller_listener)
+                if address is not None:
+                    return address
+        return self.config.voters.get(peer_id) or self._learned.get(peer_id)
+
+    def _learn_endpoint(self, node_id: int, host: str, port: int) -> None:
+        """A peer told us where a leader listens (NodeEndpoints): kept for one entry per
+        id, for a leader this replica cannot find in its voter set yet."""
+        if node_id < 0 or node_id == self.config.node_id or not 0 < port < 65536:
+            return
+        if len(self._learned) < MAX_LEARNED_ENDPOINTS or node_id in self._learned:
+            self._learned[node_id] = (host, port)
+
+    def _peer(self, peer_id: int) -> PeerConnection | None:
+        """The connection to ``peer_id``, made on first use, and made again when the voter
+        set moved the peer to another address (UpdateRaftVoter)."""
+        if peer_id == self.config.node_id:
+            return None
+        address = self._address(peer_id)
+        peer = self._peers.get(peer_id)
+        if peer is not None and (address is None or peer.address == address):
+            return peer
+        if address is None:
+            return None
+        if peer is not None:
+            stale = asyncio.get_running_loop().create_task(peer.close())
+            self._closing_peers.add(stale)
+            stale.add_done_callback(self._closing_peers.discard)
+        peer = PeerConnection(
+            peer_id,
+            address,
+            deliver=self._deliver_response,
+            rng=self.runtime.rng,
+            client_id=f"raft-client-{self.config.node_id}",
+            learn=self._learn_endpoint,
+            connector=self.config.connector,
+        )
+        peer.start()
+        self._peers[peer_id] = peer
+        return peer
 
     def _deliver_response(self, peer_id: int, correlation_id: int, body: Response) -> None:
         core = self.core
@@ -566,6 +655,9 @@ class RaftNode:
                 CONTROLLER,
                 (CLUSTER_ACTION,),
             ),
+            Api(ApiKey.ADD_RAFT_VOTER, (0, 1), self._voters_api, CONTROLLER, (CLUSTER_ALTER,)),
+            Api(ApiKey.REMOVE_RAFT_VOTER, (0, 0), self._voters_api, CONTROLLER, (CLUSTER_ALTER,)),
+            Api(ApiKey.UPDATE_RAFT_VOTER, (0, 0), self._voters_api, CONTROLLER, (CLUSTER_ACTION,)),
             Api(
                 ApiKey.DESCRIBE_QUORUM,
                 versions[ApiKey.DESCRIBE_QUORUM],
@@ -580,6 +672,85 @@ class RaftNode:
             return await self._answer(request.header, request.body)
         except ConnectionAbortedError:
             return None  # the node is closing (see ``close``): its connections go with it
+
+    async def _voters_api(self, request: ApiRequest) -> object:
+        """AddRaftVoter, RemoveRaftVoter, UpdateRaftVoter (KIP-853): the leader appends the
+        new voter set and answers once it is committed (or at once for AddRaftVoter v1 with
+        ack_when_committed false)."""
+        key, version, body = request.header.api_key, request.api_version, request.body
+        code = self._voter_change_error(body)
+        if code is None:
+            code = await self._change_voters(key, body)
+        return codec.error_response(key, version, code)
+
+    def _voter_change_error(self, body: Any) -> int | None:
+        if body.cluster_id is not None and body.cluster_id != self.config.cluster_id:
+            return Errors.INCONSISTENT_CLUSTER_ID
+        directory = body.voter_directory_id
+        if body.voter_id < 0 or directory is None or directory.int == 0:
+            return Errors.INVALID_REQUEST  # a dynamic voter is always (id, directory id)
+        if len(getattr(body, "listeners", ())) > MAX_ENDPOINTS:
+            return Errors.INVALID_REQUEST
+        return None
+
+    async def _change_voters(self, key: int, body: Any) -> int:
+        core = self.core
+        assert core is not None
+        endpoints = tuple(
+            Endpoint(item.name, item.host, int(item.port))
+            for item in getattr(body, "listeners", ())
+        )
+        voter = Voter(int(body.voter_id), body.voter_directory_id, endpoints)
+        if key == ApiKey.UPDATE_RAFT_VOTER:
+            feature = body.k_raft_version_feature
+            voter = Voter(
+                voter.voter_id,
+                voter.directory_id,
+                endpoints,
+                int(feature.min_supported_version),
+                int(feature.max_supported_version),
+            )
+            if not voter.endpoints or voter.min_kraft_version > voter.max_kraft_version:
+                return Errors.INVALID_REQUEST
+        elif key == ApiKey.ADD_RAFT_VOTER and not endpoints:
+            return Errors.INVALID_REQUEST  # nobody could reach the new voter
+        change = {
+            ApiKey.ADD_RAFT_VOTER: "add",
+            ApiKey.REMOVE_RAFT_VOTER: "remove",
+            ApiKey.UPDATE_RAFT_VOTER: "update",
+        }[ApiKey(key)]
+        timeout = getattr(body, "timeout", None)
+        timeout_s = timeout.total_seconds() if timeout else _default_timeout(self)
+        wait = key != ApiKey.ADD_RAFT_VOTER or getattr(body, "ack_when_committed", True)
+        return await self.change_voters(change, voter, timeout_s, wait=wait)
+
+    async def change_voters(
+        self, change: str, voter: Voter, timeout_s: float, *, wait: bool = True
+    ) -> int:
+        """Append a voter change as leader (``RaftCore.change_voters``) and, with ``wait``,
+        wait until it is committed; a Kafka error code (REQUEST_TIMED_OUT after
+        ``timeout_s``, NOT_LEADER_OR_FOLLOWER if leadership is lost first)."""
+        core = self.core
+        assert core is not None
+        self._drain()  # proposals of this turn keep their offsets ahead of the change
+        code, offset = core.change_voters(change, voter)
+        if code != Errors.NONE:
+            return code
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiters[offset] = (core.epoch, future)
+        self._pump()
+        if not wait:
+            self._waiters.pop(offset, None)
+            return Errors.NONE
+        try:
+            await asyncio.wait_for(future, max(timeout_s, 0.001))
+        except TimeoutError:
+            return Errors.REQUEST_TIMED_OUT
+        except (NotLeaderError, ProposalLost):
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        finally:
+            self._waiters.pop(offset, None)
+        return Errors.NONE
 
     async def _describe_quorum_api(self, request: ApiRequest) -> object:
         return self._describe_quorum(request.api_version)
@@ -599,7 +770,13 @@ class RaftNode:
             refusal = self.core.refusal(body, Errors.INVALID_VOTER_KEY)
             return codec.encode_raft_response(refusal, api_key=api_key, api_version=version)
         answer = await self.ask(src, body)
-        return codec.encode_raft_response(answer, api_key=api_key, api_version=version)
+        response = codec.encode_raft_response(answer, api_key=api_key, api_version=version)
+        leader = getattr(answer, "leader_id", -1)
+        address = self._address(leader) if leader >= 0 else None
+        if address is not None:
+            # KIP-853: say where the leader listens, for replicas that do not know it yet.
+            response = codec.with_node_endpoint(response, leader, address)
+        return response
 
     def _is_own_voter_key(self, key: tuple[int, uuid.UUID] | None) -> bool:
         if key is None:
@@ -623,6 +800,17 @@ class RaftNode:
             return await future
         finally:
             self._asks.pop(future, None)
+
+    def voter_addresses(self) -> dict[int, tuple[str, int]]:
+        """Each voter in force and where its controller listener is (DescribeCluster for
+        clients bootstrapped from controllers, KIP-919)."""
+        assert self.core is not None
+        addresses = {}
+        for voter_id in self.core.voters:
+            address = self._address(voter_id)
+            if address is not None:
+                addresses[voter_id] = address
+        return addresses
 
     def _describe_quorum(self, version: int) -> object:
         core = self.core
@@ -660,8 +848,13 @@ class RaftNode:
         )
 
 
+def _default_timeout(node: RaftNode) -> float:
+    return node.config.raft.request_timeout_ms / 1000 * 5
+
+
 __all__ = [
     "BUGS",
+    "MEMBER_BUGS",
     "NODE_BUGS",
     "CommittedBatch",
     "NotLeaderError",

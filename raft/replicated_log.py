@@ -14,6 +14,7 @@ from typing import Protocol
 from log.batch import encode_batch, iter_batches, validate_batch
 from log.records import Record
 from raft.snapshot import SnapshotId
+from raft.voters import QuorumControl
 
 
 class LogAppendError(Exception):
@@ -80,6 +81,9 @@ class DurableLog(ReplicatedLog, Protocol):
 
     def load_snapshot(self, snapshot: SnapshotId) -> list[Record]:
         """A complete snapshot's records."""
+
+    def load_snapshot_control(self, snapshot: SnapshotId) -> QuorumControl:
+        """The kraft.version and voter set a complete snapshot holds (KIP-853)."""
 
 
 class MemoryLog:

@@ -25,6 +25,7 @@ from log.batch import decode_batch, encode_batch, iter_batches
 from log.errors import RecordError
 from log.fs import FileSystem, read_all
 from log.records import ControlRecordType, Record, decode_control_key, encode_control_key
+from raft.voters import QuorumControl, VoterSetError, control_in_records
 
 SUFFIX = ".checkpoint"
 PARTIAL = ".part"
@@ -66,18 +67,24 @@ def list_snapshots(fs: FileSystem, directory: str) -> list[SnapshotId]:
     return sorted(s for s in found if s is not None)
 
 
-def _control(record_type: ControlRecordType, entity: Any, timestamp_ms: int) -> bytes:
+def _control(
+    record_type: ControlRecordType, entity: Any, timestamp_ms: int, more: Sequence[Record] = ()
+) -> bytes:
     buffer = io.BytesIO()
     entity_writer(type(entity))(buffer, entity)
     record = Record(encode_control_key(record_type), buffer.getvalue(), timestamp_ms)
-    return encode_batch([record], is_control=True)
+    return encode_batch([record, *more], is_control=True)
 
 
-def encode_snapshot(records: Sequence[Record], timestamp_ms: int) -> bytes:
-    """The bytes of a snapshot file holding ``records``."""
+def encode_snapshot(
+    records: Sequence[Record], timestamp_ms: int, control: Sequence[Record] = ()
+) -> bytes:
+    """The bytes of a snapshot file holding ``records``. ``control`` are the quorum's
+    KRaftVersion and Voters records (a dynamic quorum's voter set as of the snapshot's end):
+    as in Kafka, they ride in the header's control batch, right after the header."""
     header = SnapshotHeaderRecord(version=i16(0), last_contained_log_timestamp=i64(timestamp_ms))
-    parts = [_control(ControlRecordType.SNAPSHOT_HEADER, header, timestamp_ms)]
-    offset = 1
+    parts = [_control(ControlRecordType.SNAPSHOT_HEADER, header, timestamp_ms, control)]
+    offset = 1 + len(control)
     for start in range(0, len(records), MAX_RECORDS_PER_BATCH):
         chunk = records[start : start + MAX_RECORDS_PER_BATCH]
         parts.append(encode_batch(chunk, base_offset=offset))
@@ -89,7 +96,17 @@ def encode_snapshot(records: Sequence[Record], timestamp_ms: int) -> bytes:
 
 def decode_snapshot(data: bytes, name: str = "snapshot") -> list[Record]:
     """The state records of a snapshot; SnapshotError if it is torn or corrupt."""
+    return _decode(data, name)[0]
+
+
+def decode_snapshot_control(data: bytes, name: str = "snapshot") -> QuorumControl:
+    """The kraft.version and voter set a snapshot holds (None for each it does not)."""
+    return _decode(data, name)[1]
+
+
+def _decode(data: bytes, name: str) -> tuple[list[Record], QuorumControl]:
     records: list[Record] = []
+    control: list[Record] = []
     kinds: list[ControlRecordType] = []
     end = 0
     try:
@@ -97,16 +114,21 @@ def decode_snapshot(data: bytes, name: str = "snapshot") -> list[Record]:
             header, batch = decode_batch(data, position)
             end = position + header.size
             if header.is_control:
-                kinds.extend(decode_control_key(r.key) for r in batch)
+                for record in batch:
+                    kind = decode_control_key(record.key)
+                    kinds.append(kind)
+                    if kind in (ControlRecordType.KRAFT_VERSION, ControlRecordType.KRAFT_VOTERS):
+                        control.append(record)
             else:
                 records.extend(batch)
-    except RecordError as error:
+        quorum = control_in_records(control)
+    except (RecordError, VoterSetError) as error:
         raise SnapshotError(f"{name}: corrupt batch ({error})") from None
     if end != len(data) or not kinds or kinds[0] is not ControlRecordType.SNAPSHOT_HEADER:
         raise SnapshotError(f"{name}: no snapshot header, or bytes after the last batch")
     if kinds[-1] is not ControlRecordType.SNAPSHOT_FOOTER:
         raise SnapshotError(f"{name}: no snapshot footer (torn file)")
-    return records
+    return records, quorum
 
 
 async def write_snapshot(fs: FileSystem, directory: str, snapshot: SnapshotId, data: bytes) -> None:
@@ -127,6 +149,12 @@ def read_snapshot(fs: FileSystem, directory: str, snapshot: SnapshotId) -> list[
     """Load a complete snapshot's records."""
     path = os.path.join(directory, snapshot.file_name)
     return decode_snapshot(read_all(fs, path), path)
+
+
+def read_snapshot_control(fs: FileSystem, directory: str, snapshot: SnapshotId) -> QuorumControl:
+    """The kraft.version and voter set in a complete snapshot."""
+    path = os.path.join(directory, snapshot.file_name)
+    return decode_snapshot_control(read_all(fs, path), path)
 
 
 def snapshot_size(fs: FileSystem, directory: str, snapshot: SnapshotId) -> int:

@@ -44,8 +44,13 @@ class PeerConnection:
         deliver: Callable[[int, int, Response], None],
         rng: random.Random,
         client_id: str,
+        learn: Callable[[int, str, int], None] | None = None,
         connector: Connector | None = None,
     ) -> None:
+        """``learn`` hears the leader endpoints an answer carries (KIP-853's NodeEndpoints
+        in Fetch and Vote responses): how a replica that knows no voter yet finds the
+        leader its bootstrap server named."""
+        self._learn = learn
         self.peer_id = peer_id
         self._connector = connector  # the controller listener's TLS/SASL (None: plaintext)
         self.address = address
@@ -160,4 +165,7 @@ class PeerConnection:
             if pending is None:
                 continue  # answer to a request that already timed out
             _cid, entity = wire.decode_response(pending.api_key, pending.api_version, frame)
+            if self._learn is not None:
+                for endpoint in getattr(entity, "node_endpoints", ()):
+                    self._learn(int(endpoint.node_id), endpoint.host, int(endpoint.port))
             self._deliver(self.peer_id, correlation_id, codec.decode_raft_response(entity))

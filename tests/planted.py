@@ -21,6 +21,15 @@ RAFT_BUG_SEEDS = {
 }
 
 
+# Each membership planted bug (raft/core.py MEMBER_BUGS), with the first seed a 20 s raft run
+# with the opt-in membership fault catches it at (RAFT_MEMBER_ARGS; docs/raft.md).
+RAFT_MEMBER_BUG_SEEDS = {
+    "voter-set-applied-at-commit": 8,
+    "removed-voter-keeps-leading": 4,
+}
+RAFT_MEMBER_ARGS = ("--faults", "all,membership", "--duration", "20")
+
+
 # Each controller planted bug, with the first seed a 30 s run catches it at.
 METADATA_BUG_SEEDS = {
     "answer-before-commit": 2,

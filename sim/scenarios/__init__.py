@@ -32,8 +32,9 @@ SCENARIOS: dict[str, Scenario] = {
         "raft",
         "a KRaft quorum (--voters, --observers) proposing records under faults",
         raft.run_raft,
-        raft.BUGS,
+        raft.SCENARIO_BUGS,
         raft.FAULTS,
+        raft.OPT_IN_FAULTS,
     ),
     "metadata": Scenario(
         "metadata",

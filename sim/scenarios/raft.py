@@ -28,11 +28,20 @@ Raft's invariants:
   log that starts exactly there;
 - liveness: after the heal phase a single leader exists and a fresh proposal commits on
   every live node within 10 virtual seconds.
+
+With the opt-in ``membership`` fault (``--faults all,membership``) the quorum is dynamic
+(KIP-853, kraft.version 1, every node formatted with the voters and their directory ids)
+and the fault adds an observer as a voter, removes a voter (the leader too), or replaces a
+voter's disk with a fresh one (a new directory id: the old replica is removed and the new
+one added once it has caught up). The checks then judge every commit, resignation and
+cut-off against the voter set in force at the leader (the latest in its log).
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
+import uuid
 from dataclasses import dataclass, field
 
 from log.records import Record
@@ -41,7 +50,17 @@ from protocol.api_table import API_VERSIONS, CONTROLLER, ApiTable
 from protocol.server import NetworkLimits, RequestBytesBudget, serve_connection
 from protocol.wire import MAX_FRAME_BYTES
 from raft.core import NotLeaderError, Role
-from raft.driver import BUGS, LeadershipLost, ProposalLost, RaftNode, RaftNodeConfig
+from raft.driver import (
+    BUGS,
+    MEMBER_BUGS,
+    LeadershipLost,
+    ProposalLost,
+    RaftNode,
+    RaftNodeConfig,
+)
+from raft.messages import Errors
+from raft.voters import KRAFT_VERSION_DYNAMIC, Endpoint, Voter, VoterSet
+from sim.disk import SimDisk
 from sim.harness import ScenarioRun
 from sim.nemesis import Nemesis
 from sim.process import SimProcess
@@ -60,6 +79,10 @@ SNAPSHOT_CHECK_S = 2.0
 # The raft scenario's own fault (beyond the nemesis's): a brown-out of a majority of the
 # voters (Nemesis.stall_crash), where durability ordering bugs lose committed records.
 FAULTS = ("stall-crash",)
+# Opt-in (so `all` and every pinned seed stay as they were): voter set changes (KIP-853).
+OPT_IN_FAULTS = ("membership",)
+SCENARIO_BUGS = {**BUGS, **MEMBER_BUGS}
+MEMBERSHIP_TIMEOUT_S = 5.0
 
 
 @dataclass(slots=True)
@@ -74,6 +97,10 @@ class Cluster:
     nodes: dict[str, RaftNode] = field(default_factory=dict)
     ops: int = 0
     ops_ok: int = 0
+    dynamic: bool = False
+    # Each node's disk generation: a replaced disk is a new replica (a new directory id).
+    disks: dict[str, int] = field(default_factory=dict)
+    changes: int = 0
 
     def node_id(self, name: str) -> int:
         return int(name[1:])
@@ -81,14 +108,46 @@ class Cluster:
     def bugs(self) -> frozenset[str]:
         return frozenset({self.config.bug}) if self.config.bug else frozenset()
 
+    def directory_id(self, name: str) -> uuid.UUID:
+        return uuid.UUID(int=(self.node_id(name) << 32) + self.disks.get(name, 0) + 1)
+
+    def voter(self, name: str) -> Voter:
+        """``name`` on its current disk, as a VotersRecord names it."""
+        endpoint = Endpoint("CONTROLLER", name, PORT)
+        return Voter(self.node_id(name), self.directory_id(name), (endpoint,))
+
     def raft_config(self, name: str) -> RaftNodeConfig:
+        if not self.dynamic:
+            return RaftNodeConfig(
+                node_id=self.node_id(name),
+                voters={self.node_id(v): (v, PORT) for v in self.voters},
+                cluster_id=CLUSTER_ID,
+                metadata_dir=METADATA_DIR,
+                bugs=self.bugs(),
+            )
+        # Formatted with --initial-controllers (the first voters with their directory ids);
+        # a replaced disk with --no-initial-controllers: it finds the leader through the
+        # bootstrap servers and learns the voter set from the log.
+        fresh = self.disks.get(name, 0) > 0
+        initial = None if fresh else VoterSet(tuple(self.voter(v) for v in self.voters))
         return RaftNodeConfig(
             node_id=self.node_id(name),
-            voters={self.node_id(v): (v, PORT) for v in self.voters},
+            voters={},
             cluster_id=CLUSTER_ID,
             metadata_dir=METADATA_DIR,
             bugs=self.bugs(),
+            directory_id=self.directory_id(name),
+            initial_voters=initial,
+            initial_kraft_version=KRAFT_VERSION_DYNAMIC,
+            bootstrap_servers=tuple((v, PORT) for v in self.voters),
         )
+
+    def voter_names(self, leader: str) -> tuple[str, ...]:
+        """The voter set in force at ``leader`` (the latest in its log), by name."""
+        node = self.nodes.get(leader)
+        if node is None or node.core is None:
+            return tuple(self.voters)
+        return tuple(f"n{i}" for i in node.core.voters)
 
     async def main(self, runtime: Runtime, process: SimProcess) -> None:
         # The previous incarnation's node is dead: nothing may reach it from now on.
@@ -96,7 +155,7 @@ class Cluster:
         log = await WatchedDiskLog.open(runtime, METADATA_DIR, bugs=self.bugs())
         node = RaftNode(runtime, self.raft_config(process.name), log)
         listener = self.checker.listener(process, log, node)
-        if process.name in self.voters:
+        if process.name in self.voters or self.dynamic:
             self.checker.voter_logs[process.name] = log
             self.checker.voter_alive[process.name] = process
         node.add_listener(listener)
@@ -115,7 +174,7 @@ class Cluster:
         await asyncio.start_server(serve, None, PORT)
         loop = asyncio.get_running_loop()
         work = [loop.create_task(self._snapshots(node, listener))]
-        if process.name in self.voters:
+        if process.name in self.voters or self.dynamic:
             work += [
                 loop.create_task(self._propose(runtime, process, node, i)) for i in range(PROPOSERS)
             ]
@@ -192,7 +251,7 @@ class Cluster:
         """Running voters that believe they lead."""
         return [
             n
-            for n in self.voters
+            for n in (self.voters + self.observers if self.dynamic else self.voters)
             if n in self.nodes
             and self.world.processes[n].alive
             and self.nodes[n].role is Role.LEADER
@@ -206,18 +265,104 @@ class Cluster:
         for leader in self.leaders():
             if procs[leader].paused:
                 continue
+            voters = self.voter_names(leader)
+            if leader not in voters:
+                continue  # a removed leader about to resign: not a quorum member any more
             reachable = 1 + sum(
                 1
-                for voter in self.voters
+                for voter in voters
                 if voter != leader
                 and procs[voter].alive
                 and not procs[voter].paused
                 and net.reachable(voter, leader)
                 and net.reachable(leader, voter)
             )
-            if reachable <= len(self.voters) // 2:
+            if reachable <= len(voters) // 2:
                 cut_off.add(leader)
         return cut_off
+
+    def removed_leaders(self) -> set[str]:
+        """Running leaders whose removal from the voter set is committed."""
+        removed = set()
+        for name in self.leaders():
+            core = self.nodes[name].core
+            if core is None or self.world.processes[name].paused:
+                continue
+            if not core.is_voter and core.history.latest_offset() < core.high_watermark:
+                removed.add(name)
+        return removed
+
+    def membership(self, nemesis: Nemesis, hold_s: float) -> None:
+        """The membership fault: add an observer as a voter, remove a voter, or replace a
+        voter's disk with a fresh one (remove the old replica, add the new one)."""
+        rng = nemesis.rng
+        leading = self.leaders()
+        if len(leading) != 1:
+            return
+        leader = leading[0]
+        voters = self.voter_names(leader)
+        everyone = self.voters + self.observers
+        outside = [n for n in everyone if n not in voters]
+        action = rng.choice(("add", "remove", "replace"))
+        if action == "add" and outside:
+            target = rng.choice(outside)
+            steps = [("add", target)]
+        elif action == "remove" and len(voters) > 1:
+            target = rng.choice(voters)
+            steps = [("remove", target)]
+        elif action == "replace" and len(voters) > 2:
+            target = rng.choice([v for v in voters if v != leader])
+            old = self.voter(target)
+            self._wipe(target)
+            steps = [("remove-old", target), ("add", target)]
+            self.world.loop.create_task(self._change(steps, old, hold_s + 5, rng))
+            return
+        else:
+            return
+        self.world.loop.create_task(self._change(steps, None, hold_s + 5, rng))
+
+    def _wipe(self, name: str) -> None:
+        """Power off ``name``, give it an empty disk (re-formatted: a new directory id), and
+        start it again."""
+        process = self.world.processes[name]
+        if process.alive:
+            process.crash()
+        self.disks[name] = self.disks.get(name, 0) + 1
+        self.checker.epochs.pop(name, None)  # its quorum-state went with the disk
+        seed = f"disk/{self.world.seed}/{name}/{self.disks[name]}"
+        process.disk = SimDisk(random.Random(seed), fsync_latency_s=process.disk.fsync_latency_s)
+        self.world.trace.event("wipe-disk", node=name, generation=self.disks[name])
+        process.restart()
+
+    async def _change(
+        self, steps: list[tuple[str, str]], old: Voter | None, budget_s: float, rng: random.Random
+    ) -> None:
+        """Carry out voter changes in order on whoever leads, retrying while refused with
+        REQUEST_TIMED_OUT (a change in flight, or the new voter still catching up)."""
+        loop = self.world.loop
+        deadline = loop.time() + budget_s
+        for change, name in steps:
+            voter = old if change == "remove-old" and old is not None else self.voter(name)
+            kind = "remove" if change.startswith("remove") else "add"
+            while loop.time() < deadline:
+                leading = self.leaders()
+                code = Errors.NOT_LEADER_OR_FOLLOWER
+                if len(leading) == 1:
+                    node = self.nodes[leading[0]]
+                    try:
+                        code = await asyncio.wait_for(
+                            node.change_voters(kind, voter, MEMBERSHIP_TIMEOUT_S),
+                            MEMBERSHIP_TIMEOUT_S + 1,
+                        )
+                    except (TimeoutError, ConnectionError):
+                        code = Errors.REQUEST_TIMED_OUT
+                self.world.trace.event(
+                    "voter-change", change=kind, node=name, voter_id=voter.voter_id, error=code
+                )
+                if code in (Errors.NONE, Errors.DUPLICATE_VOTER, Errors.VOTER_NOT_FOUND):
+                    self.changes += code == Errors.NONE
+                    break
+                await asyncio.sleep(rng.uniform(0.1, 0.5))
 
     async def heal_check(self) -> None:
         """After healing: one leader, and a fresh proposal committed on every live node."""
@@ -243,12 +388,15 @@ class Cluster:
 
 def run_raft(config: RunConfig) -> RunResult:
     """Run the raft scenario once and judge it."""
-    run = ScenarioRun(config, BUGS)
+    run = ScenarioRun(config, SCENARIO_BUGS)
     world = run.world
     checker = Checker(world.trace, voters=config.voters)
     voters = [f"n{i}" for i in range(1, config.voters + 1)]
     observers = [f"n{100 + i}" for i in range(config.observers)]
-    cluster = Cluster(world, config, checker, voters, observers)
+    dynamic = "membership" in config.faults
+    cluster = Cluster(world, config, checker, voters, observers, dynamic=dynamic)
+    if dynamic:
+        checker.voters_of = cluster.voter_names
     for name in voters + observers:
         process = world.add_process(name)
         process.start(lambda rt, p=process: cluster.main(rt, p))
@@ -263,8 +411,12 @@ def run_raft(config: RunConfig) -> RunResult:
         config.faults,
         leader=leader,
         custom={
-            "stall-crash": lambda nemesis, hold_s: nemesis.stall_crash(voters, hold_s, nemesis.rng)
+            "stall-crash": lambda nemesis, hold_s: nemesis.stall_crash(voters, hold_s, nemesis.rng),
+            "membership": cluster.membership,
         },
+        # Voter changes on their own schedule, so every run makes several.
+        separate={"membership": 1} if dynamic else None,
+        separate_interval_s=(1.0, 4.0),
         supervise=True,
     )
 
@@ -273,6 +425,8 @@ def run_raft(config: RunConfig) -> RunResult:
             await asyncio.sleep(0.1)
             checker.check_dual_leadership(world.loop.time(), world.processes)
             checker.check_cut_off(world.loop.time(), cluster.cut_off_leaders())
+            if dynamic:
+                checker.check_removed_leaders(world.loop.time(), cluster.removed_leaders())
 
     async def drive() -> None:
         watcher = world.loop.create_task(watch())
@@ -293,5 +447,6 @@ def run_raft(config: RunConfig) -> RunResult:
             "committed": len(checker.committed),
             "epochs": len(checker.leaders),
             "faults": nemesis.injected,
+            **({"voter_changes": cluster.changes} if dynamic else {}),
         },
     )

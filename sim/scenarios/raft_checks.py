@@ -10,7 +10,7 @@ cluster (tests/sim/test_raft_invariants.py fires each invariant and shows a clea
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -115,6 +115,10 @@ class WatchedDiskLog(DiskLog):
         return read_entries(self)
 
 
+# A leader resigns in the step that commits its removal; the watch looks every 0.1 s.
+REMOVED_LEADER_BOUND_S = 1.0
+
+
 @dataclass(slots=True)
 class Checker:
     """Raft's invariants over every node incarnation of one run."""
@@ -134,6 +138,19 @@ class Checker:
     # Each voter's log as of its latest incarnation, and whether that incarnation runs.
     voter_logs: dict[str, LogView] = field(default_factory=dict)
     voter_alive: dict[str, ProcessView] = field(default_factory=dict)
+    # A dynamic quorum (KIP-853): the voter set in force at a leader, by node name; the
+    # checks judge commits and resignations against it. None: the static voter set.
+    voters_of: Callable[[str], tuple[str, ...]] | None = None
+    # Leaders whose own removal is committed, since when (virtual seconds).
+    removed_since: dict[str, float] = field(default_factory=dict)
+
+    def voter_count(self, node: str) -> int:
+        """How many voters make ``node``'s majority: the static count, or the size of the
+        voter set in force at it (0 when it is not in it: a removed leader resigns)."""
+        if self.voters_of is None:
+            return self.voters
+        voters = self.voters_of(node)
+        return len(voters) if node in voters else 0
 
     def max_epoch(self, node: str) -> int:
         return self.epochs.get(node, 0)
@@ -157,18 +174,21 @@ class Checker:
             return
         epoch = self.voter_logs[leader].epoch_for_offset(offset)
         holding = unknown = 0
-        for name, log in self.voter_logs.items():
+        logs = self.voter_logs
+        if self.voters_of is not None:
+            logs = {name: logs[name] for name in self.voters_of(leader) if name in logs}
+        for name, log in logs.items():
             if not self.voter_alive[name].alive:
                 unknown += 1
             elif log.end_offset() > offset and (
                 log.start_offset() > offset or log.epoch_for_offset(offset) == epoch
             ):
                 holding += 1
-        if holding + unknown <= len(self.voter_logs) // 2:
+        if holding + unknown <= len(logs) // 2:
             self.fail(
                 f"committed-majority: {leader} advanced its high watermark to {high_watermark} "
                 f"but offset {offset} (epoch {epoch}) is on only {holding} of "
-                f"{len(self.voter_logs)} voters"
+                f"{len(logs)} voters ({', '.join(sorted(logs))})"
             )
 
     def check_truncation(self, node: str, log: LogView, to_offset: int, hw: int) -> None:
@@ -213,6 +233,20 @@ class Checker:
         found = self.cut_off.observe(now_s, leaders)
         if found is not None:
             self.fail(found)
+
+    def check_removed_leaders(self, now_s: float, removed: set[str]) -> None:
+        """Called periodically with the running leaders whose removal from the voter set
+        is committed (KIP-853): each must resign within REMOVED_LEADER_BOUND_S."""
+        for name in list(self.removed_since):
+            if name not in removed:
+                del self.removed_since[name]
+        for name in sorted(removed):
+            since = self.removed_since.setdefault(name, now_s)
+            if now_s - since > REMOVED_LEADER_BOUND_S:
+                self.fail(
+                    f"removed-leader: {name} still leads {now_s - since:.1f}s after its "
+                    "removal from the voter set committed"
+                )
 
     def check_acked(self) -> None:
         """At the end: every acknowledged proposal is committed at the offset it was given."""
@@ -268,7 +302,7 @@ class NodeListener:
             if event.role is Role.LEADER:
                 extra["end_offset"] = self.log.end_offset()
             elif event.role is Role.RESIGNED:
-                extra["voters"] = checker.voters
+                extra["voters"] = checker.voter_count(name)
             checker.trace.event(
                 f"became-{event.role.value}",
                 node=name,
@@ -278,7 +312,7 @@ class NodeListener:
             )
             led, self.led_epoch = self.led_epoch, None
             if event.role is Role.RESIGNED and led is not None:
-                found = resign_violation(name, led, checker.voters)
+                found = resign_violation(name, led, checker.voter_count(name))
                 if found is not None:
                     checker.fail(found)
             if event.role is Role.LEADER:

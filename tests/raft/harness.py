@@ -9,6 +9,7 @@ persisted quorum state, which is exactly what a real restart keeps.
 from __future__ import annotations
 
 import random
+import uuid
 from dataclasses import dataclass
 
 from log.batch import decode_batch, iter_batches
@@ -25,6 +26,7 @@ from raft.core import (
 from raft.messages import Inbound
 from raft.quorum_state import QuorumState
 from raft.replicated_log import MemoryLog
+from raft.voters import KRAFT_VERSION_DYNAMIC, Endpoint, Voter, VoterSet
 
 
 class InvariantViolation(AssertionError):
@@ -67,7 +69,13 @@ class CoreCluster:
         seed: int = 0,
         bugs: frozenset[str] = frozenset(),
         config: RaftConfig | None = None,
+        dynamic: bool = False,
     ) -> None:
+        """``dynamic``: a KIP-853 quorum (kraft.version 1) whose first voter set is the
+        voters with their directory ids, as `kraft-server format --initial-controllers`
+        writes it; observers can then be added as voters."""
+        self.dynamic = dynamic
+        self.disks: dict[int, int] = {}
         self.now_ms = 0
         self.seed = seed
         self.bugs = bugs
@@ -87,6 +95,12 @@ class CoreCluster:
         self.pending_proposals: dict[int, bytes] = {}
         self._proposal_seq = 0
         self.isolated: set[int] = set()
+        # The first voter set (the bootstrap snapshot's, or controller.quorum.voters).
+        self.base = (
+            VoterSet(tuple(self.voter(v) for v in self.voter_ids))
+            if dynamic
+            else VoterSet.static(self.voter_ids)
+        )
         for node in self.node_ids:
             self._boot(node)
 
@@ -96,7 +110,7 @@ class CoreCluster:
         rng = random.Random(f"{self.seed}/{node}/{self.incarnation[node]}")
         self.cores[node] = RaftCore(
             node,
-            self.voter_ids,
+            self.base,
             self.logs[node],
             self.states[node],
             rng=rng,
@@ -104,9 +118,28 @@ class CoreCluster:
             now_ms=self.now_ms,
             config=self.config,
             bugs=self.bugs,
+            kraft_version=KRAFT_VERSION_DYNAMIC if self.dynamic else 0,
+            directory_id=self.directory_id(node) if self.dynamic else None,
         )
         self.high_watermarks[node] = 0
         self._drain(node)
+
+    def directory_id(self, node: int) -> uuid.UUID:
+        """The directory id of the disk ``node`` runs on now (a wipe gives a new one)."""
+        return uuid.UUID(int=node << 32 | self.disks.get(node, 0) + 1)
+
+    def voter(self, node: int) -> Voter:
+        """``node`` on its current disk, as a voter record names it."""
+        return Voter(node, self.directory_id(node), (Endpoint("CONTROLLER", f"n{node}", 9093),))
+
+    def wipe(self, node: int) -> None:
+        """Replace ``node``'s disk with an empty one (re-formatted: a new directory id)."""
+        self.disks[node] = self.disks.get(node, 0) + 1
+        self.logs[node] = MemoryLog()
+        self.states[node] = QuorumState()
+        self.flushed[node] = 0
+        self.pool = [m for m in self.pool if m.dst != node and m.message.src != node]
+        self._boot(node)
 
     def crash(self, node: int) -> None:
         """Lose everything not flushed or persisted, then restart."""
@@ -166,7 +199,7 @@ class CoreCluster:
 
     def propose(self) -> int | None:
         """Propose a fresh value on the leader; the offset it got, or None without one."""
-        for node in self.voter_ids:
+        for node in self.node_ids:
             core = self.cores[node]
             if core.role is Role.LEADER:
                 self._proposal_seq += 1
@@ -195,10 +228,31 @@ class CoreCluster:
             self.advance(50)
 
     def leader(self) -> int | None:
-        leaders = [n for n in self.voter_ids if self.cores[n].role is Role.LEADER]
+        leaders = [n for n in self.node_ids if self.cores[n].role is Role.LEADER]
         return leaders[0] if len(leaders) == 1 else None
 
     # ---- invariants ----------------------------------------------------------------------
+    def _check_majority(
+        self, leader: int, high_watermark: int, entries: dict[int, tuple[int, bytes | None]]
+    ) -> None:
+        """Committed means durable on a majority of the voter set in force (the latest in
+        the leader's log, committed or not: KIP-853), whatever voters it has now."""
+        below = [o for o in entries if o < high_watermark]
+        if not below:
+            return
+        offset = max(below)
+        voters = self.cores[leader].voters
+        holders = [
+            v
+            for v in voters
+            if offset < self.flushed[v] and log_entries(self.logs[v]).get(offset) == entries[offset]
+        ]
+        if len(holders) < len(voters) // 2 + 1:
+            raise InvariantViolation(
+                f"commit without a majority: leader {leader} committed offset {offset} held "
+                f"by {holders} of voters {voters}"
+            )
+
     def _check_event(self, node: int, event: object) -> None:
         if isinstance(event, RoleChanged) and event.role is Role.LEADER:
             previous = self.leaders.setdefault(event.epoch, node)
@@ -231,6 +285,8 @@ class CoreCluster:
                     )
                 if offset in self.pending_proposals:
                     self.acked[offset] = self.pending_proposals.pop(offset)
+            if self.cores[node].role is Role.LEADER:
+                self._check_majority(node, event.high_watermark, entries)
         elif isinstance(event, Truncated) and event.to_offset < self.high_watermarks[node]:
             raise InvariantViolation(
                 f"committed entry lost: {node} truncated to {event.to_offset} below its "

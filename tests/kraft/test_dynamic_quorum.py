@@ -1,0 +1,205 @@
+"""A dynamic controller quorum (KIP-853) with real kraft-server processes on 127.0.0.1-4:
+one controller formatted --standalone grows to three with `kraft-server add-controller`,
+the leader is removed (it steps down and a remaining voter leads), a fourth is added, and
+a controller whose disk is wiped is replaced by its re-formatted self (a new directory
+id); the committed log stays identical on every voter. Apache Kafka's own
+kafka-metadata-quorum grows and shrinks a quorum the same way."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kraft.quorum_tool import QuorumStatus
+from kraft.storage import metadata_directory_id, print_uuid
+from log.fs import RealFileSystem
+from tests import kafka_tools as tools
+from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
+
+from .procs import KRAFT_SERVER, Processes, free_port, wait_until
+from .test_controller_quorum import committed_records
+
+NODES = (1, 2, 3, 4)
+
+
+class DynamicQuorum(Processes):
+    """Controller-only nodes sharing one port on 127.0.0.1-4, bootstrapped from node 1."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, {})
+        self.port = free_port()
+        self.cluster_id = subprocess.run(
+            [KRAFT_SERVER, "random-uuid"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for node in NODES:
+            props = {
+                "process.roles": "controller",
+                "node.id": str(node),
+                "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.port}",
+                "listeners": f"CONTROLLER://127.0.0.{node}:{self.port}",
+                "controller.listener.names": "CONTROLLER",
+                "log.dirs": str(root / f"data{node}"),
+            }
+            self.nodes[node] = props
+            self.config(node).write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def format(self, node: int, flag: str) -> None:
+        subprocess.run(
+            [KRAFT_SERVER, "format", "-t", self.cluster_id, "-c", str(self.config(node)), flag],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+
+    def directory_id(self, node: int) -> str:
+        found = metadata_directory_id(RealFileSystem(), str(self.root / f"data{node}"))
+        assert found is not None
+        return print_uuid(found)
+
+    def tool(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        bootstrap = ",".join(f"127.0.0.{n}:{self.port}" for n in NODES)
+        return subprocess.run(
+            [KRAFT_SERVER, *argv, "--bootstrap-controller", bootstrap],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def add(self, node: int) -> None:
+        """add-controller, retried while the leader says the node has not caught up."""
+
+        def added() -> bool:
+            return self.tool("add-controller", "--config", str(self.config(node))).returncode == 0
+
+        wait_until(added, f"controller {node} added")
+
+    def wait_for(self, condition: Callable[[QuorumStatus], bool]) -> QuorumStatus:
+        controllers = {n: (f"127.0.0.{n}", self.port) for n in NODES}
+
+        def met() -> QuorumStatus | None:
+            status = self.quorum(controllers)
+            return status if status is not None and condition(status) else None
+
+        return wait_until(met, "quorum condition", deadline_s=60)
+
+
+def voters(status: QuorumStatus) -> set[int]:
+    return {v.replica_id for v in status.voters}
+
+
+@pytest.fixture
+def quorum(tmp_path: Path) -> Iterator[DynamicQuorum]:
+    processes = DynamicQuorum(tmp_path)
+    yield processes
+    processes.cleanup()
+
+
+def test_a_standalone_controller_grows_to_three_loses_its_leader_and_replaces_a_disk(
+    quorum: DynamicQuorum,
+) -> None:
+    quorum.format(1, "--standalone")
+    for node in (2, 3, 4):
+        quorum.format(node, "--no-initial-controllers")
+    for node in NODES:
+        quorum.start(node)
+    first = quorum.wait_for(lambda s: s.leader_id == 1 and len(s.observers) == 3)
+    assert voters(first) == {1}
+
+    quorum.add(2)
+    quorum.add(3)
+    grown = quorum.wait_for(lambda s: voters(s) == {1, 2, 3})
+    assert grown.leader_id == 1
+
+    # Remove the leader: it steps down once its removal commits; 2 or 3 leads on.
+    removal = quorum.tool(
+        "remove-controller",
+        "--controller-id",
+        "1",
+        "--controller-directory-id",
+        quorum.directory_id(1),
+    )
+    assert removal.returncode == 0, removal.stderr
+    shrunk = quorum.wait_for(
+        lambda s: voters(s) == {2, 3} and s.leader_id in (2, 3) and s.high_watermark > 0
+    )
+    assert shrunk.leader_epoch > grown.leader_epoch
+    quorum.add(4)
+    quorum.wait_for(lambda s: voters(s) == {2, 3, 4})
+
+    # Wipe node 3's disk: re-formatted, it is a new replica (new directory id) that cannot
+    # vote as the old one. Remove the old replica, add the new one.
+    old_directory = quorum.directory_id(3)
+    quorum.kill(3)
+    shutil.rmtree(quorum.root / "data3")
+    quorum.format(3, "--no-initial-controllers")
+    assert quorum.directory_id(3) != old_directory
+    quorum.start(3)
+    removed = quorum.tool(
+        "remove-controller", "--controller-id", "3", "--controller-directory-id", old_directory
+    )
+    assert removed.returncode == 0, removed.stderr
+    quorum.wait_for(lambda s: voters(s) == {2, 4})
+    quorum.add(3)
+    final = quorum.wait_for(lambda s: voters(s) == {2, 3, 4} and s.high_watermark > 0)
+    settled = quorum.wait_for(
+        lambda s: (
+            voters(s) == {2, 3, 4}
+            and s.high_watermark > final.high_watermark
+            and all(v.log_end_offset >= final.high_watermark for v in s.voters)
+        )
+    )
+    assert quorum.stop_all() == {1: 0, 2: 0, 3: 0, 4: 0}
+    logs = {n: committed_records(quorum.root / f"data{n}", final.high_watermark) for n in (2, 3, 4)}
+    assert len(logs[2]) == final.high_watermark
+    assert logs[2] == logs[3] == logs[4]
+    assert settled.leader_id in (2, 3, 4)
+
+
+METADATA_QUORUM = "org.apache.kafka.tools.MetadataQuorumCommand"  # kafka-metadata-quorum
+
+
+@pytest.mark.usefixtures("kafka_tools")
+def test_kafka_metadata_quorum_grows_a_standalone_controller_and_removes_its_leader(
+    quorum: DynamicQuorum,
+) -> None:
+    """Apache Kafka's own kafka-metadata-quorum (4.1, from Maven Central) against kraft-py:
+    add-controller twice, describe, remove-controller of the leader."""
+    bootstrap = ("--bootstrap-controller", f"127.0.0.1:{quorum.port}")
+    quorum.format(1, "--standalone")
+    for node in (2, 3):
+        quorum.format(node, "--no-initial-controllers")
+    for node in (1, 2, 3):
+        quorum.start(node)
+    quorum.wait_for(lambda s: s.leader_id == 1 and len(s.observers) == 2)
+    for node in (2, 3):
+
+        def added(node: int = node) -> bool:
+            config = ("--command-config", str(quorum.config(node)))
+            result = tools.run(METADATA_QUORUM, *bootstrap, *config, "add-controller", check=False)
+            return result.returncode == 0 and f"Added controller {node}" in result.stdout
+
+        wait_until(added, f"kafka-metadata-quorum add-controller {node}")
+    status = tools.run(METADATA_QUORUM, *bootstrap, "describe", "--status").stdout
+    assert 'CurrentVoters:          [{"id": 1}, {"id": 2}, {"id": 3}]' in status, status
+    removed = tools.run(
+        METADATA_QUORUM,
+        *bootstrap,
+        "remove-controller",
+        "--controller-id",
+        "1",
+        "--controller-directory-id",
+        quorum.directory_id(1),
+    )
+    assert "Removed  KRaft controller 1" in removed.stdout, removed.stdout
+    # The removed leader stepped down and fetches on as an observer.
+    quorum.wait_for(
+        lambda s: (
+            voters(s) == {2, 3}
+            and s.leader_id in (2, 3)
+            and {o.replica_id for o in s.observers} == {1}
+        )
+    )
