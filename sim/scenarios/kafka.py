@@ -131,17 +131,17 @@ FAULTS = ("isolate-partition-leader", "kill-partition-leader", "pause-follower")
 
 # Faults aimed at the data plane's narrow windows (issue 28), opt-in like the lifecycle
 # faults and on the nemesis's separate stream, so ``all`` and its pinned seeds stay as they
-# were: a partition leader power-cut right after its ISR grew (within a fetch round trip of
+# were: a partition leader cut off right after its ISR grew (within a fetch round trip of
 # the change: KAFKA-7128's window), a leader change while in-sync followers are paused (one
 # catches up from a new leader, maybe holding a tail that leader never had), and leaders in
 # a row each isolated with a minority of one while clients still write to it (the divergent
 # tails a follower must truncate correctly: KAFKA-6361's).
 DATA_PLANE_FAULTS = {
-    "kill-leader-after-isr-change": 2,
+    "cut-leader-after-isr-change": 2,
     "leader-change-during-catch-up": 2,
     "successive-minority-leaders": 1,
 }
-ISR_KILL_DELAY_S = (0.0, 0.02)  # after the expanded ISR is published: one fetch round trip
+ISR_CUT_DELAY_S = (0.0, 0.02)  # after the expanded ISR is published: one fetch round trip
 # leader-change-during-catch-up: the second follower's pause begins this long after the
 # leader's power cut, just before broker.session.timeout.ms (3 s) fences it and another leads.
 CATCH_UP_PAUSE_AFTER_S = (1.6, 2.2)
@@ -275,8 +275,8 @@ class KafkaCluster(Cluster):
     # What the sampler last saw: (node, incarnation, key[, epoch]) -> high watermark, log end.
     _hw_seen: dict[tuple[str, int, str, int], int] = field(default_factory=dict)
     _end_seen: dict[tuple[str, int, str], int] = field(default_factory=dict)
-    # kill-leader-after-isr-change: armed until this virtual time, crashing for that hold.
-    isr_kill_armed: tuple[Nemesis, float, float] | None = None
+    # cut-leader-after-isr-change: armed until this virtual time, crashing for that hold.
+    isr_cut_armed: tuple[Nemesis, float, float] | None = None
     _isr_seen: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     # ---- history ---------------------------------------------------------------------------
@@ -805,28 +805,31 @@ class KafkaCluster(Cluster):
                 self._isr_grew(int(event["leader_id"]))
 
     def _isr_grew(self, leader: int) -> None:
-        """kill-leader-after-isr-change, when armed: power-cut the partition's leader within
-        a fetch round trip of its ISR taking a follower in (the follower may be missing
-        records it must have to lead next)."""
-        armed = self.isr_kill_armed
+        """cut-leader-after-isr-change, when armed: within a fetch round trip of a partition's
+        ISR taking a follower in, cut its leader from every other node (clients still reach
+        it) until the controller fences it and elects from the new ISR: a follower admitted
+        before it held every committed record may then be the only one to elect. A cut, not
+        a power cut, so a loss is not excused as the ISR losing power."""
+        armed = self.isr_cut_armed
         if armed is None or leader == NO_LEADER:
             return
         nemesis, until, hold_s = armed
         loop = self.world.loop
         if loop.time() > until:
-            self.isr_kill_armed = None
+            self.isr_cut_armed = None
             return
         name = f"n{leader}"
         if not self.world.processes[name].alive:
             return
-        self.isr_kill_armed = None
-        delay = nemesis.separate_rng.uniform(*ISR_KILL_DELAY_S)
+        self.isr_cut_armed = None
+        net = self.world.network
+        others = [n for n in self.controllers + self.brokers if n != name]
 
-        def kill() -> None:
-            if self.world.processes[name].alive and not nemesis.healed:
-                nemesis.crash_for(name, hold_s)
+        def cut() -> None:
+            if not nemesis.healed:
+                loop.call_later(hold_s, net.restore, net.partition([name], others))
 
-        loop.call_later(delay, kill)
+        loop.call_later(nemesis.separate_rng.uniform(*ISR_CUT_DELAY_S), cut)
 
     # ---- the data plane, judged at its events ----------------------------------------------
     def node_options(self, process: SimProcess) -> dict[str, Any]:
@@ -1124,10 +1127,10 @@ def _replication_faults(cluster: KafkaCluster) -> dict[str, Callable[[Nemesis, f
             nemesis.pause_for(nemesis.rng.choice(running), nemesis.rng.uniform(1.5, 3) * lag_s)
 
     def kill_after_isr_change(nemesis: Nemesis, hold_s: float) -> None:
-        # Armed for the hold: the next ISR expansion of the topic's partitions kills their
-        # leader (watch -> KafkaCluster._isr_grew), down for 1-4 s.
+        # Armed for the hold: the next ISR expansion of the topic's partitions cuts their
+        # leader off (watch -> KafkaCluster._isr_grew) for 4-6 s, past its fencing.
         until = nemesis.world.loop.time() + max(hold_s, 1.0)
-        cluster.isr_kill_armed = (nemesis, until, nemesis.separate_rng.uniform(1.0, 4.0))
+        cluster.isr_cut_armed = (nemesis, until, nemesis.separate_rng.uniform(4.0, 6.0))
 
     def leader_change_during_catch_up(nemesis: Nemesis, hold_s: float) -> None:
         # Two in-sync followers end up at different offsets: one is paused (for less than
@@ -1193,7 +1196,7 @@ def _replication_faults(cluster: KafkaCluster) -> dict[str, Callable[[Nemesis, f
         "kill-partition-leader": kill_leader,
         "pause-follower": pause_follower,
         **lifecycle_faults(cluster),
-        "kill-leader-after-isr-change": kill_after_isr_change,
+        "cut-leader-after-isr-change": kill_after_isr_change,
         "leader-change-during-catch-up": leader_change_during_catch_up,
         "successive-minority-leaders": successive_minority_leaders,
     }
