@@ -12,7 +12,6 @@ NO_EPOCH_BUMP = "no-epoch-bump"
 ACK_BEFORE_FETCH = "ack-before-fetch"
 SKIP_SEQUENCE_CHECK = "skip-sequence-check"
 COORDINATOR_HW_OVER_TRUNCATED = "coordinator-hw-over-truncated"
-ISR_ADMIT_BEFORE_EPOCH_START = "isr-admit-before-epoch-start"
 HW_BEFORE_DIVERGENCE_CHECK = "hw-before-divergence-check"
 FOLLOWER_TRUNCATE_TO_LEADER_END = "follower-truncate-to-leader-end"
 
@@ -26,8 +25,6 @@ BROKER_BUGS = {
     COORDINATOR_HW_OVER_TRUNCATED: "a group coordinator acknowledges a commit once the high "
     "watermark passes its offset, though leadership moved and the record was truncated "
     "(KAFKA-20634)",
-    ISR_ADMIT_BEFORE_EPOCH_START: "a leader admits a follower to the ISR once it reaches the high "
-    "watermark, though not the start of the leader's epoch (KAFKA-7128)",
     HW_BEFORE_DIVERGENCE_CHECK: "a leader counts a follower's fetch offset towards its high "
     "watermark before checking that follower's log against its own",
     FOLLOWER_TRUNCATE_TO_LEADER_END: "a follower told its log diverges at an epoch it does not "

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker.bugs import ISR_ADMIT_BEFORE_EPOCH_START, NO_EPOCH_BUMP
+from broker.bugs import NO_EPOCH_BUMP
 from broker.producer_state import ProducerState
 from log.batch import iter_batches
 from log.log import Log
@@ -266,9 +266,7 @@ class Partition:
         if progress is None or replica_id in self.isr or not eligible(replica_id):
             return None
         end = progress.log_end_offset
-        if end < self.high_watermark:
-            return None
-        if end < self.leader_epoch_start_offset and ISR_ADMIT_BEFORE_EPOCH_START not in self.bugs:
+        if end < self.high_watermark or end < self.leader_epoch_start_offset:
             return None
         return tuple(r for r in self.replicas if r in self.isr or r == replica_id)
 

@@ -62,6 +62,7 @@ KAFKA_BUG_ARGS: dict[str, tuple[str, ...]] = {"skip-sequence-check": ("--idempot
 # names it (docs/simulation.md, "The data plane's narrow windows").
 DATA_PLANE_BUG_CHECKS = {
     "hw-before-divergence-check": "committed-on-isr",
+    "follower-truncate-to-leader-end": "replica-catch-up",
 }
 KAFKA_BUG_SEEDS["hw-before-divergence-check"] = 2
 KAFKA_BUG_ARGS["hw-before-divergence-check"] = (
@@ -69,4 +70,11 @@ KAFKA_BUG_ARGS["hw-before-divergence-check"] = (
     "1",
     "--faults",
     "leader-change-during-catch-up",
+)
+KAFKA_BUG_SEEDS["follower-truncate-to-leader-end"] = 2
+KAFKA_BUG_ARGS["follower-truncate-to-leader-end"] = (
+    "--acks",
+    "1",
+    "--faults",
+    "successive-minority-leaders",
 )

@@ -133,13 +133,15 @@ FAULTS = ("isolate-partition-leader", "kill-partition-leader", "pause-follower")
 # faults and on the nemesis's separate stream, so ``all`` and its pinned seeds stay as they
 # were: a partition leader cut off right after its ISR grew (within a fetch round trip of
 # the change: KAFKA-7128's window), a leader change while in-sync followers are paused (one
-# catches up from a new leader, maybe holding a tail that leader never had), and leaders in
-# a row each isolated with a minority of one while clients still write to it (the divergent
-# tails a follower must truncate correctly: KAFKA-6361's).
+# catches up from a new leader, maybe holding a tail that leader never had), a leader
+# power-cut as a follower that left the ISR catches up, and leaders in a row each isolated
+# with a minority of one while clients still write to it (the divergent tails a follower
+# must truncate correctly: KAFKA-6361's).
 DATA_PLANE_FAULTS = {
     "cut-leader-after-isr-change": 2,
     "leader-change-during-catch-up": 2,
     "successive-minority-leaders": 1,
+    "kill-leader-during-catch-up": 2,
 }
 ISR_CUT_DELAY_S = (0.0, 0.02)  # after the expanded ISR is published: one fetch round trip
 # leader-change-during-catch-up: the second follower's pause begins this long after the
@@ -1167,6 +1169,27 @@ def _replication_faults(cluster: KafkaCluster) -> dict[str, Callable[[Nemesis, f
 
         loop.call_later(rng.uniform(0.2, 0.6), kill)
 
+    def kill_leader_during_catch_up(nemesis: Nemesis, hold_s: float) -> None:
+        # Pause an in-sync follower past the lag time (it leaves the ISR); as it resumes and
+        # catches up, power-cut the leader: the follower is left out of the ISR a fetch
+        # short of the committed offset, and asks the next leader, whose high watermark
+        # trails (a new leader learns it from its followers), to take it back in.
+        rng = nemesis.separate_rng
+        processes = nemesis.world.processes
+        index = rng.randrange(cluster.partitions)
+        leader, followers = partition_state(index)
+        running = [f for f in followers if processes[f].alive and not processes[f].paused]
+        if leader is None or not running:
+            return
+        pause_s = rng.uniform(1.5, 3) * REPLICA_LAG_TIME_MAX_MS / 1000
+        nemesis.pause_for(rng.choice(running), pause_s)
+
+        def kill() -> None:
+            if processes[leader].alive and not nemesis.healed:
+                nemesis.crash_for(leader, max(hold_s, 4.0))  # down past its fencing
+
+        nemesis.world.loop.call_later(pause_s + rng.uniform(0.0, 0.05), kill)
+
     def successive_minority_leaders(nemesis: Nemesis, hold_s: float) -> None:
         # Each step cuts the partition's current leader from every other node but the
         # client, which goes on writing to it: its appends stay a minority of one, until
@@ -1199,6 +1222,7 @@ def _replication_faults(cluster: KafkaCluster) -> dict[str, Callable[[Nemesis, f
         "cut-leader-after-isr-change": kill_after_isr_change,
         "leader-change-during-catch-up": leader_change_during_catch_up,
         "successive-minority-leaders": successive_minority_leaders,
+        "kill-leader-during-catch-up": kill_leader_during_catch_up,
     }
 
 

@@ -293,3 +293,16 @@ def test_data_plane_bug_is_caught_by_its_check_and_its_seed_passes_without_it(bu
     clean = run()
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert clean.stdout.startswith(f"seed={seed} ok "), clean.stdout
+
+
+def test_kafka_run_with_the_data_plane_faults_is_clean() -> None:
+    """The data-plane faults (opt-in) run beside ``all`` and correct code passes every check,
+    committed-on-isr and replica-catch-up among them."""
+    faults = (
+        "all,cut-leader-after-isr-change,leader-change-during-catch-up,"
+        "kill-leader-during-catch-up,successive-minority-leaders"
+    )
+    args = ["--scenario", "kafka", "--seed", "1", "--duration", "10", "--faults", faults]
+    result = subprocess.run([KRAFT_SIM, "run", *args], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("seed=1 ok "), result.stdout
