@@ -12,6 +12,8 @@ NO_EPOCH_BUMP = "no-epoch-bump"
 ACK_BEFORE_FETCH = "ack-before-fetch"
 SKIP_SEQUENCE_CHECK = "skip-sequence-check"
 COORDINATOR_HW_OVER_TRUNCATED = "coordinator-hw-over-truncated"
+HW_BEFORE_DIVERGENCE_CHECK = "hw-before-divergence-check"
+FOLLOWER_TRUNCATE_TO_LEADER_END = "follower-truncate-to-leader-end"
 
 BROKER_BUGS = {
     TRUNCATE_TO_HW: "a new follower truncates its log to its high watermark (before KIP-101)",
@@ -23,4 +25,9 @@ BROKER_BUGS = {
     COORDINATOR_HW_OVER_TRUNCATED: "a group coordinator acknowledges a commit once the high "
     "watermark passes its offset, though leadership moved and the record was truncated "
     "(KAFKA-20634)",
+    HW_BEFORE_DIVERGENCE_CHECK: "a leader counts a follower's fetch offset towards its high "
+    "watermark before checking that follower's log against its own",
+    FOLLOWER_TRUNCATE_TO_LEADER_END: "a follower told its log diverges at an epoch it does not "
+    "have truncates to the leader's end of that epoch, not its own end of its older epoch "
+    "(KAFKA-6361, fixed by KIP-279)",
 }

@@ -32,6 +32,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.bugs import FOLLOWER_TRUNCATE_TO_LEADER_END
 from broker.client import KafkaConnection
 from broker.fetch_session import PartitionKey, PartitionRequest
 from broker.fetch_session_handler import FetchRequestData, FetchSessionHandler
@@ -91,6 +92,8 @@ def truncation_offset(
     diverging_end_offset: int,
     follower_end_for: Callable[[int], tuple[int, int]],
     log_end_offset: int,
+    *,
+    lacking_epoch_to_leader_end: bool = False,
 ) -> int:
     """Where a follower truncates when the leader says its epoch ``diverging_epoch`` ends
     at ``diverging_end_offset`` (Kafka's getOffsetTruncationState). ``follower_end_for``
@@ -103,6 +106,8 @@ def truncation_offset(
     if epoch == UNDEFINED_EPOCH or end == UNDEFINED_EPOCH_OFFSET:
         return min(diverging_end_offset, log_end_offset)
     if epoch != diverging_epoch:
+        if lacking_epoch_to_leader_end:  # planted (broker/bugs.py): Kafka before KIP-279
+            return min(diverging_end_offset, log_end_offset)
         return min(end, log_end_offset)
     return min(diverging_end_offset, end, log_end_offset)
 
@@ -323,7 +328,11 @@ class ReplicaFetcher:
             diverging = data.diverging_epoch
             if diverging is not None and diverging.end_offset >= 0:
                 target = truncation_offset(
-                    diverging.epoch, diverging.end_offset, log.end_offset_for_epoch, fetch_offset
+                    diverging.epoch,
+                    diverging.end_offset,
+                    log.end_offset_for_epoch,
+                    fetch_offset,
+                    lacking_epoch_to_leader_end=FOLLOWER_TRUNCATE_TO_LEADER_END in partition.bugs,
                 )
                 latest = log.latest_epoch
                 await self._truncate(partition, target)

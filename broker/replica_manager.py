@@ -39,6 +39,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.bugs import (
     ACK_BEFORE_FETCH,
+    HW_BEFORE_DIVERGENCE_CHECK,
     HW_BEFORE_ISR,
     ISR_SHRINK_LOCAL,
     NO_EPOCH_BUMP,
@@ -99,6 +100,8 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 HIGH_WATERMARK_OFFSET = -1  # DeleteRecords: up to the high watermark
 NO_EPOCH = -1
+# (the leader's partition, its high watermark before the move): see ReplicaManager.
+HighWatermarkListener = Callable[[Partition, int], None]
 ALTER_PARTITION_VERSION = 3
 ALTER_PARTITION_TIMEOUT_S = 30.0
 
@@ -197,9 +200,13 @@ class ReplicaManager:
         channel: ControllerSender | None = None,
         broker_epoch: Callable[[], int] = lambda: -1,
         bugs: frozenset[str] = frozenset(),
+        high_watermark_listener: HighWatermarkListener | None = None,
     ) -> None:
         self.node_id = node_id
         self.bugs = bugs  # planted (broker/bugs.py); simulator only
+        # Told of every move of a leader's high watermark, at the moment it moves: the
+        # simulator checks then that the ISR it counted holds the newly committed batches.
+        self._high_watermark_listener = high_watermark_listener
         self._clock = clock
         self._producer_id_expiration_ms = producer_id_expiration_ms
         self._rng = rng  # stray names: the runtime's Random keeps simulated runs replayable
@@ -612,6 +619,7 @@ class ReplicaManager:
     # ---- high watermark and ISR ------------------------------------------------------------
     def _maybe_advance_high_watermark(self, partition: Partition) -> None:
         """Move the leader's high watermark as far as its ISR allows; wake its waiters."""
+        previous = partition.high_watermark
         if not self._under_min_isr(partition) and partition.maybe_increment_high_watermark(
             self._clock.now_ms(), self.config.lag_time_max_ms, self._isr_eligible
         ):
@@ -623,6 +631,10 @@ class ReplicaManager:
         ):
             partition.high_watermark = partition.log.log_end_offset
             self.delayed.notify(partition.key)
+        else:
+            return
+        if self._high_watermark_listener is not None:
+            self._high_watermark_listener(partition, previous)
 
     def _under_min_isr(self, partition: Partition) -> bool:
         """KIP-966's strict min ISR, while the cluster has ELR on: the high watermark stands
@@ -1149,7 +1161,13 @@ class ReplicaManager:
         result = self._read(
             partition, offset, max_bytes, min_one_message, last_fetched_epoch, False
         )
-        if result.error != ErrorCode.none or result.diverging_epoch != UNDEFINED_EPOCH:
+        if result.error != ErrorCode.none:
+            return result
+        if result.diverging_epoch != UNDEFINED_EPOCH:
+            if HW_BEFORE_DIVERGENCE_CHECK in self.bugs:
+                # Planted: the diverging follower's fetch offset counts as its log end.
+                partition.update_follower_fetch(replica_id, offset, self._clock.now_ms())
+                self._maybe_advance_high_watermark(partition)
             return result
         partition.update_follower_fetch(replica_id, offset, self._clock.now_ms())
         expanded = partition.isr_to_expand(replica_id, self._isr_eligible)

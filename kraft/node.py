@@ -40,7 +40,7 @@ from broker.log_admin import log_admin_apis
 from broker.metrics import BrokerMetricsPublisher
 from broker.producer_ids import ProducerIdManager
 from broker.quotas import QuotaConfig, QuotaManager
-from broker.replica_manager import ReplicaManager, ReplicationConfig
+from broker.replica_manager import HighWatermarkListener, ReplicaManager, ReplicationConfig
 from broker.security import Authenticated, authenticating, served_apis
 from broker.txn.apis import TxnApis
 from broker.txn.config import TransactionCoordinatorConfig
@@ -151,9 +151,13 @@ class KraftNode:
         raft_listeners: Sequence[RaftListener] = (),
         metrics: NodeMetrics | None = None,
         descriptor_baseline: int = 0,
+        high_watermark_listener: HighWatermarkListener | None = None,
     ) -> None:
         """``descriptor_baseline``: descriptors the process held at start outside the
-        filesystem seam (kraft/server.py measures it; log/descriptors.py)."""
+        filesystem seam (kraft/server.py measures it; log/descriptors.py).
+        ``high_watermark_listener``: told of each leader high watermark move (the
+        simulator's committed-on-ISR check; None in production)."""
+        self._high_watermark_listener = high_watermark_listener
         self.runtime = runtime
         self.config = config
         self.cluster_id = cluster_id
@@ -369,6 +373,7 @@ class KraftNode:
             channel=self._channel,
             broker_epoch=broker_epoch,
             bugs=self.bugs & BROKER_BUGS.keys(),
+            high_watermark_listener=self._high_watermark_listener,
         )
         # Retention never deletes past what is committed.
         self.logs.high_watermark_provider = replicas.high_watermark_of

@@ -119,6 +119,11 @@ class Nemesis:
         self._down: list[str] = []
         self._healed = False
 
+    @property
+    def healed(self) -> bool:
+        """Whether ``heal_all`` ran: a fault's delayed step does nothing after it."""
+        return self._healed
+
     async def run(self, until_s: float) -> None:
         """Inject faults until virtual time ``until_s``."""
         loop = self.world.loop

@@ -64,4 +64,26 @@ KAFKA_BUG_SEEDS = {
     "skip-sequence-check": 10,
     "coordinator-hw-over-truncated": 15,
 }
-KAFKA_BUG_ARGS = {"skip-sequence-check": ("--idempotent",)}
+KAFKA_BUG_ARGS: dict[str, tuple[str, ...]] = {"skip-sequence-check": ("--idempotent",)}
+
+# Issue 28's data-plane classes: each planted bug, the first seed (20 s runs) at which the
+# opt-in faults aimed at its window catch it, those faults and flags, and the check that
+# names it (docs/simulation.md, "The data plane's narrow windows").
+DATA_PLANE_BUG_CHECKS = {
+    "hw-before-divergence-check": "committed-on-isr",
+    "follower-truncate-to-leader-end": "replica-catch-up",
+}
+KAFKA_BUG_SEEDS["hw-before-divergence-check"] = 2
+KAFKA_BUG_ARGS["hw-before-divergence-check"] = (
+    "--acks",
+    "1",
+    "--faults",
+    "leader-change-during-catch-up",
+)
+KAFKA_BUG_SEEDS["follower-truncate-to-leader-end"] = 2
+KAFKA_BUG_ARGS["follower-truncate-to-leader-end"] = (
+    "--acks",
+    "1",
+    "--faults",
+    "successive-minority-leaders",
+)

@@ -41,7 +41,9 @@ from sim.analysis.kafka import (
     PartitionStateChecker,
     PowerCuts,
     broker_id,
+    check_committed_on_isr,
     check_liveness,
+    check_replica_caught_up,
 )
 from sim.analysis.linearizability import MAX_STEPS, explain, search
 from sim.analysis.models import METADATA_MODELS, EchoModel, Model, Operation
@@ -834,6 +836,20 @@ def check_controlled_shutdowns(run: RunData) -> list[Violation]:
     return found
 
 
+# The trace events check_kafka replays, besides the operations: power cuts and ISRs (what
+# an acknowledgement promised), the sampled partition state, and the data plane's own
+# events (a leader's high watermark move with its ISR's batches compared, each replica's
+# state after the final reads).
+KAFKA_EVENT_KINDS = (
+    "crash",
+    "partition-state",
+    "partition-hw",
+    "partition-truncate",
+    "hw-advance",
+    "replica-caught-up",
+)
+
+
 def check_kafka(run: RunData) -> list[Violation]:
     """The kafka scenario's checks (sim/analysis/kafka.py, the code the simulator runs
     online), replayed in trace order: operations at their completion, brokers' power cuts
@@ -841,12 +857,12 @@ def check_kafka(run: RunData) -> list[Violation]:
     cuts = PowerCuts()
     config: dict[str, Any] = {}
     items: list[tuple[int, str, Any]] = []
-    columns = ("seq", "kind", "node", "incarnation", "time_virtual_us", "log", "epoch")
+    columns = ("seq", "kind", "node", "incarnation", "time_virtual_us", "log", "epoch", "leader")
     offsets = ("offset_to", "detail")
     for event in records(run.events, (*columns, *offsets)):
         if event.kind == "kafka-config":
             config = json.loads(event.detail) if isinstance(event.detail, str) else {}
-        elif event.kind in ("crash", "partition-state", "partition-hw", "partition-truncate"):
+        elif event.kind in KAFKA_EVENT_KINDS:
             items.append((int(event.seq), "event", event))
     if not config:
         return []
@@ -913,7 +929,28 @@ def check_kafka(run: RunData) -> list[Violation]:
                 key = f"{detail['topic']}-{detail['partition']}"
                 cuts.isr_changed(key, tuple(int(r) for r in detail["isr"]), at)
             continue
-        if item.kind == "partition-hw":
+        if item.kind == "hw-advance":
+            result = check_committed_on_isr(
+                str(item.node),
+                str(item.log),
+                _int(item.epoch) or 0,
+                int(detail["from_hw"]),
+                int(detail["hw"]),
+                {str(k): int(v) for k, v in detail.get("diverged", {}).items()},
+                at,
+            )
+        elif item.kind == "replica-caught-up":
+            result = check_replica_caught_up(
+                str(item.node),
+                str(item.log),
+                str(item.leader),
+                int(detail["hw"]),
+                int(detail["end"]),
+                int(detail["diverged_at"]),
+                float(detail["bound_s"]),
+                at,
+            )
+        elif item.kind == "partition-hw":
             result = states.on_hw(
                 str(item.node),
                 _int(item.incarnation) or 0,

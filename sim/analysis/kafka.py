@@ -50,7 +50,7 @@ are counted, not violations.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -193,7 +193,9 @@ class KafkaChecker:
             send = _Send(op.key, op.offset, op.value, op.complete_us, op.isr)
             last = self._last_send.get(slot)
             if last is not None and op.offset <= last.offset:
-                if self.cuts.may_have_lost(op.key, last.isr, last.complete_us):
+                if not self.acks_all:
+                    pass  # acks=1: a leader change may truncate the earlier one (counted lost)
+                elif self.cuts.may_have_lost(op.key, last.isr, last.complete_us):
                     self.excused += 1  # the log lost the earlier one: offsets are reused
                 else:
                     self.fail(
@@ -451,6 +453,69 @@ class PartitionStateChecker:
             f"{committed} its ISR {list(isr)} had committed",
             time_us,
         )
+
+
+COMMITTED_ON_ISR = "committed-on-isr"
+REPLICA_CATCH_UP = "replica-catch-up"
+
+
+def check_committed_on_isr(
+    node: str,
+    key: str,
+    epoch: int,
+    from_hw: int,
+    hw: int,
+    diverged: Mapping[str, int],
+    time_us: int,
+) -> KafkaViolation | None:
+    """Judge one move of a leader's high watermark (``hw-advance`` events): every member of
+    the ISR the leader counted that follows it in its epoch holds the newly committed
+    offsets ``[from_hw, hw)`` it has with the leader's batches, byte for byte (the CRCs
+    compared). ``diverged`` names the members that held another batch there, each with the
+    leader's first batch it disagreed on. Checked at the moment the high watermark moves, so
+    a follower whose diverging log counted towards it is seen even if it is repaired a fetch
+    later. A member that is merely short (a power cut lost its unflushed tail since its
+    fetch) is not judged here: the checks on acknowledged writes judge what that loses."""
+    if not diverged:
+        return None
+    member, offset = min(diverged.items(), key=lambda item: (item[1], item[0]))
+    return KafkaViolation(
+        COMMITTED_ON_ISR,
+        f"{COMMITTED_ON_ISR}: {node}, leader of {key} in epoch {epoch}, moved its high "
+        f"watermark from {from_hw} to {hw}, but ISR member {member} holds other batches than "
+        f"the leader's from offset {offset} of {key}",
+        time_us,
+    )
+
+
+def check_replica_caught_up(
+    node: str,
+    key: str,
+    leader: str,
+    hw: int,
+    end: int,
+    diverged_at: int,
+    bound_s: float,
+    time_us: int,
+) -> KafkaViolation | None:
+    """Judge one replica after the heal and the final reads (``replica-caught-up`` events):
+    within ``bound_s`` it holds the leader's log up to the leader's high watermark (its log
+    end ``end`` reached ``hw``), with the leader's batches byte for byte (``diverged_at``:
+    the first offset of a batch of the leader's it holds differently, -1 for none)."""
+    if end >= hw and diverged_at < 0:
+        return None
+    what = (
+        f"holds other batches than the leader's from offset {diverged_at}"
+        if diverged_at >= 0
+        else f"reached only offset {end}"
+    )
+    return KafkaViolation(
+        REPLICA_CATCH_UP,
+        f"{REPLICA_CATCH_UP}: {node}'s replica of {key} must hold the log of its leader "
+        f"{leader} up to its high watermark {hw} within {bound_s:.0f}s of the final reads, "
+        f"but {what} of {key}",
+        time_us,
+    )
 
 
 def check_liveness(ops: Iterable[KafkaOp], partitions: int, topic: str) -> list[str]:

@@ -50,6 +50,6 @@ SCENARIOS: dict[str, Scenario] = {
         kafka.run_kafka,
         kafka.BUGS,
         kafka.FAULTS,
-        tuple(kafka.LIFECYCLE_FAULTS),
+        (*kafka.LIFECYCLE_FAULTS, *kafka.DATA_PLANE_FAULTS),
     ),
 }

@@ -43,6 +43,9 @@ from broker.client import KafkaConnection
 from broker.group.coordinator import OFFSETS_TOPIC
 from broker.group.records import partition_for
 from broker.replica_manager import Partition
+from log.batch import iter_batches
+from log.errors import CorruptRecordError
+from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.runtime import Runtime
 from metadata.records import NO_LEADER
 from sim import admin, kafka_client
@@ -55,11 +58,13 @@ from sim.analysis.kafka import (
     PartitionStateChecker,
     PowerCuts,
     broker_id,
+    check_committed_on_isr,
     check_liveness,
+    check_replica_caught_up,
 )
 from sim.harness import ScenarioRun
 from sim.nemesis import Nemesis
-from sim.process import EPOCH_MS
+from sim.process import EPOCH_MS, SimProcess
 from sim.run import RunConfig, RunResult
 from sim.scenarios.metadata import BROKER_PORT, LIFECYCLE_FAULTS, Checker, Cluster, lifecycle_faults
 from sim.scenarios.metadata import BUGS as METADATA_BUGS
@@ -79,6 +84,9 @@ REASSIGN_INTERVAL_S = (1.0, 3.0)  # --reassign: the pause between two reassignme
 HEAL_BOUND_S = 30.0
 SETTLE_S = 1.0  # the final reads' end: a high watermark unchanged this long
 SAMPLE_S = 0.02
+# After the final reads, every replica holds its leader's log up to the high watermark
+# within this bound (virtual time): a follower fetches every few hundred ms when idle.
+CATCH_UP_BOUND_S = 10.0
 REPLICA_LAG_TIME_MAX_MS = 2000
 # Kafka errors a produce answers before appending anything: the send did not happen.
 NOT_APPENDED = {
@@ -119,6 +127,28 @@ FAULTS = ("isolate-partition-leader", "kill-partition-leader", "pause-follower")
 # supervised restarts that come with them: in ``all`` they changed the outcome of pinned
 # seeds (no-epoch-bump at 36, coordinator-hw-over-truncated at 7) that take sweeps longer
 # than this change had to find again.
+
+
+# Faults aimed at the data plane's narrow windows (issue 28), opt-in like the lifecycle
+# faults and on the nemesis's separate stream, so ``all`` and its pinned seeds stay as they
+# were: a partition leader cut off right after its ISR grew (within a fetch round trip of
+# the change: KAFKA-7128's window), a leader change while in-sync followers are paused (one
+# catches up from a new leader, maybe holding a tail that leader never had), a leader
+# power-cut as a follower that left the ISR catches up, and leaders in a row each isolated
+# with a minority of one while clients still write to it (the divergent tails a follower
+# must truncate correctly: KAFKA-6361's).
+DATA_PLANE_FAULTS = {
+    "cut-leader-after-isr-change": 2,
+    "leader-change-during-catch-up": 2,
+    "successive-minority-leaders": 1,
+    "kill-leader-during-catch-up": 2,
+}
+ISR_CUT_DELAY_S = (0.0, 0.02)  # after the expanded ISR is published: one fetch round trip
+# leader-change-during-catch-up: the second follower's pause begins this long after the
+# leader's power cut, just before broker.session.timeout.ms (3 s) fences it and another leads.
+CATCH_UP_PAUSE_AFTER_S = (1.6, 2.2)
+MINORITY_LEADERS = 3
+MINORITY_STEP_S = (3.5, 5.0)  # longer than broker.session.timeout.ms: the leader is fenced
 
 
 # --compact: the topic is compacted and its segments roll every second, so every broker's
@@ -254,6 +284,9 @@ class KafkaCluster(Cluster):
     # What the sampler last saw: (node, incarnation, key[, epoch]) -> high watermark, log end.
     _hw_seen: dict[tuple[str, int, str, int], int] = field(default_factory=dict)
     _end_seen: dict[tuple[str, int, str], int] = field(default_factory=dict)
+    # cut-leader-after-isr-change: armed until this virtual time, crashing for that hold.
+    isr_cut_armed: tuple[Nemesis, float, float] | None = None
+    _isr_seen: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     # ---- history ---------------------------------------------------------------------------
     def invoke(self, process: str, f: str, key: str, value: int | None) -> None:
@@ -773,7 +806,152 @@ class KafkaCluster(Cluster):
             self.cuts.cut(broker, int(event["t_us"]))
         elif event["kind"] == "partition-state" and event["topic"] in (TOPIC, OFFSETS_TOPIC):
             key = f"{event['topic']}-{event['partition']}"
-            self.cuts.isr_changed(key, tuple(int(r) for r in event["isr"]), int(event["t_us"]))
+            isr = tuple(int(r) for r in event["isr"])
+            self.cuts.isr_changed(key, isr, int(event["t_us"]))
+            before = self._isr_seen.get(key, ())
+            self._isr_seen[key] = isr
+            if event["topic"] == TOPIC and set(isr) > set(before):
+                self._isr_grew(int(event["leader_id"]))
+
+    def _isr_grew(self, leader: int) -> None:
+        """cut-leader-after-isr-change, when armed: within a fetch round trip of a partition's
+        ISR taking a follower in, cut its leader from every other node (clients still reach
+        it) until the controller fences it and elects from the new ISR: a follower admitted
+        before it held every committed record may then be the only one to elect. A cut, not
+        a power cut, so a loss is not excused as the ISR losing power."""
+        armed = self.isr_cut_armed
+        if armed is None or leader == NO_LEADER:
+            return
+        nemesis, until, hold_s = armed
+        loop = self.world.loop
+        if loop.time() > until:
+            self.isr_cut_armed = None
+            return
+        name = f"n{leader}"
+        if not self.world.processes[name].alive:
+            return
+        self.isr_cut_armed = None
+        net = self.world.network
+        others = [n for n in self.controllers + self.brokers if n != name]
+
+        def cut() -> None:
+            if not nemesis.healed:
+                loop.call_later(hold_s, net.restore, net.partition([name], others))
+
+        loop.call_later(nemesis.separate_rng.uniform(*ISR_CUT_DELAY_S), cut)
+
+    # ---- the data plane, judged at its events ----------------------------------------------
+    def node_options(self, process: SimProcess) -> dict[str, Any]:
+        return {"high_watermark_listener": lambda p, hw: self.on_high_watermark(process, p, hw)}
+
+    def partition_on(self, name: str, key: tuple[str, int]) -> Partition | None:
+        """``name``'s replica of ``key`` while its process runs, else None."""
+        node, process = self.nodes.get(name), self.world.processes[name]
+        replicas = node.replicas if node is not None else None
+        if replicas is None or not process.alive:
+            return None
+        return replicas._partitions.get(key)
+
+    def on_high_watermark(self, process: SimProcess, leader: Partition, previous: int) -> None:
+        """At the moment a leader's high watermark moves: every follower it counted (its
+        ISR, and any follower whose fetches it took to have reached the new high
+        watermark) that follows it in this epoch must hold the newly committed batches,
+        byte for byte (``hw-advance`` event, judged by ``check_committed_on_isr``)."""
+        if leader.topic != TOPIC or leader.high_watermark <= previous:
+            return
+        hw, key = leader.high_watermark, key_of(leader.index)
+        batches = batch_crcs(leader.log, previous, hw)
+        checked, diverged = [], {}
+        isr = leader.maximal_isr
+        for replica, progress in sorted(leader.remote.items()):
+            if replica not in isr and progress.log_end_offset < hw:
+                continue  # neither in the ISR nor counted as holding the new offsets
+            member = f"n{replica}"
+            state = self.partition_on(member, leader.key)
+            if state is None or (state.leader, state.leader_epoch) != (
+                leader.node_id,
+                leader.leader_epoch,
+            ):
+                continue  # down, or in another epoch: not this leader's follower now
+            checked.append(member)
+            at = first_divergence(batches, state.log, previous, hw)
+            if at is not None:
+                diverged[member] = at
+        trace = self.world.trace
+        trace.event(
+            "hw-advance",
+            node=process.name,
+            log=key,
+            epoch=leader.leader_epoch,
+            from_hw=previous,
+            hw=hw,
+            checked=checked,
+            diverged=diverged,
+        )
+        found = check_committed_on_isr(
+            process.name, key, leader.leader_epoch, previous, hw, diverged, trace.now_us()
+        )
+        if found is not None:
+            self.checker.fail(found.message)
+
+    def _replica_states(self) -> list[tuple[str, str, str, int, int, int]]:
+        """(replica, key, leader, leader's high watermark, replica's log end, first offset
+        it holds differently or -1) of every follower of every partition's current leader
+        (the running replica leading in the highest epoch)."""
+        found = []
+        for index in range(self.partitions):
+            key = (TOPIC, index)
+            leaders = [
+                (state.leader_epoch, name, state)
+                for name in self.brokers
+                if (state := self.partition_on(name, key)) is not None and state.is_leader
+            ]
+            if not leaders:
+                continue  # check_liveness judges a partition without a leader
+            _, name, leader = max(leaders, key=lambda item: (item[0], item[1]))
+            hw = leader.high_watermark
+            batches = batch_crcs(leader.log, 0, hw)
+            for replica in leader.replicas:
+                if replica == leader.node_id:
+                    continue
+                state = self.partition_on(f"n{replica}", key)
+                end = state.log.log_end_offset if state is not None else -1
+                at = None if state is None else first_divergence(batches, state.log, 0, hw)
+                found.append(
+                    (f"n{replica}", key_of(index), name, hw, end, -1 if at is None else at)
+                )
+        return found
+
+    async def replicas_caught_up(self) -> None:
+        """After the final reads: within ``CATCH_UP_BOUND_S`` every follower holds its
+        leader's log up to the high watermark, byte for byte (``replica-caught-up``
+        events, judged by ``check_replica_caught_up``): a follower left diverged or stuck
+        by a truncation gone wrong serves nothing and fails no client, until it leads."""
+        loop = self.world.loop
+        deadline = loop.time() + CATCH_UP_BOUND_S
+        while True:
+            states = self._replica_states()
+            done = all(end >= hw and at < 0 for _, _, _, hw, end, at in states)
+            if done or loop.time() >= deadline:
+                break
+            await asyncio.sleep(0.25)
+        trace = self.world.trace
+        for node, key, leader, hw, end, at in states:
+            trace.event(
+                "replica-caught-up",
+                node=node,
+                log=key,
+                leader=leader,
+                hw=hw,
+                end=end,
+                diverged_at=at,
+                bound_s=CATCH_UP_BOUND_S,
+            )
+            found = check_replica_caught_up(
+                node, key, leader, hw, end, at, CATCH_UP_BOUND_S, trace.now_us()
+            )
+            if found is not None:
+                self.checker.fail(found.message)
 
     # ---- setup, heal, final reads ----------------------------------------------------------
     async def setup(self, rng: random.Random) -> bool:
@@ -907,15 +1085,34 @@ class KafkaCluster(Cluster):
 def _replication_faults(cluster: KafkaCluster) -> dict[str, Callable[[Nemesis, float], None]]:
     """The nemesis's Kafka faults, aimed at a random partition's leader or follower."""
 
+    def partition_state(index: int) -> tuple[str | None, list[str]]:
+        """(leader, other ISR members) of partition ``index``, as the active controller's
+        image has it (no leader, none: no image yet)."""
+        active = cluster.active_controller()
+        node = cluster.nodes.get(active) if active is not None else None
+        topic = node.loader.image.topics.get(TOPIC) if node and node.loader else None
+        if topic is None or index not in topic.partitions:
+            return None, []
+        state = topic.partitions[index]
+        leader = None if state.leader == NO_LEADER else f"n{state.leader}"
+        return leader, [f"n{r}" for r in state.isr if r != state.leader]
+
+    def replica_order(index: int) -> Callable[[str], int]:
+        """Sort key: a broker's place in partition ``index``'s assignment."""
+        active = cluster.active_controller()
+        node = cluster.nodes.get(active) if active is not None else None
+        topic = node.loader.image.topics.get(TOPIC) if node and node.loader else None
+        state = topic.partitions.get(index) if topic is not None else None
+        order = [f"n{r}" for r in state.replicas] if state is not None else []
+        return lambda name: order.index(name) if name in order else len(order)
+
     def replicas(nemesis: Nemesis) -> tuple[str | None, list[str]]:
         active = cluster.active_controller()
         node = cluster.nodes.get(active) if active is not None else None
         topic = node.loader.image.topics.get(TOPIC) if node and node.loader else None
         if topic is None or not topic.partitions:
             return None, []
-        state = topic.partitions[nemesis.rng.choice(sorted(topic.partitions))]
-        leader = None if state.leader == NO_LEADER else f"n{state.leader}"
-        return leader, [f"n{r}" for r in state.isr if r != state.leader]
+        return partition_state(nemesis.rng.choice(sorted(topic.partitions)))
 
     def isolate_leader(nemesis: Nemesis, hold_s: float) -> None:
         leader, _ = replicas(nemesis)
@@ -938,11 +1135,101 @@ def _replication_faults(cluster: KafkaCluster) -> dict[str, Callable[[Nemesis, f
             lag_s = REPLICA_LAG_TIME_MAX_MS / 1000
             nemesis.pause_for(nemesis.rng.choice(running), nemesis.rng.uniform(1.5, 3) * lag_s)
 
+    def kill_after_isr_change(nemesis: Nemesis, hold_s: float) -> None:
+        # Armed for the hold: the next ISR expansion of the topic's partitions cuts their
+        # leader off (watch -> KafkaCluster._isr_grew) for 4-6 s, past its fencing.
+        until = nemesis.world.loop.time() + max(hold_s, 1.0)
+        cluster.isr_cut_armed = (nemesis, until, nemesis.separate_rng.uniform(4.0, 6.0))
+
+    def leader_change_during_catch_up(nemesis: Nemesis, hold_s: float) -> None:
+        # Two in-sync followers end up at different offsets: one is paused (for less than
+        # the lag time, so it stays in the ISR) while the other fetches on, and the leader
+        # is power-cut meanwhile. Just before the controller fences it and elects one of
+        # them, the other is paused: it resumes behind a new leader that has taken writes,
+        # holding a tail from the old one that the new leader may never have had, and
+        # catches up from there (a follower ahead of its new leader must truncate first).
+        rng = nemesis.separate_rng
+        processes = nemesis.world.processes
+        for index in rng.sample(range(cluster.partitions), cluster.partitions):
+            leader, followers = partition_state(index)
+            running = [f for f in followers if processes[f].alive and not processes[f].paused]
+            if leader is not None and len(running) >= 2 and processes[leader].alive:
+                break
+        else:
+            return  # no partition has a full ISR now
+        # The controller elects the first ISR member in assignment order: pausing it first
+        # leaves the new leader behind the other follower.
+        first, second = sorted(rng.sample(running, 2), key=replica_order(index))
+        lag_s = REPLICA_LAG_TIME_MAX_MS / 1000
+        nemesis.pause_for(first, rng.uniform(0.4, 0.9) * lag_s)
+        loop = nemesis.world.loop
+
+        def pause_second() -> None:
+            process = processes[second]
+            if process.alive and not process.paused and not nemesis.healed:
+                nemesis.pause_for(second, rng.uniform(0.8, 1.2) * lag_s)
+
+        def kill() -> None:
+            if processes[leader].alive and not nemesis.healed:
+                nemesis.crash_for(leader, max(hold_s, 4.0))  # down past its fencing
+                loop.call_later(rng.uniform(*CATCH_UP_PAUSE_AFTER_S), pause_second)
+
+        loop.call_later(rng.uniform(0.2, 0.6), kill)
+
+    def kill_leader_during_catch_up(nemesis: Nemesis, hold_s: float) -> None:
+        # Pause an in-sync follower past the lag time (it leaves the ISR); as it resumes and
+        # catches up, power-cut the leader: the follower is left out of the ISR a fetch
+        # short of the committed offset, and asks the next leader, whose high watermark
+        # trails (a new leader learns it from its followers), to take it back in.
+        rng = nemesis.separate_rng
+        processes = nemesis.world.processes
+        index = rng.randrange(cluster.partitions)
+        leader, followers = partition_state(index)
+        running = [f for f in followers if processes[f].alive and not processes[f].paused]
+        if leader is None or not running:
+            return
+        pause_s = rng.uniform(1.5, 3) * REPLICA_LAG_TIME_MAX_MS / 1000
+        nemesis.pause_for(rng.choice(running), pause_s)
+
+        def kill() -> None:
+            if processes[leader].alive and not nemesis.healed:
+                nemesis.crash_for(leader, max(hold_s, 4.0))  # down past its fencing
+
+        nemesis.world.loop.call_later(pause_s + rng.uniform(0.0, 0.05), kill)
+
+    def successive_minority_leaders(nemesis: Nemesis, hold_s: float) -> None:
+        # Each step cuts the partition's current leader from every other node but the
+        # client, which goes on writing to it: its appends stay a minority of one, until
+        # the controller fences it and elects another, which the next step cuts the same
+        # way. All the cuts end together, after the last step and the hold.
+        rng = nemesis.separate_rng
+        index = rng.randrange(cluster.partitions)
+        net, loop = nemesis.world.network, nemesis.world.loop
+        cuts: list[tuple[str, str]] = []
+        nodes = cluster.controllers + cluster.brokers
+
+        def step(left: int) -> None:
+            if nemesis.healed:
+                return
+            leader, _ = partition_state(index)
+            if left and leader is not None:
+                cuts.extend(net.partition([leader], [n for n in nodes if n != leader]))
+            if left > 1:
+                loop.call_later(rng.uniform(*MINORITY_STEP_S), step, left - 1)
+            else:
+                loop.call_later(rng.uniform(*MINORITY_STEP_S) + hold_s, net.restore, cuts)
+
+        step(MINORITY_LEADERS)
+
     return {
         "isolate-partition-leader": isolate_leader,
         "kill-partition-leader": kill_leader,
         "pause-follower": pause_follower,
         **lifecycle_faults(cluster),
+        "cut-leader-after-isr-change": kill_after_isr_change,
+        "leader-change-during-catch-up": leader_change_during_catch_up,
+        "successive-minority-leaders": successive_minority_leaders,
+        "kill-leader-during-catch-up": kill_leader_during_catch_up,
     }
 
 
@@ -1035,6 +1322,7 @@ def run_kafka(config: RunConfig) -> RunResult:
         await cluster.heal_check(runtime.rng)
         await cluster.final_reads(runtime.rng)
         await cluster.final_offsets(runtime.rng)
+        await cluster.replicas_caught_up()
 
     client = world.add_process("client")
     client.start(client_main)
@@ -1045,7 +1333,7 @@ def run_kafka(config: RunConfig) -> RunResult:
         leader=cluster.active_controller,
         custom=_replication_faults(cluster),
         supervise=any(fault in LIFECYCLE_FAULTS for fault in config.faults),
-        separate=LIFECYCLE_FAULTS,
+        separate={**LIFECYCLE_FAULTS, **DATA_PLANE_FAULTS},
     )
 
     async def drive() -> None:
@@ -1083,6 +1371,43 @@ def run_kafka(config: RunConfig) -> RunResult:
             **(_files_closed(cluster) if config.descriptor_limit is not None else {}),
         },
     )
+
+
+def batch_crcs(log: Log, start: int, end: int) -> dict[int, tuple[int, int]]:
+    """Base offset -> (last offset, CRC) of each batch of ``log`` holding an offset in
+    ``[start, end)`` (from the batch holding ``start``). The simulator's view of a node's
+    log; reading it changes nothing the node sees (a storage error reads as nothing)."""
+    found: dict[int, tuple[int, int]] = {}
+    offset, end = max(start, log.log_start_offset), min(end, log.log_end_offset)
+    try:
+        while offset < end:  # each pass moves past at least one batch
+            moved = offset
+            for _position, header in iter_batches(bytes(log.read(offset, 1 << 16).records)):
+                if header.base_offset >= end:
+                    return found
+                found[header.base_offset] = (header.last_offset, header.crc)
+                moved = max(moved, header.last_offset + 1)
+            if moved == offset:
+                break
+            offset = moved
+    except (OSError, KafkaStorageError, OffsetOutOfRangeError, CorruptRecordError):
+        pass
+    return found
+
+
+def first_divergence(
+    leader: dict[int, tuple[int, int]], log: Log, start: int, end: int
+) -> int | None:
+    """The base offset of the first of the leader's batches (``batch_crcs``) that ``log``
+    holds differently, within what ``log`` has of ``[start, end)``; None if it agrees."""
+    mine = batch_crcs(log, start, end)
+    log_end = log.log_end_offset
+    for base in sorted(leader):
+        if base >= log_end:
+            break
+        if mine.get(base) != leader[base]:
+            return base
+    return None
 
 
 def _files_closed(cluster: KafkaCluster) -> dict[str, int]:

@@ -30,6 +30,7 @@ import asyncio
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from broker.client import KafkaConnection
 from broker.lifecycle import BrokerState
@@ -212,6 +213,10 @@ class Cluster:
         props.update(self.extra_props)
         return config_from_properties(props, f"{name}.properties")
 
+    def node_options(self, process: SimProcess) -> dict[str, Any]:
+        """More KraftNode arguments for ``process``'s new incarnation (a scenario's hooks)."""
+        return {}
+
     async def main(self, runtime: Runtime, process: SimProcess) -> None:
         self.nodes.pop(process.name, None)
         bugs = frozenset({self.config.bug}) if self.config.bug else frozenset()
@@ -225,6 +230,7 @@ class Cluster:
             publishers=(watcher,),
             raft_listeners=(leader,),
             metrics=NodeMetrics(),  # counted in every run, rendered at each broker's start
+            **self.node_options(process),
         )
         self.nodes[process.name] = node
         await node.start()

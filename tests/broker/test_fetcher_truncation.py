@@ -33,6 +33,15 @@ def test_an_epoch_the_follower_lacks_truncates_to_its_own_older_epoch_end() -> N
     assert truncation_offset(2, 12, ends({1: 0, 3: 10}, 18), 18) == 10  # type: ignore[arg-type]
 
 
+def test_the_planted_bug_truncates_to_the_leader_end_of_an_epoch_the_follower_lacks() -> None:
+    # follower-truncate-to-leader-end (KAFKA-6361): the same question, cut at the leader's
+    # 12, keeps the follower's epoch-3 records at 10 and 11 where the leader has epoch 2's.
+    end_for = ends({1: 0, 3: 10}, 18)
+    assert truncation_offset(2, 12, end_for, 18, lacking_epoch_to_leader_end=True) == 12  # type: ignore[arg-type]
+    # An epoch the follower has is cut as without the bug.
+    assert truncation_offset(3, 15, end_for, 18, lacking_epoch_to_leader_end=True) == 15  # type: ignore[arg-type]
+
+
 def test_no_common_epoch_truncates_to_the_leader_end() -> None:
     assert truncation_offset(0, 3, ends({4: 0}, 9), 9) == 3  # type: ignore[arg-type]
     assert truncation_offset(UNDEFINED_EPOCH, 2, ends({}, 9), 9) == 2  # type: ignore[arg-type]

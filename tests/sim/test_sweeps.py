@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.planted import (
+    DATA_PLANE_BUG_CHECKS,
     KAFKA_BUG_ARGS,
     KAFKA_BUG_SEEDS,
     METADATA_BUG_SEEDS,
@@ -331,3 +332,36 @@ def test_every_broker_bug_has_a_catching_seed() -> None:
     from broker.bugs import BROKER_BUGS
 
     assert set(BROKER_BUGS) <= set(KAFKA_BUG_SEEDS)
+
+
+@pytest.mark.parametrize("bug", sorted(DATA_PLANE_BUG_CHECKS))
+def test_data_plane_bug_is_caught_by_its_check_and_its_seed_passes_without_it(bug: str) -> None:
+    """Issue 28's data-plane classes: the pinned seed, with the faults aimed at the bug's
+    window, fails on the check that names the class, and passes without the bug."""
+    seed = KAFKA_BUG_SEEDS[bug]
+    args = ["--scenario", "kafka", "--seed", str(seed), "--duration", "20", *KAFKA_BUG_ARGS[bug]]
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [KRAFT_SIM, "run", *args, *extra], capture_output=True, text=True, check=False
+        )
+
+    caught = run("--bug", bug)
+    assert caught.returncode == 1, caught.stdout + caught.stderr
+    assert caught.stdout.startswith(f"seed={seed} VIOLATION {DATA_PLANE_BUG_CHECKS[bug]}: ")
+    clean = run()
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert clean.stdout.startswith(f"seed={seed} ok "), clean.stdout
+
+
+def test_kafka_run_with_the_data_plane_faults_is_clean() -> None:
+    """The data-plane faults (opt-in) run beside ``all`` and correct code passes every check,
+    committed-on-isr and replica-catch-up among them."""
+    faults = (
+        "all,cut-leader-after-isr-change,leader-change-during-catch-up,"
+        "kill-leader-during-catch-up,successive-minority-leaders"
+    )
+    args = ["--scenario", "kafka", "--seed", "1", "--duration", "10", "--faults", faults]
+    result = subprocess.run([KRAFT_SIM, "run", *args], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("seed=1 ok "), result.stdout

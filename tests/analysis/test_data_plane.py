@@ -1,0 +1,101 @@
+"""The kafka scenario's data-plane checks (issue 28 item 2) as kraft-analyze runs them: from
+the ``hw-advance`` and ``replica-caught-up`` events, with the code the simulator runs online,
+on hand-written events and on the traces of the pinned planted-bug runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sim.analysis.job import analyze_local
+from sim.analysis.load import read_trace_pandas
+from tests.analysis.conftest import trace_run
+from tests.analysis.test_checks import run_checks, write_run
+from tests.planted import DATA_PLANE_BUG_CHECKS, KAFKA_BUG_ARGS, KAFKA_BUG_SEEDS
+
+CONFIG = {
+    "t_us": 0,
+    "kind": "kafka-config",
+    "topic": "jepsen",
+    "acks": "all",
+    "rf": 3,
+    "partitions": 1,
+    "idempotent": False,
+    "group": "g",
+    "offsets_log": "__consumer_offsets-0",
+}
+
+
+def hw_advance(t_us: int, diverged: dict[str, int]) -> dict[str, Any]:
+    return {
+        "t_us": t_us,
+        "kind": "hw-advance",
+        "node": "n4",
+        "log": "jepsen-0",
+        "epoch": 3,
+        "from_hw": 10,
+        "hw": 14,
+        "checked": ["n5", "n6"],
+        "diverged": diverged,
+    }
+
+
+def caught_up(node: str, end: int, diverged_at: int) -> dict[str, Any]:
+    return {
+        "t_us": 50,
+        "kind": "replica-caught-up",
+        "node": node,
+        "log": "jepsen-0",
+        "leader": "n4",
+        "hw": 14,
+        "end": end,
+        "diverged_at": diverged_at,
+        "bound_s": 10.0,
+    }
+
+
+def data_plane(violations: list[Any]) -> list[Any]:
+    """The data-plane violations (the hand-written runs hold no operations, so liveness
+    fails too; that is judged elsewhere)."""
+    return [v for v in violations if v.check in ("committed-on-isr", "replica-catch-up")]
+
+
+def test_a_high_watermark_over_a_diverged_isr_member_is_flagged(tmp_path: Path) -> None:
+    clean = [CONFIG, hw_advance(20, {})]
+    assert data_plane(run_checks(write_run(tmp_path, clean, scenario="kafka"))) == []
+    bad = [CONFIG, hw_advance(20, {"n6": 13, "n5": 12})]
+    [found] = data_plane(run_checks(write_run(tmp_path, bad, scenario="kafka")))
+    assert found.message == (
+        "committed-on-isr: n4, leader of jepsen-0 in epoch 3, moved its high watermark from "
+        "10 to 14, but ISR member n5 holds other batches than the leader's from offset 12 "
+        "of jepsen-0"
+    )
+
+
+def test_a_replica_short_or_diverged_after_the_final_reads_is_flagged(tmp_path: Path) -> None:
+    ok = [CONFIG, caught_up("n5", 14, -1), caught_up("n6", 20, -1)]
+    assert data_plane(run_checks(write_run(tmp_path, ok, scenario="kafka"))) == []
+    bad = [CONFIG, caught_up("n5", 13, -1), caught_up("n6", 20, 7)]
+    short, diverged = data_plane(run_checks(write_run(tmp_path, bad, scenario="kafka")))
+    assert short.message.endswith(
+        "within 10s of the final reads, but reached only offset 13 of jepsen-0"
+    )
+    assert short.message.startswith("replica-catch-up: n5's replica of jepsen-0 must hold")
+    assert diverged.message.endswith(
+        "holds other batches than the leader's from offset 7 of jepsen-0"
+    )
+
+
+@pytest.mark.parametrize("bug", sorted(DATA_PLANE_BUG_CHECKS))
+def test_kraft_analyze_flags_the_pinned_data_plane_bug_runs(bug: str, tmp_path: Path) -> None:
+    """The simulator's own verdict on each pinned run is among the violations kraft-analyze
+    re-derives from its trace, under the same check."""
+    seed = KAFKA_BUG_SEEDS[bug]
+    trace_run(tmp_path, "kafka", seed, bug, "--duration", "20", *KAFKA_BUG_ARGS[bug])
+    trace = read_trace_pandas(str(tmp_path))
+    [verdict] = list(trace.runs["violation"])
+    assert verdict.startswith(f"{DATA_PLANE_BUG_CHECKS[bug]}: "), verdict
+    messages = set(analyze_local(trace).violations["message"])
+    assert verdict in messages, (verdict, sorted(messages)[:5])
