@@ -96,6 +96,11 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="kafka: now and then reassign a random partition to random brokers (KIP-455)",
         )
+        p.add_argument(
+            "--transactions",
+            action="store_true",
+            help="kafka: transactional producers and read_committed consumers (kafka_txn.py)",
+        )
         p.add_argument("--duration", type=float, default=30.0, help="virtual seconds of faults")
         p.add_argument("--faults", default="all", help="all, none, or a comma list")
         p.add_argument("--bug", default=None, help="a planted bug (see `kraft-sim bugs`)")
@@ -176,6 +181,7 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         compact=args.compact,
         descriptor_limit=args.descriptor_limit,
         reassign=args.reassign,
+        transactions=args.transactions,
         trace_dir=args.trace,
     )
 
@@ -249,7 +255,7 @@ def run_argv(args: argparse.Namespace, seed: int) -> list[str]:
     argv += ["--acks", args.acks, "--duration", repr(args.duration), "--faults", args.faults]
     if args.bug is not None:
         argv += ["--bug", args.bug]
-    for flag in ("idempotent", "compact", "reassign", "allow_unknown"):
+    for flag in ("idempotent", "compact", "reassign", "transactions", "allow_unknown"):
         if getattr(args, flag):
             argv.append("--" + flag.replace("_", "-"))
     return argv

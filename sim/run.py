@@ -49,6 +49,9 @@ class RunConfig:
     descriptor_limit: int | None = None
     # Now and then a random partition is reassigned (KIP-455) to random brokers.
     reassign: bool = False
+    # Transactional lanes and read_committed consumers beside the plain workload
+    # (sim/scenarios/kafka_txn.py).
+    transactions: bool = False
     trace_path: str | None = None
     trace_dir: str | None = None
 

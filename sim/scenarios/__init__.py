@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.run import RunConfig, RunResult
-from sim.scenarios import echo, kafka, metadata, raft
+from sim.scenarios import echo, kafka, kafka_txn, metadata, raft
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,6 @@ SCENARIOS: dict[str, Scenario] = {
         kafka.run_kafka,
         kafka.BUGS,
         kafka.FAULTS,
-        tuple(kafka.LIFECYCLE_FAULTS),
+        (*kafka.LIFECYCLE_FAULTS, *kafka_txn.TXN_FAULTS),
     ),
 }
