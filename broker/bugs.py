@@ -12,6 +12,10 @@ NO_EPOCH_BUMP = "no-epoch-bump"
 ACK_BEFORE_FETCH = "ack-before-fetch"
 SKIP_SEQUENCE_CHECK = "skip-sequence-check"
 COORDINATOR_HW_OVER_TRUNCATED = "coordinator-hw-over-truncated"
+# Transactions (the kafka scenario's --transactions lanes catch them; docs/transactions.md).
+TXN_LSO_IGNORES_OPEN = "txn-lso-ignores-open"
+TXN_NO_ABORTED_LIST = "txn-no-aborted-list"
+TXN_COMMIT_BEFORE_PREPARE = "txn-commit-before-prepare"
 
 BROKER_BUGS = {
     TRUNCATE_TO_HW: "a new follower truncates its log to its high watermark (before KIP-101)",
@@ -23,4 +27,10 @@ BROKER_BUGS = {
     COORDINATOR_HW_OVER_TRUNCATED: "a group coordinator acknowledges a commit once the high "
     "watermark passes its offset, though leadership moved and the record was truncated "
     "(KAFKA-20634)",
+    TXN_LSO_IGNORES_OPEN: "the last stable offset is the high watermark: open transactions "
+    "do not hold read_committed consumers back",
+    TXN_NO_ABORTED_LIST: "a read_committed Fetch lists no aborted transactions, so consumers "
+    "keep aborted records",
+    TXN_COMMIT_BEFORE_PREPARE: "the transaction coordinator answers EndTxn before it has "
+    "written PrepareCommit/PrepareAbort, so a failed write loses an acknowledged outcome",
 }

@@ -54,5 +54,14 @@ KAFKA_BUG_SEEDS = {
     "leader-outside-isr": 3,
     "skip-sequence-check": 10,
     "coordinator-hw-over-truncated": 15,
+    # The transactional bugs, with the transactional lanes (sim/scenarios/kafka_txn.py).
+    "txn-lso-ignores-open": 1,
+    "txn-no-aborted-list": 1,
+    "txn-commit-before-prepare": 1,
 }
-KAFKA_BUG_ARGS = {"skip-sequence-check": ("--idempotent",)}
+KAFKA_BUG_ARGS = {
+    "skip-sequence-check": ("--idempotent",),
+    "txn-lso-ignores-open": ("--transactions",),
+    "txn-no-aborted-list": ("--transactions",),
+    "txn-commit-before-prepare": ("--transactions",),
+}

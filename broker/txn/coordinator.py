@@ -31,6 +31,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.bugs import TXN_COMMIT_BEFORE_PREPARE
 from broker.group.records import partition_for
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
@@ -357,6 +358,13 @@ class TransactionCoordinator:
             return error
         return self._spawn(self._finish(shard, target))
 
+    async def _prepare_planted(
+        self, shard: TxnShard, transactional_id: str, target: TxnMetadata
+    ) -> None:
+        """The planted txn-commit-before-prepare: the prepare write after the answer."""
+        if isinstance(await self._prepare_and_finish(shard, transactional_id, target), ErrorCode):
+            shard.pending.discard(transactional_id)
+
     async def _finish(self, shard: TxnShard, prepared: TxnMetadata) -> None:
         """Markers to every partition, then CompleteCommit/CompleteAbort (retried while this
         leadership lasts). The id stays pending throughout."""
@@ -503,6 +511,9 @@ class TransactionCoordinator:
         if transactional_id in shard.pending:
             return ErrorCode.concurrent_transactions
         shard.pending.add(transactional_id)
+        if TXN_COMMIT_BEFORE_PREPARE in self._replicas.bugs:
+            self._spawn(self._prepare_planted(shard, transactional_id, decision))
+            return ErrorCode.none
         started = await self._prepare_and_finish(shard, transactional_id, decision)
         if isinstance(started, ErrorCode):
             shard.pending.discard(transactional_id)
