@@ -16,6 +16,7 @@ COORDINATOR_HW_OVER_TRUNCATED = "coordinator-hw-over-truncated"
 TXN_LSO_IGNORES_OPEN = "txn-lso-ignores-open"
 TXN_NO_ABORTED_LIST = "txn-no-aborted-list"
 TXN_COMMIT_BEFORE_PREPARE = "txn-commit-before-prepare"
+TXN_COMPLETE_BEFORE_MARKERS = "txn-complete-before-markers"
 
 BROKER_BUGS = {
     TRUNCATE_TO_HW: "a new follower truncates its log to its high watermark (before KIP-101)",
@@ -33,4 +34,7 @@ BROKER_BUGS = {
     "keep aborted records",
     TXN_COMMIT_BEFORE_PREPARE: "the transaction coordinator answers EndTxn before it has "
     "written PrepareCommit/PrepareAbort, so a failed write loses an acknowledged outcome",
+    TXN_COMPLETE_BEFORE_MARKERS: "the transaction coordinator answers EndTxn once prepared, "
+    "writes CompleteCommit/CompleteAbort and takes the next transaction before the markers "
+    "are written, so a late marker of the same epoch (TV1) ends the next transaction",
 }

@@ -53,6 +53,8 @@ RC_CONSUMERS = 2
 TXN_TIMEOUT_S = 5.0  # the producers' transaction.timeout.ms: a crashed lane's open one aborts
 COMMIT_CHANCE = 0.7
 MAX_TXN_PARTITIONS = 3
+ADD_PARTITIONS_ATTEMPTS = 50  # CONCURRENT_TRANSACTIONS retries, as Kafka's producer's
+ADD_PARTITIONS_BACKOFF_S = 0.02  # retry.backoff.ms for it (Kafka: 20 ms)
 # The brokers' transaction settings under --transactions: a small __transaction_state, and
 # timed-out transactions aborted within a second (Kafka checks every 10 s), so the final
 # reads are not held at the LSO by a crashed lane's transaction for long.
@@ -295,13 +297,19 @@ class TxnLanes:
                 rng.randint(1, min(MAX_TXN_PARTITIONS, cluster.partitions)),
             )
         )
-        self.ops += 1
-        error = await self._coordinator_call(
-            session,
-            lambda c: kafka_txn_client.add_partitions(
-                c, tid, producer, TXN_TOPIC, partitions, REQUEST_TIMEOUT_S
-            ),
-        )
+        for _attempt in range(ADD_PARTITIONS_ATTEMPTS):
+            self.ops += 1
+            error = await self._coordinator_call(
+                session,
+                lambda c: kafka_txn_client.add_partitions(
+                    c, tid, producer, TXN_TOPIC, partitions, REQUEST_TIMEOUT_S
+                ),
+            )
+            if error != "CONCURRENT_TRANSACTIONS":
+                break
+            # The last transaction's markers are still being written: Kafka's producer
+            # retries after a short backoff, with the same epoch (TV1).
+            await asyncio.sleep(ADD_PARTITIONS_BACKOFF_S)
         if error != "NONE":
             session.reset()  # what was added, if anything, the next InitProducerId aborts
             return

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.bugs import TXN_COMMIT_BEFORE_PREPARE, TXN_LSO_IGNORES_OPEN, TXN_NO_ABORTED_LIST
+from broker.bugs import (
+    TXN_COMMIT_BEFORE_PREPARE,
+    TXN_COMPLETE_BEFORE_MARKERS,
+    TXN_LSO_IGNORES_OPEN,
+    TXN_NO_ABORTED_LIST,
+)
 from sim.analysis.job import analyze_local
 from sim.analysis.load import read_trace_pandas
 from sim.analysis.txn import CHECKS
@@ -16,7 +21,12 @@ from tests.planted import KAFKA_BUG_ARGS, KAFKA_BUG_SEEDS
 
 from .conftest import trace_run
 
-TXN_BUGS = (TXN_LSO_IGNORES_OPEN, TXN_NO_ABORTED_LIST, TXN_COMMIT_BEFORE_PREPARE)
+TXN_BUGS = (
+    TXN_LSO_IGNORES_OPEN,
+    TXN_NO_ABORTED_LIST,
+    TXN_COMMIT_BEFORE_PREPARE,
+    TXN_COMPLETE_BEFORE_MARKERS,
+)
 
 
 @pytest.fixture(scope="module")
