@@ -14,6 +14,11 @@ SKIP_SEQUENCE_CHECK = "skip-sequence-check"
 COORDINATOR_HW_OVER_TRUNCATED = "coordinator-hw-over-truncated"
 HW_BEFORE_DIVERGENCE_CHECK = "hw-before-divergence-check"
 FOLLOWER_TRUNCATE_TO_LEADER_END = "follower-truncate-to-leader-end"
+# Transactions (the kafka scenario's --transactions lanes catch them; docs/transactions.md).
+TXN_LSO_IGNORES_OPEN = "txn-lso-ignores-open"
+TXN_NO_ABORTED_LIST = "txn-no-aborted-list"
+TXN_COMMIT_BEFORE_PREPARE = "txn-commit-before-prepare"
+TXN_COMPLETE_BEFORE_MARKERS = "txn-complete-before-markers"
 
 BROKER_BUGS = {
     TRUNCATE_TO_HW: "a new follower truncates its log to its high watermark (before KIP-101)",
@@ -30,4 +35,13 @@ BROKER_BUGS = {
     FOLLOWER_TRUNCATE_TO_LEADER_END: "a follower told its log diverges at an epoch it does not "
     "have truncates to the leader's end of that epoch, not its own end of its older epoch "
     "(KAFKA-6361, fixed by KIP-279)",
+    TXN_LSO_IGNORES_OPEN: "the last stable offset is the high watermark: open transactions "
+    "do not hold read_committed consumers back",
+    TXN_NO_ABORTED_LIST: "a read_committed Fetch lists no aborted transactions, so consumers "
+    "keep aborted records",
+    TXN_COMMIT_BEFORE_PREPARE: "the transaction coordinator answers EndTxn before it has "
+    "written PrepareCommit/PrepareAbort, so a failed write loses an acknowledged outcome",
+    TXN_COMPLETE_BEFORE_MARKERS: "the transaction coordinator answers EndTxn once prepared, "
+    "writes CompleteCommit/CompleteAbort and takes the next transaction before the markers "
+    "are written, so a late marker of the same epoch (TV1) ends the next transaction",
 }

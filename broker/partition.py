@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker.bugs import NO_EPOCH_BUMP
+from broker.bugs import NO_EPOCH_BUMP, TXN_LSO_IGNORES_OPEN
 from broker.producer_state import ProducerState
 from log.batch import BatchHeader, iter_batches
 from log.end_txn_marker import EndTransactionMarker, decode_marker
@@ -142,6 +142,8 @@ class Partition:
         never below the log start (Kafka's maybeIncrementFirstUnstableOffset: records
         deleted by retention or DeleteRecords cannot hold consumers back)."""
         high_watermark = self.high_watermark
+        if TXN_LSO_IGNORES_OPEN in self.bugs:
+            return high_watermark
         stable = self.producers.last_stable_offset(high_watermark)
         return max(stable, min(self.log.log_start_offset, high_watermark))
 

@@ -45,6 +45,7 @@ from broker.bugs import (
     NO_EPOCH_BUMP,
     SKIP_SEQUENCE_CHECK,
     TRUNCATE_TO_HW,
+    TXN_NO_ABORTED_LIST,
 )
 from broker.controller_channel import ControllerSender
 from broker.fetcher import FetcherConfig, ReplicaFetcherManager
@@ -1223,7 +1224,7 @@ class ReplicaManager:
                 # The transactions aborted within what is read (Kafka's upper bound is the
                 # offset after the read; an empty read needs none).
                 found = log.collect_aborted_txns(offset, data.next_offset) if data.records else []
-                aborted = tuple(found)
+                aborted = () if TXN_NO_ABORTED_LIST in self.bugs else tuple(found)
         except OffsetOutOfRangeError:
             return ReadResult(
                 ErrorCode.offset_out_of_range, hw, log.log_start_offset, last_stable_offset=stable

@@ -556,6 +556,11 @@ class LogSegment:
         self._size = position
         self._next_offset = next_offset
         self._rolling_based_timestamp = None
+        torn = self.txn_index.cut_torn_tail()
+        if torn:
+            logger.warning(
+                "%s: truncating a torn %d-byte entry off its .txnindex", self.log.path, torn
+            )
         self.txn_index.truncate_to(next_offset)  # markers that did not survive
         self.offset_index.write_pending()
         self.time_index.write_pending()

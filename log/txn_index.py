@@ -152,6 +152,23 @@ class TransactionIndex:
         for entry in wanted:
             self.append(entry)
 
+    def cut_torn_tail(self) -> int:
+        """Recovery after an unclean shutdown: cut a partial last entry, an append a power
+        cut interrupted (it was past the last fsync, so its marker lies past the last
+        producer snapshot and the log read that follows recovery, ProducerState.build,
+        restores it through Log.repair_txn_indexes). Kafka rebuilds a recovered segment's
+        transaction index from its batches to the same end. Returns the bytes cut; a file
+        of whole entries out of order is still corrupt (raised when it is loaded)."""
+        if self._entries is not None or not self._fs.exists(self.path):
+            return 0
+        handle = self._open()
+        size = handle.size()
+        torn = size % ENTRY_SIZE
+        if torn:
+            handle.truncate(size - torn)
+            self._dirty = True
+        return torn
+
     def truncate_to(self, offset: int) -> None:
         """Drop the entries of transactions whose marker is at or past ``offset``."""
         entries = self._load()

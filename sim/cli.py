@@ -102,6 +102,11 @@ def _parser() -> argparse.ArgumentParser:
             help="kafka: every node authorizes every request (StandardAuthorizer, no ACLs, "
             "allow.everyone.if.no.acl.found=true)",
         )
+        p.add_argument(
+            "--transactions",
+            action="store_true",
+            help="kafka: transactional producers and read_committed consumers (kafka_txn.py)",
+        )
         p.add_argument("--duration", type=float, default=30.0, help="virtual seconds of faults")
         p.add_argument("--faults", default="all", help="all, none, or a comma list")
         p.add_argument("--bug", default=None, help="a planted bug (see `kraft-sim bugs`)")
@@ -183,6 +188,7 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         descriptor_limit=args.descriptor_limit,
         reassign=args.reassign,
         authorizer=args.authorizer,
+        transactions=args.transactions,
         trace_dir=args.trace,
     )
 
@@ -256,7 +262,14 @@ def run_argv(args: argparse.Namespace, seed: int) -> list[str]:
     argv += ["--acks", args.acks, "--duration", repr(args.duration), "--faults", args.faults]
     if args.bug is not None:
         argv += ["--bug", args.bug]
-    for flag in ("idempotent", "compact", "reassign", "authorizer", "allow_unknown"):
+    for flag in (
+        "idempotent",
+        "compact",
+        "reassign",
+        "authorizer",
+        "transactions",
+        "allow_unknown",
+    ):
         if getattr(args, flag):
             argv.append("--" + flag.replace("_", "-"))
     return argv

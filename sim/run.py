@@ -52,6 +52,9 @@ class RunConfig:
     # Every node runs Kafka's StandardAuthorizer with no ACLs and
     # allow.everyone.if.no.acl.found=true: every request passes through its checks.
     authorizer: bool = False
+    # Transactional lanes and read_committed consumers beside the plain workload
+    # (sim/scenarios/kafka_txn.py).
+    transactions: bool = False
     trace_path: str | None = None
     trace_dir: str | None = None
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.bugs import TXN_COMMIT_BEFORE_PREPARE, TXN_COMPLETE_BEFORE_MARKERS
 from broker.group.records import partition_for
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
@@ -357,12 +358,36 @@ class TransactionCoordinator:
             return error
         return self._spawn(self._finish(shard, target))
 
+    async def _complete_before_markers(
+        self, shard: TxnShard, prepared: TxnMetadata, current: Any
+    ) -> None:
+        """The planted txn-complete-before-markers: Complete written and the id free for its
+        next transaction first, the markers after."""
+        transactional_id = prepared.transactional_id
+        while current():
+            target = state.complete(prepared, self._clock.now_ms())
+            if await self._write(shard, transactional_id, target) is ErrorCode.none:
+                break
+            await asyncio.sleep(self.config.transaction_marker_retry_backoff_ms / 1000)
+        shard.pending.discard(transactional_id)
+        await self.markers.send(prepared, shard.leader_epoch, current)
+
+    async def _prepare_planted(
+        self, shard: TxnShard, transactional_id: str, target: TxnMetadata
+    ) -> None:
+        """The planted txn-commit-before-prepare: the prepare write after the answer."""
+        if isinstance(await self._prepare_and_finish(shard, transactional_id, target), ErrorCode):
+            shard.pending.discard(transactional_id)
+
     async def _finish(self, shard: TxnShard, prepared: TxnMetadata) -> None:
         """Markers to every partition, then CompleteCommit/CompleteAbort (retried while this
         leadership lasts). The id stays pending throughout."""
         transactional_id = prepared.transactional_id
         current = lambda: self._shards.get(shard.partition) is shard  # noqa: E731
         try:
+            if TXN_COMPLETE_BEFORE_MARKERS in self._replicas.bugs:
+                await self._complete_before_markers(shard, prepared, current)
+                return
             if not await self.markers.send(prepared, shard.leader_epoch, current):
                 return
             while current():
@@ -533,12 +558,15 @@ class TransactionCoordinator:
         if transactional_id in shard.pending:
             return InitResult(ErrorCode.concurrent_transactions)
         shard.pending.add(transactional_id)
+        if TXN_COMMIT_BEFORE_PREPARE in self._replicas.bugs:
+            self._spawn(self._prepare_planted(shard, transactional_id, decision))
+            return InitResult(ErrorCode.none, decision.producer_id, decision.producer_epoch)
         started = await self._prepare_and_finish(shard, transactional_id, decision)
         if isinstance(started, ErrorCode):
             shard.pending.discard(transactional_id)
             return InitResult(started)
         wait_ms = self.config.transaction_end_wait_for_markers_ms
-        if wait_ms > 0:
+        if wait_ms > 0 and TXN_COMPLETE_BEFORE_MARKERS not in self._replicas.bugs:
             await asyncio.wait({started}, timeout=wait_ms / 1000)  # never cancels it
         if transaction_version < state.TV2:
             return InitResult(ErrorCode.none, decision.producer_id, decision.producer_epoch)

@@ -56,6 +56,7 @@ from sim.analysis.quorum_rules import (
 from sim.analysis.shutdowns import CHECK as SHUTDOWN_CHECK
 from sim.analysis.shutdowns import overdue
 from sim.analysis.stats import ROLE_PREFIX
+from sim.analysis.txn import TXN_END, TXN_OPS, TxnChecker, TxnOp
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -870,7 +871,11 @@ def check_kafka(run: RunData) -> list[Violation]:
     done = ("invoke_us", "invoke_seq", "complete_us", "complete_seq", "detail_out")
     kafka_ops = []
     pending = []
+    txn_items: list[tuple[int, str, Any]] = []
     for row in records(run.ops, (*op_columns, *done)):
+        if row.f in TXN_OPS:
+            txn_items.extend(_txn_items(row))
+            continue
         # A commit still open at the end may have landed (the checker judges commits at the
         # end, pending ones included); any other open operation is not checked.
         if row.f == COMMIT and row.status == "pending":
@@ -903,18 +908,26 @@ def check_kafka(run: RunData) -> list[Violation]:
         )
         kafka_ops.append(op)
         items.append((int(row.complete_seq), "op", op))
+    items.extend(txn_items)
     items.sort(key=lambda item: item[0])
     items.extend(sorted(pending, key=lambda item: item[0]))
     checker = KafkaChecker(
         acks_all=config.get("acks") == "all", cuts=cuts, offsets_log=config.get("offsets_log", "")
     )
     states = PartitionStateChecker(cuts=cuts)
+    txn = TxnChecker(cuts=cuts)
     found: list[Violation] = []
     end_us = 0
     for _seq, what, item in items:
         if what == "op":
             checker.add(item)
             end_us = max(end_us, item.complete_us)
+            continue
+        if what == "txn":
+            before = len(txn.violations)
+            txn.add(item)
+            found.extend(Violation(v.check, v.message, v.time_us) for v in txn.violations[before:])
+            end_us = max(end_us, item.time_us)
             continue
         at = int(item.time_virtual_us)
         end_us = max(end_us, at)
@@ -925,7 +938,11 @@ def check_kafka(run: RunData) -> list[Violation]:
             continue
         detail = json.loads(item.detail) if isinstance(item.detail, str) else {}
         if item.kind == "partition-state":
-            if detail.get("topic") in (config.get("topic"), OFFSETS_TOPIC):
+            if detail.get("topic") in (
+                config.get("topic"),
+                OFFSETS_TOPIC,
+                *config.get("txn_topics", ()),
+            ):
                 key = f"{detail['topic']}-{detail['partition']}"
                 cuts.isr_changed(key, tuple(int(r) for r in detail["isr"]), at)
             continue
@@ -966,9 +983,43 @@ def check_kafka(run: RunData) -> list[Violation]:
             found.append(Violation(result.check, result.message, at, item.node))
     for violation in checker.finish(end_us):
         found.append(Violation(violation.check, violation.message, violation.time_us))
+    for violation in txn.finish(end_us):
+        found.append(Violation(violation.check, violation.message, violation.time_us))
     topic, partitions = str(config.get("topic")), int(config.get("partitions", 0))
     for message in check_liveness(kafka_ops, partitions, topic):
         found.append(Violation(message.partition(":")[0], message, end_us))
+    return found
+
+
+def _txn_items(row: Any) -> list[tuple[int, str, Any]]:
+    """One transactional operation of the history as the TxnChecker's inputs, each at its
+    place in the trace: a txn-end at its invocation too (a read before a commit was asked
+    for is an intermediate read), every operation at its completion."""
+    found: list[tuple[int, str, Any]] = []
+    value = _int(row.value_in)
+    if row.f == TXN_END:
+        invoked = TxnOp(
+            str(row.process), TXN_END, str(row.key), "invoke", value, time_us=int(row.invoke_us)
+        )
+        found.append((int(row.invoke_seq), "txn", invoked))
+    if row.status not in ("ok", "fail", "info"):
+        return found
+    detail = json.loads(row.detail_out) if isinstance(row.detail_out, str) else {}
+    pairs = [int(v) for v in row.values_out] if row.values_out is not None else []
+    op = TxnOp(
+        str(row.process),
+        str(row.f),
+        str(row.key),
+        str(row.status),
+        value,
+        _int(row.offset),
+        tuple(zip(pairs[::2], pairs[1::2], strict=True)),
+        str(detail.get("txn", "")),
+        int(row.complete_us),
+        tuple(int(r) for r in detail.get("isr", ())),
+        int(detail.get("reached", -1)),
+    )
+    found.append((int(row.complete_seq), "txn", op))
     return found
 
 

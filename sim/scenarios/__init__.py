@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.run import RunConfig, RunResult
-from sim.scenarios import echo, kafka, metadata, raft
+from sim.scenarios import echo, kafka, kafka_txn, metadata, raft
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,6 @@ SCENARIOS: dict[str, Scenario] = {
         kafka.run_kafka,
         kafka.BUGS,
         kafka.FAULTS,
-        (*kafka.LIFECYCLE_FAULTS, *kafka.DATA_PLANE_FAULTS),
+        (*kafka.LIFECYCLE_FAULTS, *kafka.DATA_PLANE_FAULTS, *kafka_txn.TXN_FAULTS),
     ),
 }

@@ -272,6 +272,7 @@ class KafkaCluster(Cluster):
     acks: int = -1
     idempotent: bool = False
     compact: bool = False
+    extra_topics: tuple[str, ...] = ()  # --transactions: whose ISRs PowerCuts follows too
     cuts: PowerCuts = field(default_factory=PowerCuts)
     kafka: KafkaChecker = field(default_factory=KafkaChecker)
     states: PartitionStateChecker = field(default_factory=PartitionStateChecker)
@@ -804,7 +805,11 @@ class KafkaCluster(Cluster):
             broker = broker_id(str(event["node"]))
             assert broker is not None
             self.cuts.cut(broker, int(event["t_us"]))
-        elif event["kind"] == "partition-state" and event["topic"] in (TOPIC, OFFSETS_TOPIC):
+        elif event["kind"] == "partition-state" and event["topic"] in (
+            TOPIC,
+            OFFSETS_TOPIC,
+            *self.extra_topics,
+        ):
             key = f"{event['topic']}-{event['partition']}"
             isr = tuple(int(r) for r in event["isr"])
             self.cuts.isr_changed(key, isr, int(event["t_us"]))
@@ -1235,6 +1240,8 @@ def _replication_faults(cluster: KafkaCluster) -> dict[str, Callable[[Nemesis, f
 
 def run_kafka(config: RunConfig) -> RunResult:
     """Run the kafka scenario once and judge it."""
+    from sim.scenarios import kafka_txn  # it builds on this module
+
     run = ScenarioRun(config, BUGS)
     world = run.world
     checker = Checker(world.trace)
@@ -1258,6 +1265,7 @@ def run_kafka(config: RunConfig) -> RunResult:
             "group.initial.rebalance.delay.ms": "0",
             **(COMPACT_BROKER_PROPS if config.compact else {}),
             **(AUTHORIZER_PROPS if config.authorizer else {}),
+            **(kafka_txn.broker_props(rf) if config.transactions else {}),
         },
         partitions=config.partitions,
         acks=-1 if config.acks == "all" else 1,
@@ -1268,6 +1276,7 @@ def run_kafka(config: RunConfig) -> RunResult:
         acks_all=config.acks == "all", cuts=cluster.cuts, offsets_log=OFFSETS_LOG
     )
     cluster.states = PartitionStateChecker(cuts=cluster.cuts)
+    txn = kafka_txn.attach(cluster) if config.transactions else None
     world.trace.watchers.append(cluster.watch)
     world.trace.event(
         "kafka-config",
@@ -1279,6 +1288,7 @@ def run_kafka(config: RunConfig) -> RunResult:
         group=GROUP,
         offsets_log=OFFSETS_LOG,
         **({"compact": True} if config.compact else {}),
+        **({"txn_topics": [kafka_txn.TXN_TOPIC]} if txn is not None else {}),
     )
     for name in controllers + brokers:
         process = world.add_process(name)
@@ -1299,10 +1309,13 @@ def run_kafka(config: RunConfig) -> RunResult:
 
     async def workload(runtime: Runtime) -> None:
         setup_ok.append(await cluster.setup(runtime.rng))
+        if setup_ok[0] and txn is not None:
+            setup_ok[0] = await txn.setup(runtime.rng)
         ready.set()
         if not setup_ok[0]:
             return
         lanes = [
+            *(txn.lanes(runtime) if txn is not None else ()),
             *(asyncio.ensure_future(cluster.producer(runtime, i)) for i in range(PRODUCERS)),
             *(asyncio.ensure_future(cluster.consumer(runtime, i)) for i in range(CONSUMERS)),
             *(
@@ -1323,6 +1336,8 @@ def run_kafka(config: RunConfig) -> RunResult:
         await cluster.final_reads(runtime.rng)
         await cluster.final_offsets(runtime.rng)
         await cluster.replicas_caught_up()
+        if txn is not None:
+            await txn.final_reads(runtime.rng)
 
     client = world.add_process("client")
     client.start(client_main)
@@ -1331,7 +1346,7 @@ def run_kafka(config: RunConfig) -> RunResult:
         controllers + brokers,
         config.faults,
         leader=cluster.active_controller,
-        custom=_replication_faults(cluster),
+        custom={**_replication_faults(cluster), **kafka_txn.txn_faults(cluster)},
         supervise=any(fault in LIFECYCLE_FAULTS for fault in config.faults),
         separate={**LIFECYCLE_FAULTS, **DATA_PLANE_FAULTS},
     )
@@ -1352,6 +1367,8 @@ def run_kafka(config: RunConfig) -> RunResult:
         sampler.cancel()
         for found in cluster.kafka.finish(world.trace.now_us()):
             checker.fail(found.message)
+        for found in txn.checker.finish(world.trace.now_us()) if txn is not None else ():
+            checker.fail(found.message)
         for message in check_liveness(cluster.ops, cluster.partitions, TOPIC):
             checker.fail(message)
 
@@ -1360,7 +1377,7 @@ def run_kafka(config: RunConfig) -> RunResult:
         lambda: checker.violation,
         checker.fail,
         lambda: {
-            "ops": cluster.sends + cluster.polls + cluster.group_ops,
+            "ops": cluster.sends + cluster.polls + cluster.group_ops + (txn.ops if txn else 0),
             "sends": cluster.kafka.sends_ok,
             "polls": cluster.kafka.polls_ok,
             "commits": cluster.kafka.commits_ok,
@@ -1368,6 +1385,7 @@ def run_kafka(config: RunConfig) -> RunResult:
             "lost": cluster.kafka.lost,
             "faults": nemesis.injected,
             **(_cleaned(cluster) if config.compact else {}),
+            **(txn.figures() if txn is not None else {}),
             **(_files_closed(cluster) if config.descriptor_limit is not None else {}),
         },
     )

@@ -73,6 +73,7 @@ class Partitions:
         self.data: dict[tuple[str, int], bytearray] = {}
         self.committing = True
         self.config = SimpleNamespace(inter_broker_listener_name=LISTENER)
+        self.bugs: frozenset[str] = frozenset()  # the ReplicaManager's planted bugs: none
 
     async def wait_reconciled(self, offset: int) -> None:
         return None

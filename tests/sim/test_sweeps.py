@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.analysis.txn import CHECKS as TXN_CHECKS
 from tests.planted import (
     DATA_PLANE_BUG_CHECKS,
     KAFKA_BUG_ARGS,
@@ -326,6 +327,25 @@ def test_kafka_planted_bug_is_caught_at_its_seed(bug: str, seed: int) -> None:
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.startswith(f"seed={seed} VIOLATION "), result.stdout
+    if bug.startswith("txn-"):  # caught by what it breaks, not by a crash on the way
+        check = result.stdout.split(" VIOLATION ", 1)[1].split(":", 1)[0]
+        assert check in TXN_CHECKS, result.stdout
+
+
+def test_kafka_transactions_slice_is_clean_with_every_fault() -> None:
+    """The transactional lanes, with Jepsen's schedule against Bufstream (delay-txn)."""
+    result = sweep(
+        "--scenario",
+        "kafka",
+        "--transactions",
+        "--seeds",
+        "1-2",
+        "--duration",
+        "10",
+        "--faults",
+        "all,delay-txn",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_every_broker_bug_has_a_catching_seed() -> None:
