@@ -17,7 +17,6 @@ FOLLOWER_TRUNCATE_TO_LEADER_END = "follower-truncate-to-leader-end"
 # Transactions (the kafka scenario's --transactions lanes catch them; docs/transactions.md).
 TXN_LSO_IGNORES_OPEN = "txn-lso-ignores-open"
 TXN_NO_ABORTED_LIST = "txn-no-aborted-list"
-TXN_COMMIT_BEFORE_PREPARE = "txn-commit-before-prepare"
 TXN_COMPLETE_BEFORE_MARKERS = "txn-complete-before-markers"
 
 BROKER_BUGS = {
@@ -39,8 +38,6 @@ BROKER_BUGS = {
     "do not hold read_committed consumers back",
     TXN_NO_ABORTED_LIST: "a read_committed Fetch lists no aborted transactions, so consumers "
     "keep aborted records",
-    TXN_COMMIT_BEFORE_PREPARE: "the transaction coordinator answers EndTxn before it has "
-    "written PrepareCommit/PrepareAbort, so a failed write loses an acknowledged outcome",
     TXN_COMPLETE_BEFORE_MARKERS: "the transaction coordinator answers EndTxn once prepared, "
     "writes CompleteCommit/CompleteAbort and takes the next transaction before the markers "
     "are written, so a late marker of the same epoch (TV1) ends the next transaction",

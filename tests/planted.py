@@ -56,9 +56,9 @@ KAFKA_BUG_SEEDS = {
     "ack-before-fetch": 5,
     "hw-before-isr": 5,
     "truncate-to-hw": 5,
-    # 38 since KIP-966's strict min ISR and fetch sessions (was 7): a leader whose local
-    # ISR fell below min.insync.replicas no longer advances its high watermark over it.
-    # and 23 since the round-3 merges.
+    # 23 since the round-3 merges moved the schedule (38 before; 7 before KIP-966's strict
+    # min ISR and fetch sessions, under which a leader whose local ISR fell below
+    # min.insync.replicas no longer advances its high watermark over it).
     "isr-shrink-local": 23,
     "no-epoch-bump": 36,
     "leader-outside-isr": 3,
@@ -68,7 +68,6 @@ KAFKA_BUG_SEEDS = {
     # The transactional bugs, with the transactional lanes (sim/scenarios/kafka_txn.py).
     "txn-lso-ignores-open": 1,
     "txn-no-aborted-list": 1,
-    "txn-commit-before-prepare": 1,
     # Jepsen's Bufstream anomaly, with the delay-txn fault: 12 on the merged round-3 code
     # (3 on its branch; a late marker of the same epoch ended the next transaction, which a
     # read_committed consumer then read as an aborted write).
@@ -78,9 +77,6 @@ KAFKA_BUG_ARGS: dict[str, tuple[str, ...]] = {
     "skip-sequence-check": ("--idempotent",),
     "txn-lso-ignores-open": ("--transactions",),
     "txn-no-aborted-list": ("--transactions",),
-    # Caught at seed 1 of a 10 s run (lost-committed-write), in none of seeds 1-7 of 20 s
-    # runs: the later flag overrides the tests' --duration 20.
-    "txn-commit-before-prepare": ("--transactions", "--duration", "10"),
     "txn-complete-before-markers": ("--transactions", "--faults", "all,delay-txn"),
 }
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.bugs import TXN_COMMIT_BEFORE_PREPARE, TXN_COMPLETE_BEFORE_MARKERS
+from broker.bugs import TXN_COMPLETE_BEFORE_MARKERS
 from broker.group.records import partition_for
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
@@ -372,13 +372,6 @@ class TransactionCoordinator:
         shard.pending.discard(transactional_id)
         await self.markers.send(prepared, shard.leader_epoch, current)
 
-    async def _prepare_planted(
-        self, shard: TxnShard, transactional_id: str, target: TxnMetadata
-    ) -> None:
-        """The planted txn-commit-before-prepare: the prepare write after the answer."""
-        if isinstance(await self._prepare_and_finish(shard, transactional_id, target), ErrorCode):
-            shard.pending.discard(transactional_id)
-
     async def _finish(self, shard: TxnShard, prepared: TxnMetadata) -> None:
         """Markers to every partition, then CompleteCommit/CompleteAbort (retried while this
         leadership lasts). The id stays pending throughout."""
@@ -558,9 +551,6 @@ class TransactionCoordinator:
         if transactional_id in shard.pending:
             return InitResult(ErrorCode.concurrent_transactions)
         shard.pending.add(transactional_id)
-        if TXN_COMMIT_BEFORE_PREPARE in self._replicas.bugs:
-            self._spawn(self._prepare_planted(shard, transactional_id, decision))
-            return InitResult(ErrorCode.none, decision.producer_id, decision.producer_epoch)
         started = await self._prepare_and_finish(shard, transactional_id, decision)
         if isinstance(started, ErrorCode):
             shard.pending.discard(transactional_id)

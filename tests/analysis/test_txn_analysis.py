@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from broker.bugs import (
-    TXN_COMMIT_BEFORE_PREPARE,
     TXN_COMPLETE_BEFORE_MARKERS,
     TXN_LSO_IGNORES_OPEN,
     TXN_NO_ABORTED_LIST,
@@ -24,7 +23,6 @@ from .conftest import trace_run
 TXN_BUGS = (
     TXN_LSO_IGNORES_OPEN,
     TXN_NO_ABORTED_LIST,
-    TXN_COMMIT_BEFORE_PREPARE,
     TXN_COMPLETE_BEFORE_MARKERS,
 )
 
