@@ -668,6 +668,29 @@ class GroupCoordinator:
         return errors
 
     # ---- offsets ---------------------------------------------------------------------------
+    def _commit_records(
+        self, group_id: str, commits: list[OffsetCommit], known_topic: Callable[[str, int], bool]
+    ) -> tuple[list[ErrorCode], list[Record], list[tuple[int, TopicPartition, OffsetValue]]]:
+        """A commit's checks and records, shared by OffsetCommit and TxnOffsetCommit: one error
+        per commit, in order; the records of those accepted; and (index, partition, value)
+        of each accepted one, to apply once its write is acknowledged."""
+        now_ms = self._clock.now_ms()
+        errors: list[ErrorCode] = []
+        records: list[Record] = []
+        accepted: list[tuple[int, TopicPartition, OffsetValue]] = []
+        for commit in commits:
+            if not known_topic(commit.topic, commit.partition):
+                errors.append(ErrorCode.unknown_topic_or_partition)
+            elif len(commit.metadata.encode()) > self.config.offset_metadata_max_bytes:
+                errors.append(ErrorCode.offset_metadata_too_large)
+            else:
+                value = OffsetValue(commit.offset, commit.leader_epoch, commit.metadata, now_ms)
+                key = OffsetKey(group_id, commit.topic, commit.partition)
+                accepted.append((len(errors), (commit.topic, commit.partition), value))
+                records.append(Record(encode_offset_key(key), encode_offset_value(value), now_ms))
+                errors.append(ErrorCode.none)
+        return errors, records, accepted
+
     async def commit_offsets(
         self,
         group_id: str,
@@ -691,21 +714,7 @@ class GroupCoordinator:
             return [error] * len(commits)
         if group is None and consumer is None:
             shard.group(group_id)  # a simple (admin) commit creates the group, as in Kafka
-        now_ms = self._clock.now_ms()
-        errors: list[ErrorCode] = []
-        records: list[Record] = []
-        accepted: list[tuple[int, TopicPartition, OffsetValue]] = []
-        for commit in commits:
-            if not known_topic(commit.topic, commit.partition):
-                errors.append(ErrorCode.unknown_topic_or_partition)
-            elif len(commit.metadata.encode()) > self.config.offset_metadata_max_bytes:
-                errors.append(ErrorCode.offset_metadata_too_large)
-            else:
-                value = OffsetValue(commit.offset, commit.leader_epoch, commit.metadata, now_ms)
-                key = OffsetKey(group_id, commit.topic, commit.partition)
-                accepted.append((len(errors), (commit.topic, commit.partition), value))
-                records.append(Record(encode_offset_key(key), encode_offset_value(value), now_ms))
-                errors.append(ErrorCode.none)
+        errors, records, accepted = self._commit_records(group_id, commits, known_topic)
         if not records:
             return errors
         error, base_offset = await self._write(shard, records)
@@ -747,21 +756,7 @@ class GroupCoordinator:
                 error = ErrorCode.none  # a transaction may commit while members sync
         if error is not ErrorCode.none:
             return [error] * len(commits)
-        now_ms = self._clock.now_ms()
-        errors: list[ErrorCode] = []
-        records: list[Record] = []
-        accepted: list[tuple[int, TopicPartition, OffsetValue]] = []
-        for commit in commits:
-            if not known_topic(commit.topic, commit.partition):
-                errors.append(ErrorCode.unknown_topic_or_partition)
-            elif len(commit.metadata.encode()) > self.config.offset_metadata_max_bytes:
-                errors.append(ErrorCode.offset_metadata_too_large)
-            else:
-                value = OffsetValue(commit.offset, commit.leader_epoch, commit.metadata, now_ms)
-                key = OffsetKey(group_id, commit.topic, commit.partition)
-                accepted.append((len(errors), (commit.topic, commit.partition), value))
-                records.append(Record(encode_offset_key(key), encode_offset_value(value), now_ms))
-                errors.append(ErrorCode.none)
+        errors, records, accepted = self._commit_records(group_id, commits, known_topic)
         if not records:
             return errors
         error, base_offset = await self._write(shard, records, producer)
