@@ -37,8 +37,13 @@ from protocol.security import PLAIN, SCRAM_MECHANISMS, ListenerSecurity, SaslCre
 
 SASL_HANDSHAKE_KEY = ApiKey.SASL_HANDSHAKE
 SASL_AUTHENTICATE_KEY = ApiKey.SASL_AUTHENTICATE
-# The versions served: handshake v1 (KIP-152 framing only), authenticate v0-v2.
-SASL_APIS: dict[int, tuple[int, int]] = {SASL_HANDSHAKE_KEY: (1, 1), SASL_AUTHENTICATE_KEY: (0, 2)}
+# The versions advertised: handshake v0-v1 and authenticate v0-v2, as Kafka. Only KIP-152's
+# framing is served: a v0 handshake (the legacy flow, raw tokens after it) is refused with
+# UNSUPPORTED_VERSION. v0 is advertised all the same because librdkafka derives its SASL
+# feature from it (Debian's kcat refused to log in to a broker without it: "SASL Handshake
+# not supported by broker"), and then sends v1.
+SASL_APIS: dict[int, tuple[int, int]] = {SASL_HANDSHAKE_KEY: (0, 1), SASL_AUTHENTICATE_KEY: (0, 2)}
+LEGACY_HANDSHAKE_VERSION = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +127,12 @@ class SaslServer:
     def _handshake(self, header: wire.RequestHeader, request: object) -> Outcome:
         module: Any = response_module(SASL_HANDSHAKE_KEY, header.api_version)
         enabled = tuple(self._listener.mechanisms)
+        if header.api_version == LEGACY_HANDSHAKE_VERSION:
+            response = make(
+                module.SaslHandshakeResponse,
+                {"error_code": ErrorCode.unsupported_version, "mechanisms": enabled},
+            )
+            return Outcome(Verdict.FAIL, response, "SaslHandshake v0 (raw tokens) is not served")
         if self._state is _State.AUTHENTICATE:
             response = make(
                 module.SaslHandshakeResponse,
