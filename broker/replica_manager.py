@@ -239,7 +239,9 @@ class ReplicaManager:
         self._shrink_task: asyncio.Task[None] | None = None
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._checkpointed: dict[tuple[str, int], int] = {}  # high watermarks at start-up
-        self.txn_verifier = TxnVerifier(node_id, lambda: self._latest, self._endpoint)
+        self.txn_verifier = TxnVerifier(
+            node_id, lambda: self._latest, self._endpoint, connector=self.config.fetcher.connector
+        )
         self.topic_metrics: BrokerTopicMetrics | None = None  # data_plane counts into it
 
     # ---- metadata --------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from broker.client import KafkaConnection
 from metadata.image import MetadataImage
 from metadata.records import NO_LEADER
 from protocol.api_keys import ApiKey
+from protocol.connect import Connector
 from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.txn_verification")
@@ -90,8 +91,12 @@ class TxnVerifier:
         endpoint: Endpoint,
         *,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
+        connector: Connector | None = None,
     ) -> None:
         self._node_id = node_id
+        # How brokers reach each other (TLS and SASL on a secured inter-broker listener), as
+        # the replica fetchers and the marker sender connect.
+        self._connector = connector
         self._image = image
         self._endpoint = endpoint
         self._request_timeout_s = request_timeout_s
@@ -173,7 +178,9 @@ class TxnVerifier:
             address = self._endpoint(broker_id)
             if address is None:
                 raise ConnectionError(f"broker {broker_id} has no listener in the metadata")
-            connection = KafkaConnection(f"broker-{self._node_id}-txn-verification")
+            connection = KafkaConnection(
+                f"broker-{self._node_id}-txn-verification", connector=self._connector
+            )
             await connection.connect(*address, CONNECT_TIMEOUT_S)
             self._connections[broker_id] = connection
             return connection
