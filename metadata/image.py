@@ -73,6 +73,18 @@ class TopicsImage:
         topic_id = self.by_name.get(name)
         return None if topic_id is None else self.by_id[topic_id]
 
+    def led_by(self, name: str, broker_id: int) -> dict[int, int]:
+        """partition -> leader epoch of the partitions of topic ``name`` that ``broker_id``
+        leads (what a coordinator of an internal topic loads)."""
+        topic = self.get(name)
+        if topic is None:
+            return {}
+        return {
+            index: registration.leader_epoch
+            for index, registration in topic.partitions.items()
+            if registration.leader == broker_id
+        }
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ClusterImage:

@@ -174,12 +174,7 @@ class TransactionCoordinator:
             image = self._image
             assert image is not None
             await self._replicas.wait_reconciled(image.offset)
-            topic = image.topics.get(TXN_TOPIC)
-            leading: dict[int, int] = {}
-            if topic is not None:
-                for index, registration in topic.partitions.items():
-                    if registration.leader == self.node_id:
-                        leading[index] = registration.leader_epoch
+            leading = image.topics.led_by(TXN_TOPIC, self.node_id)
             for index, shard in list(self._shards.items()):
                 if leading.get(index) != shard.leader_epoch:
                     del self._shards[index]
