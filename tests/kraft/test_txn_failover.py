@@ -152,11 +152,16 @@ def coordinated_group(servers: str, coordinator: int) -> str:
     for future in admin.describe_consumer_groups(["txn-failover-probe"]).values():
         future.exception(STEP_S)  # its FindCoordinator creates the topic; any answer will do
     led = wait_until(lambda: leaders(servers, "__consumer_offsets"), "offsets partitions")
-    return next(
-        group
-        for group in (f"txn-failover-{n}" for n in range(1000))
-        if led[partition_for(group, PARTITIONS)] == coordinator
+    found = next(
+        (
+            group
+            for group in (f"txn-failover-{n}" for n in range(1000))
+            if led[partition_for(group, PARTITIONS)] == coordinator
+        ),
+        None,
     )
+    assert found is not None, f"broker {coordinator} leads no offsets partition: {led}"
+    return found
 
 
 def kill_coordinator(procs: Processes, ports: dict, producer: Producer) -> int:
