@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 from broker.bugs import BROKER_BUGS
@@ -43,7 +43,7 @@ from broker.client import KafkaConnection
 from broker.group.coordinator import OFFSETS_TOPIC
 from broker.group.records import partition_for
 from broker.replica_manager import Partition
-from log.batch import iter_batches
+from log.batch import BatchHeader, iter_batches
 from log.errors import CorruptRecordError
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.runtime import Runtime
@@ -53,12 +53,14 @@ from sim.analysis.kafka import (
     COMMIT,
     COMMIT_EPOCH_UNKNOWN,
     OFFSET_FETCH,
+    BatchIdentity,
     KafkaChecker,
     KafkaOp,
     PartitionStateChecker,
     PowerCuts,
     broker_id,
     check_committed_on_isr,
+    check_duplicate_answer,
     check_liveness,
     check_replica_caught_up,
 )
@@ -847,7 +849,38 @@ class KafkaCluster(Cluster):
 
     # ---- the data plane, judged at its events ----------------------------------------------
     def node_options(self, process: SimProcess) -> dict[str, Any]:
-        return {"high_watermark_listener": lambda p, hw: self.on_high_watermark(process, p, hw)}
+        return {
+            "high_watermark_listener": lambda p, hw: self.on_high_watermark(process, p, hw),
+            "duplicate_listener": lambda p, b, o: self.on_duplicate(process, p, b, o),
+        }
+
+    def on_duplicate(
+        self, process: SimProcess, leader: Partition, header: BatchHeader, offset: int
+    ) -> None:
+        """As a leader acknowledges a produce as a duplicate: its log must hold that very
+        batch at the offset it names (``duplicate-answer`` event, judged by
+        ``check_duplicate_answer``)."""
+        batch = identity(header)
+        held = batch_holding(leader.log, offset)
+        found = None if held is None else identity(held)
+        found_base = -1 if held is None else held.base_offset
+        key = f"{leader.topic}-{leader.index}"
+        trace = self.world.trace
+        trace.event(
+            "duplicate-answer",
+            node=process.name,
+            log=key,
+            epoch=leader.leader_epoch,
+            offset=offset,
+            batch=list(astuple(batch)),
+            found_base=found_base,
+            found=None if found is None else list(astuple(found)),
+        )
+        violation = check_duplicate_answer(
+            process.name, key, leader.leader_epoch, offset, batch, found_base, found, trace.now_us()
+        )
+        if violation is not None:
+            self.checker.fail(violation.message)
 
     def partition_on(self, name: str, key: tuple[str, int]) -> Partition | None:
         """``name``'s replica of ``key`` while its process runs, else None."""
@@ -1411,6 +1444,31 @@ def batch_crcs(log: Log, start: int, end: int) -> dict[int, tuple[int, int]]:
     except (OSError, KafkaStorageError, OffsetOutOfRangeError, CorruptRecordError):
         pass
     return found
+
+
+def batch_holding(log: Log, offset: int) -> BatchHeader | None:
+    """The header of the batch of ``log`` holding ``offset``, None if none does (outside
+    the log, or a gap). Read as ``batch_crcs`` reads: the node sees nothing of it."""
+    if not log.log_start_offset <= offset < log.log_end_offset:
+        return None
+    try:
+        for _position, header in iter_batches(bytes(log.read(offset, 1 << 16).records)):
+            if header.last_offset >= offset:
+                return header if header.base_offset <= offset else None
+    except (OSError, KafkaStorageError, OffsetOutOfRangeError, CorruptRecordError):
+        pass
+    return None
+
+
+def identity(header: BatchHeader) -> BatchIdentity:
+    """What the duplicate check compares of a batch."""
+    return BatchIdentity(
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.last_offset_delta,
+        header.crc,
+    )
 
 
 def first_divergence(
