@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import astuple, dataclass, field
 from typing import Any
@@ -79,6 +80,11 @@ PRODUCERS = 4
 CONSUMERS = 2
 REQUEST_TIMEOUT_S = 3.0
 SEND_TIMEOUT_S = 10.0  # an idempotent producer's delivery.timeout.ms
+# After the heal an idempotent producer resends its last acknowledged batches per partition:
+# as many as a producer may have in flight (max.in.flight.requests.per.connection), which
+# is why Kafka's producer state keeps that many per producer (broker/producer_state.py).
+RESENT_BATCHES = 5
+RESEND_ATTEMPTS = 3
 POLL_WAIT_S = 0.5
 CRASH_CHANCE = 0.01  # per operation, a client lane crashes and restarts as a new process
 SETUP_BOUND_S = 60.0
@@ -290,6 +296,9 @@ class KafkaCluster(Cluster):
     # cut-leader-after-isr-change: armed until this virtual time, crashing for that hold.
     isr_cut_armed: tuple[Nemesis, float, float] | None = None
     _isr_seen: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # --idempotent: (producer id, epoch, partition) -> its last acknowledged batches.
+    acked_batches: dict[tuple[int, int, int], deque[bytes]] = field(default_factory=dict)
+    resends: int = 0
 
     # ---- history ---------------------------------------------------------------------------
     def invoke(self, process: str, f: str, key: str, value: int | None) -> None:
@@ -422,6 +431,11 @@ class KafkaCluster(Cluster):
                                 isr=isr,
                             )
                         )
+                        if idempotent:
+                            self.acked_batches.setdefault(
+                                (producer_id[0], producer_id[1], partition),
+                                deque(maxlen=RESENT_BATCHES),
+                            ).append(batch)
                         return "ok", error
                     routing.leaders.pop(partition, None)
                     uncertain = uncertain or error not in NOT_APPENDED
@@ -434,6 +448,38 @@ class KafkaCluster(Cluster):
             "op", process=process, type=status, f="send", key=key, value=value, error=error
         )
         return status, error
+
+    async def resend_acknowledged(self, rng: random.Random) -> None:
+        """After the heal and the final reads (--idempotent): every producer resends its
+        last acknowledged batches to each partition's leader, as a producer whose answers
+        were lost does. The leader must answer each as a duplicate of the batch where it
+        is, and the duplicate check judges every such answer as it leaves the leader
+        (``on_duplicate``): a leader whose producer state outlived a truncation of its log
+        names the offset the batch had before the cut. Nothing reads the log afterwards (a
+        batch a power cut lost is appended again, as Kafka would)."""
+        routing = Routing(self, "resend")
+        try:
+            for (_producer, _epoch, partition), batches in self.acked_batches.items():
+                for batch in batches:
+                    for _attempt in range(RESEND_ATTEMPTS):
+                        where = await routing.leader(partition, rng)
+                        if where is None:
+                            break
+                        host = where[0]
+                        try:
+                            conn = await routing.conn(host)
+                            error, _offset = await kafka_client.produce(
+                                conn, TOPIC, partition, batch, self.acks, REQUEST_TIMEOUT_S
+                            )
+                        except (OSError, TimeoutError, ConnectionError):
+                            await routing.drop(host)
+                            continue
+                        self.resends += 1
+                        if error != "NOT_LEADER_OR_FOLLOWER":
+                            break
+                        routing.leaders.pop(partition, None)
+        finally:
+            await routing.close()
 
     # ---- consumers -------------------------------------------------------------------------
     async def consumer(self, runtime: Runtime, lane: int) -> None:
@@ -1371,6 +1417,8 @@ def run_kafka(config: RunConfig) -> RunResult:
         await cluster.replicas_caught_up()
         if txn is not None:
             await txn.final_reads(runtime.rng)
+        if config.idempotent:
+            await cluster.resend_acknowledged(runtime.rng)
 
     client = world.add_process("client")
     client.start(client_main)
@@ -1419,6 +1467,7 @@ def run_kafka(config: RunConfig) -> RunResult:
             "faults": nemesis.injected,
             **(_cleaned(cluster) if config.compact else {}),
             **(txn.figures() if txn is not None else {}),
+            **({"resends": cluster.resends} if config.idempotent else {}),
             **(_files_closed(cluster) if config.descriptor_limit is not None else {}),
         },
     )
