@@ -8,7 +8,9 @@ starts, and with it the workload (sim/kafka_client.py, the Kafka wire protocol):
 - producer lanes send unique integer values, one record per request, to a random partition's
   leader with ``--acks``; an ``--idempotent`` producer numbers its batches and resends a
   batch whose outcome it does not know, with the same sequence, until acknowledged or 10 s
-  passed (it then starts over with a new producer id, as Kafka's does);
+  passed (it then starts over with a new producer id, as Kafka's does), and after the heal
+  resends its last acknowledged batches, which every leader must answer as duplicates
+  naming the offset where each batch is (``duplicate-offset``);
 - consumer lanes assign every partition and poll them in turn from their positions;
 - group consumer lanes join one classic group (FindCoordinator, JoinGroup, SyncGroup,
   Heartbeat), fetch the committed offsets of the partitions they are assigned, poll them
@@ -459,7 +461,7 @@ class KafkaCluster(Cluster):
         batch a power cut lost is appended again, as Kafka would)."""
         routing = Routing(self, "resend")
         try:
-            for (_producer, _epoch, partition), batches in self.acked_batches.items():
+            for (_, _, partition), batches in self.acked_batches.items():
                 for batch in batches:
                     for _attempt in range(RESEND_ATTEMPTS):
                         where = await routing.leader(partition, rng)
