@@ -11,8 +11,8 @@
 # under a descriptor limit; reassignments over five brokers with the lifecycle faults;
 # transactions under the authorizer with delayed markers; acks=1 with the data-plane
 # faults. The classic group lanes run in every one of them.
-# Needs the test extra (coverage). Two jobs per slice: `1-2 1-1 30 1-1` took 4.5 minutes on
-# a shared two-core machine (load 5-6). COVERAGE_JSON=FILE keeps coverage.py's JSON report
+# Needs the test extra (coverage). Two jobs per slice: `1-2 1-1 30 1-1` took 4.5 and 7.7
+# minutes on a shared two-core machine (load 5-6). COVERAGE_JSON=FILE keeps coverage.py's JSON report
 # (every file's missed lines) there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
