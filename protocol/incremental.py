@@ -319,10 +319,20 @@ def read_body_in_slices(
 ) -> Generator[int, None, tuple[Any, int]]:
     """(body, its size), as :func:`read_body` returns them, computed a step at a time: each
     yield ends a step and gives the units of work done in it (at most ``slice_units`` and
-    one). The whole body is walked before kio reads any of it, so the errors are those of
-    :func:`read_body` for the same bytes."""
+    one). A body of at most ``slice_units`` units (nearly every request, whatever its
+    bytes: a 1 MiB Produce of one partition is a few units) is read in one step, by
+    kio's reader of the whole body, as read_body reads it; a bigger one is walked again,
+    in steps, and read in steps. The whole body is walked before kio reads any of it, so
+    the errors are those of :func:`read_body` for the same bytes."""
+    try:  # most requests: a walk of at most a slice, then kio reads the body in one go
+        _walk_entity(body_type, frame, offset, len(frame), _Budget(slice_units))
+    except _OverBudget:
+        pass
+    else:
+        return entity_reader(body_type)(frame, offset)
     plan = _Plan({}, set())
     steps = _Steps(slice_units)
+    yield steps.add(slice_units)  # the attempt walked a slice: its step ends
     yield from _walk_spine(body_type, frame, offset, len(frame), plan, steps)
     yield steps.end()  # the walk's last step; the reading starts a step of its own
     return (yield from _read_spine(body_type, frame, offset, plan, steps))

@@ -19,9 +19,10 @@ client's big requests cannot make everyone's ApiVersions or heartbeats wait. A c
 that sends nothing, or does not finish a frame, within ``connections.max.idle.ms`` is
 closed, which also ends a slow-loris that sends a length prefix and never the body.
 
-A request of more than BIG_FRAME_BYTES is decoded a slice of work at a time
-(protocol/incremental.py), the loop served between slices, so no request holds the loop
-while it is decoded, however big ``socket.request.max.bytes`` lets it be.
+A request of more than a slice of work (protocol.incremental.SLICE_UNITS array elements,
+whatever its bytes) is decoded a slice at a time, the loop served between slices, so no
+request holds the loop while it is decoded, however big ``socket.request.max.bytes`` lets
+it be; a smaller one (nearly every request) is decoded in one go.
 
 Bytes after a request body are ignored here, as Kafka's broker ignores them (its parser reads
 the fields it knows and never looks at what remains): librdkafka 2.16 sends three stray bytes
@@ -331,10 +332,7 @@ async def _answer(
     frame = body.pop()
     size = len(frame)
     try:
-        if size > BIG_FRAME_BYTES:
-            header, request = await decode_request_in_slices(frame, supported)
-        else:
-            header, request = decode_request(frame, supported)
+        header, request = await decode_request_in_slices(frame, supported)
     except wire.FrameError as error:
         decoded()
         if not _is_unsupported_api_versions(error):
@@ -496,7 +494,7 @@ async def decode_request_in_slices(
 ) -> tuple[wire.RequestHeader, object]:
     """decode_request, a step of protocol.incremental.SLICE_UNITS units of work at a time,
     the loop served between steps: a request of 200,000 partitions is 400 steps of about
-    1-2 ms, not one of 0.3-0.5 s (issue 22)."""
+    1-2 ms, not one of 0.3-0.5 s (issue 22); one of at most a slice is one step."""
     steps = wire.decode_request_steps(frame, supported, allow_trailing=True)
     while True:
         try:
