@@ -477,6 +477,21 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
     and version. An ApiVersions response carrying an error is read as v0, as Kafka's clients
     do, because that is how servers answer a version they do not speak.
     """
+    steps = decode_response_steps(api_key, api_version, frame, slice_units=None)
+    try:
+        next(steps)
+    except StopIteration as done:
+        result: tuple[int, object] = done.value
+        return result
+    raise AssertionError("a whole reading took steps")
+
+
+def decode_response_steps(
+    api_key: int, api_version: int, frame: bytes, slice_units: int | None = SLICE_UNITS
+) -> Generator[int, None, tuple[int, object]]:
+    """decode_response as a generator, its body read in steps as decode_request_steps
+    reads a request's: a broker reads its controller's answer to a forwarded CreateTopics
+    of 200,000 topics in 400 steps, not one."""
     frame = bytes(frame)
     try:
         body_type = _response_schema(api_key, api_version)
@@ -484,7 +499,10 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
         kio_header, offset = entity_reader(header_type)(frame, 0)
         if api_key == ApiKey.API_VERSIONS and frame[offset : offset + 2] != b"\0\0":
             body_type = _response_schema(api_key, 0)
-        body, size = read_body(body_type, frame, offset)
+        if slice_units is None:
+            body, size = read_body(body_type, frame, offset)
+        else:
+            body, size = yield from read_body_in_slices(body_type, frame, offset, slice_units)
     except KioIndexError as error:
         raise ValueError(f"unknown api {api_key} v{api_version}") from error
     except _DECODE_ERRORS as error:

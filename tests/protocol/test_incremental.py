@@ -29,12 +29,16 @@ from protocol.wire import (
     RequestHeader,
     decode_request,
     decode_request_steps,
+    decode_response,
+    decode_response_steps,
     encode_request,
+    encode_response,
 )
 from tests.kraft.big_requests import big_request
 from tests.protocol.test_wire import SCHEMAS, any_entity, uvarint
 
 REQUEST_SCHEMAS = [s for s in SCHEMAS if s[2] is EntityType.request]
+RESPONSE_SCHEMAS = [s for s in SCHEMAS if s[2] is EntityType.response]
 
 
 def _known(api_key: int, version: int) -> bool:
@@ -98,6 +102,35 @@ def test_any_request_read_in_slices_is_kios_reading(
     _, request = case
     steps = assert_same_reading(frame_of(request), slice_units)
     assert all(units <= slice_units + 1 for units in steps)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.sampled_from(RESPONSE_SCHEMAS).flatmap(any_entity),
+    st.sampled_from([1, 2, 7]),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=2),
+)
+def test_any_response_read_in_slices_is_kios_reading(
+    case: tuple[EntityType, Any], slice_units: int, changes: list[tuple[int, int]]
+) -> None:
+    """What a broker reads of its controller's answers (broker/client.py), intact or with
+    bytes overwritten: the same answer or the same error either way."""
+    _, response = case
+    header = RequestHeader(response.__api_key__, response.__version__, 5, "slices")
+    frame = bytearray(encode_response(header, response)[4:])
+    for position, value in changes:
+        frame[position % len(frame)] = value
+    key, version = response.__api_key__, response.__version__
+
+    def whole() -> Any:
+        return decode_response(key, version, bytes(frame))
+
+    def sliced() -> Any:
+        return run(decode_response_steps(key, version, bytes(frame), slice_units))[0]
+
+    expected, got = outcome(whole), outcome(sliced)
+    assert got == expected
+    assert repr(got) == repr(expected)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
