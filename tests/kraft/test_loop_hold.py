@@ -5,8 +5,9 @@ that records what the loop did between its wake-ups: the stretch during which no
 could run (a heartbeat, a Raft fetch, another client). The sweep over every API (issue 22)
 measures it in work, not time: its probe yields at every turn of the loop and counts the
 profiler events of each turn (``busiest_step``), the same on any machine, and the decoding
-of each request is watched step by step (``DecodeSteps``). The older tests here still
-measure the longest gap of a 5 ms probe in this thread's CPU time (``worst_hold``).
+of each request is watched step by step (``DecodeSteps``); the other tests count the same
+events. Only the 200k-item requests' CPU (``worst_hold``) is printed, never asserted: a
+slower host must not fail a test (bench/bench_loop_hold.py has the figures).
 Requests go over a real socket as bytes encoded before the probe starts, and their answers
 are read as bytes, so the probe measures the node, not this test's client. On main, a
 Metadata request naming 100,000 missing topics with auto-creation on held the loop for
@@ -46,7 +47,14 @@ from tests.kraft.big_requests import big_request
 from tests.kraft.inprocess import CLUSTER_ID, format_node
 from tests.kraft.wire_client import connect, create_topic, wait_for_leader
 
-HEARTBEAT_INTERVAL_S = 2.0  # broker.heartbeat.interval.ms default
+# The most profiler events (calls and returns, see busiest_step) one turn may do and stay
+# well under a heartbeat interval (broker.heartbeat.interval.ms, 2 s): with the profiler
+# on, a slow host does 2 million a second (this 2-core one about 4 million), so 4 million
+# is under 2 s even there. On main before issue 22, the 100k-topic Metadata was one 12 s
+# turn (tens of millions); now 1.2 million; the 7,000-partition CreateTopics, one topic
+# and so one controller slice, about 3 million (issue 22's remaining work: a topic's
+# partitions in slices).
+HEARTBEAT_EVENTS_BOUND = 4_000_000
 METADATA, CREATE_TOPICS = 3, 19
 
 
@@ -185,10 +193,10 @@ def test_metadata_naming_100k_missing_topics_holds_the_loop_below_a_heartbeat(
 
     path, port = format_node(tmp_path, auto_create_topics_enable="true")
 
-    async def scenario() -> tuple[Hold, Any, bool]:
+    async def scenario() -> tuple[Steps, Any, bool]:
         async with running_node(path) as node:
             send = await exchange(port, METADATA, 12, request)
-            hold, answer = await worst_hold(send)
+            hold, answer = await busiest_step(send)
             assert node.lifecycle is not None
             await node.apis["PLAINTEXT"]._auto_creation.wait_idle()  # type: ignore[union-attr]
             assert node.loader is not None
@@ -200,7 +208,7 @@ def test_metadata_naming_100k_missing_topics_holds_the_loop_below_a_heartbeat(
     with caplog.at_level(logging.WARNING):
         hold, answer, fenced = asyncio.run(scenario())
     print(f"100k-topic Metadata: worst loop hold {hold}")
-    assert hold.cpu_s < HEARTBEAT_INTERVAL_S
+    assert hold.most_events < HEARTBEAT_EVENTS_BOUND
     assert not fenced
     _cid, response = wire.decode_response(METADATA, 12, answer)
     codes = [topic.error_code for topic in response.topics]
@@ -271,11 +279,11 @@ def test_create_topics_of_7000_partitions_succeeds_and_holds_the_loop_below_a_he
 
     path, port = format_node(tmp_path, auto_create_topics_enable="true")
 
-    async def scenario() -> tuple[Hold, bytes, int]:
+    async def scenario() -> tuple[Steps, bytes, int]:
         async with running_node(path) as node:
             await register_remote_broker(node, 2)
             send = await exchange(port, CREATE_TOPICS, 7, request)
-            hold, answer = await worst_hold(send)
+            hold, answer = await busiest_step(send)
             assert node.loader is not None
             wide = node.loader.image.topics.get("wide")
             return hold, answer, len(wide.partitions) if wide else 0
@@ -286,7 +294,7 @@ def test_create_topics_of_7000_partitions_succeeds_and_holds_the_loop_below_a_he
     (result,) = response.topics
     assert result.error_code == ErrorCode.none, result.error_message
     assert partitions == 7000
-    assert hold.cpu_s < HEARTBEAT_INTERVAL_S
+    assert hold.most_events < HEARTBEAT_EVENTS_BOUND
 
 
 # ---- every API, with big requests (issue 22) ------------------------------------------------
@@ -381,8 +389,6 @@ HANDLERS_NOT_SLICED: frozenset[tuple[str, int, str]] = frozenset(
     }
 )
 EVENTS_PER_ENTITY_BOUND = 150
-# The old CPU bound, kept for the batch test below (which is the validator's).
-SWEEP_STEP_CPU_BOUND_S = 0.5
 
 
 def _controller_port(path: Path) -> int:
@@ -601,14 +607,14 @@ def test_storing_and_searching_a_batch_of_a_million_records_holds_the_loop_below
         },
     )
 
-    async def scenario() -> tuple[Hold, Hold, int, list[int], bool]:
+    async def scenario() -> tuple[Steps, Steps, int, list[int], bool]:
         async with running_node(path) as node:
             connection = await connect("127.0.0.1", port)
             assert await create_topic(connection, "worst") == ErrorCode.none
             await wait_for_leader(connection, "worst")
             await connection.close()
             send = await exchange(port, 0, 9, produce)
-            stored, answer = await worst_hold(send)
+            stored, answer = await busiest_step(send)
             _cid, response = wire.decode_response(0, 9, answer)
             code = response.responses[0].partition_responses[0].error_code
             lookups = [await exchange(port, 2, 7, lookup) for _ in range(8)]
@@ -616,7 +622,7 @@ def test_storing_and_searching_a_batch_of_a_million_records_holds_the_loop_below
             async def search() -> list[bytes]:
                 return await asyncio.gather(*(one() for one in lookups))
 
-            searched, answers = await worst_hold(search)
+            searched, answers = await busiest_step(search)
             offsets = []
             for frame in answers:
                 _cid, found = wire.decode_response(2, 7, frame)
@@ -633,5 +639,5 @@ def test_storing_and_searching_a_batch_of_a_million_records_holds_the_loop_below
     assert code == ErrorCode.none
     assert offsets == [999_000] * 8  # the first record of the last millisecond
     assert not fenced
-    assert stored.cpu_s < SWEEP_STEP_CPU_BOUND_S
-    assert searched.cpu_s < SWEEP_STEP_CPU_BOUND_S
+    assert stored.most_events < STEP_EVENTS_BOUND
+    assert searched.most_events < STEP_EVENTS_BOUND
