@@ -22,8 +22,9 @@ arrays (20,000 entities, wide and deep, built by tests/kraft/big_requests.py), s
 Kafka's 32,767-byte bounds, KIP-848 heartbeats subscribing to regexes whose RE2 program is
 huge, and JoinGroups of 1 MiB metadata that park in a rebalance. Meanwhile a probe
 connection sends ApiVersions every PROBE_INTERVAL_S and times the answers: the longest wait
-is the longest the node's loop was held (plus the network), reported at the end of the run
-and bounded by LOOP_STEP_BOUND_S, below the broker session, so no broker is ever fenced.
+is the longest the node's loop was held (plus the network and the host's load), reported
+at the end of the run; the canary partition's leader epoch, unmoved across the run, shows
+no step outlasted the broker session (a fenced broker loses its leadership).
 
 The CI slice runs FUZZ_EXAMPLES (200) batches per listener (10-30 s in all) and a tenth of
 that of hostile shapes; a longer run is ``KRAFT_FUZZ_EXAMPLES=5000 pytest tests/fuzz -q -s``
@@ -56,7 +57,14 @@ from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from tests.kraft.big_requests import big_request
 from tests.kraft.procs import Processes, free_port, port_open, wait_until
-from tests.kraft.wire_client import connect, create_topic, produce, read_all, wait_for_leader
+from tests.kraft.wire_client import (
+    connect,
+    create_topic,
+    leader_epochs,
+    produce,
+    read_all,
+    wait_for_leader,
+)
 
 FUZZ_EXAMPLES = int(os.environ.get("KRAFT_FUZZ_EXAMPLES", "200"))
 RSS_BOUND_BYTES = 512 * 1024 * 1024
@@ -389,10 +397,6 @@ def test_no_frame_takes_the_node_down(node: Node, listener: str) -> None:
 
 HUGE_ITEMS = 20_000
 PROBE_INTERVAL_S = 0.02
-# The longest an ApiVersions may wait on a loaded 2-core host while the node works on a
-# hostile batch: its loop's longest step (bounded in CPU by tests/kraft/test_loop_hold.py)
-# plus what the host's load adds; below the broker session (9 s), so no broker is fenced.
-LOOP_STEP_BOUND_S = 5.0
 HOSTILE_REGEXES = ("d{0,1000}" * 100, "(d{0,1000})" * 90, "(a+)+" * 100, "[" * 10)
 # The apis whose huge-array requests the fuzzer sends (those a client reaches with arrays
 # of topics, partitions, groups or members), where the listener serves them.
@@ -486,6 +490,14 @@ async def _send_probed(port: int, frames: list[bytes], probe_port: int) -> float
     return longest
 
 
+async def canary_epochs(node: Node) -> tuple[int, ...]:
+    connection = await connect("127.0.0.1", node.listeners["client"], deadline_s=5)
+    try:
+        return await leader_epochs(connection, CANARY)
+    finally:
+        await connection.close()
+
+
 @pytest.mark.parametrize("listener", ["client", "controller"])
 def test_hostile_shapes_keep_the_loop_turning(node: Node, listener: str) -> None:
     port = node.listeners[listener]
@@ -498,7 +510,12 @@ def test_hostile_shapes_keep_the_loop_turning(node: Node, listener: str) -> None
     def fuzz(batch: list[bytes]) -> None:
         steps.append(asyncio.run(_send_probed(port, batch, node.listeners["client"])))
         check_whole(node, next(probes))
-        assert steps[-1] < LOOP_STEP_BOUND_S, f"ApiVersions waited {steps[-1]:.1f} s"
 
+    before = asyncio.run(canary_epochs(node))
     fuzz()
+    # No loop step outlasted the broker session (9 s): a fenced broker loses and regains
+    # the canary's leadership, which moves its leader epoch. (The wait itself is wall time,
+    # printed, not asserted: a loaded host adds to it; tests/kraft/test_loop_hold.py bounds
+    # the work of a step.)
+    assert asyncio.run(canary_epochs(node)) == before, "the broker was fenced"
     print(f"{listener}: {len(steps)} hostile batches, longest loop step seen {max(steps):.3f} s")

@@ -73,6 +73,19 @@ async def wait_for_leader(connection: KafkaConnection, topic: str) -> None:
         await asyncio.sleep(0.05)
 
 
+async def leader_epochs(connection: KafkaConnection, topic: str) -> tuple[int, ...]:
+    """The leader epoch of each partition of ``topic``, as Metadata gives it: a broker
+    fenced (its session lost) and unfenced in between moves them, whatever the clock says."""
+    module: Any = request_module(METADATA, 12)
+    request = make(
+        module.MetadataRequest,
+        {"topics": (make(module.MetadataRequestTopic, {"name": topic, "topic_id": None}),)},
+    )
+    response: Any = await connection.request(request, TIMEOUT_S)
+    (answer,) = response.topics
+    return tuple(p.leader_epoch for p in answer.partitions)
+
+
 async def produce(
     connection: KafkaConnection, topic: str, values: list[bytes], acks: int = -1
 ) -> tuple[ErrorCode, int]:
