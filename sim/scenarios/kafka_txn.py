@@ -20,8 +20,8 @@ the same partition count, replication factor and min ISR):
   starts again as a new process: InitProducerId, then the group's committed offset
   (OffsetFetch with require_stable, KIP-447), and reads on from there;
 - after the heal the worker's committed offset is read (process ``ctp-final``), then the
-  final read_committed reads (process ``txn-final``) read every partition of both topics
-  up to its settled last stable offset (an open transaction of a crashed lane holds it
+  final read_committed reads (process ``txn-final``) read every partition of both topics,
+  the output first, up to its settled last stable offset (an open transaction of a crashed lane holds it
   until the coordinator aborts it at its timeout).
 
 Every operation is traced (``txn-send``, ``txn-end``, ``rc-poll``, ``ctp-offsets``,
@@ -722,9 +722,10 @@ class TxnLanes:
         return result
 
     async def final_reads(self, rng: random.Random) -> None:
-        """The worker's committed offset (once stable), then every partition of both topics
-        read read_committed from offset 0 up to its last stable offset, once that has
-        settled (unchanged for ``SETTLE_S`` with nothing left below it)."""
+        """The worker's committed offset (once stable), then the worker's output and every
+        partition of ``jepsen-txn`` read read_committed from offset 0 up to its last stable
+        offset, once that has settled (unchanged for ``SETTLE_S`` with nothing left below
+        it)."""
         loop = self.cluster.world.loop
         deadline = loop.time() + HEAL_BOUND_S
         group = GroupSession(TxnRouting(self.cluster, FINAL_POSITION))
@@ -738,9 +739,12 @@ class TxnLanes:
         routing = TxnRouting(self.cluster, "txn-final")
         output = OutputRouting(self.cluster, "txn-final")
         try:
+            # The worker's output first: a transaction left hanging on a partition of the
+            # input topic (its marker lost with a whole ISR's power) would hold these reads
+            # there until the deadline, and the worker's checks need the output whole.
             for where, partition in [
-                *((routing, p) for p in range(self.cluster.partitions)),
                 (output, 0),
+                *((routing, p) for p in range(self.cluster.partitions)),
             ]:
                 await self._read_to_lso(where, rng, partition, deadline)
         finally:
