@@ -21,8 +21,8 @@ the same partition count, replication factor and min ISR):
   (OffsetFetch with require_stable, KIP-447), and reads on from there;
 - after the heal the worker's committed offset is read (process ``ctp-final``), then the
   final read_committed reads (process ``txn-final``) read every partition of both topics,
-  the output first, up to its settled last stable offset (an open transaction of a crashed lane holds it
-  until the coordinator aborts it at its timeout).
+  the output first, up to its settled last stable offset (an open transaction of a crashed
+  lane holds it until the coordinator aborts it at its timeout).
 
 Every operation is traced (``txn-send``, ``txn-end``, ``rc-poll``, ``ctp-offsets``,
 ``ctp-position``) and judged online by sim/analysis/txn.py, the code kraft-analyze replays.
