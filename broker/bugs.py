@@ -14,6 +14,7 @@ SKIP_SEQUENCE_CHECK = "skip-sequence-check"
 COORDINATOR_HW_OVER_TRUNCATED = "coordinator-hw-over-truncated"
 HW_BEFORE_DIVERGENCE_CHECK = "hw-before-divergence-check"
 FOLLOWER_TRUNCATE_TO_LEADER_END = "follower-truncate-to-leader-end"
+IDEMPOTENT_STALE_DUPLICATE = "idempotent-stale-duplicate"
 # Transactions (the kafka scenario's --transactions lanes catch them; docs/transactions.md).
 TXN_LSO_IGNORES_OPEN = "txn-lso-ignores-open"
 TXN_NO_ABORTED_LIST = "txn-no-aborted-list"
@@ -35,6 +36,9 @@ BROKER_BUGS = {
     FOLLOWER_TRUNCATE_TO_LEADER_END: "a follower told its log diverges at an epoch it does not "
     "have truncates to the leader's end of that epoch, not its own end of its older epoch "
     "(KAFKA-6361, fixed by KIP-279)",
+    IDEMPOTENT_STALE_DUPLICATE: "a replica's idempotent-producer state is built when it opens "
+    "the partition and never rebuilt when its log is truncated, so a leader may answer a "
+    "producer's retry as a duplicate of an offset that no longer holds the batch (issue 28)",
     TXN_LSO_IGNORES_OPEN: "the last stable offset is the high watermark: open transactions "
     "do not hold read_committed consumers back",
     TXN_NO_ABORTED_LIST: "a read_committed Fetch lists no aborted transactions, so consumers "

@@ -141,11 +141,19 @@ class KafkaConnection:
                     self._fail(f"answer with unknown correlation id {correlation_id}")
                     return
                 # Decoded before it leaves the table, so an unreadable answer fails its
-                # request together with the rest.
-                _cid, response = wire.decode_response(
-                    in_flight.api_key, in_flight.api_version, frame
-                )
-                del self._in_flight[correlation_id]
+                # request together with the rest; in slices, so a big answer (to a
+                # forwarded CreateTopics of 200,000 topics) does not hold the loop.
+                steps = wire.decode_response_steps(in_flight.api_key, in_flight.api_version, frame)
+                del frame
+                while True:
+                    try:
+                        next(steps)
+                    except StopIteration as done:
+                        _cid, response = done.value
+                        break
+                    await asyncio.sleep(0)
+                if self._in_flight.pop(correlation_id, None) is not in_flight:
+                    return  # closed while it was decoded: every waiter was failed
                 self._slots.release()
                 if not in_flight.answer.done():  # its caller may have been cancelled
                     in_flight.answer.set_result(response)

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker.bugs import NO_EPOCH_BUMP, TXN_LSO_IGNORES_OPEN
+from broker.bugs import IDEMPOTENT_STALE_DUPLICATE, NO_EPOCH_BUMP, TXN_LSO_IGNORES_OPEN
 from broker.producer_state import ProducerState
 from log.batch import BatchHeader, iter_batches
 from log.end_txn_marker import EndTransactionMarker, decode_marker
@@ -387,6 +387,8 @@ class Partition:
         log = self.log
         self.high_watermark = min(self.high_watermark, log.log_end_offset)
         self.checkpoints = [c for c in self.checkpoints if c[0] <= log.log_end_offset]
+        if IDEMPOTENT_STALE_DUPLICATE in self.bugs:  # planted: the state of before the cut
+            return
         usable = [c for c in self.checkpoints if c[1].high_watermark <= self.high_watermark]
         self.producers = ProducerState.from_log(
             log,

@@ -103,6 +103,8 @@ HIGH_WATERMARK_OFFSET = -1  # DeleteRecords: up to the high watermark
 NO_EPOCH = -1
 # (the leader's partition, its high watermark before the move): see ReplicaManager.
 HighWatermarkListener = Callable[[Partition, int], None]
+# (the leader's partition, the producer's retried batch, the offset answered for it).
+DuplicateListener = Callable[[Partition, BatchHeader, int], None]
 ALTER_PARTITION_VERSION = 3
 ALTER_PARTITION_TIMEOUT_S = 30.0
 
@@ -202,12 +204,16 @@ class ReplicaManager:
         broker_epoch: Callable[[], int] = lambda: -1,
         bugs: frozenset[str] = frozenset(),
         high_watermark_listener: HighWatermarkListener | None = None,
+        duplicate_listener: DuplicateListener | None = None,
     ) -> None:
         self.node_id = node_id
         self.bugs = bugs  # planted (broker/bugs.py); simulator only
         # Told of every move of a leader's high watermark, at the moment it moves: the
         # simulator checks then that the ISR it counted holds the newly committed batches.
         self._high_watermark_listener = high_watermark_listener
+        # Told of every produce answered without error as a duplicate, as the answer leaves:
+        # the simulator checks then that the offset named holds that batch.
+        self._duplicate_listener = duplicate_listener
         self._clock = clock
         self._producer_id_expiration_ms = producer_id_expiration_ms
         self._rng = rng  # stray names: the runtime's Random keeps simulated runs replayable
@@ -913,9 +919,15 @@ class ReplicaManager:
         result = AppendResult(
             ErrorCode.none, first, log.log_start_offset, log_append_time_ms=append_time_ms
         )
-        if acks != -1 or ACK_BEFORE_FETCH in self.bugs:
-            return result
-        return await self._wait_replicated(partition, last, min_isr, timeout_s, result)
+        if acks == -1 and ACK_BEFORE_FETCH not in self.bugs:
+            result = await self._wait_replicated(partition, last, min_isr, timeout_s, result)
+        if (
+            not verdict.append
+            and self._duplicate_listener is not None
+            and result.error == ErrorCode.none
+        ):
+            self._duplicate_listener(partition, header, first)
+        return result
 
     def _needs_verification(
         self,

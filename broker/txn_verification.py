@@ -12,8 +12,9 @@ stops there for good (a hanging transaction). With it the batch is refused:
 - the coordinator cannot say now (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
   COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, no leader, no connection):
   NOT_ENOUGH_REPLICAS, which the producer retries, as Kafka maps them;
-- the coordinator fences the producer (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED,
-  INVALID_PRODUCER_ID_MAPPING): that error.
+- the coordinator fences the producer: INVALID_PRODUCER_EPOCH for its PRODUCER_FENCED
+  (Kafka's AddPartitionsToTxnManager: the answer the log gives an older epoch's batch),
+  INVALID_PRODUCER_EPOCH and INVALID_PRODUCER_ID_MAPPING as they are.
 
 The coordinator of a transactional id is the leader of partition
 ``abs(String.hashCode(id)) % partitions`` of ``__transaction_state`` (Kafka's
@@ -204,4 +205,6 @@ def _answer(response: Any, topic: str, partition: int) -> ErrorCode:
         return code
     if code in _UNAVAILABLE:
         return ErrorCode.not_enough_replicas
+    if code == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
     return code

@@ -40,7 +40,12 @@ from broker.log_admin import log_admin_apis
 from broker.metrics import BrokerMetricsPublisher
 from broker.producer_ids import ProducerIdManager
 from broker.quotas import QuotaConfig, QuotaManager
-from broker.replica_manager import HighWatermarkListener, ReplicaManager, ReplicationConfig
+from broker.replica_manager import (
+    DuplicateListener,
+    HighWatermarkListener,
+    ReplicaManager,
+    ReplicationConfig,
+)
 from broker.security import Authenticated, authenticating, served_apis
 from broker.txn.apis import TxnApis
 from broker.txn.config import TransactionCoordinatorConfig
@@ -152,12 +157,16 @@ class KraftNode:
         metrics: NodeMetrics | None = None,
         descriptor_baseline: int = 0,
         high_watermark_listener: HighWatermarkListener | None = None,
+        duplicate_listener: DuplicateListener | None = None,
     ) -> None:
         """``descriptor_baseline``: descriptors the process held at start outside the
         filesystem seam (kraft/server.py measures it; log/descriptors.py).
         ``high_watermark_listener``: told of each leader high watermark move (the
-        simulator's committed-on-ISR check; None in production)."""
+        simulator's committed-on-ISR check; None in production).
+        ``duplicate_listener``: told of each produce answered as a duplicate (the
+        simulator's duplicate-offset check; None in production)."""
         self._high_watermark_listener = high_watermark_listener
+        self._duplicate_listener = duplicate_listener
         self.runtime = runtime
         self.config = config
         self.cluster_id = cluster_id
@@ -374,6 +383,7 @@ class KraftNode:
             broker_epoch=broker_epoch,
             bugs=self.bugs & BROKER_BUGS.keys(),
             high_watermark_listener=self._high_watermark_listener,
+            duplicate_listener=self._duplicate_listener,
         )
         # Retention never deletes past what is committed.
         self.logs.high_watermark_provider = replicas.high_watermark_of

@@ -75,7 +75,7 @@ _YIELD_EVERY_BYTES = 256 * 1024
 _INT64_MAX = (1 << 63) - 1
 # Records whose keys are scanned between turns of the loop: a compressed batch of 1 MiB may
 # hold 1.78M records (16 MiB inflated), seconds of scanning in one step.
-_YIELD_EVERY_RECORDS = 20_000
+YIELD_EVERY_RECORDS = 20_000
 
 
 def map_entry_bytes(key: bytes) -> int:
@@ -160,15 +160,15 @@ def dirty_ratio(log: Log, first_dirty_offset: int, uncleanable: int) -> float:
 
 
 async def _batch_keys(data: bytes) -> tuple[BatchHeader, list[RecordKey]]:
-    """decode_batch_keys, scanning _YIELD_EVERY_RECORDS records per turn of the loop."""
+    """decode_batch_keys, scanning YIELD_EVERY_RECORDS records per turn of the loop."""
     header, scan = batch_key_scan(data)
     while True:
-        scan.scan(_YIELD_EVERY_RECORDS)
+        scan.scan(YIELD_EVERY_RECORDS)
         if scan.done:
             break
         await asyncio.sleep(0)
     keys = scan.finish()
-    if len(keys) > _YIELD_EVERY_RECORDS:
+    if len(keys) > YIELD_EVERY_RECORDS:
         await asyncio.sleep(0)
     return header, check_key_deltas(header, keys)
 
@@ -360,7 +360,7 @@ async def _build_offset_map(
                 if key is not None and not offset_map.put(key, header.base_offset + delta):
                     full = True
                     break
-                if index % _YIELD_EVERY_RECORDS == _YIELD_EVERY_RECORDS - 1:
+                if index % YIELD_EVERY_RECORDS == YIELD_EVERY_RECORDS - 1:
                     await asyncio.sleep(0)
             if full:
                 break
@@ -405,7 +405,7 @@ async def _clean_batch(
 ) -> tuple[bytes, int, int, int | None]:
     """(the batch's cleaned bytes, b"" to drop it; records read; records kept; the delete
     horizon of the tombstones it keeps, None if it keeps none). Keys are looked at
-    _YIELD_EVERY_RECORDS per turn of the loop; a batch that must be rewritten is decoded
+    YIELD_EVERY_RECORDS per turn of the loop; a batch that must be rewritten is decoded
     and encoded in one step (the remaining long step of a pass: up to seconds for a batch
     of 1.78M records)."""
     header, keys = await _batch_keys(data)  # values and headers only when rewritten
@@ -414,7 +414,7 @@ async def _clean_batch(
     keep: list[int] = []
     tombstones = False
     for index, (delta, key, has_value) in enumerate([] if aborted.holds(header) else keys):
-        if index % _YIELD_EVERY_RECORDS == _YIELD_EVERY_RECORDS - 1:
+        if index % YIELD_EVERY_RECORDS == YIELD_EVERY_RECORDS - 1:
             await asyncio.sleep(0)
         if key is not None and offset_map.get(key) > header.base_offset + delta:
             continue  # a later record has this key

@@ -195,6 +195,7 @@ class SaslServer:
                     {"error_code": ErrorCode.none, "auth_bytes": answer.encode()},
                 )
                 return Outcome(Verdict.ANSWER, response)
+            _accept_librdkafka_nonce(self._scram, text)
             self._scram.set_client_final(text)
             final = self._scram.get_server_final()
         except (ScramException, _UnknownUser) as error:
@@ -257,6 +258,30 @@ class SaslServer:
 
 class _UnknownUser(Exception):
     pass
+
+
+def _accept_librdkafka_nonce(server: Any, client_final: str) -> None:
+    """Let ``server`` (a scramp.ScramServer past its server-first message) take the nonce
+    librdkafka before 2.6.1 sends in its client-final message.
+
+    RFC 5802 has the client echo the server-first nonce (client nonce + server nonce) in
+    ``r=``. librdkafka up to 2.6.0 (Debian's kcat links 2.0.2) puts its client nonce in
+    front of that once more: ``r=<c-nonce><c-nonce><s-nonce>``, and signs the message so
+    (librdkafka #4895). Kafka served it by not checking the nonce before 3.8.1, then with
+    ``endsWith`` (CVE-2024-56128); scramp insists on equality, so such a client was refused
+    with "Server nonce doesn't match".
+
+    Exactly that one form is taken, never a looser match: the full server nonce of this
+    exchange must be in it, preceded by this exchange's client nonce and nothing else, so
+    the message still answers a fresh challenge (no replay), and the client proof is
+    checked by scramp over the message as the client signed it (a wrong password still
+    fails). Any other ``r=`` is left for scramp to refuse."""
+    nonce = str(server.nonce)
+    client_nonce = nonce.removesuffix(str(server.s_nonce))
+    # client-final-message-without-proof = channel-binding "," nonce ["," extensions]
+    fields = client_final.split(",", 2)
+    if len(fields) >= 2 and fields[1] == f"r={client_nonce}{nonce}":
+        server.nonce = type(server.nonce)(client_nonce + nonce)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,9 @@ does not yet know which versions the server speaks must be able to read the answ
 Everything here is sans-I/O except :func:`read_frame`, so the simulator and the real server
 share it. Header and body decoding errors surface as :class:`FrameError` carrying what the
 server needs to answer: the header when it could be parsed, and the Kafka error code to use.
-Bodies are checked structurally before kio reads them (see "structural pre-check" below),
-because kio trusts declared array lengths with its allocations.
+Bodies are checked structurally before kio reads them (protocol/incremental.py), because kio
+trusts declared array lengths with its allocations; a big request body can be read a slice
+of work at a time (:func:`decode_request_steps`), so reading it does not hold an event loop.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ from __future__ import annotations
 import asyncio
 import io
 import struct
-import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import cache
-from typing import Any, cast, get_args, get_origin
+from typing import Any, cast
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -42,14 +42,12 @@ from kio.static.primitive import i16, i32
 from log.fs import FileRegion
 from protocol.api_keys import ApiKey
 from protocol.fast_writer import entity_writer
+from protocol.incremental import MAX_STRING_BYTES as MAX_STRING_BYTES  # (its walk's bound)
+from protocol.incremental import SLICE_UNITS, read_body, read_body_in_slices
 
 MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes default
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
-# Kafka's generated readers refuse a string longer than this, compact (flexible) ones too, and
-# its writers cannot write one; a request carrying one fails to parse and its connection is
-# closed. Every id a group record stores (group, member, instance, protocol) is bounded by it.
-MAX_STRING_BYTES = 0x7FFF
 
 _LENGTH = struct.Struct(">i")
 # What kio's native readers raise on bad input: its own errors, ValueError for invalid varints,
@@ -189,6 +187,25 @@ def decode_request(
     pass ``allow_trailing`` because Kafka's brokers ignore them and librdkafka 2.16 sends
     three after an all-topics Metadata v12 body.
     """
+    steps = decode_request_steps(frame, supported, allow_trailing=allow_trailing, slice_units=None)
+    try:
+        next(steps)
+    except StopIteration as done:
+        result: tuple[RequestHeader, object] = done.value
+        return result
+    raise AssertionError("a whole reading took steps")
+
+
+def decode_request_steps(
+    frame: bytes,
+    supported: Mapping[int, tuple[int, int]] | None = None,
+    *,
+    allow_trailing: bool = False,
+    slice_units: int | None = SLICE_UNITS,
+) -> Generator[int, None, tuple[RequestHeader, object]]:
+    """decode_request as a generator: the body is read a step of at most about
+    ``slice_units`` units of work at a time (each yield ends a step and gives its units;
+    None: in one go, no yield). Same result, same FrameError, either way."""
     frame = bytes(frame)  # kio's native readers want a read-only buffer
     try:
         raw, offset = entity_reader(RequestHeaderV1)(frame, 0)
@@ -215,7 +232,10 @@ def decode_request(
     try:
         if body_type.__flexible__:
             _, offset = entity_reader(RequestHeaderV2)(frame, 0)
-        body, size = _read_body(body_type, frame, offset)
+        if slice_units is not None:
+            body, size = yield from read_body_in_slices(body_type, frame, offset, slice_units)
+        else:
+            body, size = read_body(body_type, frame, offset)
     except _DECODE_ERRORS as error:
         raise FrameError(
             f"malformed api {key} v{version} request: {error}", header=header
@@ -457,6 +477,21 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
     and version. An ApiVersions response carrying an error is read as v0, as Kafka's clients
     do, because that is how servers answer a version they do not speak.
     """
+    steps = decode_response_steps(api_key, api_version, frame, slice_units=None)
+    try:
+        next(steps)
+    except StopIteration as done:
+        result: tuple[int, object] = done.value
+        return result
+    raise AssertionError("a whole reading took steps")
+
+
+def decode_response_steps(
+    api_key: int, api_version: int, frame: bytes, slice_units: int | None = SLICE_UNITS
+) -> Generator[int, None, tuple[int, object]]:
+    """decode_response as a generator, its body read in steps as decode_request_steps
+    reads a request's: a broker reads its controller's answer to a forwarded CreateTopics
+    of 200,000 topics in 400 steps, not one."""
     frame = bytes(frame)
     try:
         body_type = _response_schema(api_key, api_version)
@@ -464,7 +499,10 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
         kio_header, offset = entity_reader(header_type)(frame, 0)
         if api_key == ApiKey.API_VERSIONS and frame[offset : offset + 2] != b"\0\0":
             body_type = _response_schema(api_key, 0)
-        body, size = _read_body(body_type, frame, offset)
+        if slice_units is None:
+            body, size = read_body(body_type, frame, offset)
+        else:
+            body, size = yield from read_body_in_slices(body_type, frame, offset, slice_units)
     except KioIndexError as error:
         raise ValueError(f"unknown api {api_key} v{api_version}") from error
     except _DECODE_ERRORS as error:
@@ -472,177 +510,3 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
     if offset + size != len(frame):
         raise FrameError(f"trailing bytes after api {api_key} v{api_version} response")
     return kio_header.correlation_id, body
-
-
-# ---------------------------------------------------------------- structural pre-check
-#
-# kio 0.6.5's native reader reserves memory for an array from its declared length before
-# reading any element: a frame claiming 2**32 elements aborts the whole process ("memory
-# allocation failed"), which no except clause can catch. So every body is first walked here,
-# in Python, against its schema: lengths are checked against the bytes actually present and
-# only a structurally sound body reaches kio, whose allocations then follow real counts.
-
-_FIXED_SIZES = {
-    "bool": 1,
-    "int8": 1,
-    "uint8": 1,
-    "int16": 2,
-    "uint16": 2,
-    "error_code": 2,
-    "int32": 4,
-    "uint32": 4,
-    "timedelta_i32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "timedelta_i64": 8,
-    "datetime_i64": 8,
-    "float64": 8,
-    "uuid": 16,
-}
-_LEGACY_LENGTH = {"string": struct.Struct(">h"), "bytes": _LENGTH, "records": _LENGTH}
-
-
-class _Malformed(ValueError):
-    """The body does not fit its schema."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Shape:
-    """How one field is laid out: a fixed size, a length-prefixed blob, an array, an entity."""
-
-    size: int = 0  # fixed-size primitive
-    blob: str = ""  # kafka type of a length-prefixed primitive
-    item: _Shape | None = None  # array of these
-    entity: type[Any] | None = None
-    nullable_entity: bool = False
-    nullable: bool = False  # a blob or array that may be null (length -1)
-
-
-def _shape(field_type: Any, kafka_type: str | None, tagged: bool) -> _Shape:
-    """The layout of a field from its annotation and kafka_type, as kio's writer derives it."""
-    if get_origin(field_type) is types.UnionType:
-        inner = next(arg for arg in get_args(field_type) if arg is not type(None))
-        shape = _shape(inner, kafka_type, tagged)
-        # kio marks a nullable struct with an int8 (KIP-893), except as a tagged field.
-        if shape.entity:
-            return _Shape(entity=shape.entity, nullable_entity=not tagged)
-        return replace(shape, nullable=True)
-    if get_origin(field_type) is tuple:
-        return _Shape(item=_shape(get_args(field_type)[0], kafka_type, tagged=False))
-    if isinstance(field_type, type) and is_dataclass(field_type):
-        return _Shape(entity=field_type)
-    if kafka_type in _FIXED_SIZES:
-        return _Shape(size=_FIXED_SIZES[kafka_type])
-    if kafka_type in _LEGACY_LENGTH:
-        return _Shape(blob=kafka_type)
-    raise TypeError(f"no layout known for kafka type {kafka_type!r}")
-
-
-@cache
-def _layout(entity_type: type[Any]) -> tuple[list[_Shape], dict[int, _Shape]]:
-    """(untagged field shapes in order, tagged field shapes by tag) of an entity type."""
-    untagged, tagged = [], {}
-    for item in fields(entity_type):
-        tag = item.metadata.get("tag")
-        shape = _shape(item.type, item.metadata.get("kafka_type"), tag is not None)
-        if tag is None:
-            untagged.append(shape)
-        else:
-            tagged[tag] = shape
-    return untagged, tagged
-
-
-def _uvarint(data: bytes, pos: int, limit: int) -> tuple[int, int]:
-    """(unsigned varint, position after it); at most 5 bytes, like kio's reader."""
-    value = shift = 0
-    while shift <= 28:
-        if pos >= limit:
-            raise _Malformed("varint runs past the end")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    raise _Malformed("varint longer than 5 bytes")
-
-
-def _length(
-    data: bytes, pos: int, limit: int, flexible: bool, legacy: struct.Struct
-) -> tuple[int, int]:
-    """(length or -1 for null, position after the prefix), refusing lengths past ``limit``."""
-    if flexible:
-        length, pos = _uvarint(data, pos, limit)
-        length -= 1
-    else:
-        if pos + legacy.size > limit:
-            raise _Malformed("length prefix runs past the end")
-        (length,) = legacy.unpack_from(data, pos)
-        pos += legacy.size
-    if length > limit - pos:
-        raise _Malformed(f"length {length} exceeds the {limit - pos} bytes left")
-    return length, pos
-
-
-def _walk_value(shape: _Shape, flexible: bool, data: bytes, pos: int, limit: int) -> int:
-    """The position after one field value; flexible versions use compact lengths."""
-    if shape.size:
-        pos += shape.size
-    elif shape.blob:
-        length, pos = _length(data, pos, limit, flexible, _LEGACY_LENGTH[shape.blob])
-        _check_null(shape, length)
-        if shape.blob == "string" and length > MAX_STRING_BYTES:
-            raise _Malformed(f"string of {length} bytes (at most {MAX_STRING_BYTES})")
-        pos += max(length, 0)
-    elif shape.item is not None:
-        count, pos = _length(data, pos, limit, flexible, _LENGTH)
-        _check_null(shape, count)
-        if shape.item.size:
-            pos += max(count, 0) * shape.item.size
-        else:
-            for _ in range(count):
-                pos = _walk_value(shape.item, flexible, data, pos, limit)
-    else:
-        assert shape.entity is not None
-        if shape.nullable_entity:
-            pos += 1
-            if pos <= limit and data[pos - 1] == 0xFF:
-                return pos
-        pos = _walk_entity(shape.entity, data, pos, limit)
-    if pos > limit:
-        raise _Malformed("field runs past the end")
-    return pos
-
-
-def _check_null(shape: _Shape, length: int) -> None:
-    """Kafka's readers: -1 is null, allowed only where the schema says nullable; any other
-    negative length is malformed. (kio would read a null non-nullable array as None, and
-    handlers iterating it would fail on a request they should never have been given.)"""
-    if length < -1 or (length == -1 and not shape.nullable):
-        raise _Malformed(f"length {length} for a non-nullable field")
-
-
-def _walk_entity(entity_type: Any, data: bytes, pos: int, limit: int) -> int:
-    """The position after one entity, checking every length on the way."""
-    flexible = entity_type.__flexible__
-    untagged, tagged = _layout(entity_type)
-    for shape in untagged:
-        pos = _walk_value(shape, flexible, data, pos, limit)
-    if flexible:
-        count, pos = _uvarint(data, pos, limit)
-        for _ in range(count):
-            tag, pos = _uvarint(data, pos, limit)
-            size, pos = _uvarint(data, pos, limit)
-            end = pos + size
-            if end > limit:
-                raise _Malformed(f"tagged field {tag} runs past the end")
-            if tag in tagged:
-                _walk_value(tagged[tag], flexible, data, pos, end)
-            pos = end
-    return pos
-
-
-def _read_body(body_type: type[Any], frame: bytes, offset: int) -> tuple[Any, int]:
-    """kio's reading of a body, after the structural pre-check made it safe to run."""
-    _walk_entity(body_type, frame, offset, len(frame))
-    return entity_reader(body_type)(frame, offset)

@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
-# Which production lines the raft and metadata scenarios execute: coverage.py over a sweep
-# slice of each (every fault on), printed per package, then the files of those packages
-# with the most lines no run reached (docs/simulation.md, "What the sweeps cover").
+# Which production lines the simulator's scenarios execute: coverage.py over a sweep slice
+# of the raft and the metadata scenario and of the kafka scenario in each of its shapes
+# (every fault on), printed per package, then the files of those packages with the most
+# lines no run reached (docs/simulation.md, "What the sweeps cover").
 #
-#   scripts/sim-coverage.sh [RAFT_SEEDS] [METADATA_SEEDS] [DURATION_S]   (default 1-3 1-2 30)
+#   scripts/sim-coverage.sh [RAFT_SEEDS] [METADATA_SEEDS] [DURATION_S] [KAFKA_SEEDS]
+#                                                          (default 1-3 1-2 30 1-1)
 #
-# Needs the test extra (coverage). One job per scenario: a few minutes on an idle core.
-# COVERAGE_JSON=FILE keeps coverage.py's JSON report (every file's missed lines) there.
+# The kafka slices (KAFKA_SEEDS each, 20 s runs): idempotent producers; a compacted topic
+# under a descriptor limit; reassignments over five brokers with the lifecycle faults;
+# transactions under the authorizer with delayed markers; acks=1 with the data-plane
+# faults. The classic group lanes run in every one of them.
+# Needs the test extra (coverage). Two jobs per slice: `1-2 1-1 30 1-1` took 4.5 and 7.7
+# minutes on a shared two-core machine (load 5-6). COVERAGE_JSON=FILE keeps coverage.py's JSON report
+# (every file's missed lines) there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RAFT_SEEDS=${1:-1-3}
 METADATA_SEEDS=${2:-1-2}
 DURATION=${3:-30}
+KAFKA_SEEDS=${4:-1-1}
+KAFKA_DURATION=20
 PY=${PYTHON:-.venv/bin/python}
-PACKAGES=raft,metadata,broker,log,kraft
+PACKAGES=raft,metadata,broker,log,kraft,protocol
 data=$(mktemp -d)
 trap 'rm -rf "$data"' EXIT
 cat >"$data/rc" <<EOF
@@ -25,12 +34,24 @@ data_file = $data/.coverage
 EOF
 # kraft-sim re-executes itself unless PYTHONHASHSEED is 0, which would leave coverage behind.
 export PYTHONHASHSEED=0
-for spec in "raft $RAFT_SEEDS" "metadata $METADATA_SEEDS"; do
-    read -r scenario seeds <<<"$spec"
+sweep() {  # LABEL SCENARIO SEEDS DURATION ARGS...
+    local label=$1 scenario=$2 seeds=$3 duration=$4
+    shift 4
     "$PY" -m coverage run --rcfile="$data/rc" -m sim.cli sweep --scenario "$scenario" \
-        --seeds "$seeds" --faults all --duration "$DURATION" --jobs 1 --quiet 2>/dev/null \
-        | tail -1 | sed "s/^/$scenario: /"
-done
+        --seeds "$seeds" --duration "$duration" --jobs 2 --quiet --keep "$data/failures" \
+        "$@" 2>/dev/null | tail -1 | sed "s/^/$label: /" || true  # a failing seed still counts
+}
+sweep raft raft "$RAFT_SEEDS" "$DURATION" --faults all
+sweep metadata metadata "$METADATA_SEEDS" "$DURATION" --faults all
+sweep kafka-idempotent kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --faults all --idempotent
+sweep kafka-compact kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --faults all --compact \
+    --descriptor-limit 200
+sweep kafka-reassign kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --reassign --brokers 5 \
+    --faults all,shutdown-broker,shutdown-controller,stall-crash
+sweep kafka-transactions kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --transactions --authorizer \
+    --faults all,delay-txn
+sweep kafka-acks1 kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --acks 1 --faults \
+    all,leader-change-during-catch-up,kill-leader-during-catch-up,successive-minority-leaders,cut-leader-after-isr-change
 "$PY" -m coverage combine --rcfile="$data/rc" -q
 "$PY" -m coverage json --rcfile="$data/rc" -q -o "$data/coverage.json"
 if [ -n "${COVERAGE_JSON:-}" ]; then cp "$data/coverage.json" "$COVERAGE_JSON"; fi

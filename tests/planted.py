@@ -106,3 +106,9 @@ KAFKA_BUG_ARGS["follower-truncate-to-leader-end"] = (
     "--faults",
     "successive-minority-leaders",
 )
+# Issue 28 item 3: a producer state a truncation left stale names, for a producer's
+# resend, the offset its batch had before the cut (duplicate-offset, in the resends after
+# the heal; seeds 1-6 clean).
+DATA_PLANE_BUG_CHECKS["idempotent-stale-duplicate"] = "duplicate-offset"
+KAFKA_BUG_SEEDS["idempotent-stale-duplicate"] = 7
+KAFKA_BUG_ARGS["idempotent-stale-duplicate"] = ("--idempotent",)

@@ -733,14 +733,20 @@ class GroupCoordinator:
         """TxnOffsetCommit: the offsets are written in the producer's transaction and held
         pending until its marker (``complete_transaction``). KIP-447: a member id or a
         generation given is checked against the group as OffsetCommit's are; a client
-        before v3 gives neither, and is not."""
+        before v3 gives neither, and is not.
+
+        An epoch older than one this partition has seen (a marker of a newer epoch: the
+        coordinator fenced the producer, by a new instance or on its transaction timeout)
+        is INVALID_PRODUCER_EPOCH, Kafka's answer: its log refuses the older epoch's append
+        so, and its transaction verification turns the coordinator's PRODUCER_FENCED into
+        it. librdkafka and the Java producer take it as fatal: a new instance goes on."""
         shard = self.shard_for(group_id)
         if isinstance(shard, ErrorCode):
             return [shard] * len(commits)
         consumer = shard.consumer_groups.get(group_id)
         group = shard.groups.get(group_id)
         if shard.fenced(*producer):
-            error = ErrorCode.producer_fenced
+            error = ErrorCode.invalid_producer_epoch
         elif not member_id and generation < 0 and instance is None:
             error = ErrorCode.none
         elif consumer is not None:
@@ -756,7 +762,7 @@ class GroupCoordinator:
             return errors
         error, base_offset = await self._write(shard, records, producer)
         if error is ErrorCode.none and shard.fenced(*producer):
-            error = ErrorCode.producer_fenced  # fenced meanwhile; loading skips them too
+            error = ErrorCode.invalid_producer_epoch  # fenced meanwhile; loading skips them
         if error is not ErrorCode.none:
             for index, _, _ in accepted:
                 errors[index] = error

@@ -10,7 +10,9 @@ those to the group coordinator (``GroupCoordinator.complete_transaction``), whic
 drops the producer's pending offsets.
 
 As Kafka does, PRODUCER_FENCED goes to clients too old to know it (InitProducerId before v4,
-the others before v2) as INVALID_PRODUCER_EPOCH.
+the others before v2) as INVALID_PRODUCER_EPOCH. TxnOffsetCommit never answers
+PRODUCER_FENCED: a fenced epoch there is INVALID_PRODUCER_EPOCH at every version, as in
+Kafka, whose group coordinator learns it from the log or from transaction verification.
 """
 
 from __future__ import annotations
@@ -57,10 +59,12 @@ def _fenced_for(error: ErrorCode, version: int, since: int) -> ErrorCode:
 # (transactional id, producer id, epoch, topic, partition) -> NONE once in the transaction.
 AddToTransaction = Callable[[str, int, int, str, int], Awaitable[ErrorCode]]
 # What a TxnOffsetCommit client is answered when the add could not be made now (Kafka's
-# coordinator runtime normalises the produce-side errors the same way).
+# coordinator runtime normalises the produce-side errors the same way), or was refused: a
+# fenced epoch is INVALID_PRODUCER_EPOCH, as Kafka's AddPartitionsToTxnManager answers it.
 _ADD_ERRORS = {
     ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
     ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch,
 }
 
 
@@ -322,9 +326,7 @@ class TxnApis:
             )
         by_topic: dict[str, list[tuple[int, ErrorCode]]] = {}
         for commit, error in zip(commits, errors, strict=True):
-            by_topic.setdefault(commit.topic, []).append(
-                (commit.partition, _fenced_for(error, version, 2))
-            )
+            by_topic.setdefault(commit.topic, []).append((commit.partition, error))
         return make(
             module.TxnOffsetCommitResponse,
             {

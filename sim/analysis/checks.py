@@ -36,12 +36,14 @@ from sim.analysis.kafka import (
     COMMIT_EPOCH_UNKNOWN,
     KAFKA_OPS,
     OFFSETS_TOPIC,
+    BatchIdentity,
     KafkaChecker,
     KafkaOp,
     PartitionStateChecker,
     PowerCuts,
     broker_id,
     check_committed_on_isr,
+    check_duplicate_answer,
     check_liveness,
     check_replica_caught_up,
 )
@@ -840,7 +842,7 @@ def check_controlled_shutdowns(run: RunData) -> list[Violation]:
 # The trace events check_kafka replays, besides the operations: power cuts and ISRs (what
 # an acknowledgement promised), the sampled partition state, and the data plane's own
 # events (a leader's high watermark move with its ISR's batches compared, each replica's
-# state after the final reads).
+# state after the final reads, the batch a duplicate answer named).
 KAFKA_EVENT_KINDS = (
     "crash",
     "partition-state",
@@ -848,6 +850,7 @@ KAFKA_EVENT_KINDS = (
     "partition-truncate",
     "hw-advance",
     "replica-caught-up",
+    "duplicate-answer",
 )
 
 
@@ -965,6 +968,18 @@ def check_kafka(run: RunData) -> list[Violation]:
                 int(detail["end"]),
                 int(detail["diverged_at"]),
                 float(detail["bound_s"]),
+                at,
+            )
+        elif item.kind == "duplicate-answer":
+            held = detail.get("found")
+            result = check_duplicate_answer(
+                str(item.node),
+                str(item.log),
+                _int(item.epoch) or 0,
+                int(detail["offset"]),
+                BatchIdentity(*(int(v) for v in detail["batch"])),
+                int(detail["found_base"]),
+                None if held is None else BatchIdentity(*(int(v) for v in held)),
                 at,
             )
         elif item.kind == "partition-hw":

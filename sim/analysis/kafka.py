@@ -471,6 +471,62 @@ class PartitionStateChecker:
 
 COMMITTED_ON_ISR = "committed-on-isr"
 REPLICA_CATCH_UP = "replica-catch-up"
+DUPLICATE_OFFSET = "duplicate-offset"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchIdentity:
+    """A producer's batch as the duplicate check compares it: who wrote it (producer id and
+    epoch, first sequence), how many records it holds (its last offset delta) and its
+    content (the batch CRC, which covers everything after the leader epoch field: the
+    stored batch of a CreateTime, uncompressed produce is byte for byte the produced one
+    from there on)."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    last_offset_delta: int
+    crc: int
+
+    def describe(self) -> str:
+        return (
+            f"producer {self.producer_id} epoch {self.producer_epoch} sequence "
+            f"{self.base_sequence} ({self.last_offset_delta + 1} records, crc {self.crc})"
+        )
+
+
+def check_duplicate_answer(
+    node: str,
+    key: str,
+    epoch: int,
+    offset: int,
+    batch: BatchIdentity,
+    found_base: int,
+    found: BatchIdentity | None,
+    time_us: int,
+) -> KafkaViolation | None:
+    """Judge one produce a leader acknowledged as a duplicate of a batch it already holds
+    (``duplicate-answer`` events): Kafka answers a retried sequence with the original
+    batch's base offset, so the leader's log, read as the answer leaves (for acks=all it is
+    committed by then), must hold that very batch at ``offset``. ``found`` is the batch
+    that holds ``offset`` there, based at ``found_base`` (None, -1: no batch holds it).
+    A producer state that outlived a truncation names an offset that now holds another
+    producer's batch, or nothing yet: the producer takes its write as done, and it is not
+    in the log."""
+    if found is not None and found_base == offset and found == batch:
+        return None
+    if found is None:
+        there = "no batch holds that offset"
+    elif found_base != offset:
+        there = f"that offset is inside the batch at {found_base}, {found.describe()}"
+    else:
+        there = f"the batch there is {found.describe()}"
+    return KafkaViolation(
+        DUPLICATE_OFFSET,
+        f"{DUPLICATE_OFFSET}: {node}, leader of {key} in epoch {epoch}, answered the retry "
+        f"of {batch.describe()} as a duplicate at offset {offset}, but in its log {there}",
+        time_us,
+    )
 
 
 def check_committed_on_isr(

@@ -8,7 +8,9 @@ starts, and with it the workload (sim/kafka_client.py, the Kafka wire protocol):
 - producer lanes send unique integer values, one record per request, to a random partition's
   leader with ``--acks``; an ``--idempotent`` producer numbers its batches and resends a
   batch whose outcome it does not know, with the same sequence, until acknowledged or 10 s
-  passed (it then starts over with a new producer id, as Kafka's does);
+  passed (it then starts over with a new producer id, as Kafka's does), and after the heal
+  resends its last acknowledged batches, which every leader must answer as duplicates
+  naming the offset where each batch is (``duplicate-offset``);
 - consumer lanes assign every partition and poll them in turn from their positions;
 - group consumer lanes join one classic group (FindCoordinator, JoinGroup, SyncGroup,
   Heartbeat), fetch the committed offsets of the partitions they are assigned, poll them
@@ -34,8 +36,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 from typing import Any
 
 from broker.bugs import BROKER_BUGS
@@ -43,7 +46,7 @@ from broker.client import KafkaConnection
 from broker.group.coordinator import OFFSETS_TOPIC
 from broker.group.records import partition_for
 from broker.replica_manager import Partition
-from log.batch import iter_batches
+from log.batch import BatchHeader, iter_batches
 from log.errors import CorruptRecordError
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.runtime import Runtime
@@ -53,12 +56,14 @@ from sim.analysis.kafka import (
     COMMIT,
     COMMIT_EPOCH_UNKNOWN,
     OFFSET_FETCH,
+    BatchIdentity,
     KafkaChecker,
     KafkaOp,
     PartitionStateChecker,
     PowerCuts,
     broker_id,
     check_committed_on_isr,
+    check_duplicate_answer,
     check_liveness,
     check_replica_caught_up,
 )
@@ -77,6 +82,11 @@ PRODUCERS = 4
 CONSUMERS = 2
 REQUEST_TIMEOUT_S = 3.0
 SEND_TIMEOUT_S = 10.0  # an idempotent producer's delivery.timeout.ms
+# After the heal an idempotent producer resends its last acknowledged batches per partition:
+# as many as a producer may have in flight (max.in.flight.requests.per.connection), which
+# is why Kafka's producer state keeps that many per producer (broker/producer_state.py).
+RESENT_BATCHES = 5
+RESEND_ATTEMPTS = 3
 POLL_WAIT_S = 0.5
 CRASH_CHANCE = 0.01  # per operation, a client lane crashes and restarts as a new process
 SETUP_BOUND_S = 60.0
@@ -288,6 +298,9 @@ class KafkaCluster(Cluster):
     # cut-leader-after-isr-change: armed until this virtual time, crashing for that hold.
     isr_cut_armed: tuple[Nemesis, float, float] | None = None
     _isr_seen: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # --idempotent: (producer id, epoch, partition) -> its last acknowledged batches.
+    acked_batches: dict[tuple[int, int, int], deque[bytes]] = field(default_factory=dict)
+    resends: int = 0
 
     # ---- history ---------------------------------------------------------------------------
     def invoke(self, process: str, f: str, key: str, value: int | None) -> None:
@@ -420,6 +433,11 @@ class KafkaCluster(Cluster):
                                 isr=isr,
                             )
                         )
+                        if idempotent:
+                            self.acked_batches.setdefault(
+                                (producer_id[0], producer_id[1], partition),
+                                deque(maxlen=RESENT_BATCHES),
+                            ).append(batch)
                         return "ok", error
                     routing.leaders.pop(partition, None)
                     uncertain = uncertain or error not in NOT_APPENDED
@@ -432,6 +450,38 @@ class KafkaCluster(Cluster):
             "op", process=process, type=status, f="send", key=key, value=value, error=error
         )
         return status, error
+
+    async def resend_acknowledged(self, rng: random.Random) -> None:
+        """After the heal and the final reads (--idempotent): every producer resends its
+        last acknowledged batches to each partition's leader, as a producer whose answers
+        were lost does. The leader must answer each as a duplicate of the batch where it
+        is, and the duplicate check judges every such answer as it leaves the leader
+        (``on_duplicate``): a leader whose producer state outlived a truncation of its log
+        names the offset the batch had before the cut. Nothing reads the log afterwards (a
+        batch a power cut lost is appended again, as Kafka would)."""
+        routing = Routing(self, "resend")
+        try:
+            for (_, _, partition), batches in self.acked_batches.items():
+                for batch in batches:
+                    for _attempt in range(RESEND_ATTEMPTS):
+                        where = await routing.leader(partition, rng)
+                        if where is None:
+                            break
+                        host = where[0]
+                        try:
+                            conn = await routing.conn(host)
+                            error, _offset = await kafka_client.produce(
+                                conn, TOPIC, partition, batch, self.acks, REQUEST_TIMEOUT_S
+                            )
+                        except (OSError, TimeoutError, ConnectionError):
+                            await routing.drop(host)
+                            continue
+                        self.resends += 1
+                        if error != "NOT_LEADER_OR_FOLLOWER":
+                            break
+                        routing.leaders.pop(partition, None)
+        finally:
+            await routing.close()
 
     # ---- consumers -------------------------------------------------------------------------
     async def consumer(self, runtime: Runtime, lane: int) -> None:
@@ -847,7 +897,38 @@ class KafkaCluster(Cluster):
 
     # ---- the data plane, judged at its events ----------------------------------------------
     def node_options(self, process: SimProcess) -> dict[str, Any]:
-        return {"high_watermark_listener": lambda p, hw: self.on_high_watermark(process, p, hw)}
+        return {
+            "high_watermark_listener": lambda p, hw: self.on_high_watermark(process, p, hw),
+            "duplicate_listener": lambda p, b, o: self.on_duplicate(process, p, b, o),
+        }
+
+    def on_duplicate(
+        self, process: SimProcess, leader: Partition, header: BatchHeader, offset: int
+    ) -> None:
+        """As a leader acknowledges a produce as a duplicate: its log must hold that very
+        batch at the offset it names (``duplicate-answer`` event, judged by
+        ``check_duplicate_answer``)."""
+        batch = identity(header)
+        held = batch_holding(leader.log, offset)
+        found = None if held is None else identity(held)
+        found_base = -1 if held is None else held.base_offset
+        key = f"{leader.topic}-{leader.index}"
+        trace = self.world.trace
+        trace.event(
+            "duplicate-answer",
+            node=process.name,
+            log=key,
+            epoch=leader.leader_epoch,
+            offset=offset,
+            batch=list(astuple(batch)),
+            found_base=found_base,
+            found=None if found is None else list(astuple(found)),
+        )
+        violation = check_duplicate_answer(
+            process.name, key, leader.leader_epoch, offset, batch, found_base, found, trace.now_us()
+        )
+        if violation is not None:
+            self.checker.fail(violation.message)
 
     def partition_on(self, name: str, key: tuple[str, int]) -> Partition | None:
         """``name``'s replica of ``key`` while its process runs, else None."""
@@ -1345,6 +1426,8 @@ def run_kafka(config: RunConfig) -> RunResult:
         await cluster.replicas_caught_up()
         if txn is not None:
             await txn.final_reads(runtime.rng)
+        if config.idempotent:
+            await cluster.resend_acknowledged(runtime.rng)
 
     client = world.add_process("client")
     client.start(client_main)
@@ -1393,6 +1476,7 @@ def run_kafka(config: RunConfig) -> RunResult:
             "faults": nemesis.injected,
             **(_cleaned(cluster) if config.compact else {}),
             **(txn.figures() if txn is not None else {}),
+            **({"resends": cluster.resends} if config.idempotent else {}),
             **(_files_closed(cluster) if config.descriptor_limit is not None else {}),
         },
     )
@@ -1418,6 +1502,31 @@ def batch_crcs(log: Log, start: int, end: int) -> dict[int, tuple[int, int]]:
     except (OSError, KafkaStorageError, OffsetOutOfRangeError, CorruptRecordError):
         pass
     return found
+
+
+def batch_holding(log: Log, offset: int) -> BatchHeader | None:
+    """The header of the batch of ``log`` holding ``offset``, None if none does (outside
+    the log, or a gap). Read as ``batch_crcs`` reads: the node sees nothing of it."""
+    if not log.log_start_offset <= offset < log.log_end_offset:
+        return None
+    try:
+        for _position, header in iter_batches(bytes(log.read(offset, 1 << 16).records)):
+            if header.last_offset >= offset:
+                return header if header.base_offset <= offset else None
+    except (OSError, KafkaStorageError, OffsetOutOfRangeError, CorruptRecordError):
+        pass
+    return None
+
+
+def identity(header: BatchHeader) -> BatchIdentity:
+    """What the duplicate check compares of a batch."""
+    return BatchIdentity(
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.last_offset_delta,
+        header.crc,
+    )
 
 
 def first_divergence(

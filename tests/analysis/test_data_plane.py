@@ -1,6 +1,7 @@
-"""The kafka scenario's data-plane checks (issue 28 item 2) as kraft-analyze runs them: from
-the ``hw-advance`` and ``replica-caught-up`` events, with the code the simulator runs online,
-on hand-written events and on the traces of the pinned planted-bug runs."""
+"""The kafka scenario's data-plane checks (issue 28 items 2 and 3) as kraft-analyze runs
+them: from the ``hw-advance``, ``replica-caught-up`` and ``duplicate-answer`` events, with
+the code the simulator runs online, on hand-written events and on the traces of the pinned
+planted-bug runs."""
 
 from __future__ import annotations
 
@@ -56,10 +57,29 @@ def caught_up(node: str, end: int, diverged_at: int) -> dict[str, Any]:
     }
 
 
+# A producer's retried batch: producer 4000, epoch 0, sequence 17, one record, its CRC.
+RETRIED = [4000, 0, 17, 0, 1234567]
+
+
+def duplicate_answer(offset: int, found_base: int, found: list[int] | None) -> dict[str, Any]:
+    return {
+        "t_us": 30,
+        "kind": "duplicate-answer",
+        "node": "n5",
+        "log": "jepsen-0",
+        "epoch": 4,
+        "offset": offset,
+        "batch": RETRIED,
+        "found_base": found_base,
+        "found": found,
+    }
+
+
 def data_plane(violations: list[Any]) -> list[Any]:
     """The data-plane violations (the hand-written runs hold no operations, so liveness
     fails too; that is judged elsewhere)."""
-    return [v for v in violations if v.check in ("committed-on-isr", "replica-catch-up")]
+    checks = ("committed-on-isr", "replica-catch-up", "duplicate-offset")
+    return [v for v in violations if v.check in checks]
 
 
 def test_a_high_watermark_over_a_diverged_isr_member_is_flagged(tmp_path: Path) -> None:
@@ -85,6 +105,42 @@ def test_a_replica_short_or_diverged_after_the_final_reads_is_flagged(tmp_path: 
     assert short.message.startswith("replica-catch-up: n5's replica of jepsen-0 must hold")
     assert diverged.message.endswith(
         "holds other batches than the leader's from offset 7 of jepsen-0"
+    )
+
+
+def test_a_duplicate_answer_naming_an_offset_without_its_batch_is_flagged(
+    tmp_path: Path,
+) -> None:
+    """Kafka answers a retried sequence with the original batch's base offset: the leader's
+    log must hold that very batch there (issue 28 item 3, the check behind the producer
+    state a truncation left stale)."""
+    clean = [CONFIG, duplicate_answer(21, 21, RETRIED)]
+    assert data_plane(run_checks(write_run(tmp_path, clean, scenario="kafka"))) == []
+    other = [4001, 2, 17, 0, 7654321]  # another producer's batch now sits at offset 21
+    bad = [
+        CONFIG,
+        duplicate_answer(21, 21, other),
+        duplicate_answer(23, 22, [4000, 0, 16, 1, 99]),
+        duplicate_answer(40, -1, None),
+        duplicate_answer(21, 21, [*RETRIED[:4], 1234568]),  # same sequence, other content
+    ]
+    wrong, inside, nothing, content = data_plane(
+        run_checks(write_run(tmp_path, bad, scenario="kafka"))
+    )
+    assert wrong.check == "duplicate-offset"
+    assert wrong.message == (
+        "duplicate-offset: n5, leader of jepsen-0 in epoch 4, answered the retry of producer "
+        "4000 epoch 0 sequence 17 (1 records, crc 1234567) as a duplicate at offset 21, but "
+        "in its log the batch there is producer 4001 epoch 2 sequence 17 (1 records, crc "
+        "7654321)"
+    )
+    assert inside.message.endswith(
+        "at offset 23, but in its log that offset is inside the batch at 22, producer 4000 "
+        "epoch 0 sequence 16 (2 records, crc 99)"
+    )
+    assert nothing.message.endswith("at offset 40, but in its log no batch holds that offset")
+    assert content.message.endswith(
+        "the batch there is producer 4000 epoch 0 sequence 17 (1 records, crc 1234568)"
     )
 
 

@@ -10,6 +10,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from broker.bugs import IDEMPOTENT_STALE_DUPLICATE
 from broker.partition import Partition
 from broker.producer_state import ProducerState
 from log.batch import encode_batch, parse_header
@@ -103,6 +104,22 @@ def test_truncation_rebuilds_the_producer_state() -> None:
         await partition.truncate_fully_and_start_at(10)
         assert partition.producers.open_transactions == {} and len(partition.producers) == 0
         assert partition.last_stable_offset == partition.high_watermark  # nothing open
+
+    asyncio.run(run())
+
+
+def test_the_planted_stale_duplicate_bug_keeps_the_producer_state_of_before_the_cut() -> None:
+    """``idempotent-stale-duplicate`` re-creates the fixed bug for the simulator to catch
+    (the kafka scenario's ``duplicate-offset`` check): the cut batch is still answered as
+    a duplicate, at an offset the next append fills with another batch."""
+
+    async def run() -> None:
+        partition = await follower()
+        partition.bugs = frozenset({IDEMPOTENT_STALE_DUPLICATE})
+        partition.append_as_follower(at(produced(7, 0), 0) + at(produced(7, 1), 1), now_ms=1_000)
+        assert await partition.truncate_to(1)
+        assert partition.log.log_end_offset == 1
+        assert partition.producers.check(parse_header(produced(7, 1))).duplicate_of == 1
 
     asyncio.run(run())
 

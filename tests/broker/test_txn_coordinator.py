@@ -485,7 +485,7 @@ def test_a_new_instance_fences_the_zombie_and_aborts_its_transaction() -> None:
         assert await node.end(pid, 0, True) is ErrorCode.producer_fenced
         assert await node.end(pid, 0, True, version=1) is ErrorCode.invalid_producer_epoch
         assert await node.add(pid, 0, 1) is ErrorCode.producer_fenced
-        assert await node.commit_offset(pid, 0, 6) is ErrorCode.producer_fenced
+        assert await node.commit_offset(pid, 0, 6) is ErrorCode.invalid_producer_epoch
         # The abort marker went out with the fencing epoch.
         markers = [m for request in node.direct.sent for m in request.markers]
         assert {(m.producer_epoch, m.transaction_result) for m in markers} == {(1, False)}
@@ -599,6 +599,12 @@ def test_timed_out_transactions_are_aborted_and_idle_ids_expire() -> None:
         described = await node.describe()
         assert (described.transaction_state, described.producer_epoch) == ("CompleteAbort", 1)
         assert node.committed() is None
+        # The timed-out producer's late TxnOffsetCommit (librdkafka retrying it after a
+        # coordinator failover) meets the abort marker's epoch: INVALID_PRODUCER_EPOCH, as
+        # Kafka answers, and holds nothing; its EndTxn is fenced by the coordinator.
+        assert await node.commit_offset(pid, 0, 4) is ErrorCode.invalid_producer_epoch
+        assert node.groups.unstable_offsets("g") == frozenset()
+        assert await node.end(pid, 0, False) is ErrorCode.producer_fenced
         assert await node.end(pid, 0, True) is ErrorCode.producer_fenced
         listed = await node.call(ApiKey.LIST_TRANSACTIONS, 1, "ListTransactionsRequest",
                                  state_filters=("CompleteAbort", "Bogus"),

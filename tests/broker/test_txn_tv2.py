@@ -334,7 +334,7 @@ def test_txn_offset_commit_v5_adds_the_offsets_partition_itself() -> None:
         await node.txn.idle()
         assert node.committed() == 5
         # The zombie's epoch is refused by the add, before any offset is held.
-        assert await commit_offset(0, 9) is ErrorCode.producer_fenced
+        assert await commit_offset(0, 9) is ErrorCode.invalid_producer_epoch
         assert node.committed() == 5
         await stop(node)
 

@@ -61,6 +61,7 @@ class FakeCoordinator:
 
     def __init__(self) -> None:
         self.added: set[tuple[str, str, int]] = set()
+        self.epochs: dict[str, int] = {}  # a transactional id's epoch, once it was bumped
         self.asked: list[tuple[str, int, int, bool]] = []
         self.versions: list[int] = []
         self.gate = asyncio.Event()
@@ -114,9 +115,7 @@ class FakeCoordinator:
                                 module.AddPartitionsToTxnPartitionResult,
                                 {
                                     "partition_index": index,
-                                    "partition_error_code": ErrorCode.none
-                                    if (txn.transactional_id, topic.name, index) in self.added
-                                    else ErrorCode.invalid_txn_state,
+                                    "partition_error_code": self.answer(txn, topic.name, index),
                                 },
                             )
                             for index in topic.partitions
@@ -139,6 +138,14 @@ class FakeCoordinator:
                 "results_by_transaction": tuple(results),
             },
         )
+
+    def answer(self, txn: Any, topic: str, index: int) -> ErrorCode:
+        """A fenced epoch, else whether the partition is in the open transaction."""
+        if txn.producer_epoch < self.epochs.get(txn.transactional_id, -1):
+            return ErrorCode.producer_fenced
+        if (txn.transactional_id, topic, index) in self.added:
+            return ErrorCode.none
+        return ErrorCode.invalid_txn_state
 
 
 def txn_batch(sequence: int, value: bytes, epoch: int = 0) -> bytes:
@@ -188,6 +195,11 @@ def test_a_first_transactional_batch_needs_the_coordinators_word(tmp_path: Path)
         coordinator.gate.set()
         assert await pending == ErrorCode.invalid_txn_state
         assert log.log_end_offset == 4  # first, second, two markers: not the raced batch
+        # The coordinator fenced epoch 0 (a new instance): its PRODUCER_FENCED reaches the
+        # producer as INVALID_PRODUCER_EPOCH, Kafka's AddPartitionsToTxnManager's answer.
+        coordinator.epochs["tx"] = 1
+        assert await produce(2, b"zombie") == ErrorCode.invalid_producer_epoch
+        assert log.log_end_offset == 4
         # No coordinator to ask: the producer may retry (NOT_ENOUGH_REPLICAS, as Kafka).
         await coordinator.stop()
         assert await produce(2, b"later") == ErrorCode.not_enough_replicas

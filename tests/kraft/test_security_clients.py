@@ -23,12 +23,15 @@ from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: instal
 from tests.kraft.procs import Processes, free_port, port_open, wait_until
 from tests.kraft.secured import (
     ADD_SCRAM,
+    ADMIN,
+    ADMIN_PASSWORD,
     ALICE,
     ALICE_PASSWORD,
     Certs,
     ScramFormat,
     make_ca,
     sasl_ssl_props,
+    scram_jaas,
 )
 
 HOST = "127.0.0.1"
@@ -607,3 +610,83 @@ def test_kcat_logs_in_with_plain_produces_and_consumes_and_a_wrong_password_gets
     assert refused.returncode != 0
     assert "one" not in refused.stdout
     assert "Authentication failed" in refused.stderr, refused.stderr
+
+
+@pytest.fixture(scope="module")
+def scram_listeners(
+    tmp_path_factory: pytest.TempPathFactory, certs: Certs
+) -> Iterator[dict[str, str]]:
+    """One combined node with a SASL_PLAINTEXT and a SASL_SSL listener, both offering
+    SCRAM-SHA-256 and SCRAM-SHA-512, alice holding a credential for each; the listener's
+    security protocol -> its bootstrap address."""
+    root = tmp_path_factory.mktemp("scram-listeners")
+    plain_port, tls_port, controller_port = free_port(), free_port(), free_port()
+    identity = certs.identity("scram-node", ips=(HOST,))
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
+        "listeners": (
+            f"SASL_PLAINTEXT://{HOST}:{plain_port},SASL_SSL://{HOST}:{tls_port},"
+            f"CONTROLLER://{HOST}:{controller_port}"
+        ),
+        "listener.security.protocol.map": (
+            "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT"
+        ),
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "offsets.topic.replication.factor": "1",
+        "connection.failed.authentication.delay.ms": "10",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram_jaas(
+            ADMIN, ADMIN_PASSWORD
+        ),
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(identity.keystore_pem),
+    }
+    scram = (
+        *ADD_SCRAM,
+        f"SCRAM-SHA-256=[name={ALICE},password={ALICE_PASSWORD}]",
+    )
+    procs = Processes(root, {1: props}, program=ScramFormat(scram=scram))
+    try:
+        procs.start(1)
+        for port in (plain_port, tls_port):
+            wait_until(lambda port=port: port_open(HOST, port), "the SASL listeners open")
+        yield {"SASL_PLAINTEXT": f"{HOST}:{plain_port}", "SASL_SSL": f"{HOST}:{tls_port}"}
+    finally:
+        procs.cleanup()
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_kcat_logs_in_with_scram_produces_and_consumes_and_a_wrong_password_gets_nothing(
+    scram_listeners: dict[str, str], certs: Certs, protocol: str, mechanism: str
+) -> None:
+    """librdkafka before 2.6.1 (Debian's kcat: 2.0.2) sends the client nonce twice in its
+    client-final message; the broker takes that one form, as Kafka does, and was refusing
+    it ("Server nonce doesn't match"). A wrong password is still refused."""
+    bootstrap = scram_listeners[protocol]
+    conf = {
+        "security.protocol": protocol,
+        "sasl.mechanism": mechanism,
+        "sasl.username": ALICE,
+        "sasl.password": ALICE_PASSWORD,
+    }
+    if protocol == "SASL_SSL":
+        conf["ssl.ca.location"] = str(certs.ca)
+    topic = f"kcat-{mechanism.lower()}-{uuid.uuid4().hex[:8]}"
+    produced = _kcat(bootstrap, conf, "-P", "-t", topic, stdin="one\ntwo\nthree\n")
+    assert produced.returncode == 0, produced.stderr
+    consumed = _kcat(bootstrap, conf, "-C", "-t", topic, "-o", "beginning", "-e", "-q")
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.split() == ["one", "two", "three"]
+    wrong = {**conf, "sasl.password": "not-alices-password"}
+    refused = _kcat(bootstrap, wrong, "-C", "-t", topic, "-o", "beginning", "-e", "-m", "10")
+    assert refused.returncode != 0
+    assert "one" not in refused.stdout
+    assert (
+        "Authentication failed during authentication due to invalid credentials with SASL "
+        f"mechanism {mechanism}" in refused.stderr
+    ), refused.stderr

@@ -2,23 +2,30 @@
 
 On main the offset map charged 24 bytes plus the key per entry, so 4.5M 4-byte keys took
 306 MB against a 128 MiB log.cleaner.dedupe.buffer.size, and one batch's keys were scanned,
-mapped and checked in single steps that held the loop up to 2.7 s.
+mapped and checked in single steps that held the loop up to 2.7 s. The loop test counts the
+keys each turn of the loop scans, maps and looks up (the CPU a turn takes is printed by
+bench/bench_slices.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 import tracemalloc
+from collections import Counter
 
+import pytest
+
+import log.batch
+import log.cleaner
 from log.batch import encode_batch
-from log.cleaner import OffsetMap, clean_log, map_entry_bytes
+from log.cleaner import YIELD_EVERY_RECORDS, OffsetMap, clean_log, map_entry_bytes
 from log.compression import Compression
 from log.config import LogConfig
-from log.records import Record
+from log.records import Record, RecordKeyScan
 from tests.log.test_cleaner import open_log
+from tests.loop_turns import busy, work_per_turn
 
-STEP_CPU_BOUND_S = 0.25  # ~0.03 s a slice on an idle core; generous for a loaded host
+RECORDS = 400_000
 
 
 def test_the_offset_map_stays_within_its_budget_in_real_bytes() -> None:
@@ -38,10 +45,40 @@ def test_the_offset_map_stays_within_its_budget_in_real_bytes() -> None:
     assert map_entry_bytes(b"abcd") == 168
 
 
-def test_a_pass_over_a_batch_of_400k_records_yields_the_loop() -> None:
-    records = [Record(i.to_bytes(4, "big"), b"v", 0) for i in range(400_000)]
+def count_key_work(monkeypatch: pytest.MonkeyPatch, tally: Counter[str]) -> None:
+    """The cleaner's key scans and offset map count what they do in ``tally``: records
+    "scanned", keys "mapped" (put), keys "looked up" (get)."""
 
-    async def run() -> tuple[float, int]:
+    class CountingScan(RecordKeyScan):
+        __slots__ = ()
+
+        def scan(self, records: int) -> None:
+            before = len(self.keys)
+            super().scan(records)
+            tally["scanned"] += len(self.keys) - before
+
+    class CountingMap(OffsetMap):
+        __slots__ = ()
+
+        def put(self, key: bytes, offset: int) -> bool:
+            tally["mapped"] += 1
+            return super().put(key, offset)
+
+        def get(self, key: bytes) -> int:
+            tally["looked up"] += 1
+            return super().get(key)
+
+    monkeypatch.setattr(log.batch, "RecordKeyScan", CountingScan)
+    monkeypatch.setattr(log.cleaner, "OffsetMap", CountingMap)
+
+
+def test_a_pass_over_a_batch_of_400k_records_yields_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    records = [Record(i.to_bytes(4, "big"), b"v", 0) for i in range(RECORDS)]
+    tally: Counter[str] = Counter()
+
+    async def run() -> tuple[list[Counter[str]], int]:
         clock, log = await open_log(3, LogConfig(cleanup_policy=("compact",)))
         log.append_as_leader(encode_batch(records, compression=Compression.ZSTD), 0)
         # A later record of another key: the big batch is mapped, scanned and kept whole.
@@ -49,25 +86,19 @@ def test_a_pass_over_a_batch_of_400k_records_yields_the_loop() -> None:
         log.append_as_leader(encode_batch([Record(b"other", b"w", 0)]), 0)
         log.roll()
         await log.flush()
-        longest = 0.0
-        done = False
-
-        async def probe() -> None:
-            nonlocal longest
-            last = time.thread_time()
-            while not done:
-                await asyncio.sleep(0)
-                now = time.thread_time()
-                longest, last = max(longest, now - last), now
-
-        task = asyncio.get_running_loop().create_task(probe())
-        await asyncio.sleep(0)
-        result = await clean_log(log, 0, now_ms=clock.now, dedupe_buffer_bytes=128 << 20)
-        done = True
-        await task
+        count_key_work(monkeypatch, tally)
+        clean = clean_log(log, 0, now_ms=clock.now, dedupe_buffer_bytes=128 << 20)
+        turns, result = await work_per_turn(clean, tally)
         assert result is not None
-        return longest, result.records_read
+        return turns, result.records_read
 
-    longest, read = asyncio.run(run())
-    assert read >= 400_000
-    assert longest < STEP_CPU_BOUND_S, f"a cleaner step took {longest * 1000:.0f} ms of CPU"
+    turns, read = asyncio.run(run())
+    assert read == RECORDS + 1 and RECORDS > 10 * YIELD_EVERY_RECORDS
+    # Every record's key scanned twice (to map it, to clean it), mapped once, looked up once.
+    expected = {"scanned": 2 * (RECORDS + 1), "mapped": RECORDS + 1, "looked up": RECORDS + 1}
+    assert dict(tally) == expected
+    # At most YIELD_EVERY_RECORDS units of key work a turn, beside the one-record batch's
+    # (its scan and its put may share the turn that starts the next pass's scan).
+    assert max(sum(turn.values()) for turn in turns) <= YIELD_EVERY_RECORDS + 2
+    for unit, total in expected.items():
+        assert busy(turns, unit) >= total // YIELD_EVERY_RECORDS > 10, unit

@@ -4,6 +4,8 @@ gate before authentication, failures, and KIP-368 re-authentication."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 from typing import Any
 
 import pytest
@@ -231,6 +233,154 @@ def test_the_client_refuses_a_server_that_cannot_prove_the_password() -> None:
     client = SaslClient(SaslCredentials("SCRAM-SHA-512", "alice", "alice-pw"))
     with pytest.raises(SaslError, match="does not check out"):
         _login(server, client)
+
+
+# What kcat 1.7.1 (librdkafka 2.0.2, Debian) sent to a broker, captured on the wire: ApiVersions
+# v3, SaslHandshake v1, then SaslAuthenticate v0 carrying the SCRAM messages. Its client nonce
+# is 32 characters of 0x2d-0x7e; its client-final ``r=`` is that nonce followed by the whole
+# server-first nonce (librdkafka #4895, fixed in 2.6.1).
+LIBRDKAFKA_2_0_2_NONCE = "6DeFGN{<Y@N8QgU65tT^-;qCkzbAKEmc"
+SCRAM_USERS = [("SCRAM-SHA-512", "alice", "alice-pw"), ("SCRAM-SHA-256", "bob", "bob-pw")]
+
+
+def _librdkafka_first(server: SaslServer, mechanism: str, user: str) -> str:
+    """The exchange up to the server-first message, as librdkafka 2.0.2 runs it; that
+    message."""
+    module: Any = request_module(ApiKey.API_VERSIONS, 3)
+    versions = make(
+        module.ApiVersionsRequest,
+        {"client_software_name": "librdkafka", "client_software_version": "2.0.2"},
+    )
+    assert server.receive(_header(versions), versions, 0).verdict is Verdict.PASS
+    module = request_module(SASL_HANDSHAKE_KEY, 1)
+    handshake = make(module.SaslHandshakeRequest, {"mechanism": mechanism})
+    assert server.receive(_header(handshake), handshake, 0).verdict is Verdict.ANSWER
+    first = _authenticate_v0(server, f"n,,n={user},r={LIBRDKAFKA_2_0_2_NONCE}".encode())
+    assert first.verdict is Verdict.ANSWER
+    return bytes(first.response.auth_bytes).decode()  # type: ignore[attr-defined]
+
+
+def _authenticate_v0(server: SaslServer, token: bytes) -> Outcome:
+    module: Any = request_module(SASL_AUTHENTICATE_KEY, 0)
+    request = make(module.SaslAuthenticateRequest, {"auth_bytes": token})
+    return server.receive(_header(request), request, 0)
+
+
+def _client_final(
+    mechanism: str, user: str, password: str, server_first: str, nonce: str
+) -> tuple[str, bytes]:
+    """librdkafka's client-final message with ``r=nonce``, signed over exactly what it
+    sends (RFC 5802 section 3, as rdkafka_sasl_scram.c computes it); and the
+    ServerSignature a genuine server answers with."""
+    digest = "sha512" if mechanism == "SCRAM-SHA-512" else "sha256"
+    fields = dict(item.split("=", 1) for item in server_first.split(","))
+    salted = hashlib.pbkdf2_hmac(
+        digest, password.encode(), base64.b64decode(fields["s"]), int(fields["i"])
+    )
+    client_key = hmac.digest(salted, b"Client Key", digest)
+    stored_key = hashlib.new(digest, client_key).digest()
+    without_proof = f"c=biws,r={nonce}"
+    auth_message = f"n={user},r={LIBRDKAFKA_2_0_2_NONCE},{server_first},{without_proof}".encode()
+    signature = hmac.digest(stored_key, auth_message, digest)
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    server_signature = hmac.digest(hmac.digest(salted, b"Server Key", digest), auth_message, digest)
+    return f"{without_proof},p={base64.b64encode(proof).decode()}", server_signature
+
+
+@pytest.mark.parametrize(("mechanism", "user", "password"), SCRAM_USERS)
+@pytest.mark.parametrize("doubled", [True, False], ids=["librdkafka-2.0.2", "rfc5802"])
+def test_librdkafka_2_0_2s_scram_exchange_logs_in(
+    mechanism: str, user: str, password: str, doubled: bool
+) -> None:
+    """Its client-final nonce is the client nonce and then the server-first nonce; scramp
+    alone refused that ("Server nonce doesn't match"), Kafka accepts it. The RFC's form
+    (the server-first nonce alone) still logs in too."""
+    server = SaslServer(_listener(), _lookup)
+    server_first = _librdkafka_first(server, mechanism, user)
+    server_nonce = server_first.split(",")[0].removeprefix("r=")
+    assert server_nonce.startswith(LIBRDKAFKA_2_0_2_NONCE)
+    assert len(server_nonce) > len(LIBRDKAFKA_2_0_2_NONCE)
+    nonce = LIBRDKAFKA_2_0_2_NONCE + server_nonce if doubled else server_nonce
+    final, server_signature = _client_final(mechanism, user, password, server_first, nonce)
+    outcome = _authenticate_v0(server, final.encode())
+    assert outcome.verdict is Verdict.ANSWER, outcome.reason
+    response: Any = outcome.response
+    assert response.error_code == ErrorCode.none
+    assert bytes(response.auth_bytes) == b"v=" + base64.b64encode(server_signature)
+    assert server.session is not None and server.session.principal == f"User:{user}"
+    header, request = _metadata()
+    assert server.receive(header, request, 1).verdict is Verdict.PASS
+
+
+@pytest.mark.parametrize(("mechanism", "user", "password"), SCRAM_USERS)
+@pytest.mark.parametrize(
+    "nonce_of",
+    [
+        lambda c, s: "x" + s,  # Kafka's endsWith would take any prefix: not here
+        lambda c, s: c + c + s,
+        lambda c, s: c,
+        lambda c, s: c + s[:-1],
+        lambda c, s: c + s + "x",
+        lambda c, s: s + c,
+    ],
+    ids=["other-prefix", "nonce-thrice", "client-nonce-only", "truncated", "suffix", "swapped"],
+)
+def test_a_client_final_nonce_other_than_the_two_forms_is_refused(
+    mechanism: str, user: str, password: str, nonce_of: Any
+) -> None:
+    """Even correctly signed over what it sends, a client-final message whose nonce is not
+    the server-first nonce (or librdkafka's client nonce + it) does not log in."""
+    server = SaslServer(_listener(), _lookup)
+    server_first = _librdkafka_first(server, mechanism, user)
+    server_nonce = server_first.split(",")[0].removeprefix("r=")
+    nonce = nonce_of(LIBRDKAFKA_2_0_2_NONCE, server_nonce)
+    final, _ = _client_final(mechanism, user, password, server_first, nonce)
+    outcome = _authenticate_v0(server, final.encode())
+    assert outcome.verdict is Verdict.FAIL
+    assert outcome.response.error_code == ErrorCode.sasl_authentication_failed  # type: ignore[attr-defined]
+    assert "Server nonce doesn't match" in outcome.reason
+    assert server.session is None
+
+
+@pytest.mark.parametrize(("mechanism", "user", "password"), SCRAM_USERS)
+def test_librdkafka_2_0_2s_form_with_a_wrong_password_or_unknown_user_is_refused(
+    mechanism: str, user: str, password: str
+) -> None:
+    server = SaslServer(_listener(), _lookup)
+    server_first = _librdkafka_first(server, mechanism, user)
+    nonce = LIBRDKAFKA_2_0_2_NONCE + server_first.split(",")[0].removeprefix("r=")
+    final, _ = _client_final(mechanism, user, "not-" + password, server_first, nonce)
+    outcome = _authenticate_v0(server, final.encode())
+    assert outcome.verdict is Verdict.FAIL
+    assert outcome.response.error_code == ErrorCode.sasl_authentication_failed  # type: ignore[attr-defined]
+    assert "The client keys don't match" in outcome.reason
+    assert server.session is None
+    stranger = SaslServer(_listener(), _lookup)
+    module: Any = request_module(SASL_HANDSHAKE_KEY, 1)
+    handshake = make(module.SaslHandshakeRequest, {"mechanism": mechanism})
+    stranger.receive(_header(handshake), handshake, 0)
+    first = _authenticate_v0(stranger, f"n,,n=mallory,r={LIBRDKAFKA_2_0_2_NONCE}".encode())
+    assert first.verdict is Verdict.FAIL
+    assert first.response.error_code == ErrorCode.sasl_authentication_failed  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("mechanism", "user", "password"), SCRAM_USERS)
+def test_a_recorded_librdkafka_final_message_does_not_log_in_again(
+    mechanism: str, user: str, password: str
+) -> None:
+    """Replay: the client-final message of one login, sent to a new exchange that starts
+    with the same client-first message, answers the old server nonce and is refused."""
+    first_server = SaslServer(_listener(), _lookup)
+    server_first = _librdkafka_first(first_server, mechanism, user)
+    nonce = LIBRDKAFKA_2_0_2_NONCE + server_first.split(",")[0].removeprefix("r=")
+    final, _ = _client_final(mechanism, user, password, server_first, nonce)
+    assert _authenticate_v0(first_server, final.encode()).verdict is Verdict.ANSWER
+    second_server = SaslServer(_listener(), _lookup)
+    assert _librdkafka_first(second_server, mechanism, user) != server_first
+    outcome = _authenticate_v0(second_server, final.encode())
+    assert outcome.verdict is Verdict.FAIL
+    assert "Server nonce doesn't match" in outcome.reason
+    assert second_server.session is None
 
 
 def test_parse_add_scram_refuses_what_kafka_storage_refuses() -> None:

@@ -5,52 +5,39 @@ controller's loop (44 s of CPU on a loaded host: the quorum failed over four tim
 DeleteTopics of 200,000 names 27 s. Now TOPICS_PER_SLICE topics are worked on per turn of
 the loop, each slice's records proposed before the next, and the answer is the one a
 single pass gives: every name answered, in order, duplicates and the record budget counted
-over the whole request.
+over the whole request. The tests count the names each turn of the loop works on (the CPU
+a turn takes is printed by bench/bench_slices.py).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from metadata.controller.context import MAX_RECORDS_PER_USER_OP
-from metadata.controller.topics import TOPICS_PER_SLICE
+from metadata.controller.topics import TOPICS_PER_SLICE, CreateTopicsRun, DeleteTopicsRun
+from tests.loop_turns import busy, counting, most, work_per_turn
 from tests.metadata.controller.support import request_module, roundtrip
 from tests.metadata.controller.test_quorum_controller import Controller, run
 
 NAMES = 20_000
-MISSING = 100_000  # names DeleteTopics looks up: ~5 us each
-STEP_CPU_BOUND_S = 0.25  # one slice: ~0.05 s of CPU on an idle core, 5x for a loaded host
+MISSING = 100_000  # names DeleteTopics looks up
 
 
-async def longest_step(work: Any) -> tuple[float, Any]:
-    """(the longest CPU time the loop went without running a probe while ``work`` ran,
-    its result)."""
-    longest = 0.0
-    done = False
-
-    async def probe() -> None:
-        nonlocal longest
-        last = time.thread_time()
-        while not done:
-            await asyncio.sleep(0)
-            now = time.thread_time()
-            longest, last = max(longest, now - last), now
-
-    task = asyncio.get_running_loop().create_task(probe())
-    await asyncio.sleep(0)
-    try:
-        result = await work
-    finally:
-        done = True
-        await task
-    return longest, result
+def count_names(
+    monkeypatch: pytest.MonkeyPatch,
+    run_class: type[CreateTopicsRun] | type[DeleteTopicsRun],
+    tally: Counter[str],
+) -> None:
+    """Every name a CreateTopicsRun or DeleteTopicsRun works on counts in tally["names"]."""
+    step = counting(tally, "names", lambda _run, _ctx, topics: len(topics), run_class.step)
+    monkeypatch.setattr(run_class, "step", step)
 
 
 def creatable(module: Any, name: str) -> Any:
@@ -59,25 +46,33 @@ def creatable(module: Any, name: str) -> Any:
     )
 
 
-def test_a_create_topics_of_20000_names_is_worked_on_in_slices(tmp_path: Path) -> None:
+def test_a_create_topics_of_20000_names_is_worked_on_in_slices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     module = request_module(19, 7)
     names = [f"t{i}" for i in range(NAMES)] + ["t7"]  # one duplicate, far from its first
     request = module.CreateTopicsRequest(
         topics=tuple(creatable(module, n) for n in names), validate_only=True
     )
 
-    async def scenario() -> tuple[float, Any, int]:
+    tally: Counter[str] = Counter()
+
+    async def scenario() -> tuple[list[Counter[str]], Any, int]:
         node = Controller(tmp_path)
         await node.start()
         await node.heartbeat(1, await node.register(1), offset=node.image.offset)
-        hold, response = await longest_step(node.controller.handle(19, 7, request))
+        count_names(monkeypatch, CreateTopicsRun, tally)
+        turns, response = await work_per_turn(node.controller.handle(19, 7, request), tally)
         topics = len(node.image.topics.by_name)
         await node.stop()
-        return hold, roundtrip(response), topics
+        return turns, roundtrip(response), topics
 
-    hold, response, topics = run(scenario())
-    assert hold < STEP_CPU_BOUND_S, f"a controller step took {hold * 1000:.0f} ms of CPU"
+    turns, response, topics = run(scenario())
     assert NAMES > 10 * TOPICS_PER_SLICE and topics == 0  # validate_only wrote nothing
+    # Every name worked on once, at most TOPICS_PER_SLICE of them per turn of the loop.
+    assert tally["names"] == len(names)
+    assert most(turns, "names") == TOPICS_PER_SLICE
+    assert busy(turns, "names") == -(-len(names) // TOPICS_PER_SLICE) > 10
     codes = [(r.name, r.error_code) for r in response.topics]
     assert [name for name, _ in codes] == names
     assert codes[7] == ("t7", ErrorCode.invalid_request) == codes[-1]
@@ -87,7 +82,7 @@ def test_a_create_topics_of_20000_names_is_worked_on_in_slices(tmp_path: Path) -
 
 
 def test_a_delete_topics_in_slices_removes_each_topic_once_and_answers_every_name(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     created = 3 * TOPICS_PER_SLICE
     create_module = request_module(19, 7)
@@ -95,8 +90,9 @@ def test_a_delete_topics_in_slices_removes_each_topic_once_and_answers_every_nam
         topics=tuple(creatable(create_module, f"d{i}") for i in range(created))
     )
     module = request_module(20, 6)
+    tally: Counter[str] = Counter()
 
-    async def scenario() -> tuple[float, Any, int]:
+    async def scenario() -> tuple[list[Counter[str]], Any, int]:
         node = Controller(tmp_path)
         await node.start()
         await node.heartbeat(1, await node.register(1), offset=node.image.offset)
@@ -107,14 +103,18 @@ def test_a_delete_topics_in_slices_removes_each_topic_once_and_answers_every_nam
         # The first topic again, by id, in a later slice: removed once, answered twice.
         wanted.append(module.DeleteTopicState(name=None, topic_id=first_id))
         request = module.DeleteTopicsRequest(topics=tuple(wanted), timeout=timedelta(seconds=30))
-        hold, response = await longest_step(node.controller.handle(20, 6, request))
+        count_names(monkeypatch, DeleteTopicsRun, tally)
+        turns, response = await work_per_turn(node.controller.handle(20, 6, request), tally)
         left = len(node.image.topics.by_name)
         await node.stop()
-        return hold, roundtrip(response), left
+        return turns, roundtrip(response), left
 
-    hold, response, left = run(scenario())
-    assert hold < STEP_CPU_BOUND_S, f"a controller step took {hold * 1000:.0f} ms of CPU"
+    turns, response, left = run(scenario())
     assert left == 0
+    wanted = created + MISSING + 1
+    assert tally["names"] == wanted
+    assert most(turns, "names") == TOPICS_PER_SLICE
+    assert busy(turns, "names") == -(-wanted // TOPICS_PER_SLICE) > 10
     codes = [r.error_code for r in response.responses]
     assert len(codes) == created + MISSING + 1
     assert codes[:created] == [ErrorCode.none] * created
