@@ -19,6 +19,7 @@ IDEMPOTENT_STALE_DUPLICATE = "idempotent-stale-duplicate"
 TXN_LSO_IGNORES_OPEN = "txn-lso-ignores-open"
 TXN_NO_ABORTED_LIST = "txn-no-aborted-list"
 TXN_COMPLETE_BEFORE_MARKERS = "txn-complete-before-markers"
+TXN_OFFSETS_KEPT_ON_ABORT = "txn-offsets-kept-on-abort"
 
 BROKER_BUGS = {
     TRUNCATE_TO_HW: "a new follower truncates its log to its high watermark (before KIP-101)",
@@ -45,4 +46,7 @@ BROKER_BUGS = {
     TXN_COMPLETE_BEFORE_MARKERS: "the transaction coordinator answers EndTxn once prepared, "
     "writes CompleteCommit/CompleteAbort and takes the next transaction before the markers "
     "are written, so a late marker of the same epoch (TV1) ends the next transaction",
+    TXN_OFFSETS_KEPT_ON_ABORT: "the group coordinator applies a transaction's pending "
+    "TxnOffsetCommit offsets at its abort marker as at a commit marker, so a consume-"
+    "transform-produce job restarts past input whose output was aborted",
 }

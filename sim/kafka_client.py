@@ -354,10 +354,19 @@ async def offset_commit(
 
 
 async def offset_fetch(
-    conn: KafkaConnection, group: str, topic: str, partition: int, timeout_s: float
+    conn: KafkaConnection,
+    group: str,
+    topic: str,
+    partition: int,
+    timeout_s: float,
+    *,
+    require_stable: bool = False,
 ) -> tuple[str, int]:
-    """(error, committed offset: -1 for none) of one partition."""
+    """(error, committed offset: -1 for none) of one partition; ``require_stable``
+    (KIP-447, as a read_committed consumer asks): UNSTABLE_OFFSET_COMMIT while a
+    transaction holds the offset."""
     request = OffsetFetchRequest(
+        require_stable=require_stable,
         groups=(
             OffsetFetchRequestGroup(
                 group_id=GroupId(group),

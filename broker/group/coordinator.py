@@ -30,7 +30,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.bugs import COORDINATOR_HW_OVER_TRUNCATED
+from broker.bugs import COORDINATOR_HW_OVER_TRUNCATED, TXN_OFFSETS_KEPT_ON_ABORT
 from broker.group.classic import (
     ClassicGroup,
     GroupState,
@@ -783,7 +783,9 @@ class GroupCoordinator:
         if shard is None:
             return
         shard.note_epoch(producer_id, producer_epoch)
-        count = shard.complete_txn(producer_id, committed)
+        # The planted txn-offsets-kept-on-abort: an abort marker applies the offsets too.
+        kept = committed or TXN_OFFSETS_KEPT_ON_ABORT in self.bugs
+        count = shard.complete_txn(producer_id, kept)
         if count:
             logger.info(
                 "[GroupCoordinator id=%d] %s %d transactional offsets of producer %d (epoch "

@@ -58,7 +58,7 @@ from sim.analysis.quorum_rules import (
 from sim.analysis.shutdowns import CHECK as SHUTDOWN_CHECK
 from sim.analysis.shutdowns import overdue
 from sim.analysis.stats import ROLE_PREFIX
-from sim.analysis.txn import TXN_END, TXN_OPS, TxnChecker, TxnOp
+from sim.analysis.txn import TXN_END, TXN_OPS, CtpKeys, TxnChecker, TxnOp
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -918,7 +918,7 @@ def check_kafka(run: RunData) -> list[Violation]:
         acks_all=config.get("acks") == "all", cuts=cuts, offsets_log=config.get("offsets_log", "")
     )
     states = PartitionStateChecker(cuts=cuts)
-    txn = TxnChecker(cuts=cuts)
+    txn = TxnChecker(cuts=cuts, ctp=CtpKeys(**config["ctp"]) if "ctp" in config else None)
     found: list[Violation] = []
     end_us = 0
     for _seq, what, item in items:
@@ -1033,6 +1033,8 @@ def _txn_items(row: Any) -> list[tuple[int, str, Any]]:
         int(row.complete_us),
         tuple(int(r) for r in detail.get("isr", ())),
         int(detail.get("reached", -1)),
+        int(row.invoke_us),
+        tuple(detail["source"]) if "source" in detail else None,  # type: ignore[arg-type]
     )
     found.append((int(row.complete_seq), "txn", op))
     return found

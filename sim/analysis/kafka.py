@@ -140,6 +140,20 @@ class PowerCuts:
                 return True
         return False
 
+    def may_have_lost_between(self, key: str, after_us: int, before_us: int) -> bool:
+        """Whether every member of one ISR ``key`` had lost power between ``after_us`` and
+        ``before_us`` while that ISR stood: records it held then may be gone."""
+        history = self.isrs.get(key, [])
+        for index, (since, members) in enumerate(history):
+            until = history[index + 1][0] if index + 1 < len(history) else float("inf")
+            if (
+                until > after_us
+                and since < before_us
+                and self._all_cut_between(members, after_us, min(until, before_us))
+            ):
+                return True
+        return False
+
 
 def broker_id(node: str | None) -> int | None:
     """The broker id of a simulated node name ``n<id>``."""

@@ -21,7 +21,14 @@ stable offset in the answer). The checks, named as in docs/transactions.md:
 - ``beyond-lso``: a read_committed poll returned a record at or past the last stable offset
   the same answer gave;
 - ``nonmonotonic-rc-poll``: a read_committed consumer read a partition's offsets out of
-  order.
+  order;
+- ``G0`` and ``G1c``: a cycle of write-write dependencies, or of write-write and
+  write-read ones with at least one write-read, between transactions, inferred from offsets
+  as Jepsen's Kafka workload does (``dependency_cycles``);
+- ``ctp-exactly-once`` and ``ctp-offsets``: the consume-transform-produce worker's committed
+  output is not its committed input below its committed offset, each record once and in
+  order; or an offset it found committed at a restart is not the end of the input its
+  committed output covered then (``CtpHistory``).
 
 Losses a whole-ISR power cut allows (sim/analysis/kafka.py ``PowerCuts``) are excused as the
 plain sends' are.
@@ -29,6 +36,9 @@ plain sends' are.
 
 from __future__ import annotations
 
+import itertools
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sim.analysis.kafka import KafkaViolation, PowerCuts
@@ -36,7 +46,9 @@ from sim.analysis.kafka import KafkaViolation, PowerCuts
 TXN_SEND = "txn-send"
 TXN_END = "txn-end"
 RC_POLL = "rc-poll"
-TXN_OPS = (TXN_SEND, TXN_END, RC_POLL)
+CTP_OFFSETS = "ctp-offsets"  # the worker's TxnOffsetCommit, in its transaction
+CTP_POSITION = "ctp-position"  # the committed offset the worker (re)starts from
+TXN_OPS = (TXN_SEND, TXN_END, RC_POLL, CTP_OFFSETS, CTP_POSITION)
 CHECKS = (
     "aborted-read",
     "intermediate-read",
@@ -45,6 +57,10 @@ CHECKS = (
     "duplicate",
     "beyond-lso",
     "nonmonotonic-rc-poll",
+    "G0",
+    "G1c",
+    "ctp-exactly-once",
+    "ctp-offsets",
 )
 
 
@@ -63,6 +79,18 @@ class TxnOp:
     time_us: int = 0
     isr: tuple[int, ...] = ()  # the leader's ISR when it acknowledged a send
     reached: int = -1  # a poll's next position: it saw every stable record below this
+    invoke_us: int = -1  # when a send was invoked (-1: not known)
+    source: tuple[int, int] | None = None  # a worker's output: the input (offset, value)
+
+
+@dataclass(frozen=True, slots=True)
+class CtpKeys:
+    """Where the consume-transform-produce worker reads, writes and commits its offsets:
+    the partitions whose whole-ISR power cuts excuse its findings."""
+
+    input: str
+    output: str
+    offsets: str
 
 
 @dataclass(slots=True)
@@ -70,6 +98,7 @@ class _Txn:
     writes: list[TxnOp] = field(default_factory=list)  # acknowledged sends
     commit_asked_us: int | None = None
     outcome: str | None = None  # "commit" or "abort" once acknowledged
+    offsets_committed: int | None = None  # a worker's TxnOffsetCommit (acknowledged)
 
 
 @dataclass(slots=True)
@@ -77,6 +106,7 @@ class TxnChecker:
     """The transactional checks over a history fed in completion order."""
 
     cuts: PowerCuts = field(default_factory=PowerCuts)
+    ctp: CtpKeys | None = None  # the consume-transform-produce worker's partitions, if any
     violations: list[KafkaViolation] = field(default_factory=list)
     excused: int = 0
     commits_ok: int = 0
@@ -88,6 +118,7 @@ class TxnChecker:
     _reads: list[tuple[TxnOp, int, int]] = field(default_factory=list)  # poll, offset, value
     _reached: dict[str, int] = field(default_factory=dict)  # key -> offsets read below this
     _last_poll: dict[tuple[str, str], int] = field(default_factory=dict)
+    _positions: list[TxnOp] = field(default_factory=list)  # the worker's ctp-position answers
 
     def _fail(self, check: str, message: str, time_us: int) -> None:
         self.violations.append(KafkaViolation(check, f"{check}: {message}", time_us))
@@ -99,6 +130,12 @@ class TxnChecker:
             txn = self._txns.setdefault(op.txn, _Txn())
             if op.status == "ok":
                 txn.writes.append(op)
+        elif op.f == CTP_OFFSETS:
+            if op.status == "ok":
+                self._txns.setdefault(op.txn, _Txn()).offsets_committed = op.value
+        elif op.f == CTP_POSITION:
+            if op.status == "ok":
+                self._positions.append(op)
         elif op.f == TXN_END:
             txn = self._txns.setdefault(op.key, _Txn())
             if op.status == "invoke" and op.value == 1 and txn.commit_asked_us is None:
@@ -200,7 +237,389 @@ class TxnChecker:
                     f"transaction {name}, whose commit was acknowledged: no read found {missing}",
                     end_us,
                 )
+        for check, cycle in dependency_cycles(self._graph_txns()):
+            self._fail(check, cycle, end_us)
+        if self.ctp is not None:
+            self._ctp_checks(self.ctp, end_us)
         return self.violations[found_before:]
+
+    # ---- dependency cycles -----------------------------------------------------------------
+    def _graph_txns(self) -> list[GraphTxn]:
+        """The transactions of the history as the dependency graph sees them: their writes
+        that were read (so in the log, where a read found them), and the transactions whose
+        writes they read (a worker's output names the input record it came from)."""
+        found: list[GraphTxn] = []
+        for name, txn in self._txns.items():
+            writes = tuple(
+                GraphWrite(*self._read_at[w.value], w.invoke_us, w.time_us)
+                for w in txn.writes
+                if w.value in self._read_at
+            )
+            reads = tuple(
+                writer
+                for w in txn.writes
+                if w.source is not None and (writer := self._txn_of.get(w.source[1])) is not None
+            )
+            if writes or reads:
+                found.append(GraphTxn(name, writes, reads))
+        return found
+
+    # ---- consume-transform-produce -----------------------------------------------------------
+    def _ctp_checks(self, keys: CtpKeys, end_us: int) -> None:
+        """The worker's output against its input, and each offset it restarted from."""
+        source_of = {
+            w.value: w.source
+            for txn in self._txns.values()
+            for w in txn.writes
+            if w.source is not None
+        }
+        inputs = sorted(
+            (offset, value) for value, (key, offset) in self._read_at.items() if key == keys.input
+        )
+        output = sorted(
+            (offset, source_of[value])
+            for value, (key, offset) in self._read_at.items()
+            if key == keys.output and value in source_of
+        )
+        worker = [
+            (name, txn)
+            for name, txn in self._txns.items()
+            if any(w.source is not None for w in txn.writes)
+        ]
+        reached = self._reached.get(keys.output, 0)
+        commits = []
+        for _name, txn in worker:
+            if txn.commit_asked_us is None or txn.offsets_committed is None:
+                continue
+            if any(w.value in self._read_at for w in txn.writes):
+                visible: bool | None = True
+            elif all(w.offset is not None and w.offset < reached for w in txn.writes):
+                visible = False  # the final reads passed its output and never found it
+            else:
+                visible = None  # the final reads did not get that far: not known
+            commits.append((txn.commit_asked_us, txn.offsets_committed, visible))
+        history = CtpHistory(
+            tuple(inputs),
+            tuple(source for _offset, source in output),  # type: ignore[misc]
+            tuple(sorted(commits, key=lambda c: c[0])),
+            tuple((p.process, p.invoke_us, p.offset or 0) for p in self._positions),
+        )
+
+        def excused(since_us: int, until_us: int) -> bool:
+            """Whether a whole ISR of the worker's partitions lost power in the window
+            (records of its input, output or offsets may be gone: nothing to judge)."""
+            return any(
+                self.cuts.may_have_lost_between(key, since_us, until_us)
+                for key in (keys.input, keys.output, keys.offsets)
+            )
+
+        for check, message, since_us, until_us in history.violations(end_us):
+            if excused(since_us, until_us):
+                self.excused += 1
+            else:
+                self._fail(check, message, end_us)
 
     def _excused(self, write: TxnOp) -> bool:
         return self.cuts.may_have_lost(write.key, write.isr, write.time_us)
+
+
+# ---- dependency cycles (G0, G1c) -------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class GraphWrite:
+    """One write in the log: where a read found it, and when its send was invoked and
+    acknowledged (-1: not known)."""
+
+    key: str
+    offset: int
+    invoke_us: int = -1
+    complete_us: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class GraphTxn:
+    """One transaction as the dependency graph sees it: its writes in the log, and the
+    transactions whose writes it read (before it wrote: a worker reads, then writes)."""
+
+    name: str
+    writes: tuple[GraphWrite, ...] = ()
+    reads: tuple[str, ...] = ()
+
+
+# ("w", partition, offset, txn) a write, ("c", txn, 0, "") its commit, ("r", txn, 0, "") its
+# reads; an edge's kind is "ww", "wr", or "txn" (inside one transaction).
+Node = tuple[str, str, int, str]
+Edge = tuple[Node, Node, str]
+
+
+def _write(write: GraphWrite, txn: str) -> Node:
+    return ("w", write.key, write.offset, txn)
+
+
+def dependency_edges(txns: Iterable[GraphTxn]) -> list[Edge]:
+    """The dependencies of a history, inferred from offsets as Jepsen's Kafka workload
+    infers them, between the parts of each transaction rather than between whole ones.
+
+    - ww: on each partition, each write precedes the next one by offset (a log's order
+      is its append order);
+    - wr: a transaction that read a write of another comes after that one's commit
+      (read_committed);
+    - inside a transaction: each write precedes its commit; a send precedes the next one
+      invoked after it was acknowledged; the reads of a worker's transaction precede its
+      writes.
+
+    Every edge is an order in time on a correct system, so any cycle is an anomaly. Kafka
+    orders a partition's records by their append, not by their transaction's commit, so
+    two transactions writing concurrently may interleave in opposite orders on two
+    partitions: a write cycle between whole transactions that Kafka's protocol allows
+    (Jepsen found it in Kafka itself, and its workload infers ww edges between whole
+    transactions only with ``:ww-deps``). Split into its parts, such an interleaving has no
+    cycle; a cycle needs a write appended before one that was acknowledged earlier (G0), or
+    a read of a transaction whose writes land after the reader's (G1c).
+
+    A partition where reads found two writes at one offset (a log that lost records and
+    was written again) gives no ww edges: its append order is not known."""
+    edges: set[Edge] = set()
+    on: dict[str, list[Node]] = {}
+    for txn in txns:
+        commit: Node = ("c", txn.name, 0, "")
+        for write in txn.writes:
+            on.setdefault(write.key, []).append(_write(write, txn.name))
+            edges.add((_write(write, txn.name), commit, "txn"))
+        timed = sorted((w for w in txn.writes if w.invoke_us >= 0), key=lambda w: w.invoke_us)
+        for before, after in itertools.pairwise(timed):
+            if 0 <= before.complete_us < after.invoke_us:
+                edges.add((_write(before, txn.name), _write(after, txn.name), "txn"))
+        if txn.reads:
+            read: Node = ("r", txn.name, 0, "")
+            for writer in set(txn.reads) - {txn.name}:
+                edges.add((("c", writer, 0, ""), read, "wr"))
+            for write in txn.writes:
+                edges.add((read, _write(write, txn.name), "txn"))
+    for writes in on.values():
+        ordered = sorted(set(writes), key=lambda node: node[2])
+        if len({node[2] for node in ordered}) < len(ordered):
+            continue
+        for before, after in itertools.pairwise(ordered):
+            edges.add((before, after, "ww"))
+    return sorted(edges)
+
+
+def dependency_cycles(txns: Iterable[GraphTxn]) -> list[tuple[str, str]]:
+    """The anomalies of a history, one cycle each as (``G0`` or ``G1c``, its description):
+    a strongly connected component of the dependency graph is G1c when a wr edge is in it
+    (a cycle through that edge), else G0 (a cycle of ww and in-transaction edges)."""
+    edges = dependency_edges(txns)
+    found: list[tuple[str, str]] = []
+    for component in _components(edges):
+        inside = [e for e in edges if e[0] in component and e[1] in component]
+        wr = next((e for e in inside if e[2] == "wr"), None)
+        first = wr if wr is not None else next(e for e in inside if e[2] == "ww")
+        cycle = _cycle_through(first, inside)
+        found.append(("G1c" if wr is not None else "G0", _describe(cycle)))
+    return found
+
+
+def _describe(cycle: list[Edge]) -> str:
+    """A cycle between transactions, as ``T1 -ww(p@o)-> T2 -wr-> T1``."""
+
+    def owner(node: Node) -> str:
+        return node[3] if node[0] == "w" else node[1]
+
+    steps = [owner(cycle[0][0])]
+    for _source, target, kind in cycle:
+        if kind == "txn":
+            continue
+        where = f"({target[1]}@{target[2]})" if kind == "ww" else ""
+        steps.append(f"-{kind}{where}-> {owner(target)}")
+    return "dependency cycle " + " ".join(steps)
+
+
+def _components(edges: list[Edge]) -> list[set[Node]]:
+    """The strongly connected components of more than one node (Tarjan's, without
+    recursion: a long run's graph is deeper than Python's stack)."""
+    graph: dict[Node, list[Node]] = {}
+    for a, b, _kind in edges:
+        graph.setdefault(a, []).append(b)
+        graph.setdefault(b, [])
+    index: dict[Node, int] = {}
+    low: dict[Node, int] = {}
+    stack: list[Node] = []
+    on_stack: set[Node] = set()
+    found: list[set[Node]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, child = work.pop()
+            if child == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            successors = graph[node]
+            if child < len(successors):
+                work.append((node, child + 1))
+                nxt = successors[child]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return found
+
+
+def _cycle_through(first: Edge, edges: list[Edge]) -> list[Edge]:
+    """``first`` and the shortest path back from its head to its tail over ``edges`` (all
+    in one strongly connected component, so there is one)."""
+    out: dict[Node, list[Edge]] = {}
+    for edge in edges:
+        out.setdefault(edge[0], []).append(edge)
+    start, goal = first[1], first[0]
+    came: dict[Node, Edge | None] = {start: None}
+    queue = deque([start])
+    while queue and goal not in came:
+        node = queue.popleft()
+        for edge in out.get(node, ()):
+            if edge[1] not in came:
+                came[edge[1]] = edge
+                queue.append(edge[1])
+    path: list[Edge] = []
+    node = goal
+    while node != start:
+        step = came[node]
+        assert step is not None
+        path.append(step)
+        node = step[0]
+    return [first, *reversed(path)]
+
+
+# ---- consume-transform-produce ---------------------------------------------------------------
+FINAL_POSITION = "ctp-final"  # the process that reads the worker's committed offset at the end
+
+
+@dataclass(frozen=True, slots=True)
+class CtpHistory:
+    """What the consume-transform-produce check judges.
+
+    ``inputs``: the committed input records (offset, value), as the read_committed reads
+    found them; ``output``: the committed output in its offset order, each as the input
+    record (offset, value) it was made from; ``commits``: each worker transaction whose
+    commit was asked for, in that order, as (when, the input offset it committed with
+    TxnOffsetCommit, whether its output is committed: None if the final reads did not get
+    that far, so that nothing depending on it is judged); ``positions``: each committed
+    offset the worker read at a (re)start, and at the end (process ``ctp-final``), as
+    (process, invoked at, offset)."""
+
+    inputs: tuple[tuple[int, int], ...]
+    output: tuple[tuple[int, int], ...]
+    commits: tuple[tuple[int, int, bool | None], ...]
+    positions: tuple[tuple[str, int, int], ...]
+
+    def violations(self, end_us: int) -> list[tuple[str, str, int, int]]:
+        """(check, message, and the window in which a power cut would excuse it) of each
+        finding: a restart's offset between the last commit before it and it, the rest
+        anywhere up to ``end_us``."""
+        found: list[tuple[str, str, int, int]] = []
+        committed = dict(self.inputs)
+        seen: dict[int, int] = {}
+        last = -1
+        for offset, value in self.output:
+            seen[offset] = seen.get(offset, 0) + 1
+            if seen[offset] == 2:
+                found.append(
+                    (
+                        "ctp-exactly-once",
+                        f"input record {value} (offset {offset}) is in the committed output "
+                        "more than once",
+                        0,
+                        end_us,
+                    )
+                )
+            elif offset < last:
+                found.append(
+                    (
+                        "ctp-exactly-once",
+                        f"input record {value} (offset {offset}) follows offset {last} in the "
+                        "committed output: out of input order",
+                        0,
+                        end_us,
+                    )
+                )
+            if committed.get(offset, value) != value:
+                found.append(
+                    (
+                        "ctp-exactly-once",
+                        f"the committed output holds value {value} as input offset {offset}, "
+                        f"whose committed record is {committed[offset]}",
+                        0,
+                        end_us,
+                    )
+                )
+            last = max(last, offset)
+        for process, invoked_us, offset in self.positions:
+            latest = self._latest_committed(invoked_us)
+            if latest is None:
+                continue
+            asked_us, expected = latest
+            if max(offset, 0) != expected:
+                side = "ahead of" if offset > expected else "behind"
+                found.append(
+                    (
+                        "ctp-offsets",
+                        f"{process} found committed input offset {offset}, {side} the "
+                        f"committed output, which then covered the input below offset "
+                        f"{expected}",
+                        asked_us,
+                        invoked_us,
+                    )
+                )
+        finals = [offset for process, _t, offset in self.positions if process == FINAL_POSITION]
+        if finals and all(visible is not None for _t, _o, visible in self.commits):
+            end = max(finals[-1], 0)
+            missing = [o for o in sorted(committed) if o < end and o not in seen]
+            if missing:
+                shown = ", ".join(map(str, missing[:5]))
+                found.append(
+                    (
+                        "ctp-exactly-once",
+                        f"{len(missing)} committed input records below the committed offset "
+                        f"{end} are not in the committed output (offsets {shown})",
+                        0,
+                        end_us,
+                    )
+                )
+            past = sorted(o for o in seen if o >= end)
+            if past:
+                found.append(
+                    (
+                        "ctp-offsets",
+                        f"the committed output holds input offsets {past[:5]} at or past the "
+                        f"committed offset {end}: the offsets run behind the output",
+                        0,
+                        end_us,
+                    )
+                )
+        return found
+
+    def _latest_committed(self, before_us: int) -> tuple[int, int] | None:
+        """(when its commit was asked for, its offset) of the last worker transaction asked
+        to commit before ``before_us`` whose output is committed ((0, 0) for none); None if
+        a later one's outcome is not known."""
+        for asked_us, offset, visible in reversed(self.commits):
+            if asked_us >= before_us or visible is False:
+                continue
+            return None if visible is None else (asked_us, offset)
+        return (0, 0)

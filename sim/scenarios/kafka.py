@@ -38,7 +38,7 @@ import asyncio
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import astuple, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 from typing import Any
 
 from broker.bugs import BROKER_BUGS
@@ -1369,7 +1369,14 @@ def run_kafka(config: RunConfig) -> RunResult:
         group=GROUP,
         offsets_log=OFFSETS_LOG,
         **({"compact": True} if config.compact else {}),
-        **({"txn_topics": [kafka_txn.TXN_TOPIC]} if txn is not None else {}),
+        **(
+            {
+                "txn_topics": [kafka_txn.TXN_TOPIC, kafka_txn.CTP_TOPIC],
+                "ctp": asdict(kafka_txn.CTP_KEYS),
+            }
+            if txn is not None
+            else {}
+        ),
     )
     for name in controllers + brokers:
         process = world.add_process(name)

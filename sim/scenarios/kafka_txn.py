@@ -12,12 +12,20 @@ the same partition count, replication factor and min ISR):
   error). A lane crashes (a new process, the same transactional id) as the plain lanes do;
 - read_committed consumer lanes (``rc<lane>``) poll every partition in turn, dropping the
   records of aborted transactions as Kafka's consumer does (sim/kafka_txn_client.py);
-- after the heal the final read_committed reads (process ``txn-final``) read every
-  partition up to its settled last stable offset (an open transaction of a crashed lane
-  holds it until the coordinator aborts it at its timeout).
+- a consume-transform-produce worker (``ctp<n>``, transactional id ``txn-ctp``, group
+  ``jepsen-ctp-group``) reads partition 0 of ``jepsen-txn`` read_committed, writes one
+  record to ``jepsen-ctp`` (one partition) for each input record it takes, and commits its
+  input offset with AddOffsetsToTxn and TxnOffsetCommit in the same transaction. After an
+  abort, an error (a fence, its coordinator's or leader's broker gone) or a crash it
+  starts again as a new process: InitProducerId, then the group's committed offset
+  (OffsetFetch with require_stable, KIP-447), and reads on from there;
+- after the heal the worker's committed offset is read (process ``ctp-final``), then the
+  final read_committed reads (process ``txn-final``) read every partition of both topics,
+  the output first, up to its settled last stable offset (an open transaction of a crashed
+  lane holds it until the coordinator aborts it at its timeout).
 
-Every operation is traced (``txn-send``, ``txn-end``, ``rc-poll``) and judged online by
-sim/analysis/txn.py, the code kraft-analyze replays.
+Every operation is traced (``txn-send``, ``txn-end``, ``rc-poll``, ``ctp-offsets``,
+``ctp-position``) and judged online by sim/analysis/txn.py, the code kraft-analyze replays.
 """
 
 from __future__ import annotations
@@ -25,20 +33,32 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from broker.client import KafkaConnection
+from broker.group.coordinator import OFFSETS_TOPIC
 from broker.group.records import partition_for
 from broker.txn.config import TXN_TOPIC as STATE_TOPIC
 from log.runtime import Runtime
 from metadata.records import NO_LEADER
 from sim import admin, kafka_client, kafka_txn_client
-from sim.analysis.txn import RC_POLL, TXN_END, TXN_SEND, TxnChecker, TxnOp
+from sim.analysis.txn import (
+    CTP_OFFSETS,
+    CTP_POSITION,
+    FINAL_POSITION,
+    RC_POLL,
+    TXN_END,
+    TXN_SEND,
+    CtpKeys,
+    TxnChecker,
+    TxnOp,
+)
 from sim.nemesis import Nemesis
 from sim.process import EPOCH_MS
 from sim.scenarios.kafka import (
     CRASH_CHANCE,
     HEAL_BOUND_S,
+    OFFSETS_PARTITIONS,
     POLL_WAIT_S,
     REQUEST_TIMEOUT_S,
     SETTLE_S,
@@ -74,9 +94,20 @@ BROKER_PROPS = {
 TXN_FAULTS = ("delay-txn",)
 STATE_PARTITIONS = int(BROKER_PROPS["transaction.state.log.num.partitions"])
 
-
-def txn_key(partition: int) -> str:
-    return f"{TXN_TOPIC}-{partition}"
+# The consume-transform-produce worker: its input (a partition the producer lanes write),
+# its output topic (one partition: the output's order is the order it committed in), and
+# the group whose offsets its transactions commit.
+CTP_TOPIC = "jepsen-ctp"
+CTP_GROUP = "jepsen-ctp-group"
+CTP_TXN_ID = "txn-ctp"
+CTP_INPUT = 0
+CTP_MAX_RECORDS = 3  # input records per transaction, at most
+CTP_COMMIT_CHANCE = 0.8
+CTP_KEYS = CtpKeys(
+    f"{TXN_TOPIC}-{CTP_INPUT}",
+    f"{CTP_TOPIC}-0",
+    f"{OFFSETS_TOPIC}-{partition_for(CTP_GROUP, OFFSETS_PARTITIONS)}",
+)
 
 
 def broker_props(rf: int) -> dict[str, str]:
@@ -92,16 +123,25 @@ def broker_props(rf: int) -> dict[str, str]:
 class TxnRouting(Routing):
     """A client's view of where the transactional topic's partitions lead."""
 
+    topic: ClassVar[str] = TXN_TOPIC
+
     async def refresh(self, rng: random.Random) -> None:
         host = rng.choice(self.cluster.brokers)
         try:
             conn = await self.conn(host)
-            error, found, _ = await kafka_client.partitions(conn, TXN_TOPIC, REQUEST_TIMEOUT_S)
+            error, found, _ = await kafka_client.partitions(conn, self.topic, REQUEST_TIMEOUT_S)
         except (OSError, TimeoutError, ConnectionError):
             await self.drop(host)
             return
         if error == "NONE":
             self.leaders = found
+
+
+@dataclass(slots=True)
+class OutputRouting(TxnRouting):
+    """A client's view of where the worker's output topic leads."""
+
+    topic: ClassVar[str] = CTP_TOPIC
 
 
 @dataclass(slots=True)
@@ -124,6 +164,14 @@ class Producer:
 
 
 @dataclass(slots=True)
+class GroupSession:
+    """A client of the worker's group coordinator (OffsetFetch, TxnOffsetCommit)."""
+
+    routing: TxnRouting
+    coordinator: str | None = None
+
+
+@dataclass(slots=True)
 class TxnLanes:
     """The transactional lanes of one run and their checker."""
 
@@ -131,12 +179,15 @@ class TxnLanes:
     checker: TxnChecker
     txns: int = 0
     ops: int = 0
+    ctp_commits: int = 0  # the worker's acknowledged commits
+    ctp_restarts: int = 0
 
     def lanes(self, runtime: Runtime) -> list[asyncio.Future[None]]:
-        """The transactional producer and read_committed consumer lanes, started."""
+        """The transactional producer, read_committed consumer and worker lanes, started."""
         return [
             *(asyncio.ensure_future(self.producer(runtime, i)) for i in range(TXN_PRODUCERS)),
             *(asyncio.ensure_future(self.consumer(runtime, i)) for i in range(RC_CONSUMERS)),
+            asyncio.ensure_future(self.worker()),
         ]
 
     def figures(self) -> dict[str, int]:
@@ -147,6 +198,8 @@ class TxnLanes:
             "txn_commits": checker.commits_ok,
             "txn_aborts": checker.aborts_ok,
             "rc_polls": checker.rc_polls_ok,
+            "ctp_commits": self.ctp_commits,
+            "ctp_restarts": self.ctp_restarts,
             "txn_excused": checker.excused,
         }
 
@@ -167,6 +220,8 @@ class TxnLanes:
             fields["reached"] = op.reached
         if op.txn:
             fields["txn"] = op.txn
+        if op.source is not None:
+            fields["source"] = list(op.source)
         if op.isr:
             fields["isr"] = list(op.isr)
         self._trace(op.process, op.status, op.f, op.key, op.value, **fields)
@@ -179,10 +234,10 @@ class TxnLanes:
         if len(self.checker.violations) > before:
             checker.fail(self.checker.violations[before].message)
 
-    def leader_isr(self, host: str, partition: int) -> tuple[int, ...]:
+    def leader_isr(self, host: str, partition: int, topic: str = TXN_TOPIC) -> tuple[int, ...]:
         node = self.cluster.nodes.get(host)
         replicas = node.replicas if node is not None else None
-        state = replicas._partitions.get((TXN_TOPIC, partition)) if replicas is not None else None
+        state = replicas._partitions.get((topic, partition)) if replicas is not None else None
         return tuple(state.maximal_isr) if state is not None else ()
 
     # ---- setup -----------------------------------------------------------------------------
@@ -198,7 +253,12 @@ class TxnLanes:
             lambda c: admin.alter_topic_config(
                 c, TXN_TOPIC, "min.insync.replicas", str(min(2, rf)), REQUEST_TIMEOUT_S
             ),
+            lambda c: admin.create_topic(c, CTP_TOPIC, 1, rf, REQUEST_TIMEOUT_S),
+            lambda c: admin.alter_topic_config(
+                c, CTP_TOPIC, "min.insync.replicas", str(min(2, rf)), REQUEST_TIMEOUT_S
+            ),
         ]
+        output = OutputRouting(cluster, "txn-setup")
         try:
             while steps and loop.time() < deadline:
                 await asyncio.sleep(0.2)
@@ -212,14 +272,19 @@ class TxnLanes:
                     steps.pop(0)
             while loop.time() < deadline:
                 await routing.refresh(rng)
-                if len(routing.leaders) == cluster.partitions and all(
-                    info.leader != NO_LEADER for info in routing.leaders.values()
+                await output.refresh(rng)
+                if (
+                    len(routing.leaders) == cluster.partitions
+                    and all(info.leader != NO_LEADER for info in routing.leaders.values())
+                    and output.leaders.get(0, None) is not None
+                    and output.leaders[0].leader != NO_LEADER
                 ):
                     return True
                 await asyncio.sleep(0.2)
             return False
         finally:
             await routing.close()
+            await output.close()
 
     # ---- transactional producers -----------------------------------------------------------
     async def producer(self, runtime: Runtime, lane: int) -> None:
@@ -288,7 +353,6 @@ class TxnLanes:
     async def transaction(self, session: Producer, rng: random.Random, process: str) -> None:
         """One transaction: add 1-3 partitions, send one value to each, commit or abort."""
         cluster = self.cluster
-        tid, producer = session.transactional_id, session.producer
         name = f"{process}/{self.txns}"
         self.txns += 1
         partitions = sorted(
@@ -297,19 +361,7 @@ class TxnLanes:
                 rng.randint(1, min(MAX_TXN_PARTITIONS, cluster.partitions)),
             )
         )
-        for _attempt in range(ADD_PARTITIONS_ATTEMPTS):
-            self.ops += 1
-            error = await self._coordinator_call(
-                session,
-                lambda c: kafka_txn_client.add_partitions(
-                    c, tid, producer, TXN_TOPIC, partitions, REQUEST_TIMEOUT_S
-                ),
-            )
-            if error != "CONCURRENT_TRANSACTIONS":
-                break
-            # The last transaction's markers are still being written: Kafka's producer
-            # retries after a short backoff, with the same epoch (TV1).
-            await asyncio.sleep(ADD_PARTITIONS_BACKOFF_S)
+        error = await self._add_partitions(session, TXN_TOPIC, partitions)
         if error != "NONE":
             session.reset()  # what was added, if anything, the next InitProducerId aborts
             return
@@ -323,14 +375,43 @@ class TxnLanes:
         if not sent_all:
             session.reset()  # a send of unknown outcome leaves its sequence unknown
 
+    async def _add_partitions(self, session: Producer, topic: str, partitions: list[int]) -> str:
+        """AddPartitionsToTxn, retried while the last transaction's markers are written."""
+        tid, producer = session.transactional_id, session.producer
+        error = "NONE"
+        for _attempt in range(ADD_PARTITIONS_ATTEMPTS):
+            self.ops += 1
+            error = await self._coordinator_call(
+                session,
+                lambda c: kafka_txn_client.add_partitions(
+                    c, tid, producer, topic, partitions, REQUEST_TIMEOUT_S
+                ),
+            )
+            if error != "CONCURRENT_TRANSACTIONS":
+                break
+            # The last transaction's markers are still being written: Kafka's producer
+            # retries after a short backoff, with the same epoch (TV1).
+            await asyncio.sleep(ADD_PARTITIONS_BACKOFF_S)
+        return error
+
     async def send(
-        self, session: Producer, rng: random.Random, process: str, name: str, partition: int
+        self,
+        session: Producer,
+        rng: random.Random,
+        process: str,
+        name: str,
+        partition: int,
+        *,
+        topic: str = TXN_TOPIC,
+        source: tuple[int, int] | None = None,
     ) -> bool:
-        """One transactional send of a fresh value: whether it was acknowledged."""
+        """One transactional send of a fresh value (a worker's names the input record
+        ``source`` it was made from): whether it was acknowledged."""
         cluster = self.cluster
-        key = txn_key(partition)
+        key = f"{topic}-{partition}"
         value, cluster.next_value = cluster.next_value, cluster.next_value + 1
         self._trace(process, "invoke", TXN_SEND, key, value, txn=name)
+        invoked = self.now_us()
         self.ops += 1
         sequence = session.sequences.get(partition, 0)
         where = await session.routing.leader(partition, rng)
@@ -343,7 +424,7 @@ class TxnLanes:
                 error, at = await kafka_txn_client.produce_txn(
                     conn,
                     session.transactional_id,
-                    TXN_TOPIC,
+                    topic,
                     partition,
                     (key, value, stamp),
                     session.producer,
@@ -360,16 +441,27 @@ class TxnLanes:
                 else:
                     status = "info"
                     session.routing.leaders.pop(partition, None)
-        isr = self.leader_isr(where[0], partition) if status == "ok" and where else ()
+        isr = self.leader_isr(where[0], partition, topic) if status == "ok" and where else ()
         op = TxnOp(
-            process, TXN_SEND, key, status, value, offset, txn=name, time_us=self.now_us(), isr=isr
+            process,
+            TXN_SEND,
+            key,
+            status,
+            value,
+            offset,
+            txn=name,
+            time_us=self.now_us(),
+            isr=isr,
+            invoke_us=invoked,
+            source=source,
         )
         self.complete(op, None if status == "ok" else error)
         return status == "ok"
 
-    async def end(self, session: Producer, process: str, name: str, commit: bool) -> None:
+    async def end(self, session: Producer, process: str, name: str, commit: bool) -> bool:
         """EndTxn: traced at its invocation (a read before a commit was asked for is an
-        intermediate read) and its completion; any error makes the lane initialise again."""
+        intermediate read) and its completion; any error makes the lane initialise again.
+        Whether the coordinator acknowledged it."""
         self.ops += 1
         self._trace(process, "invoke", TXN_END, name, int(commit))
         self.feed(TxnOp(process, TXN_END, name, "invoke", int(commit), time_us=self.now_us()))
@@ -385,9 +477,175 @@ class TxnLanes:
         )
         if status != "ok":
             session.reset()
+        return status == "ok"
 
     def now_us(self) -> int:
         return self.cluster.world.trace.now_us()
+
+    # ---- the consume-transform-produce worker ----------------------------------------------
+    async def worker(self) -> None:
+        """The worker: one process after another (a new one after an abort, an error or a
+        crash), each starting from the group's committed offset. Its own Random, drawn
+        from the seed, leaves the other lanes' draws as they were."""
+        rng = random.Random(f"ctp-{self.cluster.config.seed}")
+        generation = 0
+        while True:
+            process = f"ctp{generation}"
+            session = Producer(OutputRouting(self.cluster, process), CTP_TXN_ID)
+            group = GroupSession(TxnRouting(self.cluster, process))
+            position: int | None = None  # where the next fetch reads from
+            buffered: list[tuple[int, int]] = []  # fetched, not yet in a transaction
+            try:
+                while rng.random() >= CRASH_CHANCE:
+                    await asyncio.sleep(rng.uniform(0.005, 0.05))
+                    if session.producer[0] < 0:
+                        if not await self._init(session, rng):
+                            await asyncio.sleep(0.1)
+                        continue
+                    if position is None:
+                        position = await self.committed_position(group, rng, process)
+                        if position is None:
+                            await asyncio.sleep(0.1)
+                        continue
+                    position = await self.ctp_transaction(
+                        session, group, rng, process, position, buffered
+                    )
+                    if position is None:
+                        break  # aborted or failed: start again from the committed offset
+            finally:
+                await session.routing.close()
+                await group.routing.close()
+            generation += 1
+            self.ctp_restarts += 1
+
+    async def _group_call(self, group: GroupSession, rng: random.Random, call: Any) -> str:
+        """One request to the worker group's coordinator (found first if unknown)."""
+        routing = group.routing
+        if group.coordinator is None:
+            host = rng.choice(self.cluster.brokers)
+            try:
+                error, node = await kafka_client.find_coordinator(
+                    await routing.conn(host), CTP_GROUP, REQUEST_TIMEOUT_S
+                )
+            except (OSError, TimeoutError, ConnectionError) as failure:
+                await routing.drop(host)
+                return type(failure).__name__
+            if error != "NONE":
+                return error
+            group.coordinator = f"n{node}"
+        host = group.coordinator
+        try:
+            result: str = await call(await routing.conn(host))
+        except (OSError, TimeoutError, ConnectionError) as failure:
+            await routing.drop(host)
+            group.coordinator = None
+            return type(failure).__name__
+        if result in ("NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE"):
+            group.coordinator = None
+        return result
+
+    async def committed_position(
+        self, group: GroupSession, rng: random.Random, process: str
+    ) -> int | None:
+        """The group's committed offset of the input partition, once no transaction holds
+        it (OffsetFetch with require_stable): 0 if none; None on an error."""
+        key = CTP_KEYS.input
+        self._trace(process, "invoke", CTP_POSITION, key, None)
+        invoked = self.now_us()
+        self.ops += 1
+        found: list[int] = []
+
+        async def fetch(conn: KafkaConnection) -> str:
+            error, offset = await kafka_client.offset_fetch(
+                conn, CTP_GROUP, TXN_TOPIC, CTP_INPUT, REQUEST_TIMEOUT_S, require_stable=True
+            )
+            found.append(offset)
+            return error
+
+        error = await self._group_call(group, rng, fetch)
+        if error != "NONE":
+            self._trace(process, "fail", CTP_POSITION, key, None, error=error)
+            return None
+        offset = max(found[0], 0)
+        now = self.now_us()
+        op = TxnOp(process, CTP_POSITION, key, "ok", offset=offset, time_us=now, invoke_us=invoked)
+        self.complete(op)
+        return offset
+
+    async def ctp_transaction(
+        self,
+        session: Producer,
+        group: GroupSession,
+        rng: random.Random,
+        process: str,
+        position: int,
+        buffered: list[tuple[int, int]],
+    ) -> int | None:
+        """With nothing ``buffered``, one poll of the input from ``position`` (its records
+        buffered, as a consumer's fetch buffer holds them); else one transaction over the
+        first 1-3 buffered records: an output record each, the input offset past the last
+        one committed with TxnOffsetCommit, then EndTxn. The position to fetch from next,
+        or None when the transaction did not commit (the worker starts again)."""
+        if not buffered:
+            result = await self.poll(group.routing, rng, process, CTP_INPUT, position)
+            if result.error != "NONE":
+                return None if result.error == "OFFSET_OUT_OF_RANGE" else position
+            buffered.extend(result.records)
+            return max(position, result.next_offset)
+        taken = buffered[: rng.randint(1, CTP_MAX_RECORDS)]
+        name = f"{process}/{self.txns}"
+        self.txns += 1
+        if await self._add_partitions(session, CTP_TOPIC, [0]) != "NONE":
+            session.reset()
+            return None
+        committed = taken[-1][0] + 1
+        ok = True
+        for source in taken:
+            if not await self.send(session, rng, process, name, 0, topic=CTP_TOPIC, source=source):
+                ok = False
+                break
+        if ok:
+            ok = await self.commit_offsets(session, group, rng, process, name, committed)
+        commit = ok and rng.random() < CTP_COMMIT_CHANCE
+        if not await self.end(session, process, name, commit) or not commit:
+            return None
+        self.ctp_commits += 1
+        del buffered[: len(taken)]
+        return position
+
+    async def commit_offsets(
+        self,
+        session: Producer,
+        group: GroupSession,
+        rng: random.Random,
+        process: str,
+        name: str,
+        offset: int,
+    ) -> bool:
+        """AddOffsetsToTxn, then TxnOffsetCommit of ``offset`` (traced): whether both were
+        acknowledged."""
+        tid, producer = session.transactional_id, session.producer
+        self.ops += 1
+        error = await self._coordinator_call(
+            session,
+            lambda c: kafka_txn_client.add_offsets(c, tid, producer, CTP_GROUP, REQUEST_TIMEOUT_S),
+        )
+        if error != "NONE":
+            return False
+        key = CTP_KEYS.offsets
+        self._trace(process, "invoke", CTP_OFFSETS, key, offset, txn=name)
+        self.ops += 1
+        error = await self._group_call(
+            group,
+            rng,
+            lambda c: kafka_txn_client.txn_offset_commit(
+                c, tid, producer, CTP_GROUP, TXN_TOPIC, {CTP_INPUT: offset}, REQUEST_TIMEOUT_S
+            ),
+        )
+        status = "ok" if error == "NONE" else "info"
+        op = TxnOp(process, CTP_OFFSETS, key, status, offset, txn=name, time_us=self.now_us())
+        self.complete(op, None if status == "ok" else error)
+        return status == "ok"
 
     # ---- read_committed consumers ----------------------------------------------------------
     async def consumer(self, runtime: Runtime, lane: int) -> None:
@@ -420,8 +678,9 @@ class TxnLanes:
         *,
         wait_s: float = POLL_WAIT_S,
     ) -> kafka_txn_client.CommittedFetch:
-        """One read_committed poll of one partition from ``position``."""
-        key = txn_key(partition)
+        """One read_committed poll of one partition (of the routing's topic) from
+        ``position``."""
+        key = f"{routing.topic}-{partition}"
         self._trace(process, "invoke", RC_POLL, key, position)
         self.ops += 1
         where = await routing.leader(partition, rng)
@@ -432,7 +691,13 @@ class TxnLanes:
             try:
                 conn = await routing.conn(host)
                 result = await kafka_txn_client.fetch_committed(
-                    conn, TXN_TOPIC, partition, position, epoch, wait_s, REQUEST_TIMEOUT_S + wait_s
+                    conn,
+                    routing.topic,
+                    partition,
+                    position,
+                    epoch,
+                    wait_s,
+                    REQUEST_TIMEOUT_S + wait_s,
                 )
             except (OSError, TimeoutError, ConnectionError) as failure:
                 result = kafka_txn_client.CommittedFetch(type(failure).__name__)
@@ -457,44 +722,67 @@ class TxnLanes:
         return result
 
     async def final_reads(self, rng: random.Random) -> None:
-        """Read every partition read_committed from offset 0 up to its last stable offset,
-        once that has settled (unchanged for ``SETTLE_S`` with nothing left below it)."""
+        """The worker's committed offset (once stable), then the worker's output and every
+        partition of ``jepsen-txn`` read read_committed from offset 0 up to its last stable
+        offset, once that has settled (unchanged for ``SETTLE_S`` with nothing left below
+        it)."""
         loop = self.cluster.world.loop
         deadline = loop.time() + HEAL_BOUND_S
-        routing = TxnRouting(self.cluster, "txn-final")
+        group = GroupSession(TxnRouting(self.cluster, FINAL_POSITION))
         try:
-            for partition in range(self.cluster.partitions):
-                position, settled = 0, None
-                while loop.time() < deadline:
-                    result = await self.poll(
-                        routing, rng, "txn-final", partition, position, wait_s=0
-                    )
-                    if result.error == "OFFSET_OUT_OF_RANGE" and result.log_start_offset > position:
-                        position = result.log_start_offset
-                        continue
-                    if result.error != "NONE":
-                        await asyncio.sleep(0.2)
-                        continue
-                    moved = result.next_offset > position
-                    position = result.next_offset
-                    lso = result.last_stable_offset
-                    if position < lso:
-                        settled = None
-                        if not moved:
-                            await asyncio.sleep(0.05)
-                        continue
-                    if lso < result.high_watermark:  # an open transaction holds the LSO
-                        settled = None
-                        await asyncio.sleep(0.25)
-                        continue
-                    if settled is not None and settled[0] == lso:
-                        if loop.time() - settled[1] >= SETTLE_S:
-                            break
-                    else:
-                        settled = (lso, loop.time())
-                    await asyncio.sleep(0.25)
+            while loop.time() < deadline:
+                if await self.committed_position(group, rng, FINAL_POSITION) is not None:
+                    break
+                await asyncio.sleep(0.2)
+        finally:
+            await group.routing.close()
+        routing = TxnRouting(self.cluster, "txn-final")
+        output = OutputRouting(self.cluster, "txn-final")
+        try:
+            # The worker's output first: a transaction left hanging on a partition of the
+            # input topic (its marker lost with a whole ISR's power) would hold these reads
+            # there until the deadline, and the worker's checks need the output whole.
+            for where, partition in [
+                (output, 0),
+                *((routing, p) for p in range(self.cluster.partitions)),
+            ]:
+                await self._read_to_lso(where, rng, partition, deadline)
         finally:
             await routing.close()
+            await output.close()
+
+    async def _read_to_lso(
+        self, routing: TxnRouting, rng: random.Random, partition: int, deadline: float
+    ) -> None:
+        """One partition read from 0 to its settled last stable offset."""
+        loop = self.cluster.world.loop
+        position, settled = 0, None
+        while loop.time() < deadline:
+            result = await self.poll(routing, rng, "txn-final", partition, position, wait_s=0)
+            if result.error == "OFFSET_OUT_OF_RANGE" and result.log_start_offset > position:
+                position = result.log_start_offset
+                continue
+            if result.error != "NONE":
+                await asyncio.sleep(0.2)
+                continue
+            moved = result.next_offset > position
+            position = result.next_offset
+            lso = result.last_stable_offset
+            if position < lso:
+                settled = None
+                if not moved:
+                    await asyncio.sleep(0.05)
+                continue
+            if lso < result.high_watermark:  # an open transaction holds the LSO
+                settled = None
+                await asyncio.sleep(0.25)
+                continue
+            if settled is not None and settled[0] == lso:
+                if loop.time() - settled[1] >= SETTLE_S:
+                    break
+            else:
+                settled = (lso, loop.time())
+            await asyncio.sleep(0.25)
 
 
 def txn_faults(cluster: KafkaCluster) -> dict[str, Any]:
@@ -537,5 +825,5 @@ def txn_faults(cluster: KafkaCluster) -> dict[str, Any]:
 
 def attach(cluster: KafkaCluster) -> TxnLanes:
     """The transactional lanes for ``cluster``, whose power cuts excuse their losses too."""
-    cluster.extra_topics = (TXN_TOPIC,)
-    return TxnLanes(cluster, TxnChecker(cuts=cluster.cuts))
+    cluster.extra_topics = (TXN_TOPIC, CTP_TOPIC)
+    return TxnLanes(cluster, TxnChecker(cuts=cluster.cuts, ctp=CTP_KEYS))

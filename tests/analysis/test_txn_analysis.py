@@ -12,6 +12,7 @@ from broker.bugs import (
     TXN_COMPLETE_BEFORE_MARKERS,
     TXN_LSO_IGNORES_OPEN,
     TXN_NO_ABORTED_LIST,
+    TXN_OFFSETS_KEPT_ON_ABORT,
 )
 from sim.analysis.job import analyze_local
 from sim.analysis.load import read_trace_pandas
@@ -24,6 +25,7 @@ TXN_BUGS = (
     TXN_LSO_IGNORES_OPEN,
     TXN_NO_ABORTED_LIST,
     TXN_COMPLETE_BEFORE_MARKERS,
+    TXN_OFFSETS_KEPT_ON_ABORT,
 )
 
 

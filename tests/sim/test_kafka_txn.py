@@ -1,6 +1,7 @@
 """The kafka scenario's transactional lanes (``--transactions``): transactions commit and
-abort under every fault and Jepsen's delay-txn schedule, the read_committed checks pass on
-correct code, and the same seed gives the same digest."""
+abort under every fault and Jepsen's delay-txn schedule, the consume-transform-produce worker
+commits and restarts, the checks pass on correct code, and the same seed gives the same
+digest."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ def test_transactions_commit_and_abort_and_the_run_is_deterministic() -> None:
     assert first.ok, first.summary()
     assert first.stats["txn_commits"] > 0 and first.stats["txn_aborts"] > 0
     assert first.stats["rc_polls"] > 0
+    # The consume-transform-produce worker committed, and started again from its committed
+    # offset after an abort, a fence or a crash.
+    assert first.stats["ctp_commits"] > 0 and first.stats["ctp_restarts"] > 0
     assert first.digest == second.digest
 
 
