@@ -204,6 +204,8 @@ def encode_raft_request(
                 "last_fetched_epoch": body.last_fetched_epoch,
                 "partition_max_bytes": body.max_bytes,
             }
+            if body.replica_directory_id is not None:
+                partition["replica_directory_id"] = body.replica_directory_id
             # Fetch v15 moved the replica id into replica_state (KIP-903).
             top = {
                 "replica_id": body.replica_id,
@@ -273,6 +275,8 @@ def _decode_fetch(request: Any, partition: Any) -> tuple[int, Request]:
         last_fetched_epoch=partition.last_fetched_epoch,
         max_wait_ms=request.max_wait // timedelta(milliseconds=1),
         max_bytes=max_bytes,
+        # kio reads the zero UUID (Kafka's "unknown") as None.
+        replica_directory_id=getattr(partition, "replica_directory_id", None),
     )
     return replica, message
 

@@ -50,6 +50,7 @@ from raft.snapshot import SnapshotId
 from raft.validation import EpochRaiseBudget, raised_epoch, request_error
 from raft.voters import (
     KRAFT_VERSION_DYNAMIC,
+    KRAFT_VERSION_STATIC,
     QuorumControl,
     Voter,
     VoterHistory,
@@ -447,6 +448,80 @@ class RaftCore:
         self._voters_changed()
         self._answer_parked()
         return Errors.NONE, last
+
+    def upgrade_kraft_version(
+        self, version: int, *, validate_only: bool = False
+    ) -> tuple[int, str | None, int]:
+        """Leader only: raise kraft.version (UpdateFeatures ``kraft.version``, Kafka's
+        ``upgradeKRaftVersion``). 0 -> 1 turns a static quorum into a dynamic one: one
+        control batch holds a KRaftVersionRecord and a VotersRecord of the same voters with
+        their directory ids (each learned from the voter's own fetches in this epoch) and
+        their endpoints from controller.quorum.voters. The voter ids do not change, so the
+        majority in force does not either. Returns (error code, message, offset of the
+        batch's last record; -1 when nothing was appended). A downgrade is refused, as in
+        Kafka 4.x; asking for the level in force (committed or not) changes nothing."""
+        if self.role is not Role.LEADER:
+            return Errors.NOT_LEADER_OR_FOLLOWER, None, -1
+        current = self.history.kraft_version()
+        if version < current:
+            return (
+                Errors.INVALID_UPDATE_VERSION,
+                f"Invalid update version {version} for feature kraft.version. Downgrading "
+                f"kraft.version is not supported (it is {current}).",
+                -1,
+            )
+        if version > KRAFT_VERSION_DYNAMIC:
+            return (
+                Errors.INVALID_UPDATE_VERSION,
+                f"Invalid update version {version} for feature kraft.version. Local "
+                f"controller supports versions {KRAFT_VERSION_STATIC}-{KRAFT_VERSION_DYNAMIC}.",
+                -1,
+            )
+        if version == current:
+            return Errors.NONE, None, -1
+        voters = []
+        for voter in self.history.latest().voters:
+            if voter.voter_id == self.node_id:
+                directory = self.directory_id
+            else:
+                progress = self._progress.get(voter.voter_id)
+                directory = None if progress is None else progress.directory_id
+            if directory is None:
+                # Kafka's words: every voter must be known by (id, directory id) first.
+                return (
+                    Errors.INVALID_UPDATE_VERSION,
+                    f"Invalid update version {version}. Voter {voter.voter_id} doesn't have "
+                    f"a directory id",
+                    -1,
+                )
+            if not voter.min_kraft_version <= version <= voter.max_kraft_version:
+                return (
+                    Errors.INVALID_UPDATE_VERSION,
+                    f"Invalid update version {version}. Voter {voter.voter_id} does not "
+                    f"support kraft.version {version}",
+                    -1,
+                )
+            voters.append(
+                Voter(
+                    voter.voter_id,
+                    directory,
+                    voter.endpoints,
+                    voter.min_kraft_version,
+                    voter.max_kraft_version,
+                )
+            )
+        if validate_only:
+            return Errors.NONE, None, -1
+        upgraded = VoterSet(tuple(voters))
+        now_ms = self.clock.now_ms()
+        records = [kraft_version_record(version, now_ms), voters_record(upgraded, now_ms)]
+        first, last = self.log.append_as_leader(records, self.epoch, control=True)
+        self.history.add(QuorumControl(first, kraft_version=version))
+        self.history.add(QuorumControl(last, voters=upgraded))
+        self._ready.flush = True
+        self._voters_changed()
+        self._answer_parked()
+        return Errors.NONE, None, last
 
     # ---- driver interface ---------------------------------------------------------------
     def ready(self) -> Ready:
@@ -976,6 +1051,8 @@ class RaftCore:
             progress = self._progress[message.src] = ReplicaProgress(message.src)
         progress.end_offset = request.fetch_offset
         progress.last_fetch_ms = self.now_ms
+        if request.replica_directory_id is not None:
+            progress.directory_id = request.replica_directory_id
         if request.fetch_offset >= self.high_watermark:
             progress.last_caught_up_ms = self.now_ms
         if message.src in self.voters:
@@ -1158,6 +1235,7 @@ class RaftCore:
             last_fetched_epoch=self.log.last_fetched_epoch(),
             max_wait_ms=self.config.fetch_max_wait_ms if self.role is Role.FOLLOWER else 0,
             max_bytes=self.config.fetch_max_bytes,
+            replica_directory_id=self.directory_id,
         )
         self._fetch_correlation = self._send(target, request)
 

@@ -47,9 +47,22 @@ class DynamicQuorum(Processes):
             self.nodes[node] = props
             self.config(node).write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
-    def format(self, node: int, flag: str) -> None:
+    def make_static(self, voters: tuple[int, ...]) -> None:
+        """``voters`` become a static quorum (controller.quorum.voters, kraft.version 0 once
+        formatted without a quorum flag); the other nodes keep the bootstrap servers."""
+        quorum = ",".join(f"{n}@127.0.0.{n}:{self.port}" for n in voters)
+        bootstrap = ",".join(f"127.0.0.{n}:{self.port}" for n in voters)
+        for node, props in self.nodes.items():
+            if node in voters:
+                del props["controller.quorum.bootstrap.servers"]
+                props["controller.quorum.voters"] = quorum
+            else:
+                props["controller.quorum.bootstrap.servers"] = bootstrap
+            self.config(node).write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def format(self, node: int, *flags: str) -> None:
         subprocess.run(
-            [KRAFT_SERVER, "format", "-t", self.cluster_id, "-c", str(self.config(node)), flag],
+            [KRAFT_SERVER, "format", "-t", self.cluster_id, "-c", str(self.config(node)), *flags],
             capture_output=True,
             text=True,
             check=True,
@@ -203,3 +216,47 @@ def test_kafka_metadata_quorum_grows_a_standalone_controller_and_removes_its_lea
             and {o.replica_id for o in s.observers} == {1}
         )
     )
+
+
+FEATURES = "org.apache.kafka.tools.FeatureCommand"  # kafka-features
+
+
+@pytest.mark.usefixtures("kafka_tools")
+def test_kafka_features_upgrades_a_static_quorum_to_kraft_version_1(
+    quorum: DynamicQuorum,
+) -> None:
+    """A quorum of controller.quorum.voters (kraft.version 0) refuses voter changes until
+    Apache Kafka's kafka-features upgrades kraft.version to 1 (UpdateFeatures to the active
+    controller, which has the quorum append KRaftVersionRecord + VotersRecord); then a
+    fourth controller is added, and a downgrade is refused."""
+    quorum.make_static((1, 2, 3))
+    for node in (1, 2, 3):
+        quorum.format(node)
+    quorum.format(4, "--no-initial-controllers")
+    for node in NODES:
+        quorum.start(node)
+    before = quorum.wait_for(lambda s: voters(s) == {1, 2, 3} and len(s.observers) == 1)
+    refused = quorum.tool("add-controller", "--config", str(quorum.config(4)))
+    # The leader's answer: UNSUPPORTED_VERSION (35); the others are not the leader (6).
+    assert refused.returncode != 0 and "error 35" in refused.stderr, refused.stderr
+    controllers = ",".join(f"127.0.0.{n}:{quorum.port}" for n in (1, 2, 3))
+    bootstrap = ("--bootstrap-controller", controllers)
+    upgrade = ("upgrade", "--feature", "kraft.version=1")
+    upgraded = tools.run(FEATURES, *bootstrap, *upgrade)
+    assert "kraft.version was upgraded to 1" in upgraded.stdout, upgraded.stdout
+    downgrade = ("downgrade", "--feature", "kraft.version=0")
+    down = tools.run(FEATURES, *bootstrap, *downgrade, check=False)
+    assert down.returncode != 0, down.stdout
+    assert "Can't downgrade the version of this feature" in down.stdout, down.stdout
+    quorum.add(4)
+    grown = quorum.wait_for(lambda s: voters(s) == {1, 2, 3, 4} and s.high_watermark > 0)
+    assert grown.leader_epoch >= before.leader_epoch
+    # Every controller's log holds the same records, the upgrade's included.
+    settled = quorum.wait_for(
+        lambda s: all(v.log_end_offset >= grown.high_watermark for v in s.voters)
+    )
+    assert quorum.stop_all() == {1: 0, 2: 0, 3: 0, 4: 0}
+    logs = {n: committed_records(quorum.root / f"data{n}", grown.high_watermark) for n in NODES}
+    assert len(logs[1]) == grown.high_watermark
+    assert logs[1] == logs[2] == logs[3] == logs[4]
+    assert settled.leader_id in NODES

@@ -548,3 +548,13 @@ def test_kafka_python_fetch_response_without_tagged_fields_decodes_with_defaults
     assert decode_raft_response(entity) == FetchResponse(
         Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, high_watermark=-1, log_start_offset=-1
     )
+
+
+def test_fetch_v17_carries_the_fetchers_directory_id() -> None:
+    """KIP-853: the leader of a static quorum learns its voters' directory ids from their
+    fetches (the kraft.version upgrade names every voter by one); older versions drop it."""
+    directory = uuid.UUID("5b3a1c2e-0000-4000-8000-00000000002a")
+    body = FetchRequest(2, 3, 10, 3, 500, 1024, replica_directory_id=directory)
+    assert request_over_the_wire(body, "c", 17) == (2, body, "c")
+    _src, older, _cluster = request_over_the_wire(body, "c", 16)
+    assert isinstance(older, FetchRequest) and older.replica_directory_id is None

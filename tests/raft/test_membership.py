@@ -291,3 +291,57 @@ def test_update_moves_a_voter_to_new_endpoints_everywhere() -> None:
     stranger = Voter(2, uuid.uuid4(), moved.endpoints)  # the id, but another disk
     leader = settle(cluster, rng)
     assert cluster.cores[leader].change_voters("update", stranger)[0] == Errors.VOTER_NOT_FOUND
+
+
+# ---- kraft.version 0 -> 1 (UpdateFeatures) -----------------------------------------------
+def test_upgrading_kraft_version_makes_a_static_quorum_dynamic() -> None:
+    rng = random.Random(11)
+    cluster = CoreCluster(voters=3, observers=1, directories=True)
+    leader = settle(cluster, rng)
+    core = cluster.cores[leader]
+    assert core.change_voters("add", cluster.voter(100))[0] == Errors.UNSUPPORTED_VERSION
+    assert core.upgrade_kraft_version(0) == (Errors.NONE, None, -1)  # already there
+    assert core.upgrade_kraft_version(1, validate_only=True) == (Errors.NONE, None, -1)
+    assert core.history.kraft_version() == 0
+    end = cluster.logs[leader].end_offset()
+    code, message, offset = core.upgrade_kraft_version(1)
+    assert (code, message) == (Errors.NONE, None) and offset == end + 1  # one batch, 2 records
+    # In force at once: the same voters, now known by (id, directory id).
+    assert core.history.kraft_version() == 1
+    assert core.voter_set() == VoterSet(
+        tuple(Voter(n, cluster.directory_id(n)) for n in cluster.voter_ids)
+    )
+    assert core.upgrade_kraft_version(1) == (Errors.NONE, None, -1)  # pending counts
+    code, message, _ = core.upgrade_kraft_version(0)
+    assert code == Errors.INVALID_UPDATE_VERSION and "not supported" in (message or "")
+    assert core.upgrade_kraft_version(2)[0] == Errors.INVALID_UPDATE_VERSION
+    cluster._drain(leader)
+    for _ in range(200):
+        cluster.run(1, rng)
+        now = cluster.leader()
+        if now is not None and cluster.cores[now].high_watermark > offset:
+            break
+    assert cluster.cores[cluster.leader() or leader].high_watermark > offset
+    cluster.run(20, rng)
+    for node in cluster.node_ids:  # followers and the observer read it from the log
+        assert cluster.cores[node].history.kraft_version() == 1, node
+        assert cluster.cores[node].voter_set() == core.voter_set(), node
+    # Voter changes are served now, and a restarted node finds kraft.version 1 in its log.
+    change(cluster, rng, "add", cluster.voter(100))
+    assert cluster.cores[cluster.leader() or leader].voters == (1, 2, 3, 100)
+    follower = next(n for n in cluster.voter_ids if n != cluster.leader())
+    cluster.crash(follower)
+    assert cluster.cores[follower].history.kraft_version() == 1
+    assert cluster.cores[follower].voters == (1, 2, 3, 100)
+
+
+def test_the_kraft_version_upgrade_needs_every_voters_directory_id() -> None:
+    rng = random.Random(12)
+    cluster = CoreCluster(voters=3)  # no directory ids known: nothing to name the voters by
+    leader = settle(cluster, rng)
+    code, message, offset = cluster.cores[leader].upgrade_kraft_version(1)
+    assert code == Errors.INVALID_UPDATE_VERSION and offset == -1
+    assert "doesn't have a directory id" in (message or "")
+    assert cluster.cores[leader].history.kraft_version() == 0
+    follower = next(n for n in cluster.voter_ids if n != leader)
+    assert cluster.cores[follower].upgrade_kraft_version(1)[0] == Errors.NOT_LEADER_OR_FOLLOWER
