@@ -173,6 +173,8 @@ def encode_raft_request(
                 "last_offset": body.last_offset,
                 "pre_vote": body.pre_vote,
             }
+            if body.candidate_directory_id is not None:
+                partition["replica_directory_id"] = body.candidate_directory_id
             top: dict[str, object] = {"voter_id": dst_id}
             topics = _topics(module, "TopicData", "PartitionData", partition)
         case BeginQuorumEpochRequest():
@@ -243,6 +245,8 @@ def _decode_vote(_request: Any, partition: Any) -> tuple[int, Request]:
         last_offset_epoch=partition.last_offset_epoch,
         last_offset=partition.last_offset,
         pre_vote=getattr(partition, "pre_vote", False),
+        # kio reads the zero UUID (Kafka's "unknown") as None.
+        candidate_directory_id=getattr(partition, "replica_directory_id", None),
     )
     return partition.replica_id, message
 

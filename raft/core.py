@@ -266,7 +266,8 @@ class RaftCore:
         self.now_ms = now_ms
         self.epoch = state.leader_epoch
         self.leader_id = state.leader_id
-        self.voted_id = state.voted_id
+        self._voted_id = state.voted_id
+        self.voted_directory_id = state.voted_directory_id
         if log.last_fetched_epoch() > self.epoch:
             # quorum-state is behind the log (lost, or an observer's never written): start
             # unattached in the log's epoch, as Kafka's QuorumState.initialize does, so the
@@ -323,6 +324,28 @@ class RaftCore:
             # The sole voter has nobody to wait for: stand for election at the first tick,
             # as Kafka's does, instead of an election timeout into start-up.
             self._election_deadline_ms = now_ms
+
+    # ---- the vote -------------------------------------------------------------------------
+    @property
+    def voted_id(self) -> int:
+        return self._voted_id
+
+    @voted_id.setter
+    def voted_id(self, value: int) -> None:
+        """A vote for another replica (or none) forgets the directory the last one went to;
+        a vote for ourselves names our own. ``_grant_vote`` sets a candidate's."""
+        if value != self._voted_id:
+            self.voted_directory_id = self.directory_id if value == self.node_id else None
+        self._voted_id = value
+
+    def _vote_is_for(self, request: VoteRequest) -> bool:
+        """True if our vote in this epoch went to this very replica: its id, and its disk
+        unless either side does not know it (a static quorum, an older version). A
+        candidate re-formatted under the same id is another replica and gets no vote."""
+        if self.voted_id != request.candidate_id:
+            return False
+        voted, asking = self.voted_directory_id, request.candidate_directory_id
+        return voted is None or voted == asking
 
     # ---- the voter set (KIP-853) ----------------------------------------------------------
     @property
@@ -740,7 +763,9 @@ class RaftCore:
         )
 
     def _persist(self) -> None:
-        self._ready.state = QuorumState(self.epoch, self.leader_id, self.voted_id)
+        self._ready.state = QuorumState(
+            self.epoch, self.leader_id, self.voted_id, self.voted_directory_id
+        )
 
     def _event(self, event: Event) -> None:
         self._ready.events.append(event)
@@ -870,6 +895,7 @@ class RaftCore:
             last_offset_epoch=self.log.last_fetched_epoch(),
             last_offset=self.log.end_offset(),
             pre_vote=pre_vote,
+            candidate_directory_id=self.directory_id,
         )
         for voter in self.voters:
             if voter != self.node_id:
@@ -1394,13 +1420,13 @@ class RaftCore:
             return
         if request.candidate_epoch > self.epoch:
             self._become_unattached(request.candidate_epoch, NO_LEADER)
-        can_vote = self.leader_id == NO_LEADER and self.voted_id in (
-            NO_LEADER,
-            request.candidate_id,
+        can_vote = self.leader_id == NO_LEADER and (
+            self.voted_id == NO_LEADER or self._vote_is_for(request)
         )
         granted = can_vote and up_to_date
         if granted and self.voted_id == NO_LEADER:
             self.voted_id = request.candidate_id
+            self.voted_directory_id = request.candidate_directory_id
             self._persist()
             if self.role is Role.PROSPECTIVE:
                 self._set_role(Role.UNATTACHED)

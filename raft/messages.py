@@ -50,6 +50,9 @@ class VoteRequest:
     last_offset_epoch: int
     last_offset: int
     pre_vote: bool
+    # Vote v1+ (KIP-853) ReplicaDirectoryId: the candidate's disk. A vote is given to
+    # (id, directory id), so a re-formatted candidate cannot collect its predecessor's.
+    candidate_directory_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -558,3 +558,12 @@ def test_fetch_v17_carries_the_fetchers_directory_id() -> None:
     assert request_over_the_wire(body, "c", 17) == (2, body, "c")
     _src, older, _cluster = request_over_the_wire(body, "c", 16)
     assert isinstance(older, FetchRequest) and older.replica_directory_id is None
+
+
+def test_vote_v1_carries_the_candidates_directory_id() -> None:
+    directory = uuid.UUID("5b3a1c2e-0000-4000-8000-00000000002b")
+    body = VoteRequest(4, 2, 3, 10, pre_vote=False, candidate_directory_id=directory)
+    for version in (1, 2):
+        assert request_over_the_wire(body, "c", version) == (2, body, "c")
+    _src, older, _cluster = request_over_the_wire(body, "c", 0)
+    assert isinstance(older, VoteRequest) and older.candidate_directory_id is None

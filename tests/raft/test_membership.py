@@ -3,15 +3,17 @@ latest voter set in the log in force, truncation reverting it, directory ids."""
 
 from __future__ import annotations
 
+import base64
 import random
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
 from log.records import Record
 from raft.core import RaftCore, Role
 from raft.messages import Errors, Inbound, VoteRequest, VoteResponse
-from raft.quorum_state import QuorumState
+from raft.quorum_state import QuorumState, QuorumStateError
 from raft.replicated_log import MemoryLog
 from raft.snapshot import decode_snapshot, decode_snapshot_control, encode_snapshot
 from raft.voters import (
@@ -345,3 +347,80 @@ def test_the_kraft_version_upgrade_needs_every_voters_directory_id() -> None:
     assert cluster.cores[leader].history.kraft_version() == 0
     follower = next(n for n in cluster.voter_ids if n != leader)
     assert cluster.cores[follower].upgrade_kraft_version(1)[0] == Errors.NOT_LEADER_OR_FOLLOWER
+
+
+# ---- votedDirectoryId ----------------------------------------------------------------------
+def test_quorum_state_keeps_the_voted_directory_id_in_kafkas_format() -> None:
+    directory = uuid.UUID("0f0e0d0c-0b0a-4908-8706-050403020100")
+    state = QuorumState(5, -1, 3, directory)
+    assert QuorumState.decode(state.encode()) == state
+    # As Kafka writes it (Uuid.toString: URL-safe base64, unpadded); the zero UUID and a
+    # missing key both mean "unknown".
+    kafka = b'{"clusterId":"","leaderId":-1,"leaderEpoch":5,"votedId":3,'
+    encoded = base64.urlsafe_b64encode(directory.bytes).rstrip(b"=")
+    assert QuorumState.decode(kafka + b'"votedDirectoryId":"' + encoded + b'","data_version":1}')
+    assert QuorumState.decode(
+        kafka + b'"votedDirectoryId":"AAAAAAAAAAAAAAAAAAAAAA","data_version":1}'
+    ) == QuorumState(5, -1, 3, None)
+    assert b"votedDirectoryId" not in QuorumState(5, -1, 3).encode()
+    with pytest.raises(QuorumStateError):
+        QuorumState.decode(kafka + b'"votedDirectoryId":"not-a-uuid","data_version":1}')
+
+
+def test_a_vote_goes_to_one_disk_and_a_reformatted_candidate_cannot_collect_it() -> None:
+    """Voter 1 votes for candidate 3 in epoch 5. Candidate 3's disk is then wiped and
+    re-formatted (a new directory id); standing again in epoch 5 it must not get the vote
+    its predecessor got, or two replicas named 3 could both lead epoch 5. The vote, and
+    the directory it went to, survive voter 1's restart."""
+    old_disk, new_disk = uuid.UUID(int=3 << 32 | 1), uuid.UUID(int=3 << 32 | 2)
+    voters = VoterSet(tuple(Voter(n, uuid.UUID(int=n << 32 | 1)) for n in (1, 2, 3)))
+
+    def voter_one(state: QuorumState) -> RaftCore:
+        return RaftCore(
+            1,
+            voters,
+            MemoryLog(),
+            state,
+            rng=random.Random(0),
+            clock=FixedClock(None),  # type: ignore[arg-type]
+            now_ms=0,
+            kraft_version=1,
+            directory_id=uuid.UUID(int=1 << 32 | 1),
+        )
+
+    def ask(core: RaftCore, directory: uuid.UUID) -> tuple[bool, QuorumState | None]:
+        request = VoteRequest(5, 3, 0, 0, pre_vote=False, candidate_directory_id=directory)
+        core.step(Inbound(3, request, reply_to="r"))
+        ready = core.ready()
+        answer = ready.messages[-1].body
+        assert isinstance(answer, VoteResponse)
+        return answer.vote_granted, ready.state
+
+    core = voter_one(QuorumState())
+    assert ask(core, old_disk) == (True, QuorumState(5, -1, 3, old_disk))  # stored first
+    assert ask(core, old_disk) == (True, None)  # the same candidate asking again
+    assert ask(core, new_disk) == (False, None)
+    restarted = voter_one(QuorumState(5, -1, 3, old_disk))
+    assert ask(restarted, new_disk) == (False, None)
+    assert ask(restarted, old_disk) == (True, None)
+    # A vote stored without a directory (an older version's file) is kept by id alone.
+    legacy = voter_one(QuorumState(5, -1, 3))
+    assert ask(legacy, new_disk) == (True, None)
+
+
+def test_a_candidates_vote_for_itself_names_its_own_directory() -> None:
+    own = uuid.UUID(int=1 << 32 | 7)
+    core = RaftCore(
+        1,
+        VoterSet((Voter(1, own),)),
+        MemoryLog(),
+        QuorumState(),
+        rng=random.Random(0),
+        clock=FixedClock(SimpleNamespace(now_ms=0)),  # type: ignore[arg-type]
+        now_ms=0,
+        kraft_version=1,
+        directory_id=own,
+    )
+    core.tick(1)  # the sole voter stands at once and wins
+    assert core.role is Role.LEADER
+    assert core.ready().state == QuorumState(1, 1, 1, own)
