@@ -333,7 +333,7 @@ class RaftCore:
     @voted_id.setter
     def voted_id(self, value: int) -> None:
         """A vote for another replica (or none) forgets the directory the last one went to;
-        a vote for ourselves names our own. ``_grant_vote`` sets a candidate's."""
+        a vote for ourselves names our own. The vote handler sets a candidate's."""
         if value != self._voted_id:
             self.voted_directory_id = self.directory_id if value == self.node_id else None
         self._voted_id = value
