@@ -762,8 +762,10 @@ class RaftNode:
         return self.log.end_offset()
 
     def kraft_version(self) -> int:
-        """kraft.version in force: the latest in the log, committed or not."""
-        assert self.core is not None
+        """kraft.version in force: the latest in the log, committed or not (before start:
+        the level the node was formatted with)."""
+        if self.core is None:
+            return self.config.initial_kraft_version
         return self.core.history.kraft_version()
 
     def upgrade_kraft_version(

@@ -10,6 +10,7 @@ to kraft.version 1."""
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import signal
 import subprocess
@@ -408,6 +409,13 @@ def test_kafka_metadata_quorum_replaces_a_controller_whose_disk_was_wiped(
         return "after-replace" in view.topics and set(view.brokers) == {5, 6}
 
     wait_until(topic_seen, "the new topic reaches the brokers")
+    # kafka-features describe reads kraft.version from a broker's ApiVersions.
+    described = tools.run(FEATURES, "--bootstrap-server", clients, "describe").stdout
+    assert re.search(
+        r"Feature: kraft.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\t"
+        r"FinalizedVersionLevel: 1\t",
+        described,
+    ), described
 
     settled = quorum.wait_for(
         lambda s: (
