@@ -175,11 +175,15 @@ def encode_raft_request(
             }
             if body.candidate_directory_id is not None:
                 partition["replica_directory_id"] = body.candidate_directory_id
+            if body.voter_directory_id is not None:
+                partition["voter_directory_id"] = body.voter_directory_id
             top: dict[str, object] = {"voter_id": dst_id}
             topics = _topics(module, "TopicData", "PartitionData", partition)
         case BeginQuorumEpochRequest():
             sender = body.leader_id
             partition = {"leader_id": body.leader_id, "leader_epoch": body.leader_epoch}
+            if body.voter_directory_id is not None:
+                partition["voter_directory_id"] = body.voter_directory_id
             top = {"voter_id": dst_id}
             topics = _topics(module, "TopicData", "PartitionData", partition)
         case EndQuorumEpochRequest():
@@ -247,12 +251,18 @@ def _decode_vote(_request: Any, partition: Any) -> tuple[int, Request]:
         pre_vote=getattr(partition, "pre_vote", False),
         # kio reads the zero UUID (Kafka's "unknown") as None.
         candidate_directory_id=getattr(partition, "replica_directory_id", None),
+        voter_directory_id=getattr(partition, "voter_directory_id", None),
     )
     return partition.replica_id, message
 
 
 def _decode_begin_quorum_epoch(_request: Any, partition: Any) -> tuple[int, Request]:
-    return partition.leader_id, BeginQuorumEpochRequest(partition.leader_epoch, partition.leader_id)
+    message = BeginQuorumEpochRequest(
+        partition.leader_epoch,
+        partition.leader_id,
+        voter_directory_id=getattr(partition, "voter_directory_id", None),
+    )
+    return partition.leader_id, message
 
 
 def _decode_end_quorum_epoch(_request: Any, partition: Any) -> tuple[int, Request]:

@@ -13,6 +13,7 @@ or stands for election. The state diagram and the invariants are in docs/raft.md
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import random
 import uuid
@@ -899,7 +900,7 @@ class RaftCore:
         )
         for voter in self.voters:
             if voter != self.node_id:
-                self._send(voter, request)
+                self._send(voter, self._to_voter(request, voter))
 
     def _tally(self) -> bool:
         """Advance the election if this round has a majority; True if it did."""
@@ -966,6 +967,18 @@ class RaftCore:
             if voter != self.node_id:
                 self._send(voter, request)
 
+    def _to_voter(
+        self, request: VoteRequest | BeginQuorumEpochRequest, voter_id: int
+    ) -> VoteRequest | BeginQuorumEpochRequest:
+        """``request`` addressed to the voter by its key (KIP-853): its directory id in our
+        voter set, checked by whoever answers at its address. A re-formatted replica there
+        (empty log, new directory id) then refuses instead of voting, or following, in
+        place of the voter that held the log."""
+        voter = self.history.latest().get(voter_id)
+        if voter is None or voter.directory_id is None:
+            return request
+        return dataclasses.replace(request, voter_directory_id=voter.directory_id)
+
     # ---- leader --------------------------------------------------------------------------
     def _send_begin_quorum_epoch(self) -> None:
         for voter in self.voters:
@@ -975,7 +988,8 @@ class RaftCore:
             sent = self._begin_epoch_sent_ms.get(voter)
             if sent is None or self.now_ms - sent >= BEGIN_QUORUM_RETRY_MS:
                 self._begin_epoch_sent_ms[voter] = self.now_ms
-                self._send(voter, BeginQuorumEpochRequest(self.epoch, self.node_id))
+                request = BeginQuorumEpochRequest(self.epoch, self.node_id)
+                self._send(voter, self._to_voter(request, voter))
 
     def _leader_tick(self) -> None:
         if "no-check-quorum" not in self.bugs:

@@ -53,6 +53,10 @@ class VoteRequest:
     # Vote v1+ (KIP-853) ReplicaDirectoryId: the candidate's disk. A vote is given to
     # (id, directory id), so a re-formatted candidate cannot collect its predecessor's.
     candidate_directory_id: uuid.UUID | None = None
+    # Vote v1+ VoterDirectoryId: the disk of the voter asked, as the candidate's voter set
+    # names it. A replica on another disk (re-formatted, empty) refuses with
+    # INVALID_VOTER_KEY instead of voting in place of the voter that held the log.
+    voter_directory_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,8 @@ class VoteResponse:
 class BeginQuorumEpochRequest:
     leader_epoch: int
     leader_id: int
+    # v1+ VoterDirectoryId: the disk of the voter told, as the leader's voter set names it.
+    voter_directory_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -171,8 +171,11 @@ class Cluster:
         return tuple(f"n{i}" for i in node.core.voters)
 
     async def main(self, runtime: Runtime, process: SimProcess) -> None:
-        # The previous incarnation's node is dead: nothing may reach it from now on.
+        # The previous incarnation's node is dead: nothing may reach it from now on, and
+        # whatever it led ended with it (kraft-analyze reads the crash or exit the same
+        # way), also while this one's start-up flush is stalled and it reports no role.
         self.nodes.pop(process.name, None)
+        self.checker.leading.pop(process.name, None)
         log = await WatchedDiskLog.open(runtime, METADATA_DIR, bugs=self.bugs())
         node = RaftNode(runtime, self.raft_config(process.name), log)
         listener = self.checker.listener(process, log, node)

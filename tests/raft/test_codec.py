@@ -560,10 +560,18 @@ def test_fetch_v17_carries_the_fetchers_directory_id() -> None:
     assert isinstance(older, FetchRequest) and older.replica_directory_id is None
 
 
-def test_vote_v1_carries_the_candidates_directory_id() -> None:
+def test_vote_and_begin_quorum_epoch_v1_carry_directory_ids() -> None:
+    """The candidate's disk (votedDirectoryId) and the disk of the voter asked or told
+    (checked by whoever answers at its address); v0 has neither."""
     directory = uuid.UUID("5b3a1c2e-0000-4000-8000-00000000002b")
-    body = VoteRequest(4, 2, 3, 10, pre_vote=False, candidate_directory_id=directory)
+    voter = uuid.UUID("5b3a1c2e-0000-4000-8000-00000000002c")
+    body = VoteRequest(
+        4, 2, 3, 10, pre_vote=False, candidate_directory_id=directory, voter_directory_id=voter
+    )
     for version in (1, 2):
         assert request_over_the_wire(body, "c", version) == (2, body, "c")
     _src, older, _cluster = request_over_the_wire(body, "c", 0)
-    assert isinstance(older, VoteRequest) and older.candidate_directory_id is None
+    assert older == VoteRequest(4, 2, 3, 10, pre_vote=False)
+    begin = BeginQuorumEpochRequest(4, 2, voter_directory_id=voter)
+    assert request_over_the_wire(begin, "c", 1) == (2, begin, "c")
+    assert request_over_the_wire(begin, "c", 0)[1] == BeginQuorumEpochRequest(4, 2)

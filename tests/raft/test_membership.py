@@ -12,7 +12,13 @@ import pytest
 
 from log.records import Record
 from raft.core import RaftCore, Role
-from raft.messages import Errors, Inbound, VoteRequest, VoteResponse
+from raft.messages import (
+    BeginQuorumEpochRequest,
+    Errors,
+    Inbound,
+    VoteRequest,
+    VoteResponse,
+)
 from raft.quorum_state import QuorumState, QuorumStateError
 from raft.replicated_log import MemoryLog
 from raft.snapshot import decode_snapshot, decode_snapshot_control, encode_snapshot
@@ -424,3 +430,30 @@ def test_a_candidates_vote_for_itself_names_its_own_directory() -> None:
     core.tick(1)  # the sole voter stands at once and wins
     assert core.role is Role.LEADER
     assert core.ready().state == QuorumState(1, 1, 1, own)
+
+
+def test_vote_and_begin_quorum_epoch_name_the_voters_directory() -> None:
+    """A candidate (and a new leader) addresses each voter by its key in the voter set in
+    force: whoever answers at that address on another disk (re-formatted, empty) refuses
+    with INVALID_VOTER_KEY instead of voting in place of the voter that held the log."""
+
+    class Recording(CoreCluster):
+        def __init__(self) -> None:
+            self.sent: list[tuple[int, object]] = []
+            super().__init__(voters=3, dynamic=True)
+
+        def _drain(self, node: int) -> None:
+            before = len(self.pool)
+            super()._drain(node)
+            self.sent += [(m.dst, m.message.body) for m in self.pool[before:]]
+
+    cluster = Recording()
+    elect(cluster, random.Random(13))
+    sent = cluster.sent
+    votes = [(dst, body) for dst, body in sent if isinstance(body, VoteRequest)]
+    begins = [(dst, body) for dst, body in sent if isinstance(body, BeginQuorumEpochRequest)]
+    assert votes and begins
+    for dst, body in votes + begins:
+        assert body.voter_directory_id == cluster.directory_id(dst), (dst, body)
+    for _dst, vote in votes:
+        assert vote.candidate_directory_id == cluster.directory_id(vote.candidate_id)

@@ -137,6 +137,13 @@ RAFT_REGRESSION_SEEDS = {
     # told "diverging at the log start" instead of being sent the snapshot, kept a stale
     # entry below it, and applied it as committed.
     275: "--voters 3",
+    # KIP-853: a voter's disk was wiped while the third voter lagged; the candidate asked
+    # the re-formatted (empty) replica at the voter's address for its vote without naming
+    # the voter's directory id, got it, and led without committed entries.
+    60: "--voters 3 --faults all,membership --duration 20",
+    # The checker kept a crashed leader's leadership while its next incarnation's start-up
+    # flush was stalled, and saw two leaders (kraft-analyze, reading the exit, did not).
+    68: "--voters 3 --faults all,membership --duration 20",
 }
 
 
