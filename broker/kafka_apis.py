@@ -65,6 +65,7 @@ from protocol.api_table import (
     ApiRequest,
 )
 from protocol.entities import make, response_module
+from raft.voters import KRAFT_VERSION_DYNAMIC, KRAFT_VERSION_FEATURE, KRAFT_VERSION_STATIC
 
 logger = logging.getLogger("broker.kafka_apis")
 
@@ -104,8 +105,12 @@ class KafkaApis:
         forward_timeout_ms: int = FORWARD_TIMEOUT_MS,
         descriptors_free: Callable[[], bool] = lambda: True,
         acls_enabled: bool = False,
+        kraft_version: Callable[[], int] | None = None,
     ) -> None:
         self.node_id = node_id
+        # kraft.version as this node's metadata log has it (KIP-853): a quorum feature,
+        # kept in the log's control records, not in the image. None: no quorum to ask.
+        self._kraft_version = kraft_version
         self.replicas = replicas
         # One cache per broker (its listeners share it); a lone KafkaApis makes its own.
         if fetch_sessions is None:
@@ -291,7 +296,10 @@ class KafkaApis:
 
     async def _api_versions(self, request: ApiRequest) -> object:
         response = request.apis.api_versions_response(request.api_version)
-        return _with_features(response, self._image()) if request.api_version >= 3 else response
+        if request.api_version < 3:
+            return response
+        kraft = None if self._kraft_version is None else self._kraft_version()
+        return _with_features(response, self._image(), kraft)
 
     async def _metadata(self, request: ApiRequest) -> object | None:
         body: Any = request.body
@@ -383,23 +391,30 @@ class KafkaApis:
             )
 
 
-def _with_features(response: Any, image: MetadataImage) -> Any:
+def _with_features(response: Any, image: MetadataImage, kraft_version: int | None) -> Any:
     """ApiVersions v3+ (KIP-584): the features this broker supports and the levels the
-    metadata log finalized (``kafka-features describe`` reads them), as of ``image``."""
+    metadata log finalized (``kafka-features describe`` reads them), as of ``image``; with
+    a quorum, kraft.version too (0-1 supported, its level from the log's control records,
+    as Kafka's broker reports it beside the image's features)."""
     module: Any = response_module(ApiKey.API_VERSIONS, int(response.__version__))
+    ranges = [(f.name, f.min_version, f.max_version) for f in SUPPORTED_FEATURES]
+    levels = dict(image.features)
+    if kraft_version is not None:
+        ranges.append((KRAFT_VERSION_FEATURE, KRAFT_VERSION_STATIC, KRAFT_VERSION_DYNAMIC))
+        levels[KRAFT_VERSION_FEATURE] = kraft_version
     supported = tuple(
         make(
             module.SupportedFeatureKey,
-            {"name": f.name, "min_version": f.min_version, "max_version": f.max_version},
+            {"name": name, "min_version": low, "max_version": high},
         )
-        for f in SUPPORTED_FEATURES
+        for name, low, high in ranges
     )
     finalized = tuple(
         make(
             module.FinalizedFeatureKey,
             {"name": name, "max_version_level": level, "min_version_level": level},
         )
-        for name, level in sorted(image.features.items())
+        for name, level in sorted(levels.items())
         if level > 0
     )
     return dataclasses.replace(

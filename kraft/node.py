@@ -504,6 +504,7 @@ class KraftNode:
                     self.descriptors.admits_logs, config.num_partitions
                 ),
                 acls_enabled=authorizer is not None,
+                kraft_version=self.raft.kraft_version if self.raft is not None else None,
             )
             self.apis[endpoint.name] = apis
             entries = [

@@ -173,11 +173,17 @@ def encode_raft_request(
                 "last_offset": body.last_offset,
                 "pre_vote": body.pre_vote,
             }
+            if body.candidate_directory_id is not None:
+                partition["replica_directory_id"] = body.candidate_directory_id
+            if body.voter_directory_id is not None:
+                partition["voter_directory_id"] = body.voter_directory_id
             top: dict[str, object] = {"voter_id": dst_id}
             topics = _topics(module, "TopicData", "PartitionData", partition)
         case BeginQuorumEpochRequest():
             sender = body.leader_id
             partition = {"leader_id": body.leader_id, "leader_epoch": body.leader_epoch}
+            if body.voter_directory_id is not None:
+                partition["voter_directory_id"] = body.voter_directory_id
             top = {"voter_id": dst_id}
             topics = _topics(module, "TopicData", "PartitionData", partition)
         case EndQuorumEpochRequest():
@@ -204,6 +210,8 @@ def encode_raft_request(
                 "last_fetched_epoch": body.last_fetched_epoch,
                 "partition_max_bytes": body.max_bytes,
             }
+            if body.replica_directory_id is not None:
+                partition["replica_directory_id"] = body.replica_directory_id
             # Fetch v15 moved the replica id into replica_state (KIP-903).
             top = {
                 "replica_id": body.replica_id,
@@ -241,12 +249,20 @@ def _decode_vote(_request: Any, partition: Any) -> tuple[int, Request]:
         last_offset_epoch=partition.last_offset_epoch,
         last_offset=partition.last_offset,
         pre_vote=getattr(partition, "pre_vote", False),
+        # kio reads the zero UUID (Kafka's "unknown") as None.
+        candidate_directory_id=getattr(partition, "replica_directory_id", None),
+        voter_directory_id=getattr(partition, "voter_directory_id", None),
     )
     return partition.replica_id, message
 
 
 def _decode_begin_quorum_epoch(_request: Any, partition: Any) -> tuple[int, Request]:
-    return partition.leader_id, BeginQuorumEpochRequest(partition.leader_epoch, partition.leader_id)
+    message = BeginQuorumEpochRequest(
+        partition.leader_epoch,
+        partition.leader_id,
+        voter_directory_id=getattr(partition, "voter_directory_id", None),
+    )
+    return partition.leader_id, message
 
 
 def _decode_end_quorum_epoch(_request: Any, partition: Any) -> tuple[int, Request]:
@@ -273,6 +289,8 @@ def _decode_fetch(request: Any, partition: Any) -> tuple[int, Request]:
         last_fetched_epoch=partition.last_fetched_epoch,
         max_wait_ms=request.max_wait // timedelta(milliseconds=1),
         max_bytes=max_bytes,
+        # kio reads the zero UUID (Kafka's "unknown") as None.
+        replica_directory_id=getattr(partition, "replica_directory_id", None),
     )
     return replica, message
 

@@ -13,6 +13,7 @@ or stands for election. The state diagram and the invariants are in docs/raft.md
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import random
 import uuid
@@ -50,6 +51,7 @@ from raft.snapshot import SnapshotId
 from raft.validation import EpochRaiseBudget, raised_epoch, request_error
 from raft.voters import (
     KRAFT_VERSION_DYNAMIC,
+    KRAFT_VERSION_STATIC,
     QuorumControl,
     Voter,
     VoterHistory,
@@ -265,7 +267,8 @@ class RaftCore:
         self.now_ms = now_ms
         self.epoch = state.leader_epoch
         self.leader_id = state.leader_id
-        self.voted_id = state.voted_id
+        self._voted_id = state.voted_id
+        self.voted_directory_id = state.voted_directory_id
         if log.last_fetched_epoch() > self.epoch:
             # quorum-state is behind the log (lost, or an observer's never written): start
             # unattached in the log's epoch, as Kafka's QuorumState.initialize does, so the
@@ -322,6 +325,28 @@ class RaftCore:
             # The sole voter has nobody to wait for: stand for election at the first tick,
             # as Kafka's does, instead of an election timeout into start-up.
             self._election_deadline_ms = now_ms
+
+    # ---- the vote -------------------------------------------------------------------------
+    @property
+    def voted_id(self) -> int:
+        return self._voted_id
+
+    @voted_id.setter
+    def voted_id(self, value: int) -> None:
+        """A vote for another replica (or none) forgets the directory the last one went to;
+        a vote for ourselves names our own. The vote handler sets a candidate's."""
+        if value != self._voted_id:
+            self.voted_directory_id = self.directory_id if value == self.node_id else None
+        self._voted_id = value
+
+    def _vote_is_for(self, request: VoteRequest) -> bool:
+        """True if our vote in this epoch went to this very replica: its id, and its disk
+        unless either side does not know it (a static quorum, an older version). A
+        candidate re-formatted under the same id is another replica and gets no vote."""
+        if self.voted_id != request.candidate_id:
+            return False
+        voted, asking = self.voted_directory_id, request.candidate_directory_id
+        return voted is None or voted == asking
 
     # ---- the voter set (KIP-853) ----------------------------------------------------------
     @property
@@ -447,6 +472,80 @@ class RaftCore:
         self._voters_changed()
         self._answer_parked()
         return Errors.NONE, last
+
+    def upgrade_kraft_version(
+        self, version: int, *, validate_only: bool = False
+    ) -> tuple[int, str | None, int]:
+        """Leader only: raise kraft.version (UpdateFeatures ``kraft.version``, Kafka's
+        ``upgradeKRaftVersion``). 0 -> 1 turns a static quorum into a dynamic one: one
+        control batch holds a KRaftVersionRecord and a VotersRecord of the same voters with
+        their directory ids (each learned from the voter's own fetches in this epoch) and
+        their endpoints from controller.quorum.voters. The voter ids do not change, so the
+        majority in force does not either. Returns (error code, message, offset of the
+        batch's last record; -1 when nothing was appended). A downgrade is refused, as in
+        Kafka 4.x; asking for the level in force (committed or not) changes nothing."""
+        if self.role is not Role.LEADER:
+            return Errors.NOT_LEADER_OR_FOLLOWER, None, -1
+        current = self.history.kraft_version()
+        if version < current:
+            return (
+                Errors.INVALID_UPDATE_VERSION,
+                f"Invalid update version {version} for feature kraft.version. Downgrading "
+                f"kraft.version is not supported (it is {current}).",
+                -1,
+            )
+        if version > KRAFT_VERSION_DYNAMIC:
+            return (
+                Errors.INVALID_UPDATE_VERSION,
+                f"Invalid update version {version} for feature kraft.version. Local "
+                f"controller supports versions {KRAFT_VERSION_STATIC}-{KRAFT_VERSION_DYNAMIC}.",
+                -1,
+            )
+        if version == current:
+            return Errors.NONE, None, -1
+        voters = []
+        for voter in self.history.latest().voters:
+            if voter.voter_id == self.node_id:
+                directory = self.directory_id
+            else:
+                progress = self._progress.get(voter.voter_id)
+                directory = None if progress is None else progress.directory_id
+            if directory is None:
+                # Kafka's words: every voter must be known by (id, directory id) first.
+                return (
+                    Errors.INVALID_UPDATE_VERSION,
+                    f"Invalid update version {version}. Voter {voter.voter_id} doesn't have "
+                    f"a directory id",
+                    -1,
+                )
+            if not voter.min_kraft_version <= version <= voter.max_kraft_version:
+                return (
+                    Errors.INVALID_UPDATE_VERSION,
+                    f"Invalid update version {version}. Voter {voter.voter_id} does not "
+                    f"support kraft.version {version}",
+                    -1,
+                )
+            voters.append(
+                Voter(
+                    voter.voter_id,
+                    directory,
+                    voter.endpoints,
+                    voter.min_kraft_version,
+                    voter.max_kraft_version,
+                )
+            )
+        if validate_only:
+            return Errors.NONE, None, -1
+        upgraded = VoterSet(tuple(voters))
+        now_ms = self.clock.now_ms()
+        records = [kraft_version_record(version, now_ms), voters_record(upgraded, now_ms)]
+        first, last = self.log.append_as_leader(records, self.epoch, control=True)
+        self.history.add(QuorumControl(first, kraft_version=version))
+        self.history.add(QuorumControl(last, voters=upgraded))
+        self._ready.flush = True
+        self._voters_changed()
+        self._answer_parked()
+        return Errors.NONE, None, last
 
     # ---- driver interface ---------------------------------------------------------------
     def ready(self) -> Ready:
@@ -665,7 +764,9 @@ class RaftCore:
         )
 
     def _persist(self) -> None:
-        self._ready.state = QuorumState(self.epoch, self.leader_id, self.voted_id)
+        self._ready.state = QuorumState(
+            self.epoch, self.leader_id, self.voted_id, self.voted_directory_id
+        )
 
     def _event(self, event: Event) -> None:
         self._ready.events.append(event)
@@ -795,10 +896,11 @@ class RaftCore:
             last_offset_epoch=self.log.last_fetched_epoch(),
             last_offset=self.log.end_offset(),
             pre_vote=pre_vote,
+            candidate_directory_id=self.directory_id,
         )
         for voter in self.voters:
             if voter != self.node_id:
-                self._send(voter, request)
+                self._send(voter, self._to_voter(request, voter))
 
     def _tally(self) -> bool:
         """Advance the election if this round has a majority; True if it did."""
@@ -865,6 +967,18 @@ class RaftCore:
             if voter != self.node_id:
                 self._send(voter, request)
 
+    def _to_voter(
+        self, request: VoteRequest | BeginQuorumEpochRequest, voter_id: int
+    ) -> VoteRequest | BeginQuorumEpochRequest:
+        """``request`` addressed to the voter by its key (KIP-853): its directory id in our
+        voter set, checked by whoever answers at its address. A re-formatted replica there
+        (empty log, new directory id) then refuses instead of voting, or following, in
+        place of the voter that held the log."""
+        voter = self.history.latest().get(voter_id)
+        if voter is None or voter.directory_id is None:
+            return request
+        return dataclasses.replace(request, voter_directory_id=voter.directory_id)
+
     # ---- leader --------------------------------------------------------------------------
     def _send_begin_quorum_epoch(self) -> None:
         for voter in self.voters:
@@ -874,7 +988,8 @@ class RaftCore:
             sent = self._begin_epoch_sent_ms.get(voter)
             if sent is None or self.now_ms - sent >= BEGIN_QUORUM_RETRY_MS:
                 self._begin_epoch_sent_ms[voter] = self.now_ms
-                self._send(voter, BeginQuorumEpochRequest(self.epoch, self.node_id))
+                request = BeginQuorumEpochRequest(self.epoch, self.node_id)
+                self._send(voter, self._to_voter(request, voter))
 
     def _leader_tick(self) -> None:
         if "no-check-quorum" not in self.bugs:
@@ -976,6 +1091,8 @@ class RaftCore:
             progress = self._progress[message.src] = ReplicaProgress(message.src)
         progress.end_offset = request.fetch_offset
         progress.last_fetch_ms = self.now_ms
+        if request.replica_directory_id is not None:
+            progress.directory_id = request.replica_directory_id
         if request.fetch_offset >= self.high_watermark:
             progress.last_caught_up_ms = self.now_ms
         if message.src in self.voters:
@@ -1158,6 +1275,7 @@ class RaftCore:
             last_fetched_epoch=self.log.last_fetched_epoch(),
             max_wait_ms=self.config.fetch_max_wait_ms if self.role is Role.FOLLOWER else 0,
             max_bytes=self.config.fetch_max_bytes,
+            replica_directory_id=self.directory_id,
         )
         self._fetch_correlation = self._send(target, request)
 
@@ -1316,13 +1434,13 @@ class RaftCore:
             return
         if request.candidate_epoch > self.epoch:
             self._become_unattached(request.candidate_epoch, NO_LEADER)
-        can_vote = self.leader_id == NO_LEADER and self.voted_id in (
-            NO_LEADER,
-            request.candidate_id,
+        can_vote = self.leader_id == NO_LEADER and (
+            self.voted_id == NO_LEADER or self._vote_is_for(request)
         )
         granted = can_vote and up_to_date
         if granted and self.voted_id == NO_LEADER:
             self.voted_id = request.candidate_id
+            self.voted_directory_id = request.candidate_directory_id
             self._persist()
             if self.role is Role.PROSPECTIVE:
                 self._set_role(Role.UNATTACHED)

@@ -191,7 +191,8 @@ class RaftNode:
         loop = asyncio.get_running_loop()
         # The voter set the log starts with: the latest snapshot's (a dynamic quorum's, or
         # the bootstrap snapshot `kraft-server format` wrote), else controller.quorum.voters.
-        base, kraft_version = VoterSet.static(self.config.voters), KRAFT_VERSION_STATIC
+        base = VoterSet.static(self.config.voters, self.config.controller_listener)
+        kraft_version = KRAFT_VERSION_STATIC
         if self.config.initial_kraft_version >= KRAFT_VERSION_DYNAMIC:
             base = self.config.initial_voters or VoterSet()
             kraft_version = self.config.initial_kraft_version
@@ -751,6 +752,34 @@ class RaftNode:
         finally:
             self._waiters.pop(offset, None)
         return Errors.NONE
+
+    def next_offset(self) -> int:
+        """The offset the next proposal's first record gets: past the log and the proposals
+        of this turn. The raft layer appends control records of its own (voter changes, a
+        kraft.version upgrade), so the state machine above cannot count offsets alone."""
+        if not self._accumulator.empty():
+            return self._accumulator.end
+        return self.log.end_offset()
+
+    def kraft_version(self) -> int:
+        """kraft.version in force: the latest in the log, committed or not (before start:
+        the level the node was formatted with)."""
+        if self.core is None:
+            return self.config.initial_kraft_version
+        return self.core.history.kraft_version()
+
+    def upgrade_kraft_version(
+        self, version: int, *, validate_only: bool = False
+    ) -> tuple[int, str | None, int]:
+        """UpdateFeatures ``kraft.version`` on the leader (``RaftCore.upgrade_kraft_version``):
+        (error code, message, offset of the appended batch's last record or -1). The caller
+        answers once that offset is committed."""
+        core = self.core
+        assert core is not None
+        self._drain()  # proposals of this turn keep their offsets ahead of the upgrade
+        code, message, offset = core.upgrade_kraft_version(version, validate_only=validate_only)
+        self._pump()
+        return code, message, offset
 
     async def _describe_quorum_api(self, request: ApiRequest) -> object:
         return self._describe_quorum(request.api_version)

@@ -8,6 +8,7 @@ fast; KRaft only ever replicates one partition (__cluster_metadata-0).
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ class Errors:
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     INCONSISTENT_VOTER_SET = 94
+    INVALID_UPDATE_VERSION = 95
     INCONSISTENT_CLUSTER_ID = 104
     UNSUPPORTED_VERSION = 35
     INVALID_VOTER_KEY = 125
@@ -48,6 +50,13 @@ class VoteRequest:
     last_offset_epoch: int
     last_offset: int
     pre_vote: bool
+    # Vote v1+ (KIP-853) ReplicaDirectoryId: the candidate's disk. A vote is given to
+    # (id, directory id), so a re-formatted candidate cannot collect its predecessor's.
+    candidate_directory_id: uuid.UUID | None = None
+    # Vote v1+ VoterDirectoryId: the disk of the voter asked, as the candidate's voter set
+    # names it. A replica on another disk (re-formatted, empty) refuses with
+    # INVALID_VOTER_KEY instead of voting in place of the voter that held the log.
+    voter_directory_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +71,8 @@ class VoteResponse:
 class BeginQuorumEpochRequest:
     leader_epoch: int
     leader_id: int
+    # v1+ VoterDirectoryId: the disk of the voter told, as the leader's voter set names it.
+    voter_directory_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +104,10 @@ class FetchRequest:
     last_fetched_epoch: int
     max_wait_ms: int
     max_bytes: int
+    # Fetch v17 (KIP-853): the fetcher's metadata directory id. The leader of a static
+    # quorum learns its voters' directory ids from it (the kraft.version 1 upgrade needs
+    # them); None when unknown.
+    replica_directory_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)

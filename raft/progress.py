@@ -7,6 +7,7 @@ as theirs (a follower only fetches on after flushing what it fetched before).
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 
@@ -24,6 +25,7 @@ class ReplicaProgress:
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
     last_sent_high_watermark: int = -1
+    directory_id: uuid.UUID | None = None  # from its fetches (Fetch v17 ReplicaDirectoryId)
 
 
 def quorum_offset(voter_end_offsets: list[int]) -> int:

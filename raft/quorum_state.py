@@ -1,14 +1,20 @@
 """The ``quorum-state`` file: the election state a voter must never forget.
 
 Raft's safety rests on a voter never voting twice in one epoch and never going back to an
-older epoch, so (epoch, votedId, leaderId) is written atomically (temp file, fsync, rename,
-directory fsync) before any message that depends on it leaves the node. The format is
-Kafka's: a JSON object with ``data_version`` 1.
+older epoch, so (epoch, votedId, votedDirectoryId, leaderId) is written atomically (temp
+file, fsync, rename, directory fsync) before any message that depends on it leaves the node.
+The format is Kafka's: a JSON object with ``data_version`` 1. ``votedDirectoryId`` (KIP-853)
+names the disk the vote went to, so a candidate re-formatted under the same id (a new
+directory id) cannot collect the vote its predecessor was given in that epoch; it is
+written only when known (Kafka reads a missing one as the zero UUID, "unknown").
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import uuid
 from dataclasses import dataclass
 
 from log.fs import FileSystem, read_all, write_atomic
@@ -28,17 +34,18 @@ class QuorumState:
     leader_epoch: int = 0
     leader_id: int = -1
     voted_id: int = -1
+    voted_directory_id: uuid.UUID | None = None
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "leaderEpoch": self.leader_epoch,
-                "leaderId": self.leader_id,
-                "votedId": self.voted_id,
-                "data_version": 1,
-            },
-            sort_keys=True,
-        ).encode()
+        obj: dict[str, object] = {
+            "leaderEpoch": self.leader_epoch,
+            "leaderId": self.leader_id,
+            "votedId": self.voted_id,
+            "data_version": 1,
+        }
+        if self.voted_directory_id is not None:
+            obj["votedDirectoryId"] = _print_uuid(self.voted_directory_id)
+        return json.dumps(obj, sort_keys=True).encode()
 
     @staticmethod
     def decode(data: bytes, path: str = FILE_NAME) -> QuorumState:
@@ -50,8 +57,9 @@ class QuorumState:
                 leader_epoch=int(obj["leaderEpoch"]),
                 leader_id=int(obj.get("leaderId", -1)),
                 voted_id=int(obj.get("votedId", -1)),
+                voted_directory_id=_parse_uuid(obj.get("votedDirectoryId")),
             )
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
+        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as error:
             raise QuorumStateError(f"{path}: corrupt quorum state ({error})") from None
         problem = state.problem()
         if problem is not None:
@@ -66,6 +74,21 @@ class QuorumState:
         if self.leader_id < -1 or self.voted_id < -1:
             return f"leaderId {self.leader_id} / votedId {self.voted_id} below -1"
         return None
+
+
+def _print_uuid(value: uuid.UUID) -> str:
+    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, unpadded."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+
+
+def _parse_uuid(text: object) -> uuid.UUID | None:
+    """A Kafka Uuid string; None for a missing one or the zero UUID (unknown)."""
+    if text is None:
+        return None
+    if not isinstance(text, str) or len(text) != 22:
+        raise ValueError(f"votedDirectoryId {text!r} is not a Kafka Uuid")
+    value = uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+    return None if value.int == 0 else value
 
 
 def load(fs: FileSystem, directory: str) -> QuorumState:

@@ -37,6 +37,7 @@ from log.records import ControlRecordType, Record, decode_control_key, encode_co
 # kraft.version: 0 = static voters from configuration, 1 = voters in the log (KIP-853).
 KRAFT_VERSION_STATIC = 0
 KRAFT_VERSION_DYNAMIC = 1
+KRAFT_VERSION_FEATURE = "kraft.version"  # its name in UpdateFeatures and ApiVersions
 CONTROLLER_LISTENER = "CONTROLLER"
 # Bounds on what a (possibly forged) record or request may make us hold.
 MAX_VOTERS = 64
@@ -104,12 +105,16 @@ class VoterSet:
             object.__setattr__(self, "voters", tuple(sorted(self.voters, key=lambda v: v.voter_id)))
 
     @staticmethod
-    def static(addresses: dict[int, tuple[str, int]] | list[int] | tuple[int, ...]) -> VoterSet:
-        """The voter set of ``controller.quorum.voters``: ids and addresses, no directories."""
+    def static(
+        addresses: dict[int, tuple[str, int]] | list[int] | tuple[int, ...],
+        listener: str = CONTROLLER_LISTENER,
+    ) -> VoterSet:
+        """The voter set of ``controller.quorum.voters``: ids and addresses (on the
+        controller listener, ``controller.listener.names[0]``), no directories."""
         if isinstance(addresses, dict):
             return VoterSet(
                 tuple(
-                    Voter(i, None, (Endpoint(CONTROLLER_LISTENER, host, port),))
+                    Voter(i, None, (Endpoint(listener, host, port),))
                     for i, (host, port) in addresses.items()
                 )
             )

@@ -13,6 +13,7 @@ from metadata.config_defs import CLUSTER_DEFAULT
 from metadata.image import MetadataImage
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataRecord
 from raft.core import MAX_PROPOSAL_RECORDS
+from raft.driver import RaftNode
 
 # Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: the records one admin operation may
 # generate (POLICY_VIOLATION beyond), so one request bounds the controller's memory and work.
@@ -50,6 +51,10 @@ class ControllerContext:
     config: ControllerConfig
     rng: random.Random
     bugs: frozenset[str] = frozenset()
+    # The quorum this controller leads: kraft.version lives in its log (control records),
+    # not in the metadata image, so UpdateFeatures hands that feature to it. None in tests
+    # that drive handlers without a quorum.
+    raft: RaftNode | None = None
 
     def is_usable(self, broker_id: int) -> bool:
         """Whether the broker may lead or join an ISR: registered, unfenced, and not in

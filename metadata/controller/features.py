@@ -8,6 +8,13 @@ level 0), and a lower level needs a downgrade type. Turning ELR on also fixes
 min.insync.replicas cluster-wide, as Kafka does (KAFKA-16540): brokers that disagreed about
 which partitions are under min ISR would break KIP-966's invariants, so the cluster default is
 written if absent and per-broker overrides are removed.
+
+``kraft.version`` is the quorum's own feature (KIP-853): its level is in the Raft log's
+control records, not in the metadata image, so it is handed to the quorum
+(``RaftNode.upgrade_kraft_version``), which appends the KRaftVersionRecord and VotersRecord
+itself, as Kafka's FeatureControlManager hands it to ``raftClient.upgradeKRaftVersion``.
+Only upgrades: a downgrade is refused whatever the upgrade type. It is checked with the
+other features and performed only once they all passed, so the request stays all or nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from metadata.records import (
 )
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from raft.voters import KRAFT_VERSION_FEATURE
 
 # The levels this controller can finalize, per feature.
 SUPPORTED_FEATURES = {
@@ -46,11 +54,18 @@ def update_features(ctx: ControllerContext, request: Any, api_version: int) -> C
     module = response_module(ApiKey.UPDATE_FEATURES, api_version)
     records: list[MetadataRecord] = []
     code, message = ErrorCode.none, None
+    validate_only = getattr(request, "validate_only", False)
     try:
         if len({u.feature for u in request.feature_updates}) != len(request.feature_updates):
             raise ApiError(ErrorCode.invalid_request, "Duplicate feature in the request.")
+        kraft_level: int | None = None
         for update in request.feature_updates:
-            records.extend(_update(ctx, update))
+            if update.feature == KRAFT_VERSION_FEATURE:
+                kraft_level = _check_kraft_version(ctx, update)
+            else:
+                records.extend(_update(ctx, update))
+        if kraft_level is not None and not validate_only:
+            _raft_call(ctx, kraft_level, validate_only=False)
     except ApiError as error:
         code, message, records = error.code, error.message, []
     results = tuple(
@@ -69,8 +84,40 @@ def update_features(ctx: ControllerContext, request: Any, api_version: int) -> C
             "results": results,
         },
     )
-    validate_only = getattr(request, "validate_only", False)
     return ControllerResult(() if validate_only else tuple(records), response)
+
+
+def _upgrade_type(update: Any) -> int:
+    upgrade_type = getattr(update, "upgrade_type", None)
+    if upgrade_type is None:  # v0: a flag
+        return SAFE_DOWNGRADE if update.allow_downgrade else UPGRADE
+    return int(upgrade_type)
+
+
+def _check_kraft_version(ctx: ControllerContext, update: Any) -> int:
+    """The kraft.version level asked for, once the quorum says it could take it."""
+    level = int(update.max_version_level)
+    if ctx.raft is None:
+        raise ApiError(
+            ErrorCode.invalid_update_version,
+            f"Invalid update version {level} for feature {KRAFT_VERSION_FEATURE}. The "
+            f"controller does not support the given feature.",
+        )
+    if _upgrade_type(update) != UPGRADE and level < ctx.raft.kraft_version():
+        raise ApiError(
+            ErrorCode.invalid_update_version,
+            f"Invalid update version {level} for feature {KRAFT_VERSION_FEATURE}. Can't "
+            f"downgrade the version of this feature.",
+        )
+    _raft_call(ctx, level, validate_only=True)
+    return level
+
+
+def _raft_call(ctx: ControllerContext, level: int, *, validate_only: bool) -> None:
+    assert ctx.raft is not None
+    code, message, _offset = ctx.raft.upgrade_kraft_version(level, validate_only=validate_only)
+    if code != ErrorCode.none:
+        raise ApiError(ErrorCode(code), message)
 
 
 def _update(ctx: ControllerContext, update: Any) -> list[MetadataRecord]:
@@ -88,9 +135,7 @@ def _update(ctx: ControllerContext, update: Any) -> list[MetadataRecord]:
             f"Invalid update version {level} for feature {name}. Local controller supports "
             f"versions {low}-{high}.",
         )
-    upgrade_type = getattr(update, "upgrade_type", None)
-    if upgrade_type is None:  # v0: a flag
-        upgrade_type = SAFE_DOWNGRADE if update.allow_downgrade else UPGRADE
+    upgrade_type = _upgrade_type(update)
     current = ctx.image.features.get(name, 0)
     if level < current and upgrade_type == UPGRADE:
         raise ApiError(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -376,7 +377,9 @@ class QuorumController:
             # An answer read from the working image (TOPIC_ALREADY_EXISTS, a heartbeat that
             # changes nothing) may rest on records not yet committed: like Kafka, wait for
             # everything proposed so far, or a lost create could have been reported as
-            # existing.
+            # existing. (That includes a control record the quorum appended for it: an
+            # upgraded kraft.version.)
+            self._skip_raft_offsets()
             assert self._working is not None
             last_offset = self._working.offset - 1
             if last_offset < self.loader.image.offset or ANSWER_BEFORE_COMMIT in self.bugs:
@@ -391,7 +394,23 @@ class QuorumController:
 
     def _context(self) -> ControllerContext:
         assert self._working is not None
-        return ControllerContext(self._working, self.config, self.runtime.rng, self.bugs)
+        self._skip_raft_offsets()
+        assert self._working is not None
+        return ControllerContext(
+            self._working, self.config, self.runtime.rng, self.bugs, raft=self.raft
+        )
+
+    def _skip_raft_offsets(self) -> None:
+        """Move the working image's next offset past the control records the quorum
+        appended itself (AddRaftVoter, RemoveRaftVoter, a kraft.version upgrade): they take
+        offsets of the metadata log too, and the next proposal's offsets (a broker epoch is
+        one) must be the ones it really gets, as Kafka's OffsetControlManager tracks them."""
+        working = self._working
+        if working is None or self.raft.core is None or self.raft.role is not Role.LEADER:
+            return
+        next_offset = self.raft.next_offset()
+        if next_offset > working.offset:
+            self._working = dataclasses.replace(working, offset=next_offset)
 
     def _register(self, ctx: ControllerContext, request: Any, version: int) -> ControllerResult:
         # The broker epoch is the offset its RegisterBroker record lands at: the working
@@ -418,6 +437,7 @@ class QuorumController:
         bytes) go in several batches, in order, as Kafka's non-atomic controller results do:
         every prefix replays to a legal image (a big topic may be seen with some of its
         partitions first), and the answer waits for the last batch to commit."""
+        self._skip_raft_offsets()
         assert self._working is not None
         next_offset = self._working.offset
         delta = MetadataDelta(self._working)

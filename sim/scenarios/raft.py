@@ -35,6 +35,13 @@ and the fault adds an observer as a voter, removes a voter (the leader too), or 
 voter's disk with a fresh one (a new directory id: the old replica is removed and the new
 one added once it has caught up). The checks then judge every commit, resignation and
 cut-off against the voter set in force at the leader (the latest in its log).
+
+With ``kraft-upgrade`` as well (``--faults all,membership,kraft-upgrade``) the quorum starts
+static (controller.quorum.voters, kraft.version 0, each disk with its directory id) and the
+fault asks whoever leads to upgrade kraft.version to 1 (UpdateFeatures' path: the leader
+appends KRaftVersionRecord + VotersRecord naming each voter by the directory id its
+fetches carry); voter changes start once the upgrade is committed, so the upgrade itself
+runs under every other fault, and the same checks hold across it.
 """
 
 from __future__ import annotations
@@ -80,7 +87,7 @@ SNAPSHOT_CHECK_S = 2.0
 # voters (Nemesis.stall_crash), where durability ordering bugs lose committed records.
 FAULTS = ("stall-crash",)
 # Opt-in (so `all` and every pinned seed stay as they were): voter set changes (KIP-853).
-OPT_IN_FAULTS = ("membership",)
+OPT_IN_FAULTS = ("membership", "kraft-upgrade")
 SCENARIO_BUGS = {**BUGS, **MEMBER_BUGS}
 MEMBERSHIP_TIMEOUT_S = 5.0
 
@@ -98,6 +105,9 @@ class Cluster:
     ops: int = 0
     ops_ok: int = 0
     dynamic: bool = False
+    # Start static (kraft.version 0) and upgrade under faults: the kraft-upgrade fault.
+    static_start: bool = False
+    upgrades: int = 0
     # Each node's disk generation: a replaced disk is a new replica (a new directory id).
     disks: dict[str, int] = field(default_factory=dict)
     changes: int = 0
@@ -129,6 +139,17 @@ class Cluster:
         # a replaced disk with --no-initial-controllers: it finds the leader through the
         # bootstrap servers and learns the voter set from the log.
         fresh = self.disks.get(name, 0) > 0
+        if self.static_start and not fresh:
+            # Formatted static; the log's KRaftVersionRecord / VotersRecord take over once
+            # the upgrade reaches it.
+            return RaftNodeConfig(
+                node_id=self.node_id(name),
+                voters={self.node_id(v): (v, PORT) for v in self.voters},
+                cluster_id=CLUSTER_ID,
+                metadata_dir=METADATA_DIR,
+                bugs=self.bugs(),
+                directory_id=self.directory_id(name),
+            )
         initial = None if fresh else VoterSet(tuple(self.voter(v) for v in self.voters))
         return RaftNodeConfig(
             node_id=self.node_id(name),
@@ -150,8 +171,11 @@ class Cluster:
         return tuple(f"n{i}" for i in node.core.voters)
 
     async def main(self, runtime: Runtime, process: SimProcess) -> None:
-        # The previous incarnation's node is dead: nothing may reach it from now on.
+        # The previous incarnation's node is dead: nothing may reach it from now on, and
+        # whatever it led ended with it (kraft-analyze reads the crash or exit the same
+        # way), also while this one's start-up flush is stalled and it reports no role.
         self.nodes.pop(process.name, None)
+        self.checker.leading.pop(process.name, None)
         log = await WatchedDiskLog.open(runtime, METADATA_DIR, bugs=self.bugs())
         node = RaftNode(runtime, self.raft_config(process.name), log)
         listener = self.checker.listener(process, log, node)
@@ -300,6 +324,8 @@ class Cluster:
         if len(leading) != 1:
             return
         leader = leading[0]
+        if self.static_start and not self.upgraded(leader):
+            return  # a static quorum refuses voter changes (UNSUPPORTED_VERSION)
         voters = self.voter_names(leader)
         everyone = self.voters + self.observers
         outside = [n for n in everyone if n not in voters]
@@ -320,6 +346,24 @@ class Cluster:
         else:
             return
         self.world.loop.create_task(self._change(steps, None, hold_s + 5, rng))
+
+    def upgraded(self, leader: str) -> bool:
+        """Whether kraft.version 1 is committed at ``leader``."""
+        core = self.nodes[leader].core
+        return core is not None and core.history.at(core.high_watermark)[0] >= (
+            KRAFT_VERSION_DYNAMIC
+        )
+
+    def kraft_upgrade(self, nemesis: Nemesis, hold_s: float) -> None:
+        """The kraft-upgrade fault: ask whoever leads to raise kraft.version to 1 (refused
+        while a voter has not fetched in this epoch; asked again at the next injection)."""
+        leading = self.leaders()
+        if len(leading) != 1 or self.nodes[leading[0]].core is None:
+            return
+        node = self.nodes[leading[0]]
+        code, _message, offset = node.upgrade_kraft_version(KRAFT_VERSION_DYNAMIC)
+        self.world.trace.event("kraft-upgrade", node=leading[0], error=code, offset=offset)
+        self.upgrades += code == Errors.NONE and offset >= 0
 
     def _wipe(self, name: str) -> None:
         """Power off ``name``, give it an empty disk (re-formatted: a new directory id), and
@@ -393,8 +437,11 @@ def run_raft(config: RunConfig) -> RunResult:
     checker = Checker(world.trace, voters=config.voters)
     voters = [f"n{i}" for i in range(1, config.voters + 1)]
     observers = [f"n{100 + i}" for i in range(config.observers)]
-    dynamic = "membership" in config.faults
-    cluster = Cluster(world, config, checker, voters, observers, dynamic=dynamic)
+    upgrade = "kraft-upgrade" in config.faults
+    dynamic = "membership" in config.faults or upgrade
+    cluster = Cluster(
+        world, config, checker, voters, observers, dynamic=dynamic, static_start=upgrade
+    )
     if dynamic:
         checker.voters_of = cluster.voter_names
     for name in voters + observers:
@@ -413,9 +460,10 @@ def run_raft(config: RunConfig) -> RunResult:
         custom={
             "stall-crash": lambda nemesis, hold_s: nemesis.stall_crash(voters, hold_s, nemesis.rng),
             "membership": cluster.membership,
+            "kraft-upgrade": cluster.kraft_upgrade,
         },
-        # Voter changes on their own schedule, so every run makes several.
-        separate={"membership": 1} if dynamic else None,
+        # Voter changes (and the upgrade) on their own schedule, so every run makes several.
+        separate={"membership": 1, "kraft-upgrade": 1} if dynamic else None,
         separate_interval_s=(1.0, 4.0),
         supervise=True,
     )
@@ -448,5 +496,6 @@ def run_raft(config: RunConfig) -> RunResult:
             "epochs": len(checker.leaders),
             "faults": nemesis.injected,
             **({"voter_changes": cluster.changes} if dynamic else {}),
+            **({"kraft_upgrades": cluster.upgrades} if upgrade else {}),
         },
     )

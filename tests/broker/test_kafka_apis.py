@@ -12,6 +12,7 @@ import logging
 import random
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -42,7 +43,11 @@ METADATA, DESCRIBE_CLUSTER, DESCRIBE_CONFIGS = 3, 60, 32
 
 
 def apis(
-    controller: FakeController | None = None, seed: int = 0, *, auto_create: bool = False
+    controller: FakeController | None = None,
+    seed: int = 0,
+    *,
+    auto_create: bool = False,
+    kraft_version: Callable[[], int] | None = None,
 ) -> KafkaApis:
     controller = controller or FakeController(cluster_image())
     return KafkaApis(
@@ -54,6 +59,7 @@ def apis(
         random.Random(seed),
         auto_create_topics=auto_create,
         acls_enabled=True,
+        kraft_version=kraft_version,
     )
 
 
@@ -118,6 +124,20 @@ def test_api_versions_v3_lists_supported_and_finalized_features() -> None:
     off = dataclasses.replace(image, features={"eligible.leader.replicas.version": 0})
     response = ask(apis(FakeController(off)), ApiKey.API_VERSIONS, 3, values)
     assert response.finalized_features == ()
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_api_versions_reports_kraft_version_from_the_quorum(level: int) -> None:
+    """kraft.version is the quorum's (its log's control records), not the image's: a broker
+    with a quorum lists it as supported 0-1 and finalized once upgraded (KIP-853)."""
+    image = dataclasses.replace(cluster_image(), features={"metadata.version": 1})
+    broker = apis(FakeController(image), kraft_version=lambda: level)
+    values = {"client_software_name": "x", "client_software_version": "1"}
+    response = ask(broker, ApiKey.API_VERSIONS, 3, values)
+    supported = {(f.name, f.min_version, f.max_version) for f in response.supported_features}
+    assert ("kraft.version", 0, 1) in supported
+    finalized = [(f.name, f.max_version_level) for f in response.finalized_features]
+    assert finalized == [("kraft.version", 1), ("metadata.version", 1)][1 - level :]
 
 
 # ---- Metadata -----------------------------------------------------------------------------

@@ -3,20 +3,37 @@ one controller formatted --standalone grows to three with `kraft-server add-cont
 the leader is removed (it steps down and a remaining voter leads), a fourth is added, and
 a controller whose disk is wiped is replaced by its re-formatted self (a new directory
 id); the committed log stays identical on every voter. Apache Kafka's own
-kafka-metadata-quorum grows and shrinks a quorum the same way."""
+kafka-metadata-quorum grows and shrinks a quorum the same way, and replaces a wiped active
+controller while brokers stay registered; Kafka's kafka-features upgrades a static quorum
+to kraft.version 1."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from kraft.quorum_tool import QuorumStatus
 from kraft.storage import metadata_directory_id, print_uuid
+from log.batch import decode_batch, iter_batches
 from log.fs import RealFileSystem
+from log.runtime import real_runtime
+from metadata.records import (
+    BrokerRegistrationChange,
+    FenceBroker,
+    MetadataRecord,
+    RegisterBroker,
+    decode_record,
+)
+from raft.disk_log import DiskLog
 from tests import kafka_tools as tools
 from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
 
@@ -47,9 +64,22 @@ class DynamicQuorum(Processes):
             self.nodes[node] = props
             self.config(node).write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
-    def format(self, node: int, flag: str) -> None:
+    def make_static(self, voters: tuple[int, ...]) -> None:
+        """``voters`` become a static quorum (controller.quorum.voters, kraft.version 0 once
+        formatted without a quorum flag); the other nodes keep the bootstrap servers."""
+        quorum = ",".join(f"{n}@127.0.0.{n}:{self.port}" for n in voters)
+        bootstrap = ",".join(f"127.0.0.{n}:{self.port}" for n in voters)
+        for node, props in self.nodes.items():
+            if node in voters:
+                del props["controller.quorum.bootstrap.servers"]
+                props["controller.quorum.voters"] = quorum
+            else:
+                props["controller.quorum.bootstrap.servers"] = bootstrap
+            self.config(node).write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def format(self, node: int, *flags: str) -> None:
         subprocess.run(
-            [KRAFT_SERVER, "format", "-t", self.cluster_id, "-c", str(self.config(node)), flag],
+            [KRAFT_SERVER, "format", "-t", self.cluster_id, "-c", str(self.config(node)), *flags],
             capture_output=True,
             text=True,
             check=True,
@@ -203,3 +233,215 @@ def test_kafka_metadata_quorum_grows_a_standalone_controller_and_removes_its_lea
             and {o.replica_id for o in s.observers} == {1}
         )
     )
+
+
+FEATURES = "org.apache.kafka.tools.FeatureCommand"  # kafka-features
+
+
+@pytest.mark.usefixtures("kafka_tools")
+def test_kafka_features_upgrades_a_static_quorum_to_kraft_version_1(
+    quorum: DynamicQuorum,
+) -> None:
+    """A quorum of controller.quorum.voters (kraft.version 0) refuses voter changes until
+    Apache Kafka's kafka-features upgrades kraft.version to 1 (UpdateFeatures to the active
+    controller, which has the quorum append KRaftVersionRecord + VotersRecord); then a
+    fourth controller is added, and a downgrade is refused."""
+    quorum.make_static((1, 2, 3))
+    for node in (1, 2, 3):
+        quorum.format(node)
+    quorum.format(4, "--no-initial-controllers")
+    for node in NODES:
+        quorum.start(node)
+    before = quorum.wait_for(lambda s: voters(s) == {1, 2, 3} and len(s.observers) == 1)
+    refused = quorum.tool("add-controller", "--config", str(quorum.config(4)))
+    # The leader's answer: UNSUPPORTED_VERSION (35); the others are not the leader (6).
+    assert refused.returncode != 0 and "error 35" in refused.stderr, refused.stderr
+    controllers = ",".join(f"127.0.0.{n}:{quorum.port}" for n in (1, 2, 3))
+    bootstrap = ("--bootstrap-controller", controllers)
+    upgrade = ("upgrade", "--feature", "kraft.version=1")
+    upgraded = tools.run(FEATURES, *bootstrap, *upgrade)
+    assert "kraft.version was upgraded to 1" in upgraded.stdout, upgraded.stdout
+    downgrade = ("downgrade", "--feature", "kraft.version=0")
+    down = tools.run(FEATURES, *bootstrap, *downgrade, check=False)
+    assert down.returncode != 0, down.stdout
+    assert "Can't downgrade the version of this feature" in down.stdout, down.stdout
+    quorum.add(4)
+    grown = quorum.wait_for(lambda s: voters(s) == {1, 2, 3, 4} and s.high_watermark > 0)
+    assert grown.leader_epoch >= before.leader_epoch
+    # Every controller's log holds the same records, the upgrade's included.
+    settled = quorum.wait_for(
+        lambda s: all(v.log_end_offset >= grown.high_watermark for v in s.voters)
+    )
+    assert quorum.stop_all() == {1: 0, 2: 0, 3: 0, 4: 0}
+    logs = {n: committed_records(quorum.root / f"data{n}", grown.high_watermark) for n in NODES}
+    assert len(logs[1]) == grown.high_watermark
+    assert logs[1] == logs[2] == logs[3] == logs[4]
+    assert settled.leader_id in NODES
+
+
+def metadata_records(data_dir: Path, high_watermark: int) -> list[tuple[int, MetadataRecord]]:
+    """(offset, record) of every metadata record (control batches skipped) below
+    ``high_watermark`` in a stopped node's log."""
+
+    async def read() -> list[tuple[int, MetadataRecord]]:
+        log = await DiskLog.open(real_runtime(), str(data_dir / "__cluster_metadata-0"))
+        data = log.read(0, 1 << 30)
+        await log.close()
+        out = []
+        for position, _ in iter_batches(data):
+            header, records = decode_batch(data, position)
+            if header.is_control:
+                continue
+            for record in records:
+                offset = header.base_offset + (record.offset_delta or 0)
+                if offset < high_watermark:
+                    out.append((offset, decode_record(record.value or b"", offset)))
+        return out
+
+    return asyncio.run(read())
+
+
+def unfenced_brokers(bootstrap: str) -> set[int]:
+    """The brokers a client's Metadata lists (only registered, unfenced ones)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        return set(admin.list_topics(timeout=10).brokers)
+    except KafkaException:
+        return set()
+
+
+@pytest.mark.usefixtures("kafka_tools")
+def test_kafka_metadata_quorum_replaces_a_controller_whose_disk_was_wiped(
+    quorum: DynamicQuorum,
+) -> None:
+    """Three controllers grown from a standalone one with Kafka's kafka-metadata-quorum,
+    a broker registered. The active controller's disk is wiped and re-formatted
+    (--no-initial-controllers: a new directory id); the other two elect a leader,
+    remove-controller takes the old (id, directory id) out and add-controller puts the new
+    replica in. Throughout, the broker stays registered and is never fenced (it loses its
+    controller for one election, well within its session timeout), and afterwards every
+    controller's metadata log holds the same records, each broker epoch the offset of its
+    registration."""
+    brokers = (5, 6)
+    broker_port = free_port()
+    controllers = ",".join(f"127.0.0.{n}:{quorum.port}" for n in (1, 2, 3))
+    for node in (1, 2, 3):  # a re-formatted controller must find a leader other than itself
+        quorum.nodes[node]["controller.quorum.bootstrap.servers"] = controllers
+        text = "".join(f"{k}={v}\n" for k, v in quorum.nodes[node].items())
+        quorum.config(node).write_text(text)
+    for broker in brokers:
+        props = {
+            "process.roles": "broker",
+            "node.id": str(broker),
+            "controller.quorum.bootstrap.servers": controllers,
+            "listeners": f"PLAINTEXT://127.0.0.{broker}:{broker_port}",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(quorum.root / f"data{broker}"),
+        }
+        quorum.nodes[broker] = props
+        quorum.config(broker).write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        quorum.format(broker)
+    quorum.format(1, "--standalone")
+    for node in (2, 3):
+        quorum.format(node, "--no-initial-controllers")
+    for node in (1, 2, 3):
+        quorum.start(node)
+    quorum.wait_for(lambda s: s.leader_id == 1 and len(s.observers) == 2)
+
+    def add_controller(node: int) -> None:
+        def added() -> bool:
+            config = ("--command-config", str(quorum.config(node)))
+            anyone = ("--bootstrap-controller", controllers)
+            result = tools.run(METADATA_QUORUM, *anyone, *config, "add-controller", check=False)
+            return result.returncode == 0 and f"Added controller {node}" in result.stdout
+
+        wait_until(added, f"kafka-metadata-quorum add-controller {node}", deadline_s=60)
+
+    add_controller(2)
+    add_controller(3)
+    grown = quorum.wait_for(lambda s: voters(s) == {1, 2, 3})
+    quorum.start(5)
+    clients = ",".join(f"127.0.0.{b}:{broker_port}" for b in brokers)
+    wait_until(lambda: unfenced_brokers(clients) == {5}, "broker 5 registered", deadline_s=60)
+
+    wiped = grown.leader_id
+    others = {1, 2, 3} - {wiped}
+    old_directory = quorum.directory_id(wiped)
+    quorum.kill(wiped)
+    shutil.rmtree(quorum.root / f"data{wiped}")
+    quorum.format(wiped, "--no-initial-controllers")
+    assert quorum.directory_id(wiped) != old_directory
+    quorum.start(wiped)
+    elected = quorum.wait_for(lambda s: s.leader_id in others)
+    assert elected.leader_epoch > grown.leader_epoch
+    survivor = ("--bootstrap-controller", f"127.0.0.{min(others)}:{quorum.port}")
+
+    def remove_old() -> bool:
+        removed = tools.run(
+            METADATA_QUORUM,
+            *survivor,
+            "remove-controller",
+            "--controller-id",
+            str(wiped),
+            "--controller-directory-id",
+            old_directory,
+            check=False,
+        )
+        return f"Removed  KRaft controller {wiped}" in removed.stdout
+
+    # Retried like add-controller: the new leader refuses changes (REQUEST_TIMED_OUT)
+    # until it has committed an entry of its own epoch.
+    wait_until(remove_old, f"kafka-metadata-quorum remove-controller {wiped}", deadline_s=60)
+    quorum.wait_for(lambda s: voters(s) == others)
+    assert unfenced_brokers(clients) == {5}
+    add_controller(wiped)
+    replaced = quorum.wait_for(lambda s: voters(s) == {1, 2, 3} and s.high_watermark > 0)
+    # A broker registering after the changes gets the offset of its record as its epoch,
+    # though the quorum's own VotersRecords took offsets the controller did not propose.
+    quorum.start(6)
+    wait_until(lambda: unfenced_brokers(clients) == {5, 6}, "broker 6 registered", deadline_s=60)
+    admin = AdminClient({"bootstrap.servers": clients, "log_level": 0})
+    created = admin.create_topics([NewTopic("after-replace", 2, 2)], operation_timeout=30)
+    created["after-replace"].result(timeout=60)
+
+    def topic_seen() -> bool:
+        view = admin.list_topics(timeout=10)
+        return "after-replace" in view.topics and set(view.brokers) == {5, 6}
+
+    wait_until(topic_seen, "the new topic reaches the brokers")
+    # kafka-features describe reads kraft.version from a broker's ApiVersions.
+    described = tools.run(FEATURES, "--bootstrap-server", clients, "describe").stdout
+    assert re.search(
+        r"Feature: kraft.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\t"
+        r"FinalizedVersionLevel: 1\t",
+        described,
+    ), described
+
+    settled = quorum.wait_for(
+        lambda s: (
+            voters(s) == {1, 2, 3}
+            and s.high_watermark > replaced.high_watermark
+            and all(v.log_end_offset >= s.high_watermark for v in s.voters)
+        )
+    )
+    for broker in brokers:
+        quorum.signal(broker, signal.SIGTERM)
+        assert quorum.procs[broker].wait(timeout=30) == 0
+    assert quorum.stop_all() == {1: 0, 2: 0, 3: 0, 5: 0, 6: 0}
+    high_watermark = settled.high_watermark
+    logs = {n: committed_records(quorum.root / f"data{n}", high_watermark) for n in (1, 2, 3)}
+    assert len(logs[1]) == high_watermark
+    assert logs[1] == logs[2] == logs[3]
+    records = metadata_records(quorum.root / "data1", high_watermark)
+    registrations = [(o, r) for o, r in records if isinstance(r, RegisterBroker)]
+    assert sorted(r.broker_id for _, r in registrations) == [5, 6]  # each registered once
+    assert all(r.broker_epoch == offset for offset, r in registrations)
+    fenced = [
+        r
+        for _, r in records
+        if isinstance(r, FenceBroker)
+        or (isinstance(r, BrokerRegistrationChange) and r.fenced is True)
+    ]
+    assert fenced == []  # never fenced (the clean shutdown at the end is not a fence)
+    # The wiped controller caught up on everything, its own replacement included.
+    assert logs[wiped][-1][0] == high_watermark - 1

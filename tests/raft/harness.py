@@ -70,11 +70,15 @@ class CoreCluster:
         bugs: frozenset[str] = frozenset(),
         config: RaftConfig | None = None,
         dynamic: bool = False,
+        directories: bool = False,
     ) -> None:
         """``dynamic``: a KIP-853 quorum (kraft.version 1) whose first voter set is the
         voters with their directory ids, as `kraft-server format --initial-controllers`
-        writes it; observers can then be added as voters."""
+        writes it; observers can then be added as voters. ``directories``: a static quorum
+        whose disks have directory ids (as every `kraft-server format` gives them), so
+        that kraft.version can be upgraded to 1."""
         self.dynamic = dynamic
+        self.directories = dynamic or directories
         self.disks: dict[int, int] = {}
         self.now_ms = 0
         self.seed = seed
@@ -119,7 +123,7 @@ class CoreCluster:
             config=self.config,
             bugs=self.bugs,
             kraft_version=KRAFT_VERSION_DYNAMIC if self.dynamic else 0,
-            directory_id=self.directory_id(node) if self.dynamic else None,
+            directory_id=self.directory_id(node) if self.directories else None,
         )
         self.high_watermarks[node] = 0
         self._drain(node)

@@ -548,3 +548,30 @@ def test_kafka_python_fetch_response_without_tagged_fields_decodes_with_defaults
     assert decode_raft_response(entity) == FetchResponse(
         Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, high_watermark=-1, log_start_offset=-1
     )
+
+
+def test_fetch_v17_carries_the_fetchers_directory_id() -> None:
+    """KIP-853: the leader of a static quorum learns its voters' directory ids from their
+    fetches (the kraft.version upgrade names every voter by one); older versions drop it."""
+    directory = uuid.UUID("5b3a1c2e-0000-4000-8000-00000000002a")
+    body = FetchRequest(2, 3, 10, 3, 500, 1024, replica_directory_id=directory)
+    assert request_over_the_wire(body, "c", 17) == (2, body, "c")
+    _src, older, _cluster = request_over_the_wire(body, "c", 16)
+    assert isinstance(older, FetchRequest) and older.replica_directory_id is None
+
+
+def test_vote_and_begin_quorum_epoch_v1_carry_directory_ids() -> None:
+    """The candidate's disk (votedDirectoryId) and the disk of the voter asked or told
+    (checked by whoever answers at its address); v0 has neither."""
+    directory = uuid.UUID("5b3a1c2e-0000-4000-8000-00000000002b")
+    voter = uuid.UUID("5b3a1c2e-0000-4000-8000-00000000002c")
+    body = VoteRequest(
+        4, 2, 3, 10, pre_vote=False, candidate_directory_id=directory, voter_directory_id=voter
+    )
+    for version in (1, 2):
+        assert request_over_the_wire(body, "c", version) == (2, body, "c")
+    _src, older, _cluster = request_over_the_wire(body, "c", 0)
+    assert older == VoteRequest(4, 2, 3, 10, pre_vote=False)
+    begin = BeginQuorumEpochRequest(4, 2, voter_directory_id=voter)
+    assert request_over_the_wire(begin, "c", 1) == (2, begin, "c")
+    assert request_over_the_wire(begin, "c", 0)[1] == BeginQuorumEpochRequest(4, 2)

@@ -3,15 +3,23 @@ latest voter set in the log in force, truncation reverting it, directory ids."""
 
 from __future__ import annotations
 
+import base64
 import random
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
 from log.records import Record
 from raft.core import RaftCore, Role
-from raft.messages import Errors, Inbound, VoteRequest, VoteResponse
-from raft.quorum_state import QuorumState
+from raft.messages import (
+    BeginQuorumEpochRequest,
+    Errors,
+    Inbound,
+    VoteRequest,
+    VoteResponse,
+)
+from raft.quorum_state import QuorumState, QuorumStateError
 from raft.replicated_log import MemoryLog
 from raft.snapshot import decode_snapshot, decode_snapshot_control, encode_snapshot
 from raft.voters import (
@@ -291,3 +299,161 @@ def test_update_moves_a_voter_to_new_endpoints_everywhere() -> None:
     stranger = Voter(2, uuid.uuid4(), moved.endpoints)  # the id, but another disk
     leader = settle(cluster, rng)
     assert cluster.cores[leader].change_voters("update", stranger)[0] == Errors.VOTER_NOT_FOUND
+
+
+# ---- kraft.version 0 -> 1 (UpdateFeatures) -----------------------------------------------
+def test_upgrading_kraft_version_makes_a_static_quorum_dynamic() -> None:
+    rng = random.Random(11)
+    cluster = CoreCluster(voters=3, observers=1, directories=True)
+    leader = settle(cluster, rng)
+    core = cluster.cores[leader]
+    assert core.change_voters("add", cluster.voter(100))[0] == Errors.UNSUPPORTED_VERSION
+    assert core.upgrade_kraft_version(0) == (Errors.NONE, None, -1)  # already there
+    assert core.upgrade_kraft_version(1, validate_only=True) == (Errors.NONE, None, -1)
+    assert core.history.kraft_version() == 0
+    end = cluster.logs[leader].end_offset()
+    code, message, offset = core.upgrade_kraft_version(1)
+    assert (code, message) == (Errors.NONE, None) and offset == end + 1  # one batch, 2 records
+    # In force at once: the same voters, now known by (id, directory id).
+    assert core.history.kraft_version() == 1
+    assert core.voter_set() == VoterSet(
+        tuple(Voter(n, cluster.directory_id(n)) for n in cluster.voter_ids)
+    )
+    assert core.upgrade_kraft_version(1) == (Errors.NONE, None, -1)  # pending counts
+    code, message, _ = core.upgrade_kraft_version(0)
+    assert code == Errors.INVALID_UPDATE_VERSION and "not supported" in (message or "")
+    assert core.upgrade_kraft_version(2)[0] == Errors.INVALID_UPDATE_VERSION
+    cluster._drain(leader)
+    for _ in range(200):
+        cluster.run(1, rng)
+        now = cluster.leader()
+        if now is not None and cluster.cores[now].high_watermark > offset:
+            break
+    assert cluster.cores[cluster.leader() or leader].high_watermark > offset
+    cluster.run(20, rng)
+    for node in cluster.node_ids:  # followers and the observer read it from the log
+        assert cluster.cores[node].history.kraft_version() == 1, node
+        assert cluster.cores[node].voter_set() == core.voter_set(), node
+    # Voter changes are served now, and a restarted node finds kraft.version 1 in its log.
+    change(cluster, rng, "add", cluster.voter(100))
+    assert cluster.cores[cluster.leader() or leader].voters == (1, 2, 3, 100)
+    follower = next(n for n in cluster.voter_ids if n != cluster.leader())
+    cluster.crash(follower)
+    assert cluster.cores[follower].history.kraft_version() == 1
+    assert cluster.cores[follower].voters == (1, 2, 3, 100)
+
+
+def test_the_kraft_version_upgrade_needs_every_voters_directory_id() -> None:
+    rng = random.Random(12)
+    cluster = CoreCluster(voters=3)  # no directory ids known: nothing to name the voters by
+    leader = settle(cluster, rng)
+    code, message, offset = cluster.cores[leader].upgrade_kraft_version(1)
+    assert code == Errors.INVALID_UPDATE_VERSION and offset == -1
+    assert "doesn't have a directory id" in (message or "")
+    assert cluster.cores[leader].history.kraft_version() == 0
+    follower = next(n for n in cluster.voter_ids if n != leader)
+    assert cluster.cores[follower].upgrade_kraft_version(1)[0] == Errors.NOT_LEADER_OR_FOLLOWER
+
+
+# ---- votedDirectoryId ----------------------------------------------------------------------
+def test_quorum_state_keeps_the_voted_directory_id_in_kafkas_format() -> None:
+    directory = uuid.UUID("0f0e0d0c-0b0a-4908-8706-050403020100")
+    state = QuorumState(5, -1, 3, directory)
+    assert QuorumState.decode(state.encode()) == state
+    # As Kafka writes it (Uuid.toString: URL-safe base64, unpadded); the zero UUID and a
+    # missing key both mean "unknown".
+    kafka = b'{"clusterId":"","leaderId":-1,"leaderEpoch":5,"votedId":3,'
+    encoded = base64.urlsafe_b64encode(directory.bytes).rstrip(b"=")
+    assert QuorumState.decode(kafka + b'"votedDirectoryId":"' + encoded + b'","data_version":1}')
+    assert QuorumState.decode(
+        kafka + b'"votedDirectoryId":"AAAAAAAAAAAAAAAAAAAAAA","data_version":1}'
+    ) == QuorumState(5, -1, 3, None)
+    assert b"votedDirectoryId" not in QuorumState(5, -1, 3).encode()
+    with pytest.raises(QuorumStateError):
+        QuorumState.decode(kafka + b'"votedDirectoryId":"not-a-uuid","data_version":1}')
+
+
+def test_a_vote_goes_to_one_disk_and_a_reformatted_candidate_cannot_collect_it() -> None:
+    """Voter 1 votes for candidate 3 in epoch 5. Candidate 3's disk is then wiped and
+    re-formatted (a new directory id); standing again in epoch 5 it must not get the vote
+    its predecessor got, or two replicas named 3 could both lead epoch 5. The vote, and
+    the directory it went to, survive voter 1's restart."""
+    old_disk, new_disk = uuid.UUID(int=3 << 32 | 1), uuid.UUID(int=3 << 32 | 2)
+    voters = VoterSet(tuple(Voter(n, uuid.UUID(int=n << 32 | 1)) for n in (1, 2, 3)))
+
+    def voter_one(state: QuorumState) -> RaftCore:
+        return RaftCore(
+            1,
+            voters,
+            MemoryLog(),
+            state,
+            rng=random.Random(0),
+            clock=FixedClock(None),  # type: ignore[arg-type]
+            now_ms=0,
+            kraft_version=1,
+            directory_id=uuid.UUID(int=1 << 32 | 1),
+        )
+
+    def ask(core: RaftCore, directory: uuid.UUID) -> tuple[bool, QuorumState | None]:
+        request = VoteRequest(5, 3, 0, 0, pre_vote=False, candidate_directory_id=directory)
+        core.step(Inbound(3, request, reply_to="r"))
+        ready = core.ready()
+        answer = ready.messages[-1].body
+        assert isinstance(answer, VoteResponse)
+        return answer.vote_granted, ready.state
+
+    core = voter_one(QuorumState())
+    assert ask(core, old_disk) == (True, QuorumState(5, -1, 3, old_disk))  # stored first
+    assert ask(core, old_disk) == (True, None)  # the same candidate asking again
+    assert ask(core, new_disk) == (False, None)
+    restarted = voter_one(QuorumState(5, -1, 3, old_disk))
+    assert ask(restarted, new_disk) == (False, None)
+    assert ask(restarted, old_disk) == (True, None)
+    # A vote stored without a directory (an older version's file) is kept by id alone.
+    legacy = voter_one(QuorumState(5, -1, 3))
+    assert ask(legacy, new_disk) == (True, None)
+
+
+def test_a_candidates_vote_for_itself_names_its_own_directory() -> None:
+    own = uuid.UUID(int=1 << 32 | 7)
+    core = RaftCore(
+        1,
+        VoterSet((Voter(1, own),)),
+        MemoryLog(),
+        QuorumState(),
+        rng=random.Random(0),
+        clock=FixedClock(SimpleNamespace(now_ms=0)),  # type: ignore[arg-type]
+        now_ms=0,
+        kraft_version=1,
+        directory_id=own,
+    )
+    core.tick(1)  # the sole voter stands at once and wins
+    assert core.role is Role.LEADER
+    assert core.ready().state == QuorumState(1, 1, 1, own)
+
+
+def test_vote_and_begin_quorum_epoch_name_the_voters_directory() -> None:
+    """A candidate (and a new leader) addresses each voter by its key in the voter set in
+    force: whoever answers at that address on another disk (re-formatted, empty) refuses
+    with INVALID_VOTER_KEY instead of voting in place of the voter that held the log."""
+
+    class Recording(CoreCluster):
+        def __init__(self) -> None:
+            self.sent: list[tuple[int, object]] = []
+            super().__init__(voters=3, dynamic=True)
+
+        def _drain(self, node: int) -> None:
+            before = len(self.pool)
+            super()._drain(node)
+            self.sent += [(m.dst, m.message.body) for m in self.pool[before:]]
+
+    cluster = Recording()
+    elect(cluster, random.Random(13))
+    sent = cluster.sent
+    votes = [(dst, body) for dst, body in sent if isinstance(body, VoteRequest)]
+    begins = [(dst, body) for dst, body in sent if isinstance(body, BeginQuorumEpochRequest)]
+    assert votes and begins
+    for dst, body in votes + begins:
+        assert body.voter_directory_id == cluster.directory_id(dst), (dst, body)
+    for _dst, vote in votes:
+        assert vote.candidate_directory_id == cluster.directory_id(vote.candidate_id)

@@ -137,6 +137,13 @@ RAFT_REGRESSION_SEEDS = {
     # told "diverging at the log start" instead of being sent the snapshot, kept a stale
     # entry below it, and applied it as committed.
     275: "--voters 3",
+    # KIP-853: a voter's disk was wiped while the third voter lagged; the candidate asked
+    # the re-formatted (empty) replica at the voter's address for its vote without naming
+    # the voter's directory id, got it, and led without committed entries.
+    60: "--voters 3 --faults all,membership --duration 20",
+    # The checker kept a crashed leader's leadership while its next incarnation's start-up
+    # flush was stalled, and saw two leaders (kraft-analyze, reading the exit, did not).
+    68: "--voters 3 --faults all,membership --duration 20",
 }
 
 
@@ -168,6 +175,39 @@ def test_raft_sweep_slice_with_membership_changes_is_clean() -> None:
     assert result.stdout.strip().splitlines()[-1] == (
         "seeds=4 ok=4 violation=0 unknown=0 crashed=0 failed=0 first_failing=none"
     )
+
+
+@pytest.mark.parametrize("seed", [1, 5])
+def test_a_static_quorum_upgraded_to_kraft_version_1_under_faults_then_changes_voters(
+    seed: int,
+) -> None:
+    """The opt-in kraft-upgrade fault: the quorum starts static (kraft.version 0), the
+    upgrade is made under every other fault, and voter changes follow it; every check holds
+    across both (docs/raft.md has the longer sweeps)."""
+    result = subprocess.run(
+        [
+            KRAFT_SIM,
+            "run",
+            "--scenario",
+            "raft",
+            "--seed",
+            str(seed),
+            "--voters",
+            "3",
+            "--faults",
+            "all,membership,kraft-upgrade",
+            "--duration",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = result.stdout.strip().splitlines()[-1]
+    assert line.startswith(f"seed={seed} ok "), line
+    stats = dict(item.split("=", 1) for item in line.split()[2:])
+    assert int(stats["kraft_upgrades"]) >= 1 and int(stats["voter_changes"]) >= 1, line
 
 
 @pytest.mark.parametrize(("bug", "seed"), sorted(RAFT_MEMBER_BUG_SEEDS.items()))

@@ -3,13 +3,20 @@ whole when any update is bad, and turning ELR on fixes min.insync.replicas clust
 
 from __future__ import annotations
 
+import dataclasses
+import random
 import uuid
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from metadata.controller.features import SAFE_DOWNGRADE, UPGRADE, update_features
+from metadata.controller.features import (
+    SAFE_DOWNGRADE,
+    UNSAFE_DOWNGRADE,
+    UPGRADE,
+    update_features,
+)
 from metadata.image import MetadataImage
 from metadata.records import (
     BROKER_RESOURCE,
@@ -21,7 +28,10 @@ from metadata.records import (
     Listener,
     RegisterBroker,
 )
+from raft.core import RaftCore
+from raft.voters import KRAFT_VERSION_FEATURE
 from tests.metadata.controller.support import apply, build, context, request_module, roundtrip
+from tests.raft.harness import CoreCluster
 
 UF1 = request_module(57, 1)
 UF0 = request_module(57, 0)
@@ -138,3 +148,59 @@ def test_transaction_version_goes_between_1_and_2_as_the_brokers_support() -> No
     assert answer(update_features(context(old), request((tv, 2, UPGRADE)), 1))[0] == (
         ErrorCode.invalid_update_version
     )
+
+
+class _Quorum:
+    """The two calls UpdateFeatures makes on the quorum (RaftNode's), on a real leading
+    RaftCore of a static three-voter quorum whose followers have fetched."""
+
+    def __init__(self, core: RaftCore) -> None:
+        self.core = core
+
+    def kraft_version(self) -> int:
+        return self.core.history.kraft_version()
+
+    def upgrade_kraft_version(
+        self, version: int, *, validate_only: bool = False
+    ) -> tuple[int, str | None, int]:
+        return self.core.upgrade_kraft_version(version, validate_only=validate_only)
+
+
+def leading_core() -> RaftCore:
+    rng = random.Random(11)
+    cluster = CoreCluster(voters=3, directories=True)
+    for _ in range(300):
+        cluster.run(1, rng)
+        leader = cluster.leader()
+        if leader is not None and cluster.cores[leader].high_watermark > 0:
+            cluster.run(5, rng)  # every follower has fetched in this epoch
+            if cluster.leader() == leader:
+                return cluster.cores[leader]
+    raise AssertionError("no leader")
+
+
+def test_kraft_version_is_upgraded_by_the_quorum_only_when_the_whole_request_passes() -> None:
+    image = cluster(0)
+    quorum = _Quorum(leading_core())
+    ctx = dataclasses.replace(context(image), raft=quorum)  # type: ignore[arg-type]
+    kraft = (KRAFT_VERSION_FEATURE, 1, UPGRADE)
+    # With a bad update beside it nothing happens, and validate_only appends nothing.
+    refused = update_features(ctx, request(kraft, (ELR_FEATURE, 7, UPGRADE)), 1)
+    assert answer(refused)[0] == ErrorCode.invalid_update_version
+    checked = update_features(ctx, request(kraft, validate_only=True), 1)
+    assert answer(checked)[0] == ErrorCode.none
+    assert quorum.kraft_version() == 0
+    # Upgraded: no metadata record (the quorum appended its own control records) ...
+    upgraded = update_features(ctx, request(kraft, (ELR_FEATURE, 1, UPGRADE)), 1)
+    assert answer(upgraded) == (ErrorCode.none, [ErrorCode.none, ErrorCode.none])
+    assert quorum.kraft_version() == 1
+    assert FeatureLevel(ELR_FEATURE, 1) in upgraded.records
+    assert all(getattr(r, "name", None) != KRAFT_VERSION_FEATURE for r in upgraded.records)
+    # ... and never downgraded, whatever the upgrade type.
+    for kind in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
+        down = update_features(ctx, request((KRAFT_VERSION_FEATURE, 0, kind)), 1)
+        assert answer(down)[0] == ErrorCode.invalid_update_version, kind
+    assert quorum.kraft_version() == 1
+    # A controller without a quorum (none handed in) does not know the feature.
+    alone = update_features(context(image), request(kraft), 1)
+    assert answer(alone)[0] == ErrorCode.invalid_update_version

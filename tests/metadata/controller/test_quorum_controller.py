@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from log.batch import iter_batches
+from log.batch import decode_batch, iter_batches
+from log.records import ControlRecordType, decode_control_key
 from log.runtime import real_runtime
 from metadata.controller.context import MAX_RECORDS_PER_USER_OP, ControllerConfig
 from metadata.controller.quorum_controller import CONTROLLER_BUGS, QuorumController
@@ -21,7 +22,12 @@ from metadata.controller.refusals import refusal
 from metadata.delta import BrokerState
 from metadata.image import MetadataImage
 from metadata.loader import MetadataLoader
-from metadata.records import METADATA_VERSION_FEATURE, FeatureLevel
+from metadata.records import (
+    METADATA_VERSION_FEATURE,
+    FeatureLevel,
+    RegisterBroker,
+    decode_record,
+)
 from raft.core import RaftConfig
 from raft.disk_log import DiskLog
 from raft.driver import RaftNode, RaftNodeConfig
@@ -50,6 +56,7 @@ class Controller:
     def __init__(self, directory: Path, bugs: frozenset[str] = frozenset(), **config: Any):
         self.directory = str(directory / "__cluster_metadata-0")
         self.bugs = bugs
+        self.directory_id: uuid.UUID | None = None  # meta.properties directory.id
         self.config = ControllerConfig(
             node_id=1,
             cluster_id=CLUSTER_ID,
@@ -68,6 +75,7 @@ class Controller:
                 cluster_id=CLUSTER_ID,
                 metadata_dir=self.directory,
                 raft=RaftConfig(election_timeout_ms=20, election_backoff_max_ms=20),
+                directory_id=self.directory_id,
             ),
             self.log,
         )
@@ -499,6 +507,47 @@ def test_acls_are_committed_by_the_controller_only_with_an_authorizer(
         deleted = await node.call(31, 3, delete.DeleteAclsRequest(filters=(wanted,)))
         assert [len(r.matching_acls) for r in deleted.filter_results] == [1]
         assert node.image.acls == {}
+        await node.stop()
+
+    run(scenario())
+
+
+def test_kraft_version_upgrade_takes_offsets_the_next_registration_does_not_reuse(
+    tmp_path: Path,
+) -> None:
+    """UpdateFeatures kraft.version=1 has the quorum append its own control batch (two
+    records the controller did not propose). A broker registering in the same turn must
+    still get the offset of its RegisterBroker record as its epoch."""
+
+    async def scenario() -> None:
+        node = Controller(tmp_path)
+        node.directory_id = uuid.UUID(int=77)
+        await node.start()
+        await eventually(lambda: METADATA_VERSION_FEATURE in node.image.features)
+        module = request_module(57, 1)
+        update = module.FeatureUpdateKey(
+            feature="kraft.version", max_version_level=1, upgrade_type=1
+        )
+        request = module.UpdateFeaturesRequest(feature_updates=(update,), validate_only=False)
+        control_at = node.raft.log.end_offset()
+        # gather runs the upgrade's handler first, then the registration's, in one turn.
+        upgraded, epoch = await asyncio.gather(node.call(57, 1, request), node.register(1))
+        assert upgraded.error_code == ErrorCode.none
+        assert node.raft.kraft_version() == 1
+        assert epoch == control_at + 2  # after KRaftVersionRecord and VotersRecord
+        data = node.raft.log.read(0, 1 << 20)
+        placed = {}
+        for position, header in iter_batches(data):
+            header, records = decode_batch(data, position)
+            for index, record in enumerate(records):
+                if not header.is_control:
+                    decoded = decode_record(record.value or b"", header.base_offset + index)
+                    placed[header.base_offset + index] = decoded
+                elif header.base_offset + index == control_at:
+                    assert decode_control_key(record.key) is ControlRecordType.KRAFT_VERSION
+        registration = placed[epoch]
+        assert isinstance(registration, RegisterBroker) and registration.broker_epoch == epoch
+        assert node.image.cluster.brokers[1].epoch == epoch
         await node.stop()
 
     run(scenario())
