@@ -1018,6 +1018,7 @@ def _txn_items(row: Any) -> list[tuple[int, str, Any]]:
         int(row.complete_us),
         tuple(int(r) for r in detail.get("isr", ())),
         int(detail.get("reached", -1)),
+        invoked_us=int(row.invoke_us),
     )
     found.append((int(row.complete_seq), "txn", op))
     return found

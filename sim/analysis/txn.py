@@ -13,15 +13,23 @@ stable offset in the answer). The checks, named as in docs/transactions.md:
 - ``intermediate-read``: a read_committed poll returned a value before its transaction's
   commit was asked for (EndTxn with commit invoked), so before it could be committed;
 - ``lost-committed-write``: no write of an acknowledged committed transaction was ever
-  read, though the final reads passed their offsets;
-- ``torn-transaction``: some writes of a transaction were read and some, at offsets the
-  final reads passed, never were (for a committed one, or one whose end is unknown: a read
-  says it committed);
+  read, though reads passed their offsets;
+- ``torn-transaction``: some writes of a transaction were read and some, at offsets reads
+  passed, never were (for a committed one, or one whose end is unknown: a read says it
+  committed);
 - ``duplicate``: one value read at two offsets;
 - ``beyond-lso``: a read_committed poll returned a record at or past the last stable offset
   the same answer gave;
 - ``nonmonotonic-rc-poll``: a read_committed consumer read a partition's offsets out of
   order.
+
+A read passed a write's offset when it was invoked after the write was acknowledged and
+its answer reached past that offset: only such a read was served by a log that held the
+write. A read invoked earlier may have reached past the offset in a log a whole-ISR power
+cut then shortened, so that later writes reuse its offsets (kafka seed 3 with
+--transactions: reads reached offset 276 of a partition before a power cut left it ending
+at 201; a committed write at 202 then stayed behind a transaction the cut left open, never
+readable, and no read invoked after it passed 200).
 
 Losses a whole-ISR power cut allows (sim/analysis/kafka.py ``PowerCuts``) are excused as the
 plain sends' are.
@@ -29,6 +37,7 @@ plain sends' are.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from sim.analysis.kafka import KafkaViolation, PowerCuts
@@ -63,6 +72,7 @@ class TxnOp:
     time_us: int = 0
     isr: tuple[int, ...] = ()  # the leader's ISR when it acknowledged a send
     reached: int = -1  # a poll's next position: it saw every stable record below this
+    invoked_us: int | None = None  # a poll's invocation (None: take its completion)
 
 
 @dataclass(slots=True)
@@ -86,7 +96,8 @@ class TxnChecker:
     _txn_of: dict[int, str] = field(default_factory=dict)  # value -> transaction
     _read_at: dict[int, tuple[str, int]] = field(default_factory=dict)  # value -> where read
     _reads: list[tuple[TxnOp, int, int]] = field(default_factory=list)  # poll, offset, value
-    _reached: dict[str, int] = field(default_factory=dict)  # key -> offsets read below this
+    # key -> (invocation, next position) of each poll: what it read below, from when
+    _reached: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     _last_poll: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def _fail(self, check: str, message: str, time_us: int) -> None:
@@ -144,7 +155,8 @@ class TxnChecker:
             else:  # judged at the end, when the transaction's outcome is known
                 self._reads.append((op, offset, value))
         self._last_poll[(op.process, op.key)] = last
-        self._reached[op.key] = max(self._reached.get(op.key, 0), op.reached)
+        invoked = op.time_us if op.invoked_us is None else op.invoked_us
+        self._reached.setdefault(op.key, []).append((invoked, op.reached))
 
     def _aborted_read(self, op: TxnOp, offset: int, value: int) -> None:
         self._fail(
@@ -171,6 +183,7 @@ class TxnChecker:
                     f"of transaction {name}, before its commit was asked for",
                     op.time_us,
                 )
+        reached = {key: _ReachedSince.of(polls) for key, polls in self._reached.items()}
         for name, txn in self._txns.items():
             if txn.outcome == "abort" or not txn.writes:
                 continue
@@ -180,7 +193,8 @@ class TxnChecker:
                 for w in txn.writes
                 if w.value not in self._read_at
                 and w.offset is not None
-                and w.offset < self._reached.get(w.key, 0)
+                and w.key in reached
+                and w.offset < reached[w.key].since(w.time_us)
             ]
             unexcused = [w for w in passed if not self._excused(w)]
             self.excused += len(passed) - len(unexcused)
@@ -204,3 +218,26 @@ class TxnChecker:
 
     def _excused(self, write: TxnOp) -> bool:
         return self.cuts.may_have_lost(write.key, write.isr, write.time_us)
+
+
+@dataclass(frozen=True, slots=True)
+class _ReachedSince:
+    """One partition's polls by invocation: how far those invoked at or after a time read."""
+
+    starts: tuple[int, ...]  # invocation times, ascending
+    furthest: tuple[int, ...]  # furthest[i]: the furthest position polls starts[i:] reached
+
+    @classmethod
+    def of(cls, polls: list[tuple[int, int]]) -> _ReachedSince:
+        """From (invocation, next position) pairs in any order."""
+        ordered = sorted(polls)
+        furthest, best = [], 0
+        for _start, position in reversed(ordered):
+            best = max(best, position)
+            furthest.append(best)
+        return cls(tuple(start for start, _ in ordered), tuple(reversed(furthest)))
+
+    def since(self, time_us: int) -> int:
+        """The furthest position a poll invoked at or after ``time_us`` reached (0: none)."""
+        index = bisect_left(self.starts, time_us)
+        return self.furthest[index] if index < len(self.furthest) else 0

@@ -423,6 +423,7 @@ class TxnLanes:
         """One read_committed poll of one partition from ``position``."""
         key = txn_key(partition)
         self._trace(process, "invoke", RC_POLL, key, position)
+        invoked = self.now_us()
         self.ops += 1
         where = await routing.leader(partition, rng)
         if where is None:
@@ -452,6 +453,7 @@ class TxnLanes:
             result.records,
             time_us=self.now_us(),
             reached=result.next_offset,
+            invoked_us=invoked,
         )
         self.complete(op)
         return result
