@@ -36,7 +36,7 @@ import types
 from collections.abc import Generator
 from dataclasses import Field, dataclass, fields, is_dataclass, replace
 from functools import cache
-from typing import Any, get_args, get_origin
+from typing import Any, cast, get_args, get_origin
 
 from kio.serial import entity_reader
 from kio.serial._implicit_defaults import get_tagged_field_default
@@ -539,7 +539,7 @@ def _read_spine(
     """(entity, size) as kio's entity reader reads it at ``pos``, its fields read by
     _read_field: an instance allocated without ``__init__``, its untagged fields set in
     order, then its tagged fields (unknown tags refused, absent ones defaulted)."""
-    reading = _reading(entity_type)
+    reading = _reading(cast(type, entity_type))  # a class is hashable; type[Any] hides it
     start = pos
     entity = object.__new__(entity_type)
     for field_reading in reading.untagged:
@@ -554,12 +554,10 @@ def _read_spine(
             pos += size
             _declared, size = read_unsigned_varint(frame, pos)
             pos += size
-            field_reading = reading.tagged.get(tag)
-            if field_reading is None:
+            tagged = reading.tagged.get(tag)
+            if tagged is None:
                 raise KeyError(f"Unknown tagged field tag: {tag}")
-            values[field_reading.name], pos = yield from _read_field(
-                field_reading, frame, pos, plan, steps
-            )
+            values[tagged.name], pos = yield from _read_field(tagged, frame, pos, plan, steps)
         for name, default in reading.defaults:
             object.__setattr__(entity, name, values.get(name, default))
     return entity, pos - start

@@ -13,10 +13,10 @@ stable offset in the answer). The checks, named as in docs/transactions.md:
 - ``intermediate-read``: a read_committed poll returned a value before its transaction's
   commit was asked for (EndTxn with commit invoked), so before it could be committed;
 - ``lost-committed-write``: no write of an acknowledged committed transaction was ever
-  read, though the final reads passed their offsets;
-- ``torn-transaction``: some writes of a transaction were read and some, at offsets the
-  final reads passed, never were (for a committed one, or one whose end is unknown: a read
-  says it committed);
+  read, though reads passed their offsets;
+- ``torn-transaction``: some writes of a transaction were read and some, at offsets reads
+  passed, never were (for a committed one, or one whose end is unknown: a read says it
+  committed);
 - ``duplicate``: one value read at two offsets;
 - ``beyond-lso``: a read_committed poll returned a record at or past the last stable offset
   the same answer gave;
@@ -30,6 +30,14 @@ stable offset in the answer). The checks, named as in docs/transactions.md:
   order; or an offset it found committed at a restart is not the end of the input its
   committed output covered then (``CtpHistory``).
 
+A read passed a write's offset when it was invoked after the write was acknowledged and
+its answer reached past that offset: only such a read was served by a log that held the
+write. A read invoked earlier may have reached past the offset in a log a whole-ISR power
+cut then shortened, so that later writes reuse its offsets (kafka seed 3 with
+--transactions: reads reached offset 276 of a partition before a power cut left it ending
+at 201; a committed write at 202 then stayed behind a transaction the cut left open, never
+readable, and no read invoked after it passed 200).
+
 Losses a whole-ISR power cut allows (sim/analysis/kafka.py ``PowerCuts``) are excused as the
 plain sends' are.
 """
@@ -37,6 +45,7 @@ plain sends' are.
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -79,7 +88,7 @@ class TxnOp:
     time_us: int = 0
     isr: tuple[int, ...] = ()  # the leader's ISR when it acknowledged a send
     reached: int = -1  # a poll's next position: it saw every stable record below this
-    invoke_us: int = -1  # when a send was invoked (-1: not known)
+    invoke_us: int = -1  # when a send or a poll was invoked (-1: not known)
     source: tuple[int, int] | None = None  # a worker's output: the input (offset, value)
 
 
@@ -116,7 +125,8 @@ class TxnChecker:
     _txn_of: dict[int, str] = field(default_factory=dict)  # value -> transaction
     _read_at: dict[int, tuple[str, int]] = field(default_factory=dict)  # value -> where read
     _reads: list[tuple[TxnOp, int, int]] = field(default_factory=list)  # poll, offset, value
-    _reached: dict[str, int] = field(default_factory=dict)  # key -> offsets read below this
+    # key -> (invocation, next position) of each poll: what it read below, from when
+    _reached: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     _last_poll: dict[tuple[str, str], int] = field(default_factory=dict)
     _positions: list[TxnOp] = field(default_factory=list)  # the worker's ctp-position answers
 
@@ -181,7 +191,8 @@ class TxnChecker:
             else:  # judged at the end, when the transaction's outcome is known
                 self._reads.append((op, offset, value))
         self._last_poll[(op.process, op.key)] = last
-        self._reached[op.key] = max(self._reached.get(op.key, 0), op.reached)
+        invoked = op.time_us if op.invoke_us < 0 else op.invoke_us
+        self._reached.setdefault(op.key, []).append((invoked, op.reached))
 
     def _aborted_read(self, op: TxnOp, offset: int, value: int) -> None:
         self._fail(
@@ -208,6 +219,7 @@ class TxnChecker:
                     f"of transaction {name}, before its commit was asked for",
                     op.time_us,
                 )
+        reached = {key: _ReachedSince.of(polls) for key, polls in self._reached.items()}
         for name, txn in self._txns.items():
             if txn.outcome == "abort" or not txn.writes:
                 continue
@@ -217,7 +229,8 @@ class TxnChecker:
                 for w in txn.writes
                 if w.value not in self._read_at
                 and w.offset is not None
-                and w.offset < self._reached.get(w.key, 0)
+                and w.key in reached
+                and w.offset < reached[w.key].since(w.time_us)
             ]
             unexcused = [w for w in passed if not self._excused(w)]
             self.excused += len(passed) - len(unexcused)
@@ -286,15 +299,17 @@ class TxnChecker:
             for name, txn in self._txns.items()
             if any(w.source is not None for w in txn.writes)
         ]
-        reached = self._reached.get(keys.output, 0)
+        reached = _ReachedSince.of(self._reached.get(keys.output, []))
         commits = []
         for _name, txn in worker:
             if txn.commit_asked_us is None or txn.offsets_committed is None:
                 continue
             if any(w.value in self._read_at for w in txn.writes):
                 visible: bool | None = True
-            elif all(w.offset is not None and w.offset < reached for w in txn.writes):
-                visible = False  # the final reads passed its output and never found it
+            elif all(
+                w.offset is not None and w.offset < reached.since(w.time_us) for w in txn.writes
+            ):
+                visible = False  # reads invoked after its output passed it and never found it
             else:
                 visible = None  # the final reads did not get that far: not known
             commits.append((txn.commit_asked_us, txn.offsets_committed, visible))
@@ -623,3 +638,26 @@ class CtpHistory:
                 continue
             return None if visible is None else (asked_us, offset)
         return (0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _ReachedSince:
+    """One partition's polls by invocation: how far those invoked at or after a time read."""
+
+    starts: tuple[int, ...]  # invocation times, ascending
+    furthest: tuple[int, ...]  # furthest[i]: the furthest position polls starts[i:] reached
+
+    @classmethod
+    def of(cls, polls: list[tuple[int, int]]) -> _ReachedSince:
+        """From (invocation, next position) pairs in any order."""
+        ordered = sorted(polls)
+        furthest, best = [], 0
+        for _start, position in reversed(ordered):
+            best = max(best, position)
+            furthest.append(best)
+        return cls(tuple(start for start, _ in ordered), tuple(reversed(furthest)))
+
+    def since(self, time_us: int) -> int:
+        """The furthest position a poll invoked at or after ``time_us`` reached (0: none)."""
+        index = bisect_left(self.starts, time_us)
+        return self.furthest[index] if index < len(self.furthest) else 0

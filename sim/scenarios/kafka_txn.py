@@ -682,6 +682,7 @@ class TxnLanes:
         ``position``."""
         key = f"{routing.topic}-{partition}"
         self._trace(process, "invoke", RC_POLL, key, position)
+        invoked = self.now_us()
         self.ops += 1
         where = await routing.leader(partition, rng)
         if where is None:
@@ -717,6 +718,7 @@ class TxnLanes:
             result.records,
             time_us=self.now_us(),
             reached=result.next_offset,
+            invoke_us=invoked,
         )
         self.complete(op)
         return result

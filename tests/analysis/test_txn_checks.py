@@ -25,9 +25,23 @@ def poll(
     lso: int,
     at: int,
     process: str = "rc0.0",
+    reached: int | None = None,
+    invoked: int | None = None,
 ) -> TxnOp:
-    reached = records[-1][0] + 1 if records else position
-    return TxnOp(process, RC_POLL, key, "ok", position, lso, records, time_us=at, reached=reached)
+    if reached is None:
+        reached = records[-1][0] + 1 if records else position
+    return TxnOp(
+        process,
+        RC_POLL,
+        key,
+        "ok",
+        position,
+        lso,
+        records,
+        time_us=at,
+        reached=reached,
+        invoke_us=invoked,
+    )
 
 
 def committed(txn: str, at: int) -> list[TxnOp]:
@@ -88,6 +102,41 @@ def test_torn_transaction() -> None:
     assert checks_of([*two_partition_commit(), *reads]) == ["torn-transaction"]
     whole = [poll(P0, 0, ((0, 1),), 2, 30), poll(P1, 0, ((0, 2),), 2, 31)]
     assert checks_of([*two_partition_commit(), *whole]) == []
+
+
+def after_a_power_cut() -> list[TxnOp]:
+    """Kafka seed 3 with --transactions, in small: reads reach offset 6 of P0; a power cut of
+    its whole ISR leaves it ending at 3, with a transaction open at 2 that no coordinator
+    will end, so the last stable offset stays at 2. Then t9 writes at offset 4 of P0 and at
+    offset 0 of P1, and commits; its write on P1 is read, the one on P0 stays behind the LSO
+    (not lost: every read of P0 invoked since reaches only offset 2)."""
+    return [
+        send(1, P0, 0, "t1", 10),
+        *committed("t1", 11),
+        poll(P0, 0, ((0, 1),), 7, 20, reached=7),  # offsets 2-6: t2's write and markers
+        send(5, P0, 4, "t9", 40),
+        send(6, P1, 0, "t9", 41),
+        *committed("t9", 42),
+        poll(P1, 0, ((0, 6),), 2, 50),
+        poll(P0, 1, (), 2, 51, process="txn-final", reached=2, invoked=49),
+    ]
+
+
+def test_reads_of_a_log_before_a_power_cut_pass_no_later_write() -> None:
+    """A poll invoked before a write was acknowledged may have read a longer log that a
+    power cut then shortened: it says nothing of the write's offset (the false torn
+    transaction of kafka seed 3). A read invoked after the write that passes its offset
+    without it still makes the transaction torn, or its lone write lost."""
+    assert checks_of(after_a_power_cut()) == []
+    passed = poll(P0, 2, (), 6, 60, process="txn-final", reached=6, invoked=55)
+    assert checks_of([*after_a_power_cut(), passed]) == ["torn-transaction"]
+    # Invoked before the write was acknowledged but answered after it: not a reader of it.
+    early = poll(P0, 2, (), 6, 60, process="txn-final", reached=6, invoked=39)
+    assert checks_of([*after_a_power_cut(), early]) == []
+    lone = [send(5, P0, 4, "t9", 40), *committed("t9", 42)]
+    before = poll(P0, 0, (), 7, 20, reached=7, invoked=19)
+    assert checks_of([before, *lone]) == []
+    assert checks_of([before, *lone, passed]) == ["lost-committed-write"]
 
 
 def test_duplicate_beyond_lso_and_nonmonotonic() -> None:
