@@ -126,17 +126,20 @@ class PowerCuts:
             any(after_us < t < before_us for t in self.times.get(broker, ())) for broker in brokers
         )
 
-    def may_have_lost(self, key: str, isr: Iterable[int], time_us: int) -> bool:
+    def may_have_lost(
+        self, key: str, isr: Iterable[int], time_us: int, before_us: float = float("inf")
+    ) -> bool:
         """Whether a record ``isr`` held at ``time_us`` may since have been lost to power
         cuts alone: every member of that ISR, or of one ISR the partition had later (the
-        record lived on it), lost power after ``time_us`` and while that ISR stood. (A
-        member that restarted and fetched the record again is not told apart: lenient.)"""
-        if self._all_cut_between(tuple(isr), time_us, float("inf")):
+        record lived on it), lost power after ``time_us`` and while that ISR stood (and
+        before ``before_us``). (A member that restarted and fetched the record again is not
+        told apart: lenient.)"""
+        if self._all_cut_between(tuple(isr), time_us, before_us):
             return True
         history = self.isrs.get(key, [])
         for index, (_since, members) in enumerate(history):
             until = history[index + 1][0] if index + 1 < len(history) else float("inf")
-            if until > time_us and self._all_cut_between(members, time_us, until):
+            if until > time_us and self._all_cut_between(members, time_us, min(until, before_us)):
                 return True
         return False
 
