@@ -111,6 +111,11 @@ class Cluster:
     # Each node's disk generation: a replaced disk is a new replica (a new directory id).
     disks: dict[str, int] = field(default_factory=dict)
     changes: int = 0
+    # The voter change in flight (one at a time, as an operator makes them).
+    changing: asyncio.Task[object] | None = None
+    # A voter whose disk was wiped and whose replacement (remove the old replica, add the
+    # new one) has not completed yet, with its old replica: it cannot vote in either form.
+    unreplaced: tuple[str, Voter] | None = None
 
     def node_id(self, name: str) -> int:
         return int(name[1:])
@@ -318,14 +323,25 @@ class Cluster:
 
     def membership(self, nemesis: Nemesis, hold_s: float) -> None:
         """The membership fault: add an observer as a voter, remove a voter, or replace a
-        voter's disk with a fresh one (remove the old replica, add the new one)."""
-        rng = nemesis.rng
+        voter's disk with a fresh one (remove the old replica, add the new one).
+
+        It acts as an operator replacing one disk at a time: one change in flight at a
+        time; while a replacement is unfinished the next injections retry it instead of
+        anything new; and no wipe or removal takes the valid voters (those not wiped and
+        unreplaced) to a minority of the voter set, which would lose the quorum for good
+        (a wiped replica cannot vote in its old place)."""
+        if self.changing is not None and not self.changing.done():
+            return
         leading = self.leaders()
         if len(leading) != 1:
             return
         leader = leading[0]
         if self.static_start and not self.upgraded(leader):
             return  # a static quorum refuses voter changes (UNSUPPORTED_VERSION)
+        rng = nemesis.rng
+        if self.unreplaced is not None:
+            self.changing = self.world.loop.create_task(self._replace(hold_s + 5, rng))
+            return
         voters = self.voter_names(leader)
         everyone = self.voters + self.observers
         outside = [n for n in everyone if n not in voters]
@@ -335,17 +351,36 @@ class Cluster:
             steps = [("add", target)]
         elif action == "remove" and len(voters) > 1:
             target = rng.choice(voters)
+            if not self._valid_majority([v for v in voters if v != target]):
+                return
             steps = [("remove", target)]
         elif action == "replace" and len(voters) > 2:
             target = rng.choice([v for v in voters if v != leader])
-            old = self.voter(target)
+            if not self._valid_majority(voters, wiped=target):
+                return
+            self.unreplaced = (target, self.voter(target))
             self._wipe(target)
-            steps = [("remove-old", target), ("add", target)]
-            self.world.loop.create_task(self._change(steps, old, hold_s + 5, rng))
+            self.changing = self.world.loop.create_task(self._replace(hold_s + 5, rng))
             return
         else:
             return
-        self.world.loop.create_task(self._change(steps, None, hold_s + 5, rng))
+        self.changing = self.world.loop.create_task(self._change(steps, None, hold_s + 5, rng))
+
+    def _valid_majority(self, voters: list[str] | tuple[str, ...], wiped: str = "") -> bool:
+        """Whether a majority of ``voters`` are valid: not wiped and unreplaced (nor
+        ``wiped``, about to be)."""
+        lost = {wiped, self.unreplaced[0] if self.unreplaced is not None else ""}
+        return sum(1 for v in voters if v not in lost) > len(voters) // 2
+
+    async def _replace(self, budget_s: float, rng: random.Random) -> None:
+        """Replace the unreplaced voter: remove its old replica, then add the new one (each
+        done once it succeeds, or the leader says it already is). Unfinished within the
+        budget, it stays unreplaced and the next membership injection retries it."""
+        assert self.unreplaced is not None
+        target, old = self.unreplaced
+        steps = [("remove-old", target), ("add", target)]
+        if await self._change(steps, old, budget_s, rng):
+            self.unreplaced = None
 
     def upgraded(self, leader: str) -> bool:
         """Whether kraft.version 1 is committed at ``leader``."""
@@ -380,9 +415,10 @@ class Cluster:
 
     async def _change(
         self, steps: list[tuple[str, str]], old: Voter | None, budget_s: float, rng: random.Random
-    ) -> None:
+    ) -> bool:
         """Carry out voter changes in order on whoever leads, retrying while refused with
-        REQUEST_TIMED_OUT (a change in flight, or the new voter still catching up)."""
+        REQUEST_TIMED_OUT (a change in flight, or the new voter still catching up); True if
+        every step was done within the budget."""
         loop = self.world.loop
         deadline = loop.time() + budget_s
         for change, name in steps:
@@ -407,6 +443,9 @@ class Cluster:
                     self.changes += code == Errors.NONE
                     break
                 await asyncio.sleep(rng.uniform(0.1, 0.5))
+            else:
+                return False
+        return True
 
     async def heal_check(self) -> None:
         """After healing: one leader, and a fresh proposal committed on every live node."""
