@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
@@ -38,6 +38,27 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
         future.result(DEADLINE_S)
+
+
+def wait_open(bootstrap: str, name: str) -> None:
+    """Until partition 0 of ``name`` answers ListOffsets from its leader. Metadata names a
+    leader once the controller has placed it, before the leader's replica manager has
+    opened the partition (Kafka's order too); a produce in between is refused with a
+    retriable error, which an acks=0 producer never sees: its records are gone, as with
+    Kafka. The acks=0 test waits this out before producing."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+
+        def opened() -> bool:
+            try:
+                consumer.get_watermark_offsets(TopicPartition(name, 0), timeout=5)
+            except KafkaException:
+                return False
+            return True
+
+        wait_until(opened, f"{name} is open on its leader")
+    finally:
+        consumer.close()
 
 
 def consume_all(
@@ -131,6 +152,7 @@ def test_kcat_round_trip_with_acks_0_survives_a_sigkill_and_restart(
 ) -> None:
     procs, bootstrap = single
     create_topic(bootstrap, "lines", 1)
+    wait_open(bootstrap, "lines")
     lines = "".join(f"line {i}\n" for i in range(50))
     subprocess.run(
         [KCAT, "-b", bootstrap, "-P", "-t", "lines", "-X", "acks=0"],
