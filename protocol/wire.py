@@ -23,7 +23,7 @@ import struct
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import cache
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -187,11 +187,21 @@ def decode_request(
     pass ``allow_trailing`` because Kafka's brokers ignore them and librdkafka 2.16 sends
     three after an all-topics Metadata v12 body.
     """
-    steps = decode_request_steps(frame, supported, allow_trailing=allow_trailing, slice_units=None)
+    return _whole(
+        decode_request_steps(frame, supported, allow_trailing=allow_trailing, slice_units=None)
+    )
+
+
+_Decoded = TypeVar("_Decoded")
+
+
+def _whole(steps: Generator[int, None, _Decoded]) -> _Decoded:
+    """The result of a decoding generator made with ``slice_units=None``, which reads the
+    whole body in one go and so finishes without yielding."""
     try:
         next(steps)
     except StopIteration as done:
-        result: tuple[RequestHeader, object] = done.value
+        result: _Decoded = done.value
         return result
     raise AssertionError("a whole reading took steps")
 
@@ -477,13 +487,7 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
     and version. An ApiVersions response carrying an error is read as v0, as Kafka's clients
     do, because that is how servers answer a version they do not speak.
     """
-    steps = decode_response_steps(api_key, api_version, frame, slice_units=None)
-    try:
-        next(steps)
-    except StopIteration as done:
-        result: tuple[int, object] = done.value
-        return result
-    raise AssertionError("a whole reading took steps")
+    return _whole(decode_response_steps(api_key, api_version, frame, slice_units=None))
 
 
 def decode_response_steps(
