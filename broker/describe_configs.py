@@ -3,16 +3,17 @@
 Every described config says where its value comes from, in Kafka's ConfigSource ids. A topic
 config is the topic's override (TOPIC_CONFIG, Kafka's DYNAMIC_TOPIC_CONFIG), else the
 cluster-wide dynamic default of its broker synonym (DYNAMIC_DEFAULT_BROKER_CONFIG, e.g.
-log.retention.ms for retention.ms), else the definition's default (DEFAULT_CONFIG), the same
-resolution as metadata.config_defs.topic_config_values. A broker config is the broker's own
-dynamic value (DYNAMIC_BROKER_CONFIG), else the cluster-wide one set on broker "", else the
-default. With synonyms requested, each entry lists every source that has a value, winner
-first, as Kafka's brokers do.
+log.retention.ms for retention.ms), else the definition's default (DEFAULT_CONFIG). A broker
+config is the broker's own dynamic value (DYNAMIC_BROKER_CONFIG), else the cluster-wide one
+set on broker "", else the default. The layers and their order come from
+metadata.config_defs.config_layers, the one resolution every reader of configs uses. With
+synonyms requested, each entry lists every source that has a value, winner first, as Kafka's
+brokers do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -23,8 +24,11 @@ from metadata.config_defs import (
     CLUSTER_DEFAULT,
     TOPIC_CONFIGS,
     ConfigDef,
+    ConfigLayer,
     ConfigSource,
     ConfigType,
+    config_layers,
+    config_sources,
 )
 from metadata.image import MetadataImage
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
@@ -33,10 +37,6 @@ from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
-
-# Where a described value may come from, highest priority first: the config map it is read
-# from, whether it is keyed by the broker synonym of a topic config, and the source it reports.
-Layer = tuple[Mapping[str, str], bool, ConfigSource]
 
 
 def describe_configs_response(image: MetadataImage, request: Any, node_id: int) -> object:
@@ -50,11 +50,6 @@ def describe_configs_response(image: MetadataImage, request: Any, node_id: int) 
 def _describe(module: Any, image: MetadataImage, request: Any, item: Any, node_id: int) -> Any:
     """One resource's result: its configs, or an error code and Kafka's message."""
     kind, name = int(item.resource_type), item.resource_name
-    cluster: Layer = (
-        image.configs.get((BROKER_RESOURCE, CLUSTER_DEFAULT), {}),
-        True,
-        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
-    )
     only_set = False
     if kind == TOPIC_RESOURCE:
         problem = topic_name_error(name)
@@ -62,19 +57,14 @@ def _describe(module: Any, image: MetadataImage, request: Any, item: Any, node_i
             return _error(module, item, ErrorCode.invalid_topic_exception, problem)
         if image.topics.get(name) is None:
             return _error(module, item, ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_MESSAGE)
-        own = image.configs.get((TOPIC_RESOURCE, name), {})
-        layers = [(own, False, ConfigSource.TOPIC_CONFIG), cluster]
+        layers = config_layers(image.configs, topic=name)
         definitions = TOPIC_CONFIGS
     elif kind == BROKER_RESOURCE:
         definitions = BROKER_DYNAMIC_CONFIGS
         if name == CLUSTER_DEFAULT:
-            layers, only_set = [(cluster[0], False, cluster[2])], True  # Kafka lists what is set
+            layers, only_set = config_layers(image.configs), True  # Kafka lists what is set
         elif name == str(node_id):
-            own = image.configs.get((BROKER_RESOURCE, name), {})
-            layers = [
-                (own, False, ConfigSource.DYNAMIC_BROKER_CONFIG),
-                (cluster[0], False, cluster[2]),
-            ]
+            layers = config_layers(image.configs, broker=node_id)
         else:
             message = (
                 f"Unexpected broker id, expected {node_id} or empty string, but received {name}"
@@ -101,17 +91,14 @@ def _describe(module: Any, image: MetadataImage, request: Any, item: Any, node_i
     return make(module.DescribeConfigsResult, values)
 
 
-def _entry(module: Any, request: Any, definition: ConfigDef, layers: list[Layer]) -> Any:
+def _entry(module: Any, request: Any, definition: ConfigDef, layers: Sequence[ConfigLayer]) -> Any:
     """One config: its effective value and source, synonyms and docs when asked for."""
-    sources: list[tuple[str, str | None, ConfigSource]] = []
-    for values, by_synonym, source in layers:
-        key = definition.broker_synonym if by_synonym else definition.name
-        if key is not None and key in values:
-            sources.append((key, values[key], source))
-    if definition.default is not None:
-        sources.append((definition.name, definition.default, ConfigSource.DEFAULT_CONFIG))
+    sources = config_sources(definition, layers)
     sensitive = definition.type is ConfigType.PASSWORD
-    _, value, source = sources[0] if sources else ("", None, ConfigSource.DEFAULT_CONFIG)
+    value: str | None = None
+    source = ConfigSource.DEFAULT_CONFIG
+    if sources:
+        _, value, source = sources[0]
     synonyms = tuple(
         make(
             module.DescribeConfigsSynonym,

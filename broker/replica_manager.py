@@ -80,10 +80,10 @@ from log.validator import (
     validate_records,
     validate_records_in_slices,
 )
-from metadata.config_defs import CLUSTER_DEFAULT
+from metadata.config_defs import config_layers, dynamic_overrides, dynamic_value
 from metadata.delta import TopicPartition, local_changes
 from metadata.image import EMPTY, MetadataImage, PartitionRegistration, TopicImage
-from metadata.records import ELR_FEATURE, NO_LEADER
+from metadata.records import ELR_FEATURE, NO_LEADER, TOPIC_RESOURCE
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 
@@ -92,8 +92,6 @@ _limited = RateLimitedLog(logger)
 
 PARTITION_METADATA_FILE = "partition.metadata"
 RECONCILE_RETRY_S = 1.0  # after a disk error, how soon the same image is tried again
-TOPIC_RESOURCE = 2  # ConfigResource type of topic configs in the image
-BROKER_RESOURCE = 4  # ... and of broker configs (resource "" = cluster-wide defaults)
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
@@ -440,8 +438,12 @@ class ReplicaManager:
         if previous is None or image.configs is not previous.configs:
             before = previous.configs if previous is not None else {}
             defaults_changed = any(
-                before.get(resource) is not image.configs.get(resource)
-                for resource in self._dynamic_broker_resources
+                old.values is not new.values
+                for old, new in zip(
+                    config_layers(before, broker=self.node_id),
+                    config_layers(image.configs, broker=self.node_id),
+                    strict=True,
+                )
             )
             changed_topics = {
                 name
@@ -505,28 +507,13 @@ class ReplicaManager:
             )
             self._offline.add(key)
 
-    @property
-    def _dynamic_broker_resources(self) -> tuple[tuple[int, str], ...]:
-        """The dynamic broker config resources that apply here, weakest first: the
-        cluster-wide default (``""``) and this broker's own (its id)."""
-        return ((BROKER_RESOURCE, CLUSTER_DEFAULT), (BROKER_RESOURCE, str(self.node_id)))
-
-    def _dynamic_broker_configs(self, image: MetadataImage) -> dict[str, str]:
-        """This broker's dynamic configs over the cluster-wide dynamic defaults, as Kafka's
-        DynamicBrokerConfig layers them (both over server.properties)."""
-        merged: dict[str, str] = {}
-        for resource in self._dynamic_broker_resources:
-            merged.update(image.configs.get(resource, {}))
-        return merged
-
     def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
         """The topic's own configs over the dynamic broker configs (``log.*`` keys set for
         this broker or cluster-wide) over server.properties, as Kafka resolves them."""
-        defaults = self._dynamic_broker_configs(image)
-        values = image.configs.get((TOPIC_RESOURCE, topic), {})
-        if not values and not defaults:
+        overrides = dynamic_overrides(image.configs, topic=topic, broker=self.node_id)
+        if not overrides:
             return self.default_config
-        return LogConfig.from_properties({**defaults, **values}, self.default_config)
+        return LogConfig.from_properties(overrides, self.default_config)
 
     async def _set_aside_strays(self, image: MetadataImage) -> None:
         """Once, against the first caught-up image: every log on disk that is not assigned
@@ -1123,9 +1110,9 @@ class ReplicaManager:
         the cluster-wide dynamic default, or the broker's static one."""
         image = self._image
         if image is not None:
-            value = image.configs.get((TOPIC_RESOURCE, topic), {}).get("min.insync.replicas")
-            if value is None:
-                value = self._dynamic_broker_configs(image).get("min.insync.replicas")
+            value = dynamic_value(
+                image.configs, "min.insync.replicas", topic=topic, broker=self.node_id
+            )
             if value is not None:
                 return int(value)
         return self.config.min_insync_replicas

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 from log.config_defs import (
     TOPIC_CONFIGS,
@@ -29,11 +30,16 @@ __all__ = [
     "CLUSTER_DEFAULT",
     "TOPIC_CONFIGS",
     "ConfigDef",
+    "ConfigLayer",
     "ConfigSource",
     "ConfigType",
     "ConfigValue",
     "check_config",
+    "config_layers",
+    "config_sources",
     "definitions",
+    "dynamic_overrides",
+    "dynamic_value",
     "list_items",
     "topic_config_values",
 ]
@@ -170,25 +176,98 @@ def check_config(resource_type: int, name: str, value: str | None) -> str | None
     return f"Invalid value {value} for configuration {name}: {problem}"
 
 
-def topic_config_values(
-    configs: Mapping[tuple[int, str], Mapping[str, str]], topic: str
-) -> list[ConfigValue]:
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConfigLayer:
+    """One map of dynamic configs from the metadata image, and the source it reports.
+    ``by_synonym``: the map holds broker keys, so a topic config is looked up by its broker
+    synonym there (``log.retention.ms`` for ``retention.ms``)."""
+
+    values: Mapping[str, str]
+    by_synonym: bool
+    source: ConfigSource
+
+
+Configs = Mapping[tuple[int, str], Mapping[str, str]]
+# A resource with no dynamic configs: one shared empty map, so callers can tell a changed
+# layer from an unchanged one by identity.
+_NONE: Mapping[str, str] = MappingProxyType({})
+
+
+def config_layers(
+    configs: Configs, *, topic: str | None = None, broker: int | None = None
+) -> tuple[ConfigLayer, ...]:
+    """The dynamic config maps in force, strongest first, in Kafka's order: the topic's own
+    (when ``topic`` is given), this broker's dynamic configs (when ``broker`` is given), then
+    the cluster-wide dynamic default. The static server.properties value and the definition's
+    default come after every layer. This is the one place that order is written: the
+    controller (min ISR, unclean election), the broker (log configs, min ISR) and
+    DescribeConfigs all resolve through it."""
+    layers: list[ConfigLayer] = []
+    if topic is not None:
+        own = configs.get((TOPIC_RESOURCE, topic), _NONE)
+        layers.append(ConfigLayer(own, False, ConfigSource.TOPIC_CONFIG))
+    by_synonym = topic is not None
+    if broker is not None:
+        own = configs.get((BROKER_RESOURCE, str(broker)), _NONE)
+        layers.append(ConfigLayer(own, by_synonym, ConfigSource.DYNAMIC_BROKER_CONFIG))
+    cluster = configs.get((BROKER_RESOURCE, CLUSTER_DEFAULT), _NONE)
+    layers.append(ConfigLayer(cluster, by_synonym, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+    return tuple(layers)
+
+
+def config_sources(
+    definition: ConfigDef, layers: Sequence[ConfigLayer]
+) -> list[tuple[str, str, ConfigSource]]:
+    """Every (key, value, source) that sets ``definition`` in ``layers``, winner first, then
+    the definition's default (DescribeConfigs' synonyms list)."""
+    sources: list[tuple[str, str, ConfigSource]] = []
+    for layer in layers:
+        key = definition.broker_synonym if layer.by_synonym else definition.name
+        if key is not None and key in layer.values:
+            sources.append((key, layer.values[key], layer.source))
+    if definition.default is not None:
+        sources.append((definition.name, definition.default, ConfigSource.DEFAULT_CONFIG))
+    return sources
+
+
+def dynamic_value(
+    configs: Configs, name: str, *, topic: str | None = None, broker: int | None = None
+) -> str | None:
+    """The dynamic value in force of config ``name`` (a topic config's name when ``topic`` is
+    given, else a broker config's), or None when only the static value applies."""
+    definition = TOPIC_CONFIGS.get(name) if topic is not None else None
+    for layer in config_layers(configs, topic=topic, broker=broker):
+        key = name
+        if layer.by_synonym and definition is not None and definition.broker_synonym is not None:
+            key = definition.broker_synonym
+        value = layer.values.get(key)
+        if value is not None:
+            return value
+    return None
+
+
+def dynamic_overrides(
+    configs: Configs, *, topic: str | None = None, broker: int | None = None
+) -> dict[str, str]:
+    """Every dynamic key in force, the stronger layer winning (topic keys and broker keys
+    side by side, as LogConfig.from_properties reads them: a topic key overrides its broker
+    synonym there)."""
+    merged: dict[str, str] = {}
+    for layer in reversed(config_layers(configs, topic=topic, broker=broker)):
+        merged.update(layer.values)
+    return merged
+
+
+def topic_config_values(configs: Configs, topic: str) -> list[ConfigValue]:
     """Every topic config's effective value for ``topic``: its own override, else the
     cluster-wide dynamic broker default, else Kafka's default (in name order)."""
-    overrides = configs.get((TOPIC_RESOURCE, topic), {})
-    cluster = configs.get((BROKER_RESOURCE, CLUSTER_DEFAULT), {})
+    layers = config_layers(configs, topic=topic)
     values = []
-    for name, definition in sorted(TOPIC_CONFIGS.items()):
-        if name in overrides:
-            values.append(ConfigValue(definition, overrides[name], ConfigSource.TOPIC_CONFIG))
-        elif definition.broker_synonym is not None and definition.broker_synonym in cluster:
-            values.append(
-                ConfigValue(
-                    definition,
-                    cluster[definition.broker_synonym],
-                    ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
-                )
-            )
+    for _, definition in sorted(TOPIC_CONFIGS.items()):
+        sources = config_sources(definition, layers)
+        if sources:
+            _, value, source = sources[0]
+            values.append(ConfigValue(definition, value, source))
         else:
-            values.append(ConfigValue(definition, definition.default, ConfigSource.DEFAULT_CONFIG))
+            values.append(ConfigValue(definition, None, ConfigSource.DEFAULT_CONFIG))
     return values

@@ -9,9 +9,9 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from metadata.config_defs import CLUSTER_DEFAULT
+from metadata.config_defs import dynamic_value
 from metadata.image import MetadataImage
-from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataRecord
+from metadata.records import MetadataRecord
 from raft.core import MAX_PROPOSAL_RECORDS
 from raft.driver import RaftNode
 
@@ -65,10 +65,9 @@ class ControllerContext:
     def unclean_enabled(self, topic: str) -> bool:
         """unclean.leader.election.enable for ``topic``: its own config, the cluster-wide
         dynamic default, or the static one."""
-        for resource in ((TOPIC_RESOURCE, topic), (BROKER_RESOURCE, CLUSTER_DEFAULT)):
-            value = self.image.configs.get(resource, {}).get(UNCLEAN_LEADER_ELECTION)
-            if value is not None:
-                return value.strip().lower() == "true"
+        value = dynamic_value(self.image.configs, UNCLEAN_LEADER_ELECTION, topic=topic)
+        if value is not None:
+            return value.strip().lower() == "true"
         return self.config.unclean_leader_election_enable
 
     def new_uuid(self) -> uuid.UUID:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from kio.schema.errors import ErrorCode
 
-from metadata.config_defs import CLUSTER_DEFAULT
+from metadata.config_defs import CLUSTER_DEFAULT, dynamic_value
 from metadata.controller.context import ApiError, ControllerContext
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from metadata.records import (
@@ -63,11 +63,7 @@ def enabled(image: MetadataImage) -> bool:
 def min_isr(ctx: ControllerContext, topic: TopicImage, partition: PartitionRegistration) -> int:
     """Kafka's getTopicEffectiveMinIsr: the topic's min.insync.replicas (its own, the
     cluster default, or the static one) capped at the replication factor."""
-    value = None
-    for resource in ((TOPIC_RESOURCE, topic.name), (BROKER_RESOURCE, CLUSTER_DEFAULT)):
-        value = ctx.image.configs.get(resource, {}).get(MIN_INSYNC_REPLICAS)
-        if value is not None:
-            break
+    value = dynamic_value(ctx.image.configs, MIN_INSYNC_REPLICAS, topic=topic.name)
     configured = ctx.config.min_insync_replicas if value is None else int(value)
     return min(configured, len(partition.replicas))
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from log.config import LogConfig
 from metadata.config_defs import (
@@ -11,6 +13,8 @@ from metadata.config_defs import (
     ConfigSource,
     ConfigType,
     check_config,
+    dynamic_overrides,
+    dynamic_value,
     topic_config_values,
 )
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
@@ -107,6 +111,57 @@ def test_effective_values_prefer_topic_then_cluster_default_then_kafka_default()
         ConfigSource.DEFAULT_CONFIG,
     )
     assert list(values) == sorted(TOPIC_CONFIGS)
+
+
+# Topic configs whose broker synonym differs from their own name, and ones where it is the same.
+_CHOICES = {
+    "retention.ms": ("1", "2", "3"),
+    "segment.bytes": ("14", "2048", "4096"),
+    "min.insync.replicas": ("1", "2", "3"),
+    "cleanup.policy": ("compact", "delete", "compact,delete"),
+}
+_RESOLVED = tuple(_CHOICES)
+_layer = st.fixed_dictionaries({n: st.none() | st.sampled_from(c) for n, c in _CHOICES.items()})
+
+
+@given(
+    topic=_layer,
+    broker=_layer,
+    cluster=_layer,
+    ask_broker=st.booleans(),
+)
+def test_one_resolution_order_topic_then_this_broker_then_cluster_default(
+    topic: dict[str, str | None],
+    broker: dict[str, str | None],
+    cluster: dict[str, str | None],
+    ask_broker: bool,
+) -> None:
+    # The reference model of Kafka's order, written out per key: a topic's own value, then
+    # the broker's dynamic value of the key's broker synonym, then the cluster-wide one.
+    def synonym(name: str) -> str:
+        return TOPIC_CONFIGS[name].broker_synonym or name
+
+    configs = {
+        (TOPIC_RESOURCE, "t"): {n: v for n, v in topic.items() if v is not None},
+        (BROKER_RESOURCE, "7"): {synonym(n): v for n, v in broker.items() if v is not None},
+        (BROKER_RESOURCE, ""): {synonym(n): v for n, v in cluster.items() if v is not None},
+        (TOPIC_RESOURCE, "other"): {n: c[0] for n, c in _CHOICES.items()},
+    }
+    for name in _RESOLVED:
+        layers = [topic[name], broker[name] if ask_broker else None, cluster[name]]
+        expected = next((v for v in layers if v is not None), None)
+        got = dynamic_value(configs, name, topic="t", broker=7 if ask_broker else None)
+        assert got == expected, name
+        # The broker builds its LogConfig from the merged overrides: the same winner.
+        if name in LogConfig().to_properties() and expected is not None:
+            merged = dynamic_overrides(configs, topic="t", broker=7 if ask_broker else None)
+            built = LogConfig.from_properties(merged).to_properties()[name]
+            assert built == expected, name
+    # DescribeConfigs' (and CreateTopics') view of a topic has no broker layer.
+    values = {v.definition.name: v.value for v in topic_config_values(configs, "t")}
+    for name in _RESOLVED:
+        own = topic[name] if topic[name] is not None else cluster[name]
+        assert values[name] == (own if own is not None else TOPIC_CONFIGS[name].default)
 
 
 @pytest.mark.parametrize(
