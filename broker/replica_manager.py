@@ -33,10 +33,10 @@ import random
 import uuid
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.alter_partition import AlterPartitionManager
 from broker.bugs import (
     ACK_BEFORE_FETCH,
     HW_BEFORE_DIVERGENCE_CHECK,
@@ -84,8 +84,6 @@ from metadata.config_defs import config_layers, dynamic_overrides, dynamic_value
 from metadata.delta import TopicPartition, local_changes
 from metadata.image import EMPTY, MetadataImage, PartitionRegistration, TopicImage
 from metadata.records import ELR_FEATURE, NO_LEADER, TOPIC_RESOURCE
-from protocol.api_keys import ApiKey
-from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.replica_manager")
 _limited = RateLimitedLog(logger)
@@ -103,8 +101,6 @@ NO_EPOCH = -1
 HighWatermarkListener = Callable[[Partition, int], None]
 # (the leader's partition, the producer's retried batch, the offset answered for it).
 DuplicateListener = Callable[[Partition, BatchHeader, int], None]
-ALTER_PARTITION_VERSION = 3
-ALTER_PARTITION_TIMEOUT_S = 30.0
 
 
 # The keys ReplicationConfig and its FetcherConfig read (kraft/config.py knows them, so they
@@ -233,13 +229,21 @@ class ReplicaManager:
         self._reconciled = asyncio.Event()  # set and replaced after each reconciled image
         self._task: asyncio.Task[None] | None = None
         self.config = config or ReplicationConfig()
-        self._channel = channel  # AlterPartition goes here; None: the ISR never changes
-        self._broker_epoch = broker_epoch
+        # ISR changes go to the controller; with no channel the ISR never changes.
+        self._alter_partition: AlterPartitionManager | None = None
+        if channel is not None:
+            self._alter_partition = AlterPartitionManager(
+                node_id,
+                channel,
+                broker_epoch,
+                lambda: self._latest,
+                self._isr_committed,
+                self.config.fetcher.backoff_ms / 1000,
+            )
         self.delayed: DelayedOperations[tuple[str, int]] = DelayedOperations()
         self.fetchers = ReplicaFetcherManager(
             node_id, self._endpoint, clock, self.config.fetcher, on_failure=self._wake.set
         )
-        self._isr_tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._shrink_task: asyncio.Task[None] | None = None
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._checkpointed: dict[tuple[str, int], int] = {}  # high watermarks at start-up
@@ -267,8 +271,8 @@ class ReplicaManager:
             logger.exception("[ReplicaManager id=%d] reading high watermarks", self.node_id)
         self._task = loop.create_task(self._reconcile_forever())
         self._checkpoint_task = loop.create_task(self._checkpoint_high_watermarks_forever())
-        if self._channel is not None:
-            self._shrink_task = loop.create_task(self._shrink_isr_forever())
+        if self._alter_partition is not None:
+            self._shrink_task = loop.create_task(self._shrink_isr_forever(self._alter_partition))
         return self._task
 
     async def wait_reconciled(self, offset: int) -> None:
@@ -283,7 +287,7 @@ class ReplicaManager:
     async def close(self) -> None:
         if self._descriptor_retry is not None:
             self._descriptor_retry.cancel()
-        tasks = [self._task, self._shrink_task, self._checkpoint_task, *self._isr_tasks.values()]
+        tasks = [self._task, self._shrink_task, self._checkpoint_task]
         for task in tasks:
             if task is not None:
                 task.cancel()
@@ -291,6 +295,8 @@ class ReplicaManager:
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        if self._alter_partition is not None:
+            await self._alter_partition.close()
         await self.fetchers.close()
         await self.txn_verifier.close()
         self.delayed.notify_all()
@@ -652,7 +658,7 @@ class ReplicaManager:
         a new state), or ``timeout_s`` passes: the partitions that changed (none on time)."""
         return await self.delayed.wait(keys, timeout_s)
 
-    async def _shrink_isr_forever(self) -> None:
+    async def _shrink_isr_forever(self, alter: AlterPartitionManager) -> None:
         """Kafka's isr-expiration task: every half lag time, drop lagging ISR members."""
         interval_s = self.config.lag_time_max_ms / 2000
         while True:
@@ -673,101 +679,12 @@ class ReplicaManager:
                         partition.isr = shrunk
                         self._maybe_advance_high_watermark(partition)
                         continue
-                    self._alter_isr(partition, shrunk)
+                    alter.propose(partition, shrunk)
 
-    def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
-        """Propose ``isr`` to the controller; one proposal per partition at a time."""
-        if self._channel is None or partition.key in self._isr_tasks:
-            return
-        partition.pending_isr = isr
-        task = asyncio.get_running_loop().create_task(self._send_alter_partition(partition, isr))
-        self._isr_tasks[partition.key] = task
-        key = partition.key
-        task.add_done_callback(lambda _task: self._isr_tasks.pop(key, None))
-
-    async def _send_alter_partition(self, partition: Partition, isr: tuple[int, ...]) -> None:
-        """AlterPartition v3 for one partition (Kafka's AlterPartitionManager sends them in
-        batches; one per partition keeps this simple and each is small)."""
-        assert self._channel is not None
-        module = request_module(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION)
-        image = self._latest
-        brokers = image.cluster.brokers if image is not None else {}
-        members = tuple(
-            make(
-                module.BrokerState,
-                {"broker_id": r, "broker_epoch": brokers[r].epoch if r in brokers else -1},
-            )
-            for r in isr
-        )
-        request = make(
-            module.AlterPartitionRequest,
-            {
-                "broker_id": self.node_id,
-                "broker_epoch": self._broker_epoch(),
-                "topics": (
-                    make(
-                        module.TopicData,
-                        {
-                            "topic_id": partition.topic_id,
-                            "partitions": (
-                                make(
-                                    module.PartitionData,
-                                    {
-                                        "partition_index": partition.index,
-                                        "leader_epoch": partition.leader_epoch,
-                                        "new_isr_with_epochs": members,
-                                        "leader_recovery_state": 0,
-                                        "partition_epoch": partition.partition_epoch,
-                                    },
-                                ),
-                            ),
-                        },
-                    ),
-                ),
-            },
-        )
-        error: object = None
-        try:
-            response: Any = await self._channel.send(request, ALTER_PARTITION_TIMEOUT_S)
-        except OSError as failure:
-            response, error = None, failure
-        answer = None
-        if response is not None and response.error_code == ErrorCode.none:
-            for topic in response.topics:
-                for data in topic.partitions:
-                    if data.partition_index == partition.index:
-                        answer = data
-        if answer is not None and answer.error_code == ErrorCode.none:
-            if partition.isr_committed(
-                answer.leader_epoch, answer.partition_epoch, tuple(answer.isr)
-            ):
-                logger.info(
-                    "[Partition %s-%d broker=%d] ISR updated to %s and partition epoch to %d",
-                    partition.topic,
-                    partition.index,
-                    self.node_id,
-                    list(partition.isr),
-                    partition.partition_epoch,
-                )
-                self._maybe_advance_high_watermark(partition)
-                self.delayed.notify(partition.key)
-            return
-        if error is None:
-            code = answer.error_code if answer is not None else response.error_code
-            error = ErrorCode(code).name if response is not None else "no answer"
-        logger.info(
-            "[Partition %s-%d broker=%d] AlterPartition to %s failed: %s",
-            partition.topic,
-            partition.index,
-            self.node_id,
-            list(isr),
-            error,
-        )
-        # Back to the committed ISR; the next fetch or shrink check proposes again, after
-        # the metadata image (which may explain the refusal) has had a chance to arrive.
-        await asyncio.sleep(self.config.fetcher.backoff_ms / 1000)
-        if partition.pending_isr == isr:
-            partition.pending_isr = None
+    def _isr_committed(self, partition: Partition) -> None:
+        """The controller committed a proposed ISR: the high watermark may move now."""
+        self._maybe_advance_high_watermark(partition)
+        self.delayed.notify(partition.key)
 
     # ---- requests ------------------------------------------------------------------------
     def _leader(
@@ -1182,7 +1099,8 @@ class ReplicaManager:
                 list(partition.isr),
                 list(expanded),
             )
-            self._alter_isr(partition, expanded)
+            if self._alter_partition is not None:
+                self._alter_partition.propose(partition, expanded)
         self._maybe_advance_high_watermark(partition)
         return result
 
