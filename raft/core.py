@@ -8,7 +8,8 @@ appending to / reading from / truncating its log object, whose durability the dr
 
 Roles (KIP-595 and KIP-996): unattached, follower, prospective (pre-vote), candidate, leader,
 resigned; an observer (a node that is not a voter) is unattached or follower and never votes
-or stands for election. The state diagram and the invariants are in docs/raft.md.
+or stands for election. Their legal transitions, and the state only one role holds, are in
+raft/roles.py. The state diagram and the invariants are in docs/raft.md.
 """
 
 from __future__ import annotations
