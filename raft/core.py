@@ -8,13 +8,13 @@ appending to / reading from / truncating its log object, whose durability the dr
 
 Roles (KIP-595 and KIP-996): unattached, follower, prospective (pre-vote), candidate, leader,
 resigned; an observer (a node that is not a voter) is unattached or follower and never votes
-or stands for election. The state diagram and the invariants are in docs/raft.md.
+or stands for election. Their legal transitions, and the state only one role holds, are in
+raft/roles.py. The state diagram and the invariants are in docs/raft.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import random
 import uuid
 from collections.abc import Sequence
@@ -47,6 +47,7 @@ from raft.messages import (
 from raft.progress import ReplicaProgress, majority, quorum_offset
 from raft.quorum_state import QuorumState
 from raft.replicated_log import ReplicatedLog
+from raft.roles import ElectionState, LeaderState, ParkedFetch, Role, check_transition
 from raft.snapshot import SnapshotId
 from raft.validation import EpochRaiseBudget, raised_epoch, request_error
 from raft.voters import (
@@ -130,15 +131,6 @@ _REQUEST_TYPES = (
 )
 
 
-class Role(enum.Enum):
-    UNATTACHED = "unattached"
-    FOLLOWER = "follower"
-    PROSPECTIVE = "prospective"
-    CANDIDATE = "candidate"
-    LEADER = "leader"
-    RESIGNED = "resigned"
-
-
 class NotLeaderError(Exception):
     """A proposal reached a node that is not the leader; says who is, if known."""
 
@@ -217,16 +209,6 @@ class Ready:
         )
 
 
-@dataclass(slots=True)
-class _Parked:
-    """A Fetch the leader holds until it has something new to say (long polling)."""
-
-    src: int
-    request: FetchRequest
-    reply_to: object
-    deadline_ms: int
-
-
 class RaftCore:
     """One node's consensus state machine."""
 
@@ -279,6 +261,8 @@ class RaftCore:
                 NO_LEADER,
             )
         self.role = Role.UNATTACHED
+        # False until the first role is taken (which any of INITIAL_ROLES may be).
+        self._started = False
         snapshot = log.latest_snapshot()
         # A snapshot holds only committed records: its end is a high watermark we know.
         adopt = "snapshot-hw-not-adopted" not in bugs
@@ -298,13 +282,10 @@ class RaftCore:
         self._fetch_backoff_until_ms = 0
         self._fetch_stopped = False  # only the observer-stops-on-fetch-error bug sets it
         self._bootstrap_index = 0
-        self._votes: dict[int, bool] = {}
-        self._progress: dict[int, ReplicaProgress] = {}
-        self._epoch_start_offset = 0
-        self._leader_since_ms = 0
-        self._begin_epoch_sent_ms: dict[int, int] = {}
+        # The state only an election (Prospective, Candidate) or only a Leader holds.
+        self._election: ElectionState | None = None
+        self._leader: LeaderState | None = None
         self._observers_checked_ms = 0
-        self._parked: dict[int, _Parked] = {}
         self._truncating = False
         # A snapshot download in progress: (id, next position), and whether it is installing.
         self._download: tuple[SnapshotId, int] | None = None
@@ -317,6 +298,7 @@ class RaftCore:
             self._become_follower(self.epoch, self.leader_id, persist=False)
         else:
             self._become_unattached(self.epoch, self.voted_id, persist=False)
+        self._started = True
         if (
             self.voters == (node_id,)
             and self.electable
@@ -421,9 +403,10 @@ class RaftCore:
     def _voters_changed(self) -> None:
         """The voter set in force changed (appended, or reverted by a truncation)."""
         if self.role is Role.LEADER:
+            progress = self._leading.progress
             for voter in self.voters:
-                if voter not in self._progress:
-                    self._progress[voter] = ReplicaProgress(voter, last_fetch_ms=self.now_ms)
+                if voter not in progress:
+                    progress[voter] = ReplicaProgress(voter, last_fetch_ms=self.now_ms)
             self._update_high_watermark()
         elif not self.electable and self.role in (Role.PROSPECTIVE, Role.CANDIDATE):
             self._become_unattached(self.epoch, self.voted_id)
@@ -443,7 +426,7 @@ class RaftCore:
             return Errors.UNSUPPORTED_VERSION, -1
         if (
             self.history.latest_offset() >= self.high_watermark
-            or self.high_watermark <= self._epoch_start_offset
+            or self.high_watermark <= self._leading.epoch_start_offset
         ):
             return Errors.REQUEST_TIMED_OUT, -1
         current = self.history.latest()
@@ -451,7 +434,7 @@ class RaftCore:
             if change == "add":
                 if current.get(voter.voter_id) is not None:
                     return Errors.DUPLICATE_VOTER, -1
-                progress = self._progress.get(voter.voter_id)
+                progress = self._leading.progress.get(voter.voter_id)
                 caught_up = self.now_ms - self.config.fetch_timeout_ms
                 if progress is None or progress.last_caught_up_ms < max(caught_up, 0):
                     # Not an observer that reached the high watermark within a fetch
@@ -508,7 +491,7 @@ class RaftCore:
             if voter.voter_id == self.node_id:
                 directory = self.directory_id
             else:
-                progress = self._progress.get(voter.voter_id)
+                progress = self._leading.progress.get(voter.voter_id)
                 directory = None if progress is None else progress.directory_id
             if directory is None:
                 # Kafka's words: every voter must be known by (id, directory id) first.
@@ -578,7 +561,7 @@ class RaftCore:
         if role is Role.LEADER:
             # Check quorum and BeginQuorumEpoch retries are looked at on this period.
             deadlines.append(self.now_ms + BEGIN_QUORUM_RETRY_MS)
-            deadlines.extend(p.deadline_ms for p in self._parked.values())
+            deadlines.extend(p.deadline_ms for p in self._leading.parked.values())
         elif role is Role.FOLLOWER:
             deadlines.append(self._fetch_deadline_ms)
         elif self.electable:
@@ -749,7 +732,7 @@ class RaftCore:
 
     def describe(self) -> dict[int, ReplicaProgress]:
         """The leader's view of every replica (DescribeQuorum); empty on other nodes."""
-        return dict(self._progress) if self.role is Role.LEADER else {}
+        return dict(self._leading.progress) if self.role is Role.LEADER else {}
 
     # ---- plumbing -----------------------------------------------------------------------
     def _send(self, dst: int, body: Request) -> int:
@@ -800,12 +783,29 @@ class RaftCore:
         return min(self.flushed_offset, self.log.end_offset())
 
     # ---- transitions ------------------------------------------------------------------
+    @property
+    def _leading(self) -> LeaderState:
+        """The leader's own state; only ever asked for in the Leader role."""
+        assert self._leader is not None, f"leader state asked for in role {self.role}"
+        return self._leader
+
+    @property
+    def _votes(self) -> dict[int, bool]:
+        """This election round's answers; only ever asked for while Prospective or Candidate."""
+        assert self._election is not None, f"votes asked for in role {self.role}"
+        return self._election.votes
+
     def _set_role(self, role: Role) -> None:
+        """Enter ``role`` (checked against raft/roles.py's TRANSITIONS) with fresh state."""
+        check_transition(self.role if self._started else None, role)
         if self.role is Role.LEADER and role is not Role.LEADER:
             self._release_parked(Errors.NOT_LEADER_OR_FOLLOWER)
-            self._progress = {}
+        self._leader = None
+        if role is Role.LEADER:
+            self._leader = LeaderState(self.now_ms, self.log.end_offset())
+        in_election = role in (Role.PROSPECTIVE, Role.CANDIDATE)
+        self._election = ElectionState() if in_election else None
         self.role = role
-        self._votes = {}
         self._fetch_correlation = None
         if not self._installing:
             self._download = None
@@ -919,11 +919,10 @@ class RaftCore:
         self.leader_id = self.node_id
         self._set_role(Role.LEADER)
         self._persist()
-        self._leader_since_ms = self.now_ms
-        self._progress = {
+        leading = self._leading
+        leading.progress = {
             voter: ReplicaProgress(voter, last_fetch_ms=self.now_ms) for voter in self.voters
         }
-        self._epoch_start_offset = self.log.end_offset()
         now_ms = self.clock.now_ms()
         records = [leader_change_record(self.node_id, self.voters, granting, now_ms)]
         history = self.history
@@ -943,19 +942,21 @@ class RaftCore:
             history.add(QuorumControl(first + 1, kraft_version=history.kraft_version()))
             history.add(QuorumControl(first + 2, voters=history.latest()))
         self._ready.flush = True
-        if "hw-from-previous-epoch" in self.bugs and self._epoch_start_offset > self.high_watermark:
-            self.high_watermark = self._epoch_start_offset
+        start = leading.epoch_start_offset
+        if "hw-from-previous-epoch" in self.bugs and start > self.high_watermark:
+            self.high_watermark = start
             self._event(HighWatermarkAdvanced(self.high_watermark))
-        self._begin_epoch_sent_ms = {}
         self._send_begin_quorum_epoch()
 
     def _become_resigned(self) -> None:
         self.leader_id = self.node_id
         self.voted_id = self.node_id if self.voted_id == NO_LEADER else self.voted_id
+        # Empty when resigning at start-up (the stored state said we led): nobody is known.
+        progress = self._leader.progress if self._leader is not None else {}
         preferred = tuple(
             replica
             for replica, _ in sorted(
-                ((p.replica_id, p.end_offset) for p in self._progress.values()),
+                ((p.replica_id, p.end_offset) for p in progress.values()),
                 key=lambda item: (-item[1], item[0]),
             )
             if replica != self.node_id
@@ -981,36 +982,38 @@ class RaftCore:
 
     # ---- leader --------------------------------------------------------------------------
     def _send_begin_quorum_epoch(self) -> None:
+        leading = self._leading
         for voter in self.voters:
-            progress = self._progress.get(voter)
+            progress = leading.progress.get(voter)
             if voter == self.node_id or (progress is not None and progress.end_offset >= 0):
                 continue
-            sent = self._begin_epoch_sent_ms.get(voter)
+            sent = leading.begin_epoch_sent_ms.get(voter)
             if sent is None or self.now_ms - sent >= BEGIN_QUORUM_RETRY_MS:
-                self._begin_epoch_sent_ms[voter] = self.now_ms
+                leading.begin_epoch_sent_ms[voter] = self.now_ms
                 request = BeginQuorumEpochRequest(self.epoch, self.node_id)
                 self._send(voter, self._to_voter(request, voter))
 
     def _leader_tick(self) -> None:
+        leading = self._leading
         if "no-check-quorum" not in self.bugs:
             window = self.config.fetch_timeout_ms
             heard = sum(
                 1
                 for voter in self.voters
                 if voter == self.node_id
-                or self.now_ms - self._progress[voter].last_fetch_ms < window
+                or self.now_ms - leading.progress[voter].last_fetch_ms < window
             )
             if "check-quorum-needs-fetch" in self.bugs and heard == 1:
                 heard = 0  # only a follower's fetch counts, and a sole voter has none
-            if heard < majority(len(self.voters)) and self.now_ms - self._leader_since_ms >= window:
+            if heard < majority(len(self.voters)) and self.now_ms - leading.since_ms >= window:
                 self._become_resigned()
                 return
         self._send_begin_quorum_epoch()
         self._expire_observers()
-        for src, parked in list(self._parked.items()):
+        for src, parked in list(leading.parked.items()):
             if self.now_ms >= parked.deadline_ms:
                 self._answer_fetch(parked, force=True)
-                del self._parked[src]
+                del leading.parked[src]
 
     def _update_high_watermark(self) -> None:
         voters = self.voters
@@ -1020,13 +1023,13 @@ class RaftCore:
         ends = [
             self._durable_end()
             if voter == self.node_id
-            else self._progress.get(voter, missing).end_offset
+            else self._leading.progress.get(voter, missing).end_offset
             for voter in voters
         ]
         candidate = quorum_offset(ends)
         if candidate <= self.high_watermark:
             return
-        if candidate <= self._epoch_start_offset:
+        if candidate <= self._leading.epoch_start_offset:
             return  # nothing of this epoch is committed yet (Raft's figure-8 rule)
         self.high_watermark = candidate
         self._event(HighWatermarkAdvanced(candidate))
@@ -1082,13 +1085,14 @@ class RaftCore:
                 return
         if request.replica_id < 0:
             # Not a replica (as in Kafka, a consumer's fetch): answered at once, not tracked.
-            parked = _Parked(message.src, request, message.reply_to, self.now_ms)
+            parked = ParkedFetch(message.src, request, message.reply_to, self.now_ms)
             self._answer_fetch(parked, force=True)
             return
-        progress = self._progress.get(message.src)
+        leading = self._leading
+        progress = leading.progress.get(message.src)
         if progress is None:
             self._make_room_for_observer()
-            progress = self._progress[message.src] = ReplicaProgress(message.src)
+            progress = leading.progress[message.src] = ReplicaProgress(message.src)
         progress.end_offset = request.fetch_offset
         progress.last_fetch_ms = self.now_ms
         if request.replica_directory_id is not None:
@@ -1097,17 +1101,17 @@ class RaftCore:
             progress.last_caught_up_ms = self.now_ms
         if message.src in self.voters:
             self._update_high_watermark()
-        previous = self._parked.pop(message.src, None)
+        previous = leading.parked.pop(message.src, None)
         if previous is not None:
             self._answer_fetch(previous, force=True)
-        parked = _Parked(
+        parked = ParkedFetch(
             message.src,
             request,
             message.reply_to,
             self.now_ms + min(request.max_wait_ms, self.config.fetch_max_wait_ms),
         )
         if not self._answer_fetch(parked, force=request.max_wait_ms <= 0):
-            self._parked[message.src] = parked
+            leading.parked[message.src] = parked
 
     def _expire_observers(self) -> None:
         """Forget observers that stopped fetching (Kafka's observer session timeout); looked
@@ -1116,23 +1120,24 @@ class RaftCore:
             return
         self._observers_checked_ms = self.now_ms
         limit = self.now_ms - OBSERVER_SESSION_TIMEOUT_MS
-        for replica, progress in list(self._progress.items()):
+        for replica, progress in list(self._leading.progress.items()):
             if replica not in self.voters and progress.last_fetch_ms <= limit:
                 self._forget_observer(replica)
 
     def _make_room_for_observer(self) -> None:
         # A leader's progress holds every voter, so the rest are observers.
-        if len(self._progress) - len(self.voters) < MAX_OBSERVERS:
+        progress = self._leading.progress
+        if len(progress) - len(self.voters) < MAX_OBSERVERS:
             return
-        observers = [p for r, p in self._progress.items() if r not in self.voters]
+        observers = [p for r, p in progress.items() if r not in self.voters]
         oldest = min(observers, key=lambda p: (p.last_fetch_ms, p.replica_id))
         self._forget_observer(oldest.replica_id)
 
     def _forget_observer(self, replica: int) -> None:
-        parked = self._parked.pop(replica, None)
+        parked = self._leading.parked.pop(replica, None)
         if parked is not None:
             self._answer_fetch(parked, force=True)
-        del self._progress[replica]
+        del self._leading.progress[replica]
 
     def _reply_snapshot_id(self, message: Inbound, snapshot: SnapshotId) -> None:
         self._reply(
@@ -1173,7 +1178,7 @@ class RaftCore:
         except OSError:
             answer(SNAPSHOT_NOT_FOUND)
             return
-        progress = self._progress.get(message.src)
+        progress = self._leading.progress.get(message.src)
         if progress is not None:
             progress.last_fetch_ms = self.now_ms
         answer(
@@ -1185,7 +1190,7 @@ class RaftCore:
             unaligned_records=chunk,
         )
 
-    def _answer_fetch(self, parked: _Parked, *, force: bool) -> bool:
+    def _answer_fetch(self, parked: ParkedFetch, *, force: bool) -> bool:
         """Answer a fetch if there are records for it or ``force``; True if sent.
 
         A new high watermark alone is news too, but not urgent: the fetch is then held for
@@ -1193,7 +1198,7 @@ class RaftCore:
         proposal, usually within a millisecond) go out with it in one answer instead of
         waiting for the fetch this answer would prompt (a round trip per commit saved)."""
         request = parked.request
-        progress = self._progress.get(parked.src)
+        progress = self._leading.progress.get(parked.src)
         max_bytes = min(request.max_bytes, self.config.fetch_max_bytes)
         records = self.log.read(request.fetch_offset, max_bytes)
         if not records and not force:
@@ -1221,12 +1226,13 @@ class RaftCore:
         return True
 
     def _answer_parked(self) -> None:
-        for src, parked in list(self._parked.items()):
+        parked_fetches = self._leading.parked
+        for src, parked in list(parked_fetches.items()):
             if self._answer_fetch(parked, force=False):
-                del self._parked[src]
+                del parked_fetches[src]
 
     def _release_parked(self, code: int) -> None:
-        for parked in self._parked.values():
+        for parked in self._leading.parked.values():
             self._ready.messages.append(
                 Outbound(
                     parked.src,
@@ -1234,7 +1240,7 @@ class RaftCore:
                     reply_to=parked.reply_to,
                 )
             )
-        self._parked = {}
+        self._leading.parked = {}
 
     def _leader_hint(self) -> int:
         return self.leader_id if self.role in (Role.LEADER, Role.FOLLOWER) else NO_LEADER
