@@ -696,9 +696,12 @@ class RaftCore:
         elif isinstance(body, FetchSnapshotRequest):
             self._on_fetch_snapshot_request(message, body)
         else:
-            entry = self._inflight.pop(message.correlation_id, None)
+            entry = self._inflight.get(message.correlation_id)
             if entry is None or entry[0] != message.src:
-                return  # late, duplicated or unsolicited: the request was already settled
+                # Late, duplicated or unsolicited (settled already), or from a peer the
+                # request never went to: the request stays in flight for its real answer.
+                return
+            del self._inflight[message.correlation_id]
             request = entry[1]
             if isinstance(body, VoteResponse) and isinstance(request, VoteRequest):
                 self._on_vote_response(message.src, request, body)
