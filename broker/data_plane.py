@@ -33,6 +33,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.delayed_produce import AppendResult
 from broker.fetch_session import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
@@ -41,7 +42,7 @@ from broker.fetch_session import (
     PartitionKey,
     PartitionRequest,
 )
-from broker.replica_manager import AppendResult, ReplicaManager
+from broker.replica_manager import ReplicaManager
 from metadata.topic_names import RESERVED_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module

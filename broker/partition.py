@@ -40,7 +40,8 @@ from broker.bugs import IDEMPOTENT_STALE_DUPLICATE, NO_EPOCH_BUMP, TXN_LSO_IGNOR
 from broker.producer_state import ProducerState
 from log.batch import BatchHeader, iter_batches
 from log.end_txn_marker import EndTransactionMarker, decode_marker
-from log.log import Log
+from log.log import Log, LogAppendInfo
+from log.validator import ValidatedBatch
 from metadata.image import PartitionRegistration
 from metadata.records import NO_LEADER
 
@@ -335,6 +336,23 @@ class Partition:
                 marker = decode_marker(records, position, header)
                 self.record_append(header, header.base_offset, now_ms, marker)
         return self.log.log_end_offset
+
+    def append_records_to_leader(
+        self,
+        validated: ValidatedBatch,
+        producer_header: BatchHeader,
+        leader_epoch: int,
+        now_ms: int,
+    ) -> LogAppendInfo:
+        """Kafka's Partition.appendRecordsToLeader once the batch is validated and the producer
+        state has let it in: stamp and append it at ``leader_epoch``, checkpoint the producer
+        state at a segment roll, and record the batch into the producer state. The caller
+        then moves the high watermark. RecordError or OSError from the log: nothing stored."""
+        log_end = self.log.log_end_offset
+        info = self.log.append_validated(validated, leader_epoch)
+        self.checkpoint_if_rolled(log_end)
+        self.record_append(producer_header, info.first_offset, now_ms)
+        return info
 
     def record_append(
         self,

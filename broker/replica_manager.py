@@ -48,6 +48,7 @@ from broker.bugs import (
     TXN_NO_ABORTED_LIST,
 )
 from broker.controller_channel import ControllerSender
+from broker.delayed_produce import AppendResult, wait_for_commit
 from broker.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.metrics import BrokerTopicMetrics
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
@@ -148,16 +149,6 @@ class ReplicationConfig:
             ).lower()
             == "true",
         )
-
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    error: ErrorCode
-    base_offset: int = -1
-    log_start_offset: int = -1
-    message: str | None = None
-    record_errors: tuple[tuple[int, str], ...] = ()  # (index in batch, why), Produce v8+
-    log_append_time_ms: int = -1  # the broker's timestamp when the topic uses LogAppendTime
 
 
 @dataclass(frozen=True, slots=True)
@@ -771,9 +762,10 @@ class ReplicaManager:
                     log.config,
                     self._clock.now_ms(),
                     max_decompressed_bytes=PRODUCE_DECOMPRESSED_BYTES_MAX,
+                    header=header,
                 )
             else:
-                validated = await self._validate_in_slices(partition, records, log)
+                validated = await self._validate_in_slices(partition, records, log, header)
         except RecordError as error:
             return AppendResult(
                 ErrorCode(error.kafka_error_code),
@@ -801,8 +793,9 @@ class ReplicaManager:
                 epoch = partition.leader_epoch
                 if NO_EPOCH_BUMP in self.bugs:
                     epoch = log.leader_epoch_cache.latest_epoch or 0
-                log_end = log.log_end_offset
-                info = log.append_as_leader(validated.records, epoch)
+                info = partition.append_records_to_leader(
+                    validated, header, epoch, self._clock.now_ms()
+                )
             except RecordError as error:
                 return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
             except OSError as error:  # ENOSPC, EIO: Kafka takes the whole log dir offline
@@ -810,8 +803,6 @@ class ReplicaManager:
                 if log_dir is not None:
                     self.logs.fail_log_dir(log_dir, error)
                 return AppendResult(ErrorCode.kafka_storage_error, message=str(error))
-            partition.checkpoint_if_rolled(log_end)
-            partition.record_append(header, info.first_offset, self._clock.now_ms())
             first, last = info.first_offset, info.last_offset
             self._maybe_advance_high_watermark(partition)
             self.delayed.notify(partition.key)  # followers' fetches wait for this
@@ -824,7 +815,15 @@ class ReplicaManager:
             ErrorCode.none, first, log.log_start_offset, log_append_time_ms=append_time_ms
         )
         if acks == -1 and ACK_BEFORE_FETCH not in self.bugs:
-            result = await self._wait_replicated(partition, last, min_isr, timeout_s, result)
+            result = await wait_for_commit(
+                self.delayed,
+                partition,
+                lambda: self._partitions.get(partition.key) is partition,
+                last,
+                min_isr,
+                timeout_s,
+                result,
+            )
         if (
             not verdict.append
             and self._duplicate_listener is not None
@@ -885,39 +884,6 @@ class ReplicaManager:
             return Verdict(ErrorCode.invalid_txn_state)
         return producers.check(header)  # another batch may have been appended meanwhile
 
-    async def _wait_replicated(
-        self,
-        partition: Partition,
-        last: int,
-        min_isr: int,
-        timeout_s: float,
-        result: AppendResult,
-    ) -> AppendResult:
-        """acks=all: ``result`` once the high watermark passes ``last``, or why not (Kafka's
-        DelayedProduce, parked in the partition's purgatory)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        epoch = partition.leader_epoch
-        first = result.base_offset
-        while True:  # bounded by the deadline
-            if (
-                self._partitions.get(partition.key) is not partition
-                or not partition.is_leader
-                or partition.leader_epoch != epoch
-            ):
-                return AppendResult(ErrorCode.not_leader_or_follower, first)
-            if partition.high_watermark > last:
-                if len(partition.isr) < min_isr:
-                    return AppendResult(
-                        ErrorCode.not_enough_replicas_after_append,
-                        first,
-                        message=f"The ISR of {partition.topic}-{partition.index} shrank "
-                        f"below min.insync.replicas {min_isr} after the append",
-                    )
-                return result
-            if not await self.delayed.wait((partition.key,), deadline - loop.time()):
-                return AppendResult(ErrorCode.request_timed_out, first)
-
     async def write_txn_marker(
         self,
         topic: str,
@@ -970,7 +936,15 @@ class ReplicaManager:
         else:
             offset = verdict.duplicate_of
         result = AppendResult(ErrorCode.none, offset, log.log_start_offset)
-        return await self._wait_replicated(partition, offset, min_isr, timeout_s, result)
+        return await wait_for_commit(
+            self.delayed,
+            partition,
+            lambda: self._partitions.get(partition.key) is partition,
+            offset,
+            min_isr,
+            timeout_s,
+            result,
+        )
 
     async def delete_records(self, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
         """DeleteRecords as leader (Kafka's Partition.deleteRecordsOnLeader): raise the log
@@ -1000,7 +974,7 @@ class ReplicaManager:
         return self._min_insync_replicas(topic)
 
     async def _validate_in_slices(
-        self, partition: Partition, records: bytes, log: Log
+        self, partition: Partition, records: bytes, log: Log, header: BatchHeader
     ) -> ValidatedBatch | None:
         """A batch of many records (up to 1.78M in 16 MiB inflated: 7.9 s of loop on main)
         validated a slice at a time, one such batch at a time broker-wide (so at most one
@@ -1013,6 +987,7 @@ class ReplicaManager:
                 log.config,
                 self._clock.now_ms(),
                 max_decompressed_bytes=PRODUCE_DECOMPRESSED_BYTES_MAX,
+                header=header,
             )
         if (
             self._leader(*partition.key) is not partition

@@ -28,7 +28,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.replica_manager import AppendResult, ReplicaManager
+from broker.delayed_produce import AppendResult
+from broker.replica_manager import ReplicaManager
 from log.end_txn_marker import EndTransactionMarker
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module

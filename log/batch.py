@@ -152,9 +152,11 @@ def parse_header(buf: Buffer, pos: int = 0) -> BatchHeader:
     return BatchHeader(*fields)
 
 
-def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
-    """parse_header plus the CRC-32C check and header sanity; the batch is then safe to store."""
-    header = parse_header(buf, pos)
+def validate_batch(buf: Buffer, pos: int = 0, header: BatchHeader | None = None) -> BatchHeader:
+    """parse_header plus the CRC-32C check and header sanity; the batch is then safe to store.
+    ``header``: the batch's header, already parsed by the caller (not parsed again)."""
+    if header is None:
+        header = parse_header(buf, pos)
     with memoryview(buf) as view:
         crc = crc32c(view[pos + _ATTRIBUTES_OFFSET : pos + LOG_OVERHEAD + header.batch_length])
     if crc != header.crc:

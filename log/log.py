@@ -53,7 +53,7 @@ from log.rate_limited_log import RateLimitedLog
 from log.runtime import Runtime
 from log.segment import LOG_SUFFIX, SWAP_SUFFIX, LogSegment, segment_path
 from log.txn_index import AbortedTxn
-from log.validator import WALK_SLICE_RECORDS, RecordWalk
+from log.validator import WALK_SLICE_RECORDS, RecordWalk, ValidatedBatch
 
 logger = logging.getLogger(__name__)
 _limited = RateLimitedLog(logger)
@@ -316,6 +316,33 @@ class Log:
             record_count=record_count,
             valid_bytes=end,
             last_offset_of_first_batch=batches[0][1],
+        )
+
+    def append_validated(self, batch: ValidatedBatch, leader_epoch: int) -> LogAppendInfo:
+        """append_as_leader for one produced batch that log/validator.py has checked (CRC,
+        counts, size, records) and parsed: the offsets and the leader epoch are stamped into
+        its header and it is appended, with no second parse or CRC pass."""
+        self._check_online()
+        records = batch.records
+        buf = records if isinstance(records, bytearray) else bytearray(records)
+        header = batch.header
+        first_offset = self._log_end_offset
+        last = first_offset + header.last_offset_delta
+        assign_offsets(buf, 0, first_offset, leader_epoch)
+        self._write(buf, [(header.size, last, header.max_timestamp)], first_offset)
+        if leader_epoch >= 0:
+            self.leader_epoch_cache.assign(leader_epoch, first_offset)
+        return LogAppendInfo(
+            first_offset=first_offset,
+            last_offset=last,
+            max_timestamp=header.max_timestamp,
+            offset_of_max_timestamp=last,
+            log_append_time_ms=-1,
+            log_start_offset=self._log_start_offset,
+            batch_count=1,
+            record_count=header.records_count,
+            valid_bytes=header.size,
+            last_offset_of_first_batch=last,
         )
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:

@@ -56,6 +56,7 @@ from log.batch import (
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
+    parse_header,
     validate_batch,
 )
 from log.compression import DECOMPRESSED_SIZE_BYTES_MAX, Compression, compress, decompress
@@ -136,10 +137,13 @@ class RecordValidationError(RecordError):
 
 @dataclass(frozen=True, slots=True)
 class ValidatedBatch:
-    """A batch ready for Log.append_as_leader, and the LogAppendTime given to it (-1: none)."""
+    """One batch ready for Log.append_validated (CRC, counts, size and every record checked
+    against the topic's configs), its header as stored, and the LogAppendTime given to it
+    (-1: none)."""
 
     records: bytes | bytearray
     log_append_time_ms: int
+    header: BatchHeader
 
 
 NATIVE_ENV = "KRAFT_NATIVE"  # "0" forces the Python path (benches, differential runs)
@@ -175,23 +179,25 @@ def validate_records(
     now_ms: int,
     *,
     max_decompressed_bytes: int = DECOMPRESSED_SIZE_BYTES_MAX,
+    header: BatchHeader | None = None,
 ) -> ValidatedBatch:
     """Check one produced batch as Kafka's LogValidator does and apply the topic's
     compression.type and message.timestamp.* configs; RecordError if it cannot be stored.
 
     Runs kraft_native when it is importable and KRAFT_NATIVE is not 0, else the Python
     specification (logging once which and why); both give the same verdict for every input.
+    ``header``: the batch's header as the caller parsed it (the produce path parses it once).
     """
     dispatch = _dispatch
     if dispatch.native is not None:
         return validate_records_native(
-            records, config, now_ms, max_decompressed_bytes=max_decompressed_bytes
+            records, config, now_ms, max_decompressed_bytes=max_decompressed_bytes, header=header
         )
     if not dispatch.logged:
         dispatch.logged = True
         logger.warning("Produced batches are validated in Python: %s", dispatch.why_not)
     return validate_records_python(
-        records, config, now_ms, max_decompressed_bytes=max_decompressed_bytes
+        records, config, now_ms, max_decompressed_bytes=max_decompressed_bytes, header=header
     )
 
 
@@ -210,6 +216,7 @@ async def validate_records_in_slices(
     now_ms: int,
     *,
     max_decompressed_bytes: int = DECOMPRESSED_SIZE_BYTES_MAX,
+    header: BatchHeader | None = None,
 ) -> ValidatedBatch:
     """validate_records, walking WALK_SLICE_RECORDS records per turn of the loop. Its
     inflated payload lives across those turns: the caller lets one such validation run at
@@ -217,9 +224,9 @@ async def validate_records_in_slices(
     it runs, validates the batch in one call."""
     if _dispatch.native is not None:
         return validate_records_native(
-            records, config, now_ms, max_decompressed_bytes=max_decompressed_bytes
+            records, config, now_ms, max_decompressed_bytes=max_decompressed_bytes, header=header
         )
-    steps = _validation(records, config, now_ms, max_decompressed_bytes)
+    steps = _validation(records, config, now_ms, max_decompressed_bytes, header)
     while True:
         try:
             next(steps)
@@ -234,6 +241,7 @@ def validate_records_native(
     now_ms: int,
     *,
     max_decompressed_bytes: int = DECOMPRESSED_SIZE_BYTES_MAX,
+    header: BatchHeader | None = None,
 ) -> ValidatedBatch:
     """validate_records in kraft_native (one call per batch); recompression stays here so
     the stored bytes are those log/compression.py writes. ImportError if it is not built."""
@@ -258,7 +266,11 @@ def validate_records_native(
         if out is None:
             assert target is not None  # kraft_native returns no batch only to recompress it
             out = _recompress(records, payload, target, timestamp_type, max_timestamp)
-        return ValidatedBatch(out, log_append_time_ms)
+        # kraft_native checked the header; it is parsed here only if the caller had not, or
+        # if the batch was rewritten (restamped or recompressed).
+        if header is None or out is not records:
+            header = parse_header(out)
+        return ValidatedBatch(out, log_append_time_ms, header)
     _, message, record_errors = verdict
     if kind == 5:
         raise RecordValidationError(message, tuple(record_errors))
@@ -273,9 +285,10 @@ def validate_records_python(
     now_ms: int,
     *,
     max_decompressed_bytes: int = DECOMPRESSED_SIZE_BYTES_MAX,
+    header: BatchHeader | None = None,
 ) -> ValidatedBatch:
     """validate_records in Python: the executable specification of kraft_native."""
-    steps = _validation(records, config, now_ms, max_decompressed_bytes)
+    steps = _validation(records, config, now_ms, max_decompressed_bytes, header)
     while True:
         try:
             next(steps)
@@ -284,10 +297,14 @@ def validate_records_python(
 
 
 def _validation(
-    records: bytes | bytearray, config: LogConfig, now_ms: int, max_decompressed_bytes: int
+    records: bytes | bytearray,
+    config: LogConfig,
+    now_ms: int,
+    max_decompressed_bytes: int,
+    parsed: BatchHeader | None = None,
 ) -> Generator[None, None, ValidatedBatch]:
     """validate_records as steps: it yields between slices of its walk over the records."""
-    header = validate_batch(records)
+    header = validate_batch(records, 0, parsed)
     if header.size != len(records):
         raise InvalidRecordError("Compressed outer record has more than one batch")
     if header.size > config.max_message_bytes:  # before any inflating, as Kafka checks
@@ -339,7 +356,7 @@ def _validation(
         out = _restamp(records, header, timestamp_type, max_timestamp)
     else:
         out = _recompress(records, payload, target, timestamp_type, max_timestamp)
-    return ValidatedBatch(out, log_append_time_ms)
+    return ValidatedBatch(out, log_append_time_ms, header if out is records else parse_header(out))
 
 
 @dataclass(frozen=True, slots=True)

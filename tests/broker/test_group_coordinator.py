@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from broker.delayed_produce import AppendResult
 from broker.group.classic import GroupState, JoinRequest
 from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.group.shard import OffsetCommit
-from broker.replica_manager import AppendResult
 from log.batch import assign_offsets, parse_header
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage, TopicsImage
 from protocol.wire import MAX_STRING_BYTES

@@ -10,8 +10,8 @@ import random
 
 from kio.schema.errors import ErrorCode
 
+from broker.delayed_produce import AppendResult
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
-from broker.replica_manager import AppendResult
 from log.batch import decode_batch, iter_batches
 from log.config import LogConfig, LogManagerConfig
 from log.manager import LogManager

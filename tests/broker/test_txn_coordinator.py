@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
+from broker.delayed_produce import AppendResult
 from broker.group.apis import GroupApis
 from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
-from broker.replica_manager import AppendResult
 from broker.txn.apis import TxnApis
 from broker.txn.config import TXN_TOPIC, TransactionCoordinatorConfig
 from broker.txn.coordinator import TransactionCoordinator
