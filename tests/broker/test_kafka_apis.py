@@ -645,3 +645,49 @@ def test_the_listeners_of_a_broker_share_the_fetch_session_cache_they_are_given(
         for name in (LISTENER, "OTHER")
     ]
     assert all(apis.fetch_sessions is shared for apis in listeners)
+
+
+def test_metadata_answers_from_the_image_this_broker_has_applied() -> None:
+    """A topic in the published image whose partitions this broker has not opened yet is
+    answered LEADER_NOT_AVAILABLE (retriable) and left out of an all-topics answer, so no
+    client sends a Produce the leader would refuse as UNKNOWN_TOPIC_OR_PARTITION; once
+    the replica manager has applied the image, the topic is answered with its leader."""
+    latest = cluster_image()
+    audit_id = latest.topics.by_name["audit"]
+    applied: list[Any] = [
+        dataclasses.replace(
+            latest,
+            offset=latest.offset - 1,
+            topics=dataclasses.replace(
+                latest.topics,
+                by_id={k: v for k, v in latest.topics.by_id.items() if k != audit_id},
+                by_name={k: v for k, v in latest.topics.by_name.items() if k != "audit"},
+            ),
+        )
+    ]
+    handler = KafkaApis(
+        1,
+        "cluster-a",
+        LISTENER,
+        lambda: latest,
+        FakeController(latest),
+        random.Random(0),
+        applied_image=lambda: applied[0],
+    )
+    named = {"topics": (metadata_topic(12, "audit"), metadata_topic(12, "orders"))}
+    response = ask(handler, METADATA, 12, named)
+    assert [(t.name, t.error_code) for t in response.topics] == [
+        ("audit", ErrorCode.leader_not_available),
+        ("orders", ErrorCode.none),
+    ]
+    assert [t.name for t in ask(handler, METADATA, 12, {"topics": None}).topics] == ["orders"]
+    applied[0] = latest  # the replica manager caught up
+    response = ask(handler, METADATA, 12, named)
+    assert [(t.name, t.error_code) for t in response.topics] == [
+        ("audit", ErrorCode.none),
+        ("orders", ErrorCode.none),
+    ]
+    assert [t.name for t in ask(handler, METADATA, 12, {"topics": None}).topics] == [
+        "audit",
+        "orders",
+    ]
