@@ -1,8 +1,10 @@
 """The shipped secured cluster (config/cluster-secured/, on free ports): three controllers
 and three brokers that talk SASL_SSL with SCRAM-SHA-512 to each other, certificates from
-scripts/make-certs.sh, the admin from ``format --add-scram``. A replicated topic (RF 3,
+scripts/make-certs.sh, the admin from ``format --add-scram``, every request authorized
+(StandardAuthorizer, User:admin the super user). A replicated topic (RF 3,
 min.insync.replicas 2) survives its leader's crash with every acknowledged record; a client
-without SASL gets nothing from a broker or a controller."""
+without SASL gets nothing from a broker or a controller; a user who logs in gets only what
+ACLs grant."""
 
 from __future__ import annotations
 
@@ -16,8 +18,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 
 from kraft.config import config_from_properties, unknown_key_warnings
 from kraft.properties import parse_properties
@@ -224,3 +237,49 @@ def test_a_transaction_commits_across_the_secured_brokers(
             got.add(message.value())
     consumer.close()
     assert got == {f"txn-{i}".encode() for i in range(30)}
+
+
+def test_a_logged_in_user_gets_only_what_acls_grant(cluster: tuple[Processes, dict]) -> None:
+    """The shipped secured cluster authorizes every request: a user the admin adds can log
+    in, but its Produce is refused (TOPIC_AUTHORIZATION_FAILED) until an ACL allows WRITE on
+    the topic, and it still cannot create topics (CLUSTER/TOPIC CREATE not granted)."""
+    _procs, info = cluster
+    conf = _conf(info)
+    admin = AdminClient(conf)
+    topic = "secured-acl"
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(DEADLINE_S)
+    upsert = UserScramCredentialUpsertion(
+        "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"alice-secret"
+    )
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(DEADLINE_S)
+    alice = {**conf, "sasl.username": "alice", "sasl.password": "alice-secret"}
+
+    def produce_once() -> KafkaError | None:
+        errors: list[KafkaError | None] = []
+        producer = Producer({**alice, "message.timeout.ms": 10000, "retries": 0})
+        producer.produce(topic, b"from-alice", on_delivery=lambda e, _m: errors.append(e))
+        producer.flush(DEADLINE_S)
+        assert len(errors) == 1
+        return errors[0]
+
+    # A new user's first login may race its credential reaching every broker: retried.
+    refused = wait_until(
+        lambda: (
+            (e := produce_once()) is not None
+            and e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+            and e
+        ),
+        "alice logs in and is refused",
+    )
+    assert refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    alice_admin = AdminClient(alice)  # kept: a destroyed client fails its futures
+    with pytest.raises(KafkaException, match=r"(?i)authoriz"):
+        alice_admin.create_topics([NewTopic("alice-own", 1, 3)])["alice-own"].result(DEADLINE_S)
+    allow = AclBinding(
+        ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
+        AclOperation.WRITE, AclPermissionType.ALLOW,
+    )  # fmt: skip
+    for future in admin.create_acls([allow], request_timeout=30).values():
+        assert future.result() is None
+    wait_until(lambda: produce_once() is None, "alice may write once the ACL is everywhere")
