@@ -21,7 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import log.validator as validator
-from log.batch import BATCH_HEADER_SIZE, CREATE_TIME, LOG_APPEND_TIME, Compression, encode_batch
+from log.batch import (
+    BATCH_HEADER_SIZE,
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    Compression,
+    encode_batch,
+    parse_header,
+)
 from log.compression import compress
 from log.config import LogConfig
 from log.config_defs import COMPRESSION_TYPES
@@ -264,6 +271,36 @@ def test_well_formed_batches_are_stored_identically(
 ) -> None:
     batch = encode_batch(records, compression=codec, producer_id=7, producer_epoch=0)
     assert_same_verdict(batch, config, PRODUCE_DECOMPRESSED_BYTES_MAX)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    records=record_lists(st.integers(NOW - 10**7, NOW + 10**5) | st.just(-1)),
+    codec=st.sampled_from(list(Compression)),
+    config=configs,
+    given_header=st.booleans(),
+    as_bytearray=st.booleans(),
+)
+def test_the_validated_header_is_the_stored_batchs_own(
+    records: list[Record],
+    codec: Compression,
+    config: LogConfig,
+    given_header: bool,
+    as_bytearray: bool,
+) -> None:
+    """Log.append_validated stamps and stores a batch by ValidatedBatch.header without
+    parsing it again (issue 23: one parse per produced batch): on both paths, whether the
+    caller parsed the header or not, and when LogAppendTime restamps or compression.type
+    recompresses the batch, that header must be the one of the bytes to be stored."""
+    encoded = encode_batch(records, compression=codec, producer_id=7, producer_epoch=0)
+    batch: bytes | bytearray = bytearray(encoded) if as_bytearray else encoded
+    header = parse_header(batch) if given_header else None
+    for validate in (validate_records_native, validate_records_python):
+        try:
+            validated = validate(batch, config, NOW, header=header)
+        except RecordError:
+            continue
+        assert validated.header == parse_header(validated.records)
 
 
 # ---- examples of each verdict, so a regression names itself ---------------------------------
