@@ -106,13 +106,8 @@ class KafkaApis:
         descriptors_free: Callable[[], bool] = lambda: True,
         acls_enabled: bool = False,
         kraft_version: Callable[[], int] | None = None,
-        applied_image: Callable[[], MetadataImage | None] | None = None,
     ) -> None:
         self.node_id = node_id
-        # The image this broker's partitions reflect (ReplicaManager.applied_image): what
-        # Metadata tells clients, so a client never sends a Produce or Fetch here for a
-        # partition this broker leads in the published image but has not opened yet.
-        self._applied_image = applied_image
         # kraft.version as this node's metadata log has it (KIP-853): a quorum feature,
         # kept in the log's control records, not in the image. None: no quorum to ask.
         self._kraft_version = kraft_version
@@ -315,25 +310,12 @@ class KafkaApis:
             # answer cannot carry a null name: Kafka refuses the request
             # (InvalidRequestException), the connection closes.
             return None
-        latest = self._image()
-        image = self._partitions_image(latest)
-        created = self._auto_create(latest, body) | _not_yet_applied(latest, image, body)
+        image = self._image()
         controller_id = random_live_broker(image, self.listener_name, self._rng)
+        created = self._auto_create(image, body)
         return await metadata_response(
             image, body, self.listener_name, self.cluster_id, controller_id, created
         )
-
-    def _partitions_image(self, latest: MetadataImage) -> MetadataImage:
-        """The image Metadata and DescribeTopicPartitions answer from: the one this
-        broker's replica manager has applied, when it lags the published ``latest``.
-        Kafka's brokers update their metadata cache and their partitions in one step of one
-        thread; here opening a partition's log is awaited, and a client told of a
-        leadership before the leader opened the partition would be refused
-        (UNKNOWN_TOPIC_OR_PARTITION: an acks=0 record is lost unseen)."""
-        applied = self._applied_image() if self._applied_image is not None else None
-        if applied is None or applied.offset >= latest.offset:
-            return latest
-        return applied
 
     async def _describe_cluster(self, request: ApiRequest) -> object:
         image = self._image()
@@ -366,8 +348,7 @@ class KafkaApis:
         return describe_client_quotas(self._image(), request.body, request.api_version)
 
     async def _describe_topic_partitions(self, request: ApiRequest) -> object:
-        image = self._partitions_image(self._image())
-        return describe_topic_partitions_response(image, request.body, self.listener_name)
+        return describe_topic_partitions_response(self._image(), request.body, self.listener_name)
 
     def _auto_create(self, image: MetadataImage, request: Any) -> frozenset[str]:
         """Kafka's auto.create.topics.enable: missing topics a Metadata request names (and
@@ -408,21 +389,6 @@ class KafkaApis:
             return forwarding.forwarded_error_response(
                 request, ErrorCode.request_timed_out, message
             )
-
-
-def _not_yet_applied(latest: MetadataImage, applied: MetadataImage, request: Any) -> frozenset[str]:
-    """Topics a Metadata request names that the published image has and the applied one
-    does not yet: answered LEADER_NOT_AVAILABLE (retriable), as Kafka answers a topic being
-    created, instead of UNKNOWN_TOPIC_OR_PARTITION."""
-    if applied is latest or not request.topics:
-        return frozenset()
-    return frozenset(
-        item.name
-        for item in request.topics
-        if item.name is not None
-        and applied.topics.get(item.name) is None
-        and latest.topics.get(item.name) is not None
-    )
 
 
 def _with_features(response: Any, image: MetadataImage, kraft_version: int | None) -> Any:

@@ -248,11 +248,6 @@ class ReplicaManager:
         self._latest = after
         self._wake.set()
 
-    @property
-    def applied_image(self) -> MetadataImage | None:
-        """The last image the partitions reflect (None before the first is applied)."""
-        return self._image
-
     def start(self, image: MetadataImage) -> asyncio.Task[None]:
         """Begin acting on images, from ``image`` (the caught-up one) onwards; the returned
         task fails if reconciling ever does, so the node's owner can fail loudly with it."""

@@ -505,7 +505,6 @@ class KraftNode:
                 ),
                 acls_enabled=authorizer is not None,
                 kraft_version=self.raft.kraft_version if self.raft is not None else None,
-                applied_image=lambda: replicas.applied_image,
             )
             self.apis[endpoint.name] = apis
             entries = [
