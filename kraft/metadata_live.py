@@ -20,6 +20,7 @@ read at once. Any failure is a :class:`LiveReadError` with one line for the oper
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass, field
 
 from log.batch import iter_batches
@@ -149,7 +150,8 @@ class _QuorumReader:
             try:
                 reader, writer = await asyncio.open_connection(*address)
             except OSError as error:
-                self.problems[address] = f"unreachable ({error.strerror or error})"
+                reason = os.strerror(error.errno) if error.errno else str(error)
+                self.problems[address] = f"unreachable ({reason})"
                 refused_in_a_row += 1
                 failed_in_a_row += 1
                 if refused_in_a_row >= len(self.bootstrap) or (
