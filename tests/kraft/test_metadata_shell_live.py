@@ -183,3 +183,19 @@ def test_bad_addresses_are_a_usage_error() -> None:
     done = shell("--bootstrap-controller", "nohost", "ls")
     assert done.returncode == 2
     assert done.stderr.strip() == "kraft-server metadata-shell: 'nohost' is not HOST:PORT"
+
+
+def test_a_read_started_as_the_leader_dies_waits_for_the_next_leader(cluster: Cluster) -> None:
+    """SIGKILL the leader and read at once with every controller's address: the dead one
+    refuses, the others may know no leader yet (the election takes about an election
+    timeout, the shell's start-up about as long), and the shell keeps asking (within
+    --timeout) until a new leader answers. Runs last: the cluster keeps two controllers."""
+    old = cluster.leader()
+    cluster.procs.kill(old)
+    every = ",".join(cluster.controller(i) for i in CONTROLLERS)
+    done = shell("--bootstrap-controller", every, "--timeout", "60", "ls", "/image/topics/byName")
+    assert done.returncode == 0, done.stderr
+    assert {"audit", "orders", "late"} <= set(done.stdout.split())
+    note = done.stderr.strip()
+    assert note.startswith("note: read from controller "), note
+    assert not note.startswith(f"note: read from controller {old} "), note
