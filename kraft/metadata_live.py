@@ -12,7 +12,8 @@ meanwhile.
 Which controller to ask: the bootstrap addresses in turn, then wherever an answer says the
 leader is (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH carry the leader's epoch,
 NOT_LEADER_OR_FOLLOWER its id, and Fetch v17's NodeEndpoints its address, KIP-853). Every
-step is bounded: ``max_bytes`` per Fetch or FetchSnapshot answer, one deadline for the whole
+step is bounded: ``max_bytes`` per Fetch or FetchSnapshot answer (a Fetch answer still
+carries one whole batch larger than that, as Kafka's leader sends), one deadline for the whole
 read, and a pass over the bootstrap list in which no address accepts a connection ends the
 read at once. Any failure is a :class:`LiveReadError` with one line for the operator.
 """
@@ -204,14 +205,10 @@ class _QuorumReader:
                     continue
                 self.target = response.high_watermark
             if self.fetch_offset < self.target and not self._take(response.records):
-                if response.records:
-                    raise LiveReadError(
-                        f"the batch at offset {self.fetch_offset} is larger than the fetch "
-                        f"limit ({self.max_bytes} bytes): raise --fetch-max-bytes"
-                    )
+                host, port = connection.address
                 raise LiveReadError(
-                    f"{connection.address[0]}:{connection.address[1]} has no records at "
-                    f"{self.fetch_offset}, below its high watermark {self.target}"
+                    f"{host}:{port} sent no whole batch at offset {self.fetch_offset}, below "
+                    f"its high watermark {self.target}"
                 )
             if self.fetch_offset >= self.target:
                 return LiveLog(
@@ -285,8 +282,9 @@ class _QuorumReader:
         connection.correlation += 1
         header = wire.RequestHeader(api_key, version, connection.correlation, CLIENT_ID)
         connection.writer.write(wire.encode_request(header, entity))
-        # The answer holds at most max_bytes of records, plus the response's own fields.
-        frame = await wire.read_frame(connection.reader, self.max_bytes + 64 * 1024)
+        # The answer holds about max_bytes of records, but at least one whole batch however
+        # large (as Kafka's leader sends): bounded by the protocol's frame limit, not ours.
+        frame = await wire.read_frame(connection.reader)
         correlation, answer = wire.decode_response(api_key, version, frame)
         if correlation != connection.correlation:
             raise ValueError(f"answer {correlation} to request {connection.correlation}")

@@ -142,6 +142,18 @@ def test_each_read_shows_what_the_quorum_has_committed_by_then(cluster: Cluster)
     assert after.stdout.split() == ["0", "1"]
 
 
+def test_a_tiny_fetch_limit_only_means_more_round_trips(cluster: Cluster) -> None:
+    """With --fetch-max-bytes 64, below any batch's size, every Fetch answer is one whole
+    batch and every FetchSnapshot answer 64 bytes: the same image, read piece by piece."""
+    source = ("--bootstrap-controller", cluster.controller(3))
+    whole = shell(*source, "find", "/image/topics")
+    assert whole.returncode == 0, whole.stderr
+    tiny = shell(*source, "--fetch-max-bytes", "64", "find", "/image/topics")
+    assert tiny.returncode == 0, tiny.stderr
+    assert tiny.stdout == whole.stdout
+    assert "/image/topics/byName/orders/partitions/2/isr" in tiny.stdout.splitlines()
+
+
 def test_a_broker_listener_is_refused_in_one_line(cluster: Cluster) -> None:
     done = shell("--bootstrap-controller", cluster.bootstrap, "ls")
     assert done.returncode == 1
