@@ -156,8 +156,9 @@ def load_live(
     except _TornBatch as torn:
         message = f"{where}: a bad batch at offset {torn.next_offset}: {torn.error}"
         raise ShellError(message) from None
+    offsets = f"offsets {first}..{next_offset - 1}" if next_offset > first else "no records"
     source = (
-        f"{where}, epoch {live.epoch}: {snapshot_note}offsets {first}..{next_offset - 1} "
+        f"{where}, epoch {live.epoch}: {snapshot_note}{offsets} "
         f"(high watermark {live.high_watermark})"
     )
     return Loaded(delta.apply(next_offset, epoch), (source,))
