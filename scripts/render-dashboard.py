@@ -274,7 +274,7 @@ def human(value: float, unit: str | None) -> str:
     if value is None or math.isnan(value):
         return "no data"
     if unit == "percentunit":
-        return f"{value * 100:.0f}%"
+        return f"{value * 100:.0f}%" if abs(value) >= 0.1 else f"{value * 100:.1f}%"
     suffix = {"Bps": "/s", "ops": "/s", "reqps": " req/s", "ms": " ms"}.get(unit or "", "")
     if unit in ("bytes", "Bps"):
         for prefix in ("B", "KiB", "MiB", "GiB"):
@@ -304,7 +304,12 @@ def threshold_color(panel: dict, value: float) -> str:
 
 
 def draw(
-    dashboard: dict, data: dict[int, Any], variables: dict[str, str], out: Path, note: str
+    dashboard: dict,
+    data: dict[int, Any],
+    variables: dict[str, str],
+    out: Path,
+    note: str,
+    window_s: float,
 ) -> None:
     import matplotlib
 
@@ -435,7 +440,9 @@ def draw(
             ax.xaxis.set_major_formatter(FuncFormatter(lambda s, _: f"{s:.0f}s"))
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _, u=unit: human(v, u)))
             ax.yaxis.set_major_locator(MaxNLocator(4))
+            ax.set_xlim(0, window_s)  # one time axis for every panel, as Grafana's
             if not found:
+                ax.set_yticks([])
                 ax.text(
                     0.5,
                     0.5,
@@ -521,7 +528,8 @@ def main() -> int:
 
     if args.prometheus:
         end = time.time()
-        data = collect(args.prometheus.rstrip("/"), end - args.seconds, end)
+        start = end - args.seconds
+        data = collect(args.prometheus.rstrip("/"), start, end)
         note = f"from {args.prometheus}, last {args.seconds:g}s"
     else:
         scratch = tempfile.TemporaryDirectory(prefix="render-dashboard-")
@@ -543,7 +551,7 @@ def main() -> int:
             f"{args.seconds:g}s after a {args.warmup:g}s warm-up{fault}; "
             "scripts/render-dashboard.py"
         )
-    draw(dashboard, data, titles, args.out, note)
+    draw(dashboard, data, titles, args.out, note, end - start)
     print(f"wrote {args.out} ({args.out.stat().st_size // 1024} KiB)", file=sys.stderr)
     return 0
 
