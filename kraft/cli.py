@@ -78,15 +78,35 @@ def _parser() -> argparse.ArgumentParser:
     dump.add_argument("--print-records", action="store_true")
     dump.add_argument("--index-sanity-check", action="store_true")
     shell = sub.add_parser(
-        "metadata-shell", help="browse the metadata image of a log directory or a snapshot"
+        "metadata-shell",
+        help="browse the metadata image of a log directory, a snapshot or a running quorum",
     )
-    shell.add_argument(
+    shell_source = shell.add_mutually_exclusive_group(required=True)
+    shell_source.add_argument(
         "--snapshot",
         "--directory",
         dest="source",
-        required=True,
         metavar="PATH",
         help="a __cluster_metadata-0 directory or one .checkpoint snapshot file",
+    )
+    shell_source.add_argument(
+        "--bootstrap-controller",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="read the committed metadata log from a running quorum's controller listener",
+    )
+    shell.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="with --bootstrap-controller: give up after this long (default 30)",
+    )
+    shell.add_argument(
+        "--fetch-max-bytes",
+        type=int,
+        default=1024 * 1024,
+        metavar="BYTES",
+        help="with --bootstrap-controller: at most this much per Fetch answer (default 1 MiB)",
     )
     shell.add_argument(
         "shell_command", nargs=argparse.REMAINDER, metavar="COMMAND", help="one command, e.g. ls /"
@@ -210,9 +230,31 @@ def _run(args: argparse.Namespace) -> int:
     if args.command in ("add-controller", "remove-controller"):
         return _change_controller(args)
     if args.command == "metadata-shell":
+        from kraft.metadata_live import parse_addresses
         from kraft.metadata_shell import main as shell_main
 
-        return shell_main(args.source, args.shell_command, sys.stdin, sys.stdout, sys.stderr)
+        source: str | list[tuple[str, int]] = args.source
+        if args.bootstrap_controller is not None:
+            try:
+                source = parse_addresses(args.bootstrap_controller)
+            except ValueError as error:
+                print(f"kraft-server metadata-shell: {error}", file=sys.stderr)
+                return 2
+            if args.timeout <= 0 or args.fetch_max_bytes <= 0:
+                print(
+                    "kraft-server metadata-shell: --timeout and --fetch-max-bytes must be positive",
+                    file=sys.stderr,
+                )
+                return 2
+        return shell_main(
+            source,
+            args.shell_command,
+            sys.stdin,
+            sys.stdout,
+            sys.stderr,
+            timeout_s=args.timeout,
+            max_bytes=args.fetch_max_bytes,
+        )
     if args.command == "dump-log":
         from log.dump import dump_files
 

@@ -2,11 +2,13 @@
 ``kafka-metadata-shell`` does.
 
 The image is rebuilt offline from a node's ``__cluster_metadata-0`` directory (its newest
-snapshot, then every log batch after it) or from one snapshot file, by the same
-``MetadataDelta`` replay the brokers and controllers run, so what the shell shows is what a
-node would load. Nothing is written and no lock is taken: it can read the directory of a
-running node (a batch being appended at the tail is reported as torn and the image stops
-before it).
+snapshot, then every log batch after it) or from one snapshot file, or read from a running
+quorum's leader over the controller listener (``--bootstrap-controller``, the way an
+observer fetches: kraft/metadata_live.py, up to the leader's high watermark), and replayed
+by the same ``MetadataDelta`` the brokers and controllers run, so what the shell shows is
+what a node would load. Nothing is written and no lock is taken: it can read the directory
+of a running node (a batch being appended at the tail is reported as torn and the image
+stops before it).
 
 The tree (paths as Kafka's shell names them where the two have the same thing)::
 
@@ -33,6 +35,13 @@ import shlex
 from collections.abc import Iterator
 from typing import TextIO
 
+from kraft.metadata_live import (
+    DEFAULT_FETCH_MAX_BYTES,
+    DEFAULT_TIMEOUT_S,
+    Address,
+    LiveReadError,
+    read_quorum_log,
+)
 from log.batch import decode_batch, iter_batches
 from log.errors import RecordError
 from log.fs import FileSystem, RealFileSystem, read_all
@@ -40,7 +49,13 @@ from log.segment import LOG_SUFFIX, parse_base_offset
 from metadata.delta import MetadataDelta, MetadataStateError
 from metadata.image import EMPTY, MetadataImage
 from metadata.records import MetadataRecordError, decode_record
-from raft.snapshot import SnapshotId, list_snapshots, read_snapshot
+from raft.snapshot import (
+    SnapshotError,
+    SnapshotId,
+    decode_snapshot,
+    list_snapshots,
+    read_snapshot,
+)
 
 # A node of the tree: a directory (name -> node) or a file's text.
 Node = dict[str, "Node"] | str
@@ -101,22 +116,80 @@ def _load_directory(fs: FileSystem, directory: str) -> Loaded:
         data = read_all(fs, where)
         sources.append(where)
         try:
-            for position, header in iter_batches(data):
-                if header.last_offset < next_offset:
-                    continue  # already in the snapshot, or replayed from an earlier segment
-                batch_header, records = decode_batch(data, position)
-                if not batch_header.is_control:
-                    for record in records:
-                        offset = batch_header.base_offset + (record.offset_delta or 0)
-                        _replay(delta, record.value, offset, where)
-                next_offset, epoch = (
-                    batch_header.last_offset + 1,
-                    batch_header.partition_leader_epoch,
-                )
-        except RecordError as error:  # a torn tail: what a node's recovery would cut off
-            stopped = f"{where}: stopped at a bad batch ({error})"
+            next_offset, epoch = _replay_batches(delta, data, next_offset, epoch, where)
+        except _TornBatch as torn:  # a torn tail: what a node's recovery would cut off
+            next_offset, epoch = torn.next_offset, torn.epoch
+            stopped = f"{where}: stopped at a bad batch ({torn.error})"
             break
     return Loaded(delta.apply(next_offset, epoch), tuple(sources), stopped)
+
+
+def load_live(
+    bootstrap: list[Address],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+) -> Loaded:
+    """The image a running quorum has committed, read from its leader over the controller
+    listener (kraft/metadata_live.py) and replayed as a directory's snapshot and log are."""
+    try:
+        live = read_quorum_log(bootstrap, timeout_s=timeout_s, max_bytes=max_bytes)
+    except LiveReadError as error:
+        raise ShellError(str(error)) from None
+    host, port = live.leader
+    where = f"controller {live.leader_id} at {host}:{port}"
+    delta = MetadataDelta(EMPTY)
+    next_offset, epoch = 0, 0
+    snapshot_note = ""
+    if live.snapshot is not None:
+        name = f"{where}: snapshot {live.snapshot.file_name}"
+        try:
+            records = decode_snapshot(live.snapshot_data, name)
+        except SnapshotError as error:
+            raise ShellError(str(error)) from None
+        for index, record in enumerate(records):
+            _replay(delta, record.value, index, name)
+        next_offset, epoch = live.snapshot.end_offset, live.snapshot.epoch
+        snapshot_note = f"snapshot {live.snapshot.file_name}, then "
+    first = next_offset
+    try:
+        next_offset, epoch = _replay_batches(delta, bytes(live.log), next_offset, epoch, where)
+    except _TornBatch as torn:
+        message = f"{where}: a bad batch at offset {torn.next_offset}: {torn.error}"
+        raise ShellError(message) from None
+    offsets = f"offsets {first}..{next_offset - 1}" if next_offset > first else "no records"
+    source = (
+        f"{where}, epoch {live.epoch}: {snapshot_note}{offsets} "
+        f"(high watermark {live.high_watermark})"
+    )
+    return Loaded(delta.apply(next_offset, epoch), (source,))
+
+
+class _TornBatch(Exception):
+    """A batch failing its checks; the replay got as far as (next_offset, epoch)."""
+
+    def __init__(self, error: RecordError, next_offset: int, epoch: int) -> None:
+        super().__init__(str(error))
+        self.error, self.next_offset, self.epoch = error, next_offset, epoch
+
+
+def _replay_batches(
+    delta: MetadataDelta, data: bytes, next_offset: int, epoch: int, where: str
+) -> tuple[int, int]:
+    """Replay the data records of the batches in ``data`` from ``next_offset`` on (control
+    batches are the quorum's, not the image's); the (next offset, epoch) they reach."""
+    try:
+        for position, header in iter_batches(data):
+            if header.last_offset < next_offset:
+                continue  # already in the snapshot, or replayed from an earlier segment
+            batch_header, records = decode_batch(data, position)
+            if not batch_header.is_control:
+                for record in records:
+                    offset = batch_header.base_offset + (record.offset_delta or 0)
+                    _replay(delta, record.value, offset, where)
+            next_offset, epoch = batch_header.last_offset + 1, batch_header.partition_leader_epoch
+    except RecordError as error:
+        raise _TornBatch(error, next_offset, epoch) from None
+    return next_offset, epoch
 
 
 def _replay(delta: MetadataDelta, value: bytes | None, offset: int, where: str) -> None:
@@ -262,10 +335,24 @@ def _paths(node: Node) -> Iterator[str]:
             yield from (posixpath.join(name, below) for below in _paths(child))
 
 
-def main(source: str, command: list[str], stdin: TextIO, out: TextIO, err: TextIO) -> int:
-    """Run ``kraft-server metadata-shell``: 0, or 1 if loading or any command failed."""
+def main(
+    source: str | list[Address],
+    command: list[str],
+    stdin: TextIO,
+    out: TextIO,
+    err: TextIO,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+) -> int:
+    """Run ``kraft-server metadata-shell`` on a path or on a live quorum (its controllers'
+    addresses): 0, or 1 if loading or any command failed."""
     try:
-        loaded = load_image(source)
+        if isinstance(source, str):
+            loaded = load_image(source)
+        else:
+            loaded = load_live(source, timeout_s, max_bytes)
+            print(f"note: read from {loaded.sources[0]}", file=err)
     except (ShellError, OSError) as error:
         print(f"kraft-server metadata-shell: {error}", file=err)
         return 1

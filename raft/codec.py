@@ -148,9 +148,17 @@ def _metadata_partition(topics: tuple[Any, ...] | None) -> Any:
 
 
 def encode_raft_request(
-    body: Request, *, cluster_id: str, src_id: int, dst_id: int, api_version: int | None = None
+    body: Request,
+    *,
+    cluster_id: str | None,
+    src_id: int,
+    dst_id: int,
+    api_version: int | None = None,
 ) -> tuple[int, int, object]:
     """(api key, api version, kio request entity) for one of the core's requests.
+
+    ``cluster_id`` None is a tool's request (metadata-shell's Fetch): it does not know the
+    cluster id, and the receiver checks only an id that is given, as Kafka's does.
 
     ``api_version`` defaults to the newest we speak; an older one serves a peer that
     advertised less. ``src_id`` must match the sender id the body carries, so a driver
