@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -38,12 +38,13 @@ from metadata.controller.client_quotas import (
     CONSUMER_BYTE_RATE,
     IP,
     PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
     USER,
 )
 from metadata.image import MetadataImage, QuotaEntity
 from protocol import wire
 from protocol.api_keys import ApiKey
-from protocol.server import CHANNEL, Handler
+from protocol.server import CHANNEL, NO_RESPONSE, Handler
 
 QUOTA_WINDOW_NUM_DEFAULT = 11  # quota.window.num: 10 whole windows and the current one
 QUOTA_WINDOW_SIZE_SECONDS_DEFAULT = 1  # quota.window.size.seconds
@@ -182,9 +183,16 @@ def resolve(
 class QuotaManager:
     """The broker's client quotas: one Rate per (quota key, user or IP, client-id) in use."""
 
-    def __init__(self, image: Callable[[], MetadataImage], config: QuotaConfig) -> None:
+    def __init__(
+        self,
+        image: Callable[[], MetadataImage],
+        config: QuotaConfig,
+        busy_clock: Callable[[], float] | None = None,
+    ) -> None:
         self._image = image
         self.config = config
+        # The loop thread's working time (Runtime.busy_clock), for request_percentage.
+        self._busy_clock = busy_clock or _no_time
         self._rates: dict[tuple[str, str, str], Rate] = {}
         self._swept_s = 0.0
 
@@ -194,6 +202,9 @@ class QuotaManager:
         quota = resolve(self._image().client_quotas, key, user, client_id)
         if quota is None:
             return 0.0
+        return self._record(key, quota, value, now_s)
+
+    def _record(self, key: str, quota: ResolvedQuota, value: float, now_s: float) -> float:
         self._sweep(now_s)
         sensor = (key, *quota.sensor)
         rate = self._rates.get(sensor)
@@ -249,30 +260,104 @@ class QuotaManager:
         return len(self._rates)
 
     def enforcing(self, handle: Handler) -> Handler:
-        """``handle`` with Produce and consumer Fetch quotas: the response carries the
-        throttle time and the connection is muted for it after the response is sent."""
+        """``handle`` with the client quotas of each request: Produce's and a consumer
+        Fetch's byte rates, every request's ``request_percentage`` (follower fetches and
+        WriteTxnMarkers are cluster actions, exempt as in Kafka) and the throttle time a
+        handler set itself (the controller mutation quota of a forwarded admin request). The
+        response carries the largest throttle time and the connection is muted for it after
+        the response is sent."""
         loop = asyncio.get_running_loop()
 
         async def throttled(header: wire.RequestHeader, request: object) -> object | None:
-            response = await handle(header, request)
             channel = CHANNEL.get()
             if channel is None:
-                return response  # not from a connection: nothing to mute
-            if header.api_key == ApiKey.PRODUCE:
-                key, value = PRODUCER_BYTE_RATE, float(channel.request_bytes)
-            elif header.api_key == ApiKey.FETCH and _is_consumer_fetch(request, response):
-                key, value = CONSUMER_BYTE_RATE, float(_records_bytes(response))
-            else:
-                return response
+                return await handle(header, request)  # not from a connection: nothing to mute
+            client_id = header.client_id or ""
             user = user_of(PRINCIPAL.get())
+            time_quota = None
+            if not _exempt(header, request):
+                quotas = self._image().client_quotas
+                time_quota = resolve(quotas, REQUEST_PERCENTAGE, user, client_id)
+            if time_quota is None:
+                response = await handle(header, request)
+                busy_s = 0.0
+            else:
+                timed = _Timed(handle(header, request), self._busy_clock)
+                response = await timed
+                busy_s = timed.busy_s
             now_s = loop.time()
-            throttle_s = self.record(key, user, header.client_id or "", value, now_s)
+            throttle_s = _throttle_time_s(response)  # a handler's own (forwarded requests)
+            if time_quota is not None and response is not NO_RESPONSE:
+                # Kafka's ClientRequestQuotaManager: the request's thread time as a
+                # percentage of one second, its throttle bounded by one quota window.
+                request_throttle_s = self._record(
+                    REQUEST_PERCENTAGE, time_quota, busy_s * 100.0, now_s
+                )
+                throttle_s = max(throttle_s, min(request_throttle_s, self.config.window_size_s))
+            if header.api_key == ApiKey.PRODUCE:
+                byte_key, value = PRODUCER_BYTE_RATE, float(channel.request_bytes)
+            elif header.api_key == ApiKey.FETCH and _is_consumer_fetch(request, response):
+                byte_key, value = CONSUMER_BYTE_RATE, float(_records_bytes(response))
+            else:
+                byte_key = None
+            if byte_key is not None:
+                throttle_s = max(throttle_s, self.record(byte_key, user, client_id, value, now_s))
             if throttle_s <= 0:
                 return response
             channel.mute_until(now_s + throttle_s)
             return _with_throttle_time(response, throttle_s)
 
         return throttled
+
+
+def _no_time() -> float:
+    return 0.0
+
+
+class _Timed:
+    """Awaits a handler's coroutine, adding up the ``clock`` time of each of its steps: what
+    the request cost the loop's thread, not the time it waited (for the log's flush, a
+    replica, the controller), as Kafka counts a request handler thread's time."""
+
+    __slots__ = ("_clock", "_steps", "busy_s")
+
+    def __init__(self, awaitable: Awaitable[object | None], clock: Callable[[], float]) -> None:
+        self._steps = awaitable.__await__()
+        self._clock = clock
+        self.busy_s = 0.0
+
+    def __await__(self) -> Generator[Any, Any, object | None]:
+        steps, clock = self._steps, self._clock
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            start = clock()
+            try:
+                yielded = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as stop:
+                self.busy_s += clock() - start
+                return stop.value
+            except BaseException:
+                self.busy_s += clock() - start
+                raise
+            self.busy_s += clock() - start
+            try:
+                value, error = (yield yielded), None
+            except BaseException as thrown:  # a cancellation: handed to the handler
+                value, error = None, thrown
+
+
+def _exempt(header: wire.RequestHeader, request: object) -> bool:
+    """Cluster actions, which Kafka records outside request quotas: a follower's Fetch and
+    the transaction coordinator's WriteTxnMarkers."""
+    if header.api_key == ApiKey.FETCH:
+        return getattr(request, "replica_id", -1) >= 0
+    return header.api_key == ApiKey.WRITE_TXN_MARKERS
+
+
+def _throttle_time_s(response: object) -> float:
+    current = getattr(response, "throttle_time", None)
+    return current.total_seconds() if isinstance(current, timedelta) else 0.0
 
 
 def _is_consumer_fetch(request: Any, response: object) -> bool:

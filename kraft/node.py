@@ -467,6 +467,7 @@ class KraftNode:
         quotas = self.quotas = QuotaManager(
             lambda: loader.image,
             QuotaConfig(config.quota_window_num, config.quota_window_size_seconds),
+            runtime.busy_clock,
         )
         fetch_sessions = FetchSessionCache(
             config.max_incremental_fetch_session_cache_slots, runtime.rng, loop_time

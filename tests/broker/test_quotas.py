@@ -5,6 +5,7 @@ muted after it is sent)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -303,3 +304,133 @@ def test_an_ip_over_its_connection_creation_rate_is_refused_and_not_counted() ->
     assert [quotas.admit_connection("10.0.0.9", 0.0) for _ in range(50)] == [0.0] * 50
     assert quotas.admit_connection("10.0.0.2", 0.0) == 0.0
     assert QuotaManager(lambda: _image({}), CONFIG).admit_connection("10.0.0.1", 0.0) == 0.0
+
+
+class _BusyClock:
+    """A stand-in for the loop thread's CPU clock: advanced by hand, as work is done."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def _api_versions_response() -> Any:
+    return api_versions_response(3, {ApiKey.API_VERSIONS: (0, 3)})
+
+
+def test_request_percentage_counts_the_handlers_own_steps_not_its_waits() -> None:
+    """Kafka's ClientRequestQuotaManager: a request's thread time as a percentage of one
+    second, measured by the sampled rate; over the quota the response carries the throttle
+    time, at most one quota window, and the channel is muted for it. Time the handler spends
+    waiting (another task works meanwhile) is not the request's."""
+
+    async def run(percentage: float, wait_work_s: float) -> tuple[list[float], list[float]]:
+        busy = _BusyClock()
+        quotas = QuotaManager(
+            lambda: _image({(("client-id", "app"),): {"request_percentage": percentage}}),
+            CONFIG,
+            busy,
+        )
+        loop = asyncio.get_running_loop()
+
+        async def other_task(done: asyncio.Event) -> None:
+            busy.now_s += wait_work_s  # someone else's work while the handler waits
+            done.set()
+
+        async def handle(_header: wire.RequestHeader, _request: object) -> object:
+            busy.now_s += 0.3
+            done = asyncio.Event()
+            other = loop.create_task(other_task(done))
+            await done.wait()
+            await other
+            busy.now_s += 0.2
+            return _api_versions_response()
+
+        enforcing = quotas.enforcing(handle)
+        channel = Channel()
+        CHANNEL.set(channel)
+        PRINCIPAL.set("User:ANONYMOUS")
+        throttles, mutes = [], []
+        for _ in range(4):
+            channel.muted_until_s = 0.0
+            response: Any = await enforcing(_header(ApiKey.API_VERSIONS, "app"), object())
+            throttles.append(response.throttle_time.total_seconds())
+            mutes.append(channel.muted_until_s - loop.time())
+        return throttles, mutes
+
+    # 0.5 s of work a request, 50 percent-seconds over the padded 10 s window: 5% per
+    # request. Within a 20% quota for four requests; not if the waits were counted (5 s
+    # of the other task's work each).
+    throttles, mutes = asyncio.run(run(20.0, 5.0))
+    assert throttles == [0.0] * 4 and all(m <= 0 for m in mutes)
+    # Under 12%: the third request brings it to 15%, (15 - 12) / 12 x 10 s = 2.5 s, bounded
+    # by the 1 s window; muted that long.
+    throttles, mutes = asyncio.run(run(12.0, 0.0))
+    assert throttles[:2] == [0.0, 0.0]
+    assert throttles[2:] == [1.0, 1.0]
+    assert all(abs(m - 1.0) < 0.05 for m in mutes[2:])
+
+
+def test_request_percentage_exempts_cluster_actions_and_other_clients() -> None:
+    class Fetch:
+        def __init__(self, replica_id: int) -> None:
+            self.replica_id = replica_id
+
+    async def run() -> dict[str, float]:
+        busy = _BusyClock()
+        quotas = QuotaManager(
+            lambda: _image({(("client-id", None),): {"request_percentage": 1.0}}),
+            CONFIG,
+            busy,
+        )
+
+        async def handle(header: wire.RequestHeader, _request: object) -> object:
+            busy.now_s += 1.0  # 10% of the padded window: ten times the quota
+            if header.api_key == ApiKey.FETCH:
+                return make(
+                    response_module(ApiKey.FETCH, 13).FetchResponse,
+                    {
+                        "throttle_time": timedelta(0),
+                        "error_code": 0,
+                        "session_id": 0,
+                        "responses": (),
+                    },
+                )
+            return _api_versions_response()
+
+        enforcing = quotas.enforcing(handle)
+        CHANNEL.set(Channel())
+        PRINCIPAL.set("User:ANONYMOUS")
+        seen = {}
+        for name, header, request in [
+            ("follower", _header(ApiKey.FETCH, "broker-2"), Fetch(2)),
+            ("follower again", _header(ApiKey.FETCH, "broker-2"), Fetch(2)),
+            ("consumer", _header(ApiKey.FETCH, "c"), Fetch(-1)),
+            ("metadata", _header(ApiKey.API_VERSIONS, "m"), object()),
+        ]:
+            response: Any = await enforcing(header, request)
+            seen[name] = response.throttle_time.total_seconds()
+        return seen
+
+    seen = asyncio.run(run())
+    assert seen == {"follower": 0.0, "follower again": 0.0, "consumer": 1.0, "metadata": 1.0}
+
+
+def test_a_throttle_time_the_handler_set_mutes_the_channel() -> None:
+    """A forwarded admin request's throttle time (the controller mutation quota) is the
+    client's: the channel is muted for it as for the broker's own quotas."""
+
+    async def run() -> float:
+        quotas = QuotaManager(lambda: _image({}), CONFIG)
+
+        async def handle(_header: wire.RequestHeader, _request: object) -> object:
+            return dataclasses.replace(_api_versions_response(), throttle_time=timedelta(seconds=3))
+
+        channel = Channel()
+        CHANNEL.set(channel)
+        await quotas.enforcing(handle)(_header(ApiKey.API_VERSIONS, "c"), object())
+        return channel.muted_until_s - asyncio.get_running_loop().time()
+
+    assert abs(asyncio.run(run()) - 3.0) < 0.05

@@ -98,6 +98,7 @@ def produce_for(
     seconds: float,
     skip_s: float = 0.0,
     security: dict[str, str] | None = None,
+    flush_s: float = 60.0,
 ) -> tuple[float, list[float]]:
     """Produce as fast as the producer is let for ``skip_s`` then ``seconds``; the bytes per
     second acknowledged during the last ``seconds``, and the throttle times reported."""
@@ -136,7 +137,7 @@ def produce_for(
         else:
             producer.poll(0)
     measuring[0] = False  # what is still queued is not counted
-    producer.flush(60)
+    producer.flush(flush_s)
     return acked[0] / seconds, throttles
 
 
@@ -174,6 +175,38 @@ def test_a_refused_quota_gets_kafkas_error(node: str) -> None:
     response = alter(node, [("user", "u"), ("ip", "1.2.3.4")], "producer_byte_rate", 1.0)
     assert response.entries[0].error_code == ErrorCode.invalid_request
     assert describe(node, "x") == {}
+
+
+def _ensure_topic(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if TOPIC not in admin.list_topics(timeout=30).topics:
+        for future in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
+            future.result(30)
+
+
+def test_a_request_percentage_quota_throttles_a_producer_a_window_at_most(node: str) -> None:
+    """request_percentage (Kafka's ClientRequestQuotaManager): the thread time of a client's
+    requests, as a percentage of one thread, over the sampled window. 0.01% (a tenth of a
+    millisecond of the loop's CPU a second) is far below what a producer sending as fast as
+    it can costs: librdkafka is told throttle times, each at most one quota window (1 s), as
+    Kafka bounds request-time throttles, and the mute holds its rate far below a free one."""
+    _ensure_topic(node)
+    response = alter(node, [("client-id", "busy")], "request_percentage", 0.01)
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(node, "busy") == {"request_percentage": 0.01},
+        "the broker's image has the quota",
+    )
+    free_rate, free_throttles = produce_for(node, "not-busy", 3.0)
+    assert not free_throttles
+    # What is still queued when it stops would take minutes at this pace: not waited for.
+    rate, throttles = produce_for(node, "busy", 6.0, skip_s=2.0, flush_s=1.0)
+    print(
+        f"request_percentage 0.01: {rate / 1024:.1f} KiB/s against {free_rate / 1024:.0f} "
+        f"KiB/s free; {len(throttles)} throttle events, max {max(throttles, default=0):.3f} s"
+    )
+    assert throttles and 0 < max(throttles) <= 1.0
+    assert rate < free_rate / 5
 
 
 def kafka_configs(bootstrap: str, *args: str) -> str:
