@@ -13,7 +13,10 @@ New connections are counted too: an IP over its ``connection_creation_rate`` (KI
 its connection closed after a delay of at most one window (``admit_connection``).
 
 What is counted, as in Kafka: Produce by the bytes of its request, a consumer's Fetch by the
-records bytes of its response (a follower's fetch is replication, never throttled). Kafka
+records bytes of its response (a follower's fetch is replication, never throttled), every
+request but a cluster action by the loop thread's time its handler took
+(``request_percentage``), and the partitions a forwarded CreateTopics, CreatePartitions or
+DeleteTopics creates or deletes (``controller_mutation_rate``, broker/mutation_quota.py). Kafka
 answers a fetch that violates its quota with an empty response; here the response is sent
 whole and the channel muted for the throttle time, which brings the rate back to the quota
 just the same one response later (the fetch session has already recorded what was sent, so
@@ -31,11 +34,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from broker.mutation_quota import STRICT_SINCE, MutationQuota, TokenBucket
 from broker.security import PRINCIPAL
 from metadata.controller.client_quotas import (
     CLIENT_ID,
     CONNECTION_CREATION_RATE,
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     IP,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
@@ -194,6 +199,7 @@ class QuotaManager:
         # The loop thread's working time (Runtime.busy_clock), for request_percentage.
         self._busy_clock = busy_clock or _no_time
         self._rates: dict[tuple[str, str, str], Rate] = {}
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}  # controller_mutation_rate
         self._swept_s = 0.0
 
     def record(self, key: str, user: str, client_id: str, value: float, now_s: float) -> float:
@@ -212,6 +218,25 @@ class QuotaManager:
             rate = self._rates[sensor] = Rate(self.config, now_s)
         rate.record(value, now_s)
         return rate.throttle_s(quota.bound, now_s)
+
+    def mutation_quota(
+        self, user: str, client_id: str, api_key: int, api_version: int, now_s: float
+    ) -> MutationQuota | None:
+        """The ``controller_mutation_rate`` of (user, client-id) for one CreateTopics,
+        CreatePartitions or DeleteTopics request (broker/mutation_quota.py); None when no
+        quota applies."""
+        quota = resolve(self._image().client_quotas, CONTROLLER_MUTATION_RATE, user, client_id)
+        if quota is None:
+            return None
+        self._sweep(now_s)
+        config = self.config
+        # Kafka's TokenBucket burst: (samples - 1) x window x quota.
+        burst = (config.window_num - 1) * config.window_size_s * quota.bound
+        bucket = self._buckets.get(quota.sensor)
+        if bucket is None:
+            bucket = self._buckets[quota.sensor] = TokenBucket(burst, now_s)
+        strict = api_version >= STRICT_SINCE[api_key]
+        return MutationQuota(bucket, quota.bound, burst, strict, now_s)
 
     def admit_connection(self, ip: str, now_s: float) -> float:
         """KIP-612's ``connection_creation_rate`` of an IP (its own quota, else the default
@@ -243,13 +268,22 @@ class QuotaManager:
         """Forget rates idle for the whole window (they measure 0 anyway), at most once per
         window, and the idlest beyond MAX_SENSORS, so memory stays bounded whatever client
         ids arrive."""
-        if now_s - self._swept_s < self.config.span_s and len(self._rates) < MAX_SENSORS:
+        if (
+            now_s - self._swept_s < self.config.span_s
+            and len(self._rates) + len(self._buckets) < MAX_SENSORS
+        ):
             return
         self._swept_s = now_s
         expire_s = self.config.span_s
         for sensor, rate in list(self._rates.items()):
             if now_s - rate.last_record_s >= expire_s:
                 del self._rates[sensor]
+        # A bucket that has refilled is as good as a new one; one still in debt is kept
+        # (forgetting it would forgive the debt), however many there are: a client gets
+        # into debt only through requests its quota charged.
+        for user_client, bucket in list(self._buckets.items()):
+            if bucket.full_at_s <= now_s:
+                del self._buckets[user_client]
         if len(self._rates) >= MAX_SENSORS:
             idlest = sorted(self._rates, key=lambda s: self._rates[s].last_record_s)
             for sensor in idlest[: len(self._rates) - MAX_SENSORS // 2]:
@@ -257,7 +291,7 @@ class QuotaManager:
 
     @property
     def sensors(self) -> int:
-        return len(self._rates)
+        return len(self._rates) + len(self._buckets)
 
     def enforcing(self, handle: Handler) -> Handler:
         """``handle`` with the client quotas of each request: Produce's and a consumer

@@ -506,6 +506,8 @@ class KraftNode:
                 ),
                 acls_enabled=authorizer is not None,
                 kraft_version=self.raft.kraft_version if self.raft is not None else None,
+                quotas=quotas,
+                default_partitions=config.num_partitions,
             )
             self.apis[endpoint.name] = apis
             entries = [

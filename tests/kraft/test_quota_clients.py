@@ -9,6 +9,7 @@ import asyncio
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
+from broker.client import KafkaConnection
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from tests.kafka_tools import ROOT
@@ -207,6 +209,94 @@ def test_a_request_percentage_quota_throttles_a_producer_a_window_at_most(node: 
     )
     assert throttles and 0 < max(throttles) <= 1.0
     assert rate < free_rate / 5
+
+
+async def _create_topics(
+    bootstrap: str, client_id: str, version: int, topics: list[tuple[str, int]]
+) -> list[tuple[Any, float]]:
+    """One CreateTopics request per item of ``topics`` on one connection, each sent as soon
+    as the previous is answered: the responses and how long each took."""
+    host, port = bootstrap.rsplit(":", 1)
+    connection = KafkaConnection(client_id)
+    await connection.connect(host, int(port), 10.0)
+    module: Any = request_module(ApiKey.CREATE_TOPICS, version)
+    answers = []
+    loop = asyncio.get_running_loop()
+    try:
+        for name, partitions in topics:
+            topic = make(
+                module.CreatableTopic,
+                {"name": name, "num_partitions": partitions, "replication_factor": 1},
+            )
+            request = make(
+                module.CreateTopicsRequest,
+                {"topics": (topic,), "timeout": timedelta(seconds=10)},
+            )
+            sent = loop.time()
+            response = await connection.request(request, 30.0)
+            answers.append((response, loop.time() - sent))
+    finally:
+        await connection.close()
+    return answers
+
+
+def test_a_controller_mutation_rate_refuses_then_throttles_topic_creation(node: str) -> None:
+    """KIP-599 with Kafka's token bucket: 2 partitions/s, a burst of 20. CreateTopics v7
+    creates 15 and then 10 partitions (the bucket had 5 left, so the topic goes through and
+    takes it to -5); the next topic is refused THROTTLING_QUOTA_EXCEEDED with the time the
+    bucket needs to get back to zero, and the connection's next request waits that long (the
+    mute); after it the same topic is created."""
+    response = alter(node, [("client-id", "mutator")], "controller_mutation_rate", 2.0)
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(node, "mutator") == {"controller_mutation_rate": 2.0},
+        "the broker's image has the quota",
+    )
+    answers = asyncio.run(
+        _create_topics(
+            node,
+            "mutator",
+            7,
+            [("mut-1", 15), ("mut-2", 10), ("mut-3", 1), ("mut-3", 1)],
+        )
+    )
+    codes = [response.topics[0].error_code for response, _ in answers]
+    throttles = [response.throttle_time.total_seconds() for response, _ in answers]
+    took = [seconds for _, seconds in answers]
+    print(f"codes {codes} throttles {throttles} took {[round(t, 2) for t in took]}")
+    assert codes[:2] == [ErrorCode.none, ErrorCode.none]
+    assert throttles[:2] == [0.0, 0.0]
+    assert codes[2] == ErrorCode.throttling_quota_exceeded
+    assert answers[2][0].topics[0].error_message == "The throttling quota has been exceeded."
+    assert 1.5 <= throttles[2] <= 2.5  # 5 tokens at 2/s, less what refilled meanwhile
+    assert took[3] >= throttles[2] - 0.05  # read only after the mute
+    assert codes[3] == ErrorCode.none
+
+
+def test_librdkafka_creating_past_the_mutation_rate_is_throttled(node: str) -> None:
+    """librdkafka's CreateTopics (before v6) is permissive, as in Kafka: the topic is created
+    and the client is told the throttle time through its throttle_cb."""
+    response = alter(node, [("client-id", "rdkafka-mutator")], "controller_mutation_rate", 2.0)
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(node, "rdkafka-mutator") == {"controller_mutation_rate": 2.0},
+        "the broker's image has the quota",
+    )
+    throttles: list[float] = []
+    admin = AdminClient(
+        {
+            "bootstrap.servers": node,
+            "client.id": "rdkafka-mutator",
+            "throttle_cb": lambda event: throttles.append(event.throttle_time),
+        }
+    )
+    for future in admin.create_topics([NewTopic("rdkafka-mut", 30, 1)]).values():
+        future.result(30)  # created: 30 partitions against a burst of 20
+    deadline = time.monotonic() + 10
+    while not throttles and time.monotonic() < deadline:
+        admin.poll(0.1)
+    print(f"librdkafka throttle times {throttles}")
+    assert throttles and 4.0 <= max(throttles) <= 5.0  # 10 tokens of debt at 2/s
 
 
 def kafka_configs(bootstrap: str, *args: str) -> str:
