@@ -1,7 +1,8 @@
 """The wire fuzzer: random and mutated frames of every API a real node answers, on each of
 its listeners (a SASL_PLAINTEXT one among them, whose login exchange is fuzzed), and after
-each batch the node must still be whole. TLS records are fuzzed on its SSL and SASL_SSL
-listeners, and sent to the plaintext ones (the tests at the end of the file).
+each batch the node must still be whole; on its SSL and SASL_SSL listeners the frames go
+inside TLS. TLS records themselves are fuzzed on those two and sent to the plaintext ones
+(the tests at the end of the file).
 
 One kraft-server process (a combined broker+controller, its working directory an empty
 dir of its own) serves the whole module. For each listener the fuzzer asks ApiVersions what
@@ -377,15 +378,23 @@ def mutated(draw: st.DrawFn, frames: list[bytes]) -> bytes:
     return _reframe(bytes(body))
 
 
-async def _send(port: int, frames: list[bytes]) -> None:
-    """Send ``frames`` on one connection, read what comes back for a moment, hang up."""
+async def _send(port: int, frames: list[bytes], ca: Path | None = None) -> None:
+    """Send ``frames`` on one connection (inside TLS, trusting ``ca``, when given), read what
+    comes back for a moment, hang up."""
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        if ca is None:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        else:
+            context = ssl.create_default_context(cafile=str(ca))
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=context, server_hostname="127.0.0.1"
+            )
     except OSError:
         return  # checked by check_whole: a node that stopped accepting is caught there
     try:
         writer.write(b"".join(frames))
-        writer.write_eof()
+        if writer.can_write_eof():  # TLS cannot half-close: the answers are read a moment
+            writer.write_eof()
         async with asyncio.timeout(ANSWER_WAIT_S):
             while await reader.read(65536):
                 pass
@@ -403,16 +412,24 @@ FUZZ_SETTINGS = settings(
 )
 
 
-@pytest.mark.parametrize("listener", ["client", "controller", "sasl"])
+@pytest.mark.parametrize("listener", ["client", "controller", "sasl", "ssl", "sasl_ssl"])
 def test_no_frame_takes_the_node_down(node: Node, listener: str) -> None:
+    """On the TLS listeners the frames go inside TLS: on SASL_SSL, the SASL exchange (and
+    everything sent before it) is fuzzed behind TLS."""
     port = node.listeners[listener]
-    frames = templates(advertised(port))
+    ca = node.ca if listener in ("ssl", "sasl_ssl") else None
+    if ca is None:
+        apis = advertised(port)
+    else:
+        response = asyncio.run(_api_versions_over_tls(port, ca))
+        apis = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    frames = templates(apis)
     probes = iter(range(1_000_000))
 
     @FUZZ_SETTINGS
     @given(batch=st.lists(mutated(frames), min_size=1, max_size=8))
     def fuzz(batch: list[bytes]) -> None:
-        asyncio.run(_send(port, batch))
+        asyncio.run(_send(port, batch, ca))
         check_whole(node, next(probes))
 
     fuzz()
