@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -49,6 +49,7 @@ from metadata.controller.client_quotas import (
 from metadata.image import MetadataImage, QuotaEntity
 from protocol import wire
 from protocol.api_keys import ApiKey
+from protocol.busy import Timed
 from protocol.server import CHANNEL, NO_RESPONSE, Handler
 
 QUOTA_WINDOW_NUM_DEFAULT = 11  # quota.window.num: 10 whole windows and the current one
@@ -313,12 +314,18 @@ class QuotaManager:
                 quotas = self._image().client_quotas
                 time_quota = resolve(quotas, REQUEST_PERCENTAGE, user, client_id)
             if time_quota is None:
+                if channel.busy_clock is not None:  # the quota went: stop timing
+                    channel.busy_clock = None
+                    channel.network_busy_s = 0.0
                 response = await handle(header, request)
                 busy_s = 0.0
             else:
-                timed = _Timed(handle(header, request), self._busy_clock)
+                # From now on the connection times its decoding and writing as well
+                # (Kafka's network thread time), charged with its next request.
+                channel.busy_clock = self._busy_clock
+                timed = Timed(handle(header, request), self._busy_clock)
                 response = await timed
-                busy_s = timed.busy_s
+                busy_s = timed.busy_s + channel.take_network_busy_s()
             now_s = loop.time()
             throttle_s = _throttle_time_s(response)  # a handler's own (forwarded requests)
             if time_quota is not None and response is not NO_RESPONSE:
@@ -346,39 +353,6 @@ class QuotaManager:
 
 def _no_time() -> float:
     return 0.0
-
-
-class _Timed:
-    """Awaits a handler's coroutine, adding up the ``clock`` time of each of its steps: what
-    the request cost the loop's thread, not the time it waited (for the log's flush, a
-    replica, the controller), as Kafka counts a request handler thread's time."""
-
-    __slots__ = ("_clock", "_steps", "busy_s")
-
-    def __init__(self, awaitable: Awaitable[object | None], clock: Callable[[], float]) -> None:
-        self._steps = awaitable.__await__()
-        self._clock = clock
-        self.busy_s = 0.0
-
-    def __await__(self) -> Generator[Any, Any, object | None]:
-        steps, clock = self._steps, self._clock
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            start = clock()
-            try:
-                yielded = steps.send(value) if error is None else steps.throw(error)
-            except StopIteration as stop:
-                self.busy_s += clock() - start
-                return stop.value
-            except BaseException:
-                self.busy_s += clock() - start
-                raise
-            self.busy_s += clock() - start
-            try:
-                value, error = (yield yielded), None
-            except BaseException as thrown:  # a cancellation: handed to the handler
-                value, error = None, thrown
 
 
 def _exempt(header: wire.RequestHeader, request: object) -> bool:

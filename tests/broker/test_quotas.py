@@ -434,3 +434,59 @@ def test_a_throttle_time_the_handler_set_mutes_the_channel() -> None:
         return channel.muted_until_s - asyncio.get_running_loop().time()
 
     assert abs(asyncio.run(run()) - 3.0) < 0.05
+
+
+def test_request_percentage_also_charges_decoding_and_writing() -> None:
+    """Kafka charges a request quota with the network thread's time too: once a client is
+    timed, its connection times decoding each request and encoding and writing each answer,
+    and that is charged with its next request. A clock that moves 1 ms per reading makes
+    every timed step cost 1 ms: the first request is charged its handler's one step; the
+    second also the first answer's encoding and writing and its own decoding."""
+    charged: list[float] = []
+
+    class Recording(QuotaManager):
+        def _record(self, key: str, quota: Any, value: float, now_s: float) -> float:
+            if key == "request_percentage":
+                charged.append(value)
+            return super()._record(key, quota, value, now_s)
+
+    class SteppingClock:
+        def __init__(self) -> None:
+            self.now_s = 0.0
+
+        def __call__(self) -> float:
+            self.now_s += 0.001
+            return self.now_s
+
+    async def run() -> None:
+        quotas = Recording(
+            lambda: _image({(("client-id", "test"),): {"request_percentage": 1000.0}}),
+            CONFIG,
+            SteppingClock(),
+        )
+
+        async def handle(header: wire.RequestHeader, _request: object) -> object:
+            return api_versions_response(header.api_version, {ApiKey.API_VERSIONS: (0, 3)})
+
+        enforcing = quotas.enforcing(handle)
+
+        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await serve_connection(reader, writer, enforcing, {ApiKey.API_VERSIONS: (0, 3)})
+
+        server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+        connection = KafkaConnection("test")
+        try:
+            await connection.connect("127.0.0.1", server.sockets[0].getsockname()[1], 5)
+            request = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+            for _ in range(2):
+                await connection.request(request, 5)
+        finally:
+            await connection.close()
+            server.close()
+
+    asyncio.run(run())
+    # Percent-seconds: 1 ms is 0.1. The handler is one step; decoding at least one more, and
+    # encoding and writing the first answer at least one.
+    assert len(charged) == 2
+    assert abs(charged[0] - 0.1) < 1e-6
+    assert charged[1] >= 0.3 - 1e-6
