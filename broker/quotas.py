@@ -239,6 +239,21 @@ class QuotaManager:
         strict = api_version >= STRICT_SINCE[api_key]
         return MutationQuota(bucket, quota.bound, burst, strict, now_s)
 
+    def _bounded_fetch(self, request: Any, user: str, client_id: str) -> Any:
+        """A consumer's Fetch with its max_bytes (and min_bytes) at most what its
+        ``consumer_byte_rate`` allows in the quota window, as Kafka's KafkaApis bounds it, so
+        one answer cannot take many windows' worth and a throttled consumer is held in
+        steps of at most a window."""
+        quota = resolve(self._image().client_quotas, CONSUMER_BYTE_RATE, user, client_id)
+        if quota is None:
+            return request
+        bound = max(1, _fetch_bound(self.config, quota))
+        if getattr(request, "max_bytes", 0) <= bound:
+            return request
+        return dataclasses.replace(
+            request, max_bytes=bound, min_bytes=min(request.min_bytes, bound)
+        )
+
     def admit_connection(self, ip: str, now_s: float) -> float:
         """KIP-612's ``connection_creation_rate`` of an IP (its own quota, else the default
         IP's): 0 admits the new connection; otherwise the connection is refused and this is
@@ -309,6 +324,8 @@ class QuotaManager:
                 return await handle(header, request)  # not from a connection: nothing to mute
             client_id = header.client_id or ""
             user = user_of(PRINCIPAL.get())
+            if header.api_key == ApiKey.FETCH and getattr(request, "replica_id", -1) < 0:
+                request = self._bounded_fetch(request, user, client_id)
             time_quota = None
             if not _exempt(header, request):
                 quotas = self._image().client_quotas
@@ -349,6 +366,12 @@ class QuotaManager:
             return _with_throttle_time(response, throttle_s)
 
         return throttled
+
+
+def _fetch_bound(config: QuotaConfig, quota: ResolvedQuota) -> int:
+    """Kafka's ClientQuotaManager.getMaxValueInQuotaWindow: the bytes a consumer's quota
+    allows over the sampled window, less the current sample."""
+    return int(quota.bound * (config.window_num - 1) * config.window_size_s)
 
 
 def _no_time() -> float:

@@ -21,7 +21,7 @@ from metadata.image import MetadataImage, QuotaEntity
 from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import api_versions_response
-from protocol.entities import make, response_module
+from protocol.entities import make, request_module, response_module
 from protocol.server import CHANNEL, Channel, serve_connection
 
 CONFIG = QuotaConfig()  # quota.window.num 11, quota.window.size.seconds 1
@@ -490,3 +490,46 @@ def test_request_percentage_also_charges_decoding_and_writing() -> None:
     assert len(charged) == 2
     assert abs(charged[0] - 0.1) < 1e-6
     assert charged[1] >= 0.3 - 1e-6
+
+
+def test_a_consumer_fetch_asks_for_at_most_its_quota_window() -> None:
+    """Kafka's getMaxValueInQuotaWindow: a consumer under consumer_byte_rate B has its
+    Fetch max_bytes (and min_bytes) bounded by B x (quota.window.num - 1) x window seconds;
+    a follower's fetch and a consumer without a quota are untouched."""
+    module: Any = request_module(ApiKey.FETCH, 13)
+
+    def fetch(replica_id: int) -> Any:
+        return make(
+            module.FetchRequest,
+            {
+                "replica_id": replica_id,
+                "max_wait": timedelta(milliseconds=500),
+                "min_bytes": 1 << 20,
+                "max_bytes": 50 << 20,
+                "topics": (),
+            },
+        )
+
+    async def run() -> list[tuple[int, int]]:
+        quotas = QuotaManager(
+            lambda: _image({(("client-id", "slow"),): {"consumer_byte_rate": 1000.0}}), CONFIG
+        )
+        seen: list[tuple[int, int]] = []
+
+        async def handle(_header: wire.RequestHeader, request: Any) -> object:
+            seen.append((request.max_bytes, request.min_bytes))
+            return _api_versions_response()
+
+        enforcing = quotas.enforcing(handle)
+        CHANNEL.set(Channel())
+        PRINCIPAL.set("User:ANONYMOUS")
+        await enforcing(_header(ApiKey.FETCH, "slow"), fetch(-1))
+        await enforcing(_header(ApiKey.FETCH, "slow"), fetch(3))
+        await enforcing(_header(ApiKey.FETCH, "free"), fetch(-1))
+        return seen
+
+    assert asyncio.run(run()) == [
+        (10_000, 10_000),  # 1000 B/s x 10 windows of 1 s
+        (50 << 20, 1 << 20),
+        (50 << 20, 1 << 20),
+    ]

@@ -299,6 +299,62 @@ def test_librdkafka_creating_past_the_mutation_rate_is_throttled(node: str) -> N
     assert throttles and 4.0 <= max(throttles) <= 5.0  # 10 tokens of debt at 2/s
 
 
+async def _fetch_bytes(bootstrap: str, client_id: str, topic: str) -> int:
+    """The records bytes one Fetch (v11, 50 MiB allowed in all and per partition) from
+    offset 0 of ``topic``-0 brings back."""
+    host, port = bootstrap.rsplit(":", 1)
+    connection = KafkaConnection(client_id)
+    await connection.connect(host, int(port), 10.0)
+    module: Any = request_module(ApiKey.FETCH, 11)
+    partition = make(
+        module.FetchPartition,
+        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 50 << 20},
+    )
+    request = make(
+        module.FetchRequest,
+        {
+            "replica_id": -1,
+            "max_wait": timedelta(milliseconds=100),
+            "min_bytes": 1,
+            "max_bytes": 50 << 20,
+            "topics": (make(module.FetchTopic, {"topic": topic, "partitions": (partition,)}),),
+        },
+    )
+    try:
+        response: Any = await connection.request(request, 30.0)
+    finally:
+        await connection.close()
+    [answer] = response.responses[0].partitions
+    assert answer.error_code == ErrorCode.none
+    return len(answer.records or b"")
+
+
+def test_a_consumer_under_its_quota_fetches_at_most_a_quota_window(node: str) -> None:
+    """Kafka bounds a consumer's Fetch to what its consumer_byte_rate allows over the quota
+    window (getMaxValueInQuotaWindow): at 10,000 B/s, 100,000 bytes (plus the batch that
+    crosses the bound: a fetch always returns whole batches), where a consumer without a
+    quota gets the whole 1 MB backlog at once."""
+    topic = "fetch-bound"
+    admin = AdminClient({"bootstrap.servers": node})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": node, "linger.ms": 5, "batch.size": 16384})
+    for _ in range(1000):
+        producer.produce(topic, VALUE, partition=0)
+    assert producer.flush(30) == 0
+    response = alter(node, [("client-id", "slow-consumer")], "consumer_byte_rate", 10_000)
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(node, "slow-consumer") == {"consumer_byte_rate": 10_000},
+        "the broker's image has the quota",
+    )
+    bounded = asyncio.run(_fetch_bytes(node, "slow-consumer", topic))
+    free = asyncio.run(_fetch_bytes(node, "free-consumer", topic))
+    print(f"one fetch: {bounded} bytes under the quota, {free} without")
+    assert 0 < bounded <= 100_000 + 20_000
+    assert free > 1_000_000
+
+
 def kafka_configs(bootstrap: str, *args: str) -> str:
     """Kafka's own kafka-configs (scripts/kafka-dist.sh assembles Kafka 4.1.0's jars)."""
     result = subprocess.run(
