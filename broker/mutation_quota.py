@@ -29,6 +29,7 @@ each of them.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -167,11 +168,12 @@ async def forward_charged(
     field = _items_field(body)
     items = tuple(getattr(body, field))
     names = [_key(item) for item in items]
+    named = collections.Counter(names)
     charged: dict[object, int] = {}
     admitted: list[Any] = []
     refused: list[Any] = []
     for item, key in zip(items, names, strict=True):
-        permits = 0 if names.count(key) > 1 else _permits(api_key, item, image, default_partitions)
+        permits = 0 if named[key] > 1 else _permits(api_key, item, image, default_partitions)
         if permits and not quota.admit(permits):
             refused.append(item)
             continue
