@@ -9,14 +9,17 @@ import asyncio
 import random
 from typing import Any
 
+import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from broker.client import KafkaConnection
 from broker.security import authenticating, served_apis
+from kraft.scram_args import parse_add_scram
 from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import api_versions_response
 from protocol.connect import Connector
+from protocol.sasl import ScramCredential
 from protocol.security import ClientSecurity, ListenerSecurity, SaslCredentials, SecurityProtocol
 from protocol.server import serve_connection
 from raft import codec
@@ -30,20 +33,29 @@ RUN_S = 3.2  # past three session lifetimes
 API_VERSIONS_ONLY = {ApiKey.API_VERSIONS: (0, 3)}
 
 
+SCRAM = parse_add_scram("SCRAM-SHA-512=[name=peer,password=peer-pw]")
+
+
 def _listener() -> ListenerSecurity:
     return ListenerSecurity(
         name="CONTROLLER",
         protocol=SecurityProtocol.SASL_PLAINTEXT,
-        mechanisms=("PLAIN",),
+        mechanisms=("PLAIN", "SCRAM-SHA-512"),
         plain_users={"peer": "peer-pw"},
         max_reauth_ms=LIFETIME_MS,
     )
 
 
-def _connector(password: str = "peer-pw") -> Connector:
+def _scram(user: str, mechanism: str) -> ScramCredential | None:
+    if (user, mechanism) != ("peer", "SCRAM-SHA-512"):
+        return None
+    return ScramCredential(SCRAM.salt, SCRAM.stored_key, SCRAM.server_key, SCRAM.iterations)
+
+
+def _connector(password: str = "peer-pw", mechanism: str = "PLAIN") -> Connector:
     return Connector(
         ClientSecurity(
-            SecurityProtocol.SASL_PLAINTEXT, sasl=SaslCredentials("PLAIN", "peer", password)
+            SecurityProtocol.SASL_PLAINTEXT, sasl=SaslCredentials(mechanism, "peer", password)
         )
     )
 
@@ -63,7 +75,7 @@ class Server:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         self.connections += 1
-        authenticated = authenticating(self.handle, _listener(), writer, lambda *_: None, 1 << 20)
+        authenticated = authenticating(self.handle, _listener(), writer, _scram, 1 << 20)
         assert authenticated is not None
 
         async def watching(header: wire.RequestHeader, request: object) -> object | None:
@@ -81,12 +93,13 @@ async def _api_versions(header: wire.RequestHeader, _request: object) -> object:
     return api_versions_response(header.api_version, API_VERSIONS_ONLY)
 
 
-def test_a_kafka_connection_reauthenticates_before_its_session_ends() -> None:
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_a_kafka_connection_reauthenticates_before_its_session_ends(mechanism: str) -> None:
     async def run() -> tuple[Server, int, int, bool]:
         server = Server(_api_versions, API_VERSIONS_ONLY)
         listening = await asyncio.start_server(server.on_connection, "127.0.0.1", 0)
         port = listening.sockets[0].getsockname()[1]
-        connection = KafkaConnection("broker-2-fetcher", connector=_connector())
+        connection = KafkaConnection("broker-2-fetcher", connector=_connector(mechanism=mechanism))
         answered = 0
         try:
             await connection.connect("127.0.0.1", port, 5)
