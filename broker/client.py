@@ -6,6 +6,12 @@ matching by id catches a server that does not). Any failure, a reset, an unreada
 unexpected answer, or a request timing out, closes the whole connection and fails every
 request still waiting, as Kafka's NetworkClient does: after a timeout the connection's
 position in the response stream is unknown, so it cannot be trusted for the next answer.
+
+A connection logged in with SASL to a listener with ``connections.max.reauth.ms`` logs in
+again on the same connection before its session ends (KIP-368), at 90% of the session
+lifetime the server gave: new requests wait, those in flight are answered, the SASL
+exchange runs, then the waiting requests go. A refused re-authentication closes the
+connection, as any failure.
 """
 
 from __future__ import annotations
@@ -16,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol import wire
-from protocol.connect import Connector
+from protocol.connect import REAUTHENTICATE_AT, Connector
 
 MAX_IN_FLIGHT = 100
+REAUTH_STEP_TIMEOUT_S = 30.0  # one request of a re-authentication (KIP-368)
 _CORRELATION_ID_LIMIT = 2**31
 
 
@@ -32,6 +39,7 @@ class _InFlight:
     api_key: int
     api_version: int
     answer: asyncio.Future[object]
+    slot: bool = True  # holds one of max_in_flight (a re-authentication's requests do not)
 
 
 class KafkaConnection:
@@ -53,6 +61,15 @@ class KafkaConnection:
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._closed = False
+        # KIP-368: cleared while the connection re-authenticates (requests wait), and set
+        # when nothing is in flight (the re-authentication waits for it).
+        self._open = asyncio.Event()
+        self._open.set()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._reauth_timer: asyncio.TimerHandle | None = None
+        self._reauth_task: asyncio.Task[None] | None = None
+        self.reauthentications = 0  # how many times this connection logged in again
 
     @property
     def closed(self) -> bool:
@@ -63,13 +80,10 @@ class KafkaConnection:
         """Open the connection (TLS and the SASL login included, when the connector asks
         for them); OSError (TimeoutError, and a refused login, included) when that fails."""
         assert self._writer is None and not self._closed, "connect once per KafkaConnection"
-        opening = (
-            self._connector.open(host, port, self.client_id)
-            if self._connector is not None
-            else asyncio.open_connection(host, port)
-        )
         try:
-            reader, writer = await asyncio.wait_for(opening, timeout=timeout_s)
+            reader, writer, lifetime_s = await asyncio.wait_for(
+                self._open_session(host, port), timeout=timeout_s
+            )
         except OSError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -82,6 +96,51 @@ class KafkaConnection:
             raise ConnectionClosed("closed while connecting")
         self._writer = writer
         self._reader_task = asyncio.get_running_loop().create_task(self._read_answers(reader))
+        self._schedule_reauthentication(lifetime_s)
+
+    async def _open_session(
+        self, host: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, float | None]:
+        if self._connector is None:
+            reader, writer = await asyncio.open_connection(host, port)
+            return reader, writer, None
+        return await self._connector.open_session(host, port, self.client_id)
+
+    def _schedule_reauthentication(self, lifetime_s: float | None) -> None:
+        if lifetime_s is None or self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        self._reauth_timer = loop.call_later(lifetime_s * REAUTHENTICATE_AT, self._reauth_due)
+
+    def _reauth_due(self) -> None:
+        self._reauth_timer = None
+        if not self._closed:
+            self._reauth_task = asyncio.get_running_loop().create_task(self._reauthenticate())
+
+    async def _reauthenticate(self) -> None:
+        """Log in again on this connection: hold new requests, let those in flight be
+        answered, run the SASL exchange, let the held requests go."""
+        assert self._connector is not None
+        self._open.clear()
+        try:
+            await self._drained.wait()
+            lifetime_s = await self._connector.reauthenticate(self._call_alone)
+        except (OSError, TimeoutError) as error:
+            self._fail(f"re-authentication failed: {error!r}")
+            return
+        finally:
+            self._open.set()
+        self.reauthentications += 1
+        self._schedule_reauthentication(lifetime_s)
+
+    async def _call_alone(self, entity: object) -> object:
+        """One request of a re-authentication: nothing else is in flight."""
+        body: Any = entity
+        async with asyncio.timeout(REAUTH_STEP_TIMEOUT_S):
+            answer = self._send(int(body.__api_key__), int(body.__version__), entity, slot=False)
+            if self._writer is not None:
+                await self._writer.drain()
+            return await answer
 
     async def request(self, entity: object, timeout_s: float) -> object:
         """The response entity answering ``entity`` (a kio request of any API and version).
@@ -95,6 +154,12 @@ class KafkaConnection:
         try:
             async with asyncio.timeout(timeout_s):
                 await self._slots.acquire()
+                if not self._open.is_set():
+                    try:
+                        await self._open.wait()  # a re-authentication is under way
+                    except BaseException:
+                        self._slots.release()
+                        raise
                 answer = self._send(api_key, api_version, entity, encoded)
                 if self._writer is not None:
                     await self._writer.drain()
@@ -111,11 +176,19 @@ class KafkaConnection:
             raise ConnectionClosed(f"write failed: {error!r}") from error
 
     def _send(
-        self, api_key: int, api_version: int, entity: object, encoded: bytes | None = None
+        self,
+        api_key: int,
+        api_version: int,
+        entity: object,
+        encoded: bytes | None = None,
+        *,
+        slot: bool = True,
     ) -> asyncio.Future[object]:
-        """Write one request (a slot already taken) and return the future of its answer."""
+        """Write one request (a slot already taken, unless ``slot`` is False) and return the
+        future of its answer."""
         if self.closed:
-            self._slots.release()
+            if slot:
+                self._slots.release()
             raise ConnectionClosed("connection is closed")
         assert self._writer is not None
         correlation_id = self._next_correlation_id
@@ -123,11 +196,13 @@ class KafkaConnection:
         try:
             frame = wire.encode_request(header, entity, encoded)
         except Exception:
-            self._slots.release()
+            if slot:
+                self._slots.release()
             raise
         self._next_correlation_id = (correlation_id + 1) % _CORRELATION_ID_LIMIT
         answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._in_flight[correlation_id] = _InFlight(api_key, api_version, answer)
+        self._in_flight[correlation_id] = _InFlight(api_key, api_version, answer, slot)
+        self._drained.clear()
         self._writer.write(frame)
         return answer
 
@@ -154,7 +229,10 @@ class KafkaConnection:
                     await asyncio.sleep(0)
                 if self._in_flight.pop(correlation_id, None) is not in_flight:
                     return  # closed while it was decoded: every waiter was failed
-                self._slots.release()
+                if in_flight.slot:
+                    self._slots.release()
+                if not self._in_flight:
+                    self._drained.set()
                 if not in_flight.answer.done():  # its caller may have been cancelled
                     in_flight.answer.set_result(response)
         except (OSError, asyncio.IncompleteReadError, wire.FrameError, ValueError) as error:
@@ -165,9 +243,15 @@ class KafkaConnection:
         self._closed = True
         if self._writer is not None:
             self._writer.transport.abort()
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+            self._reauth_timer = None
+        self._drained.set()
+        self._open.set()  # waiting requests go on to find the connection closed
         in_flight, self._in_flight = self._in_flight, {}
         for item in in_flight.values():
-            self._slots.release()
+            if item.slot:
+                self._slots.release()
             if not item.answer.done():
                 item.answer.set_exception(ConnectionClosed(reason))
                 # A request whose caller already gave up would log "exception never
@@ -177,11 +261,11 @@ class KafkaConnection:
     async def close(self) -> None:
         """Close the connection; waiting requests fail with ConnectionClosed."""
         self._fail("closed by the client")
-        task = self._reader_task
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (self._reader_task, self._reauth_task):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 # Entities of a big request encoded between turns of the loop (as the network layer's

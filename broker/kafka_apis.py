@@ -23,7 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker import data_plane, describe_producers, forwarding, txn_markers
+from broker import data_plane, describe_producers, forwarding, mutation_quota, txn_markers
 from broker.auto_topic_creation import AutoTopicCreationManager
 from broker.cluster_metadata import describe_cluster_response, metadata_response, random_live_broker
 from broker.controller_channel import ControllerSender
@@ -32,6 +32,7 @@ from broker.describe_topic_partitions import describe_topic_partitions_response
 from broker.fetch_session import CACHE_SLOTS_DEFAULT, FetchSessionCache
 from broker.lifecycle import SUPPORTED_FEATURES
 from broker.producer_ids import ProducerIdManager, init_producer_id
+from broker.quotas import QuotaManager, user_of
 from broker.replica_manager import ReplicaManager
 from broker.txn.apis import TxnApis
 from metadata.controller.acls import describe_acls_response, security_disabled
@@ -106,8 +107,15 @@ class KafkaApis:
         descriptors_free: Callable[[], bool] = lambda: True,
         acls_enabled: bool = False,
         kraft_version: Callable[[], int] | None = None,
+        quotas: QuotaManager | None = None,
+        default_partitions: int = 1,
     ) -> None:
         self.node_id = node_id
+        # The controller mutation quota of forwarded CreateTopics, CreatePartitions and
+        # DeleteTopics is charged here (broker/mutation_quota.py); num.partitions is what
+        # a CreateTopics without a count creates.
+        self._quotas = quotas
+        self._default_partitions = default_partitions
         # kraft.version as this node's metadata log has it (KIP-853): a quorum feature,
         # kept in the log's control records, not in the image. None: no quorum to ask.
         self._kraft_version = kraft_version
@@ -253,6 +261,19 @@ class KafkaApis:
 
     # ---- handlers ----------------------------------------------------------------------
     async def _forward_api(self, request: ApiRequest) -> object:
+        key = request.header.api_key
+        if self._quotas is not None and key in mutation_quota.MUTATION_APIS:
+            quota = self._quotas.mutation_quota(
+                user_of(request.principal),
+                request.header.client_id or "",
+                key,
+                request.api_version,
+                loop_time(),
+            )
+            if quota is not None:
+                return await mutation_quota.forward_charged(
+                    request, quota, self._image(), self._default_partitions, self._forward
+                )
         return await self._forward(request.body)
 
     async def _create_topics(self, request: ApiRequest) -> object:

@@ -13,7 +13,10 @@ New connections are counted too: an IP over its ``connection_creation_rate`` (KI
 its connection closed after a delay of at most one window (``admit_connection``).
 
 What is counted, as in Kafka: Produce by the bytes of its request, a consumer's Fetch by the
-records bytes of its response (a follower's fetch is replication, never throttled). Kafka
+records bytes of its response (a follower's fetch is replication, never throttled), every
+request but a cluster action by the loop thread's time its handler took
+(``request_percentage``), and the partitions a forwarded CreateTopics, CreatePartitions or
+DeleteTopics creates or deletes (``controller_mutation_rate``, broker/mutation_quota.py). Kafka
 answers a fetch that violates its quota with an empty response; here the response is sent
 whole and the channel muted for the throttle time, which brings the rate back to the quota
 just the same one response later (the fetch session has already recorded what was sent, so
@@ -31,19 +34,23 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from broker.mutation_quota import STRICT_SINCE, MutationQuota, TokenBucket
 from broker.security import PRINCIPAL
 from metadata.controller.client_quotas import (
     CLIENT_ID,
     CONNECTION_CREATION_RATE,
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     IP,
     PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
     USER,
 )
 from metadata.image import MetadataImage, QuotaEntity
 from protocol import wire
 from protocol.api_keys import ApiKey
-from protocol.server import CHANNEL, Handler
+from protocol.busy import Timed
+from protocol.server import CHANNEL, NO_RESPONSE, Handler
 
 QUOTA_WINDOW_NUM_DEFAULT = 11  # quota.window.num: 10 whole windows and the current one
 QUOTA_WINDOW_SIZE_SECONDS_DEFAULT = 1  # quota.window.size.seconds
@@ -182,10 +189,18 @@ def resolve(
 class QuotaManager:
     """The broker's client quotas: one Rate per (quota key, user or IP, client-id) in use."""
 
-    def __init__(self, image: Callable[[], MetadataImage], config: QuotaConfig) -> None:
+    def __init__(
+        self,
+        image: Callable[[], MetadataImage],
+        config: QuotaConfig,
+        busy_clock: Callable[[], float] | None = None,
+    ) -> None:
         self._image = image
         self.config = config
+        # The loop thread's working time (Runtime.busy_clock), for request_percentage.
+        self._busy_clock = busy_clock or _no_time
         self._rates: dict[tuple[str, str, str], Rate] = {}
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}  # controller_mutation_rate
         self._swept_s = 0.0
 
     def record(self, key: str, user: str, client_id: str, value: float, now_s: float) -> float:
@@ -194,6 +209,9 @@ class QuotaManager:
         quota = resolve(self._image().client_quotas, key, user, client_id)
         if quota is None:
             return 0.0
+        return self._record(key, quota, value, now_s)
+
+    def _record(self, key: str, quota: ResolvedQuota, value: float, now_s: float) -> float:
         self._sweep(now_s)
         sensor = (key, *quota.sensor)
         rate = self._rates.get(sensor)
@@ -201,6 +219,40 @@ class QuotaManager:
             rate = self._rates[sensor] = Rate(self.config, now_s)
         rate.record(value, now_s)
         return rate.throttle_s(quota.bound, now_s)
+
+    def mutation_quota(
+        self, user: str, client_id: str, api_key: int, api_version: int, now_s: float
+    ) -> MutationQuota | None:
+        """The ``controller_mutation_rate`` of (user, client-id) for one CreateTopics,
+        CreatePartitions or DeleteTopics request (broker/mutation_quota.py); None when no
+        quota applies."""
+        quota = resolve(self._image().client_quotas, CONTROLLER_MUTATION_RATE, user, client_id)
+        if quota is None:
+            return None
+        self._sweep(now_s)
+        config = self.config
+        # Kafka's TokenBucket burst: (samples - 1) x window x quota.
+        burst = (config.window_num - 1) * config.window_size_s * quota.bound
+        bucket = self._buckets.get(quota.sensor)
+        if bucket is None:
+            bucket = self._buckets[quota.sensor] = TokenBucket(burst, now_s)
+        strict = api_version >= STRICT_SINCE[api_key]
+        return MutationQuota(bucket, quota.bound, burst, strict, now_s)
+
+    def _bounded_fetch(self, request: Any, user: str, client_id: str) -> Any:
+        """A consumer's Fetch with its max_bytes (and min_bytes) at most what its
+        ``consumer_byte_rate`` allows in the quota window, as Kafka's KafkaApis bounds it, so
+        one answer cannot take many windows' worth and a throttled consumer is held in
+        steps of at most a window."""
+        quota = resolve(self._image().client_quotas, CONSUMER_BYTE_RATE, user, client_id)
+        if quota is None:
+            return request
+        bound = max(1, _fetch_bound(self.config, quota))
+        if getattr(request, "max_bytes", 0) <= bound:
+            return request
+        return dataclasses.replace(
+            request, max_bytes=bound, min_bytes=min(request.min_bytes, bound)
+        )
 
     def admit_connection(self, ip: str, now_s: float) -> float:
         """KIP-612's ``connection_creation_rate`` of an IP (its own quota, else the default
@@ -232,13 +284,22 @@ class QuotaManager:
         """Forget rates idle for the whole window (they measure 0 anyway), at most once per
         window, and the idlest beyond MAX_SENSORS, so memory stays bounded whatever client
         ids arrive."""
-        if now_s - self._swept_s < self.config.span_s and len(self._rates) < MAX_SENSORS:
+        if (
+            now_s - self._swept_s < self.config.span_s
+            and len(self._rates) + len(self._buckets) < MAX_SENSORS
+        ):
             return
         self._swept_s = now_s
         expire_s = self.config.span_s
         for sensor, rate in list(self._rates.items()):
             if now_s - rate.last_record_s >= expire_s:
                 del self._rates[sensor]
+        # A bucket that has refilled is as good as a new one; one still in debt is kept
+        # (forgetting it would forgive the debt), however many there are: a client gets
+        # into debt only through requests its quota charged.
+        for user_client, bucket in list(self._buckets.items()):
+            if bucket.full_at_s <= now_s:
+                del self._buckets[user_client]
         if len(self._rates) >= MAX_SENSORS:
             idlest = sorted(self._rates, key=lambda s: self._rates[s].last_record_s)
             for sensor in idlest[: len(self._rates) - MAX_SENSORS // 2]:
@@ -246,33 +307,88 @@ class QuotaManager:
 
     @property
     def sensors(self) -> int:
-        return len(self._rates)
+        return len(self._rates) + len(self._buckets)
 
     def enforcing(self, handle: Handler) -> Handler:
-        """``handle`` with Produce and consumer Fetch quotas: the response carries the
-        throttle time and the connection is muted for it after the response is sent."""
+        """``handle`` with the client quotas of each request: Produce's and a consumer
+        Fetch's byte rates, every request's ``request_percentage`` (follower fetches and
+        WriteTxnMarkers are cluster actions, exempt as in Kafka) and the throttle time a
+        handler set itself (the controller mutation quota of a forwarded admin request). The
+        response carries the largest throttle time and the connection is muted for it after
+        the response is sent."""
         loop = asyncio.get_running_loop()
 
         async def throttled(header: wire.RequestHeader, request: object) -> object | None:
-            response = await handle(header, request)
             channel = CHANNEL.get()
             if channel is None:
-                return response  # not from a connection: nothing to mute
-            if header.api_key == ApiKey.PRODUCE:
-                key, value = PRODUCER_BYTE_RATE, float(channel.request_bytes)
-            elif header.api_key == ApiKey.FETCH and _is_consumer_fetch(request, response):
-                key, value = CONSUMER_BYTE_RATE, float(_records_bytes(response))
-            else:
-                return response
+                return await handle(header, request)  # not from a connection: nothing to mute
+            client_id = header.client_id or ""
             user = user_of(PRINCIPAL.get())
+            if header.api_key == ApiKey.FETCH and getattr(request, "replica_id", -1) < 0:
+                request = self._bounded_fetch(request, user, client_id)
+            time_quota = None
+            if not _exempt(header, request):
+                quotas = self._image().client_quotas
+                time_quota = resolve(quotas, REQUEST_PERCENTAGE, user, client_id)
+            if time_quota is None:
+                if channel.busy_clock is not None:  # the quota went: stop timing
+                    channel.busy_clock = None
+                    channel.network_busy_s = 0.0
+                response = await handle(header, request)
+                busy_s = 0.0
+            else:
+                # From now on the connection times its decoding and writing as well
+                # (Kafka's network thread time), charged with its next request.
+                channel.busy_clock = self._busy_clock
+                timed = Timed(handle(header, request), self._busy_clock)
+                response = await timed
+                busy_s = timed.busy_s + channel.take_network_busy_s()
             now_s = loop.time()
-            throttle_s = self.record(key, user, header.client_id or "", value, now_s)
+            throttle_s = _throttle_time_s(response)  # a handler's own (forwarded requests)
+            if time_quota is not None and response is not NO_RESPONSE:
+                # Kafka's ClientRequestQuotaManager: the request's thread time as a
+                # percentage of one second, its throttle bounded by one quota window.
+                request_throttle_s = self._record(
+                    REQUEST_PERCENTAGE, time_quota, busy_s * 100.0, now_s
+                )
+                throttle_s = max(throttle_s, min(request_throttle_s, self.config.window_size_s))
+            if header.api_key == ApiKey.PRODUCE:
+                byte_key, value = PRODUCER_BYTE_RATE, float(channel.request_bytes)
+            elif header.api_key == ApiKey.FETCH and _is_consumer_fetch(request, response):
+                byte_key, value = CONSUMER_BYTE_RATE, float(_records_bytes(response))
+            else:
+                byte_key = None
+            if byte_key is not None:
+                throttle_s = max(throttle_s, self.record(byte_key, user, client_id, value, now_s))
             if throttle_s <= 0:
                 return response
             channel.mute_until(now_s + throttle_s)
             return _with_throttle_time(response, throttle_s)
 
         return throttled
+
+
+def _fetch_bound(config: QuotaConfig, quota: ResolvedQuota) -> int:
+    """Kafka's ClientQuotaManager.getMaxValueInQuotaWindow: the bytes a consumer's quota
+    allows over the sampled window, less the current sample."""
+    return int(quota.bound * (config.window_num - 1) * config.window_size_s)
+
+
+def _no_time() -> float:
+    return 0.0
+
+
+def _exempt(header: wire.RequestHeader, request: object) -> bool:
+    """Cluster actions, which Kafka records outside request quotas: a follower's Fetch and
+    the transaction coordinator's WriteTxnMarkers."""
+    if header.api_key == ApiKey.FETCH:
+        return getattr(request, "replica_id", -1) >= 0
+    return header.api_key == ApiKey.WRITE_TXN_MARKERS
+
+
+def _throttle_time_s(response: object) -> float:
+    current = getattr(response, "throttle_time", None)
+    return current.total_seconds() if isinstance(current, timedelta) else 0.0
 
 
 def _is_consumer_fetch(request: Any, response: object) -> bool:

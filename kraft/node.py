@@ -467,6 +467,7 @@ class KraftNode:
         quotas = self.quotas = QuotaManager(
             lambda: loader.image,
             QuotaConfig(config.quota_window_num, config.quota_window_size_seconds),
+            runtime.busy_clock,
         )
         fetch_sessions = FetchSessionCache(
             config.max_incremental_fetch_session_cache_slots, runtime.rng, loop_time
@@ -505,6 +506,8 @@ class KraftNode:
                 ),
                 acls_enabled=authorizer is not None,
                 kraft_version=self.raft.kraft_version if self.raft is not None else None,
+                quotas=quotas,
+                default_partitions=config.num_partitions,
             )
             self.apis[endpoint.name] = apis
             entries = [

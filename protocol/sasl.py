@@ -320,6 +320,7 @@ class SaslClient:
     def __init__(self, credentials: SaslCredentials) -> None:
         self.credentials = credentials
         self.done = False
+        self.session_lifetime_ms = 0  # the server's KIP-368 lifetime; 0: no expiry
         self._scram: Any = None
         if credentials.mechanism in SCRAM_MECHANISMS:
             from scramp import ScramClient
@@ -358,6 +359,9 @@ class SaslClient:
             message = getattr(response, "error_message", None) or ""
             raise SaslError(f"SASL authentication failed (error {code}): {message}")
         token = bytes(getattr(response, "auth_bytes", b""))
+        lifetime = getattr(response, "session_lifetime", None)
+        if isinstance(lifetime, timedelta):
+            self.session_lifetime_ms = int(lifetime.total_seconds() * 1000)
         if self._scram is None:
             self.done = True
             return None

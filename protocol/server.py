@@ -49,6 +49,7 @@ from log.rate_limited_log import RateLimitedLog
 from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import api_versions_response
+from protocol.busy import Timed
 from protocol.principal import CLIENT_HOST  # set here per connection; read by ServedApis
 
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
@@ -84,11 +85,21 @@ class Channel:
     ``muted_until_s`` (the loop's clock), as Kafka's SocketServer mutes a throttled channel.
     Bytes the client sends meanwhile wait in the socket buffers (TCP back-pressure)."""
 
-    __slots__ = ("muted_until_s", "request_bytes")
+    __slots__ = ("busy_clock", "muted_until_s", "network_busy_s", "request_bytes")
 
     def __init__(self) -> None:
         self.request_bytes = 0
         self.muted_until_s = 0.0
+        # Set by a request quota (broker/quotas.py) for a client it times: decoding its
+        # requests and encoding and writing their answers are then timed on this clock
+        # too, into network_busy_s (Kafka's network thread time). None: nothing timed.
+        self.busy_clock: Callable[[], float] | None = None
+        self.network_busy_s = 0.0
+
+    def take_network_busy_s(self) -> float:
+        """The network time spent on this connection since the last call."""
+        busy_s, self.network_busy_s = self.network_busy_s, 0.0
+        return busy_s
 
     def mute_until(self, until_s: float) -> None:
         self.muted_until_s = max(self.muted_until_s, until_s)
@@ -242,7 +253,7 @@ async def serve_connection(
                 body = [await reader.readexactly(size)]
                 idle.busy = True
                 channel.request_bytes = size  # header and body, as Kafka counts a request
-                await _answer(body, writer, handle, supported, give_back)
+                await _answer(body, writer, handle, supported, give_back, channel)
             finally:
                 give_back()
             await channel.wait_unmuted()  # a throttled client's next request waits (KIP-219)
@@ -325,14 +336,25 @@ async def _answer(
     handle: Handler,
     supported: Mapping[int, tuple[int, int]],
     decoded: Callable[[], None],
+    channel: Channel,
 ) -> None:
     """Decode, handle and answer the frame ``body`` holds (taken out of it, so it is freed
     once decoded); ``decoded`` gives the frame's budget back as soon as it is decoded (or
-    refused), before the handler may park it."""
+    refused), before the handler may park it. With the channel's ``busy_clock`` set, the
+    decoding and the encoding and writing of the answer are timed into its
+    ``network_busy_s``."""
     frame = body.pop()
     size = len(frame)
+    clock = channel.busy_clock
     try:
-        header, request = await decode_request_in_slices(frame, supported)
+        if clock is None:
+            header, request = await decode_request_in_slices(frame, supported)
+        else:
+            timed = Timed(decode_request_in_slices(frame, supported), clock)
+            try:
+                header, request = await timed
+            finally:
+                channel.network_busy_s += timed.busy_s
     except wire.FrameError as error:
         decoded()
         if not _is_unsupported_api_versions(error):
@@ -368,14 +390,33 @@ async def _answer(
     close = isinstance(response, CloseAfter)
     if isinstance(response, CloseAfter):
         response = response.response
+    clock = channel.busy_clock
+    if clock is None:
+        try:
+            parts = await _encode_response(header, response)
+        except Exception:  # an answer its version cannot carry: the handler's bug too
+            _report_handler_failure(header)
+            raise _Close from None
+        await _send(writer, parts)
+    else:
+        sending = Timed(_encode_and_send(writer, header, response), clock)
+        try:
+            await sending
+        finally:
+            channel.network_busy_s += sending.busy_s
+    if close:
+        raise _Close
+
+
+async def _encode_and_send(
+    writer: asyncio.StreamWriter, header: wire.RequestHeader, response: object
+) -> None:
     try:
         parts = await _encode_response(header, response)
     except Exception:  # an answer its version cannot carry: the handler's bug too
         _report_handler_failure(header)
         raise _Close from None
     await _send(writer, parts)
-    if close:
-        raise _Close
 
 
 def _peer(writer: asyncio.StreamWriter) -> str:

@@ -4,24 +4,35 @@ One connection per peer, opened lazily and reopened with jittered exponential ba
 request is written as soon as the connection is up and fails (``RequestFailed``) when its
 timeout passes or its connection breaks. Responses are matched by correlation id, which is
 the core's own request id, so a late answer after a timeout is simply unknown and dropped.
+
+A connection logged in with SASL to a listener with ``connections.max.reauth.ms`` logs in
+again on the same connection at 90% of the session lifetime (KIP-368): requests queued
+meanwhile are held, the SASL exchange is written behind those already sent (the server
+answers in order), and the held requests go once it succeeds. A refused re-authentication
+drops the connection like any failure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from protocol import wire
-from protocol.connect import Connector
+from protocol.connect import REAUTHENTICATE_AT, Connector
 from raft import codec
 from raft.messages import Errors, Request, RequestFailed, Response
 
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 1.0
 MAX_PENDING = 1024
+REAUTH_STEP_TIMEOUT_S = 30.0  # one request of a re-authentication (KIP-368)
+# Correlation ids of re-authentication requests: negative, never a core request id.
+_REAUTH_CORRELATION_IDS = -2000
 
 
 @dataclass(slots=True)
@@ -62,6 +73,12 @@ class PeerConnection:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._closing = False
+        # KIP-368: while True, queued requests are not written (a re-authentication is on
+        # the wire); its answers go to these futures by correlation id.
+        self._reauthenticating = False
+        self._auth_answers: dict[int, tuple[int, int, asyncio.Future[object]]] = {}
+        self._auth_ids = itertools.count()
+        self.reauthentications = 0  # how many times a connection logged in again
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -103,7 +120,7 @@ class PeerConnection:
 
     def _flush_writes(self) -> None:
         writer = self._writer
-        if writer is None or writer.is_closing():
+        if writer is None or writer.is_closing() or self._reauthenticating:
             return
         for pending in self._pending.values():
             if not pending.written:
@@ -121,13 +138,10 @@ class PeerConnection:
             if not self._pending:
                 self._wake.clear()
                 await self._wake.wait()
-            opening = (
-                self._connector.open(*self.address, self._client_id)
-                if self._connector is not None
-                else asyncio.open_connection(*self.address)
-            )
             try:
-                reader, writer = await asyncio.wait_for(opening, timeout=BACKOFF_MAX_S * 2)
+                reader, writer, lifetime_s = await asyncio.wait_for(
+                    self._open(), timeout=BACKOFF_MAX_S * 2
+                )
             except OSError:
                 self._fail_all(Errors.BROKER_NOT_AVAILABLE)
                 task = asyncio.current_task()
@@ -146,6 +160,8 @@ class PeerConnection:
             backoff = BACKOFF_MIN_S
             self._writer = writer
             self._flush_writes()
+            reauthenticating: list[asyncio.Task[None]] = []
+            timer = self._schedule_reauthentication(writer, lifetime_s, reauthenticating)
             try:
                 await self._read_responses(reader)
             except (OSError, asyncio.IncompleteReadError, wire.FrameError, ValueError):
@@ -155,12 +171,86 @@ class PeerConnection:
             finally:
                 self._writer = None
                 writer.transport.abort()
+                if timer[0] is not None:
+                    timer[0].cancel()
+                for task in reauthenticating:
+                    task.cancel()
+                self._reauthenticating = False
+                self._fail_auth_answers()
                 self._fail_all(Errors.NETWORK_EXCEPTION)
+
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, float | None]:
+        if self._connector is None:
+            reader, writer = await asyncio.open_connection(*self.address)
+            return reader, writer, None
+        return await self._connector.open_session(*self.address, self._client_id)
+
+    def _schedule_reauthentication(
+        self,
+        writer: asyncio.StreamWriter,
+        lifetime_s: float | None,
+        tasks: list[asyncio.Task[None]],
+    ) -> list[asyncio.TimerHandle | None]:
+        """Re-authenticate this connection at REAUTHENTICATE_AT of each session lifetime;
+        the timer is kept in the returned cell (re-armed after each re-authentication)."""
+        cell: list[asyncio.TimerHandle | None] = [None]
+        loop = asyncio.get_running_loop()
+
+        def arm(seconds: float | None) -> None:
+            cell[0] = None if seconds is None else loop.call_later(seconds * REAUTHENTICATE_AT, due)
+
+        def due() -> None:
+            cell[0] = None
+            task = loop.create_task(self._reauthenticate(writer, arm))
+            tasks.append(task)
+            task.add_done_callback(tasks.remove)
+
+        arm(lifetime_s)
+        return cell
+
+    async def _reauthenticate(
+        self, writer: asyncio.StreamWriter, arm: Callable[[float | None], None]
+    ) -> None:
+        assert self._connector is not None
+        self._reauthenticating = True
+
+        async def call(entity: object) -> object:
+            body: Any = entity
+            api_key, version = int(body.__api_key__), int(body.__version__)
+            correlation_id = _REAUTH_CORRELATION_IDS - next(self._auth_ids) % 1_000_000
+            header = wire.RequestHeader(api_key, version, correlation_id, self._client_id)
+            answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+            self._auth_answers[correlation_id] = (api_key, version, answer)
+            writer.write(wire.encode_request(header, entity))
+            async with asyncio.timeout(REAUTH_STEP_TIMEOUT_S):
+                return await answer
+
+        try:
+            lifetime_s = await self._connector.reauthenticate(call)
+        except OSError:
+            writer.transport.abort()  # refused or no answer: the connection is dropped
+            return
+        self._reauthenticating = False
+        self.reauthentications += 1
+        self._flush_writes()
+        arm(lifetime_s)
+
+    def _fail_auth_answers(self) -> None:
+        answers, self._auth_answers = self._auth_answers, {}
+        for _key, _version, answer in answers.values():
+            if not answer.done():
+                answer.set_exception(ConnectionError("the connection was dropped"))
 
     async def _read_responses(self, reader: asyncio.StreamReader) -> None:
         while True:
             frame = await wire.read_frame(reader)
             correlation_id = int.from_bytes(frame[:4], "big", signed=True)
+            auth = self._auth_answers.pop(correlation_id, None)
+            if auth is not None:
+                api_key, version, answer = auth
+                if not answer.done():
+                    answer.set_result(wire.decode_response(api_key, version, frame)[1])
+                continue
             pending = self._pending.pop(correlation_id, None)
             if pending is None:
                 continue  # answer to a request that already timed out

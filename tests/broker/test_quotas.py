@@ -5,6 +5,7 @@ muted after it is sent)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -20,7 +21,7 @@ from metadata.image import MetadataImage, QuotaEntity
 from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import api_versions_response
-from protocol.entities import make, response_module
+from protocol.entities import make, request_module, response_module
 from protocol.server import CHANNEL, Channel, serve_connection
 
 CONFIG = QuotaConfig()  # quota.window.num 11, quota.window.size.seconds 1
@@ -303,3 +304,232 @@ def test_an_ip_over_its_connection_creation_rate_is_refused_and_not_counted() ->
     assert [quotas.admit_connection("10.0.0.9", 0.0) for _ in range(50)] == [0.0] * 50
     assert quotas.admit_connection("10.0.0.2", 0.0) == 0.0
     assert QuotaManager(lambda: _image({}), CONFIG).admit_connection("10.0.0.1", 0.0) == 0.0
+
+
+class _BusyClock:
+    """A stand-in for the loop thread's CPU clock: advanced by hand, as work is done."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def _api_versions_response() -> Any:
+    return api_versions_response(3, {ApiKey.API_VERSIONS: (0, 3)})
+
+
+def test_request_percentage_counts_the_handlers_own_steps_not_its_waits() -> None:
+    """Kafka's ClientRequestQuotaManager: a request's thread time as a percentage of one
+    second, measured by the sampled rate; over the quota the response carries the throttle
+    time, at most one quota window, and the channel is muted for it. Time the handler spends
+    waiting (another task works meanwhile) is not the request's."""
+
+    async def run(percentage: float, wait_work_s: float) -> tuple[list[float], list[float]]:
+        busy = _BusyClock()
+        quotas = QuotaManager(
+            lambda: _image({(("client-id", "app"),): {"request_percentage": percentage}}),
+            CONFIG,
+            busy,
+        )
+        loop = asyncio.get_running_loop()
+
+        async def other_task(done: asyncio.Event) -> None:
+            busy.now_s += wait_work_s  # someone else's work while the handler waits
+            done.set()
+
+        async def handle(_header: wire.RequestHeader, _request: object) -> object:
+            busy.now_s += 0.3
+            done = asyncio.Event()
+            other = loop.create_task(other_task(done))
+            await done.wait()
+            await other
+            busy.now_s += 0.2
+            return _api_versions_response()
+
+        enforcing = quotas.enforcing(handle)
+        channel = Channel()
+        CHANNEL.set(channel)
+        PRINCIPAL.set("User:ANONYMOUS")
+        throttles, mutes = [], []
+        for _ in range(4):
+            channel.muted_until_s = 0.0
+            response: Any = await enforcing(_header(ApiKey.API_VERSIONS, "app"), object())
+            throttles.append(response.throttle_time.total_seconds())
+            mutes.append(channel.muted_until_s - loop.time())
+        return throttles, mutes
+
+    # 0.5 s of work a request, 50 percent-seconds over the padded 10 s window: 5% per
+    # request. Within a 20% quota for four requests; not if the waits were counted (5 s
+    # of the other task's work each).
+    throttles, mutes = asyncio.run(run(20.0, 5.0))
+    assert throttles == [0.0] * 4 and all(m <= 0 for m in mutes)
+    # Under 12%: the third request brings it to 15%, (15 - 12) / 12 x 10 s = 2.5 s, bounded
+    # by the 1 s window; muted that long.
+    throttles, mutes = asyncio.run(run(12.0, 0.0))
+    assert throttles[:2] == [0.0, 0.0]
+    assert throttles[2:] == [1.0, 1.0]
+    assert all(abs(m - 1.0) < 0.05 for m in mutes[2:])
+
+
+def test_request_percentage_exempts_cluster_actions_and_other_clients() -> None:
+    class Fetch:
+        def __init__(self, replica_id: int) -> None:
+            self.replica_id = replica_id
+
+    async def run() -> dict[str, float]:
+        busy = _BusyClock()
+        quotas = QuotaManager(
+            lambda: _image({(("client-id", None),): {"request_percentage": 1.0}}),
+            CONFIG,
+            busy,
+        )
+
+        async def handle(header: wire.RequestHeader, _request: object) -> object:
+            busy.now_s += 1.0  # 10% of the padded window: ten times the quota
+            if header.api_key == ApiKey.FETCH:
+                return make(
+                    response_module(ApiKey.FETCH, 13).FetchResponse,
+                    {
+                        "throttle_time": timedelta(0),
+                        "error_code": 0,
+                        "session_id": 0,
+                        "responses": (),
+                    },
+                )
+            return _api_versions_response()
+
+        enforcing = quotas.enforcing(handle)
+        CHANNEL.set(Channel())
+        PRINCIPAL.set("User:ANONYMOUS")
+        seen = {}
+        for name, header, request in [
+            ("follower", _header(ApiKey.FETCH, "broker-2"), Fetch(2)),
+            ("follower again", _header(ApiKey.FETCH, "broker-2"), Fetch(2)),
+            ("consumer", _header(ApiKey.FETCH, "c"), Fetch(-1)),
+            ("metadata", _header(ApiKey.API_VERSIONS, "m"), object()),
+        ]:
+            response: Any = await enforcing(header, request)
+            seen[name] = response.throttle_time.total_seconds()
+        return seen
+
+    seen = asyncio.run(run())
+    assert seen == {"follower": 0.0, "follower again": 0.0, "consumer": 1.0, "metadata": 1.0}
+
+
+def test_a_throttle_time_the_handler_set_mutes_the_channel() -> None:
+    """A forwarded admin request's throttle time (the controller mutation quota) is the
+    client's: the channel is muted for it as for the broker's own quotas."""
+
+    async def run() -> float:
+        quotas = QuotaManager(lambda: _image({}), CONFIG)
+
+        async def handle(_header: wire.RequestHeader, _request: object) -> object:
+            return dataclasses.replace(_api_versions_response(), throttle_time=timedelta(seconds=3))
+
+        channel = Channel()
+        CHANNEL.set(channel)
+        await quotas.enforcing(handle)(_header(ApiKey.API_VERSIONS, "c"), object())
+        return channel.muted_until_s - asyncio.get_running_loop().time()
+
+    assert abs(asyncio.run(run()) - 3.0) < 0.05
+
+
+def test_request_percentage_also_charges_decoding_and_writing() -> None:
+    """Kafka charges a request quota with the network thread's time too: once a client is
+    timed, its connection times decoding each request and encoding and writing each answer,
+    and that is charged with its next request. A clock that moves 1 ms per reading makes
+    every timed step cost 1 ms: the first request is charged its handler's one step; the
+    second also the first answer's encoding and writing and its own decoding."""
+    charged: list[float] = []
+
+    class Recording(QuotaManager):
+        def _record(self, key: str, quota: Any, value: float, now_s: float) -> float:
+            if key == "request_percentage":
+                charged.append(value)
+            return super()._record(key, quota, value, now_s)
+
+    class SteppingClock:
+        def __init__(self) -> None:
+            self.now_s = 0.0
+
+        def __call__(self) -> float:
+            self.now_s += 0.001
+            return self.now_s
+
+    async def run() -> None:
+        quotas = Recording(
+            lambda: _image({(("client-id", "test"),): {"request_percentage": 1000.0}}),
+            CONFIG,
+            SteppingClock(),
+        )
+
+        async def handle(header: wire.RequestHeader, _request: object) -> object:
+            return api_versions_response(header.api_version, {ApiKey.API_VERSIONS: (0, 3)})
+
+        enforcing = quotas.enforcing(handle)
+
+        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await serve_connection(reader, writer, enforcing, {ApiKey.API_VERSIONS: (0, 3)})
+
+        server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+        connection = KafkaConnection("test")
+        try:
+            await connection.connect("127.0.0.1", server.sockets[0].getsockname()[1], 5)
+            request = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+            for _ in range(2):
+                await connection.request(request, 5)
+        finally:
+            await connection.close()
+            server.close()
+
+    asyncio.run(run())
+    # Percent-seconds: 1 ms is 0.1. The handler is one step; decoding at least one more, and
+    # encoding and writing the first answer at least one.
+    assert len(charged) == 2
+    assert abs(charged[0] - 0.1) < 1e-6
+    assert charged[1] >= 0.3 - 1e-6
+
+
+def test_a_consumer_fetch_asks_for_at_most_its_quota_window() -> None:
+    """Kafka's getMaxValueInQuotaWindow: a consumer under consumer_byte_rate B has its
+    Fetch max_bytes (and min_bytes) bounded by B x (quota.window.num - 1) x window seconds;
+    a follower's fetch and a consumer without a quota are untouched."""
+    module: Any = request_module(ApiKey.FETCH, 13)
+
+    def fetch(replica_id: int) -> Any:
+        return make(
+            module.FetchRequest,
+            {
+                "replica_id": replica_id,
+                "max_wait": timedelta(milliseconds=500),
+                "min_bytes": 1 << 20,
+                "max_bytes": 50 << 20,
+                "topics": (),
+            },
+        )
+
+    async def run() -> list[tuple[int, int]]:
+        quotas = QuotaManager(
+            lambda: _image({(("client-id", "slow"),): {"consumer_byte_rate": 1000.0}}), CONFIG
+        )
+        seen: list[tuple[int, int]] = []
+
+        async def handle(_header: wire.RequestHeader, request: Any) -> object:
+            seen.append((request.max_bytes, request.min_bytes))
+            return _api_versions_response()
+
+        enforcing = quotas.enforcing(handle)
+        CHANNEL.set(Channel())
+        PRINCIPAL.set("User:ANONYMOUS")
+        await enforcing(_header(ApiKey.FETCH, "slow"), fetch(-1))
+        await enforcing(_header(ApiKey.FETCH, "slow"), fetch(3))
+        await enforcing(_header(ApiKey.FETCH, "free"), fetch(-1))
+        return seen
+
+    assert asyncio.run(run()) == [
+        (10_000, 10_000),  # 1000 B/s x 10 windows of 1 s
+        (50 << 20, 1 << 20),
+        (50 << 20, 1 << 20),
+    ]

@@ -1,6 +1,8 @@
 """The wire fuzzer: random and mutated frames of every API a real node answers, on each of
 its listeners (a SASL_PLAINTEXT one among them, whose login exchange is fuzzed), and after
-each batch the node must still be whole.
+each batch the node must still be whole; on its SSL and SASL_SSL listeners the frames go
+inside TLS. TLS records themselves are fuzzed on those two and sent to the plaintext ones
+(the tests at the end of the file).
 
 One kraft-server process (a combined broker+controller, its working directory an empty
 dir of its own) serves the whole module. For each listener the fuzzer asks ApiVersions what
@@ -37,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import ssl
 import struct
 import types
 from collections.abc import Iterator
@@ -49,6 +52,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
+from broker.acceptor import TLS_HANDSHAKE_S
 from broker.client import KafkaConnection
 from log.batch import encode_batch
 from log.records import Record
@@ -57,6 +61,7 @@ from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from tests.kraft.big_requests import big_request
 from tests.kraft.procs import Processes, free_port, port_open, wait_until
+from tests.kraft.secured import make_ca
 from tests.kraft.wire_client import (
     connect,
     create_topic,
@@ -89,6 +94,7 @@ class Node:
     cwd: Path
     log_dirs: Path
     listeners: dict[str, int]  # name -> port
+    ca: Path  # the CA the TLS listeners' certificate is signed by
     # Taken once the node serves: kio imports hypothesis when it is installed (a test
     # dependency here, absent from a production install), and hypothesis then writes
     # .hypothesis/ into the working dir at start-up; the fuzzing must add nothing.
@@ -103,7 +109,10 @@ class Node:
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     root = tmp_path_factory.mktemp("fuzz")
     broker_port, controller_port, sasl_port = free_port(), free_port(), free_port()
+    ssl_port, sasl_ssl_port = free_port(), free_port()
     log_dirs = root / "data1"
+    certs = make_ca(root / "certs")
+    identity = certs.identity("node-1", ips=("127.0.0.1",))
     procs = Processes(
         root,
         {
@@ -113,18 +122,28 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
                 "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
                 "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},"
                 f"CONTROLLER://127.0.0.1:{controller_port},"
-                f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+                f"SASL_PLAINTEXT://127.0.0.1:{sasl_port},"
+                f"SSL://127.0.0.1:{ssl_port},"
+                f"SASL_SSL://127.0.0.1:{sasl_ssl_port}",
                 "controller.listener.names": "CONTROLLER",
                 "log.dirs": str(log_dirs),
-                # A SASL listener: everything before the login is fuzzed there.
+                # A SASL listener: everything before the login is fuzzed there; TLS
+                # listeners: TLS records are fuzzed there (with and without SASL behind).
                 "listener.security.protocol.map": (
-                    "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+                    "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                    "SSL:SSL,SASL_SSL:SASL_SSL"
                 ),
                 "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
                     "org.apache.kafka.common.security.plain.PlainLoginModule required "
                     'user_fuzz="fuzz-secret";'
                 ),
+                "listener.name.sasl_ssl.plain.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    'user_fuzz="fuzz-secret";'
+                ),
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(identity.keystore_pem),
             }
         },
     )
@@ -138,7 +157,14 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
             root,
             cwd,
             log_dirs,
-            {"client": broker_port, "controller": controller_port, "sasl": sasl_port},
+            {
+                "client": broker_port,
+                "controller": controller_port,
+                "sasl": sasl_port,
+                "ssl": ssl_port,
+                "sasl_ssl": sasl_ssl_port,
+            },
+            certs.ca,
         )
 
         async def canary_topic() -> None:
@@ -352,15 +378,23 @@ def mutated(draw: st.DrawFn, frames: list[bytes]) -> bytes:
     return _reframe(bytes(body))
 
 
-async def _send(port: int, frames: list[bytes]) -> None:
-    """Send ``frames`` on one connection, read what comes back for a moment, hang up."""
+async def _send(port: int, frames: list[bytes], ca: Path | None = None) -> None:
+    """Send ``frames`` on one connection (inside TLS, trusting ``ca``, when given), read what
+    comes back for a moment, hang up."""
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        if ca is None:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        else:
+            context = ssl.create_default_context(cafile=str(ca))
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=context, server_hostname="127.0.0.1"
+            )
     except OSError:
         return  # checked by check_whole: a node that stopped accepting is caught there
     try:
         writer.write(b"".join(frames))
-        writer.write_eof()
+        if writer.can_write_eof():  # TLS cannot half-close: the answers are read a moment
+            writer.write_eof()
         async with asyncio.timeout(ANSWER_WAIT_S):
             while await reader.read(65536):
                 pass
@@ -378,16 +412,24 @@ FUZZ_SETTINGS = settings(
 )
 
 
-@pytest.mark.parametrize("listener", ["client", "controller", "sasl"])
+@pytest.mark.parametrize("listener", ["client", "controller", "sasl", "ssl", "sasl_ssl"])
 def test_no_frame_takes_the_node_down(node: Node, listener: str) -> None:
+    """On the TLS listeners the frames go inside TLS: on SASL_SSL, the SASL exchange (and
+    everything sent before it) is fuzzed behind TLS."""
     port = node.listeners[listener]
-    frames = templates(advertised(port))
+    ca = node.ca if listener in ("ssl", "sasl_ssl") else None
+    if ca is None:
+        apis = advertised(port)
+    else:
+        response = asyncio.run(_api_versions_over_tls(port, ca))
+        apis = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    frames = templates(apis)
     probes = iter(range(1_000_000))
 
     @FUZZ_SETTINGS
     @given(batch=st.lists(mutated(frames), min_size=1, max_size=8))
     def fuzz(batch: list[bytes]) -> None:
-        asyncio.run(_send(port, batch))
+        asyncio.run(_send(port, batch, ca))
         check_whole(node, next(probes))
 
     fuzz()
@@ -519,3 +561,204 @@ def test_hostile_shapes_keep_the_loop_turning(node: Node, listener: str) -> None
     # the work of a step.)
     assert asyncio.run(canary_epochs(node)) == before, "the broker was fenced"
     print(f"{listener}: {len(steps)} hostile batches, longest loop step seen {max(steps):.3f} s")
+
+
+# ---- TLS records on every listener -----------------------------------------------------------
+
+TLS_LISTENERS = ("ssl", "sasl_ssl")
+PLAINTEXT_LISTENERS = ("client", "controller", "sasl")
+CLOSE_WAIT_S = 3.0  # a connection the client half-closed is closed by the node within this
+MAX_TLS_RECORD = (1 << 14) + 2048  # TLSCiphertext.length may not exceed 2^14 + 2048
+TLS_MUTATIONS = (
+    "hello", "hello+garbage", "hello flipped", "hello truncated", "record", "oversized",
+    "plaintext kafka", "garbage",
+)  # fmt: skip
+
+
+def client_hello() -> bytes:
+    """The first flight of a real TLS client (Python's ssl, OpenSSL): a ClientHello record."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+@st.composite
+def tls_input(draw: st.DrawFn, hello: bytes, kafka_frame: bytes) -> bytes:
+    """Bytes a TLS listener may receive first: a real ClientHello (whole, cut, flipped,
+    followed by garbage), TLS records of any content type, version and declared length
+    (lying both ways, past TLS's maximum), plaintext Kafka, or garbage."""
+    kind = draw(st.sampled_from(TLS_MUTATIONS))
+    if kind == "hello":
+        return hello
+    if kind == "hello+garbage":
+        return hello + draw(st.binary(min_size=1, max_size=512))
+    if kind == "hello flipped":
+        body = bytearray(hello)
+        for _ in range(draw(st.integers(1, 8))):
+            body[draw(st.integers(0, len(body) - 1))] = draw(st.integers(0, 255))
+        return bytes(body)
+    if kind == "hello truncated":
+        return hello[: draw(st.integers(0, len(hello) - 1))]
+    if kind in ("record", "oversized"):
+        content_type = draw(st.sampled_from([20, 21, 22, 23, 24, 0, 0x80, 255]))
+        version = draw(st.sampled_from([0x0300, 0x0301, 0x0303, 0x0304, 0x0002, 0xFFFF]))
+        if kind == "oversized":
+            length = draw(st.sampled_from([MAX_TLS_RECORD + 1, 0x8000, 0xFFFF]))
+            body = draw(st.binary(min_size=0, max_size=64)) * (length // 64 + 1)
+            body = body[:length]
+        else:
+            length = draw(st.sampled_from([0, 1, 5, 0x4000, MAX_TLS_RECORD, 0xFFFF]))
+            body = draw(st.binary(max_size=300))
+        return struct.pack(">BHH", content_type, version, length) + body
+    if kind == "plaintext kafka":
+        return kafka_frame
+    return draw(st.binary(min_size=1, max_size=256))
+
+
+def tls_records_only(data: bytes) -> bool:
+    """Whether ``data`` is nothing but TLS records (a TLS alert, a server's handshake
+    flight), the last one possibly cut short by our hang-up: never a Kafka answer."""
+    at = 0
+    while at + 5 <= len(data):
+        content_type, major, _minor, length = struct.unpack_from(">BBBH", data, at)
+        if content_type not in (20, 21, 22, 23) or major != 3 or length > MAX_TLS_RECORD:
+            return False
+        at += 5 + length
+    return at >= len(data) or len(data) - at < 5
+
+
+async def _probe(port: int, data: bytes) -> tuple[bytes, bool]:
+    """Send ``data`` and half-close; what came back and whether the node closed the
+    connection within CLOSE_WAIT_S."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    received = bytearray()
+    closed = False
+    try:
+        writer.write(data)
+        writer.write_eof()
+        async with asyncio.timeout(CLOSE_WAIT_S):
+            while chunk := await reader.read(65536):
+                received += chunk
+            closed = True
+    except ConnectionError:
+        closed = True  # reset by the node: closed too
+    except TimeoutError:
+        pass
+    finally:
+        writer.transport.abort()
+    return bytes(received), closed
+
+
+async def _api_versions_over_tls(port: int, ca: Path) -> Any:
+    """A good TLS client: ApiVersions over a verified TLS connection."""
+    context = ssl.create_default_context(cafile=str(ca))
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=context, server_hostname="127.0.0.1"
+    )
+    try:
+        header = wire.RequestHeader(ApiKey.API_VERSIONS, 3, 7, "fuzz-tls")
+        module: Any = request_module(ApiKey.API_VERSIONS, 3)
+        request = make(
+            module.ApiVersionsRequest,
+            {"client_software_name": "fuzz", "client_software_version": "1"},
+        )
+        writer.write(wire.encode_request(header, request))
+        async with asyncio.timeout(5):
+            frame = await wire.read_frame(reader)
+        correlation_id, response = wire.decode_response(ApiKey.API_VERSIONS, 3, frame)
+        assert correlation_id == 7
+        return response
+    finally:
+        writer.transport.abort()
+
+
+def _kafka_frame() -> bytes:
+    module: Any = request_module(ApiKey.API_VERSIONS, 3)
+    request = make(
+        module.ApiVersionsRequest, {"client_software_name": "fuzz", "client_software_version": "1"}
+    )
+    return wire.encode_request(wire.RequestHeader(ApiKey.API_VERSIONS, 3, 1, "fuzz"), request)
+
+
+@pytest.mark.parametrize("listener", TLS_LISTENERS)
+def test_tls_records_get_no_answer_but_tls_and_a_close(node: Node, listener: str) -> None:
+    """Whatever a stranger sends a TLS listener first, the node answers with TLS at most (a
+    handshake flight, an alert), never a Kafka response, closes the connection once the
+    stranger stops, and goes on serving: a good TLS client still gets its ApiVersions
+    answered, and the plaintext produce-and-read check passes."""
+    port = node.listeners[listener]
+    hello, kafka_frame = client_hello(), _kafka_frame()
+    probes = iter(range(3_000_000, 4_000_000))
+
+    @FUZZ_SETTINGS
+    @given(data=tls_input(hello, kafka_frame))
+    def fuzz(data: bytes) -> None:
+        received, closed = asyncio.run(_probe(port, data))
+        assert tls_records_only(received), received[:64]
+        assert closed, "the node kept a half-closed connection open"
+        response = asyncio.run(_api_versions_over_tls(port, node.ca))
+        assert response.error_code == ErrorCode.none
+        check_whole(node, next(probes))
+
+    fuzz()
+
+
+@pytest.mark.parametrize("listener", PLAINTEXT_LISTENERS)
+def test_tls_on_a_plaintext_port_gets_nothing_and_a_close(node: Node, listener: str) -> None:
+    """A TLS ClientHello (or any TLS record) on a plaintext listener: its first four bytes
+    read as a frame length far beyond socket.request.max.bytes (0x16030100 is 369 MB), so
+    the connection is closed unanswered; the node goes on."""
+    port = node.listeners[listener]
+    hello = client_hello()
+    probes = iter(range(4_000_000, 5_000_000))
+
+    @settings(FUZZ_SETTINGS, max_examples=max(10, FUZZ_EXAMPLES // 10))
+    @given(data=tls_input(hello, hello))
+    def fuzz(data: bytes) -> None:
+        if not data or data[0] not in (20, 21, 22, 23):
+            return  # not TLS: the plaintext fuzzer's business
+        received, closed = asyncio.run(_probe(port, data))
+        assert received == b"" and closed
+        check_whole(node, next(probes))
+
+    fuzz()
+
+
+def test_a_tls_handshake_that_never_completes_is_closed_after_a_bound(node: Node) -> None:
+    """A client that opens TCP to a TLS listener and sends nothing, or half a ClientHello,
+    and never hangs up is closed after TLS_HANDSHAKE_S (10 s); meanwhile the listener
+    serves good clients."""
+    port = node.listeners["ssl"]
+    hello = client_hello()
+
+    async def stalled(first: bytes) -> float:
+        loop = asyncio.get_running_loop()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        opened = loop.time()
+        try:
+            writer.write(first)
+            async with asyncio.timeout(TLS_HANDSHAKE_S + 5):
+                while await reader.read(65536):
+                    pass
+        except ConnectionError:
+            pass
+        finally:
+            writer.transport.abort()
+        return loop.time() - opened
+
+    async def run() -> tuple[list[float], Any]:
+        waits = asyncio.gather(stalled(b""), stalled(hello[: len(hello) // 2]))
+        await asyncio.sleep(1)
+        served = await _api_versions_over_tls(port, node.ca)
+        return list(await waits), served
+
+    waits, served = asyncio.run(run())
+    print(f"stalled TLS handshakes closed after {[round(w, 2) for w in waits]} s")
+    assert served.error_code == ErrorCode.none
+    assert all(TLS_HANDSHAKE_S - 0.5 <= wait <= TLS_HANDSHAKE_S + 3 for wait in waits), waits
+    check_whole(node, 5_000_000)

@@ -9,6 +9,7 @@ import asyncio
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
+from broker.client import KafkaConnection
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from tests.kafka_tools import ROOT
@@ -98,6 +100,7 @@ def produce_for(
     seconds: float,
     skip_s: float = 0.0,
     security: dict[str, str] | None = None,
+    flush_s: float = 60.0,
 ) -> tuple[float, list[float]]:
     """Produce as fast as the producer is let for ``skip_s`` then ``seconds``; the bytes per
     second acknowledged during the last ``seconds``, and the throttle times reported."""
@@ -136,7 +139,7 @@ def produce_for(
         else:
             producer.poll(0)
     measuring[0] = False  # what is still queued is not counted
-    producer.flush(60)
+    producer.flush(flush_s)
     return acked[0] / seconds, throttles
 
 
@@ -174,6 +177,182 @@ def test_a_refused_quota_gets_kafkas_error(node: str) -> None:
     response = alter(node, [("user", "u"), ("ip", "1.2.3.4")], "producer_byte_rate", 1.0)
     assert response.entries[0].error_code == ErrorCode.invalid_request
     assert describe(node, "x") == {}
+
+
+def _ensure_topic(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if TOPIC not in admin.list_topics(timeout=30).topics:
+        for future in admin.create_topics([NewTopic(TOPIC, 1, 1)]).values():
+            future.result(30)
+
+
+def test_a_request_percentage_quota_throttles_a_producer_a_window_at_most(node: str) -> None:
+    """request_percentage (Kafka's ClientRequestQuotaManager): the thread time of a client's
+    requests, as a percentage of one thread, over the sampled window. 0.01% (a tenth of a
+    millisecond of the loop's CPU a second) is far below what a producer sending as fast as
+    it can costs: librdkafka is told throttle times, each at most one quota window (1 s), as
+    Kafka bounds request-time throttles, and the mute holds its rate far below a free one."""
+    _ensure_topic(node)
+    response = alter(node, [("client-id", "busy")], "request_percentage", 0.01)
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(node, "busy") == {"request_percentage": 0.01},
+        "the broker's image has the quota",
+    )
+    free_rate, free_throttles = produce_for(node, "not-busy", 3.0)
+    assert not free_throttles
+    # What is still queued when it stops would take minutes at this pace: not waited for.
+    rate, throttles = produce_for(node, "busy", 6.0, skip_s=2.0, flush_s=1.0)
+    print(
+        f"request_percentage 0.01: {rate / 1024:.1f} KiB/s against {free_rate / 1024:.0f} "
+        f"KiB/s free; {len(throttles)} throttle events, max {max(throttles, default=0):.3f} s"
+    )
+    assert throttles and 0 < max(throttles) <= 1.0
+    assert rate < free_rate / 5
+
+
+async def _create_topics(
+    bootstrap: str, client_id: str, version: int, topics: list[tuple[str, int]]
+) -> list[tuple[Any, float]]:
+    """One CreateTopics request per item of ``topics`` on one connection, each sent as soon
+    as the previous is answered: the responses and how long each took."""
+    host, port = bootstrap.rsplit(":", 1)
+    connection = KafkaConnection(client_id)
+    await connection.connect(host, int(port), 10.0)
+    module: Any = request_module(ApiKey.CREATE_TOPICS, version)
+    answers = []
+    loop = asyncio.get_running_loop()
+    try:
+        for name, partitions in topics:
+            topic = make(
+                module.CreatableTopic,
+                {"name": name, "num_partitions": partitions, "replication_factor": 1},
+            )
+            request = make(
+                module.CreateTopicsRequest,
+                {"topics": (topic,), "timeout": timedelta(seconds=10)},
+            )
+            sent = loop.time()
+            response = await connection.request(request, 30.0)
+            answers.append((response, loop.time() - sent))
+    finally:
+        await connection.close()
+    return answers
+
+
+def test_a_controller_mutation_rate_refuses_then_throttles_topic_creation(node: str) -> None:
+    """KIP-599 with Kafka's token bucket: 2 partitions/s, a burst of 20. CreateTopics v7
+    creates 15 and then 10 partitions (the bucket had 5 left, so the topic goes through and
+    takes it to -5); the next topic is refused THROTTLING_QUOTA_EXCEEDED with the time the
+    bucket needs to get back to zero, and the connection's next request waits that long (the
+    mute); after it the same topic is created."""
+    response = alter(node, [("client-id", "mutator")], "controller_mutation_rate", 2.0)
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(node, "mutator") == {"controller_mutation_rate": 2.0},
+        "the broker's image has the quota",
+    )
+    answers = asyncio.run(
+        _create_topics(
+            node,
+            "mutator",
+            7,
+            [("mut-1", 15), ("mut-2", 10), ("mut-3", 1), ("mut-3", 1)],
+        )
+    )
+    codes = [response.topics[0].error_code for response, _ in answers]
+    throttles = [response.throttle_time.total_seconds() for response, _ in answers]
+    took = [seconds for _, seconds in answers]
+    print(f"codes {codes} throttles {throttles} took {[round(t, 2) for t in took]}")
+    assert codes[:2] == [ErrorCode.none, ErrorCode.none]
+    assert throttles[:2] == [0.0, 0.0]
+    assert codes[2] == ErrorCode.throttling_quota_exceeded
+    assert answers[2][0].topics[0].error_message == "The throttling quota has been exceeded."
+    assert 1.5 <= throttles[2] <= 2.5  # 5 tokens at 2/s, less what refilled meanwhile
+    assert took[3] >= throttles[2] - 0.05  # read only after the mute
+    assert codes[3] == ErrorCode.none
+
+
+def test_librdkafka_creating_past_the_mutation_rate_is_throttled(node: str) -> None:
+    """librdkafka's CreateTopics (before v6) is permissive, as in Kafka: the topic is created
+    and the client is told the throttle time through its throttle_cb."""
+    response = alter(node, [("client-id", "rdkafka-mutator")], "controller_mutation_rate", 2.0)
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(node, "rdkafka-mutator") == {"controller_mutation_rate": 2.0},
+        "the broker's image has the quota",
+    )
+    throttles: list[float] = []
+    admin = AdminClient(
+        {
+            "bootstrap.servers": node,
+            "client.id": "rdkafka-mutator",
+            "throttle_cb": lambda event: throttles.append(event.throttle_time),
+        }
+    )
+    for future in admin.create_topics([NewTopic("rdkafka-mut", 30, 1)]).values():
+        future.result(30)  # created: 30 partitions against a burst of 20
+    deadline = time.monotonic() + 10
+    while not throttles and time.monotonic() < deadline:
+        admin.poll(0.1)
+    print(f"librdkafka throttle times {throttles}")
+    assert throttles and 4.0 <= max(throttles) <= 5.0  # 10 tokens of debt at 2/s
+
+
+async def _fetch_bytes(bootstrap: str, client_id: str, topic: str) -> int:
+    """The records bytes one Fetch (v11, 50 MiB allowed in all and per partition) from
+    offset 0 of ``topic``-0 brings back."""
+    host, port = bootstrap.rsplit(":", 1)
+    connection = KafkaConnection(client_id)
+    await connection.connect(host, int(port), 10.0)
+    module: Any = request_module(ApiKey.FETCH, 11)
+    partition = make(
+        module.FetchPartition,
+        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 50 << 20},
+    )
+    request = make(
+        module.FetchRequest,
+        {
+            "replica_id": -1,
+            "max_wait": timedelta(milliseconds=100),
+            "min_bytes": 1,
+            "max_bytes": 50 << 20,
+            "topics": (make(module.FetchTopic, {"topic": topic, "partitions": (partition,)}),),
+        },
+    )
+    try:
+        response: Any = await connection.request(request, 30.0)
+    finally:
+        await connection.close()
+    [answer] = response.responses[0].partitions
+    assert answer.error_code == ErrorCode.none
+    return len(answer.records or b"")
+
+
+def test_a_consumer_under_its_quota_fetches_at_most_a_quota_window(node: str) -> None:
+    """Kafka bounds a consumer's Fetch to what its consumer_byte_rate allows over the quota
+    window (getMaxValueInQuotaWindow): at 10,000 B/s, 100,000 bytes (plus the batch that
+    crosses the bound: a fetch always returns whole batches), where a consumer without a
+    quota gets the whole 1 MB backlog at once."""
+    topic = "fetch-bound"
+    admin = AdminClient({"bootstrap.servers": node})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": node, "linger.ms": 5, "batch.size": 16384})
+    for _ in range(1000):
+        producer.produce(topic, VALUE, partition=0)
+    assert producer.flush(30) == 0
+    response = alter(node, [("client-id", "slow-consumer")], "consumer_byte_rate", 10_000)
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(node, "slow-consumer") == {"consumer_byte_rate": 10_000},
+        "the broker's image has the quota",
+    )
+    bounded = asyncio.run(_fetch_bytes(node, "slow-consumer", topic))
+    free = asyncio.run(_fetch_bytes(node, "free-consumer", topic))
+    print(f"one fetch: {bounded} bytes under the quota, {free} without")
+    assert 0 < bounded <= 100_000 + 20_000
+    assert free > 1_000_000
 
 
 def kafka_configs(bootstrap: str, *args: str) -> str:
