@@ -277,14 +277,15 @@ class KafkaApis:
         return await self._forward(request.body)
 
     async def _create_topics(self, request: ApiRequest) -> object:
-        """Forwarded to the controller; the answer waits (at most the request's timeout,
+        """Forwarded to the controller (charged to the mutation quota as any forwarded
+        CreateTopics); the answer waits (at most the request's timeout,
         bounded by the forwarding timeout) until this broker's partitions reflect the topics
         it created. A client that creates a topic here and then asks this broker for
         Metadata is told of leaders that have opened their partitions, so its first Produce
         is not refused UNKNOWN_TOPIC_OR_PARTITION (an acks=0 record would be lost unseen).
         Kafka's brokers apply metadata and open partitions in one step of one thread, so
         the window is theirs too, only shorter; a leader on another broker may still lag."""
-        response: Any = await self._forward(request.body)
+        response: Any = await self._forward_api(request)  # the mutation quota applies
         body: Any = request.body
         created = [
             topic.name
