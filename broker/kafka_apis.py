@@ -148,13 +148,7 @@ class KafkaApis:
         entries = [
             Api(ApiKey.API_VERSIONS, API_VERSIONS_VERSIONS, self._api_versions, BROKER, NONE),
             Api(ApiKey.METADATA, (0, 12), self._metadata, BROKER, METADATA_AUTHORIZATION),
-            Api(
-                ApiKey.CREATE_TOPICS,
-                (2, 7),
-                self._create_topics,
-                BROKER,
-                CREATE_TOPICS_AUTHORIZATION,
-            ),
+            Api(ApiKey.CREATE_TOPICS, (2, 7), forward, BROKER, CREATE_TOPICS_AUTHORIZATION),
             Api(ApiKey.DELETE_TOPICS, (1, 6), forward, BROKER, (TOPIC_DELETE, TOPIC_DESCRIBE)),
             Api(
                 ApiKey.DESCRIBE_CONFIGS,
@@ -275,30 +269,6 @@ class KafkaApis:
                     request, quota, self._image(), self._default_partitions, self._forward
                 )
         return await self._forward(request.body)
-
-    async def _create_topics(self, request: ApiRequest) -> object:
-        """Forwarded to the controller (charged to the mutation quota as any forwarded
-        CreateTopics); the answer waits (at most the request's timeout,
-        bounded by the forwarding timeout) until this broker's partitions reflect the topics
-        it created. A client that creates a topic here and then asks this broker for
-        Metadata is told of leaders that have opened their partitions, so its first Produce
-        is not refused UNKNOWN_TOPIC_OR_PARTITION (an acks=0 record would be lost unseen).
-        Kafka's brokers apply metadata and open partitions in one step of one thread, so
-        the window is theirs too, only shorter; a leader on another broker may still lag."""
-        response: Any = await self._forward_api(request)  # the mutation quota applies
-        body: Any = request.body
-        created = [
-            topic.name
-            for topic in getattr(response, "topics", ())
-            if topic.error_code == ErrorCode.none
-        ]
-        if created and not body.validate_only and self.replicas is not None:
-            timeout_s = min(max(body.timeout.total_seconds(), 0.0), self._forward_timeout_s)
-            await self.replicas.wait_applied(
-                lambda image: all(image.topics.get(name) is not None for name in created),
-                timeout_s,
-            )
-        return response
 
     def _replicas(self) -> ReplicaManager:
         assert self.replicas is not None  # the data-plane entries exist only with one

@@ -275,19 +275,6 @@ class ReplicaManager:
                 raise RuntimeError("the reconciler stopped")
             await self._reconciled.wait()
 
-    async def wait_applied(self, done: Callable[[MetadataImage], bool], timeout_s: float) -> bool:
-        """Until the image the partitions reflect satisfies ``done`` (True), or ``timeout_s``
-        has passed or the reconciler has stopped (False)."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                while self._image is None or not done(self._image):  # each pass: one image
-                    if self._task is not None and self._task.done():
-                        return False
-                    await self._reconciled.wait()
-        except TimeoutError:
-            return False
-        return True
-
     async def close(self) -> None:
         if self._descriptor_retry is not None:
             self._descriptor_retry.cancel()

@@ -13,7 +13,6 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -646,66 +645,3 @@ def test_the_listeners_of_a_broker_share_the_fetch_session_cache_they_are_given(
         for name in (LISTENER, "OTHER")
     ]
     assert all(apis.fetch_sessions is shared for apis in listeners)
-
-
-class AppliedStub:
-    """The replica manager's wait for its applied image, played by the test."""
-
-    def __init__(self) -> None:
-        self.applied = asyncio.Event()
-        self.asked: list[tuple[bool, float]] = []
-
-    async def wait_applied(self, done: Callable[[Any], bool], timeout_s: float) -> bool:
-        await self.applied.wait()
-        self.asked.append((done(self.image), timeout_s))
-        return True
-
-    image: Any = None
-
-
-def test_create_topics_answers_once_this_broker_has_applied_the_new_topics() -> None:
-    """A CreateTopics through a broker is answered only once that broker's partitions
-    reflect the created topics (bounded by the request's timeout), so a Produce that
-    follows it is not refused UNKNOWN_TOPIC_OR_PARTITION; a validate_only request and a
-    refused topic do not wait."""
-    controller = FakeController(cluster_image())
-    stub = AppliedStub()
-    handler = KafkaApis(
-        1, "cluster-a", LISTENER, lambda: controller.image, controller, random.Random(0),
-        replicas=stub,  # type: ignore[arg-type]
-    )  # fmt: skip
-    module: Any = request_module(ApiKey.CREATE_TOPICS, 7)
-
-    def create(name: str, validate_only: bool = False) -> Any:
-        topic = make(
-            module.CreatableTopic,
-            {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": (),
-             "configs": ()},
-        )  # fmt: skip
-        return make(
-            module.CreateTopicsRequest,
-            {"topics": (topic,), "timeout": timedelta(seconds=3), "validate_only": validate_only},
-        )
-
-    async def scenario() -> None:
-        header = wire.RequestHeader(ApiKey.CREATE_TOPICS, 7, 5, "client")
-        table = served(handler)
-        answer = asyncio.ensure_future(table.handle(header, create("fresh")))
-        for _ in range(20):  # the forward and the wait are a few loop turns
-            await asyncio.sleep(0)
-        assert not answer.done() and stub.asked == []
-        stub.image = controller.image  # the replica manager has applied it
-        stub.applied.set()
-        response: Any = await answer
-        assert [t.error_code for t in response.topics] == [ErrorCode.none]
-        assert stub.asked == [(True, 3.0)]
-        stub.applied.clear()
-        refused: Any = await table.handle(header, create("fresh"))  # already exists
-        assert [t.error_code for t in refused.topics] == [ErrorCode.topic_already_exists]
-        checked: Any = await asyncio.wait_for(
-            table.handle(header, create("checked", validate_only=True)), 5
-        )
-        assert [t.error_code for t in checked.topics] == [ErrorCode.none]
-        assert stub.asked == [(True, 3.0)]
-
-    asyncio.run(scenario())
