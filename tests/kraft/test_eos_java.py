@@ -323,7 +323,7 @@ def test_a_consume_transform_produce_job_is_exactly_once_through_member_and_lead
             STEP_S,
         )
         victim.start()
-        wait_until(victim.ready, "the killed member is back", STEP_S)
+        wait_until(victim.assigned, "the killed member is back with partitions", STEP_S)
 
         # 3. The input written and all of it processed: the group's offsets at its end.
         writer.join(DONE_S)
