@@ -15,8 +15,11 @@
 //   EosJob BOOTSTRAP INPUT OUTPUT GROUP TRANSACTIONAL_ID STOP_FILE
 //
 // Runs until STOP_FILE exists (checked between transactions, so it leaves none open).
+// While a file hold-TRANSACTIONAL_ID exists beside it, the member stops inside its next
+// transaction, once the records are written (flushed, acknowledged) and the offsets sent,
+// before the commit, prints "holding N" and waits to be killed: the test's breakpoint.
 // Prints one line per event: "ready", "assigned [..]", "committed N" (records so far),
-// "aborted: ...", "restart: ...", "stopped".
+// "aborted: ...", "restart: ...", "holding N", "stopped".
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -50,6 +53,7 @@ public class EosJob {
         String bootstrap = args[0], input = args[1], output = args[2], group = args[3];
         String txnId = args[4];
         Path stop = Path.of(args[5]);
+        Path hold = stop.resolveSibling("hold-" + txnId);
         long done = 0;
         while (!Files.exists(stop)) {
             try (KafkaConsumer<String, String> consumer = consumer(bootstrap, group);
@@ -72,6 +76,13 @@ public class EosJob {
                                     new OffsetAndMetadata(r.offset() + 1));
                         }
                         producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+                        if (Files.exists(hold)) { // the test's breakpoint: kill me here
+                            producer.flush();
+                            System.out.println("holding " + records.count());
+                            while (true) {
+                                Thread.sleep(100);
+                            }
+                        }
                         commit(producer);
                         done += records.count();
                         System.out.println("committed " + done);

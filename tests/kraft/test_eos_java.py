@@ -57,7 +57,7 @@ PARTITIONS = 3
 KEYS = 12
 RECORDS = 3000
 RATE_PER_S = 60  # the input's pace: the job is mid-stream at every kill
-PAUSE_AT = RECORDS * 2 // 3  # the writer waits here until the member is killed
+PAUSE_AT = RECORDS * 2 // 3  # the writer waits here until the member is to be killed
 STEP_S = 60.0  # one phase (a JVM start, a leader election, a rebalance) on a loaded machine
 DONE_S = 180.0  # the whole job once the input is written
 OFFSETS = partition_for(GROUP, PARTITIONS)  # the group's __consumer_offsets partition
@@ -90,6 +90,8 @@ class Member:
     """One job member: a JVM running EosJob.java, its output appended to a log file."""
 
     def __init__(self, root: Path, servers: str, txn_id: str) -> None:
+        self.txn_id = txn_id
+        self.hold = root / f"hold-{txn_id}"  # EosJob's breakpoint inside a transaction
         self.log = root / f"{txn_id}.log"
         self.args = [servers, INPUT, OUTPUT, GROUP, txn_id, str(root / "stop")]
         self.proc: subprocess.Popen[bytes] | None = None
@@ -111,6 +113,11 @@ class Member:
     def ready(self) -> bool:
         """Its latest start has initialised its producer and subscribed."""
         return "ready" in self.current().splitlines()
+
+    def holding(self) -> int | None:
+        """The records of the transaction it holds open, once it does."""
+        found = [line for line in self.current().splitlines() if line.startswith("holding ")]
+        return int(found[0].split()[1]) if found else None
 
     def assigned(self) -> set[int]:
         """The input partitions its latest start holds (by its rebalance listener)."""
@@ -160,6 +167,22 @@ def committed(offsets: KafkaConsumer) -> dict[int, int] | None:
     return {tp.partition: max(tp.offset, 0) for tp in found}
 
 
+def unstable(servers: str, partitions: set[int]) -> bool:
+    """Whether a read_committed consumer of the group (OffsetFetch with require_stable,
+    KIP-447) is refused the committed offsets of ``partitions`` while a transaction holds
+    offsets of theirs: librdkafka retries UNSTABLE_OFFSET_COMMIT until its timeout."""
+    consumer = KafkaConsumer(
+        {"bootstrap.servers": servers, "group.id": GROUP, "isolation.level": "read_committed"}
+    )
+    try:
+        found = consumer.committed([TopicPartition(INPUT, p) for p in partitions], timeout=3)
+    except KafkaException as raised:  # the same fetch without require_stable just answered
+        return bool(raised.args[0].code() == KafkaError._TIMED_OUT)
+    finally:
+        consumer.close()
+    return any(tp.error is not None for tp in found)
+
+
 def leader(admin: AdminClient, topic: str, partition: int) -> int | None:
     try:
         found = admin.list_topics(topic, timeout=5).topics[topic].partitions.get(partition)
@@ -186,8 +209,8 @@ def broker_roles(admin: AdminClient) -> dict[int, list[str]] | None:
 class InputWriter(threading.Thread):
     """Writes RECORDS keyed records at RATE_PER_S, idempotently (acks=all): value
     ``k{key}:{seq}``, each key always to partition key % PARTITIONS. It stops at PAUSE_AT
-    until ``resume`` is set, so that however slow the machine, the job has not processed
-    everything (nor caught up with the writer for good) before the member is killed."""
+    until ``resume`` is set, so that however slow the machine, the job has input left when
+    the member is killed, and after."""
 
     def __init__(self, servers: str) -> None:
         super().__init__(daemon=True)
@@ -314,15 +337,21 @@ def test_a_consume_transform_produce_job_is_exactly_once_through_member_and_lead
         procs.start(killed)
         wait_until(lambda: port_open(*ports[killed]), f"broker {killed} serves again", STEP_S)
 
-        # 2. SIGKILL the member with more partitions mid-run; the other takes them over
-        # (reading the offsets its victim's transactions committed, once stable) and goes
-        # on; then the victim restarts with its transactional id and gets some back.
+        # 2. SIGKILL the member with more partitions inside a transaction (records written,
+        # offsets sent, no commit); the other takes its partitions over: their offsets are
+        # unstable until the coordinator aborts the victim's transaction on its timeout,
+        # then it goes on from what the victim committed. Then the victim restarts with its
+        # transactional id and gets some partitions back.
         wait_until(lambda: reached(RECORDS // 2), "half done", DONE_S)
         victim, other = wait_until(lambda: settled_assignment(members), "a settled group", STEP_S)
         taken = victim.assigned()
+        victim.hold.touch()  # the worst moment: records written, offsets sent, no commit
+        writer.resume.set()  # input for the victim to hold, and for the takeover after
+        held = wait_until(lambda: victim.holding(), "the victim inside a transaction", STEP_S)
         at_kill = wait_until(lambda: committed(offsets), "the group's offsets", STEP_S)
+        assert unstable(servers, taken), "a require_stable OffsetFetch ignored the open offsets"
         victim.kill()
-        writer.resume.set()
+        victim.hold.unlink()
         member_killed_at = sum(at_kill.values())
         wait_until(lambda: other.assigned() == set(range(PARTITIONS)), "a takeover", STEP_S)
         wait_until(
@@ -392,6 +421,8 @@ def test_a_consume_transform_produce_job_is_exactly_once_through_member_and_lead
     dirty = read_all(servers, OUTPUT, "read_uncommitted")
     dirty_copies = Counter(v.rsplit("|", 1)[1] for records in dirty.values() for _, v in records)
     assert set(dirty_copies) == set(expected)  # aborted copies of input records, nothing else
+    extra = sum(n - 1 for n in dirty_copies.values())
+    assert extra >= held  # the victim's held transaction, written and aborted
     logs = [member.text() for member in members]
     print(
         f"EOS: {RECORDS} records, broker {killed} ({', '.join(roles[killed])}) killed at "
@@ -399,8 +430,7 @@ def test_a_consume_transform_produce_job_is_exactly_once_through_member_and_lead
         f"{member_killed_at}, {elapsed:.0f}s; aborted "
         f"{sum(log.count('aborted:') for log in logs)}, restarted "
         f"{sum(log.count('restart:') for log in logs)}; read_uncommitted output "
-        f"{sum(dirty_copies.values())} records, "
-        f"{sum(n - 1 for n in dirty_copies.values())} extra copies"
+        f"{sum(dirty_copies.values())} records, {extra} extra copies ({held} held)"
     )
 
 
