@@ -8,13 +8,15 @@ partitions, replication factor 3, min.insync.replicas 2).
 While an idempotent producer writes keyed input records (a sequence number per key), the
 broker coordinating the group (also the leader of an input or output partition) is
 SIGKILLed mid-run and restarted once its partitions have moved; then the member holding more
-input partitions is SIGKILLed: the other takes its partitions over (from the offsets the
-victim's transactions committed), and the victim restarts with its transactional id (which
-fences and aborts what it left open) and gets some back. Once the group's committed offsets
-reach the input's end: every input record is in the output exactly once for a
-read_committed reader, transformed, each key's records in their input order; the members'
-epochs show transaction version 2; a read_uncommitted reader sees the aborted copies too
-(how many varies with where the kill lands, so their number is printed, not asserted).
+input partitions is SIGKILLed inside a transaction (at EosJob's breakpoint: its records
+written and acknowledged, its offsets sent, no commit). While that transaction is open, a
+require_stable OffsetFetch of its partitions is refused; the other member takes them over
+once the coordinator aborts it on its timeout, from the offsets the victim committed, and
+the victim restarts with its transactional id and gets some back. Once the group's
+committed offsets reach the input's end: every input record is in the output exactly once
+for a read_committed reader, transformed, each key's records in their input order; the
+members' epochs show transaction version 2; a read_uncommitted reader sees the victim's
+aborted records as extra copies, and nothing foreign.
 """
 
 from __future__ import annotations
