@@ -17,6 +17,7 @@ from typing import Any
 
 from protocol import wire
 from protocol.connect import Connector
+from protocol.turns import ENCODE_SLICE_ENTITIES
 
 MAX_IN_FLIGHT = 100
 _CORRELATION_ID_LIMIT = 2**31
@@ -184,15 +185,10 @@ class KafkaConnection:
                 await task
 
 
-# Entities of a big request encoded between turns of the loop (as the network layer's
-# responses): a broker forwarding a CreateTopics of 200,000 topics encodes it in slices.
-ENCODE_SLICE_ITEMS = 2000
-
-
 async def _encoded_in_slices(entity: object) -> bytes | None:
     """A big request body's bytes, encoded a slice at a time; None for a small one (it is
     encoded with its header in one piece)."""
-    parts = wire.request_body_parts(entity, ENCODE_SLICE_ITEMS)
+    parts = wire.request_body_parts(entity, ENCODE_SLICE_ENTITIES)
     if parts is None:
         return None
     chunks = []
