@@ -325,7 +325,7 @@ class KafkaApis:
         )
 
     async def _describe_configs(self, request: ApiRequest) -> object:
-        return describe_configs_response(self._image(), request.body, self.node_id)
+        return await describe_configs_response(self._image(), request.body, self.node_id)
 
     async def _describe_acls(self, request: ApiRequest) -> object:
         """DescribeAcls from this broker's image (Kafka's brokers answer it from their
