@@ -20,7 +20,7 @@ about 165 events.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 # Entities a handler works on between two turns of the loop.
@@ -58,3 +58,20 @@ async def sliced(items: Iterable[T], every: int = SLICE_ENTITIES) -> AsyncIterat
     for item in items:
         yield item
         await turns.tick()
+
+
+def weighted_slices(
+    items: Sequence[T], weight: Callable[[T], int], budget: int = SLICE_ENTITIES
+) -> Iterator[Sequence[T]]:
+    """``items`` cut, in order, into runs whose weights add up to at most ``budget`` (an
+    item heavier than the budget alone): the slices of a request whose entities carry
+    work of their own (a resource and its configs, a topic and its partitions)."""
+    begin, total = 0, 0
+    for end, item in enumerate(items):
+        units = max(1, weight(item))
+        if total and total + units > budget:
+            yield items[begin:end]
+            begin, total = end, 0
+        total += units
+    if begin < len(items):
+        yield items[begin:]

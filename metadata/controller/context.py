@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import random
 import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -94,3 +96,16 @@ class ApiError(Exception):
         super().__init__(message or code.name)
         self.code = code
         self.message = message
+
+
+class ControllerRun(Protocol):
+    """A request the controller works on a slice of its entities at a time
+    (QuorumController._handle_in_slices): each slice's records are proposed before the next
+    slice is worked on, against the working image those records made; the answer is given
+    once the last of them commits."""
+
+    def slices(self) -> Iterator[Sequence[Any]]: ...
+
+    def step(self, ctx: ControllerContext, items: Sequence[Any]) -> Sequence[MetadataRecord]: ...
+
+    def response(self) -> object: ...

@@ -39,8 +39,13 @@ from metadata.controller.cluster import (
     fence_broker,
     unregister_broker,
 )
-from metadata.controller.configs import alter_configs, incremental_alter_configs
-from metadata.controller.context import ControllerConfig, ControllerContext, ControllerResult
+from metadata.controller.configs import AlterConfigsRun, alter_configs, incremental_alter_configs
+from metadata.controller.context import (
+    ControllerConfig,
+    ControllerContext,
+    ControllerResult,
+    ControllerRun,
+)
 from metadata.controller.election import LEADER_OUTSIDE_ISR, preferred_leader_changes
 from metadata.controller.features import update_features
 from metadata.controller.internal_topics import is_internal_creator
@@ -303,8 +308,9 @@ class QuorumController:
         """The kio response to one controller request, sent once its records commit."""
         if not self._active:
             return refusal(api_key, api_version, request, ErrorCode.not_controller)
-        if api_key in (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS):
-            return await self._handle_in_slices(api_key, api_version, request, client_id)
+        run = self._start_run(api_key, api_version, request, client_id)
+        if run is not None:
+            return await self._handle_in_slices(api_key, api_version, request, run)
         result = handler(self._context(), request, api_version)
         proposed = self._propose_result(api_key, api_version, request, result.records)
         if isinstance(proposed, _Refused):
@@ -313,29 +319,39 @@ class QuorumController:
             api_key, api_version, request, proposed, result.response
         )
 
-    async def _handle_in_slices(
+    def _start_run(
         self, api_key: int, api_version: int, request: Any, client_id: str | None
-    ) -> object:
-        """CreateTopics and DeleteTopics, TOPICS_PER_SLICE topics per turn of the loop: each
-        slice is worked on against the working image of then and its records proposed
-        before the next, as Kafka's non-atomic create writes a big request in several
-        batches; the answer waits for the last of them. Losing leadership in between is
-        NOT_CONTROLLER for the request (the client retries: what was created already exists,
-        as after a failover in Kafka)."""
-        run: CreateTopicsRun | DeleteTopicsRun
+    ) -> ControllerRun | None:
+        """The run working on a request a slice at a time, for the APIs whose entities
+        (topics, config resources) succeed or fail independently; None for the others."""
         if api_key == ApiKey.CREATE_TOPICS:
             assert self._working is not None
             internal = is_internal_creator(client_id, self._working)
-            run = CreateTopicsRun.start(self._context(), request, api_version, internal)
-        else:
-            run = DeleteTopicsRun.start(request, api_version)
+            return CreateTopicsRun.start(self._context(), request, api_version, internal)
+        if api_key == ApiKey.DELETE_TOPICS:
+            return DeleteTopicsRun.start(request, api_version)
+        if api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
+            incremental = api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS
+            return AlterConfigsRun.start(request, api_version, incremental=incremental)
+        return None
+
+    async def _handle_in_slices(
+        self, api_key: int, api_version: int, request: Any, run: ControllerRun
+    ) -> object:
+        """A request a slice of its entities per turn of the loop (CreateTopics and
+        DeleteTopics TOPICS_PER_SLICE topics, AlterConfigs and IncrementalAlterConfigs
+        SLICE_ENTITIES configs): each slice is worked on against the working image of then
+        and its records proposed before the next, as Kafka's non-atomic create writes a big
+        request in several batches; the answer waits for the last of them. Losing
+        leadership in between is NOT_CONTROLLER for the request (the client retries: what
+        was created already exists, as after a failover in Kafka)."""
         last_offset: int | None = None
-        for index, topics in enumerate(run.slices()):
+        for index, items in enumerate(run.slices()):
             if index:  # the first slice is proposed at once, as any other request
                 await asyncio.sleep(0)
                 if not self._active:
                     return refusal(api_key, api_version, request, ErrorCode.not_controller)
-            records = run.step(self._context(), topics)
+            records = run.step(self._context(), items)
             proposed = self._propose_result(api_key, api_version, request, records)
             if isinstance(proposed, _Refused):
                 return proposed.response

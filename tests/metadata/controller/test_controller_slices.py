@@ -1,4 +1,5 @@
-"""The controller works on a big CreateTopics or DeleteTopics a slice of topics at a time.
+"""The controller works on a big CreateTopics, DeleteTopics or (Incremental)AlterConfigs a
+slice of its entities at a time.
 
 On main, a CreateTopics with validate_only naming 200,000 topics was one step of the
 controller's loop (44 s of CPU on a loaded host: the quorum failed over four times), and a
@@ -20,8 +21,10 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from metadata.controller.configs import AlterConfigsRun
 from metadata.controller.context import MAX_RECORDS_PER_USER_OP
 from metadata.controller.topics import TOPICS_PER_SLICE, CreateTopicsRun, DeleteTopicsRun
+from protocol.turns import SLICE_ENTITIES
 from tests.loop_turns import busy, counting, most, work_per_turn
 from tests.metadata.controller.support import request_module, roundtrip
 from tests.metadata.controller.test_quorum_controller import Controller, run
@@ -121,3 +124,51 @@ def test_a_delete_topics_in_slices_removes_each_topic_once_and_answers_every_nam
     assert set(codes[created:-1]) == {ErrorCode.unknown_topic_or_partition}
     assert codes[-1] == ErrorCode.none and response.responses[-1].name == "d0"
     assert response.responses[-1].topic_id != uuid.UUID(int=0)
+
+
+def test_an_incremental_alter_configs_of_20000_resources_is_worked_on_in_slices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22: an IncrementalAlterConfigs (or AlterConfigs) was one step of the
+    controller's loop however many resources it named. Now SLICE_ENTITIES configs (a
+    resource weighing 1 + its configs) are worked on per turn, each slice's records
+    proposed before the next; every resource is answered in order, duplicates counted over
+    the whole request, and the existing topics' configs are changed."""
+    module = request_module(44, 1)
+
+    def resource(name: str, value: str) -> Any:
+        config = module.AlterableConfig(name="retention.ms", config_operation=0, value=value)
+        return module.AlterConfigsResource(resource_type=2, resource_name=name, configs=(config,))
+
+    names = ["a", "b"] + [f"missing{i}" for i in range(NAMES)] + ["c", "b"]
+    request = module.IncrementalAlterConfigsRequest(
+        resources=tuple(resource(name, "9") for name in names), validate_only=False
+    )
+    tally: Counter[str] = Counter()
+
+    async def scenario() -> tuple[list[Counter[str]], Any, dict[str, dict[str, str]]]:
+        node = Controller(tmp_path)
+        await node.start()
+        await node.heartbeat(1, await node.register(1), offset=node.image.offset)
+        for name in ("a", "b", "c"):
+            assert (await node.create_topic(name, 1)).error_code == ErrorCode.none
+        step = counting(
+            tally, "resources", lambda _run, _ctx, items: len(items), AlterConfigsRun.step
+        )
+        monkeypatch.setattr(AlterConfigsRun, "step", step)
+        turns, response = await work_per_turn(node.controller.handle(44, 1, request), tally)
+        configs = {name: dict(node.image.configs.get((2, name), {})) for name in "abc"}
+        await node.stop()
+        return turns, roundtrip(response), configs
+
+    turns, response, configs = run(scenario())
+    per_slice = SLICE_ENTITIES // 2  # a resource of one config weighs 2
+    assert tally["resources"] == len(names)
+    assert most(turns, "resources") == per_slice
+    assert busy(turns, "resources") == -(-len(names) // per_slice) > 10
+    codes = [(r.resource_name, r.error_code) for r in response.responses]
+    assert [name for name, _ in codes] == names
+    assert codes[0] == ("a", ErrorCode.none) and codes[-2] == ("c", ErrorCode.none)
+    assert codes[1] == ("b", ErrorCode.invalid_request) == codes[-1]  # named twice
+    assert {code for _, code in codes[2:-2]} == {ErrorCode.unknown_topic_or_partition}
+    assert configs == {"a": {"retention.ms": "9"}, "b": {}, "c": {"retention.ms": "9"}}
