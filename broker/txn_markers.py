@@ -23,6 +23,7 @@ transaction version.
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Callable
 from typing import Any
 
@@ -78,19 +79,23 @@ async def write_txn_markers(
             for index in topic.partition_indexes:
                 wanted.append((marker, topic.name, index))
                 await turns.tick()
-    tasks: list[asyncio.Future[AppendResult]] = []
+    slices: collections.deque[list[asyncio.Future[AppendResult]]] = collections.deque()
     for begin in range(0, len(wanted), SLICE_ENTITIES):
         if begin:
             await asyncio.sleep(0)
         chunk = wanted[begin : begin + SLICE_ENTITIES]
-        tasks.extend(asyncio.ensure_future(one(*item)) for item in chunk)
+        slices.append([asyncio.ensure_future(one(*item)) for item in chunk])
     try:
         done: list[AppendResult] = []
-        for begin in range(0, len(tasks), SLICE_ENTITIES):
-            done.extend(await asyncio.gather(*tasks[begin : begin + SLICE_ENTITIES]))
+        while slices:
+            done.extend(await asyncio.gather(*slices[0]))
+            slices.popleft()  # its tasks freed now, not 200,000 of them in one step
+            if slices:
+                await asyncio.sleep(0)
     finally:
-        for task in tasks:
-            task.cancel()  # a no-op for those done; the rest must not outlive the request
+        for tasks in slices:
+            for task in tasks:
+                task.cancel()  # those not awaited must not outlive the request
     results = iter(done)  # in the order of ``wanted``, which the answer follows
     answers = []
     for marker in request.markers:
