@@ -17,7 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.controller.context import ControllerContext, ControllerResult
+from metadata.controller.context import ControllerContext, ControllerResult, EntityRun
 from metadata.image import MetadataImage, QuotaEntity, entity_order
 from metadata.records import ClientQuota, MetadataRecord
 from protocol.api_keys import ApiKey
@@ -116,40 +116,50 @@ def _entity_data(module: Any, entity: QuotaEntity) -> tuple[Any, ...]:
 
 def alter_client_quotas(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
     """One result per entry: its records, or the error that refused it (nothing written for
-    it); with ``validate_only`` no records at all."""
+    it); with ``validate_only`` no records at all. (In one pass: the controller runs
+    ``client_quotas_run`` a slice of entries at a time.)"""
+    return client_quotas_run(request, api_version).whole(ctx)
+
+
+def client_quotas_run(request: Any, api_version: int) -> EntityRun:
+    """AlterClientQuotas a slice of entries a turn (issue 22): entries are independent."""
     module: Any = response_module(ApiKey.ALTER_CLIENT_QUOTAS, api_version)
-    records: list[MetadataRecord] = []
-    results = []
-    for entry in request.entries:
+
+    def one(_ctx: ControllerContext, entry: Any) -> tuple[list[MetadataRecord], object]:
         code, message = ErrorCode.none, None
+        entry_records: list[MetadataRecord] = []
         try:
             entry_records = _entry_records(entry)
         except _Refused as refused:
             code, message = refused.code, refused.message
-        else:
-            if not request.validate_only:
-                records.extend(entry_records)
-        results.append(
-            make(
-                module.EntryData,
-                {
-                    "error_code": code,
-                    "error_message": message,
-                    "entity": tuple(
-                        make(
-                            module.EntityData,
-                            {"entity_type": e.entity_type, "entity_name": e.entity_name},
-                        )
-                        for e in entry.entity
-                    ),
-                },
-            )
+        result = make(
+            module.EntryData,
+            {
+                "error_code": code,
+                "error_message": message,
+                "entity": tuple(
+                    make(
+                        module.EntityData,
+                        {"entity_type": e.entity_type, "entity_name": e.entity_name},
+                    )
+                    for e in entry.entity
+                ),
+            },
         )
-    response = make(
-        module.AlterClientQuotasResponse,
-        {"throttle_time": timedelta(0), "entries": tuple(results)},
+        return entry_records, result
+
+    def finish(results: tuple[object, ...]) -> object:
+        return make(
+            module.AlterClientQuotasResponse, {"throttle_time": timedelta(0), "entries": results}
+        )
+
+    return EntityRun(
+        request.entries,
+        one,
+        finish,
+        validate_only=request.validate_only,
+        weight=lambda entry: len(entry.entity) + len(entry.ops),
     )
-    return ControllerResult(tuple(records), response)
 
 
 def refuse_alter(module: Any, request: Any, code: ErrorCode, message: str | None = None) -> object:

@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode
 from log.records import Record
 from log.runtime import Runtime
 from metadata.controller.acls import create_acls, delete_acls, security_disabled
-from metadata.controller.client_quotas import alter_client_quotas
+from metadata.controller.client_quotas import alter_client_quotas, client_quotas_run
 from metadata.controller.cluster import (
     SHUTDOWN_KEEPS_LEADERS,
     UNFENCE_BEFORE_CAUGHT_UP,
@@ -56,11 +56,12 @@ from metadata.controller.reassignment import (
     list_partition_reassignments,
 )
 from metadata.controller.refusals import refusal
-from metadata.controller.scram import alter_user_scram_credentials
+from metadata.controller.scram import alter_user_scram_credentials, scram_run
 from metadata.controller.topics import (
     CreateTopicsRun,
     DeleteTopicsRun,
     create_partitions,
+    create_partitions_run,
     create_topics,
     delete_topics,
 )
@@ -333,18 +334,26 @@ class QuorumController:
         if api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
             incremental = api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS
             return AlterConfigsRun.start(request, api_version, incremental=incremental)
+        if api_key == ApiKey.CREATE_PARTITIONS:
+            return create_partitions_run(request, api_version)
+        if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+            return client_quotas_run(request, api_version)
+        if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+            return scram_run(request, api_version)
         return None
 
     async def _handle_in_slices(
         self, api_key: int, api_version: int, request: Any, run: ControllerRun
     ) -> object:
         """A request a slice of its entities per turn of the loop (CreateTopics and
-        DeleteTopics TOPICS_PER_SLICE topics, AlterConfigs and IncrementalAlterConfigs
-        SLICE_ENTITIES configs): each slice is worked on against the working image of then
-        and its records proposed before the next, as Kafka's non-atomic create writes a big
-        request in several batches; the answer waits for the last of them. Losing
-        leadership in between is NOT_CONTROLLER for the request (the client retries: what
-        was created already exists, as after a failover in Kafka)."""
+        DeleteTopics TOPICS_PER_SLICE topics; AlterConfigs and IncrementalAlterConfigs
+        SLICE_ENTITIES configs; CreatePartitions, AlterClientQuotas and
+        AlterUserScramCredentials SLICE_ENTITIES topics, entries or changes): each slice
+        is worked on against the working image of then and its records proposed before
+        the next, as Kafka's non-atomic create writes a big request in several batches;
+        the answer waits for the last of them. Losing leadership in between is
+        NOT_CONTROLLER for the request (the client retries: what was created already
+        exists, as after a failover in Kafka)."""
         last_offset: int | None = None
         for index, items in enumerate(run.slices()):
             if index:  # the first slice is proposed at once, as any other request

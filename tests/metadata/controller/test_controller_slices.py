@@ -22,7 +22,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from metadata.controller.configs import AlterConfigsRun
-from metadata.controller.context import MAX_RECORDS_PER_USER_OP
+from metadata.controller.context import MAX_RECORDS_PER_USER_OP, EntityRun
 from metadata.controller.topics import TOPICS_PER_SLICE, CreateTopicsRun, DeleteTopicsRun
 from protocol.turns import SLICE_ENTITIES
 from tests.loop_turns import busy, counting, most, work_per_turn
@@ -172,3 +172,46 @@ def test_an_incremental_alter_configs_of_20000_resources_is_worked_on_in_slices(
     assert codes[1] == ("b", ErrorCode.invalid_request) == codes[-1]  # named twice
     assert {code for _, code in codes[2:-2]} == {ErrorCode.unknown_topic_or_partition}
     assert configs == {"a": {"retention.ms": "9"}, "b": {}, "c": {"retention.ms": "9"}}
+
+
+def test_an_alter_user_scram_credentials_of_20000_users_is_worked_on_in_slices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22: AlterUserScramCredentials (like CreatePartitions and AlterClientQuotas, the
+    other EntityRuns) was one step of the controller's loop however many users it named.
+    Its changes are now read into each user's, then worked on SLICE_ENTITIES changes a
+    turn; a user's two changes far apart in the request are still seen together."""
+    module = request_module(51, 0)
+    users = [f"u{i}" for i in range(NAMES)]
+    deletions = [module.ScramCredentialDeletion(name="twice", mechanism=1)]
+    deletions += [module.ScramCredentialDeletion(name=user, mechanism=1) for user in users]
+    upsertion = module.ScramCredentialUpsertion(
+        name="twice", mechanism=1, iterations=8192, salt=b"s", salted_password=b"p"
+    )
+    request = module.AlterUserScramCredentialsRequest(
+        deletions=tuple(deletions), upsertions=(upsertion,)
+    )
+    tally: Counter[str] = Counter()
+
+    async def scenario() -> tuple[list[Counter[str]], Any]:
+        node = Controller(tmp_path)
+        await node.start()
+        step = counting(
+            tally,
+            "changes",
+            lambda _run, _ctx, items: sum(len(changes) for _user, changes in items),
+            EntityRun.step,
+        )
+        monkeypatch.setattr(EntityRun, "step", step)
+        turns, response = await work_per_turn(node.controller.handle(51, 0, request), tally)
+        await node.stop()
+        return turns, roundtrip(response)
+
+    turns, response = run(scenario())
+    assert tally["changes"] == NAMES + 2
+    assert most(turns, "changes") <= SLICE_ENTITIES
+    assert busy(turns, "changes") > 10
+    codes = [(r.user, r.error_code) for r in response.results]
+    assert [user for user, _ in codes] == ["twice", *users]  # in order of first mention
+    assert codes[0] == ("twice", ErrorCode.duplicate_resource)  # its two changes, together
+    assert {code for _, code in codes[1:]} == {ErrorCode.resource_not_found}
