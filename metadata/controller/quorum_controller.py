@@ -52,6 +52,7 @@ from metadata.controller.internal_topics import is_internal_creator
 from metadata.controller.partitions import alter_partition, elect_leaders
 from metadata.controller.producer_ids import allocate_producer_ids
 from metadata.controller.reassignment import (
+    ReassignmentsRun,
     alter_partition_reassignments,
     list_partition_reassignments,
 )
@@ -340,6 +341,8 @@ class QuorumController:
             return client_quotas_run(request, api_version)
         if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
             return scram_run(request, api_version)
+        if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
+            return ReassignmentsRun.start(request, api_version)
         return None
 
     async def _handle_in_slices(
@@ -348,7 +351,8 @@ class QuorumController:
         """A request a slice of its entities per turn of the loop (CreateTopics and
         DeleteTopics TOPICS_PER_SLICE topics; AlterConfigs and IncrementalAlterConfigs
         SLICE_ENTITIES configs; CreatePartitions, AlterClientQuotas and
-        AlterUserScramCredentials SLICE_ENTITIES topics, entries or changes): each slice
+        AlterUserScramCredentials SLICE_ENTITIES topics, entries or changes;
+        AlterPartitionReassignments SLICE_ENTITIES partitions): each slice
         is worked on against the working image of then and its records proposed before
         the next, as Kafka's non-atomic create writes a big request in several batches;
         the answer waits for the last of them. Losing leadership in between is
