@@ -342,7 +342,9 @@ class KafkaApis:
         return await self._forward(request.body)
 
     async def _describe_user_scram_credentials(self, request: ApiRequest) -> object:
-        return describe_user_scram_credentials(self._image(), request.body, request.api_version)
+        return await describe_user_scram_credentials(
+            self._image(), request.body, request.api_version
+        )
 
     async def _describe_client_quotas(self, request: ApiRequest) -> object:
         return describe_client_quotas(self._image(), request.body, request.api_version)

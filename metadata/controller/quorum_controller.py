@@ -47,7 +47,7 @@ from metadata.controller.context import (
     ControllerRun,
 )
 from metadata.controller.election import LEADER_OUTSIDE_ISR, preferred_leader_changes
-from metadata.controller.features import update_features
+from metadata.controller.features import UpdateFeaturesRun, update_features
 from metadata.controller.internal_topics import is_internal_creator
 from metadata.controller.partitions import alter_partition, elect_leaders
 from metadata.controller.producer_ids import allocate_producer_ids
@@ -343,6 +343,8 @@ class QuorumController:
             return scram_run(request, api_version)
         if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
             return ReassignmentsRun.start(request, api_version)
+        if api_key == ApiKey.UPDATE_FEATURES:
+            return UpdateFeaturesRun.start(request, api_version)
         return None
 
     async def _handle_in_slices(
@@ -352,7 +354,8 @@ class QuorumController:
         DeleteTopics TOPICS_PER_SLICE topics; AlterConfigs and IncrementalAlterConfigs
         SLICE_ENTITIES configs; CreatePartitions, AlterClientQuotas and
         AlterUserScramCredentials SLICE_ENTITIES topics, entries or changes;
-        AlterPartitionReassignments SLICE_ENTITIES partitions): each slice
+        AlterPartitionReassignments SLICE_ENTITIES partitions; UpdateFeatures decided
+        whole, answered SLICE_ENTITIES features a turn): each slice
         is worked on against the working image of then and its records proposed before
         the next, as Kafka's non-atomic create writes a big request in several batches;
         the answer waits for the last of them. Losing leadership in between is

@@ -24,7 +24,7 @@ from metadata.image import MetadataImage
 from metadata.records import MetadataRecord, RemoveUserScramCredential, UserScramCredential
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
-from protocol.turns import SLICE_ENTITIES, weighted_slices
+from protocol.turns import SLICE_ENTITIES, Turns, weighted_slices
 
 # Kafka's ScramMechanism type ids, and each one's hash.
 MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
@@ -146,9 +146,11 @@ def _user_records(
     return records
 
 
-def describe_user_scram_credentials(image: MetadataImage, request: Any, api_version: int) -> object:
+async def describe_user_scram_credentials(
+    image: MetadataImage, request: Any, api_version: int
+) -> object:
     """Mechanisms and iteration counts (never keys) of the named users, or of every user
-    with a credential when ``users`` is null."""
+    with a credential when ``users`` is null; a slice of users a turn of the loop."""
     module: Any = response_module(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, api_version)
     by_user: dict[str, list[tuple[str, int]]] = {}
     for (user, mechanism), credential in sorted(image.scram_credentials.items()):
@@ -158,7 +160,9 @@ def describe_user_scram_credentials(image: MetadataImage, request: Any, api_vers
     # Counted once (wanted.count per name was quadratic: 20,000 names held the loop 3 s).
     duplicates = {name for name, count in Counter(wanted).items() if count > 1}
     results = []
+    turns = Turns()
     for name in dict.fromkeys(wanted):
+        await turns.tick()
         code, message, infos = ErrorCode.none, None, ()
         if name in duplicates:
             code = ErrorCode.duplicate_resource
