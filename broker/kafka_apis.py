@@ -282,7 +282,7 @@ class KafkaApis:
         )
 
     async def _describe_producers(self, request: ApiRequest) -> object:
-        return describe_producers.describe_producers(
+        return await describe_producers.describe_producers(
             self._replicas(), request.body, request.api_version
         )
 
@@ -347,7 +347,7 @@ class KafkaApis:
         )
 
     async def _describe_client_quotas(self, request: ApiRequest) -> object:
-        return describe_client_quotas(self._image(), request.body, request.api_version)
+        return await describe_client_quotas(self._image(), request.body, request.api_version)
 
     async def _describe_topic_partitions(self, request: ApiRequest) -> object:
         return describe_topic_partitions_response(self._image(), request.body, self.listener_name)

@@ -600,35 +600,38 @@ class GroupApis:
         return error, tuple(answer)
 
     async def _offset_delete(self, module: Any, request: Any) -> object:
-        wanted = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
+        turns = Turns()
+        wanted = []
+        for t in request.topics:
+            wanted.append((t.name, [p.partition_index for p in t.partitions]))
+            await turns.tick(1 + len(t.partitions))
         result = await self.coordinator.delete_offsets(request.group_id, wanted)
         if isinstance(result, ErrorCode):
             return make(
                 module.OffsetDeleteResponse,
                 {"error_code": result, "throttle_time": NO_THROTTLE, "topics": ()},
             )
+        topics = []
+        for name, errors in result:
+            partitions = []
+            for p, e in errors:
+                partitions.append(
+                    make(
+                        module.OffsetDeleteResponsePartition,
+                        {"partition_index": p, "error_code": e},
+                    )
+                )
+                await turns.tick()
+            topics.append(
+                make(
+                    module.OffsetDeleteResponseTopic,
+                    {"name": name, "partitions": tuple(partitions)},
+                )
+            )
+            await turns.tick()
         return make(
             module.OffsetDeleteResponse,
-            {
-                "error_code": ErrorCode.none,
-                "throttle_time": NO_THROTTLE,
-                "topics": tuple(
-                    make(
-                        module.OffsetDeleteResponseTopic,
-                        {
-                            "name": name,
-                            "partitions": tuple(
-                                make(
-                                    module.OffsetDeleteResponsePartition,
-                                    {"partition_index": p, "error_code": e},
-                                )
-                                for p, e in errors
-                            ),
-                        },
-                    )
-                    for name, errors in result
-                ),
-            },
+            {"error_code": ErrorCode.none, "throttle_time": NO_THROTTLE, "topics": tuple(topics)},
         )
 
     # ---- listing, describing, deleting groups ----------------------------------------------

@@ -888,9 +888,11 @@ class GroupCoordinator:
         offsets = shard.offsets.get(group_id, {})
         answer: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
         doomed: list[TopicPartition] = []
+        turns = Turns()  # a request may name 200,000 partitions
         for topic, partitions in wanted:
             errors = []
             for p in partitions:
+                await turns.tick()
                 if topic in subscribed:
                     errors.append((p, ErrorCode.group_subscribed_to_topic))
                 else:
@@ -908,10 +910,11 @@ class GroupCoordinator:
         self, shard: Shard, group_id: str, doomed: list[TopicPartition]
     ) -> ErrorCode:
         now_ms = self._clock.now_ms()
-        records = [
-            Record(encode_offset_key(OffsetKey(group_id, topic, p)), None, now_ms)
-            for topic, p in doomed
-        ]
+        records = []
+        turns = Turns()
+        for topic, p in doomed:
+            records.append(Record(encode_offset_key(OffsetKey(group_id, topic, p)), None, now_ms))
+            await turns.tick()
         error, base_offset = await self._write(shard, records)
         if error is ErrorCode.none:
             shard.forget_offsets(group_id, doomed, base_offset)

@@ -22,6 +22,7 @@ from metadata.image import MetadataImage, QuotaEntity, entity_order
 from metadata.records import ClientQuota, MetadataRecord
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.turns import Turns
 
 USER = "user"
 CLIENT_ID = "client-id"
@@ -204,10 +205,13 @@ def _matches(entity: QuotaEntity, components: Any, strict: bool) -> bool:
     return not strict or len(names) == len(components)
 
 
-def _describe_error(components: Any) -> tuple[ErrorCode, str] | None:
-    """Kafka's validation of a DescribeClientQuotas filter."""
+async def _describe_error(components: Any) -> tuple[ErrorCode, str] | None:
+    """Kafka's validation of a DescribeClientQuotas filter, a slice of components a turn
+    (a filter may name 200,000)."""
     seen: set[str] = set()
+    turns = Turns()
     for component in components:
+        await turns.tick()
         if component.entity_type in seen:
             return ErrorCode.invalid_request, f"Duplicate {component.entity_type} filter component"
         seen.add(component.entity_type)
@@ -226,10 +230,10 @@ def _describe_error(components: Any) -> tuple[ErrorCode, str] | None:
     return None
 
 
-def describe_client_quotas(image: MetadataImage, request: Any, api_version: int) -> object:
+async def describe_client_quotas(image: MetadataImage, request: Any, api_version: int) -> object:
     """The entities of ``image`` the filter matches, with their quota values."""
     module: Any = response_module(ApiKey.DESCRIBE_CLIENT_QUOTAS, api_version)
-    refused = _describe_error(request.components)
+    refused = await _describe_error(request.components)
     if refused is not None:
         code, message = refused
         return make(

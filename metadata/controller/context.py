@@ -139,7 +139,8 @@ class EntityRun:
         for item in items:
             item_records, result = self.one(ctx, item)
             records.extend(item_records)
-            self.results.append(result)
+            if result is not None:  # None: the entity has no place in the answer
+                self.results.append(result)
         return [] if self.validate_only else records
 
     def response(self) -> object:

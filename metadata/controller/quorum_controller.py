@@ -55,6 +55,7 @@ from metadata.controller.reassignment import (
     ReassignmentsRun,
     alter_partition_reassignments,
     list_partition_reassignments,
+    list_reassignments_run,
 )
 from metadata.controller.refusals import refusal
 from metadata.controller.scram import alter_user_scram_credentials, scram_run
@@ -345,6 +346,8 @@ class QuorumController:
             return ReassignmentsRun.start(request, api_version)
         if api_key == ApiKey.UPDATE_FEATURES:
             return UpdateFeaturesRun.start(request, api_version)
+        if api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
+            return list_reassignments_run(self._context(), request, api_version)
         return None
 
     async def _handle_in_slices(
@@ -355,7 +358,8 @@ class QuorumController:
         SLICE_ENTITIES configs; CreatePartitions, AlterClientQuotas and
         AlterUserScramCredentials SLICE_ENTITIES topics, entries or changes;
         AlterPartitionReassignments SLICE_ENTITIES partitions; UpdateFeatures decided
-        whole, answered SLICE_ENTITIES features a turn): each slice
+        whole, answered SLICE_ENTITIES features a turn; ListPartitionReassignments
+        SLICE_ENTITIES partitions): each slice
         is worked on against the working image of then and its records proposed before
         the next, as Kafka's non-atomic create writes a big request in several batches;
         the answer waits for the last of them. Losing leadership in between is

@@ -34,6 +34,7 @@ from metadata.controller.context import (
     ApiError,
     ControllerContext,
     ControllerResult,
+    EntityRun,
 )
 from metadata.controller.election import LEADER_OUTSIDE_ISR, choose_leader
 from metadata.controller.topics import TOO_MANY_RECORDS, validate_replica_list
@@ -372,18 +373,27 @@ def list_partition_reassignments(
     ctx: ControllerContext, request: Any, api_version: int
 ) -> ControllerResult:
     """The reassignments in progress: of every topic (null topics), or of the named
-    partitions (unknown topics and partitions, or ones not reassigning, are left out)."""
+    partitions (unknown topics and partitions, or ones not reassigning, are left out). (In
+    one pass: the controller runs ``list_reassignments_run`` a slice of topics a turn.)"""
+    return list_reassignments_run(ctx, request, api_version).whole(ctx)
+
+
+def list_reassignments_run(ctx: ControllerContext, request: Any, api_version: int) -> EntityRun:
+    """ListPartitionReassignments a slice of topics a turn, a topic weighing the
+    partitions it names (issue 22); ``ctx``: the image whose topics a null list means."""
     module = response_module(ApiKey.LIST_PARTITION_REASSIGNMENTS, api_version)
-    topics = ctx.image.topics
     if request.topics is None:
-        wanted = [(name, None) for name in sorted(topics.by_name)]
+        wanted: Sequence[tuple[str, Any]] = [
+            (name, None) for name in sorted(ctx.image.topics.by_name)
+        ]
     else:
-        wanted = [(t.name, t.partition_indexes) for t in request.topics]
-    results = []
-    for name, indexes in wanted:
-        topic = topics.get(name)
+        wanted = request.topics
+
+    def one(ctx: ControllerContext, item: Any) -> tuple[list[MetadataRecord], object]:
+        name, indexes = item if isinstance(item, tuple) else (item.name, item.partition_indexes)
+        topic = ctx.image.topics.get(name)
         if topic is None:
-            continue
+            return [], None
         ongoing = []
         for index in sorted(topic.partitions) if indexes is None else indexes:
             partition = topic.partitions.get(index)
@@ -400,12 +410,19 @@ def list_partition_reassignments(
                     },
                 )
             )
-        if ongoing:
-            results.append(
-                make(module.OngoingTopicReassignment, {"name": name, "partitions": tuple(ongoing)})
-            )
-    response = make(
-        module.ListPartitionReassignmentsResponse,
-        {"error_code": ErrorCode.none, "error_message": None, "topics": tuple(results)},
-    )
-    return ControllerResult((), response)
+        if not ongoing:
+            return [], None
+        return [], make(
+            module.OngoingTopicReassignment, {"name": name, "partitions": tuple(ongoing)}
+        )
+
+    def finish(results: tuple[object, ...]) -> object:
+        return make(
+            module.ListPartitionReassignmentsResponse,
+            {"error_code": ErrorCode.none, "error_message": None, "topics": results},
+        )
+
+    def weight(item: Any) -> int:
+        return 1 if isinstance(item, tuple) else 1 + len(item.partition_indexes)
+
+    return EntityRun(wanted, one, finish, weight=weight)
