@@ -352,6 +352,11 @@ class GroupApis:
         session_ms = int(request.session_timeout.total_seconds() * 1000)
         rebalance = getattr(request, "rebalance_timeout", None)
         rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else -1
+        protocols = []
+        turns = Turns()  # a JoinGroup may name 200,000 protocols: a slice of them a turn
+        for p in request.protocols:
+            protocols.append((p.name, bytes(p.metadata)))
+            await turns.tick()
         join = JoinRequest(
             member_id=request.member_id,
             group_instance_id=getattr(request, "group_instance_id", None),
@@ -360,7 +365,7 @@ class GroupApis:
             session_timeout_ms=session_ms,
             rebalance_timeout_ms=rebalance_ms if rebalance_ms > 0 else session_ms,
             protocol_type=request.protocol_type,
-            protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
+            protocols=tuple(protocols),
             require_known_member_id=version >= 4,
             supports_skip_assignment=version >= 9,
         )
