@@ -12,6 +12,7 @@ nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +23,7 @@ from metadata.image import MetadataImage, QuotaEntity, entity_order
 from metadata.records import ClientQuota, MetadataRecord
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
-from protocol.turns import Turns
+from protocol.turns import SLICE_ENTITIES, Turns, weighted_slices
 
 USER = "user"
 CLIENT_ID = "client-id"
@@ -123,8 +124,35 @@ def alter_client_quotas(ctx: ControllerContext, request: Any, api_version: int) 
 
 
 def client_quotas_run(request: Any, api_version: int) -> EntityRun:
-    """AlterClientQuotas a slice of entries a turn (issue 22): entries are independent."""
+    """AlterClientQuotas a slice of entries a turn (issue 22): entries are independent. An
+    entry weighs its entity's components and its ops; checking one is bounded whatever
+    its size (it stops at the first bad component or op, and an entity has at most three
+    valid components, each key at most one op), but its answer echoes every component of
+    its entity: for an entity of more than a slice of them the echo is made beforehand,
+    a slice a turn."""
     module: Any = response_module(ApiKey.ALTER_CLIENT_QUOTAS, api_version)
+    echoes: dict[int, tuple[object, ...]] = {}  # id(entry) -> its entity, for big ones
+
+    def echo_data(component: Any) -> object:
+        return make(
+            module.EntityData,
+            {"entity_type": component.entity_type, "entity_name": component.entity_name},
+        )
+
+    def weight(entry: Any) -> int:
+        return len(entry.entity) + len(entry.ops)
+
+    def reading() -> Iterator[Sequence[Any]]:
+        for entries in weighted_slices(request.entries, weight):
+            for entry in entries:
+                if len(entry.entity) > SLICE_ENTITIES:
+                    echo = []
+                    for component in entry.entity:
+                        echo.append(echo_data(component))
+                        if len(echo) % SLICE_ENTITIES == 0:
+                            yield ()  # a turn of echoing
+                    echoes[id(entry)] = tuple(echo)
+            yield entries
 
     def one(_ctx: ControllerContext, entry: Any) -> tuple[list[MetadataRecord], object]:
         code, message = ErrorCode.none, None
@@ -133,19 +161,11 @@ def client_quotas_run(request: Any, api_version: int) -> EntityRun:
             entry_records = _entry_records(entry)
         except _Refused as refused:
             code, message = refused.code, refused.message
+        echo = echoes.pop(id(entry), None)
+        if echo is None:
+            echo = tuple(echo_data(component) for component in entry.entity)
         result = make(
-            module.EntryData,
-            {
-                "error_code": code,
-                "error_message": message,
-                "entity": tuple(
-                    make(
-                        module.EntityData,
-                        {"entity_type": e.entity_type, "entity_name": e.entity_name},
-                    )
-                    for e in entry.entity
-                ),
-            },
+            module.EntryData, {"error_code": code, "error_message": message, "entity": echo}
         )
         return entry_records, result
 
@@ -154,13 +174,7 @@ def client_quotas_run(request: Any, api_version: int) -> EntityRun:
             module.AlterClientQuotasResponse, {"throttle_time": timedelta(0), "entries": results}
         )
 
-    return EntityRun(
-        request.entries,
-        one,
-        finish,
-        validate_only=request.validate_only,
-        weight=lambda entry: len(entry.entity) + len(entry.ops),
-    )
+    return EntityRun((), one, finish, validate_only=request.validate_only, reading=reading)
 
 
 def refuse_alter(module: Any, request: Any, code: ErrorCode, message: str | None = None) -> object:
