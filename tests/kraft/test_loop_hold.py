@@ -325,23 +325,7 @@ HANDLERS_NOT_SLICED: frozenset[tuple[str, int, str]] = frozenset(
         ("client", 19, "deep"),
         ("client", 19, "wide"),
         ("client", 20, "wide"),
-        ("controller", 1, "deep"),
         ("controller", 19, "wide"),
-        ("controller", 20, "wide"),
-        ("controller", 30, "wide"),
-        ("controller", 31, "wide"),
-        ("controller", 33, "wide"),
-        ("controller", 37, "wide"),
-        ("controller", 44, "wide"),
-        ("controller", 45, "deep"),
-        ("controller", 45, "wide"),
-        ("controller", 46, "wide"),
-        ("controller", 51, "wide"),
-        ("controller", 52, "deep"),
-        ("controller", 53, "deep"),
-        ("controller", 54, "deep"),
-        ("controller", 57, "wide"),
-        ("controller", 59, "deep"),
     }
 )
 EVENTS_PER_ENTITY_BOUND = 150
