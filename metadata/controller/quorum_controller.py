@@ -29,7 +29,13 @@ from kio.schema.errors import ErrorCode
 
 from log.records import Record
 from log.runtime import Runtime
-from metadata.controller.acls import create_acls, delete_acls, security_disabled
+from metadata.controller.acls import (
+    create_acls,
+    create_acls_run,
+    delete_acls,
+    delete_acls_run,
+    security_disabled,
+)
 from metadata.controller.client_quotas import alter_client_quotas, client_quotas_run
 from metadata.controller.cluster import (
     SHUTDOWN_KEEPS_LEADERS,
@@ -348,6 +354,10 @@ class QuorumController:
             return UpdateFeaturesRun.start(request, api_version)
         if api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
             return list_reassignments_run(self._context(), request, api_version)
+        if api_key == ApiKey.CREATE_ACLS:
+            return create_acls_run(self._context(), request, api_version)
+        if api_key == ApiKey.DELETE_ACLS:
+            return delete_acls_run(self._context(), request, api_version)
         return None
 
     async def _handle_in_slices(
@@ -359,7 +369,8 @@ class QuorumController:
         AlterUserScramCredentials SLICE_ENTITIES topics, entries or changes;
         AlterPartitionReassignments SLICE_ENTITIES partitions; UpdateFeatures decided
         whole, answered SLICE_ENTITIES features a turn; ListPartitionReassignments
-        SLICE_ENTITIES partitions): each slice
+        SLICE_ENTITIES partitions; CreateAcls SLICE_ENTITIES creations, DeleteAcls as
+        many filters as make SLICE_ENTITIES matches against the ACLs): each slice
         is worked on against the working image of then and its records proposed before
         the next, as Kafka's non-atomic create writes a big request in several batches;
         the answer waits for the last of them. Losing leadership in between is

@@ -24,9 +24,11 @@ from kio.schema.errors import ErrorCode
 from metadata.controller.configs import AlterConfigsRun
 from metadata.controller.context import MAX_RECORDS_PER_USER_OP, EntityRun
 from metadata.controller.topics import TOPICS_PER_SLICE, CreateTopicsRun, DeleteTopicsRun
+from protocol.entities import make
 from protocol.turns import SLICE_ENTITIES
 from tests.loop_turns import busy, counting, most, work_per_turn
 from tests.metadata.controller.support import request_module, roundtrip
+from tests.metadata.controller.test_acls import creation, filter_values
 from tests.metadata.controller.test_quorum_controller import Controller, run
 
 NAMES = 20_000
@@ -215,3 +217,62 @@ def test_an_alter_user_scram_credentials_of_20000_users_is_worked_on_in_slices(
     assert [user for user, _ in codes] == ["twice", *users]  # in order of first mention
     assert codes[0] == ("twice", ErrorCode.duplicate_resource)  # its two changes, together
     assert {code for _, code in codes[1:]} == {ErrorCode.resource_not_found}
+
+
+def test_create_and_delete_acls_of_many_entries_are_worked_on_in_slices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22: with an authorizer, CreateAcls and DeleteAcls were one step of the
+    controller's loop however many creations or filters they named (a DeleteAcls filter
+    is a pass over every ACL). Creations are worked on SLICE_ENTITIES a turn, an ACL named
+    twice far apart created once; filters as many a turn as make SLICE_ENTITIES matches,
+    every ACL a filter matches removed once and listed under each filter matching it."""
+    created = 3 * SLICE_ENTITIES
+    creations = [creation(name=f"t{i}") for i in range(created)] + [creation(name="t7")]
+    create_module = request_module(30, 3)
+    create = create_module.CreateAclsRequest(creations=tuple(creations))
+    delete_module = request_module(31, 3)
+
+    def by_name(name: str | None) -> Any:
+        return make(delete_module.DeleteAclsFilter, filter_values(resource_name_filter=name))
+
+    filters = [by_name(f"t{i}") for i in range(created)] + [by_name(None)]  # the last: all
+    delete = delete_module.DeleteAclsRequest(filters=tuple(filters))
+    tally: Counter[str] = Counter()
+
+    async def scenario() -> tuple[list[Counter[str]], Any, int, list[Counter[str]], Any, int]:
+        node = Controller(tmp_path, acls_enabled=True)
+        await node.start()
+        step = counting(tally, "items", lambda _run, _ctx, items: len(items), EntityRun.step)
+        monkeypatch.setattr(EntityRun, "step", step)
+        create_turns, created_answer = await work_per_turn(
+            node.controller.handle(30, 3, create), tally
+        )
+        acls = len(node.image.acls)
+        delete_turns, deleted_answer = await work_per_turn(
+            node.controller.handle(31, 3, delete), tally
+        )
+        left = len(node.image.acls)
+        await node.stop()
+        return (
+            create_turns,
+            roundtrip(created_answer),
+            acls,
+            delete_turns,
+            roundtrip(deleted_answer),
+            left,
+        )
+
+    create_turns, created_answer, acls, delete_turns, deleted_answer, left = run(scenario())
+    assert acls == created  # t7 once
+    assert [r.error_code for r in created_answer.results] == [ErrorCode.none] * (created + 1)
+    assert most(create_turns, "items") == SLICE_ENTITIES
+    assert busy(create_turns, "items") == 4
+    # A filter weighs 1 + the ACLs it is matched against: one filter a turn here.
+    assert most(delete_turns, "items") == 1
+    assert busy(delete_turns, "items") == created + 1
+    assert left == 0
+    matched = [len(r.matching_acls) for r in deleted_answer.filter_results]
+    # Each ACL removed once, and listed under every filter matching it, as in one pass:
+    # the last filter's slice no longer has them in its image.
+    assert matched == [1] * created + [created]
