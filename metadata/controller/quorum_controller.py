@@ -55,7 +55,7 @@ from metadata.controller.context import (
 from metadata.controller.election import LEADER_OUTSIDE_ISR, preferred_leader_changes
 from metadata.controller.features import UpdateFeaturesRun, update_features
 from metadata.controller.internal_topics import is_internal_creator
-from metadata.controller.partitions import alter_partition, elect_leaders
+from metadata.controller.partitions import ElectLeadersRun, alter_partition, elect_leaders
 from metadata.controller.producer_ids import allocate_producer_ids
 from metadata.controller.reassignment import (
     ReassignmentsRun,
@@ -354,6 +354,8 @@ class QuorumController:
             return UpdateFeaturesRun.start(request, api_version)
         if api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
             return list_reassignments_run(self._context(), request, api_version)
+        if api_key == ApiKey.ELECT_LEADERS:
+            return ElectLeadersRun.start(self._context(), request, api_version)
         if api_key == ApiKey.CREATE_ACLS:
             return create_acls_run(self._context(), request, api_version)
         if api_key == ApiKey.DELETE_ACLS:
@@ -370,7 +372,8 @@ class QuorumController:
         AlterPartitionReassignments SLICE_ENTITIES partitions; UpdateFeatures decided
         whole, answered SLICE_ENTITIES features a turn; ListPartitionReassignments
         SLICE_ENTITIES partitions; CreateAcls SLICE_ENTITIES creations, DeleteAcls as
-        many filters as make SLICE_ENTITIES matches against the ACLs): each slice
+        many filters as make SLICE_ENTITIES matches against the ACLs; ElectLeaders
+        SLICE_ENTITIES partitions, then its answer as many): each slice
         is worked on against the working image of then and its records proposed before
         the next, as Kafka's non-atomic create writes a big request in several batches;
         the answer waits for the last of them. Losing leadership in between is

@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.controller.configs import AlterConfigsRun
 from metadata.controller.context import MAX_RECORDS_PER_USER_OP, EntityRun
+from metadata.controller.partitions import ElectLeadersRun
 from metadata.controller.topics import TOPICS_PER_SLICE, CreateTopicsRun, DeleteTopicsRun
 from protocol.entities import make
 from protocol.turns import SLICE_ENTITIES
@@ -276,3 +277,43 @@ def test_create_and_delete_acls_of_many_entries_are_worked_on_in_slices(
     # Each ACL removed once, and listed under every filter matching it, as in one pass:
     # the last filter's slice no longer has them in its image.
     assert matched == [1] * created + [created]
+
+
+def test_an_elect_leaders_of_one_topic_of_many_partitions_is_worked_on_in_slices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22: ElectLeaders was one step of the controller's loop however many partitions
+    it named. They are now elected SLICE_ENTITIES a turn, and the answer (one topic of
+    all of them, as a single pass groups it) made as many a turn; a partition named twice,
+    far apart, is elected and answered once."""
+    wide = 3 * SLICE_ENTITIES
+    module = request_module(43, 2)
+    named = [*range(wide), 7, wide]  # 7 again; ``wide`` does not exist
+    request = module.ElectLeadersRequest(
+        election_type=0,
+        topic_partitions=(module.TopicPartitions(topic="e", partitions=tuple(named)),),
+        timeout=timedelta(seconds=30),
+    )
+    tally: Counter[str] = Counter()
+
+    async def scenario() -> tuple[list[Counter[str]], Any]:
+        node = Controller(tmp_path)
+        await node.start()
+        await node.heartbeat(1, await node.register(1), offset=node.image.offset)
+        assert (await node.create_topic("e", wide)).error_code == ErrorCode.none
+        step = counting(tally, "items", lambda _run, _ctx, items: len(items), ElectLeadersRun.step)
+        monkeypatch.setattr(ElectLeadersRun, "step", step)
+        turns, response = await work_per_turn(node.controller.handle(43, 2, request), tally)
+        await node.stop()
+        return turns, roundtrip(response)
+
+    turns, response = run(scenario())
+    # Elected: every name; answered: each partition once, then its topic.
+    assert tally["items"] == len(named) + (wide + 1) + 1
+    assert most(turns, "items") == SLICE_ENTITIES
+    assert busy(turns, "items") >= 2 * (wide // SLICE_ENTITIES)
+    (topic,) = response.replica_election_results
+    results = {r.partition_id: r.error_code for r in topic.partition_result}
+    assert len(topic.partition_result) == wide + 1 == len(results)
+    assert results[wide] == ErrorCode.unknown_topic_or_partition
+    assert {results[p] for p in range(wide)} == {ErrorCode.election_not_needed}
