@@ -23,6 +23,7 @@ from typing import Any
 
 from protocol import wire
 from protocol.connect import REAUTHENTICATE_AT, Connector
+from protocol.turns import ENCODE_SLICE_ENTITIES
 
 MAX_IN_FLIGHT = 100
 REAUTH_STEP_TIMEOUT_S = 30.0  # one request of a re-authentication (KIP-368)
@@ -268,15 +269,10 @@ class KafkaConnection:
                     await task
 
 
-# Entities of a big request encoded between turns of the loop (as the network layer's
-# responses): a broker forwarding a CreateTopics of 200,000 topics encodes it in slices.
-ENCODE_SLICE_ITEMS = 2000
-
-
 async def _encoded_in_slices(entity: object) -> bytes | None:
     """A big request body's bytes, encoded a slice at a time; None for a small one (it is
     encoded with its header in one piece)."""
-    parts = wire.request_body_parts(entity, ENCODE_SLICE_ITEMS)
+    parts = wire.request_body_parts(entity, ENCODE_SLICE_ENTITIES)
     if parts is None:
         return None
     chunks = []

@@ -26,6 +26,7 @@ between (``Turns``), so no request holds it for more than a slice.
 from __future__ import annotations
 
 import asyncio
+import collections
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -47,6 +48,7 @@ from metadata.topic_names import RESERVED_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
 from protocol.server import NO_RESPONSE
+from protocol.turns import Turns
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -55,23 +57,6 @@ PRODUCE_TV2_VERSION = 12  # KIP-890 part 2
 # costs 5-30 us of CPU, so a slice is 3-15 ms on an idle core.
 SLICE_PARTITIONS = 500
 TOPIC_ID_VERSION = 13  # Fetch names topics by id from v13 (KIP-516)
-
-
-class Turns:
-    """Counts the items a handler has worked on and gives the loop a turn every ``every``
-    of them (asyncio.sleep(0): deterministic, the simulator runs it unchanged)."""
-
-    __slots__ = ("_count", "_every")
-
-    def __init__(self, every: int = SLICE_PARTITIONS) -> None:
-        self._count = 0
-        self._every = every
-
-    async def tick(self) -> None:
-        self._count += 1
-        if self._count >= self._every:
-            self._count = 0
-            await asyncio.sleep(0)
 
 
 def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
@@ -109,27 +94,31 @@ async def produce(replicas: ReplicaManager, request: Any, api_version: int) -> o
     # Every partition appends at once (in request order: each task appends before it first
     # waits), then all wait for their high watermarks together, within the one timeout. The
     # tasks are made a slice at a time: those of a slice append while the next is made.
-    turns = Turns()
+    turns = Turns(SLICE_PARTITIONS)
     wanted: list[tuple[str, Any]] = []
     for topic in request.topic_data:
         for data in topic.partition_data:
             wanted.append((topic.name, data))
             await turns.tick()
-    tasks: list[asyncio.Future[AppendResult]] = []
+    tasks: collections.deque[asyncio.Future[AppendResult]] = collections.deque()
     for chunk in _chunks(wanted, SLICE_PARTITIONS):
         tasks.extend(asyncio.ensure_future(one(name, data)) for name, data in chunk)
         await asyncio.sleep(0)
     try:
         done = []
-        for task in tasks:  # in order, not gather(): its set-up is one step of 200,000
-            done.append(await task)
+        while tasks:  # in order, not gather(): its set-up is one step of 200,000
+            done.append(await tasks[0])
+            # Each task let go of once awaited: 200,000 tasks freed together are one step
+            # of the loop (asyncio's weak set of tasks forgets each in a callback).
+            tasks.popleft()
             await turns.tick()
     finally:
         for task in tasks:
-            task.cancel()  # a no-op for those done; the rest must not outlive the request
+            task.cancel()  # those not awaited must not outlive the request
     if (stats := replicas.topic_metrics) is not None:
         for (name, data), appended_result in zip(wanted, done, strict=True):
             stats.produced(name, data.records or b"", appended_result.error)
+            await turns.tick()
     results = iter(done)
     topics = []
     for topic in request.topic_data:
@@ -190,7 +179,7 @@ async def fetch(
     answers only those with news. ``topic_name`` resolves Fetch v13+'s topic ids."""
     module = response_module(ApiKey.FETCH, api_version)
     uses_topic_ids = api_version >= TOPIC_ID_VERSION
-    turns = Turns()
+    turns = Turns(SLICE_PARTITIONS)
     fetch_data = []
     for topic in request.topics:
         ref = _topic_ref(topic, uses_topic_ids)
@@ -318,7 +307,7 @@ async def _read_in_order(
     budget = request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF
     size = 0
     answers = []
-    turns = Turns()
+    turns = Turns(SLICE_PARTITIONS)
     for i, ((_, index), name, partition) in enumerate(wanted):
         await turns.tick()
         if only is not None and previous is not None and (name, index) not in only:
@@ -412,7 +401,7 @@ def _read(
 async def list_offsets(replicas: ReplicaManager, request: Any, api_version: int) -> object:
     module = response_module(ApiKey.LIST_OFFSETS, api_version)
     topics = []
-    turns = Turns()
+    turns = Turns(SLICE_PARTITIONS)
     for topic in request.topics:
         answers = []
         for wanted in topic.partitions:
@@ -451,7 +440,7 @@ async def offset_for_leader_epoch(
 ) -> object:
     module = response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, api_version)
     topics = []
-    turns = Turns()
+    turns = Turns(SLICE_PARTITIONS)
     for topic in request.topics:
         answers = []
         for wanted in topic.partitions:

@@ -35,16 +35,26 @@ from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE
 from metadata.topic_names import topic_name_error
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.turns import Turns
 
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
 
 
-def describe_configs_response(image: MetadataImage, request: Any, node_id: int) -> object:
+async def describe_configs_response(image: MetadataImage, request: Any, node_id: int) -> object:
     """The DescribeConfigsResponse (of the request's version) for ``request``, answered by
-    broker ``node_id`` (which describes its own broker configs and the cluster defaults)."""
+    broker ``node_id`` (which describes its own broker configs and the cluster defaults).
+    A slice of resources a turn of the loop, each weighed by the configs it answers (a
+    topic's every config is a few dozen entries, an unknown topic's error one)."""
     module: Any = response_module(ApiKey.DESCRIBE_CONFIGS, int(request.__version__))
-    results = tuple(_describe(module, image, request, item, node_id) for item in request.resources)
-    return make(module.DescribeConfigsResponse, {"throttle_time": timedelta(0), "results": results})
+    turns = Turns()
+    results = []
+    for item in request.resources:
+        result = _describe(module, image, request, item, node_id)
+        results.append(result)
+        await turns.tick(1 + len(result.configs))
+    return make(
+        module.DescribeConfigsResponse, {"throttle_time": timedelta(0), "results": tuple(results)}
+    )
 
 
 def _describe(module: Any, image: MetadataImage, request: Any, item: Any, node_id: int) -> Any:

@@ -19,14 +19,18 @@ from kio.schema.errors import ErrorCode
 from broker.replica_manager import ReplicaManager
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.turns import Turns
 
 
-def describe_producers(replicas: ReplicaManager, request: Any, api_version: int) -> object:
+async def describe_producers(replicas: ReplicaManager, request: Any, api_version: int) -> object:
+    """Each named partition's producers, a slice of partitions a turn of the loop."""
     module: Any = response_module(ApiKey.DESCRIBE_PRODUCERS, api_version)
     topics = []
+    turns = Turns()
     for topic in request.topics:
         partitions = []
         for index in topic.partition_indexes:
+            await turns.tick()
             found = replicas.active_producers(topic.name, index)
             error = found if isinstance(found, ErrorCode) else ErrorCode.none
             producers = () if isinstance(found, ErrorCode) else found
@@ -57,6 +61,7 @@ def describe_producers(replicas: ReplicaManager, request: Any, api_version: int)
         topics.append(
             make(module.TopicResponse, {"name": topic.name, "partitions": tuple(partitions)})
         )
+        await turns.tick()
     return make(
         module.DescribeProducersResponse, {"throttle_time": timedelta(0), "topics": tuple(topics)}
     )

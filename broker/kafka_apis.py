@@ -303,7 +303,7 @@ class KafkaApis:
         )
 
     async def _describe_producers(self, request: ApiRequest) -> object:
-        return describe_producers.describe_producers(
+        return await describe_producers.describe_producers(
             self._replicas(), request.body, request.api_version
         )
 
@@ -346,7 +346,7 @@ class KafkaApis:
         )
 
     async def _describe_configs(self, request: ApiRequest) -> object:
-        return describe_configs_response(self._image(), request.body, self.node_id)
+        return await describe_configs_response(self._image(), request.body, self.node_id)
 
     async def _describe_acls(self, request: ApiRequest) -> object:
         """DescribeAcls from this broker's image (Kafka's brokers answer it from their
@@ -363,10 +363,12 @@ class KafkaApis:
         return await self._forward(request.body)
 
     async def _describe_user_scram_credentials(self, request: ApiRequest) -> object:
-        return describe_user_scram_credentials(self._image(), request.body, request.api_version)
+        return await describe_user_scram_credentials(
+            self._image(), request.body, request.api_version
+        )
 
     async def _describe_client_quotas(self, request: ApiRequest) -> object:
-        return describe_client_quotas(self._image(), request.body, request.api_version)
+        return await describe_client_quotas(self._image(), request.body, request.api_version)
 
     async def _describe_topic_partitions(self, request: ApiRequest) -> object:
         return describe_topic_partitions_response(self._image(), request.body, self.listener_name)

@@ -24,6 +24,7 @@ from broker.replica_manager import ReplicaManager
 from protocol.api_keys import ApiKey
 from protocol.api_table import BROKER, CLUSTER_DESCRIBE, TOPIC_DELETE, Api, ApiRequest
 from protocol.entities import make, response_module
+from protocol.turns import Turns
 
 UNKNOWN_VOLUME_BYTES = -1
 
@@ -46,9 +47,11 @@ def log_admin_apis(replicas: ReplicaManager) -> list[Api]:
 async def delete_records(replicas: ReplicaManager, request: Any, api_version: int) -> object:
     module: Any = response_module(ApiKey.DELETE_RECORDS, api_version)
     topics = []
+    turns = Turns()  # a request may name 200,000 partitions: a slice of them a turn
     for topic in request.topics:
         answers = []
         for wanted in topic.partitions:
+            await turns.tick()
             error, low_watermark = await replicas.delete_records(
                 topic.name, wanted.partition_index, wanted.offset
             )
@@ -67,6 +70,7 @@ async def delete_records(replicas: ReplicaManager, request: Any, api_version: in
                 module.DeleteRecordsTopicResult, {"name": topic.name, "partitions": tuple(answers)}
             )
         )
+        await turns.tick()
     return make(
         module.DeleteRecordsResponse, {"throttle_time": timedelta(0), "topics": tuple(topics)}
     )

@@ -23,6 +23,7 @@ transaction version.
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ from broker.replica_manager import ReplicaManager
 from log.end_txn_marker import EndTransactionMarker
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.turns import SLICE_ENTITIES, Turns
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_VERSION_2 = 2
@@ -67,49 +69,66 @@ async def write_txn_markers(
         )
 
     # All markers and partitions at once: each appends before it first waits, in request
-    # order, so two markers for one partition are written in the order they were sent.
-    wanted = [
-        (marker, topic.name, index)
-        for marker in request.markers
-        for topic in marker.topics
-        for index in topic.partition_indexes
-    ]
-    results = dict(
-        zip(
-            [(id(marker), topic, index) for marker, topic, index in wanted],
-            await asyncio.gather(*(one(*item) for item in wanted)),
-            strict=True,
-        )
-    )
+    # order, so two markers for one partition are written in the order they were sent. A
+    # request may name 200,000 partitions: they are listed, started and answered a slice
+    # at a time (protocol/turns.py), the tasks of a slice appending while the next is made.
+    turns = Turns()
+    wanted = []
+    for marker in request.markers:
+        for topic in marker.topics:
+            for index in topic.partition_indexes:
+                wanted.append((marker, topic.name, index))
+                await turns.tick()
+    slices: collections.deque[list[asyncio.Future[AppendResult]]] = collections.deque()
+    for begin in range(0, len(wanted), SLICE_ENTITIES):
+        if begin:
+            await asyncio.sleep(0)
+        chunk = wanted[begin : begin + SLICE_ENTITIES]
+        slices.append([asyncio.ensure_future(one(*item)) for item in chunk])
+    try:
+        done: list[AppendResult] = []
+        while slices:
+            done.extend(await asyncio.gather(*slices[0]))
+            slices.popleft()  # its tasks freed now, not 200,000 of them in one step
+            if slices:
+                await asyncio.sleep(0)
+    finally:
+        for tasks in slices:
+            for task in tasks:
+                task.cancel()  # those not awaited must not outlive the request
+    results = iter(done)  # in the order of ``wanted``, which the answer follows
     answers = []
     for marker in request.markers:
         topics = []
         for topic in marker.topics:
-            codes = [results[(id(marker), topic.name, i)].error for i in topic.partition_indexes]
-            if topic.name == OFFSETS_TOPIC and on_offsets_marker is not None:
-                for i, code in zip(topic.partition_indexes, codes, strict=True):
-                    if code == ErrorCode.none:
-                        on_offsets_marker(
-                            i,
-                            marker.producer_id,
-                            marker.producer_epoch,
-                            bool(marker.transaction_result),
-                        )
+            partitions = []
+            for i in topic.partition_indexes:
+                code = next(results).error
+                if (
+                    code == ErrorCode.none
+                    and topic.name == OFFSETS_TOPIC
+                    and on_offsets_marker is not None
+                ):
+                    on_offsets_marker(
+                        i,
+                        marker.producer_id,
+                        marker.producer_epoch,
+                        bool(marker.transaction_result),
+                    )
+                partitions.append(
+                    make(
+                        module.WritableTxnMarkerPartitionResult,
+                        {"partition_index": i, "error_code": code},
+                    )
+                )
+                await turns.tick()
             topics.append(
                 make(
                     module.WritableTxnMarkerTopicResult,
-                    {
-                        "name": topic.name,
-                        "partitions": tuple(
-                            make(
-                                module.WritableTxnMarkerPartitionResult,
-                                {"partition_index": i, "error_code": code},
-                            )
-                            for i, code in zip(topic.partition_indexes, codes, strict=True)
-                        ),
-                    },
+                    {"name": topic.name, "partitions": tuple(partitions)},
                 )
             )
+            await turns.tick()
         answers.append(
             make(
                 module.WritableTxnMarkerResult,

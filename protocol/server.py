@@ -51,6 +51,7 @@ from protocol.api_keys import ApiKey
 from protocol.api_table import api_versions_response
 from protocol.busy import Timed
 from protocol.principal import CLIENT_HOST  # set here per connection; read by ServedApis
+from protocol.turns import ENCODE_SLICE_ENTITIES
 
 Handler = Callable[[wire.RequestHeader, object], Awaitable[object | None]]
 BIG_FRAME_BYTES = 64 * 1024
@@ -58,7 +59,6 @@ BIG_FRAME_BYTES = 64 * 1024
 # own beside queued.max.request.bytes, so big requests cannot starve them.
 SMALL_REQUEST_BYTES = BIG_FRAME_BYTES
 SMALL_RESERVE_BYTES = 4 * 1024 * 1024
-ENCODE_SLICE_ITEMS = 2000  # entities of one big array encoded between turns of the loop
 # Records regions smaller than this are read and written with the bytes around them: below
 # it a sendfile's dup, system calls and turns of the loop cost more CPU than copying the
 # bytes. `bench/bench_fetch.py --send-sizes` on the development machine: sendfile costs
@@ -428,7 +428,7 @@ async def _encode_response(header: wire.RequestHeader, response: object) -> list
     """wire.response_parts behind its length prefix, serving the event loop between slices
     of a big answer."""
     parts: list[wire.Part] = []
-    for number, piece in enumerate(wire.response_parts(header, response, ENCODE_SLICE_ITEMS)):
+    for number, piece in enumerate(wire.response_parts(header, response, ENCODE_SLICE_ENTITIES)):
         parts.extend(piece)
         if number:
             await asyncio.sleep(0)

@@ -365,11 +365,11 @@ def _entity_parts(entity: Any, slice_items: int, head: bytes) -> Iterator[list[P
                 writer, weight = _PartsWriter(), 0
             yield from _entity_parts(item, slice_items, b"")
             continue
-        write(writer.writable(), item)
-        weight += item_weight
-        if weight >= slice_items:
+        if weight + item_weight > slice_items:  # a slice never goes over its budget
             yield writer.finish()
             writer, weight = _PartsWriter(), 0
+        write(writer.writable(), item)
+        weight += item_weight
     if weight:
         yield writer.finish()
     yield [after]

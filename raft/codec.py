@@ -130,7 +130,9 @@ def _metadata_partition(topics: tuple[Any, ...] | None) -> Any:
         (getattr(topic, f) for f in ("topic_name", "name", "topic") if hasattr(topic, f)), None
     )
     if name != METADATA_TOPIC and getattr(topic, "topic_id", None) != METADATA_TOPIC_ID:
-        raise ValueError(f"not the metadata topic: {topic!r}")
+        # The name only: the topic's repr holds every partition it names (issue 22: a
+        # request of 200,000 partitions was one turn of the loop, formatting them).
+        raise ValueError(f"not the metadata topic: {name!r}")
     if not topic.partitions or len(topic.partitions) != 1:
         raise ValueError(f"expected one partition, got {len(topic.partitions or ())}")
     (partition,) = topic.partitions

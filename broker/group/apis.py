@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ from protocol.api_table import (
 )
 from protocol.entities import make, request_module, response_module
 from protocol.principal import CLIENT_HOST
+from protocol.turns import Turns
 
 if TYPE_CHECKING:
     from broker.txn.coordinator import TransactionCoordinator
@@ -178,7 +179,7 @@ class GroupApis:
         return await self._offset_commit(_response(request), request.body)
 
     async def _offset_fetch_api(self, request: ApiRequest) -> object:
-        return self._offset_fetch(_response(request), request.api_version, request.body)
+        return await self._offset_fetch(_response(request), request.api_version, request.body)
 
     async def _list_groups_api(self, request: ApiRequest) -> object:
         return self._list_groups(_response(request), request.body)
@@ -351,6 +352,11 @@ class GroupApis:
         session_ms = int(request.session_timeout.total_seconds() * 1000)
         rebalance = getattr(request, "rebalance_timeout", None)
         rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else -1
+        protocols = []
+        turns = Turns()  # a JoinGroup may name 200,000 protocols: a slice of them a turn
+        for p in request.protocols:
+            protocols.append((p.name, bytes(p.metadata)))
+            await turns.tick()
         join = JoinRequest(
             member_id=request.member_id,
             group_instance_id=getattr(request, "group_instance_id", None),
@@ -359,7 +365,7 @@ class GroupApis:
             session_timeout_ms=session_ms,
             rebalance_timeout_ms=rebalance_ms if rebalance_ms > 0 else session_ms,
             protocol_type=request.protocol_type,
-            protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
+            protocols=tuple(protocols),
             require_known_member_id=version >= 4,
             supports_skip_assignment=version >= 9,
         )
@@ -452,17 +458,20 @@ class GroupApis:
 
     # ---- offsets -------------------------------------------------------------------------
     async def _offset_commit(self, module: Any, request: Any) -> object:
-        commits = [
-            OffsetCommit(
-                topic.name,
-                p.partition_index,
-                p.committed_offset,
-                getattr(p, "committed_leader_epoch", -1),
-                p.committed_metadata or "",
-            )
-            for topic in request.topics
-            for p in topic.partitions
-        ]
+        turns = Turns()
+        commits = []
+        for topic in request.topics:
+            for p in topic.partitions:
+                commits.append(
+                    OffsetCommit(
+                        topic.name,
+                        p.partition_index,
+                        p.committed_offset,
+                        getattr(p, "committed_leader_epoch", -1),
+                        p.committed_metadata or "",
+                    )
+                )
+                await turns.tick()
         if not request.group_id:
             errors = [ErrorCode.invalid_group_id] * len(commits)
         else:
@@ -481,37 +490,34 @@ class GroupApis:
                 known,
             )
         answers = iter(errors)
-        return make(
-            module.OffsetCommitResponse,
-            {
-                "throttle_time": NO_THROTTLE,
-                "topics": tuple(
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                partitions.append(
                     make(
-                        module.OffsetCommitResponseTopic,
-                        {
-                            "name": topic.name,
-                            "partitions": tuple(
-                                make(
-                                    module.OffsetCommitResponsePartition,
-                                    {
-                                        "partition_index": p.partition_index,
-                                        "error_code": next(answers),
-                                    },
-                                )
-                                for p in topic.partitions
-                            ),
-                        },
+                        module.OffsetCommitResponsePartition,
+                        {"partition_index": p.partition_index, "error_code": next(answers)},
                     )
-                    for topic in request.topics
-                ),
-            },
+                )
+                await turns.tick()
+            topics.append(
+                make(
+                    module.OffsetCommitResponseTopic,
+                    {"name": topic.name, "partitions": tuple(partitions)},
+                )
+            )
+            await turns.tick()
+        return make(
+            module.OffsetCommitResponse, {"throttle_time": NO_THROTTLE, "topics": tuple(topics)}
         )
 
-    def _offset_fetch(self, module: Any, version: int, request: Any) -> object:
+    async def _offset_fetch(self, module: Any, version: int, request: Any) -> object:
         stable = getattr(request, "require_stable", False)
+        turns = Turns()
         if version < 8:
-            error, topics = self._fetch_group(
-                module, request.group_id, request.topics, "", None, stable
+            error, topics = await self._fetch_group(
+                module, request.group_id, request.topics, "", None, stable, turns
             )
             return make(
                 module.OffsetFetchResponse,
@@ -519,8 +525,8 @@ class GroupApis:
             )
         groups = []
         for group in request.groups:
-            error, topics = self._fetch_group(
-                module, group.group_id, group.topics, "s", group, stable
+            error, topics = await self._fetch_group(
+                module, group.group_id, group.topics, "s", group, stable, turns
             )
             groups.append(
                 make(
@@ -528,11 +534,12 @@ class GroupApis:
                     {"group_id": group.group_id, "topics": topics, "error_code": error},
                 )
             )
+            await turns.tick()
         return make(
             module.OffsetFetchResponse, {"throttle_time": NO_THROTTLE, "groups": tuple(groups)}
         )
 
-    def _fetch_group(
+    async def _fetch_group(
         self,
         module: Any,
         group_id: str,
@@ -540,34 +547,42 @@ class GroupApis:
         plural: str,
         group: Any,
         require_stable: bool,
+        turns: Turns,
     ) -> tuple[ErrorCode, tuple[object, ...]]:
         """One group's OffsetFetch answer: (group error, topics). v8+ names its types
         ``OffsetFetchResponseTopics``/``Partitions`` (``plural``); v9 names the member.
         With ``require_stable`` (KIP-447, v7+), a partition whose offset an open transaction
-        holds answers UNSTABLE_OFFSET_COMMIT and no offset, and the consumer retries."""
-        wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
-        result = self.coordinator.fetch_offsets(
-            group_id,
-            wanted,
-            getattr(group, "member_id", None),
-            getattr(group, "member_epoch", -1),
-        )
+        holds answers UNSTABLE_OFFSET_COMMIT and no offset, and the consumer retries. The
+        partitions named are looked up and answered a slice a turn of the loop (``turns``,
+        the request's): each reads the group's offsets as they are at its turn."""
+        member_id = getattr(group, "member_id", None)
+        member_epoch = getattr(group, "member_epoch", -1)
         topic_type = getattr(module, f"OffsetFetchResponseTopic{plural}")
         partition_type = getattr(module, f"OffsetFetchResponsePartition{plural}")
-        result_topics: list[tuple[str, list[tuple[int, OffsetValue | None]]]]
-        if isinstance(result, ErrorCode):
+        result_topics: Iterable[tuple[str, Iterable[tuple[int, OffsetValue | None]]]]
+        if topics is None:  # every committed offset of the group
+            result = self.coordinator.fetch_offsets(group_id, None, member_id, member_epoch)
+            error = result if isinstance(result, ErrorCode) else ErrorCode.none
+            result_topics = () if isinstance(result, ErrorCode) else result
+        else:
+            offsets = self.coordinator.committed_offsets(group_id, member_id, member_epoch)
             # Kafka puts the group error on every requested partition as well (v0-v1 have
             # no group-level error field).
-            result_topics = [(name, [(p, None) for p in parts]) for name, parts in wanted or []]
-            partition_error = result
-        else:
-            result_topics, partition_error = result, ErrorCode.none
+            error = offsets if isinstance(offsets, ErrorCode) else ErrorCode.none
+            found = {} if isinstance(offsets, ErrorCode) else offsets
+
+            def values(names: Iterable[int], topic: str) -> Iterator[tuple[int, Any]]:
+                for index in names:
+                    committed = found.get((topic, index))
+                    yield index, None if committed is None else committed.value
+
+            result_topics = ((t.name, values(t.partition_indexes, t.name)) for t in topics)
         unstable = self.coordinator.unstable_offsets(group_id) if require_stable else frozenset()
 
         def partition(name: str, index: int, value: OffsetValue | None) -> object:
-            error = partition_error
+            partition_error = error
             if (name, index) in unstable:
-                error, value = ErrorCode.unstable_offset_commit, None
+                partition_error, value = ErrorCode.unstable_offset_commit, None
             return make(
                 partition_type,
                 {
@@ -575,52 +590,53 @@ class GroupApis:
                     "committed_offset": value.offset if value else -1,
                     "committed_leader_epoch": value.leader_epoch if value else -1,
                     "metadata": value.metadata if value else "",
-                    "error_code": error,
+                    "error_code": partition_error,
                 },
             )
 
-        answer = tuple(
-            make(
-                topic_type,
-                {
-                    "name": name,
-                    "partitions": tuple(partition(name, p, value) for p, value in partitions),
-                },
-            )
-            for name, partitions in result_topics
-        )
-        return (result if isinstance(result, ErrorCode) else ErrorCode.none), answer
+        answer = []
+        for name, partitions in result_topics:
+            answered = []
+            for index, value in partitions:
+                answered.append(partition(name, index, value))
+                await turns.tick()
+            answer.append(make(topic_type, {"name": name, "partitions": tuple(answered)}))
+            await turns.tick()
+        return error, tuple(answer)
 
     async def _offset_delete(self, module: Any, request: Any) -> object:
-        wanted = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
+        turns = Turns()
+        wanted = []
+        for t in request.topics:
+            wanted.append((t.name, [p.partition_index for p in t.partitions]))
+            await turns.tick(1 + len(t.partitions))
         result = await self.coordinator.delete_offsets(request.group_id, wanted)
         if isinstance(result, ErrorCode):
             return make(
                 module.OffsetDeleteResponse,
                 {"error_code": result, "throttle_time": NO_THROTTLE, "topics": ()},
             )
+        topics = []
+        for name, errors in result:
+            partitions = []
+            for p, e in errors:
+                partitions.append(
+                    make(
+                        module.OffsetDeleteResponsePartition,
+                        {"partition_index": p, "error_code": e},
+                    )
+                )
+                await turns.tick()
+            topics.append(
+                make(
+                    module.OffsetDeleteResponseTopic,
+                    {"name": name, "partitions": tuple(partitions)},
+                )
+            )
+            await turns.tick()
         return make(
             module.OffsetDeleteResponse,
-            {
-                "error_code": ErrorCode.none,
-                "throttle_time": NO_THROTTLE,
-                "topics": tuple(
-                    make(
-                        module.OffsetDeleteResponseTopic,
-                        {
-                            "name": name,
-                            "partitions": tuple(
-                                make(
-                                    module.OffsetDeleteResponsePartition,
-                                    {"partition_index": p, "error_code": e},
-                                )
-                                for p, e in errors
-                            ),
-                        },
-                    )
-                    for name, errors in result
-                ),
-            },
+            {"error_code": ErrorCode.none, "throttle_time": NO_THROTTLE, "topics": tuple(topics)},
         )
 
     # ---- listing, describing, deleting groups ----------------------------------------------

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import random
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -55,7 +55,13 @@ from broker.group.records import (
     encode_offset_value,
     partition_for,
 )
-from broker.group.shard import OffsetCommit, Shard, TopicPartition, validate_commit
+from broker.group.shard import (
+    CommittedOffset,
+    OffsetCommit,
+    Shard,
+    TopicPartition,
+    validate_commit,
+)
 from broker.replica_manager import ReplicaManager
 from broker.txn.control import control_type
 from log.batch import decode_batch, encode_batch
@@ -65,6 +71,7 @@ from log.log import KafkaStorageError, OffsetOutOfRangeError
 from log.rate_limited_log import ClipLongArguments, RateLimitedLog
 from log.records import Record
 from metadata.image import MetadataImage
+from protocol.turns import Turns
 from protocol.wire import MAX_STRING_BYTES
 
 logger = logging.getLogger("broker.group.coordinator")
@@ -663,17 +670,20 @@ class GroupCoordinator:
         return errors
 
     # ---- offsets ---------------------------------------------------------------------------
-    def _commit_records(
+    async def _commit_records(
         self, group_id: str, commits: list[OffsetCommit], known_topic: Callable[[str, int], bool]
     ) -> tuple[list[ErrorCode], list[Record], list[tuple[int, TopicPartition, OffsetValue]]]:
         """A commit's checks and records, shared by OffsetCommit and TxnOffsetCommit: one error
         per commit, in order; the records of those accepted; and (index, partition, value)
-        of each accepted one, to apply once its write is acknowledged."""
+        of each accepted one, to apply once its write is acknowledged. Worked on a slice of
+        commits a turn of the loop (issue 22: a commit names up to 200,000 partitions)."""
         now_ms = self._clock.now_ms()
         errors: list[ErrorCode] = []
         records: list[Record] = []
         accepted: list[tuple[int, TopicPartition, OffsetValue]] = []
+        turns = Turns()
         for commit in commits:
+            await turns.tick()
             if not known_topic(commit.topic, commit.partition):
                 errors.append(ErrorCode.unknown_topic_or_partition)
             elif len(commit.metadata.encode()) > self.config.offset_metadata_max_bytes:
@@ -709,7 +719,7 @@ class GroupCoordinator:
             return [error] * len(commits)
         if group is None and consumer is None:
             shard.group(group_id)  # a simple (admin) commit creates the group, as in Kafka
-        errors, records, accepted = self._commit_records(group_id, commits, known_topic)
+        errors, records, accepted = await self._commit_records(group_id, commits, known_topic)
         if not records:
             return errors
         error, base_offset = await self._write(shard, records)
@@ -757,7 +767,7 @@ class GroupCoordinator:
                 error = ErrorCode.none  # a transaction may commit while members sync
         if error is not ErrorCode.none:
             return [error] * len(commits)
-        errors, records, accepted = self._commit_records(group_id, commits, known_topic)
+        errors, records, accepted = await self._commit_records(group_id, commits, known_topic)
         if not records:
             return errors
         error, base_offset = await self._write(shard, records, producer)
@@ -806,6 +816,22 @@ class GroupCoordinator:
             return frozenset()
         return shard.pending_offsets(group_id)
 
+    def committed_offsets(
+        self, group_id: str, member_id: str | None = None, member_epoch: int = -1
+    ) -> ErrorCode | Mapping[TopicPartition, CommittedOffset]:
+        """The group's committed offsets as its shard holds them (live: read them before the
+        loop turns again, or look again), or why an OffsetFetch may not read them: the
+        coordinator's error, or a consumer group member's (OffsetFetch v9) stale epoch."""
+        shard = self.shard_for(group_id)
+        if isinstance(shard, ErrorCode):
+            return shard
+        consumer = shard.consumer_groups.get(group_id)
+        if consumer is not None:
+            error = consumer.validate_offset_fetch(member_id, member_epoch)
+            if error is not ErrorCode.none:
+                return error
+        return shard.offsets.get(group_id, {})
+
     def fetch_offsets(
         self,
         group_id: str,
@@ -816,15 +842,9 @@ class GroupCoordinator:
         """OffsetFetch of one group: per topic, per partition, its committed offset (None
         when there is none); ``wanted`` None means every committed offset. A consumer
         group's member (OffsetFetch v9) must ask at its current member epoch."""
-        shard = self.shard_for(group_id)
-        if isinstance(shard, ErrorCode):
-            return shard
-        consumer = shard.consumer_groups.get(group_id)
-        if consumer is not None:
-            error = consumer.validate_offset_fetch(member_id, member_epoch)
-            if error is not ErrorCode.none:
-                return error
-        offsets = shard.offsets.get(group_id, {})
+        offsets = self.committed_offsets(group_id, member_id, member_epoch)
+        if isinstance(offsets, ErrorCode):
+            return offsets
         if wanted is None:
             by_topic: dict[str, list[tuple[int, OffsetValue | None]]] = {}
             for (topic, partition), committed in sorted(offsets.items()):
@@ -868,9 +888,11 @@ class GroupCoordinator:
         offsets = shard.offsets.get(group_id, {})
         answer: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
         doomed: list[TopicPartition] = []
+        turns = Turns()  # a request may name 200,000 partitions
         for topic, partitions in wanted:
             errors = []
             for p in partitions:
+                await turns.tick()
                 if topic in subscribed:
                     errors.append((p, ErrorCode.group_subscribed_to_topic))
                 else:
@@ -888,10 +910,11 @@ class GroupCoordinator:
         self, shard: Shard, group_id: str, doomed: list[TopicPartition]
     ) -> ErrorCode:
         now_ms = self._clock.now_ms()
-        records = [
-            Record(encode_offset_key(OffsetKey(group_id, topic, p)), None, now_ms)
-            for topic, p in doomed
-        ]
+        records = []
+        turns = Turns()
+        for topic, p in doomed:
+            records.append(Record(encode_offset_key(OffsetKey(group_id, topic, p)), None, now_ms))
+            await turns.tick()
         error, base_offset = await self._write(shard, records)
         if error is ErrorCode.none:
             shard.forget_offsets(group_id, doomed, base_offset)

@@ -43,6 +43,7 @@ from protocol.api_table import (
     ApiRequest,
 )
 from protocol.entities import make, response_module
+from protocol.turns import Turns
 
 NO_THROTTLE = timedelta(0)
 END_TXN_TV2_VERSION = 5  # KIP-890 part 2: a client of transaction version 2
@@ -210,11 +211,13 @@ class TxnApis:
                 module.AddPartitionsToTxnResponse,
                 {
                     "throttle_time": NO_THROTTLE,
-                    "results_by_topic_v3_and_below": _topic_results(module, errors),
+                    "results_by_topic_v3_and_below": await _topic_results(module, errors, Turns()),
                 },
             )
         results = []
+        turns = Turns()
         for txn in request.transactions:
+            await turns.tick()
             errors = await self._add_to_one(
                 version,
                 txn.transactional_id,
@@ -228,7 +231,7 @@ class TxnApis:
                     module.AddPartitionsToTxnResult,
                     {
                         "transactional_id": txn.transactional_id,
-                        "topic_results": _topic_results(module, errors),
+                        "topic_results": await _topic_results(module, errors, turns),
                     },
                 )
             )
@@ -252,8 +255,15 @@ class TxnApis:
         verify_only: bool,
     ) -> dict[tuple[str, int], ErrorCode]:
         image = self._image()
-        wanted = [(topic.name, index) for topic in topics for index in topic.partitions]
-        unknown = {where for where in wanted if not _exists(image, *where)}
+        turns = Turns()
+        wanted = []
+        unknown = set()
+        for topic in topics:
+            for index in topic.partitions:
+                wanted.append((topic.name, index))
+                if not _exists(image, topic.name, index):
+                    unknown.add((topic.name, index))
+                await turns.tick()
         if unknown:
             # Kafka's answer: the unknown ones say why, the rest were not attempted.
             return {
@@ -295,17 +305,20 @@ class TxnApis:
 
     # ---- TxnOffsetCommit, WriteTxnMarkers ----------------------------------------------------
     async def _txn_offset_commit(self, module: Any, version: int, request: Any) -> object:
-        commits = [
-            OffsetCommit(
-                topic.name,
-                p.partition_index,
-                p.committed_offset,
-                getattr(p, "committed_leader_epoch", -1),
-                p.committed_metadata or "",
-            )
-            for topic in request.topics
-            for p in topic.partitions
-        ]
+        turns = Turns()
+        commits = []
+        for topic in request.topics:
+            for p in topic.partitions:
+                commits.append(
+                    OffsetCommit(
+                        topic.name,
+                        p.partition_index,
+                        p.committed_offset,
+                        getattr(p, "committed_leader_epoch", -1),
+                        p.committed_metadata or "",
+                    )
+                )
+                await turns.tick()
         added = ErrorCode.none
         if request.group_id and version >= TXN_OFFSET_COMMIT_TV2_VERSION:
             added = await self._add_offsets_partition(request)
@@ -324,30 +337,26 @@ class TxnApis:
                 commits,
                 lambda name, index: _exists(image, name, index),
             )
-        by_topic: dict[str, list[tuple[int, ErrorCode]]] = {}
+        by_topic: dict[str, list[object]] = {}
         for commit, error in zip(commits, errors, strict=True):
-            by_topic.setdefault(commit.topic, []).append((commit.partition, error))
+            by_topic.setdefault(commit.topic, []).append(
+                make(
+                    module.TxnOffsetCommitResponsePartition,
+                    {"partition_index": commit.partition, "error_code": error},
+                )
+            )
+            await turns.tick()
+        topics = []
+        for name, partitions in by_topic.items():
+            topics.append(
+                make(
+                    module.TxnOffsetCommitResponseTopic,
+                    {"name": name, "partitions": tuple(partitions)},
+                )
+            )
+            await turns.tick()
         return make(
-            module.TxnOffsetCommitResponse,
-            {
-                "throttle_time": NO_THROTTLE,
-                "topics": tuple(
-                    make(
-                        module.TxnOffsetCommitResponseTopic,
-                        {
-                            "name": name,
-                            "partitions": tuple(
-                                make(
-                                    module.TxnOffsetCommitResponsePartition,
-                                    {"partition_index": index, "error_code": error},
-                                )
-                                for index, error in results
-                            ),
-                        },
-                    )
-                    for name, results in by_topic.items()
-                ),
-            },
+            module.TxnOffsetCommitResponse, {"throttle_time": NO_THROTTLE, "topics": tuple(topics)}
         )
 
     async def _add_offsets_partition(self, request: Any) -> ErrorCode:
@@ -427,26 +436,29 @@ class TxnApis:
         return make(module.ListTransactionsResponse, fields)
 
 
-def _topic_results(module: Any, errors: dict[tuple[str, int], ErrorCode]) -> tuple[object, ...]:
-    by_topic: dict[str, list[tuple[int, ErrorCode]]] = {}
+async def _topic_results(
+    module: Any, errors: dict[tuple[str, int], ErrorCode], turns: Turns
+) -> tuple[object, ...]:
+    """AddPartitionsToTxn's answer of one transaction, a partition a unit of ``turns``."""
+    by_topic: dict[str, list[object]] = {}
     for (name, index), error in errors.items():
-        by_topic.setdefault(name, []).append((index, error))
-    return tuple(
-        make(
-            module.AddPartitionsToTxnTopicResult,
-            {
-                "name": name,
-                "results_by_partition": tuple(
-                    make(
-                        module.AddPartitionsToTxnPartitionResult,
-                        {"partition_index": index, "partition_error_code": error},
-                    )
-                    for index, error in results
-                ),
-            },
+        by_topic.setdefault(name, []).append(
+            make(
+                module.AddPartitionsToTxnPartitionResult,
+                {"partition_index": index, "partition_error_code": error},
+            )
         )
-        for name, results in by_topic.items()
-    )
+        await turns.tick()
+    topics = []
+    for name, results in by_topic.items():
+        topics.append(
+            make(
+                module.AddPartitionsToTxnTopicResult,
+                {"name": name, "results_by_partition": tuple(results)},
+            )
+        )
+        await turns.tick()
+    return tuple(topics)
 
 
 def _exists(image: MetadataImage, name: str, index: int) -> bool:

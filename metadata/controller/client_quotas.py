@@ -12,16 +12,18 @@ nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.controller.context import ControllerContext, ControllerResult
+from metadata.controller.context import ControllerContext, ControllerResult, EntityRun
 from metadata.image import MetadataImage, QuotaEntity, entity_order
 from metadata.records import ClientQuota, MetadataRecord
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.turns import SLICE_ENTITIES, Turns, weighted_slices
 
 USER = "user"
 CLIENT_ID = "client-id"
@@ -116,40 +118,63 @@ def _entity_data(module: Any, entity: QuotaEntity) -> tuple[Any, ...]:
 
 def alter_client_quotas(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
     """One result per entry: its records, or the error that refused it (nothing written for
-    it); with ``validate_only`` no records at all."""
+    it); with ``validate_only`` no records at all. (In one pass: the controller runs
+    ``client_quotas_run`` a slice of entries at a time.)"""
+    return client_quotas_run(request, api_version).whole(ctx)
+
+
+def client_quotas_run(request: Any, api_version: int) -> EntityRun:
+    """AlterClientQuotas a slice of entries a turn (issue 22): entries are independent. An
+    entry weighs its entity's components and its ops; checking one is bounded whatever
+    its size (it stops at the first bad component or op, and an entity has at most three
+    valid components, each key at most one op), but its answer echoes every component of
+    its entity: for an entity of more than a slice of them the echo is made beforehand,
+    a slice a turn."""
     module: Any = response_module(ApiKey.ALTER_CLIENT_QUOTAS, api_version)
-    records: list[MetadataRecord] = []
-    results = []
-    for entry in request.entries:
+    echoes: dict[int, tuple[object, ...]] = {}  # id(entry) -> its entity, for big ones
+
+    def echo_data(component: Any) -> object:
+        return make(
+            module.EntityData,
+            {"entity_type": component.entity_type, "entity_name": component.entity_name},
+        )
+
+    def weight(entry: Any) -> int:
+        return len(entry.entity) + len(entry.ops)
+
+    def reading() -> Iterator[Sequence[Any]]:
+        for entries in weighted_slices(request.entries, weight):
+            for entry in entries:
+                if len(entry.entity) > SLICE_ENTITIES:
+                    echo = []
+                    for component in entry.entity:
+                        echo.append(echo_data(component))
+                        if len(echo) % SLICE_ENTITIES == 0:
+                            yield ()  # a turn of echoing
+                    echoes[id(entry)] = tuple(echo)
+            yield entries
+
+    def one(_ctx: ControllerContext, entry: Any) -> tuple[list[MetadataRecord], object]:
         code, message = ErrorCode.none, None
+        entry_records: list[MetadataRecord] = []
         try:
             entry_records = _entry_records(entry)
         except _Refused as refused:
             code, message = refused.code, refused.message
-        else:
-            if not request.validate_only:
-                records.extend(entry_records)
-        results.append(
-            make(
-                module.EntryData,
-                {
-                    "error_code": code,
-                    "error_message": message,
-                    "entity": tuple(
-                        make(
-                            module.EntityData,
-                            {"entity_type": e.entity_type, "entity_name": e.entity_name},
-                        )
-                        for e in entry.entity
-                    ),
-                },
-            )
+        echo = echoes.pop(id(entry), None)
+        if echo is None:
+            echo = tuple(echo_data(component) for component in entry.entity)
+        result = make(
+            module.EntryData, {"error_code": code, "error_message": message, "entity": echo}
         )
-    response = make(
-        module.AlterClientQuotasResponse,
-        {"throttle_time": timedelta(0), "entries": tuple(results)},
-    )
-    return ControllerResult(tuple(records), response)
+        return entry_records, result
+
+    def finish(results: tuple[object, ...]) -> object:
+        return make(
+            module.AlterClientQuotasResponse, {"throttle_time": timedelta(0), "entries": results}
+        )
+
+    return EntityRun((), one, finish, validate_only=request.validate_only, reading=reading)
 
 
 def refuse_alter(module: Any, request: Any, code: ErrorCode, message: str | None = None) -> object:
@@ -194,10 +219,13 @@ def _matches(entity: QuotaEntity, components: Any, strict: bool) -> bool:
     return not strict or len(names) == len(components)
 
 
-def _describe_error(components: Any) -> tuple[ErrorCode, str] | None:
-    """Kafka's validation of a DescribeClientQuotas filter."""
+async def _describe_error(components: Any) -> tuple[ErrorCode, str] | None:
+    """Kafka's validation of a DescribeClientQuotas filter, a slice of components a turn
+    (a filter may name 200,000)."""
     seen: set[str] = set()
+    turns = Turns()
     for component in components:
+        await turns.tick()
         if component.entity_type in seen:
             return ErrorCode.invalid_request, f"Duplicate {component.entity_type} filter component"
         seen.add(component.entity_type)
@@ -216,10 +244,10 @@ def _describe_error(components: Any) -> tuple[ErrorCode, str] | None:
     return None
 
 
-def describe_client_quotas(image: MetadataImage, request: Any, api_version: int) -> object:
+async def describe_client_quotas(image: MetadataImage, request: Any, api_version: int) -> object:
     """The entities of ``image`` the filter matches, with their quota values."""
     module: Any = response_module(ApiKey.DESCRIBE_CLIENT_QUOTAS, api_version)
-    refused = _describe_error(request.components)
+    refused = await _describe_error(request.components)
     if refused is not None:
         code, message = refused
         return make(

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -23,6 +25,7 @@ from metadata.controller.internal_topics import check_internal_configs
 from metadata.records import BROKER_RESOURCE, TOPIC_RESOURCE, Config, MetadataRecord
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.turns import weighted_slices
 
 ChangesOf = Callable[[int, Any, Mapping[str, str]], dict[str, str | None]]
 
@@ -39,63 +42,96 @@ class OpType(enum.IntEnum):
 def incremental_alter_configs(
     ctx: ControllerContext, request: Any, api_version: int
 ) -> ControllerResult:
-    """Apply SET / DELETE / APPEND / SUBTRACT operations per resource."""
-    module = response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, api_version)
-    return _alter(
-        ctx, request, module, module.IncrementalAlterConfigsResponse, _incremental_changes
-    )
+    """Apply SET / DELETE / APPEND / SUBTRACT operations per resource (in one pass: the
+    controller itself runs an AlterConfigsRun a slice at a time)."""
+    return AlterConfigsRun.start(request, api_version, incremental=True).whole(ctx)
 
 
 def alter_configs(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
-    """Replace each resource's configs with the ones given."""
-    module = response_module(ApiKey.ALTER_CONFIGS, api_version)
-    return _alter(ctx, request, module, module.AlterConfigsResponse, _replacement_changes)
+    """Replace each resource's configs with the ones given (in one pass, as above)."""
+    return AlterConfigsRun.start(request, api_version, incremental=False).whole(ctx)
 
 
-def _alter(
-    ctx: ControllerContext, request: Any, module: Any, response_type: Any, changes_of: ChangesOf
-) -> ControllerResult:
-    counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
-    records: list[MetadataRecord] = []
-    results = []
-    for resource in request.resources:
-        key = (resource.resource_type, resource.resource_name)
-        try:
-            if counts[key] > 1:
-                raise ApiError(ErrorCode.invalid_request, "Duplicate resource.")
-            _check_resource(ctx, resource.resource_type, resource.resource_name)
-            current = ctx.image.configs.get(key, {})
-            changes = changes_of(resource.resource_type, resource.configs, current)
-            if resource.resource_type == TOPIC_RESOURCE:
-                after = {**current, **changes}
-                check_internal_configs(
-                    resource.resource_name, {k: v for k, v in after.items() if v is not None}
-                )
-            cleared = elr.config_change_records(
-                ctx, resource.resource_type, resource.resource_name, changes
-            )
-        except ApiError as error:
-            code, message = error.code, error.message
+@dataclass(slots=True)
+class AlterConfigsRun:
+    """One AlterConfigs or IncrementalAlterConfigs worked on a slice of resources at a time
+    (``slices``: SLICE_ENTITIES configs, a resource weighing its configs), each slice
+    against the controller's working image of then (``step``), its records proposed before
+    the next is worked on. Resources succeed or fail independently, as in a single pass;
+    duplicates are counted over the whole request. (Kafka's controller writes a request's
+    config records atomically; here a failover between slices answers NOT_CONTROLLER with
+    some resources changed, and the client's retry sets the same values again.)"""
+
+    request: Any
+    module: Any
+    response_type: Any
+    changes_of: ChangesOf
+    counts: Counter[tuple[int, str]]
+    results: list[object] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, request: Any, api_version: int, *, incremental: bool) -> AlterConfigsRun:
+        if incremental:
+            module = response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, api_version)
+            response_type, changes_of = module.IncrementalAlterConfigsResponse, _incremental_changes
         else:
-            records.extend(
-                Config(resource.resource_type, resource.resource_name, name, value)
-                for name, value in changes.items()
+            module = response_module(ApiKey.ALTER_CONFIGS, api_version)
+            response_type, changes_of = module.AlterConfigsResponse, _replacement_changes
+        # Counted by C code (attrgetter, map, Counter), not a Python step per resource.
+        keys = map(attrgetter("resource_type", "resource_name"), request.resources)
+        return cls(request, module, response_type, changes_of, Counter(keys))
+
+    def slices(self) -> Iterator[Sequence[Any]]:
+        return weighted_slices(self.request.resources, lambda r: 1 + len(r.configs))
+
+    def step(self, ctx: ControllerContext, resources: Sequence[Any]) -> list[MetadataRecord]:
+        """The records of ``resources``' changes (none with validate_only); answers kept."""
+        records: list[MetadataRecord] = []
+        for resource in resources:
+            key = (resource.resource_type, resource.resource_name)
+            try:
+                if self.counts[key] > 1:
+                    raise ApiError(ErrorCode.invalid_request, "Duplicate resource.")
+                _check_resource(ctx, resource.resource_type, resource.resource_name)
+                current = ctx.image.configs.get(key, {})
+                changes = self.changes_of(resource.resource_type, resource.configs, current)
+                if resource.resource_type == TOPIC_RESOURCE:
+                    after = {**current, **changes}
+                    check_internal_configs(
+                        resource.resource_name, {k: v for k, v in after.items() if v is not None}
+                    )
+                cleared = elr.config_change_records(
+                    ctx, resource.resource_type, resource.resource_name, changes
+                )
+            except ApiError as error:
+                code, message = error.code, error.message
+            else:
+                records.extend(
+                    Config(resource.resource_type, resource.resource_name, name, value)
+                    for name, value in changes.items()
+                )
+                records.extend(cleared)
+                code, message = ErrorCode.none, None
+            self.results.append(
+                make(
+                    self.module.AlterConfigsResourceResponse,
+                    {
+                        "error_code": code,
+                        "error_message": message,
+                        "resource_type": resource.resource_type,
+                        "resource_name": resource.resource_name,
+                    },
+                )
             )
-            records.extend(cleared)
-            code, message = ErrorCode.none, None
-        results.append(
-            make(
-                module.AlterConfigsResourceResponse,
-                {
-                    "error_code": code,
-                    "error_message": message,
-                    "resource_type": resource.resource_type,
-                    "resource_name": resource.resource_name,
-                },
-            )
-        )
-    response = make(response_type, {"responses": tuple(results)})
-    return ControllerResult(() if request.validate_only else tuple(records), response)
+        return [] if self.request.validate_only else records
+
+    def response(self) -> object:
+        return make(self.response_type, {"responses": tuple(self.results)})
+
+    def whole(self, ctx: ControllerContext) -> ControllerResult:
+        """The request in one pass, against ``ctx``."""
+        records = self.step(ctx, self.request.resources)
+        return ControllerResult(tuple(records), self.response())
 
 
 def _check_resource(ctx: ControllerContext, resource_type: int, name: str) -> None:

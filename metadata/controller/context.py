@@ -6,12 +6,15 @@ from __future__ import annotations
 import dataclasses
 import random
 import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from metadata.config_defs import dynamic_value
 from metadata.image import MetadataImage
 from metadata.records import MetadataRecord
+from protocol.turns import weighted_slices
 from raft.core import MAX_PROPOSAL_RECORDS
 from raft.driver import RaftNode
 
@@ -94,3 +97,58 @@ class ApiError(Exception):
         super().__init__(message or code.name)
         self.code = code
         self.message = message
+
+
+class ControllerRun(Protocol):
+    """A request the controller works on a slice of its entities at a time
+    (QuorumController._handle_in_slices): each slice's records are proposed before the next
+    slice is worked on, against the working image those records made; the answer is given
+    once the last of them commits."""
+
+    def slices(self) -> Iterator[Sequence[Any]]: ...
+
+    def step(self, ctx: ControllerContext, items: Sequence[Any]) -> Sequence[MetadataRecord]: ...
+
+    def response(self) -> object: ...
+
+
+@dataclasses.dataclass(slots=True)
+class EntityRun:
+    """A ControllerRun for a request whose entities (entries, users, topics) succeed or fail
+    independently: ``one`` gives an entity's records and its result against the working
+    image of its slice (raising nothing: a refusal is a result), ``finish`` the response
+    from every result in order. ``slices`` may be given to read the request into entities
+    a turn at a time (an empty slice: a turn of that reading); by default the entities are
+    ``items``, SLICE_ENTITIES of them (by ``weight``) a slice."""
+
+    items: Sequence[Any]
+    one: Callable[[ControllerContext, Any], tuple[Sequence[MetadataRecord], object]]
+    finish: Callable[[tuple[object, ...]], object]
+    validate_only: bool = False
+    weight: Callable[[Any], int] = lambda _item: 1
+    reading: Callable[[], Iterator[Sequence[Any]]] | None = None
+    results: list[object] = dataclasses.field(default_factory=list)
+
+    def slices(self) -> Iterator[Sequence[Any]]:
+        if self.reading is not None:
+            return self.reading()
+        return weighted_slices(self.items, self.weight)
+
+    def step(self, ctx: ControllerContext, items: Sequence[Any]) -> list[MetadataRecord]:
+        records: list[MetadataRecord] = []
+        for item in items:
+            item_records, result = self.one(ctx, item)
+            records.extend(item_records)
+            if result is not None:  # None: the entity has no place in the answer
+                self.results.append(result)
+        return [] if self.validate_only else records
+
+    def response(self) -> object:
+        return self.finish(tuple(self.results))
+
+    def whole(self, ctx: ControllerContext) -> ControllerResult:
+        """The request in one pass, against ``ctx`` (what the handler tests call)."""
+        records: list[MetadataRecord] = []
+        for items in self.slices():
+            records.extend(self.step(ctx, items))
+        return ControllerResult(tuple(records), self.response())

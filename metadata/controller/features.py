@@ -19,6 +19,8 @@ other features and performed only once they all passed, so the request stays all
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -38,6 +40,7 @@ from metadata.records import (
 )
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.turns import SLICE_ENTITIES
 from raft.voters import KRAFT_VERSION_FEATURE
 
 # The levels this controller can finalize, per feature.
@@ -50,41 +53,85 @@ UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3  # FeatureUpdate.upgrade_typ
 
 
 def update_features(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
-    """Finalize the requested levels, or refuse the whole request with the first error."""
-    module = response_module(ApiKey.UPDATE_FEATURES, api_version)
+    """Finalize the requested levels, or refuse the whole request with the first error (in
+    one pass: the controller runs an UpdateFeaturesRun)."""
+    run = UpdateFeaturesRun.start(request, api_version)
     records: list[MetadataRecord] = []
-    code, message = ErrorCode.none, None
-    validate_only = getattr(request, "validate_only", False)
-    try:
-        if len({u.feature for u in request.feature_updates}) != len(request.feature_updates):
-            raise ApiError(ErrorCode.invalid_request, "Duplicate feature in the request.")
-        kraft_level: int | None = None
-        for update in request.feature_updates:
-            if update.feature == KRAFT_VERSION_FEATURE:
-                kraft_level = _check_kraft_version(ctx, update)
-            else:
-                records.extend(_update(ctx, update))
-        if kraft_level is not None and not validate_only:
-            _raft_call(ctx, kraft_level, validate_only=False)
-    except ApiError as error:
-        code, message, records = error.code, error.message, []
-    results = tuple(
-        make(
-            module.UpdatableFeatureResult,
-            {"feature": u.feature, "error_code": code, "error_message": message},
+    for updates in run.slices():
+        records.extend(run.step(ctx, updates))
+    return ControllerResult(tuple(records), run.response())
+
+
+@dataclass(slots=True)
+class UpdateFeaturesRun:
+    """One UpdateFeatures: decided as a whole in its first slice (atomic, as Kafka's: every
+    record or none), then answered SLICE_ENTITIES features a turn (issue 22: a request may
+    name 200,000). Deciding costs at most a few features' work whatever the request's size:
+    it stops at the first error, and a request naming more features than are supported
+    names an unknown one (or one twice)."""
+
+    request: Any
+    module: Any
+    validate_only: bool
+    decided: bool = False
+    code: ErrorCode = ErrorCode.none
+    message: str | None = None
+    results: list[object] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, request: Any, api_version: int) -> UpdateFeaturesRun:
+        module = response_module(ApiKey.UPDATE_FEATURES, api_version)
+        return cls(request, module, getattr(request, "validate_only", False))
+
+    def slices(self) -> Iterator[Sequence[Any]]:
+        updates = self.request.feature_updates
+        for begin in range(0, max(len(updates), 1), SLICE_ENTITIES):  # one at least: decide
+            yield updates[begin : begin + SLICE_ENTITIES]
+
+    def step(self, ctx: ControllerContext, updates: Sequence[Any]) -> list[MetadataRecord]:
+        records = [] if self.decided else self._decide(ctx)
+        self.decided = True
+        for update in updates:
+            self.results.append(
+                make(
+                    self.module.UpdatableFeatureResult,
+                    {
+                        "feature": update.feature,
+                        "error_code": self.code,
+                        "error_message": self.message,
+                    },
+                )
+            )
+        return [] if self.validate_only else records
+
+    def _decide(self, ctx: ControllerContext) -> list[MetadataRecord]:
+        records: list[MetadataRecord] = []
+        updates = self.request.feature_updates
+        try:
+            if len({u.feature for u in updates}) != len(updates):
+                raise ApiError(ErrorCode.invalid_request, "Duplicate feature in the request.")
+            kraft_level: int | None = None
+            for update in updates:
+                if update.feature == KRAFT_VERSION_FEATURE:
+                    kraft_level = _check_kraft_version(ctx, update)
+                else:
+                    records.extend(_update(ctx, update))
+            if kraft_level is not None and not self.validate_only:
+                _raft_call(ctx, kraft_level, validate_only=False)
+        except ApiError as error:
+            self.code, self.message, records = error.code, error.message, []
+        return records
+
+    def response(self) -> object:
+        return make(
+            self.module.UpdateFeaturesResponse,
+            {
+                "throttle_time": timedelta(0),
+                "error_code": self.code,
+                "error_message": self.message,
+                "results": tuple(self.results),
+            },
         )
-        for u in request.feature_updates
-    )
-    response = make(
-        module.UpdateFeaturesResponse,
-        {
-            "throttle_time": timedelta(0),
-            "error_code": code,
-            "error_message": message,
-            "results": results,
-        },
-    )
-    return ControllerResult(() if validate_only else tuple(records), response)
 
 
 def _upgrade_type(update: Any) -> int:

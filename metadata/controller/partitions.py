@@ -9,7 +9,10 @@ error codes, KIP-497 and KIP-903).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -27,6 +30,7 @@ from metadata.image import PartitionRegistration, TopicImage
 from metadata.records import NO_LEADER, MetadataRecord, PartitionChange
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.turns import SLICE_ENTITIES
 
 PREFERRED = 0
 UNCLEAN = 1
@@ -37,55 +41,109 @@ UNCLEAN = 1
 
 def elect_leaders(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
     """Elect preferred (v0+) or unclean (v1+) leaders for the named partitions, or for all
-    partitions when none are named (then partitions that need nothing are not listed)."""
-    module = response_module(ApiKey.ELECT_LEADERS, api_version)
-    election_type = getattr(request, "election_type", PREFERRED)
-    if election_type not in (PREFERRED, UNCLEAN):
-        return ControllerResult(
-            (),
-            make(
-                module.ElectLeadersResponse,
-                {"error_code": ErrorCode.invalid_request, "replica_election_results": ()},
-            ),
-        )
-    if request.topic_partitions is None:
-        targets = [(t.name, p) for t, p, _ in partitions(ctx.image)]
-    else:
-        targets = [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
-    outcomes: dict[str, dict[int, tuple[ErrorCode, str | None]]] = {}
+    partitions when none are named (then partitions that need nothing are not listed). (In
+    one pass: the controller runs an ElectLeadersRun a slice at a time.)"""
+    run = ElectLeadersRun.start(ctx, request, api_version)
     records: list[MetadataRecord] = []
-    for topic_name, partition_id in targets:
-        if partition_id in outcomes.get(topic_name, {}):
-            continue  # named twice: elect once
-        try:
-            records.append(_elect(ctx, topic_name, partition_id, election_type))
-            outcome: tuple[ErrorCode, str | None] = (ErrorCode.none, None)
-        except ApiError as error:
-            outcome = (error.code, error.message)
-            if request.topic_partitions is None and error.code == ErrorCode.election_not_needed:
-                continue
-        outcomes.setdefault(topic_name, {})[partition_id] = outcome
-    results = tuple(
-        make(
-            module.ReplicaElectionResult,
-            {
-                "topic": topic_name,
-                "partition_result": tuple(
+    for items in run.slices():
+        records.extend(run.step(ctx, items))
+    return ControllerResult(tuple(records), run.response())
+
+
+@dataclass(slots=True)
+class ElectLeadersRun:
+    """One ElectLeaders worked on SLICE_ENTITIES partitions a turn (issue 22), each slice
+    against the working image of then and its records proposed before the next (Kafka's
+    controller writes them as a non-atomic result too); then its answer, grouped by topic
+    as a single pass groups it, made SLICE_ENTITIES partitions a turn. A partition named
+    twice is elected once, whichever slice names it again."""
+
+    request: Any
+    module: Any
+    election_type: int
+    targets: list[tuple[str, int]]
+    outcomes: dict[str, dict[int, tuple[ErrorCode, str | None]]] = field(default_factory=dict)
+    partitions: list[object] = field(default_factory=list)  # of the topic being answered
+    results: list[object] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, ctx: ControllerContext, request: Any, api_version: int) -> ElectLeadersRun:
+        module = response_module(ApiKey.ELECT_LEADERS, api_version)
+        election_type = getattr(request, "election_type", PREFERRED)
+        targets: list[tuple[str, int]] = []
+        if election_type not in (PREFERRED, UNCLEAN):
+            pass  # answered INVALID_REQUEST, nothing elected
+        elif request.topic_partitions is None:
+            targets = [(t.name, p) for t, p, _ in partitions(ctx.image)]
+        else:
+            targets = [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
+        return cls(request, module, election_type, targets)
+
+    def slices(self) -> Iterator[Sequence[Any]]:
+        for begin in range(0, len(self.targets), SLICE_ENTITIES):
+            yield [("elect", target) for target in self.targets[begin : begin + SLICE_ENTITIES]]
+        batch: list[tuple[str, Any]] = []  # the answer: each partition's, then its topic's
+        for topic_name, by_partition in self.outcomes.items():
+            answer = (("partition", outcome) for outcome in by_partition.items())
+            for item in itertools.chain(answer, [("topic", topic_name)]):
+                batch.append(item)
+                if len(batch) >= SLICE_ENTITIES:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    def step(self, ctx: ControllerContext, items: Sequence[Any]) -> list[MetadataRecord]:
+        records: list[MetadataRecord] = []
+        for kind, item in items:
+            if kind == "partition":
+                partition_id, (code, message) = item
+                self.partitions.append(
                     make(
-                        module.PartitionResult,
-                        {"partition_id": p, "error_code": code, "error_message": message},
+                        self.module.PartitionResult,
+                        {
+                            "partition_id": partition_id,
+                            "error_code": code,
+                            "error_message": message,
+                        },
                     )
-                    for p, (code, message) in by_partition.items()
-                ),
-            },
+                )
+                continue
+            if kind == "topic":
+                self.results.append(
+                    make(
+                        self.module.ReplicaElectionResult,
+                        {"topic": item, "partition_result": tuple(self.partitions)},
+                    )
+                )
+                self.partitions = []
+                continue
+            topic_name, partition_id = item
+            if partition_id in self.outcomes.get(topic_name, {}):
+                continue  # named twice: elect once
+            try:
+                records.append(_elect(ctx, topic_name, partition_id, self.election_type))
+                outcome: tuple[ErrorCode, str | None] = (ErrorCode.none, None)
+            except ApiError as error:
+                outcome = (error.code, error.message)
+                if (
+                    self.request.topic_partitions is None
+                    and error.code == ErrorCode.election_not_needed
+                ):
+                    continue
+            self.outcomes.setdefault(topic_name, {})[partition_id] = outcome
+        return records
+
+    def response(self) -> object:
+        if self.election_type not in (PREFERRED, UNCLEAN):
+            return make(
+                self.module.ElectLeadersResponse,
+                {"error_code": ErrorCode.invalid_request, "replica_election_results": ()},
+            )
+        return make(
+            self.module.ElectLeadersResponse,
+            {"error_code": ErrorCode.none, "replica_election_results": tuple(self.results)},
         )
-        for topic_name, by_partition in outcomes.items()
-    )
-    response = make(
-        module.ElectLeadersResponse,
-        {"error_code": ErrorCode.none, "replica_election_results": results},
-    )
-    return ControllerResult(tuple(records), response)
 
 
 def _elect(

@@ -29,8 +29,14 @@ from kio.schema.errors import ErrorCode
 
 from log.records import Record
 from log.runtime import Runtime
-from metadata.controller.acls import create_acls, delete_acls, security_disabled
-from metadata.controller.client_quotas import alter_client_quotas
+from metadata.controller.acls import (
+    create_acls,
+    create_acls_run,
+    delete_acls,
+    delete_acls_run,
+    security_disabled,
+)
+from metadata.controller.client_quotas import alter_client_quotas, client_quotas_run
 from metadata.controller.cluster import (
     SHUTDOWN_KEEPS_LEADERS,
     UNFENCE_BEFORE_CAUGHT_UP,
@@ -39,23 +45,31 @@ from metadata.controller.cluster import (
     fence_broker,
     unregister_broker,
 )
-from metadata.controller.configs import alter_configs, incremental_alter_configs
-from metadata.controller.context import ControllerConfig, ControllerContext, ControllerResult
+from metadata.controller.configs import AlterConfigsRun, alter_configs, incremental_alter_configs
+from metadata.controller.context import (
+    ControllerConfig,
+    ControllerContext,
+    ControllerResult,
+    ControllerRun,
+)
 from metadata.controller.election import LEADER_OUTSIDE_ISR, preferred_leader_changes
-from metadata.controller.features import update_features
+from metadata.controller.features import UpdateFeaturesRun, update_features
 from metadata.controller.internal_topics import is_internal_creator
-from metadata.controller.partitions import alter_partition, elect_leaders
+from metadata.controller.partitions import ElectLeadersRun, alter_partition, elect_leaders
 from metadata.controller.producer_ids import allocate_producer_ids
 from metadata.controller.reassignment import (
+    ReassignmentsRun,
     alter_partition_reassignments,
     list_partition_reassignments,
+    list_reassignments_run,
 )
 from metadata.controller.refusals import refusal
-from metadata.controller.scram import alter_user_scram_credentials
+from metadata.controller.scram import alter_user_scram_credentials, scram_run
 from metadata.controller.topics import (
     CreateTopicsRun,
     DeleteTopicsRun,
     create_partitions,
+    create_partitions_run,
     create_topics,
     delete_topics,
 )
@@ -303,8 +317,9 @@ class QuorumController:
         """The kio response to one controller request, sent once its records commit."""
         if not self._active:
             return refusal(api_key, api_version, request, ErrorCode.not_controller)
-        if api_key in (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS):
-            return await self._handle_in_slices(api_key, api_version, request, client_id)
+        run = self._start_run(api_key, api_version, request, client_id)
+        if run is not None:
+            return await self._handle_in_slices(api_key, api_version, request, run)
         result = handler(self._context(), request, api_version)
         proposed = self._propose_result(api_key, api_version, request, result.records)
         if isinstance(proposed, _Refused):
@@ -313,29 +328,64 @@ class QuorumController:
             api_key, api_version, request, proposed, result.response
         )
 
-    async def _handle_in_slices(
+    def _start_run(
         self, api_key: int, api_version: int, request: Any, client_id: str | None
-    ) -> object:
-        """CreateTopics and DeleteTopics, TOPICS_PER_SLICE topics per turn of the loop: each
-        slice is worked on against the working image of then and its records proposed
-        before the next, as Kafka's non-atomic create writes a big request in several
-        batches; the answer waits for the last of them. Losing leadership in between is
-        NOT_CONTROLLER for the request (the client retries: what was created already exists,
-        as after a failover in Kafka)."""
-        run: CreateTopicsRun | DeleteTopicsRun
+    ) -> ControllerRun | None:
+        """The run working on a request a slice at a time, for the APIs whose entities
+        (topics, config resources) succeed or fail independently; None for the others."""
         if api_key == ApiKey.CREATE_TOPICS:
             assert self._working is not None
             internal = is_internal_creator(client_id, self._working)
-            run = CreateTopicsRun.start(self._context(), request, api_version, internal)
-        else:
-            run = DeleteTopicsRun.start(request, api_version)
+            return CreateTopicsRun.start(self._context(), request, api_version, internal)
+        if api_key == ApiKey.DELETE_TOPICS:
+            return DeleteTopicsRun.start(request, api_version)
+        if api_key in (ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
+            incremental = api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS
+            return AlterConfigsRun.start(request, api_version, incremental=incremental)
+        if api_key == ApiKey.CREATE_PARTITIONS:
+            return create_partitions_run(request, api_version)
+        if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+            return client_quotas_run(request, api_version)
+        if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+            return scram_run(request, api_version)
+        if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
+            return ReassignmentsRun.start(request, api_version)
+        if api_key == ApiKey.UPDATE_FEATURES:
+            return UpdateFeaturesRun.start(request, api_version)
+        if api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
+            return list_reassignments_run(self._context(), request, api_version)
+        if api_key == ApiKey.ELECT_LEADERS:
+            return ElectLeadersRun.start(self._context(), request, api_version)
+        if api_key == ApiKey.CREATE_ACLS:
+            return create_acls_run(self._context(), request, api_version)
+        if api_key == ApiKey.DELETE_ACLS:
+            return delete_acls_run(self._context(), request, api_version)
+        return None
+
+    async def _handle_in_slices(
+        self, api_key: int, api_version: int, request: Any, run: ControllerRun
+    ) -> object:
+        """A request a slice of its entities per turn of the loop (CreateTopics and
+        DeleteTopics TOPICS_PER_SLICE topics; AlterConfigs and IncrementalAlterConfigs
+        SLICE_ENTITIES configs; CreatePartitions, AlterClientQuotas and
+        AlterUserScramCredentials SLICE_ENTITIES topics, entries or changes;
+        AlterPartitionReassignments SLICE_ENTITIES partitions; UpdateFeatures decided
+        whole, answered SLICE_ENTITIES features a turn; ListPartitionReassignments
+        SLICE_ENTITIES partitions; CreateAcls SLICE_ENTITIES creations, DeleteAcls as
+        many filters as make SLICE_ENTITIES matches against the ACLs; ElectLeaders
+        SLICE_ENTITIES partitions, then its answer as many): each slice
+        is worked on against the working image of then and its records proposed before
+        the next, as Kafka's non-atomic create writes a big request in several batches;
+        the answer waits for the last of them. Losing leadership in between is
+        NOT_CONTROLLER for the request (the client retries: what was created already
+        exists, as after a failover in Kafka)."""
         last_offset: int | None = None
-        for index, topics in enumerate(run.slices()):
+        for index, items in enumerate(run.slices()):
             if index:  # the first slice is proposed at once, as any other request
                 await asyncio.sleep(0)
                 if not self._active:
                     return refusal(api_key, api_version, request, ErrorCode.not_controller)
-            records = run.step(self._context(), topics)
+            records = run.step(self._context(), items)
             proposed = self._propose_result(api_key, api_version, request, records)
             if isinstance(proposed, _Refused):
                 return proposed.response

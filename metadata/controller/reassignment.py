@@ -23,6 +23,7 @@ unclean.leader.election.enable is.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -33,13 +34,15 @@ from metadata.controller.context import (
     ApiError,
     ControllerContext,
     ControllerResult,
+    EntityRun,
 )
 from metadata.controller.election import LEADER_OUTSIDE_ISR, choose_leader
 from metadata.controller.topics import TOO_MANY_RECORDS, validate_replica_list
 from metadata.image import PartitionRegistration, TopicImage
-from metadata.records import NO_LEADER, PartitionChange
+from metadata.records import NO_LEADER, MetadataRecord, PartitionChange
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.turns import SLICE_ENTITIES
 
 
 def error_response(request: Any, code: ErrorCode, message: str | None) -> Any:
@@ -95,15 +98,65 @@ def alter_partition_reassignments(
     ctx: ControllerContext, request: Any, api_version: int
 ) -> ControllerResult:
     """Start, change or cancel (null replicas) the reassignment of each named partition.
-    A partition named twice is changed from the state its first change left."""
-    module = response_module(ApiKey.ALTER_PARTITION_REASSIGNMENTS, api_version)
-    allow_rf_change = getattr(request, "allow_replication_factor_change", True)
-    changed: dict[tuple[str, int], PartitionRegistration] = {}
-    records: list[PartitionChange] = []
-    responses = []
-    for topic_request in request.topics:
-        results = []
-        for target in topic_request.partitions:
+    A partition named twice is changed from the state its first change left. (In one pass:
+    the controller runs a ReassignmentsRun a slice of partitions at a time.)"""
+    run = ReassignmentsRun.start(request, api_version)
+    records: list[MetadataRecord] = []
+    for items in run.slices():
+        records.extend(run.step(ctx, items))
+    return ControllerResult(tuple(records), run.response())
+
+
+_TopicEnd = None  # the work item closing a topic: its answer is made
+
+
+@dataclasses.dataclass(slots=True)
+class ReassignmentsRun:
+    """One AlterPartitionReassignments worked on SLICE_ENTITIES partitions a turn (issue
+    22), each slice against the working image of then, its records proposed before the
+    next (Kafka's controller writes them as one non-atomic result too). The partition
+    changes made so far and the MAX_RECORDS_PER_USER_OP budget span the request; a topic's
+    answer is made once its last partition is worked on."""
+
+    request: Any
+    module: Any
+    allow_rf_change: bool
+    changed: dict[tuple[str, int], PartitionRegistration] = dataclasses.field(default_factory=dict)
+    records_total: int = 0
+    partitions: list[object] = dataclasses.field(default_factory=list)
+    responses: list[object] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def start(cls, request: Any, api_version: int) -> ReassignmentsRun:
+        module = response_module(ApiKey.ALTER_PARTITION_REASSIGNMENTS, api_version)
+        allow_rf_change = getattr(request, "allow_replication_factor_change", True)
+        return cls(request, module, allow_rf_change)
+
+    def slices(self) -> Iterator[Sequence[tuple[Any, Any]]]:
+        batch: list[tuple[Any, Any]] = []
+        for topic_request in self.request.topics:
+            for target in (*topic_request.partitions, _TopicEnd):
+                batch.append((topic_request, target))
+                if len(batch) >= SLICE_ENTITIES:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    def step(
+        self, ctx: ControllerContext, items: Sequence[tuple[Any, Any]]
+    ) -> list[MetadataRecord]:
+        records: list[MetadataRecord] = []
+        for topic_request, target in items:
+            if target is _TopicEnd:
+                self.responses.append(
+                    make(
+                        self.module.ReassignableTopicResponse,
+                        {"name": topic_request.name, "partitions": tuple(self.partitions)},
+                    )
+                )
+                self.partitions = []
+                continue
             values: dict[str, object] = {
                 "partition_index": target.partition_index,
                 "error_code": ErrorCode.none,
@@ -111,15 +164,15 @@ def alter_partition_reassignments(
             }
             key = (topic_request.name, target.partition_index)
             try:
-                if len(records) >= MAX_RECORDS_PER_USER_OP:
+                if self.records_total >= MAX_RECORDS_PER_USER_OP:
                     # One record per partition: a bound on the controller's work per request.
                     raise ApiError(ErrorCode.policy_violation, TOO_MANY_RECORDS)
                 topic, current = _find(ctx, *key)
-                current = changed.get(key, current)
+                current = self.changed.get(key, current)
                 if target.replicas is None:
                     change, state = _cancel(ctx, topic, target.partition_index, current)
                 else:
-                    _validate_target(ctx, current, target.replicas, allow_rf_change)
+                    _validate_target(ctx, current, target.replicas, self.allow_rf_change)
                     change, state = _start(
                         ctx, topic, target.partition_index, current, tuple(target.replicas)
                     )
@@ -128,24 +181,21 @@ def alter_partition_reassignments(
             else:
                 if change is not None:
                     records.append(change)
-                    changed[key] = state
-            results.append(make(module.ReassignablePartitionResponse, values))
-        responses.append(
-            make(
-                module.ReassignableTopicResponse,
-                {"name": topic_request.name, "partitions": tuple(results)},
-            )
+                    self.records_total += 1
+                    self.changed[key] = state
+            self.partitions.append(make(self.module.ReassignablePartitionResponse, values))
+        return records
+
+    def response(self) -> object:
+        return make(
+            self.module.AlterPartitionReassignmentsResponse,
+            {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "allow_replication_factor_change": self.allow_rf_change,
+                "responses": tuple(self.responses),
+            },
         )
-    response = make(
-        module.AlterPartitionReassignmentsResponse,
-        {
-            "error_code": ErrorCode.none,
-            "error_message": None,
-            "allow_replication_factor_change": allow_rf_change,
-            "responses": tuple(responses),
-        },
-    )
-    return ControllerResult(tuple(records), response)
 
 
 def _find(
@@ -323,18 +373,27 @@ def list_partition_reassignments(
     ctx: ControllerContext, request: Any, api_version: int
 ) -> ControllerResult:
     """The reassignments in progress: of every topic (null topics), or of the named
-    partitions (unknown topics and partitions, or ones not reassigning, are left out)."""
+    partitions (unknown topics and partitions, or ones not reassigning, are left out). (In
+    one pass: the controller runs ``list_reassignments_run`` a slice of topics a turn.)"""
+    return list_reassignments_run(ctx, request, api_version).whole(ctx)
+
+
+def list_reassignments_run(ctx: ControllerContext, request: Any, api_version: int) -> EntityRun:
+    """ListPartitionReassignments a slice of topics a turn, a topic weighing the
+    partitions it names (issue 22); ``ctx``: the image whose topics a null list means."""
     module = response_module(ApiKey.LIST_PARTITION_REASSIGNMENTS, api_version)
-    topics = ctx.image.topics
     if request.topics is None:
-        wanted = [(name, None) for name in sorted(topics.by_name)]
+        wanted: Sequence[tuple[str, Any]] = [
+            (name, None) for name in sorted(ctx.image.topics.by_name)
+        ]
     else:
-        wanted = [(t.name, t.partition_indexes) for t in request.topics]
-    results = []
-    for name, indexes in wanted:
-        topic = topics.get(name)
+        wanted = request.topics
+
+    def one(ctx: ControllerContext, item: Any) -> tuple[list[MetadataRecord], object]:
+        name, indexes = item if isinstance(item, tuple) else (item.name, item.partition_indexes)
+        topic = ctx.image.topics.get(name)
         if topic is None:
-            continue
+            return [], None
         ongoing = []
         for index in sorted(topic.partitions) if indexes is None else indexes:
             partition = topic.partitions.get(index)
@@ -351,12 +410,19 @@ def list_partition_reassignments(
                     },
                 )
             )
-        if ongoing:
-            results.append(
-                make(module.OngoingTopicReassignment, {"name": name, "partitions": tuple(ongoing)})
-            )
-    response = make(
-        module.ListPartitionReassignmentsResponse,
-        {"error_code": ErrorCode.none, "error_message": None, "topics": tuple(results)},
-    )
-    return ControllerResult((), response)
+        if not ongoing:
+            return [], None
+        return [], make(
+            module.OngoingTopicReassignment, {"name": name, "partitions": tuple(ongoing)}
+        )
+
+    def finish(results: tuple[object, ...]) -> object:
+        return make(
+            module.ListPartitionReassignmentsResponse,
+            {"error_code": ErrorCode.none, "error_message": None, "topics": results},
+        )
+
+    def weight(item: Any) -> int:
+        return 1 if isinstance(item, tuple) else 1 + len(item.partition_indexes)
+
+    return EntityRun(wanted, one, finish, weight=weight)

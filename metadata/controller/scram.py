@@ -13,16 +13,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from metadata.controller.context import ControllerContext, ControllerResult
+from metadata.controller.context import ControllerContext, ControllerResult, EntityRun
 from metadata.image import MetadataImage
 from metadata.records import MetadataRecord, RemoveUserScramCredential, UserScramCredential
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+from protocol.turns import SLICE_ENTITIES, Turns, weighted_slices
 
 # Kafka's ScramMechanism type ids, and each one's hash.
 MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
@@ -44,34 +46,52 @@ def stored_and_server_key(mechanism: str, salted_password: bytes) -> tuple[bytes
 def alter_user_scram_credentials(
     ctx: ControllerContext, request: Any, api_version: int
 ) -> ControllerResult:
+    """One result per user named (in order of first mention, deletions first): its records,
+    or the error refusing all of that user's changes. (In one pass: the controller runs
+    ``scram_run`` a slice of users at a time.)"""
+    return scram_run(request, api_version).whole(ctx)
+
+
+def scram_run(request: Any, api_version: int) -> EntityRun:
+    """AlterUserScramCredentials a slice a turn (issue 22): the request is first read into
+    each user's changes (a user's deletion and upsertion may be far apart), SLICE_ENTITIES
+    changes a turn, then worked on a slice of users at a time (users are independent)."""
     module: Any = response_module(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, api_version)
     changes: dict[str, list[tuple[str, Any]]] = {}
-    for deletion in request.deletions:
-        changes.setdefault(deletion.name, []).append(("delete", deletion))
-    for upsertion in request.upsertions:
-        changes.setdefault(upsertion.name, []).append(("upsert", upsertion))
-    records: list[MetadataRecord] = []
-    results = []
-    for user, items in changes.items():
-        message: str | None
+
+    def reading() -> Iterator[Sequence[Any]]:
+        read = 0
+        for kind, items in (("delete", request.deletions), ("upsert", request.upsertions)):
+            for item in items:
+                changes.setdefault(item.name, []).append((kind, item))
+                read += 1
+                if read % SLICE_ENTITIES == 0:
+                    yield ()  # a turn of reading
+        yield from weighted_slices(list(changes.items()), lambda user: len(user[1]))
+
+    def one(ctx: ControllerContext, user_items: Any) -> tuple[list[MetadataRecord], object]:
+        user, items = user_items
+        message: str | None = None
+        user_records: list[MetadataRecord] = []
         try:
             user_records = _user_records(ctx.image, user, items)
         except _Refused as refused:
             code, message = refused.code, refused.message
         else:
-            code, message = ErrorCode.none, None
-            records.extend(user_records)
-        results.append(
-            make(
-                module.AlterUserScramCredentialsResult,
-                {"user": user, "error_code": code, "error_message": message},
-            )
+            code = ErrorCode.none
+        result = make(
+            module.AlterUserScramCredentialsResult,
+            {"user": user, "error_code": code, "error_message": message},
         )
-    response = make(
-        module.AlterUserScramCredentialsResponse,
-        {"throttle_time": timedelta(0), "results": tuple(results)},
-    )
-    return ControllerResult(tuple(records), response)
+        return user_records, result
+
+    def finish(results: tuple[object, ...]) -> object:
+        return make(
+            module.AlterUserScramCredentialsResponse,
+            {"throttle_time": timedelta(0), "results": results},
+        )
+
+    return EntityRun((), one, finish, reading=reading)
 
 
 class _Refused(Exception):
@@ -126,9 +146,11 @@ def _user_records(
     return records
 
 
-def describe_user_scram_credentials(image: MetadataImage, request: Any, api_version: int) -> object:
+async def describe_user_scram_credentials(
+    image: MetadataImage, request: Any, api_version: int
+) -> object:
     """Mechanisms and iteration counts (never keys) of the named users, or of every user
-    with a credential when ``users`` is null."""
+    with a credential when ``users`` is null; a slice of users a turn of the loop."""
     module: Any = response_module(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, api_version)
     by_user: dict[str, list[tuple[str, int]]] = {}
     for (user, mechanism), credential in sorted(image.scram_credentials.items()):
@@ -138,7 +160,9 @@ def describe_user_scram_credentials(image: MetadataImage, request: Any, api_vers
     # Counted once (wanted.count per name was quadratic: 20,000 names held the loop 3 s).
     duplicates = {name for name, count in Counter(wanted).items() if count > 1}
     results = []
+    turns = Turns()
     for name in dict.fromkeys(wanted):
+        await turns.tick()
         code, message, infos = ErrorCode.none, None, ()
         if name in duplicates:
             code = ErrorCode.duplicate_resource

@@ -15,6 +15,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -25,6 +26,7 @@ from metadata.controller.context import (
     ApiError,
     ControllerContext,
     ControllerResult,
+    EntityRun,
 )
 from metadata.controller.internal_topics import check_internal_configs, refuse_internal_change
 from metadata.controller.placement import PlacementError, place_replicas
@@ -105,7 +107,7 @@ class CreateTopicsRun:
             request,
             response_module(ApiKey.CREATE_TOPICS, api_version),
             internal,
-            Counter(topic.name for topic in request.topics),
+            Counter(map(attrgetter("name"), request.topics)),  # C code: no step per name
             {_collision_key(name): name for name in ctx.image.topics.by_name},
         )
 
@@ -476,26 +478,45 @@ def _topic_to_delete(
 
 
 def create_partitions(ctx: ControllerContext, request: Any, api_version: int) -> ControllerResult:
-    """Grow topics to the requested partition counts."""
+    """Grow topics to the requested partition counts (in one pass: the controller runs
+    ``create_partitions_run`` a slice of topics at a time)."""
+    return create_partitions_run(request, api_version).whole(ctx)
+
+
+def create_partitions_run(request: Any, api_version: int) -> EntityRun:
+    """CreatePartitions a slice of topics a turn (issue 22), a topic weighing its explicit
+    assignments: topics succeed or fail independently; duplicates and the
+    MAX_RECORDS_PER_USER_OP budget are counted over the whole request."""
     module = response_module(ApiKey.CREATE_PARTITIONS, api_version)
-    counts = Counter(topic.name for topic in request.topics)
-    records: list[MetadataRecord] = []
-    results = []
-    for topic in request.topics:
+    counts = Counter(map(attrgetter("name"), request.topics))  # C code, no step per name
+    budget = [0]  # records of the request so far
+
+    def one(ctx: ControllerContext, topic: Any) -> tuple[list[MetadataRecord], object]:
+        created: list[MetadataRecord] = []
         try:
             if counts[topic.name] > 1:
                 raise ApiError(ErrorCode.invalid_request, DUPLICATE_TOPIC)
             created = _grow_topic(ctx, topic)
-            if len(records) + len(created) > MAX_RECORDS_PER_USER_OP:
+            if budget[0] + len(created) > MAX_RECORDS_PER_USER_OP:
                 raise ApiError(ErrorCode.policy_violation, TOO_MANY_RECORDS)
         except ApiError as error:
+            created = []
             values = {"name": topic.name, "error_code": error.code, "error_message": error.message}
         else:
-            records.extend(created)
+            budget[0] += len(created)
             values = {"name": topic.name, "error_code": ErrorCode.none}
-        results.append(make(module.CreatePartitionsTopicResult, values))
-    response = make(module.CreatePartitionsResponse, {"results": tuple(results)})
-    return ControllerResult(() if request.validate_only else tuple(records), response)
+        return created, make(module.CreatePartitionsTopicResult, values)
+
+    def finish(results: tuple[object, ...]) -> object:
+        return make(module.CreatePartitionsResponse, {"results": results})
+
+    return EntityRun(
+        request.topics,
+        one,
+        finish,
+        validate_only=request.validate_only,
+        weight=lambda topic: 1 + len(topic.assignments or ()),
+    )
 
 
 def _grow_topic(ctx: ControllerContext, request: Any) -> list[MetadataRecord]:

@@ -4,6 +4,7 @@ against a small statement of the filter rules over every entity shape."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from typing import Any
 
@@ -57,7 +58,7 @@ def _describe(
             "strict": strict,
         },
     )
-    return roundtrip(describe_client_quotas(image, request, 1))
+    return roundtrip(asyncio.run(describe_client_quotas(image, request, 1)))
 
 
 def _described(response: Any) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:

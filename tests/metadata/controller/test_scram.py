@@ -3,6 +3,7 @@ refusals, per user, and the stored keys a client's salted password yields."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from types import SimpleNamespace
 from typing import Any
@@ -115,8 +116,10 @@ def test_describe_lists_mechanisms_and_iterations_never_keys() -> None:
         EMPTY,
         _alter(EMPTY, upsertions=(_upsert("a", "x", 5000), _upsert("b", "y"))).records,
     )
-    every = describe_user_scram_credentials(
-        image, make(DESCRIBE.DescribeUserScramCredentialsRequest, {"users": None}), 0
+    every: Any = asyncio.run(
+        describe_user_scram_credentials(
+            image, make(DESCRIBE.DescribeUserScramCredentialsRequest, {"users": None}), 0
+        )
     )
     assert [
         (r.user, [(c.mechanism, c.iterations) for c in r.credential_infos]) for r in every.results
@@ -125,9 +128,8 @@ def test_describe_lists_mechanisms_and_iterations_never_keys() -> None:
         DESCRIBE.DescribeUserScramCredentialsRequest,
         {"users": tuple(make(DESCRIBE.UserName, {"name": n}) for n in ("a", "zed", "b", "b"))},
     )
-    codes = [
-        (r.user, r.error_code) for r in describe_user_scram_credentials(image, named, 0).results
-    ]
+    described: Any = asyncio.run(describe_user_scram_credentials(image, named, 0))
+    codes = [(r.user, r.error_code) for r in described.results]
     assert codes == [
         ("a", ErrorCode.none),
         ("zed", ErrorCode.resource_not_found),
