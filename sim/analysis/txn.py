@@ -321,7 +321,14 @@ class TxnChecker:
             elif all(
                 w.offset is not None and w.offset < reached.since(w.time_us) for w in txn.writes
             ):
-                visible = False  # reads invoked after its output passed it and never found it
+                # Reads invoked after its output passed it and never found it: not committed,
+                # unless a whole-ISR power cut may have taken the output (or its marker) since
+                # it was acknowledged. That cut may have come after a restart that found this
+                # transaction's offset committed, and its output with it (kafka seed 3 with
+                # --transactions, on the branch whose CreateTopics waits for the broker's
+                # partitions): whether it was committed then is not known.
+                lost = any(self._excused(w) for w in txn.writes)
+                visible = None if lost else False
             else:
                 visible = None  # the final reads did not get that far: not known
             commits.append((txn.commit_asked_us, txn.offsets_committed, visible))
@@ -545,8 +552,9 @@ class CtpHistory:
     found them; ``output``: the committed output in its offset order, each as the input
     record (offset, value) it was made from; ``commits``: each worker transaction whose
     commit was asked for, in that order, as (when, the input offset it committed with
-    TxnOffsetCommit, whether its output is committed: None if the final reads did not get
-    that far, so that nothing depending on it is judged); ``positions``: each committed
+    TxnOffsetCommit, whether its output is committed: None if not known, because the final
+    reads did not get that far or a whole-ISR power cut may have taken the output since, so
+    that nothing depending on it is judged); ``positions``: each committed
     offset the worker read at a (re)start, and at the end (process ``ctp-final``), as
     (process, invoked at, offset)."""
 

@@ -202,3 +202,45 @@ def test_ctp_checks_through_the_checker() -> None:
 
     assert checks_of([*inputs, *worker, final(1), *reads], KEYS) == []
     assert checks_of([*inputs, *worker, final(0), *reads], KEYS) == ["ctp-offsets", "ctp-offsets"]
+
+
+def test_ctp_output_lost_to_a_power_cut_after_a_restart_leaves_that_restart_unjudged() -> None:
+    """Kafka seed 3 with --transactions on the branch whose CreateTopics waits for the
+    broker's partitions: the worker restarted from the offset of its last committed
+    transaction, whose output every replica of the output partition held then; a
+    whole-cluster power cut later took that output's unflushed records (acks=all promises
+    nothing against every ISR member losing power) and the final reads passed its offsets
+    without finding it. That transaction's output is not known to have been committed at the
+    restart, so the restart's offset is not judged against an earlier one; with no power cut
+    the same reads still convict it (and the lost output)."""
+    inputs = [
+        send(10, P0, 0, "tp0.0/1", 1),
+        send(11, P0, 1, "tp0.0/1", 2),
+        *commit("tp0.0/1", 3),
+    ]
+    worker = [
+        TxnOp("ctp0", CTP_POSITION, P0, "ok", offset=0, time_us=6, invoke_us=5),
+        send(20, OUT, 0, "ctp0/2", 10, source=(0, 10)),
+        TxnOp("ctp0", CTP_OFFSETS, KEYS.offsets, "ok", 1, txn="ctp0/2", time_us=12),
+        *commit("ctp0/2", 13),
+        send(21, OUT, 2, "ctp0/3", 20, source=(1, 11)),
+        TxnOp("ctp0", CTP_OFFSETS, KEYS.offsets, "ok", 2, txn="ctp0/3", time_us=22),
+        *commit("ctp0/3", 23),
+        TxnOp("ctp1", CTP_POSITION, P0, "ok", offset=2, time_us=31, invoke_us=30),
+    ]
+    # The final reads find ctp0/2's output only: ctp0/3's offsets now hold other records.
+    reads = [final_read(P0, ((0, 10), (1, 11))), final_read(OUT, ((0, 20), (4, 99)))]
+
+    def checks(cut_at: int | None) -> list[str]:
+        cuts = PowerCuts()
+        if cut_at is not None:
+            for broker in (4, 5):  # the ISR the output's sends were acknowledged by
+                cuts.cut(broker, cut_at)
+        checker = TxnChecker(cuts=cuts, ctp=KEYS)
+        for op in [*inputs, *worker, *reads]:
+            checker.add(op)
+        checker.finish(10_000)
+        return [v.check for v in checker.violations]
+
+    assert checks(None) == ["lost-committed-write", "ctp-offsets"]
+    assert checks(500) == []  # the power cut after the restart excuses both

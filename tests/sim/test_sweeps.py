@@ -395,7 +395,9 @@ def test_kafka_transactions_slice_is_clean_with_every_fault() -> None:
 
 # --transactions seeds that once failed on correct code: 3, a torn transaction the checker
 # inferred from reads of a log that a whole-ISR power cut then shortened (docs/transactions.md,
-# "Checked in the simulator").
+# "Checked in the simulator"); and 3 again, on the schedule of a CreateTopics that waits for
+# the broker's partitions, ctp-offsets for a restart whose offset was right when it was read:
+# a whole-cluster power cut took the output it covered later.
 KAFKA_TXN_REGRESSION_SEEDS = (3,)
 
 
