@@ -434,13 +434,12 @@ class RaftCore:
             if change == "add":
                 if current.get(voter.voter_id) is not None:
                     return Errors.DUPLICATE_VOTER, -1
-                progress = self._voter_progress(voter)
+                progress = self._leading.progress.get(voter.voter_id)
                 caught_up = self.now_ms - self.config.fetch_timeout_ms
                 if progress is None or progress.last_caught_up_ms < max(caught_up, 0):
-                    # Not an observer (on the named directory: another disk's progress is
-                    # not its own) that reached the high watermark within a fetch timeout
-                    # (Kafka's isReplicaCaughtUp): adding it could stall commits until it
-                    # catches up, so Kafka refuses it the same way.
+                    # Not an observer that reached the high watermark within a fetch
+                    # timeout (Kafka's isReplicaCaughtUp): adding it could stall commits
+                    # until it catches up, so Kafka refuses it the same way.
                     return Errors.REQUEST_TIMED_OUT, -1
                 updated = current.added(voter)
             elif change == "remove":
