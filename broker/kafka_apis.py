@@ -320,7 +320,7 @@ class KafkaApis:
         if request.api_version < 3:
             return response
         kraft = None if self._kraft_version is None else self._kraft_version()
-        return _with_features(response, self._image(), kraft)
+        return with_features(response, self._image(), kraft)
 
     async def _metadata(self, request: ApiRequest) -> object | None:
         body: Any = request.body
@@ -414,7 +414,7 @@ class KafkaApis:
             )
 
 
-def _with_features(response: Any, image: MetadataImage, kraft_version: int | None) -> Any:
+def with_features(response: Any, image: MetadataImage, kraft_version: int | None) -> Any:
     """ApiVersions v3+ (KIP-584): the features this broker supports and the levels the
     metadata log finalized (``kafka-features describe`` reads them), as of ``image``; with
     a quorum, kraft.version too (0-1 supported, its level from the log's control records,

@@ -34,7 +34,7 @@ from broker.fetch_session import FetchSessionCache
 from broker.group.apis import GroupApis
 from broker.group.config import GroupCoordinatorConfig
 from broker.group.coordinator import GroupCoordinator
-from broker.kafka_apis import KafkaApis, loop_time
+from broker.kafka_apis import KafkaApis, loop_time, with_features
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.log_admin import log_admin_apis
 from broker.metrics import BrokerMetricsPublisher
@@ -638,13 +638,24 @@ class KraftNode:
         DescribeCluster for admin clients bootstrapped from controllers (KIP-919)."""
         assert self.raft is not None and self.controller is not None
         describe = self._describe_controllers
+        api_versions = self._controller_api_versions
         entries = [
-            API_VERSIONS,
+            Api(ApiKey.API_VERSIONS, API_VERSIONS.versions, api_versions, CONTROLLER, ()),
             *self.raft.apis(),
             *self.controller.apis(),
             Api(ApiKey.DESCRIBE_CLUSTER, (1, 1), describe, CONTROLLER, (CLUSTER_DESCRIBE,)),
         ]
         return ApiTable(guarded(entries, self._authorizer())).served(CONTROLLER)
+
+    async def _controller_api_versions(self, request: ApiRequest) -> object:
+        """ApiVersions on the controller listener: its APIs and, from v3 (KIP-584), the
+        supported and finalized features as this controller's metadata image has them,
+        with kraft.version from the quorum's log, as Kafka's controller answers
+        (``kafka-features --bootstrap-controller describe`` reads them here)."""
+        response = request.apis.api_versions_response(request.api_version)
+        if request.api_version < 3 or self.loader is None or self.raft is None:
+            return response
+        return with_features(response, self.loader.image, self.raft.kraft_version())
 
     def _authorizer(self) -> RequestAuthorizer | None:
         """The authorizer over this node's metadata image, when authorizer.class.name is

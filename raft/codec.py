@@ -19,7 +19,7 @@ import dataclasses
 import sys
 import types
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from datetime import timedelta
 from functools import cache
@@ -490,12 +490,15 @@ def describe_quorum_response(
     observers: list[ReplicaProgress],
     now_ms: int,
     api_version: int,
+    nodes: Sequence[tuple[int, Sequence[tuple[str, str, int]]]] = (),
 ) -> object:
     """DescribeQuorumResponse for __cluster_metadata-0 from the leader's replica progress.
 
     Timestamps are -1 when unknown (what ReplicaProgress holds then); the leader reports
     itself as fetched and caught up at ``now_ms``, as Kafka's LeaderState does, since it
-    never fetches from itself.
+    never fetches from itself. From v2 (KIP-853) each replica carries its directory id (the
+    zero uuid when unknown) and ``nodes`` each voter's listeners, (name, host, port), as
+    Kafka's RaftUtil.singletonDescribeQuorumResponse gives them.
     """
     module: Any = _schema(ApiKey.DESCRIBE_QUORUM, api_version, EntityType.response)
 
@@ -503,11 +506,28 @@ def describe_quorum_response(
         own = progress.replica_id == leader_id
         values = {
             "replica_id": progress.replica_id,
+            "replica_directory_id": progress.directory_id,  # None: on the wire, zero
             "log_end_offset": progress.end_offset,
             "last_fetch_timestamp": now_ms if own else progress.last_fetch_ms,
             "last_caught_up_timestamp": now_ms if own else progress.last_caught_up_ms,
         }
         return make(module.ReplicaState, values)
+
+    extra: dict[str, object] = {}
+    if hasattr(module, "Node"):
+        extra["nodes"] = tuple(
+            make(
+                module.Node,
+                {
+                    "node_id": node_id,
+                    "listeners": tuple(
+                        make(module.Listener, {"name": name, "host": host, "port": port})
+                        for name, host, port in listeners
+                    ),
+                },
+            )
+            for node_id, listeners in nodes
+        )
 
     partition = {
         "error_code": ErrorCode.none,
@@ -518,7 +538,9 @@ def describe_quorum_response(
         "observers": tuple(state(p) for p in observers),
     }
     topics = _topics(module, "TopicData", "PartitionData", partition)
-    return make(module.DescribeQuorumResponse, {"error_code": ErrorCode.none, "topics": topics})
+    return make(
+        module.DescribeQuorumResponse, {"error_code": ErrorCode.none, "topics": topics, **extra}
+    )
 
 
 def error_response(api_key: int, api_version: int, error_code: int) -> object:

@@ -1000,12 +1000,12 @@ class RaftCore:
         leading = self._leading
         if "no-check-quorum" not in self.bugs:
             window = self.config.fetch_timeout_ms
-            heard = sum(
-                1
-                for voter in self.voters
-                if voter == self.node_id
-                or self.now_ms - leading.progress[voter].last_fetch_ms < window
-            )
+            heard = 0
+            for voter in self.history.latest().voters:
+                progress = self._voter_progress(voter)
+                heard += voter.voter_id == self.node_id or (
+                    progress is not None and self.now_ms - progress.last_fetch_ms < window
+                )
             if "check-quorum-needs-fetch" in self.bugs and heard == 1:
                 heard = 0  # only a follower's fetch counts, and a sole voter has none
             if heard < majority(len(self.voters)) and self.now_ms - leading.since_ms >= window:
@@ -1018,17 +1018,32 @@ class RaftCore:
                 self._answer_fetch(parked, force=True)
                 del leading.parked[src]
 
+    def _voter_progress(self, voter: Voter) -> ReplicaProgress | None:
+        """The leader's progress of ``voter``, or None if what it holds is not that voter's:
+        not heard from, or heard from a replica of the same id on another directory (a
+        wiped, re-formatted disk is a different replica, KIP-853). As in Kafka's
+        LeaderState, such a replica is an observer: its fetches count neither toward the
+        high watermark nor toward the check-quorum, in the voter's name."""
+        progress = self._leading.progress.get(voter.voter_id)
+        if progress is None:
+            return None
+        if voter.directory_id is not None and progress.directory_id != voter.directory_id:
+            return None
+        return progress
+
     def _update_high_watermark(self) -> None:
-        voters = self.voters
+        voters = self.history.latest().voters
         if "voter-set-applied-at-commit" in self.bugs:
-            voters = self.history.at(self.high_watermark)[1].ids()
-        missing = ReplicaProgress(-1)  # a voter not heard from yet holds nothing
-        ends = [
-            self._durable_end()
-            if voter == self.node_id
-            else self._leading.progress.get(voter, missing).end_offset
-            for voter in voters
-        ]
+            voters = self.history.at(self.high_watermark)[1].voters
+        ends = []
+        for voter in voters:
+            if voter.voter_id == self.node_id:
+                own = voter.matches(self.node_id, self.directory_id)
+                ends.append(self._durable_end() if own else -1)
+            else:
+                progress = self._voter_progress(voter)
+                # A voter not heard from (in its own directory) holds nothing.
+                ends.append(-1 if progress is None else progress.end_offset)
         candidate = quorum_offset(ends)
         if candidate <= self.high_watermark:
             return
@@ -1096,10 +1111,14 @@ class RaftCore:
         if progress is None:
             self._make_room_for_observer()
             progress = leading.progress[message.src] = ReplicaProgress(message.src)
+        if progress.directory_id != request.replica_directory_id:
+            # Another replica of this id (a re-formatted disk, or the first fetch): what
+            # the leader knew of the one before is not this one's (KIP-853's replica key).
+            progress.last_caught_up_ms = -1
+            progress.last_sent_high_watermark = -1
+            progress.directory_id = request.replica_directory_id
         progress.end_offset = request.fetch_offset
         progress.last_fetch_ms = self.now_ms
-        if request.replica_directory_id is not None:
-            progress.directory_id = request.replica_directory_id
         if request.fetch_offset >= self.high_watermark:
             progress.last_caught_up_ms = self.now_ms
         if message.src in self.voters:

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from log.batch import decode_batch, iter_batches, validate_batch
@@ -853,7 +853,13 @@ class RaftNode:
         def on_wall_clock(progress: ReplicaProgress) -> ReplicaProgress:
             # The core keeps loop-clock times; DescribeQuorum speaks epoch milliseconds.
             if progress.replica_id == core.node_id:
-                return ReplicaProgress(progress.replica_id, self.log.end_offset(), wall_ms, wall_ms)
+                return ReplicaProgress(
+                    progress.replica_id,
+                    self.log.end_offset(),
+                    wall_ms,
+                    wall_ms,
+                    directory_id=self.config.directory_id,
+                )
             return ReplicaProgress(
                 progress.replica_id,
                 progress.end_offset,
@@ -861,11 +867,16 @@ class RaftNode:
                 -1
                 if progress.last_caught_up_ms < 0
                 else wall_ms - (now_ms - progress.last_caught_up_ms),
+                directory_id=progress.directory_id,
             )
 
-        progress = {i: on_wall_clock(p) for i, p in sorted(core.describe().items())}
-        voters = [p for i, p in progress.items() if i in core.voters]
-        observers = [p for i, p in progress.items() if i not in core.voters]
+        voter_set = core.history.latest()
+        voters, observers = split_replicas(
+            [on_wall_clock(p) for _, p in sorted(core.describe().items())], voter_set
+        )
+        nodes = [
+            (v.voter_id, [(e.name, e.host, e.port) for e in v.endpoints]) for v in voter_set.voters
+        ]
         return codec.describe_quorum_response(
             leader_id=core.leader_id,
             leader_epoch=core.epoch,
@@ -874,7 +885,28 @@ class RaftNode:
             observers=observers,
             now_ms=self.runtime.clock.now_ms(),
             api_version=version,
+            nodes=nodes,
         )
+
+
+def split_replicas(
+    progress: list[ReplicaProgress], voter_set: VoterSet
+) -> tuple[list[ReplicaProgress], list[ReplicaProgress]]:
+    """(voters, observers) of a leader's replica progress, as DescribeQuorum lists them:
+    a voter under its directory id from the voter set; a replica of a voter's id on another
+    directory (a re-formatted disk) is an observer, and the voter itself then has not been
+    heard from, as Kafka's LeaderState keys replicas (KIP-853)."""
+    voters, observers = [], []
+    for state in progress:
+        voter = voter_set.get(state.replica_id)
+        if voter is None:
+            observers.append(state)
+        elif voter.directory_id is None or state.directory_id == voter.directory_id:
+            voters.append(replace(state, directory_id=voter.directory_id))
+        else:
+            observers.append(state)
+            voters.append(ReplicaProgress(state.replica_id, directory_id=voter.directory_id))
+    return voters, observers
 
 
 def _default_timeout(node: RaftNode) -> float:

@@ -170,10 +170,15 @@ class Cluster:
 
     def voter_names(self, leader: str) -> tuple[str, ...]:
         """The voter set in force at ``leader`` (the latest in its log), by name."""
+        return tuple(name for name, _ in self.voter_replicas(leader))
+
+    def voter_replicas(self, leader: str) -> tuple[tuple[str, uuid.UUID | None], ...]:
+        """The voter set in force at ``leader`` (the latest in its log), as (name, directory
+        id) replicas."""
         node = self.nodes.get(leader)
         if node is None or node.core is None:
-            return tuple(self.voters)
-        return tuple(f"n{i}" for i in node.core.voters)
+            return tuple((name, self.directory_id(name)) for name in self.voters)
+        return tuple((f"n{v.voter_id}", v.directory_id) for v in node.core.history.latest().voters)
 
     async def main(self, runtime: Runtime, process: SimProcess) -> None:
         # The previous incarnation's node is dead: nothing may reach it from now on, and
@@ -187,6 +192,7 @@ class Cluster:
         if process.name in self.voters or self.dynamic:
             self.checker.voter_logs[process.name] = log
             self.checker.voter_alive[process.name] = process
+            self.checker.directories[process.name] = self.directory_id(process.name)
         node.add_listener(listener)
         await node.start()
         self.nodes[process.name] = node
@@ -294,13 +300,17 @@ class Cluster:
         for leader in self.leaders():
             if procs[leader].paused:
                 continue
-            voters = self.voter_names(leader)
+            replicas = self.voter_replicas(leader)
+            voters = tuple(name for name, _ in replicas)
             if leader not in voters:
                 continue  # a removed leader about to resign: not a quorum member any more
+            # A voter whose disk was wiped is not heard at its address: the replica there
+            # is another one (a new directory id), whose fetches are not the voter's.
             reachable = 1 + sum(
                 1
-                for voter in voters
+                for voter, directory in replicas
                 if voter != leader
+                and (directory is None or directory == self.directory_id(voter))
                 and procs[voter].alive
                 and not procs[voter].paused
                 and net.reachable(voter, leader)
@@ -406,6 +416,7 @@ class Cluster:
         process = self.world.processes[name]
         if process.alive:
             process.crash()
+        self.checker.retire(name)
         self.disks[name] = self.disks.get(name, 0) + 1
         self.checker.epochs.pop(name, None)  # its quorum-state went with the disk
         seed = f"disk/{self.world.seed}/{name}/{self.disks[name]}"
@@ -482,7 +493,7 @@ def run_raft(config: RunConfig) -> RunResult:
         world, config, checker, voters, observers, dynamic=dynamic, static_start=upgrade
     )
     if dynamic:
-        checker.voters_of = cluster.voter_names
+        checker.voters_of = cluster.voter_replicas
     for name in voters + observers:
         process = world.add_process(name)
         process.start(lambda rt, p=process: cluster.main(rt, p))

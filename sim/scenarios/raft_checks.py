@@ -10,6 +10,7 @@ cluster (tests/sim/test_raft_invariants.py fires each invariant and shows a clea
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -30,6 +31,7 @@ from sim.scenarios.dual_leader import DualLeaderWatch
 from sim.trace import Trace
 
 Entry = tuple[int, bytes | None]  # (epoch, value) of the record at one offset
+Replica = tuple[str, uuid.UUID | None]  # (node name, directory id): one replica (KIP-853)
 
 
 class ProcessView(Protocol):
@@ -138,9 +140,16 @@ class Checker:
     # Each voter's log as of its latest incarnation, and whether that incarnation runs.
     voter_logs: dict[str, LogView] = field(default_factory=dict)
     voter_alive: dict[str, ProcessView] = field(default_factory=dict)
-    # A dynamic quorum (KIP-853): the voter set in force at a leader, by node name; the
-    # checks judge commits and resignations against it. None: the static voter set.
-    voters_of: Callable[[str], tuple[str, ...]] | None = None
+    # A dynamic quorum (KIP-853): the voter set in force at a leader, as (node name,
+    # directory id) replicas; the checks judge commits and resignations against it. None:
+    # the static voter set.
+    voters_of: Callable[[str], tuple[Replica, ...]] | None = None
+    # Each node's directory id (its current disk's), and the last log of each replica whose
+    # disk was wiped, by (name, directory id): a voter is a replica, not a name, so a voter
+    # entry naming the old directory is judged by what that replica held when its disk
+    # went, never by its successor's log (nor the successor's by it).
+    directories: dict[str, uuid.UUID | None] = field(default_factory=dict)
+    retired_logs: dict[Replica, LogView] = field(default_factory=dict)
     # Leaders whose own removal is committed, since when (virtual seconds).
     removed_since: dict[str, float] = field(default_factory=dict)
 
@@ -150,7 +159,12 @@ class Checker:
         if self.voters_of is None:
             return self.voters
         voters = self.voters_of(node)
-        return len(voters) if node in voters else 0
+        return len(voters) if node in (name for name, _ in voters) else 0
+
+    def retire(self, name: str) -> None:
+        """``name``'s disk is wiped: its replica (current directory) keeps its last log."""
+        if name in self.voter_logs:
+            self.retired_logs[(name, self.directories.get(name))] = self.voter_logs[name]
 
     def max_epoch(self, node: str) -> int:
         return self.epochs.get(node, 0)
@@ -174,11 +188,21 @@ class Checker:
             return
         epoch = self.voter_logs[leader].epoch_for_offset(offset)
         holding = unknown = 0
-        logs = self.voter_logs
+        # Each voter: its label, its log, and whether that log can be read now.
+        logs: dict[str, tuple[LogView, bool]] = {
+            name: (log, self.voter_alive[name].alive) for name, log in self.voter_logs.items()
+        }
         if self.voters_of is not None:
-            logs = {name: logs[name] for name in self.voters_of(leader) if name in logs}
-        for name, log in logs.items():
-            if not self.voter_alive[name].alive:
+            logs = {}
+            for name, directory in self.voters_of(leader):
+                if directory is None or directory == self.directories.get(name):
+                    if name in self.voter_logs:
+                        logs[name] = (self.voter_logs[name], self.voter_alive[name].alive)
+                elif (name, directory) in self.retired_logs:
+                    # Its disk is gone: what it acknowledged before is its last log.
+                    logs[f"{name} (wiped)"] = (self.retired_logs[(name, directory)], True)
+        for log, readable in logs.values():
+            if not readable:
                 unknown += 1
             elif log.end_offset() > offset and (
                 log.start_offset() > offset or log.epoch_for_offset(offset) == epoch

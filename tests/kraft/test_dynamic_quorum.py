@@ -16,6 +16,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
@@ -33,6 +34,9 @@ from metadata.records import (
     RegisterBroker,
     decode_record,
 )
+from protocol import wire
+from protocol.api_keys import ApiKey
+from protocol.entities import make, request_module
 from raft.disk_log import DiskLog
 from tests import kafka_tools as tools
 from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
@@ -445,3 +449,58 @@ def test_kafka_metadata_quorum_replaces_a_controller_whose_disk_was_wiped(
     assert fenced == []  # never fenced (the clean shutdown at the end is not a fence)
     # The wiped controller caught up on everything, its own replacement included.
     assert logs[wiped][-1][0] == high_watermark - 1
+
+
+async def _ask(host: str, port: int, api_key: int, version: int) -> Any:
+    """One request of ``api_key`` (its empty form; DescribeQuorum for the metadata
+    partition) and its decoded answer."""
+    module: Any = request_module(api_key, version)
+    if api_key == ApiKey.DESCRIBE_QUORUM:
+        partition = make(module.PartitionData, {"partition_index": 0})
+        topic = make(
+            module.TopicData, {"topic_name": "__cluster_metadata", "partitions": (partition,)}
+        )
+        body = make(module.DescribeQuorumRequest, {"topics": (topic,)})
+    else:
+        body = make(
+            module.ApiVersionsRequest,
+            {"client_software_name": "t", "client_software_version": "1"},
+        )
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 10)
+    try:
+        writer.write(wire.encode_request(wire.RequestHeader(api_key, version, 5, "t"), body))
+        frame = await asyncio.wait_for(wire.read_frame(reader), 10)
+    finally:
+        writer.close()
+    return wire.decode_response(api_key, version, frame)[1]
+
+
+def test_the_controller_listener_reports_directory_ids_endpoints_and_kraft_version(
+    quorum: DynamicQuorum,
+) -> None:
+    """KIP-853 on the controller listener: DescribeQuorum v2 names each replica's directory
+    id and each voter's listeners (``nodes``); ApiVersions v3+ reports kraft.version,
+    supported 0-1 and finalized at 1, as Kafka's controller does."""
+    quorum.format(1, "--standalone")
+    quorum.format(2, "--no-initial-controllers")
+    quorum.start(1)
+    quorum.start(2)
+    quorum.wait_for(lambda s: s.leader_id == 1 and len(s.observers) == 1)
+    answer = asyncio.run(_ask("127.0.0.1", quorum.port, ApiKey.DESCRIBE_QUORUM, 2))
+    (partition,) = answer.topics[0].partitions
+    assert [
+        (int(r.replica_id), print_uuid(r.replica_directory_id)) for r in partition.current_voters
+    ] == [(1, quorum.directory_id(1))]
+    assert [
+        (int(r.replica_id), print_uuid(r.replica_directory_id)) for r in partition.observers
+    ] == [(2, quorum.directory_id(2))]
+    assert [
+        (int(n.node_id), [(x.name, x.host, int(x.port)) for x in n.listeners]) for n in answer.nodes
+    ] == [(1, [("CONTROLLER", "127.0.0.1", quorum.port)])]
+    versions = asyncio.run(_ask("127.0.0.1", quorum.port, ApiKey.API_VERSIONS, 3))
+    supported = {
+        f.name: (int(f.min_version), int(f.max_version)) for f in versions.supported_features
+    }
+    finalized = {f.name: int(f.max_version_level) for f in versions.finalized_features}
+    assert supported["kraft.version"] == (0, 1)
+    assert finalized["kraft.version"] == 1

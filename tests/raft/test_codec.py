@@ -38,6 +38,7 @@ from raft.codec import (
     encode_raft_response,
     error_response,
 )
+from raft.driver import split_replicas
 from raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -55,6 +56,7 @@ from raft.messages import (
     VoteResponse,
 )
 from raft.progress import ReplicaProgress
+from raft.voters import Voter, VoterSet
 
 i32 = st.integers(-(2**31), 2**31 - 1)
 i64 = st.integers(-(2**63), 2**63 - 1)
@@ -575,3 +577,57 @@ def test_vote_and_begin_quorum_epoch_v1_carry_directory_ids() -> None:
     begin = BeginQuorumEpochRequest(4, 2, voter_directory_id=voter)
     assert request_over_the_wire(begin, "c", 1) == (2, begin, "c")
     assert request_over_the_wire(begin, "c", 0)[1] == BeginQuorumEpochRequest(4, 2)
+
+
+def test_describe_quorum_v2_names_directory_ids_and_the_voters_listeners() -> None:
+    """KIP-853: v2 carries each replica's directory id (zero when unknown) and ``nodes``,
+    each voter's listeners, as Kafka's RaftUtil.singletonDescribeQuorumResponse does;
+    older versions have neither field and encode as before."""
+    d1, d10 = uuid.UUID(int=1), uuid.UUID(int=10)
+    arguments: dict[str, Any] = {
+        "leader_id": 1,
+        "leader_epoch": 7,
+        "high_watermark": 40,
+        "voters": [ReplicaProgress(1, 42, directory_id=d1), ReplicaProgress(2, 40)],
+        "observers": [ReplicaProgress(10, 38, directory_id=d10)],
+        "now_ms": 1000,
+        "nodes": [(1, [("CONTROLLER", "c1", 9093)]), (2, [("CONTROLLER", "c2", 9093)])],
+    }
+    entity = describe_quorum_response(**arguments, api_version=2)
+    frame = encode_response(RequestHeader(55, 2, 4, None), entity)
+    decoded = decode_response(55, 2, frame[4:])[1]
+    (partition,) = decoded.topics[0].partitions
+    assert [(r.replica_id, r.replica_directory_id) for r in partition.current_voters] == [
+        (1, d1),
+        (2, None),  # the zero uuid on the wire, as kio reads it back
+    ]
+    assert [(r.replica_id, r.replica_directory_id) for r in partition.observers] == [(10, d10)]
+    assert [
+        (n.node_id, [(x.name, x.host, x.port) for x in n.listeners]) for n in decoded.nodes
+    ] == [(1, [("CONTROLLER", "c1", 9093)]), (2, [("CONTROLLER", "c2", 9093)])]
+    old = describe_quorum_response(**arguments, api_version=1)
+    assert not hasattr(old, "nodes")
+    assert decode_response(55, 1, encode_response(RequestHeader(55, 1, 4, None), old)[4:])[1] == old
+
+
+def test_describe_quorum_lists_a_reformatted_voter_as_an_observer() -> None:
+    """The leader's progress of id 3 comes from a re-formatted disk (d99), not voter (3, d3):
+    DescribeQuorum shows voter 3 not heard from and the new replica among the observers."""
+    d = {i: uuid.UUID(int=i) for i in (1, 2, 3, 99)}
+    voter_set = VoterSet(tuple(Voter(i, d[i]) for i in (1, 2, 3)))
+    progress = [
+        ReplicaProgress(1, 9, directory_id=d[1]),
+        ReplicaProgress(2, 9, 5, 5, directory_id=d[2]),
+        ReplicaProgress(3, 9, 6, 6, directory_id=d[99]),
+        ReplicaProgress(10, 4, 6, -1, directory_id=uuid.UUID(int=10)),
+    ]
+    voters, observers = split_replicas(progress, voter_set)
+    assert [(p.replica_id, p.directory_id, p.end_offset) for p in voters] == [
+        (1, d[1], 9),
+        (2, d[2], 9),
+        (3, d[3], -1),
+    ]
+    assert [(p.replica_id, p.directory_id) for p in observers] == [
+        (3, d[99]),
+        (10, uuid.UUID(int=10)),
+    ]

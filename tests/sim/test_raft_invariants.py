@@ -3,6 +3,7 @@ quiet on the nearest honest one, so a checker that is switched off or broken fai
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 import pytest
@@ -170,6 +171,40 @@ def test_committed_majority_gives_a_down_voter_the_benefit_of_the_doubt(
     lead(n1, 1)
     n1.handle_event(HighWatermarkAdvanced(2))
     assert kind(checker) is None
+
+
+def test_committed_majority_judges_voters_by_directory_id(checker: Checker) -> None:
+    """KIP-853: a voter is a (name, directory id) replica. n3's disk was wiped (d3 -> d4):
+    the voter entry naming d3 is judged by what d3 held when its disk went (raft seed 112
+    with 5 voters: a pre-wipe acknowledgement counted, as it should), and the new disk's
+    log never stands in for it."""
+    d = {i: uuid.UUID(int=i) for i in range(1, 5)}
+    voters = [("n1", d[1]), ("n2", d[2]), ("n3", d[3])]
+    checker.voters_of = lambda _leader: tuple(voters)
+    n1 = node(checker, "n1", log_of(1, 1))
+    node(checker, "n2", log_of(1))
+    node(checker, "n3", log_of(1, 1))
+    checker.directories.update({"n1": d[1], "n2": d[2], "n3": d[3]})
+    checker.retire("n3")  # its last log held offset 1
+    node(checker, "n3", log_of())  # the fresh disk
+    checker.directories["n3"] = d[4]
+    lead(n1, 1)
+    n1.handle_event(HighWatermarkAdvanced(2))
+    assert kind(checker) is None
+    # The other way round: the old replica never held offset 1, the new one does.
+    other = Checker(checker.trace)
+    other.voters_of = lambda _leader: tuple(voters)
+    m1 = node(other, "n1", log_of(1, 1))
+    node(other, "n2", log_of(1))
+    node(other, "n3", log_of(1))
+    other.directories.update({"n1": d[1], "n2": d[2], "n3": d[3]})
+    other.retire("n3")
+    node(other, "n3", log_of(1, 1))
+    other.directories["n3"] = d[4]
+    lead(m1, 1)
+    m1.handle_event(HighWatermarkAdvanced(2))
+    assert kind(other) == "committed-majority"
+    assert "n3 (wiped)" in (other.violation or "")
 
 
 def test_committed_lost_fires_on_truncation_below_the_nodes_high_watermark(
