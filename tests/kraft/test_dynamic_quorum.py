@@ -10,6 +10,7 @@ to kraft.version 1."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import signal
@@ -218,7 +219,16 @@ def test_kafka_metadata_quorum_grows_a_standalone_controller_and_removes_its_lea
 
         wait_until(added, f"kafka-metadata-quorum add-controller {node}")
     status = tools.run(METADATA_QUORUM, *bootstrap, "describe", "--status").stdout
-    assert 'CurrentVoters:          [{"id": 1}, {"id": 2}, {"id": 3}]' in status, status
+    # DescribeQuorum v2: Kafka's tool prints each voter's directory id and endpoints.
+    listed = next(line for line in status.splitlines() if line.startswith("CurrentVoters:"))
+    assert json.loads(listed.split(":", 1)[1]) == [
+        {
+            "id": node,
+            "directoryId": quorum.directory_id(node),
+            "endpoints": [f"CONTROLLER://127.0.0.{node}:{quorum.port}"],
+        }
+        for node in (1, 2, 3)
+    ], status
     removed = tools.run(
         METADATA_QUORUM,
         *bootstrap,
