@@ -182,6 +182,9 @@ class Cluster:
     # Server properties a scenario sets on top of these (the kafka scenario's replication).
     extra_props: dict[str, str] = field(default_factory=dict)
     shutdowns: dict[str, Shutdown] = field(default_factory=dict)  # the latest per node
+    # The incarnation that built each of ``nodes``: a restarted process keeps its old,
+    # dead node there until its new ``main`` first runs.
+    node_incarnations: dict[str, int] = field(default_factory=dict)
 
     def node_id(self, name: str) -> int:
         return int(name[1:])
@@ -233,6 +236,7 @@ class Cluster:
             **self.node_options(process),
         )
         self.nodes[process.name] = node
+        self.node_incarnations[process.name] = process.incarnation
         await node.start()
         work = [node.wait()]
         if node.lifecycle_ready is not None:
@@ -267,6 +271,13 @@ class Cluster:
         node = self.nodes.get(name)
         ongoing = self.shutdowns.get(name)
         if node is None or not process.alive or process.paused:
+            return
+        if self.node_incarnations.get(name) != process.incarnation:
+            # Restarted this instant (supervision restarts right before a fault), its new
+            # node not built yet: the one in ``nodes`` is the dead incarnation's. Its
+            # shutdown would stop nothing that runs (a broker's controlled shutdown, its
+            # heartbeat loop cancelled with it, waits out the 30 s timeout) while the new
+            # incarnation serves on. A SIGTERM that early is one before the start: none.
             return
         if ongoing is not None and ongoing.incarnation == process.incarnation:
             return

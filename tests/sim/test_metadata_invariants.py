@@ -310,3 +310,68 @@ def test_commit_own_epoch_fires_on_a_controller_committing_only_older_entries(
     leader.handle_event(RoleChanged(Role.LEADER, 2, 1))
     leader.handle_event(HighWatermarkAdvanced(3))
     assert kind(checker) == ("commit-own-epoch" if fires else None)
+
+
+class FakeNode:
+    """A KraftNode whose graceful shutdown takes ``delay_s``."""
+
+    stopped: list[FakeNode] = []
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self.lifecycle = None
+        self.lifecycle_ready = None
+        self.delay_s = 0.5
+
+    async def start(self) -> None:
+        pass
+
+    async def wait(self) -> None:
+        await asyncio.Event().wait()
+
+    async def shutdown(self) -> None:
+        FakeNode.stopped.append(self)
+        await asyncio.sleep(self.delay_s)
+
+
+@pytest.mark.parametrize("built", [False, True])
+def test_a_sigterm_right_after_a_restart_never_runs_the_dead_incarnations_shutdown(
+    monkeypatch: pytest.MonkeyPatch, built: bool
+) -> None:
+    """Seed 19 (metadata, all faults): supervision restarted a broker and the same nemesis
+    step sent it SIGTERM before its new ``main`` ran, so the shutdown that ran was the dead
+    incarnation's node's (a controlled shutdown its cancelled heartbeat loop could never
+    finish: the broker's 30 s timeout) while the new incarnation served on: a
+    controlled-shutdown violation. A SIGTERM then is like one before the first start: none.
+    Once the new node is built, SIGTERM stops it as usual."""
+    import sim.scenarios.metadata as metadata
+    from sim.nemesis import Nemesis
+
+    monkeypatch.setattr(metadata, "KraftNode", FakeNode)
+    FakeNode.stopped = []
+    with World(seed=1) as world:
+        checker = Checker(world.trace)
+        cluster = Cluster(world, RunConfig("metadata", 1), checker, ["n1"], ["n4"])
+        process = world.add_process("n4")
+        process.start(lambda runtime: cluster.main(runtime, process))
+        nemesis = Nemesis(world, ["n4"], ("skew",))
+
+        async def drive() -> None:
+            await asyncio.sleep(1.0)
+            dead = cluster.nodes["n4"]
+            assert isinstance(dead, FakeNode)
+            dead.delay_s = 30.0  # the dead incarnation's controlled shutdown never finishes
+            process.crash()
+            await asyncio.sleep(1.0)
+            process.restart()
+            if built:
+                await asyncio.sleep(0.1)  # the new incarnation's main has built its node
+            cluster.terminate(nemesis, "n4", 60.0)
+            await asyncio.sleep(25.0)
+            assert dead not in FakeNode.stopped
+
+        world.run(drive())
+        assert process.incarnation == 2 and process.alive is not built
+        assert [id(node) for node in FakeNode.stopped] == (
+            [id(cluster.nodes["n4"])] if built else []
+        )
+        assert checker.violation is None
