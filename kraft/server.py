@@ -31,6 +31,13 @@ logger = logging.getLogger("kraft.server")
 # more than fs.nr_open, whose default is 2^20.
 MAX_OPEN_FILES = 1 << 20
 OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+# Below this many open files a node cannot run at all: its standard streams, event loop,
+# listeners, metadata log and lock, a checkpoint being written, and its broker's own
+# connection to its controller (both ends) already take about twenty. With fewer, start-up
+# could end anywhere: a failed checkpoint (one line, exit 1) or, depending on which step ran
+# out first, an acceptor refusing the broker's registration for ever (a node that neither
+# serves nor exits). So it is refused before anything starts.
+MIN_OPEN_FILES = 32
 
 
 def raise_open_files_limit() -> tuple[int, int, int]:
@@ -78,6 +85,8 @@ async def serve(config: ServerConfig, runtime: Runtime | None = None) -> int:
         after,
         "unlimited" if hard == resource.RLIM_INFINITY else hard,
     )
+    if after != resource.RLIM_INFINITY and after < MIN_OPEN_FILES:
+        raise OSError(errno.EMFILE, f"a node needs at least {MIN_OPEN_FILES} open files to start")
     bugs = planted_bugs(os.environ)
     if bugs:
         logger.warning(
