@@ -27,7 +27,7 @@ from broker.group.consumer_group import ConsumerGroup, Heartbeat
 from broker.group.consumer_records import Partitions
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.group.records import OffsetValue
-from broker.group.shard import OffsetCommit
+from broker.group.shard import offset_commits
 from broker.txn.config import TXN_TOPIC
 from log.rate_limited_log import RateLimitedLog
 from metadata.image import MetadataImage
@@ -459,19 +459,7 @@ class GroupApis:
     # ---- offsets -------------------------------------------------------------------------
     async def _offset_commit(self, module: Any, request: Any) -> object:
         turns = Turns()
-        commits = []
-        for topic in request.topics:
-            for p in topic.partitions:
-                commits.append(
-                    OffsetCommit(
-                        topic.name,
-                        p.partition_index,
-                        p.committed_offset,
-                        getattr(p, "committed_leader_epoch", -1),
-                        p.committed_metadata or "",
-                    )
-                )
-                await turns.tick()
+        commits = await offset_commits(request.topics, turns)
         if not request.group_id:
             errors = [ErrorCode.invalid_group_id] * len(commits)
         else:

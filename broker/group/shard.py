@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -24,6 +25,7 @@ from broker.group.records import (
     decode_key,
     decode_offset_value,
 )
+from protocol.turns import Turns
 
 TopicPartition = tuple[str, int]
 NO_PRODUCER_ID = -1
@@ -45,6 +47,25 @@ class OffsetCommit:
     offset: int
     leader_epoch: int
     metadata: str
+
+
+async def offset_commits(topics: Any, turns: Turns) -> list[OffsetCommit]:
+    """The partitions of an OffsetCommit or TxnOffsetCommit request, read a slice of the
+    loop at a time."""
+    commits = []
+    for topic in topics:
+        for p in topic.partitions:
+            commits.append(
+                OffsetCommit(
+                    topic.name,
+                    p.partition_index,
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata or "",
+                )
+            )
+            await turns.tick()
+    return commits
 
 
 @dataclass(slots=True)

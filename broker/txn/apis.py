@@ -24,7 +24,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
-from broker.group.shard import OffsetCommit
+from broker.group.shard import offset_commits
 from broker.txn.coordinator import TransactionCoordinator
 from broker.txn.state import TV1, TV2, TxnMetadata, TxnState
 from log.clock import WallClock
@@ -306,19 +306,7 @@ class TxnApis:
     # ---- TxnOffsetCommit, WriteTxnMarkers ----------------------------------------------------
     async def _txn_offset_commit(self, module: Any, version: int, request: Any) -> object:
         turns = Turns()
-        commits = []
-        for topic in request.topics:
-            for p in topic.partitions:
-                commits.append(
-                    OffsetCommit(
-                        topic.name,
-                        p.partition_index,
-                        p.committed_offset,
-                        getattr(p, "committed_leader_epoch", -1),
-                        p.committed_metadata or "",
-                    )
-                )
-                await turns.tick()
+        commits = await offset_commits(request.topics, turns)
         added = ErrorCode.none
         if request.group_id and version >= TXN_OFFSET_COMMIT_TV2_VERSION:
             added = await self._add_offsets_partition(request)
