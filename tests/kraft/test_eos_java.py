@@ -46,7 +46,7 @@ from tests.kafka_tools import (
     kafka_tools,  # noqa: F401  (pytest fixture: installs once)
 )
 from tests.kraft.procs import Processes, port_open, wait_until
-from tests.kraft.test_replication import BROKERS, bootstrap, cluster_nodes
+from tests.kraft.test_replication import BROKERS, bootstrap, running_cluster
 from tests.kraft.test_txn_clients import describe
 
 pytestmark = pytest.mark.usefixtures("kafka_tools")
@@ -69,23 +69,13 @@ RESTARTED = "\n--- restarted ---\n"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Processes, dict]]:
-    root = tmp_path_factory.mktemp("eos")
-    nodes, ports = cluster_nodes(root)
-    for node in BROKERS:
-        nodes[node] |= {
-            "offsets.topic.num.partitions": str(PARTITIONS),
-            "transaction.state.log.num.partitions": str(PARTITIONS),
-            "group.initial.rebalance.delay.ms": "0",
-        }
-    procs = Processes(root, nodes)
-    try:
-        for node in nodes:
-            procs.start(node)
-        for node in BROKERS:
-            wait_until(lambda n=node: port_open(*ports[n]), f"broker {node} serves", STEP_S)
-        yield procs, ports
-    finally:
-        procs.cleanup()
+    props = {
+        "offsets.topic.num.partitions": str(PARTITIONS),
+        "transaction.state.log.num.partitions": str(PARTITIONS),
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    with running_cluster(tmp_path_factory.mktemp("eos"), props, STEP_S) as running:
+        yield running
 
 
 class Member:

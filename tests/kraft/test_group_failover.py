@@ -16,8 +16,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.group.records import partition_for
-from tests.kraft.procs import Processes, port_open, wait_until
-from tests.kraft.test_replication import BROKERS, bootstrap, cluster_nodes
+from tests.kraft.procs import Processes, wait_until
+from tests.kraft.test_replication import BROKERS, bootstrap, running_cluster
 
 GROUP = "failover"
 OFFSETS_PARTITIONS = 3
@@ -26,22 +26,12 @@ RECORDS = 200
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Processes, dict]]:
-    root = tmp_path_factory.mktemp("failover")
-    nodes, ports = cluster_nodes(root)
-    for node in BROKERS:
-        nodes[node] |= {
-            "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
-            "group.initial.rebalance.delay.ms": "0",
-        }
-    procs = Processes(root, nodes)
-    try:
-        for node in nodes:
-            procs.start(node)
-        for node in BROKERS:
-            wait_until(lambda n=node: port_open(*ports[n]), f"broker {node} serves")
-        yield procs, ports
-    finally:
-        procs.cleanup()
+    props = {
+        "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    with running_cluster(tmp_path_factory.mktemp("failover"), props) as running:
+        yield running
 
 
 def coordinator_of(servers: str) -> int | None:

@@ -15,6 +15,7 @@ Kafka's own ``kafka-topics --describe`` (Java) and checked:
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import subprocess
@@ -64,6 +65,30 @@ def cluster_nodes(root: Path) -> tuple[dict[int, dict[str, str]], dict[int, tupl
         props["broker.heartbeat.interval.ms"] = "500"
         props["metrics.listener"] = f"http://{host}:{free_port(host)}"  # shipped: 9404
     return nodes, ports
+
+
+@contextlib.contextmanager
+def running_cluster(
+    root: Path, broker_props: dict[str, str], deadline_s: float | None = None
+) -> Iterator[tuple[Processes, dict[int, tuple[str, int]]]]:
+    """The shipped layout (``cluster_nodes``) with ``broker_props`` added to every broker,
+    started until each broker serves; every process cleaned up on exit."""
+    nodes, ports = cluster_nodes(root)
+    for node in BROKERS:
+        nodes[node] |= broker_props
+    procs = Processes(root, nodes)
+    try:
+        for node in nodes:
+            procs.start(node)
+        for node in BROKERS:
+            serves = f"broker {node} serves"
+            if deadline_s is None:
+                wait_until(lambda n=node: port_open(*ports[n]), serves)
+            else:
+                wait_until(lambda n=node: port_open(*ports[n]), serves, deadline_s)
+        yield procs, ports
+    finally:
+        procs.cleanup()
 
 
 @pytest.fixture(scope="module")
