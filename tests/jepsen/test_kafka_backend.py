@@ -5,7 +5,6 @@ reuse ./.cache and work offline). Needs root, java 17+ and mvn, like the kraft-p
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,29 +13,15 @@ from jepsen.servers import ApacheKafka
 from sim.analysis.job import analyze_local
 from sim.analysis.load import read_trace_pandas
 from tests.jepsen.leftovers import leftovers
+from tests.kafka_tools import kafka_dist_lib
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCRIPT = ROOT / "scripts" / "kafka-dist.sh"
 INSTALL_TIMEOUT_S = 600.0
 
 
-def kafka_lib() -> Path:
-    """The lib dir, installed once; a missing java or mvn is a clear failure."""
-    for needed in ("java", "mvn"):
-        if shutil.which(needed) is None:
-            raise RuntimeError(f"Apache Kafka's broker needs {needed} on PATH (Java 17+, Maven)")
-    out = subprocess.run(
-        ["bash", str(SCRIPT), "lib"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=INSTALL_TIMEOUT_S,
-    )
-    return Path(out.stdout.strip())
-
-
 def test_a_node_is_kafkas_own_main_class_on_the_lib_dirs_jars(tmp_path: Path) -> None:
-    lib = kafka_lib()
+    lib = kafka_dist_lib()
     kafka = ApacheKafka(lib)
     argv = kafka.start_argv(tmp_path / "node1.properties")
     assert argv[0] == "java"
@@ -59,7 +44,7 @@ def test_a_short_fault_run_against_apache_kafka_is_judged_and_leaves_nothing(
         time_limit_s=20.0,
         nemeses=("partition", "kill", "clock"),
         seed=2,
-        kafka_lib=kafka_lib(),
+        kafka_lib=kafka_dist_lib(),
     )
     report = run(options)
     assert report.run_id.startswith("jepsen-kafka-s2-")

@@ -6,6 +6,7 @@ import socket
 from pathlib import Path
 
 from jepsen.processes import KRAFT_SERVER, Processes, wait_until
+from jepsen.servers import KRAFT_PY, NodeProgram
 
 __all__ = ["KRAFT_SERVER", "Processes", "free_port", "port_open", "single_node", "wait_until"]
 
@@ -24,10 +25,12 @@ def port_open(host: str, port: int) -> bool:
         return False
 
 
-def single_node(root: Path, extra: dict[str, str] | None = None) -> tuple[Processes, str]:
+def single_node(
+    root: Path, extra: dict[str, str] | None = None, *, program: NodeProgram = KRAFT_PY
+) -> tuple[Processes, str]:
     """The README's default layout (one combined broker+controller) on free ports, started
     and serving, with ``extra`` properties; (its processes, the bootstrap address). The
-    caller cleans up."""
+    caller cleans up. ``program`` runs it: kraft-server, or Apache Kafka to compare with."""
     broker_port, controller_port = free_port(), free_port()
     nodes = {
         1: {
@@ -41,7 +44,7 @@ def single_node(root: Path, extra: dict[str, str] | None = None) -> tuple[Proces
             **(extra or {}),
         }
     }
-    procs = Processes(root, nodes)
+    procs = Processes(root, nodes, program=program)
     procs.start(1)
     try:
         wait_until(lambda: port_open("127.0.0.1", broker_port), "the broker listener opens")
