@@ -52,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="lanes of Apache Kafka's Java client (needs java; scripts/kafka-tools.sh's jars)",
     )
+    run.add_argument(
+        "--txn-lanes",
+        type=int,
+        default=0,
+        help="librdkafka transactional producer lanes, with read_committed consumers (default 0)",
+    )
     run.add_argument("--bug", help="plant a bug in every node (KRAFT_PLANTED_BUGS)")
     run.add_argument("--trace", default="jepsen-traces", help="Parquet trace dir (kraft-analyze)")
     run.add_argument("--layout", default=str(LAYOUT), help="cluster layout dir (config/cluster)")
@@ -103,7 +109,11 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         controllers, brokers = _nodes(args.nodes)
-        for flag, lanes in (("--admin-lanes", args.admin_lanes), ("--java-lanes", args.java_lanes)):
+        for flag, lanes in (
+            ("--admin-lanes", args.admin_lanes),
+            ("--java-lanes", args.java_lanes),
+            ("--txn-lanes", args.txn_lanes),
+        ):
             if lanes < 0:
                 raise ValueError(f"{flag} {lanes}: must be 0 or more")
         nemeses = parse_nemeses(args.nemesis)
@@ -124,6 +134,7 @@ def _run(args: argparse.Namespace) -> int:
             kafka_lib=args.kafka_lib,
             admin_lanes=args.admin_lanes,
             java_lanes=args.java_lanes,
+            txn_lanes=args.txn_lanes,
         )
         report = run(options)
     except (ValueError, ConfigError, LayoutError, BackendError, RunError) as error:
@@ -133,7 +144,12 @@ def _run(args: argparse.Namespace) -> int:
         print("kraft-jepsen run: interrupted; everything torn down", file=sys.stderr)
         return 130
     print(f"kraft-jepsen: run {report.run_id}: {report.faults} faults, trace {report.run_dir}")
-    return verdict(args.trace, report.run_id)
+    code = verdict(args.trace, report.run_id)
+    if args.txn_lanes:
+        from jepsen.table import columns, render
+
+        print(render(columns(args.trace, report.run_id)))
+    return code
 
 
 def verdict(trace_dir: str, run_id: str) -> int:

@@ -32,6 +32,7 @@ from jepsen.java_lane import JavaClient, JavaGone, java_lane
 from jepsen.nemesis import Nemesis
 from jepsen.netns import NetnsBackend
 from jepsen.servers import KRAFT_PY, ApacheKafka, NodeProgram
+from jepsen.txn import TxnWorkload, consumer_lanes
 from jepsen.watch import LeaderWatch
 from jepsen.workload import LOG_LEVEL, Workload
 from sim.progress import wait_showing_progress
@@ -43,6 +44,7 @@ from sim.scenarios.kafka import (
     TOPIC,
     key_of,
 )
+from sim.scenarios.kafka_txn import TXN_TOPIC, broker_props
 
 WORK_PREFIX = "kraft-jepsen-"
 LOCK_NAME = "harness.lock"  # held by a live harness (claim)
@@ -71,6 +73,7 @@ class RunOptions:
     kafka_lib: Path | None = None  # run Apache Kafka from this lib dir, not kraft-server
     admin_lanes: int = ADMIN_LANES
     java_lanes: int = 0  # Apache Kafka's Java client (jepsen/java_lane.py): needs java
+    txn_lanes: int = 0  # librdkafka's transactional producers (jepsen/txn.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +107,11 @@ def _thread(target, *args: object) -> threading.Thread:  # type: ignore[no-untyp
     return thread
 
 
-def create_topic(bootstrap: str, partitions: int, rf: int) -> None:
-    """The workload's topic with min.insync.replicas 2 (1 when rf is 1), as the simulator's."""
+def create_topic(bootstrap: str, partitions: int, rf: int, topic_name: str = TOPIC) -> None:
+    """A workload's topic with min.insync.replicas 2 (1 when rf is 1), as the simulator's."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": LOG_LEVEL})
     topic = NewTopic(
-        TOPIC,
+        topic_name,
         num_partitions=partitions,
         replication_factor=rf,
         config={"min.insync.replicas": str(min(2, rf))},
@@ -116,7 +119,7 @@ def create_topic(bootstrap: str, partitions: int, rf: int) -> None:
     deadline = time.monotonic() + SETUP_BOUND_S
     while True:
         try:
-            admin.create_topics([topic])[TOPIC].result(timeout=REQUEST_TIMEOUT_S)
+            admin.create_topics([topic])[topic_name].result(timeout=REQUEST_TIMEOUT_S)
             return
         except (KafkaException, TimeoutError) as failure:
             name = failure.args[0].name() if failure.args else type(failure).__name__
@@ -172,6 +175,10 @@ def run(options: RunOptions) -> RunReport:
         with _signals_interrupt():
             backend.up(list(chosen))
             props = place(chosen, backend.address, work, options.partitions)
+            if options.txn_lanes:
+                for node in props.values():
+                    if "broker" in node["process.roles"]:
+                        node.update(broker_props(rf))
             cluster = Cluster(
                 work, backend, recorder, props, bug=options.bug, clock=clock, program=program
             )
@@ -182,12 +189,15 @@ def run(options: RunOptions) -> RunReport:
                 rf=rf,
                 partitions=options.partitions,
                 idempotent=True,
+                **({"txn_topics": [TXN_TOPIC]} if options.txn_lanes else {}),
             )
             if clock_skipped is not None:
                 recorder.event("nemesis-skipped", nemesis="clock", reason=clock_skipped)
             for node in props:
                 cluster.start(node)
             create_topic(cluster.bootstrap, options.partitions, rf)
+            if options.txn_lanes:
+                create_topic(cluster.bootstrap, options.partitions, rf, TXN_TOPIC)
             watch = LeaderWatch(
                 recorder, cluster.broker_endpoints(), cluster.controller_endpoints()
             )
@@ -207,6 +217,15 @@ def run(options: RunOptions) -> RunReport:
             lanes += [
                 _thread(consumers[lane % 2], lane, options.seed * 100 + 50 + lane)
                 for lane in range(CONSUMERS)
+            ]
+            txn = TxnWorkload(workload)
+            lanes += [
+                _thread(txn.producer_lane, lane, options.seed * 100 + 60 + lane)
+                for lane in range(options.txn_lanes)
+            ]
+            lanes += [
+                _thread(txn.consumer_lane, lane, options.seed * 100 + 90 + lane)
+                for lane in range(consumer_lanes(options.txn_lanes))
             ]
             java_logs = [work / f"java-{lane}.log" for lane in range(options.java_lanes)]
             for log in java_logs:  # each JVM ready before the faults begin
@@ -239,6 +258,8 @@ def run(options: RunOptions) -> RunReport:
                 lane.join(JOIN_S)
             workload.heal_sends()
             workload.final_reads()
+            if options.txn_lanes:
+                txn.final_reads()
             if options.admin_lanes:
                 admin.final_reads(cluster.broker_endpoints())
             watch.stop.set()
