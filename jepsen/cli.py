@@ -58,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="librdkafka transactional producer lanes, with read_committed consumers (default 0)",
     )
+    run.add_argument(
+        "--java-txn-lanes",
+        type=int,
+        default=0,
+        help="the Java client's transactional lanes (transactions and read_committed polls)",
+    )
     run.add_argument("--bug", help="plant a bug in every node (KRAFT_PLANTED_BUGS)")
     run.add_argument("--trace", default="jepsen-traces", help="Parquet trace dir (kraft-analyze)")
     run.add_argument("--layout", default=str(LAYOUT), help="cluster layout dir (config/cluster)")
@@ -113,6 +119,7 @@ def _run(args: argparse.Namespace) -> int:
             ("--admin-lanes", args.admin_lanes),
             ("--java-lanes", args.java_lanes),
             ("--txn-lanes", args.txn_lanes),
+            ("--java-txn-lanes", args.java_txn_lanes),
         ):
             if lanes < 0:
                 raise ValueError(f"{flag} {lanes}: must be 0 or more")
@@ -135,6 +142,7 @@ def _run(args: argparse.Namespace) -> int:
             admin_lanes=args.admin_lanes,
             java_lanes=args.java_lanes,
             txn_lanes=args.txn_lanes,
+            java_txn_lanes=args.java_txn_lanes,
         )
         report = run(options)
     except (ValueError, ConfigError, LayoutError, BackendError, RunError) as error:
@@ -145,7 +153,7 @@ def _run(args: argparse.Namespace) -> int:
         return 130
     print(f"kraft-jepsen: run {report.run_id}: {report.faults} faults, trace {report.run_dir}")
     code = verdict(args.trace, report.run_id)
-    if args.txn_lanes:
+    if options.transactional:
         from jepsen.table import columns, render
 
         print(render(columns(args.trace, report.run_id)))

@@ -28,7 +28,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from jepsen.admin import AdminWorkload
 from jepsen.cluster import LAYOUT, ClockMode, Cluster, choose, libfaketime, place
 from jepsen.history import Recorder
-from jepsen.java_lane import JavaClient, JavaGone, java_lane
+from jepsen.java_lane import (
+    JavaClient,
+    JavaGone,
+    java_lane,
+    java_transactional_id,
+    java_txn_lane,
+)
 from jepsen.nemesis import Nemesis
 from jepsen.netns import NetnsBackend
 from jepsen.servers import KRAFT_PY, ApacheKafka, NodeProgram
@@ -74,6 +80,12 @@ class RunOptions:
     admin_lanes: int = ADMIN_LANES
     java_lanes: int = 0  # Apache Kafka's Java client (jepsen/java_lane.py): needs java
     txn_lanes: int = 0  # librdkafka's transactional producers (jepsen/txn.py)
+    java_txn_lanes: int = 0  # the Java client's transactional lanes (jepsen/java_lane.py)
+
+    @property
+    def transactional(self) -> bool:
+        """Whether the run has transactional lanes (their topic, the brokers' settings)."""
+        return bool(self.txn_lanes or self.java_txn_lanes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +182,13 @@ def run(options: RunOptions) -> RunReport:
     cluster: Cluster | None = None
     stops: list[threading.Event] = []
     nemesis = None
-    javas: list[JavaClient] = []
+    javas: list[JavaClient] = []  # every JVM started (the lanes append their new ones)
+    txn_javas: list[JavaClient] = []
     try:
         with _signals_interrupt():
             backend.up(list(chosen))
             props = place(chosen, backend.address, work, options.partitions)
-            if options.txn_lanes:
+            if options.transactional:
                 for node in props.values():
                     if "broker" in node["process.roles"]:
                         node.update(broker_props(rf))
@@ -189,14 +202,14 @@ def run(options: RunOptions) -> RunReport:
                 rf=rf,
                 partitions=options.partitions,
                 idempotent=True,
-                **({"txn_topics": [TXN_TOPIC]} if options.txn_lanes else {}),
+                **({"txn_topics": [TXN_TOPIC]} if options.transactional else {}),
             )
             if clock_skipped is not None:
                 recorder.event("nemesis-skipped", nemesis="clock", reason=clock_skipped)
             for node in props:
                 cluster.start(node)
             create_topic(cluster.bootstrap, options.partitions, rf)
-            if options.txn_lanes:
+            if options.transactional:
                 create_topic(cluster.bootstrap, options.partitions, rf, TXN_TOPIC)
             watch = LeaderWatch(
                 recorder, cluster.broker_endpoints(), cluster.controller_endpoints()
@@ -226,6 +239,19 @@ def run(options: RunOptions) -> RunReport:
             lanes += [
                 _thread(txn.consumer_lane, lane, options.seed * 100 + 90 + lane)
                 for lane in range(consumer_lanes(options.txn_lanes))
+            ]
+            txn_logs = [work / f"java-txn-{lane}.log" for lane in range(options.java_txn_lanes)]
+            for lane, log in enumerate(txn_logs):  # each JVM ready before the faults begin
+                try:
+                    tid = java_transactional_id(lane)
+                    txn_javas.append(
+                        JavaClient.start(cluster.bootstrap, options.partitions, log, tid)
+                    )
+                except JavaGone as gone:
+                    raise RunError(str(gone)) from None
+            lanes += [
+                _thread(java_txn_lane, txn, txn_javas, lane, options.seed * 100 + 40 + lane, log)
+                for lane, log in enumerate(txn_logs)
             ]
             java_logs = [work / f"java-{lane}.log" for lane in range(options.java_lanes)]
             for log in java_logs:  # each JVM ready before the faults begin
@@ -258,7 +284,7 @@ def run(options: RunOptions) -> RunReport:
                 lane.join(JOIN_S)
             workload.heal_sends()
             workload.final_reads()
-            if options.txn_lanes:
+            if options.transactional:
                 txn.final_reads()
             if options.admin_lanes:
                 admin.final_reads(cluster.broker_endpoints())
@@ -269,7 +295,7 @@ def run(options: RunOptions) -> RunReport:
     finally:
         for stop in stops:
             stop.set()
-        for java in list(javas):
+        for java in [*javas, *txn_javas]:
             java.close()
         if cluster is not None:
             cluster.close()

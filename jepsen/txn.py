@@ -215,9 +215,7 @@ class TxnWorkload:
     ) -> bool:
         """One read_committed poll of every partition in ``positions`` (one ``rc-poll`` each);
         False when one failed (the consumer starts over)."""
-        recorder = self.workload.recorder
-        for partition, position in positions.items():
-            recorder.op(processes[partition], "invoke", RC_POLL, txn_key(partition), position)
+        self.invoke_polls(processes, positions)
         read: dict[int, list[int]] = {p: [] for p in positions}
         errors: dict[int, str] = {}
         for message in consumer.consume(POLL_MAX_RECORDS, POLL_WAIT_S):
@@ -231,15 +229,35 @@ class TxnWorkload:
             tp.partition: tp.offset
             for tp in consumer.position([TopicPartition(TXN_TOPIC, p) for p in positions])
         }
+        return self.complete_polls(processes, positions, read, errors, reached)
+
+    def invoke_polls(self, processes: dict[int, str], positions: dict[int, int]) -> None:
+        for partition, position in positions.items():
+            self.workload.recorder.op(
+                processes[partition], "invoke", RC_POLL, txn_key(partition), position
+            )
+
+    def complete_polls(
+        self,
+        processes: dict[int, str],
+        positions: dict[int, int],
+        read: dict[int, list[int]],
+        errors: dict[int, str],
+        reached: dict[int, int],
+    ) -> bool:
+        """Complete one ``rc-poll`` per partition: the (offset, value) pairs read (flattened)
+        and the client's position after them (``reached``: past the aborted records and
+        markers it skipped too), or the partition's error; False when one failed."""
         for partition, position in positions.items():
             key, process = txn_key(partition), processes[partition]
             if partition in errors:
-                recorder.op(process, "fail", RC_POLL, key, position, error=errors[partition])
+                self.workload.recorder.op(
+                    process, "fail", RC_POLL, key, position, error=errors[partition]
+                )
                 continue
             values = read[partition]
-            # The client's position: past the aborted records and markers it skipped too.
             after = max(reached.get(partition, -1), values[-2] + 1 if values else position)
-            recorder.op(
+            self.workload.recorder.op(
                 process, "ok", RC_POLL, key, position, values=values, reached=after, error=None
             )
             positions[partition] = after

@@ -58,6 +58,8 @@ def test_usage_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]
         (["run", "--kafka-lib", "/x", "--bug", "truncate-to-hw"], "cannot go with --kafka-lib"),
         (["run", "--admin-lanes", "-1"], "--admin-lanes -1: must be 0 or more"),
         (["run", "--java-lanes", "-2"], "--java-lanes -2: must be 0 or more"),
+        (["run", "--txn-lanes", "-1"], "--txn-lanes -1: must be 0 or more"),
+        (["run", "--java-txn-lanes", "-1"], "--java-txn-lanes -1: must be 0 or more"),
     ):
         assert main(argv) == 2
         err = capsys.readouterr().err

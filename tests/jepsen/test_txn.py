@@ -10,18 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from jepsen.run import RunOptions, run
 from jepsen.table import Column, render
 from sim.analysis.job import analyze_local
 from sim.analysis.load import read_trace_pandas
 from tests.jepsen.leftovers import leftovers
+from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
 
 
 def _txn_ops(history: pd.DataFrame) -> pd.DataFrame:
     return history[history["f"].isin(["txn-send", "txn-end", "rc-poll"])]
 
 
+@pytest.mark.usefixtures("kafka_tools")
 def test_a_short_fault_run_with_transactional_lanes_is_judged_clean(tmp_path: Path) -> None:
     options = RunOptions(
         trace_dir=tmp_path / "traces",
@@ -32,6 +35,7 @@ def test_a_short_fault_run_with_transactional_lanes_is_judged_clean(tmp_path: Pa
         seed=2,
         admin_lanes=0,
         txn_lanes=2,
+        java_txn_lanes=1,
     )
     report = run(options)
     assert leftovers(report.tag, report.work_dir) == []
@@ -43,7 +47,10 @@ def test_a_short_fault_run_with_transactional_lanes_is_judged_clean(tmp_path: Pa
     assert (ok["f"] == "txn-send").sum() > 0
     polls = ok[ok["f"] == "rc-poll"]
     read = polls[polls["values"].map(lambda values: values is not None and len(values) > 0)]
-    assert {"rc0", "rc1", "txn-final"} <= {p.split(".")[0] for p in read["process"]}
+    # librdkafka's and the Java client's read_committed consumers, and the final reads
+    assert {"rc0", "rc1", "jrc0", "txn-final"} <= {p.split(".")[0] for p in read["process"]}
+    committers = {p.split(".")[0] for p in ends[ends["value"] == 1]["process"]}
+    assert {"tp0", "tp1", "jt0"} <= committers  # and both clients' producers committed
     assert report.faults >= 1
     analysis = analyze_local(trace)
     assert analysis.violating_runs == [], analysis.violations.to_dict("records")
