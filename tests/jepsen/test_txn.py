@@ -56,11 +56,20 @@ def test_a_short_fault_run_with_transactional_lanes_is_judged_clean(tmp_path: Pa
     assert analysis.violating_runs == [], analysis.violations.to_dict("records")
 
 
-def test_a_planted_missing_aborted_list_is_an_aborted_read_on_real_processes(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("bug", "flagged"),
+    [
+        # read_committed Fetch answers without the aborted transactions, so the clients
+        # cannot drop aborted records and hand them over.
+        ("txn-no-aborted-list", {"aborted-read"}),
+        # The last stable offset is the high watermark: records of open transactions are
+        # served before their commit was asked for, and those of ones that then abort.
+        ("txn-lso-ignores-open", {"aborted-read", "intermediate-read"}),
+    ],
+)
+def test_a_planted_transactional_bug_in_real_servers_is_flagged(
+    tmp_path: Path, bug: str, flagged: set[str]
 ) -> None:
-    # txn-no-aborted-list: read_committed Fetch answers without the aborted transactions,
-    # so librdkafka's consumers cannot drop aborted records and hand them over.
     options = RunOptions(
         trace_dir=tmp_path / "traces",
         controllers=1,
@@ -70,12 +79,12 @@ def test_a_planted_missing_aborted_list_is_an_aborted_read_on_real_processes(
         seed=1,
         admin_lanes=0,
         txn_lanes=2,
-        bug="txn-no-aborted-list",
+        bug=bug,
     )
     report = run(options)
     assert leftovers(report.tag, report.work_dir) == []
     analysis = analyze_local(read_trace_pandas(str(options.trace_dir)))
-    assert set(analysis.violations["check"]) == {"aborted-read"}, analysis.violations
+    assert set(analysis.violations["check"]) == flagged, analysis.violations
 
 
 def test_the_table_puts_each_systems_findings_per_check_side_by_side() -> None:
