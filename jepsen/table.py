@@ -56,9 +56,28 @@ def _schedule(runs: pd.DataFrame, run_id: str) -> pd.DataFrame:
     return same.sort_values("time_started_wall_ns")
 
 
+def _runs(trace_dir: str) -> pd.DataFrame:
+    try:
+        runs = read_trace_pandas(trace_dir).runs
+    except (FileNotFoundError, ValueError):
+        runs = pd.DataFrame()
+    if runs.empty:
+        raise LookupError(f"{trace_dir} holds no runs")
+    return runs
+
+
+def newest_run(trace_dir: str) -> str:
+    """The run of ``trace_dir`` started last (LookupError when it holds none)."""
+    runs = _runs(trace_dir)
+    return str(runs.sort_values("time_started_wall_ns")["run_id"].iloc[-1])
+
+
 def columns(trace_dir: str, run_id: str) -> list[Column]:
-    """The newest run of each system with ``run_id``'s schedule, kraft-py first."""
-    runs = read_trace_pandas(trace_dir).runs
+    """The newest run of each system with ``run_id``'s schedule, kraft-py first
+    (LookupError when the trace dir does not hold ``run_id``)."""
+    runs = _runs(trace_dir)
+    if run_id not in set(runs["run_id"]):
+        raise LookupError(f"{trace_dir} holds no run {run_id}")
     newest: dict[str, str] = {}
     for found in _schedule(runs, run_id)["run_id"]:
         newest[system_of(found)] = found

@@ -12,11 +12,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from jepsen.cli import main
+from jepsen.java_lane import JAVA_SOURCE
 from jepsen.run import RunOptions, run
 from jepsen.table import Column, render
 from sim.analysis.job import analyze_local
 from sim.analysis.load import read_trace_pandas
-from tests.jepsen.leftovers import leftovers
+from tests.jepsen.leftovers import leftovers, processes_running
 from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
 
 
@@ -39,6 +41,7 @@ def test_a_short_fault_run_with_transactional_lanes_is_judged_clean(tmp_path: Pa
     )
     report = run(options)
     assert leftovers(report.tag, report.work_dir) == []
+    assert not processes_running(str(JAVA_SOURCE))  # the transactional lane's JVMs are gone
     trace = read_trace_pandas(str(options.trace_dir))
     ok = _txn_ops(trace.history)
     ok = ok[ok["type"] == "ok"]
@@ -101,3 +104,11 @@ def test_the_table_puts_each_systems_findings_per_check_side_by_side() -> None:
     assert rows["lost-write"] == ["0", "2"]  # a plain check that found something is listed
     assert rows["transactions committed"] == ["10", "9"]
     assert "ctp-exactly-once" not in rows  # no real lane runs the worker
+
+
+def test_the_table_of_a_trace_dir_without_the_run_is_a_one_line_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["table", "--trace", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"kraft-jepsen table: {tmp_path} holds no runs\n", err
