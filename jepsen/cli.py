@@ -1,14 +1,17 @@
 """``kraft-jepsen``: fault runs on real kraft-server processes (docs/jepsen.md).
 
     kraft-jepsen run [--nodes 3+3] [--time-limit 60] [--nemesis partition,kill] [--seed 1]
-                     [--bug NAME] [--trace DIR] [--kafka-lib DIR]
+                     [--bug NAME] [--trace DIR] [--kafka-lib DIR] [--txn-lanes N] ...
+    kraft-jepsen table [--trace DIR] [RUN_ID]
     kraft-jepsen cleanup
 
 ``run`` prints the run's trace directory and its verdict (the checks kraft-analyze runs,
 here on pandas for this one run) and exits 0 when clean, 1 on a violation, 2 on a usage or
 set-up error. ``cleanup`` removes what any run left behind (namespaces and their processes,
 links, the root FORWARD rule, data dirs) and prints one line per item; a run whose harness
-is alive (it holds its work dir's lock) is spared.
+is alive (it holds its work dir's lock) is spared. ``table`` prints the anomalies table
+(jepsen/table.py) of a run in the trace dir (the newest when none is named): what each check
+found on it and on the other system's newest run with its schedule.
 """
 
 from __future__ import annotations
@@ -52,6 +55,18 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="lanes of Apache Kafka's Java client (needs java; scripts/kafka-tools.sh's jars)",
     )
+    run.add_argument(
+        "--txn-lanes",
+        type=int,
+        default=0,
+        help="librdkafka transactional producer lanes, with read_committed consumers (default 0)",
+    )
+    run.add_argument(
+        "--java-txn-lanes",
+        type=int,
+        default=0,
+        help="the Java client's transactional lanes (transactions and read_committed polls)",
+    )
     run.add_argument("--bug", help="plant a bug in every node (KRAFT_PLANTED_BUGS)")
     run.add_argument("--trace", default="jepsen-traces", help="Parquet trace dir (kraft-analyze)")
     run.add_argument("--layout", default=str(LAYOUT), help="cluster layout dir (config/cluster)")
@@ -66,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="run Apache Kafka from this lib dir (scripts/kafka-dist.sh lib) instead of kraft-py",
     )
+    table = sub.add_parser("table", help="each check's findings per system on one schedule")
+    table.add_argument("--trace", default="jepsen-traces", help="Parquet trace dir")
+    table.add_argument("run_id", nargs="?", help="a run of the trace dir (default the newest)")
     sub.add_parser("cleanup", help="remove what any run left behind")
     return parser
 
@@ -90,7 +108,21 @@ def main(argv: list[str] | None = None) -> int:
         for line in cleanup(live) + cleanup_work_dirs(live):
             print(f"removed {line}")
         return 0
+    if args.command == "table":
+        return _table(args.trace, args.run_id)
     return _run(args)
+
+
+def _table(trace_dir: str, run_id: str | None) -> int:
+    from jepsen.table import columns, newest_run, render
+
+    try:
+        chosen = run_id if run_id is not None else newest_run(trace_dir)
+        print(render(columns(trace_dir, chosen)))
+    except LookupError as error:
+        print(f"kraft-jepsen table: {error.args[0]}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -103,7 +135,12 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         controllers, brokers = _nodes(args.nodes)
-        for flag, lanes in (("--admin-lanes", args.admin_lanes), ("--java-lanes", args.java_lanes)):
+        for flag, lanes in (
+            ("--admin-lanes", args.admin_lanes),
+            ("--java-lanes", args.java_lanes),
+            ("--txn-lanes", args.txn_lanes),
+            ("--java-txn-lanes", args.java_txn_lanes),
+        ):
             if lanes < 0:
                 raise ValueError(f"{flag} {lanes}: must be 0 or more")
         nemeses = parse_nemeses(args.nemesis)
@@ -124,6 +161,8 @@ def _run(args: argparse.Namespace) -> int:
             kafka_lib=args.kafka_lib,
             admin_lanes=args.admin_lanes,
             java_lanes=args.java_lanes,
+            txn_lanes=args.txn_lanes,
+            java_txn_lanes=args.java_txn_lanes,
         )
         report = run(options)
     except (ValueError, ConfigError, LayoutError, BackendError, RunError) as error:
@@ -133,7 +172,12 @@ def _run(args: argparse.Namespace) -> int:
         print("kraft-jepsen run: interrupted; everything torn down", file=sys.stderr)
         return 130
     print(f"kraft-jepsen: run {report.run_id}: {report.faults} faults, trace {report.run_dir}")
-    return verdict(args.trace, report.run_id)
+    code = verdict(args.trace, report.run_id)
+    if options.transactional:
+        from jepsen.table import columns, render
+
+        print(render(columns(args.trace, report.run_id)))
+    return code
 
 
 def verdict(trace_dir: str, run_id: str) -> int:

@@ -18,7 +18,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from jepsen.txn import END_TIMEOUT_S, TxnWorkload, txn_key
 from jepsen.workload import REPORT_MARGIN_S, Workload, per_partition
+from sim.analysis.txn import RC_POLL, TXN_END, TXN_SEND
 from sim.scenarios.kafka import (
     CRASH_CHANCE,
     NOT_APPENDED,
@@ -28,6 +30,7 @@ from sim.scenarios.kafka import (
     TOPIC,
     key_of,
 )
+from sim.scenarios.kafka_txn import COMMIT_CHANCE, MAX_TXN_PARTITIONS, TXN_TOPIC
 
 JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "JepsenClient.java"
 KAFKA_TOOLS = Path(__file__).resolve().parent.parent / "scripts" / "kafka-tools.sh"
@@ -46,11 +49,17 @@ class JavaClient:
     proc: subprocess.Popen[str]
 
     @classmethod
-    def start(cls, bootstrap: str, partitions: int, log: Path) -> JavaClient:
+    def start(
+        cls, bootstrap: str, partitions: int, log: Path, transactional_id: str | None = None
+    ) -> JavaClient:
         """A JVM whose clients exist (it said ``ready``); JavaGone, its log's last line
-        named, when it did not get there within ``START_S``."""
-        argv = [str(JAVA_SOURCE), bootstrap, TOPIC, str(partitions)]
+        named, when it did not get there within ``START_S``. With ``transactional_id`` its
+        producer is transactional and its consumer read_committed, on the transactional
+        topic."""
+        topic = TOPIC if transactional_id is None else TXN_TOPIC
+        argv = [str(JAVA_SOURCE), bootstrap, topic, str(partitions)]
         argv += [str(int(s * 1000)) for s in (REQUEST_TIMEOUT_S, SEND_TIMEOUT_S, POLL_WAIT_S)]
+        argv += [] if transactional_id is None else [transactional_id]
         with log.open("a") as stderr:
             proc = subprocess.Popen(
                 ["bash", str(KAFKA_TOOLS), *argv],
@@ -161,7 +170,7 @@ def _poll(workload: Workload, client: JavaClient, process: str, positions: dict[
         raise
     word, _, rest = answer.partition(" ")
     if word == "ok":
-        records, _, marks = rest.partition(";")
+        records, marks, _positions = rest.split(";")
         for record in records.split():
             partition, offset, value = (int(n) for n in record.split(","))
             read[partition] += [offset, value]
@@ -171,3 +180,131 @@ def _poll(workload: Workload, client: JavaClient, process: str, positions: dict[
     else:
         errors = dict.fromkeys(positions, rest)
     return workload.complete_polls(processes, positions, read, errors, highs.get)
+
+
+# ---- the transactional lane ------------------------------------------------------------------
+# A transactional command may wait for its coordinator (max.block.ms, the delivery timeout)
+# and then for the records' delivery (the delivery timeout again).
+TXN_ANSWER_S = END_TIMEOUT_S + REPORT_MARGIN_S
+
+
+def java_transactional_id(lane: int) -> str:
+    return f"jepsen-jtxn-{lane}"
+
+
+def java_txn_lane(
+    txn: TxnWorkload, started: list[JavaClient], lane: int, seed: int, log: Path
+) -> None:
+    """The librdkafka transactional lanes' history (jepsen/txn.py) with the Java client:
+    transactions of 1-3 random partitions that commit or abort (process
+    ``jt<lane>.<gen>``, transactional id ``jepsen-jtxn-<lane>``) and read_committed polls of
+    every partition (``jrc<lane>.<gen>/<partition>``), alternately at random. Any error of
+    the transaction itself, or a send's, makes the lane start over (``new``: a producer
+    with the same transactional id, which fences the old one)."""
+    workload = txn.workload
+    rng = random.Random(seed)
+    generation = 0
+    current: JavaClient | None = started[lane]
+    try:
+        while not workload.stop.is_set():
+            positions = dict.fromkeys(range(workload.partitions), 0)
+            try:
+                if current is None:
+                    current = JavaClient.start(
+                        workload.bootstrap, workload.partitions, log, java_transactional_id(lane)
+                    )
+                    started.append(current)
+                elif generation:
+                    current.call("new", START_S)
+                count = 0
+                while not workload.stop.wait(rng.uniform(0.005, 0.05)):
+                    if rng.random() < 0.5:
+                        process = f"jt{lane}.{generation}"
+                        go_on = _transaction(txn, current, rng, process, f"{process}-{count}")
+                        count += 1
+                    else:
+                        go_on = _rc_poll(txn, current, f"jrc{lane}.{generation}", positions)
+                    if not go_on or rng.random() < CRASH_CHANCE:
+                        break
+            except JavaGone:
+                if current is not None:
+                    current.close()
+                current = None
+                workload.stop.wait(1.0)  # a JVM that cannot start: try again, not in a spin
+            generation += 1
+    finally:
+        if current is not None:
+            current.close()
+
+
+def _transaction(
+    txn: TxnWorkload, client: JavaClient, rng: random.Random, process: str, name: str
+) -> bool:
+    """One transaction: whether the lane may go on with these clients."""
+    recorder = txn.workload.recorder
+    partitions = txn.workload.partitions
+    if client.call("begin", TXN_ANSWER_S) != "ok":
+        return False
+    chosen = rng.sample(range(partitions), rng.randint(1, min(MAX_TXN_PARTITIONS, partitions)))
+    sent = True
+    for partition in chosen:
+        key, value = txn_key(partition), txn.workload.next_value()
+        recorder.op(process, "invoke", TXN_SEND, key, value, txn=name)
+        try:
+            answer = client.call(f"send {partition} {value}", TXN_ANSWER_S)
+        except JavaGone:
+            recorder.op(process, "info", TXN_SEND, key, value, txn=name, error="no-answer")
+            raise
+        word, _, rest = answer.partition(" ")
+        if word == "ok":
+            recorder.op(process, "ok", TXN_SEND, key, value, txn=name, offset=int(rest), error=None)
+            continue
+        status = "fail" if rest in NOT_APPENDED else "info"
+        recorder.op(process, status, TXN_SEND, key, value, txn=name, error=rest)
+        sent = False
+        break
+    commit = sent and rng.random() < COMMIT_CHANCE
+    recorder.op(process, "invoke", TXN_END, name, int(commit))
+    try:
+        answer = client.call("commit" if commit else "abort", TXN_ANSWER_S)
+    except JavaGone:
+        recorder.op(process, "info", TXN_END, name, int(commit), error="no-answer")
+        raise
+    if answer != "ok":
+        recorder.op(process, "info", TXN_END, name, int(commit), error=answer.partition(" ")[2])
+        return False
+    recorder.op(process, "ok", TXN_END, name, int(commit), error=None)
+    return True
+
+
+def _rc_poll(txn: TxnWorkload, client: JavaClient, process: str, positions: dict[int, int]) -> bool:
+    processes = per_partition(process, positions)
+    txn.invoke_polls(processes, positions)
+    read: dict[int, list[int]] = {p: [] for p in positions}
+    errors: dict[int, str] = {}
+    reached: dict[int, int] = {}
+    try:
+        answer = client.call("poll", POLL_WAIT_S + REQUEST_TIMEOUT_S + REPORT_MARGIN_S)
+    except JavaGone:
+        for partition, position in positions.items():
+            txn.workload.recorder.op(
+                processes[partition],
+                "info",
+                RC_POLL,
+                txn_key(partition),
+                position,
+                error="no-answer",
+            )
+        raise
+    word, _, rest = answer.partition(" ")
+    if word == "ok":
+        records, _marks, ends = rest.split(";")
+        for record in records.split():
+            partition, offset, value = (int(n) for n in record.split(","))
+            read[partition] += [offset, value]
+        for end in ends.split():
+            partition, position = (int(n) for n in end.split(","))
+            reached[partition] = position
+    else:
+        errors = dict.fromkeys(positions, rest)
+    return txn.complete_polls(processes, positions, read, errors, reached)

@@ -28,10 +28,17 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from jepsen.admin import AdminWorkload
 from jepsen.cluster import LAYOUT, ClockMode, Cluster, choose, libfaketime, place
 from jepsen.history import Recorder
-from jepsen.java_lane import JavaClient, JavaGone, java_lane
+from jepsen.java_lane import (
+    JavaClient,
+    JavaGone,
+    java_lane,
+    java_transactional_id,
+    java_txn_lane,
+)
 from jepsen.nemesis import Nemesis
 from jepsen.netns import NetnsBackend
 from jepsen.servers import KRAFT_PY, ApacheKafka, NodeProgram
+from jepsen.txn import TxnWorkload, consumer_lanes
 from jepsen.watch import LeaderWatch
 from jepsen.workload import LOG_LEVEL, Workload
 from sim.progress import wait_showing_progress
@@ -43,6 +50,7 @@ from sim.scenarios.kafka import (
     TOPIC,
     key_of,
 )
+from sim.scenarios.kafka_txn import TXN_TOPIC, broker_props
 
 WORK_PREFIX = "kraft-jepsen-"
 LOCK_NAME = "harness.lock"  # held by a live harness (claim)
@@ -71,6 +79,13 @@ class RunOptions:
     kafka_lib: Path | None = None  # run Apache Kafka from this lib dir, not kraft-server
     admin_lanes: int = ADMIN_LANES
     java_lanes: int = 0  # Apache Kafka's Java client (jepsen/java_lane.py): needs java
+    txn_lanes: int = 0  # librdkafka's transactional producers (jepsen/txn.py)
+    java_txn_lanes: int = 0  # the Java client's transactional lanes (jepsen/java_lane.py)
+
+    @property
+    def transactional(self) -> bool:
+        """Whether the run has transactional lanes (their topic, the brokers' settings)."""
+        return bool(self.txn_lanes or self.java_txn_lanes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +119,11 @@ def _thread(target, *args: object) -> threading.Thread:  # type: ignore[no-untyp
     return thread
 
 
-def create_topic(bootstrap: str, partitions: int, rf: int) -> None:
-    """The workload's topic with min.insync.replicas 2 (1 when rf is 1), as the simulator's."""
+def create_topic(bootstrap: str, partitions: int, rf: int, topic_name: str = TOPIC) -> None:
+    """A workload's topic with min.insync.replicas 2 (1 when rf is 1), as the simulator's."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": LOG_LEVEL})
     topic = NewTopic(
-        TOPIC,
+        topic_name,
         num_partitions=partitions,
         replication_factor=rf,
         config={"min.insync.replicas": str(min(2, rf))},
@@ -116,7 +131,7 @@ def create_topic(bootstrap: str, partitions: int, rf: int) -> None:
     deadline = time.monotonic() + SETUP_BOUND_S
     while True:
         try:
-            admin.create_topics([topic])[TOPIC].result(timeout=REQUEST_TIMEOUT_S)
+            admin.create_topics([topic])[topic_name].result(timeout=REQUEST_TIMEOUT_S)
             return
         except (KafkaException, TimeoutError) as failure:
             name = failure.args[0].name() if failure.args else type(failure).__name__
@@ -167,11 +182,16 @@ def run(options: RunOptions) -> RunReport:
     cluster: Cluster | None = None
     stops: list[threading.Event] = []
     nemesis = None
-    javas: list[JavaClient] = []
+    javas: list[JavaClient] = []  # every JVM started (the lanes append their new ones)
+    txn_javas: list[JavaClient] = []
     try:
         with _signals_interrupt():
             backend.up(list(chosen))
             props = place(chosen, backend.address, work, options.partitions)
+            if options.transactional:
+                for node in props.values():
+                    if "broker" in node["process.roles"]:
+                        node.update(broker_props(rf))
             cluster = Cluster(
                 work, backend, recorder, props, bug=options.bug, clock=clock, program=program
             )
@@ -182,12 +202,15 @@ def run(options: RunOptions) -> RunReport:
                 rf=rf,
                 partitions=options.partitions,
                 idempotent=True,
+                **({"txn_topics": [TXN_TOPIC]} if options.transactional else {}),
             )
             if clock_skipped is not None:
                 recorder.event("nemesis-skipped", nemesis="clock", reason=clock_skipped)
             for node in props:
                 cluster.start(node)
             create_topic(cluster.bootstrap, options.partitions, rf)
+            if options.transactional:
+                create_topic(cluster.bootstrap, options.partitions, rf, TXN_TOPIC)
             watch = LeaderWatch(
                 recorder, cluster.broker_endpoints(), cluster.controller_endpoints()
             )
@@ -207,6 +230,28 @@ def run(options: RunOptions) -> RunReport:
             lanes += [
                 _thread(consumers[lane % 2], lane, options.seed * 100 + 50 + lane)
                 for lane in range(CONSUMERS)
+            ]
+            txn = TxnWorkload(workload)
+            lanes += [
+                _thread(txn.producer_lane, lane, options.seed * 100 + 60 + lane)
+                for lane in range(options.txn_lanes)
+            ]
+            lanes += [
+                _thread(txn.consumer_lane, lane, options.seed * 100 + 90 + lane)
+                for lane in range(consumer_lanes(options.txn_lanes))
+            ]
+            txn_logs = [work / f"java-txn-{lane}.log" for lane in range(options.java_txn_lanes)]
+            for lane, log in enumerate(txn_logs):  # each JVM ready before the faults begin
+                try:
+                    tid = java_transactional_id(lane)
+                    txn_javas.append(
+                        JavaClient.start(cluster.bootstrap, options.partitions, log, tid)
+                    )
+                except JavaGone as gone:
+                    raise RunError(str(gone)) from None
+            lanes += [
+                _thread(java_txn_lane, txn, txn_javas, lane, options.seed * 100 + 40 + lane, log)
+                for lane, log in enumerate(txn_logs)
             ]
             java_logs = [work / f"java-{lane}.log" for lane in range(options.java_lanes)]
             for log in java_logs:  # each JVM ready before the faults begin
@@ -239,6 +284,8 @@ def run(options: RunOptions) -> RunReport:
                 lane.join(JOIN_S)
             workload.heal_sends()
             workload.final_reads()
+            if options.transactional:
+                txn.final_reads()
             if options.admin_lanes:
                 admin.final_reads(cluster.broker_endpoints())
             watch.stop.set()
@@ -248,7 +295,7 @@ def run(options: RunOptions) -> RunReport:
     finally:
         for stop in stops:
             stop.set()
-        for java in list(javas):
+        for java in [*javas, *txn_javas]:
             java.close()
         if cluster is not None:
             cluster.close()

@@ -19,15 +19,25 @@ import org.apache.kafka.common.protocol.Errors;
  * completion after reading its answer), so this program only does what it is told.
  *
  *   send PARTITION VALUE   ok OFFSET | error KAFKA_ERROR_NAME
- *   poll                   ok P,OFFSET,VALUE... ; P,HIGH_WATERMARK...  | error NAME
+ *   poll                   ok P,OFFSET,VALUE... ; P,HIGH_WATERMARK... ; P,POSITION... | error NAME
  *   new                    ok   (new clients, from offset 0: a new process of the history)
  *
- * Arguments: BOOTSTRAP TOPIC PARTITIONS REQUEST_TIMEOUT_MS DELIVERY_TIMEOUT_MS POLL_WAIT_MS.
- * It prints "ready" once its clients exist, before reading the first command.
+ * With a seventh argument, TRANSACTIONAL_ID, the producer is transactional (that id; its
+ * initTransactions runs at the first begin, so a coordinator that is not there yet fails a
+ * command, not the start) and the consumer reads read_committed, and three more commands:
+ *
+ *   begin                  ok | error NAME   (initTransactions first, once per producer)
+ *   commit                 ok | error NAME
+ *   abort                  ok | error NAME
+ *
+ * Arguments: BOOTSTRAP TOPIC PARTITIONS REQUEST_TIMEOUT_MS DELIVERY_TIMEOUT_MS POLL_WAIT_MS
+ * [TRANSACTIONAL_ID]. It prints "ready" once its clients exist, before the first command.
  */
 public class JepsenClient {
     static String bootstrap, topic;
     static int partitions, requestTimeoutMs, deliveryTimeoutMs, pollWaitMs;
+    static String transactionalId; // null: the plain lane
+    static boolean initialized; // the transactional producer's initTransactions succeeded
     static KafkaProducer<String, String> producer;
     static KafkaConsumer<String, String> consumer;
 
@@ -38,6 +48,7 @@ public class JepsenClient {
         requestTimeoutMs = Integer.parseInt(args[3]);
         deliveryTimeoutMs = Integer.parseInt(args[4]);
         pollWaitMs = Integer.parseInt(args[5]);
+        transactionalId = args.length > 6 ? args[6] : null;
         start();
         System.out.println("ready");
         System.out.flush();
@@ -49,6 +60,9 @@ public class JepsenClient {
                 answer = switch (words[0]) {
                     case "send" -> send(Integer.parseInt(words[1]), words[2]);
                     case "poll" -> poll();
+                    case "begin" -> begin();
+                    case "commit" -> { producer.commitTransaction(); yield "ok"; }
+                    case "abort" -> { producer.abortTransaction(); yield "ok"; }
                     case "new" -> { producer.close(Duration.ZERO); consumer.close(Duration.ZERO); start(); yield "ok"; }
                     default -> "error unknown-command";
                 };
@@ -70,6 +84,14 @@ public class JepsenClient {
         p.put("linger.ms", "0");
         p.put("delivery.timeout.ms", String.valueOf(deliveryTimeoutMs));
         p.put("max.block.ms", String.valueOf(requestTimeoutMs)); // send() waiting for metadata
+        if (transactionalId != null) {
+            p.put("transactional.id", transactionalId);
+            // What holds read_committed readers behind a transaction this JVM left open.
+            p.put("transaction.timeout.ms", String.valueOf(deliveryTimeoutMs));
+            // initTransactions, commit and abort wait for the coordinator up to this long.
+            p.put("max.block.ms", String.valueOf(deliveryTimeoutMs));
+        }
+        initialized = false;
         p.put("key.serializer", "org.apache.kafka.common.serialization.StringSerializer");
         p.put("value.serializer", "org.apache.kafka.common.serialization.StringSerializer");
         producer = new KafkaProducer<>(p);
@@ -77,6 +99,7 @@ public class JepsenClient {
         c.put("enable.auto.commit", "false");
         c.put("auto.offset.reset", "none"); // a position past the log end is an error
         c.put("fetch.max.wait.ms", String.valueOf(pollWaitMs));
+        if (transactionalId != null) c.put("isolation.level", "read_committed");
         c.put("key.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
         c.put("value.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
         consumer = new KafkaConsumer<>(c);
@@ -103,6 +126,15 @@ public class JepsenClient {
         }
     }
 
+    static String begin() {
+        if (!initialized) {
+            producer.initTransactions();
+            initialized = true;
+        }
+        producer.beginTransaction();
+        return "ok";
+    }
+
     static String poll() {
         StringBuilder out = new StringBuilder("ok");
         for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(pollWaitMs))) {
@@ -112,6 +144,10 @@ public class JepsenClient {
         for (TopicPartition tp : consumer.assignment()) {
             var lag = consumer.currentLag(tp); // the high watermark less the position, once fetched
             if (lag.isPresent()) out.append(' ').append(tp.partition()).append(',').append(consumer.position(tp) + lag.getAsLong());
+        }
+        out.append(" ;"); // the positions: past the aborted records and markers skipped too
+        for (TopicPartition tp : consumer.assignment()) {
+            out.append(' ').append(tp.partition()).append(',').append(consumer.position(tp));
         }
         return out.toString();
     }

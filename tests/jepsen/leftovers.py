@@ -45,3 +45,17 @@ def namespaces() -> set[str]:
         for line in _out("ip", "netns", "list").splitlines()
         if line.startswith("kj-")
     }
+
+
+def processes_running(text: str) -> list[str]:
+    """The command lines naming ``text`` (a lane's JVMs name their source file, not the
+    run's work dir)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # exited while we looked
+        if text in line:
+            found.append(line)
+    return found

@@ -31,7 +31,7 @@ from kraft.config import ConfigError
 from kraft.planted import PLANTED_BUGS_ENV, planted_bugs
 from sim.analysis.job import analyze_local
 from sim.analysis.load import read_trace_pandas
-from tests.jepsen.leftovers import leftovers, namespaces
+from tests.jepsen.leftovers import leftovers, namespaces, processes_running
 from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
 from tests.kraft.procs import free_port
 
@@ -58,6 +58,8 @@ def test_usage_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]
         (["run", "--kafka-lib", "/x", "--bug", "truncate-to-hw"], "cannot go with --kafka-lib"),
         (["run", "--admin-lanes", "-1"], "--admin-lanes -1: must be 0 or more"),
         (["run", "--java-lanes", "-2"], "--java-lanes -2: must be 0 or more"),
+        (["run", "--txn-lanes", "-1"], "--txn-lanes -1: must be 0 or more"),
+        (["run", "--java-txn-lanes", "-1"], "--java-txn-lanes -1: must be 0 or more"),
     ):
         assert main(argv) == 2
         err = capsys.readouterr().err
@@ -224,7 +226,7 @@ def test_the_admin_workload_under_pauses_and_slow_links_is_linearizable(tmp_path
     )
     report = run(options)
     assert leftovers(report.tag, report.work_dir) == []
-    assert not _processes_running(str(JAVA_SOURCE))  # the Java lane's JVMs are gone too
+    assert not processes_running(str(JAVA_SOURCE))  # the Java lane's JVMs are gone too
     trace = read_trace_pandas(str(options.trace_dir))
     history, events = trace.history, trace.events
     slow = [json.loads(d) for d in events[events["kind"] == "slow"]["detail"]]
@@ -244,18 +246,6 @@ def test_the_admin_workload_under_pauses_and_slow_links_is_linearizable(tmp_path
     assert analysis.violating_runs == [], analysis.violations.to_dict("records")
     assert analysis.keys.empty  # no topic's search was a violation or gave up
     assert analysis.keys_checked >= len(touched)
-
-
-def _processes_running(text: str) -> list[str]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue  # exited while we looked
-        if text in line:
-            found.append(line)
-    return found
 
 
 def _parents(namespace: str) -> set[int]:

@@ -8,12 +8,18 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from jepsen.run import RunOptions, run
 from jepsen.servers import ApacheKafka
+from jepsen.table import columns, system_of
 from sim.analysis.job import analyze_local
 from sim.analysis.load import read_trace_pandas
 from tests.jepsen.leftovers import leftovers
-from tests.kafka_tools import kafka_dist_lib
+from tests.kafka_tools import (
+    kafka_dist_lib,
+    kafka_tools,  # noqa: F401  (pytest fixture: installs once)
+)
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCRIPT = ROOT / "scripts" / "kafka-dist.sh"
@@ -66,3 +72,38 @@ def test_a_short_fault_run_against_apache_kafka_is_judged_and_leaves_nothing(
     assert "clock-skew" not in set(events["kind"])
     analysis = analyze_local(trace)
     assert analysis.violating_runs == [], analysis.violations.to_dict("records")
+
+
+@pytest.mark.usefixtures("kafka_tools")
+def test_transactional_lanes_against_apache_kafka_are_judged_by_the_same_checks(
+    tmp_path: Path,
+) -> None:
+    options = RunOptions(
+        trace_dir=tmp_path / "traces",
+        controllers=1,
+        brokers=3,
+        time_limit_s=20.0,
+        nemeses=("partition", "kill"),
+        seed=2,
+        admin_lanes=0,
+        txn_lanes=2,
+        java_txn_lanes=1,
+        kafka_lib=kafka_dist_lib(),
+    )
+    report = run(options)
+    assert leftovers(report.tag, report.work_dir) == []
+    trace = read_trace_pandas(str(options.trace_dir))
+    ok = trace.history[trace.history["type"] == "ok"]
+    ends = ok[ok["f"] == "txn-end"]
+    committers = {p.split(".")[0] for p in ends[ends["value"] == 1]["process"]}
+    assert {"tp0", "tp1", "jt0"} <= committers  # Kafka's coordinator served both clients
+    assert 0 in set(ends["value"])
+    polls = ok[ok["f"] == "rc-poll"]
+    read = polls[polls["values"].map(lambda values: values is not None and len(values) > 0)]
+    assert {"rc0", "jrc0", "txn-final"} <= {p.split(".")[0] for p in read["process"]}
+    analysis = analyze_local(trace)
+    assert analysis.violating_runs == [], analysis.violations.to_dict("records")
+    # The table's column for this run: Apache Kafka, the same counts.
+    (column,) = columns(str(options.trace_dir), report.run_id)
+    assert system_of(column.run_id) == "Apache Kafka"
+    assert column.commits == int((ends["value"] == 1).sum()) and column.counts == {}
