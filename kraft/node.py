@@ -39,7 +39,12 @@ from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.log_admin import log_admin_apis
 from broker.metrics import BrokerMetricsPublisher
 from broker.producer_ids import ProducerIdManager
-from broker.quotas import QuotaConfig, QuotaManager
+from broker.quotas import (
+    QuotaConfig,
+    QuotaManager,
+    controller_quota_exempt,
+    forwarding_client_id,
+)
 from broker.replica_manager import (
     DuplicateListener,
     HighWatermarkListener,
@@ -308,7 +313,20 @@ class KraftNode:
         await raft.start()
         if self.is_controller:
             self._controller_served = self._controller_table()
-            self._controller_handle = self._measured(self._controller_served.handle)
+            # Kafka's controller enforces client quotas too (ControllerApis throttles every
+            # response but the quorum's RPCs and AlterPartition): a client that talks to a
+            # controller directly (--bootstrap-controller) is held by its request_percentage
+            # as on a broker. Its own rates: Kafka's controller has quota managers of its own.
+            loader = self.loader
+            controller_quotas = QuotaManager(
+                lambda: loader.image,
+                QuotaConfig(config.quota_window_num, config.quota_window_size_seconds),
+                runtime.busy_clock,
+            )
+            self._controller_handle = controller_quotas.enforcing(
+                self._measured(self._controller_served.handle),
+                controller_quota_exempt(self._authorizer()),
+            )
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._run_quorum(raft)))
         if self.is_controller:
@@ -480,7 +498,7 @@ class KraftNode:
         # not hold up this broker's heartbeats behind it (it would be fenced).
         forwarding = self._forwarding_channel = ControllerChannel(
             config.controller_addresses(),
-            f"broker-{config.node_id}-forwarding",
+            forwarding_client_id(config.node_id),
             runtime.rng,
             connector=self._controller_connector,
         )
