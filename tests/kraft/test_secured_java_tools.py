@@ -85,6 +85,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
             "admin": str(_sasl_config(root / "admin.properties", certs, ADMIN, ADMIN_PASSWORD)),
             "bob": str(_sasl_config(root / "bob.properties", certs, BOB, BOB_PASSWORD)),
             "ops": str(_tls_config(root / "ops.properties", certs, ops)),
+            "ops-pem": str(_tls_config(root / "ops-pem.properties", certs, ops, "PEM")),
             "anonymous": str(_tls_config(root / "anonymous.properties", certs, None)),
             "ca": str(certs.ca),
         }
@@ -105,11 +106,16 @@ def _sasl_config(path: Path, certs: Certs, user: str, password: str) -> Path:
     return path
 
 
-def _tls_config(path: Path, certs: Certs, identity: Identity | None) -> Path:
-    """A Java client's --command-config for SSL: a PKCS12 keystore with the client
-    certificate when ``identity`` is given, else the truststore alone."""
+def _tls_config(
+    path: Path, certs: Certs, identity: Identity | None, keystore_type: str = "PKCS12"
+) -> Path:
+    """A Java client's --command-config for SSL: a keystore with the client certificate
+    when ``identity`` is given (PKCS12, or Kafka's PEM type: key and chain in one file),
+    else the truststore alone."""
     text = f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={certs.ca}\n"
-    if identity is not None:
+    if identity is not None and keystore_type == "PEM":
+        text += f"ssl.keystore.type=PEM\nssl.keystore.location={identity.keystore_pem}\n"
+    elif identity is not None:
         text += (
             "ssl.keystore.type=PKCS12\n"
             f"ssl.keystore.location={identity.keystore_p12}\n"
@@ -216,13 +222,17 @@ def test_a_scram_user_from_kafka_configs_is_refused_until_kafka_acls_grants_it(
 def test_kafka_topics_over_mutual_tls_with_and_without_a_client_certificate(
     secured: dict[str, str],
 ) -> None:
-    """The certificate's CN=Ops maps to User:ops, a super user, who sees every topic; the
-    same tool without a keystore fails the handshake and lists nothing."""
+    """The certificate's CN=Ops maps to User:ops, a super user, who sees every topic and
+    may grant ACLs (kafka-topics with a PKCS12 keystore, kafka-acls with Kafka's PEM one);
+    the same tool without a keystore fails the handshake and lists nothing."""
     topic = f"ops-{uuid.uuid4().hex[:8]}"
     admin = _admin(secured, ADMIN, ADMIN_PASSWORD)
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     listed = _topics(secured["mtls"], secured["ops"], "--list")
     assert topic in listed.stdout.split()
+    granted = _acls(secured["mtls"], secured["ops-pem"], "--add", "--allow-principal",
+                    "User:carol", "--operation", "Read", "--topic", topic)  # fmt: skip
+    assert "(principal=User:carol, host=*, operation=READ, permissionType=ALLOW)" in granted
     refused = _topics(secured["mtls"], secured["anonymous"], "--list", check=False)
     assert refused.returncode != 0
     assert topic not in refused.stdout
