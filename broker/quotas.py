@@ -30,13 +30,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from broker.authorization import RequestAuthorizer
-from broker.mutation_quota import STRICT_SINCE, MutationQuota, TokenBucket
+from broker.mutation_quota import (
+    MUTATION_APIS,
+    STRICT_SINCE,
+    MutationQuota,
+    TokenBucket,
+    forward_charged,
+)
 from broker.security import PRINCIPAL
 from metadata.authorizer import CLUSTER_NAME
 from metadata.controller.client_quotas import (
@@ -52,7 +58,7 @@ from metadata.controller.client_quotas import (
 from metadata.image import MetadataImage, QuotaEntity
 from protocol import wire
 from protocol.api_keys import ApiKey
-from protocol.api_table import AclOperation, ResourceType
+from protocol.api_table import AclOperation, Api, ApiHandler, ApiRequest, ResourceType
 from protocol.busy import Timed
 from protocol.principal import CLIENT_HOST
 from protocol.server import CHANNEL, NO_RESPONSE, Handler
@@ -367,6 +373,49 @@ class QuotaManager:
     @property
     def sensors(self) -> int:
         return len(self._rates) + len(self._buckets)
+
+    def charging_mutations(
+        self,
+        entries: Iterable[Api],
+        exempt: Callable[[wire.RequestHeader], bool],
+        default_partitions: int,
+    ) -> list[Api]:
+        """A controller's ``entries`` with CreateTopics, CreatePartitions and DeleteTopics
+        charged to the client's ``controller_mutation_rate`` as a broker charges them
+        (broker/mutation_quota.py: a topic over the quota refused THROTTLING_QUOTA_EXCEEDED
+        from the strict versions on, the throttle time in the response), for a client that
+        talks to the controller directly; what ``exempt`` names (a broker's forwarding,
+        which the broker charged) is not charged again."""
+        loop = asyncio.get_running_loop()
+
+        def charged(handler: ApiHandler) -> ApiHandler:
+            async def handle(request: ApiRequest) -> object | None:
+                quota = None
+                if not exempt(request.header):
+                    quota = self.mutation_quota(
+                        user_of(request.principal),
+                        request.client_id,
+                        request.header.api_key,
+                        request.api_version,
+                        loop.time(),
+                    )
+                if quota is None:
+                    return await handler(request)
+
+                async def handled(body: object) -> object:
+                    return await handler(dataclasses.replace(request, body=body))
+
+                image = self._image()
+                return await forward_charged(request, quota, image, default_partitions, handled)
+
+            return handle
+
+        return [
+            dataclasses.replace(api, handler=charged(api.handler))
+            if api.key in MUTATION_APIS
+            else api
+            for api in entries
+        ]
 
     def enforcing(
         self, handle: Handler, exempt: Callable[[wire.RequestHeader], bool] | None = None

@@ -565,28 +565,35 @@ async def _describe_cluster_until_throttled(
     return throttles, 0.0
 
 
+@pytest.fixture(scope="module")
+def controller_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A node of its own, for clients of its controller listener: (broker, controller)."""
+    root = tmp_path_factory.mktemp("controller-quotas")
+    procs, bootstrap = single_node(root, {"log.dirs": str(root / "logs")})
+    try:
+        yield bootstrap, procs.nodes[1]["controller.quorum.voters"].split("@")[1]
+    finally:
+        procs.cleanup()
+
+
 def test_a_request_percentage_quota_holds_a_client_of_the_controller_listener(
-    tmp_path: Path,
+    controller_node: tuple[str, str],
 ) -> None:
     """Kafka's controller applies request quotas as its brokers do (ControllerApis answers
     through sendResponseMaybeThrottle): a client bootstrapped from the controller under
     request_percentage=0.01 is told a throttle time of at most one window and its
     connection's next request waits that long; another client id is not throttled."""
-    procs, bootstrap = single_node(tmp_path, {"log.dirs": str(tmp_path / "logs")})
-    try:
-        controller = procs.nodes[1]["controller.quorum.voters"].split("@")[1]
-        response = alter(bootstrap, [("client-id", "busy-admin")], "request_percentage", 0.01)
-        assert [e.error_code for e in response.entries] == [ErrorCode.none]
-        wait_until(
-            lambda: describe(bootstrap, "busy-admin") == {"request_percentage": 0.01},
-            "the image has the quota",
-        )
-        free, _ = asyncio.run(_describe_cluster_until_throttled(controller, "free-admin", 100))
-        throttles, next_took_s = asyncio.run(
-            _describe_cluster_until_throttled(controller, "busy-admin", 2000)
-        )
-    finally:
-        procs.cleanup()
+    bootstrap, controller = controller_node
+    response = alter(bootstrap, [("client-id", "busy-admin")], "request_percentage", 0.01)
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(bootstrap, "busy-admin") == {"request_percentage": 0.01},
+        "the image has the quota",
+    )
+    free, _ = asyncio.run(_describe_cluster_until_throttled(controller, "free-admin", 100))
+    throttles, next_took_s = asyncio.run(
+        _describe_cluster_until_throttled(controller, "busy-admin", 2000)
+    )
     print(
         f"controller listener: throttled after {len(throttles)} DescribeCluster requests, "
         f"{throttles[-1]:.3f} s; the next answered after {next_took_s:.3f} s"
@@ -594,3 +601,35 @@ def test_a_request_percentage_quota_holds_a_client_of_the_controller_listener(
     assert free == [0.0] * 100
     assert 0 < throttles[-1] <= 1.0
     assert next_took_s >= throttles[-1] - 0.05
+
+
+def test_the_controller_charges_its_own_clients_topic_creation(
+    controller_node: tuple[str, str],
+) -> None:
+    """CreateTopics sent to the controller directly is charged to controller_mutation_rate
+    as Kafka's controller charges it: the broker test's sequence, on the controller
+    listener, with the same answers; what a broker forwards is charged by the broker alone
+    (test_a_controller_mutation_rate_refuses_then_throttles_topic_creation)."""
+    bootstrap, controller = controller_node
+    response = alter(bootstrap, [("client-id", "c-mutator")], "controller_mutation_rate", 2.0)
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(bootstrap, "c-mutator") == {"controller_mutation_rate": 2.0},
+        "the image has the quota",
+    )
+    answers = asyncio.run(
+        _create_topics(
+            controller, "c-mutator", 7, [("cm-1", 15), ("cm-2", 10), ("cm-3", 1), ("cm-3", 1)]
+        )
+    )
+    codes = [response.topics[0].error_code for response, _ in answers]
+    throttles = [response.throttle_time.total_seconds() for response, _ in answers]
+    took = [seconds for _, seconds in answers]
+    print(f"controller: codes {codes} throttles {throttles} took {[round(t, 2) for t in took]}")
+    assert codes[:2] == [ErrorCode.none, ErrorCode.none]
+    assert throttles[:2] == [0.0, 0.0]
+    assert codes[2] == ErrorCode.throttling_quota_exceeded
+    assert answers[2][0].topics[0].error_message == "The throttling quota has been exceeded."
+    assert 1.5 <= throttles[2] <= 2.5
+    assert took[3] >= throttles[2] - 0.05
+    assert codes[3] == ErrorCode.none
