@@ -9,8 +9,9 @@ PLAINTEXT and a SASL_SSL listener from the same server.properties (certificates 
 scripts/make-certs.sh, a PKCS12 keystore; the SCRAM-SHA-512 user from ``format --add-scram``,
 Kafka's ``kafka-storage format --add-scram``): ``kraft-py``, and ``kafka``, Apache Kafka
 4.1.0 from ``--kafka-lib`` (``java -cp LIB/* kafka.Kafka`` with kafka-server-start.sh's JVM
-options), in alternating rounds so both see the same machine load. Per round and listener,
-after an untimed warm-up (a few MB each way: a cold JVM broker runs interpreted code):
+options), in alternating rounds (3 by default) so both see the same machine load. Per
+round and listener, after an untimed warm-up (a few MB each way: a cold JVM broker runs
+interpreted code):
 confluent-kafka produces ``--megabytes`` MB of 1 KiB records (acks=all) into a topic of its
 own, then a consumer reads them all back.
 
@@ -209,7 +210,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kafka-lib", type=Path, default=None, help="kafka-dist.sh lib")
     parser.add_argument("--megabytes", type=float, default=50.0)
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     count = int(args.megabytes * 1e6 / len(RECORD))
     kafka = ApacheKafka(args.kafka_lib, jvm_opts=KAFKA_JVM_OPTS) if args.kafka_lib else None
