@@ -11,9 +11,8 @@ Kafka's ``kafka-storage format --add-scram``): ``kraft-py``, and ``kafka``, Apac
 4.1.0 from ``--kafka-lib`` (``java -cp LIB/* kafka.Kafka`` with kafka-server-start.sh's JVM
 options), in alternating rounds (3 by default) so both see the same machine load. Per
 round and listener, after an untimed warm-up (a few MB each way: a cold JVM broker runs
-interpreted code):
-confluent-kafka produces ``--megabytes`` MB of 1 KiB records (acks=all) into a topic of its
-own, then a consumer reads them all back.
+interpreted code), confluent-kafka produces ``--megabytes`` MB of 1 KiB records (acks=all)
+into a topic of its own, then a consumer reads them all back.
 
 Printed per server, listener and direction, best of the rounds: MB/s and the node's CPU time
 (user + system, from /proc, every JVM thread included) per MB; then SASL_SSL as a multiple
