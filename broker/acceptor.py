@@ -19,6 +19,7 @@ import errno
 import logging
 import socket
 import ssl
+from asyncio import sslproto
 from collections.abc import Awaitable, Callable
 
 from log.rate_limited_log import RateLimitedLog
@@ -28,11 +29,42 @@ _limited = RateLimitedLog(logger)
 ACCEPT_BACKOFF_S = 1.0
 # Connections taken per readiness event before yielding to the rest of the loop.
 ACCEPTS_PER_WAKEUP = 64
-TLS_HANDSHAKE_S = 10.0  # a client that does not finish its TLS handshake by then is dropped
+TLS_HANDSHAKE_S = 10  # a client that does not finish its TLS handshake by then is dropped
 _STREAM_LIMIT = 2**16  # asyncio.open_connection's default reader buffer limit
 OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 ConnectionHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class _AlertingTlsProtocol(sslproto.SSLProtocol):
+    """asyncio's TLS protocol, but a refused handshake sends its alert before the close.
+
+    asyncio drops the connection at once when the handshake fails, with OpenSSL's alert
+    still in its outgoing buffer. Under TLS 1.3 the server checks the client certificate
+    after the client has finished its side of the handshake, so a client refused for a
+    missing or untrusted certificate then sees only a reset: the Java client takes that for
+    a broken connection and retries until its timeout ("Timed out waiting for a node
+    assignment"). Kafka flushes the alert (SslTransportLayer.handshakeFailure), so the
+    client reads ``certificate_required`` and fails at once with SslAuthenticationException.
+    This is what ``loop.start_tls`` builds, plus that flush. asyncio.sslproto is CPython's
+    and typeshed omits its internals (``_outgoing``, ``_get_app_transport``), hence the
+    getattr; tests/broker/test_network_tls.py fails if either changes.
+    """
+
+    def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
+        transport = self._transport
+        if handshake_exc is not None and isinstance(transport, asyncio.WriteTransport):
+            outgoing: ssl.MemoryBIO = getattr(self, "_outgoing")  # noqa: B009
+            alert = outgoing.read()
+            if alert:
+                transport.write(alert)
+        super()._on_handshake_complete(handshake_exc)
+
+    def app_transport(self) -> asyncio.Transport:
+        """The TLS transport the stream writer writes through (made with the protocol, as
+        loop.start_tls takes it)."""
+        transport: asyncio.Transport = getattr(self, "_get_app_transport")()  # noqa: B009
+        return transport
 
 
 class Acceptor:
@@ -94,10 +126,23 @@ class Acceptor:
             else:
                 reader = asyncio.StreamReader(limit=_STREAM_LIMIT)
                 protocol = asyncio.StreamReaderProtocol(reader)
-                transport, _ = await self._loop.connect_accepted_socket(
-                    lambda: protocol, conn, ssl=self._ssl, ssl_handshake_timeout=TLS_HANDSHAKE_S
+                handshake: asyncio.Future[None] = self._loop.create_future()
+                tls = _AlertingTlsProtocol(
+                    self._loop,
+                    protocol,
+                    self._ssl,
+                    handshake,
+                    server_side=True,
+                    ssl_handshake_timeout=TLS_HANDSHAKE_S,
                 )
-                writer = asyncio.StreamWriter(transport, protocol, reader, self._loop)
+                app_transport = tls.app_transport()
+                raw, _ = await self._loop.connect_accepted_socket(lambda: tls, conn)
+                try:
+                    await handshake
+                except BaseException:
+                    raw.abort()  # a no-op when the failed handshake has closed it already
+                    raise
+                writer = asyncio.StreamWriter(app_transport, protocol, reader, self._loop)
         except (OSError, ssl.SSLError, TimeoutError):
             # A failed TLS handshake (no or a wrong client certificate, not TLS at all) ends
             # here, before any request is read; counted in the log, once a minute.

@@ -29,13 +29,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from broker.mutation_quota import STRICT_SINCE, MutationQuota, TokenBucket
+from broker.authorization import RequestAuthorizer
+from broker.mutation_quota import (
+    MUTATION_APIS,
+    STRICT_SINCE,
+    MutationQuota,
+    TokenBucket,
+    forward_charged,
+)
 from broker.security import PRINCIPAL
+from metadata.authorizer import CLUSTER_NAME
 from metadata.controller.client_quotas import (
     CLIENT_ID,
     CONNECTION_CREATION_RATE,
@@ -49,13 +58,68 @@ from metadata.controller.client_quotas import (
 from metadata.image import MetadataImage, QuotaEntity
 from protocol import wire
 from protocol.api_keys import ApiKey
+from protocol.api_table import AclOperation, Api, ApiHandler, ApiRequest, ResourceType
 from protocol.busy import Timed
+from protocol.principal import CLIENT_HOST
 from protocol.server import CHANNEL, NO_RESPONSE, Handler
 from protocol.turns import Turns
 
 QUOTA_WINDOW_NUM_DEFAULT = 11  # quota.window.num: 10 whole windows and the current one
 QUOTA_WINDOW_SIZE_SECONDS_DEFAULT = 1  # quota.window.size.seconds
 MAX_SENSORS = 100_000  # (quota type, user, client-id) rates kept; idle ones go first
+# The controller listener's requests Kafka's ControllerApis answers without a quota
+# (sendResponseExemptThrottle): the quorum's RPCs, which its raft manager handles, and
+# AlterPartition. Every other request there is charged to the client's request_percentage.
+_CONTROLLER_EXEMPT_APIS = frozenset(
+    {
+        ApiKey.FETCH,
+        ApiKey.FETCH_SNAPSHOT,
+        ApiKey.VOTE,
+        ApiKey.BEGIN_QUORUM_EPOCH,
+        ApiKey.END_QUORUM_EPOCH,
+        ApiKey.DESCRIBE_QUORUM,
+        ApiKey.ADD_RAFT_VOTER,
+        ApiKey.REMOVE_RAFT_VOTER,
+        ApiKey.UPDATE_RAFT_VOTER,
+        ApiKey.ALTER_PARTITION,
+    }
+)
+
+
+def forwarding_client_id(node_id: int) -> str:
+    """The client id of a broker's connection that forwards clients' admin requests to
+    the controllers (the broker already charged the clients for them)."""
+    return f"broker-{node_id}-forwarding"
+
+
+_FORWARDING_CLIENT_ID = re.compile(r"broker-\d+-forwarding")
+
+
+def controller_quota_exempt(
+    authorizer: RequestAuthorizer | None,
+) -> Callable[[wire.RequestHeader], bool]:
+    """Which requests on the controller listener no quota charges: the quorum's RPCs and
+    AlterPartition, as Kafka's ControllerApis, and the requests a broker forwards. Kafka's
+    controller throttles nothing forwarded (it comes in an Envelope, and the broker
+    charged the client); here a broker forwards the request itself over its forwarding
+    connection, known by its client id, which is trusted only from a principal allowed
+    CLUSTER_ACTION (as Kafka's Envelope is) when an authorizer is set, so a client cannot
+    escape its quota by naming itself so."""
+
+    def exempt(header: wire.RequestHeader) -> bool:
+        if header.api_key in _CONTROLLER_EXEMPT_APIS:
+            return True
+        if not _FORWARDING_CLIENT_ID.fullmatch(header.client_id or ""):
+            return False
+        return authorizer is None or authorizer.current().authorize(
+            PRINCIPAL.get(),
+            CLIENT_HOST.get().removeprefix("/"),
+            ResourceType.CLUSTER,
+            CLUSTER_NAME,
+            AclOperation.CLUSTER_ACTION,
+        )
+
+    return exempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,19 +374,66 @@ class QuotaManager:
     def sensors(self) -> int:
         return len(self._rates) + len(self._buckets)
 
-    def enforcing(self, handle: Handler) -> Handler:
+    def charging_mutations(
+        self,
+        entries: Iterable[Api],
+        exempt: Callable[[wire.RequestHeader], bool],
+        default_partitions: int,
+    ) -> list[Api]:
+        """A controller's ``entries`` with CreateTopics, CreatePartitions and DeleteTopics
+        charged to the client's ``controller_mutation_rate`` as a broker charges them
+        (broker/mutation_quota.py: a topic over the quota refused THROTTLING_QUOTA_EXCEEDED
+        from the strict versions on, the throttle time in the response), for a client that
+        talks to the controller directly; what ``exempt`` names (a broker's forwarding,
+        which the broker charged) is not charged again."""
+        loop = asyncio.get_running_loop()
+
+        def charged(handler: ApiHandler) -> ApiHandler:
+            async def handle(request: ApiRequest) -> object | None:
+                quota = None
+                if not exempt(request.header):
+                    quota = self.mutation_quota(
+                        user_of(request.principal),
+                        request.client_id,
+                        request.header.api_key,
+                        request.api_version,
+                        loop.time(),
+                    )
+                if quota is None:
+                    return await handler(request)
+
+                async def handled(body: object) -> object:
+                    return await handler(dataclasses.replace(request, body=body))
+
+                image = self._image()
+                return await forward_charged(request, quota, image, default_partitions, handled)
+
+            return handle
+
+        return [
+            dataclasses.replace(api, handler=charged(api.handler))
+            if api.key in MUTATION_APIS
+            else api
+            for api in entries
+        ]
+
+    def enforcing(
+        self, handle: Handler, exempt: Callable[[wire.RequestHeader], bool] | None = None
+    ) -> Handler:
         """``handle`` with the client quotas of each request: Produce's and a consumer
         Fetch's byte rates, every request's ``request_percentage`` (follower fetches and
         WriteTxnMarkers are cluster actions, exempt as in Kafka) and the throttle time a
         handler set itself (the controller mutation quota of a forwarded admin request). The
         response carries the largest throttle time and the connection is muted for it after
-        the response is sent."""
+        the response is sent. Requests ``exempt`` names pass uncharged and unmuted (the
+        controller listener's: controller_quota_exempt)."""
         loop = asyncio.get_running_loop()
 
         async def throttled(header: wire.RequestHeader, request: object) -> object | None:
             channel = CHANNEL.get()
-            if channel is None:
-                return await handle(header, request)  # not from a connection: nothing to mute
+            if channel is None or (exempt is not None and exempt(header)):
+                # Not from a connection (nothing to mute), or never charged.
+                return await handle(header, request)
             client_id = header.client_id or ""
             user = user_of(PRINCIPAL.get())
             if header.api_key == ApiKey.FETCH and getattr(request, "replica_id", -1) < 0:

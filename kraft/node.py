@@ -39,7 +39,12 @@ from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.log_admin import log_admin_apis
 from broker.metrics import BrokerMetricsPublisher
 from broker.producer_ids import ProducerIdManager
-from broker.quotas import QuotaConfig, QuotaManager
+from broker.quotas import (
+    QuotaConfig,
+    QuotaManager,
+    controller_quota_exempt,
+    forwarding_client_id,
+)
 from broker.replica_manager import (
     DuplicateListener,
     HighWatermarkListener,
@@ -307,8 +312,27 @@ class KraftNode:
             )
         await raft.start()
         if self.is_controller:
-            self._controller_served = self._controller_table()
-            self._controller_handle = self._measured(self._controller_served.handle)
+            # Kafka's controller enforces client quotas too, with quota managers of its own
+            # (ControllerApis throttles every response but the quorum's RPCs and
+            # AlterPartition, and charges CreateTopics, CreatePartitions and DeleteTopics to
+            # controller_mutation_rate): a client that talks to a controller directly
+            # (--bootstrap-controller) is held as on a broker. What a broker forwards it
+            # has charged already: exempt.
+            loader = self.loader
+            controller_quotas = QuotaManager(
+                lambda: loader.image,
+                QuotaConfig(config.quota_window_num, config.quota_window_size_seconds),
+                runtime.busy_clock,
+            )
+            exempt = controller_quota_exempt(self._authorizer())
+            self._controller_served = self._controller_table(
+                controller_quotas.charging_mutations(
+                    self._controller_entries(), exempt, config.num_partitions
+                )
+            )
+            self._controller_handle = controller_quotas.enforcing(
+                self._measured(self._controller_served.handle), exempt
+            )
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._run_quorum(raft)))
         if self.is_controller:
@@ -480,7 +504,7 @@ class KraftNode:
         # not hold up this broker's heartbeats behind it (it would be fenced).
         forwarding = self._forwarding_channel = ControllerChannel(
             config.controller_addresses(),
-            f"broker-{config.node_id}-forwarding",
+            forwarding_client_id(config.node_id),
             runtime.rng,
             connector=self._controller_connector,
         )
@@ -633,18 +657,21 @@ class KraftNode:
                 frame_limit=authenticated.frame_limit,
             )
 
-    def _controller_table(self) -> ServedApis:
-        """The controller listener's table: the quorum's RPCs, the controller's APIs, and
+    def _controller_entries(self) -> list[Api]:
+        """The controller listener's APIs: the quorum's RPCs, the controller's APIs, and
         DescribeCluster for admin clients bootstrapped from controllers (KIP-919)."""
         assert self.raft is not None and self.controller is not None
         describe = self._describe_controllers
         api_versions = self._controller_api_versions
-        entries = [
+        return [
             Api(ApiKey.API_VERSIONS, API_VERSIONS.versions, api_versions, CONTROLLER, ()),
             *self.raft.apis(),
             *self.controller.apis(),
             Api(ApiKey.DESCRIBE_CLUSTER, (1, 1), describe, CONTROLLER, (CLUSTER_DESCRIBE,)),
         ]
+
+    def _controller_table(self, entries: list[Api]) -> ServedApis:
+        """The controller listener's table: ``entries`` behind the authorizer."""
         return ApiTable(guarded(entries, self._authorizer())).served(CONTROLLER)
 
     async def _controller_api_versions(self, request: ApiRequest) -> object:

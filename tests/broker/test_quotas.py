@@ -14,9 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
+from broker.authorization import RequestAuthorizer
 from broker.client import KafkaConnection
-from broker.quotas import QuotaConfig, QuotaManager, Rate, resolve, user_of
+from broker.quotas import (
+    QuotaConfig,
+    QuotaManager,
+    Rate,
+    controller_quota_exempt,
+    forwarding_client_id,
+    resolve,
+    user_of,
+)
 from broker.security import PRINCIPAL
+from metadata.authorizer import AuthorizerConfig
 from metadata.image import MetadataImage, QuotaEntity
 from protocol import wire
 from protocol.api_keys import ApiKey
@@ -533,3 +543,49 @@ def test_a_consumer_fetch_asks_for_at_most_its_quota_window() -> None:
         (50 << 20, 1 << 20),
         (50 << 20, 1 << 20),
     ]
+
+
+def test_on_the_controller_listener_quorum_rpcs_and_forwarded_requests_are_not_charged() -> None:
+    """Kafka's ControllerApis throttles every response but the quorum's RPCs and
+    AlterPartition, and never a forwarded request. A broker's forwarding connection is
+    known by its client id, believed only from a principal allowed CLUSTER_ACTION when an
+    authorizer is set."""
+
+    async def run(authorizer: RequestAuthorizer | None, principal: str) -> dict[str, float]:
+        busy = _BusyClock()
+        image = _image({(("client-id", None),): {"request_percentage": 1.0}})
+        quotas = QuotaManager(lambda: image, CONFIG, busy)
+
+        async def handle(_header: wire.RequestHeader, _request: object) -> object:
+            busy.now_s += 1.0  # 10% of the padded window: ten times the quota
+            return _api_versions_response()
+
+        enforcing = quotas.enforcing(handle, controller_quota_exempt(authorizer))
+        CHANNEL.set(Channel())
+        PRINCIPAL.set(principal)
+        seen = {}
+        for name, header in [
+            ("vote", _header(ApiKey.VOTE, "controller-2")),
+            ("raft fetch", _header(ApiKey.FETCH, "broker-4")),
+            ("alter partition", _header(ApiKey.ALTER_PARTITION, "broker-4")),
+            ("forwarded", _header(ApiKey.CREATE_TOPICS, forwarding_client_id(4))),
+            ("heartbeat", _header(ApiKey.BROKER_HEARTBEAT, "broker-4")),
+            ("direct admin", _header(ApiKey.DESCRIBE_CLUSTER, "admin")),
+        ]:
+            response: Any = await enforcing(header, object())
+            seen[name] = response.throttle_time.total_seconds()
+        return seen
+
+    charged = {"heartbeat": 1.0, "direct admin": 1.0}
+    exempt = {"vote": 0.0, "raft fetch": 0.0, "alter partition": 0.0, "forwarded": 0.0}
+    assert asyncio.run(run(None, "User:ANONYMOUS")) == {**exempt, **charged}
+    authorizer = RequestAuthorizer(
+        AuthorizerConfig(super_users=frozenset({"User:broker"})), lambda: MetadataImage()
+    )
+    assert asyncio.run(run(authorizer, "User:broker")) == {**exempt, **charged}
+    # A client naming itself as a forwarding connection is charged all the same.
+    assert asyncio.run(run(authorizer, "User:mallory")) == {
+        **exempt,
+        "forwarded": 1.0,
+        **charged,
+    }

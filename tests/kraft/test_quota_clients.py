@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
 
 from broker.client import KafkaConnection
 from protocol.api_keys import ApiKey
@@ -533,3 +535,101 @@ def test_a_user_quota_holds_a_sasl_producer_to_its_byte_rate(
     )
     assert abs(rate - QUOTA_BYTES_PER_S) <= 0.1 * QUOTA_BYTES_PER_S
     assert throttles and max(throttles) > 0
+
+
+async def _describe_cluster_until_throttled(
+    address: str, client_id: str, most: int
+) -> tuple[list[float], float]:
+    """DescribeCluster on one connection to a controller, each sent when the previous is
+    answered, until one is throttled (at most ``most``): the throttle times, and how long the
+    request after the first throttled answer took (0 if none was throttled)."""
+    host, port = address.rsplit(":", 1)
+    connection = KafkaConnection(client_id)
+    await connection.connect(host, int(port), 10.0)
+    request = DescribeClusterRequest(
+        include_cluster_authorized_operations=False, endpoint_type=i8(2)
+    )
+    loop = asyncio.get_running_loop()
+    throttles: list[float] = []
+    try:
+        for _ in range(most):
+            response = await connection.request(request, 30.0)
+            assert response.error_code == ErrorCode.none
+            throttles.append(response.throttle_time.total_seconds())
+            if throttles[-1] > 0:
+                sent = loop.time()
+                await connection.request(request, 30.0)
+                return throttles, loop.time() - sent
+    finally:
+        await connection.close()
+    return throttles, 0.0
+
+
+@pytest.fixture(scope="module")
+def controller_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A node of its own, for clients of its controller listener: (broker, controller)."""
+    root = tmp_path_factory.mktemp("controller-quotas")
+    procs, bootstrap = single_node(root, {"log.dirs": str(root / "logs")})
+    try:
+        yield bootstrap, procs.nodes[1]["controller.quorum.voters"].split("@")[1]
+    finally:
+        procs.cleanup()
+
+
+def test_a_request_percentage_quota_holds_a_client_of_the_controller_listener(
+    controller_node: tuple[str, str],
+) -> None:
+    """Kafka's controller applies request quotas as its brokers do (ControllerApis answers
+    through sendResponseMaybeThrottle): a client bootstrapped from the controller under
+    request_percentage=0.01 is told a throttle time of at most one window and its
+    connection's next request waits that long; another client id is not throttled."""
+    bootstrap, controller = controller_node
+    response = alter(bootstrap, [("client-id", "busy-admin")], "request_percentage", 0.01)
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(bootstrap, "busy-admin") == {"request_percentage": 0.01},
+        "the image has the quota",
+    )
+    free, _ = asyncio.run(_describe_cluster_until_throttled(controller, "free-admin", 100))
+    throttles, next_took_s = asyncio.run(
+        _describe_cluster_until_throttled(controller, "busy-admin", 2000)
+    )
+    print(
+        f"controller listener: throttled after {len(throttles)} DescribeCluster requests, "
+        f"{throttles[-1]:.3f} s; the next answered after {next_took_s:.3f} s"
+    )
+    assert free == [0.0] * 100
+    assert 0 < throttles[-1] <= 1.0
+    assert next_took_s >= throttles[-1] - 0.05
+
+
+def test_the_controller_charges_its_own_clients_topic_creation(
+    controller_node: tuple[str, str],
+) -> None:
+    """CreateTopics sent to the controller directly is charged to controller_mutation_rate
+    as Kafka's controller charges it: the broker test's sequence, on the controller
+    listener, with the same answers; what a broker forwards is charged by the broker alone
+    (test_a_controller_mutation_rate_refuses_then_throttles_topic_creation)."""
+    bootstrap, controller = controller_node
+    response = alter(bootstrap, [("client-id", "c-mutator")], "controller_mutation_rate", 2.0)
+    assert [e.error_code for e in response.entries] == [ErrorCode.none]
+    wait_until(
+        lambda: describe(bootstrap, "c-mutator") == {"controller_mutation_rate": 2.0},
+        "the image has the quota",
+    )
+    answers = asyncio.run(
+        _create_topics(
+            controller, "c-mutator", 7, [("cm-1", 15), ("cm-2", 10), ("cm-3", 1), ("cm-3", 1)]
+        )
+    )
+    codes = [response.topics[0].error_code for response, _ in answers]
+    throttles = [response.throttle_time.total_seconds() for response, _ in answers]
+    took = [seconds for _, seconds in answers]
+    print(f"controller: codes {codes} throttles {throttles} took {[round(t, 2) for t in took]}")
+    assert codes[:2] == [ErrorCode.none, ErrorCode.none]
+    assert throttles[:2] == [0.0, 0.0]
+    assert codes[2] == ErrorCode.throttling_quota_exceeded
+    assert answers[2][0].topics[0].error_message == "The throttling quota has been exceeded."
+    assert 1.5 <= throttles[2] <= 2.5
+    assert took[3] >= throttles[2] - 0.05
+    assert codes[3] == ErrorCode.none
