@@ -7,12 +7,15 @@ file, so the next write there fails with ENOTDIR, as a dead disk's mount point w
 - the controller moves the failed dir's leaderships to the other replicas and takes broker 4
   out of their ISRs;
 - acks=all producers to every partition succeed, and Kafka's ``kafka-log-dirs --describe``
-  shows the failed dir with KAFKA_STORAGE_ERROR.
+  shows the failed dir with KAFKA_STORAGE_ERROR;
+- with the dir repaired and broker 4 restarted, its replicas there rejoin the ISRs and a
+  preferred election (Kafka's ``kafka-leader-election``) gives it every leadership back.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -154,3 +157,36 @@ def test_a_failed_log_dir_moves_its_leaders_and_the_broker_serves_the_other(
     assert "KafkaStorageException" in str(placed[str(second)][0])
     assert placed[str(second)][1] == set()
     assert placed[str(first)] == (None, in_first)
+
+    # The disk is repaired (the dir is back where it was) and broker 4 restarted: it registers
+    # the dir again, its replicas there recover, catch up, rejoin the ISRs, and may lead again.
+    procs.signal(4, signal.SIGTERM)
+    assert procs.procs[4].wait(timeout=DEADLINE_S) == 0
+    second.unlink()
+    second.with_name("data4-b.failed").rename(second)
+    procs.start(4)
+    wait_until(
+        lambda: (
+            (state := partitions(servers)) is not None
+            and all(state[i][1] == (4, 5, 6) for i in range(PARTITIONS))
+        ),
+        "broker 4's replicas in the repaired dir rejoin their ISRs",
+        DEADLINE_S,
+    )
+    tools.run(
+        "org.apache.kafka.tools.LeaderElectionCommand",
+        "--bootstrap-server",
+        servers,
+        "--election-type",
+        "PREFERRED",
+        "--all-topic-partitions",
+    )
+    wait_until(
+        lambda: (
+            (state := partitions(servers)) is not None
+            and all(state[i] == (4, (4, 5, 6)) for i in range(PARTITIONS))
+        ),
+        "broker 4 leads every partition again after a preferred election",
+        DEADLINE_S,
+    )
+    assert produce_to_every_partition(servers) == dict.fromkeys(range(PARTITIONS))
