@@ -18,9 +18,11 @@ from metadata.controller.election import broker_returning, preferred_leader_chan
 from metadata.directories import MIGRATING, UNASSIGNED
 from metadata.image import MetadataImage, PartitionRegistration
 from metadata.records import (
+    ELR_FEATURE,
     NO_LEADER,
     BrokerRegistrationChange,
     Config,
+    FeatureLevel,
     Listener,
     Partition,
     PartitionChange,
@@ -244,3 +246,17 @@ def test_dir_fields_are_written_only_when_set() -> None:
     assert b"log_dirs" not in encode_record(BrokerRegistrationChange(1, 5, fenced=True))
     none_online = BrokerRegistrationChange(1, 5, log_dirs=())
     assert decode_record(encode_record(none_online), 0) == none_online
+
+
+def test_with_elr_on_a_failed_dirs_replica_is_not_an_eligible_leader_either() -> None:
+    """KIP-966 on (a new cluster's default): the failed replica leaves the ISR by ELR's rules,
+    and even as the last known leader it is not elected while its dir is offline."""
+    img = build(
+        FeatureLevel(ELR_FEATURE, 1),
+        image=cluster(((1, 2), (1, 2), 1, (DIR_A, DIR_2)), ((1,), (1,), 1, (DIR_A,))),
+    )
+    after = apply(img, broker_heartbeat(context(img), img, heartbeat(1, (DIR_A,)), 1))
+    assert (part(after, 0).leader, part(after, 0).isr) == (2, (2,))
+    assert part(after, 1).leader == NO_LEADER and 1 not in part(after, 1).isr
+    unclean = build(Config(2, "t", "unclean.leader.election.enable", "true"), image=after)
+    assert broker_returning(context(unclean), 1) == []
