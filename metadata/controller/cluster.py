@@ -29,7 +29,7 @@ from metadata.controller.election import (
     elect,
     leads_anything,
 )
-from metadata.delta import BrokerState
+from metadata.delta import BrokerState, MetadataDelta
 from metadata.directories import MIGRATING, is_online
 from metadata.image import BrokerRegistration, MetadataImage
 from metadata.records import (
@@ -126,8 +126,16 @@ def broker_heartbeat(
         )
         return ControllerResult((), response)
     caught_up = request.current_metadata_offset >= broker.epoch
-    records = _heartbeat_records(ctx, committed, broker, request, caught_up)
-    records.extend(_dirs_offline(ctx, broker, getattr(request, "offline_log_dirs", ()), records))
+    records = _dirs_offline(ctx, broker, getattr(request, "offline_log_dirs", ()))
+    if records:
+        # The state change below (an unfence's elections, a fence's) must already see those
+        # dirs offline: an unfenced broker must not be handed a leadership in a failed dir.
+        delta = MetadataDelta(ctx.image)
+        for record in records:
+            delta.replay(record)
+        ctx = ctx.with_image(delta.apply(ctx.image.offset + len(records), ctx.image.epoch))
+        broker = ctx.image.cluster.brokers[broker.broker_id]
+    records += _heartbeat_records(ctx, committed, broker, request, caught_up)
     fenced, shutting_down = _state_after(broker, records)
     response = make(
         module.BrokerHeartbeatResponse,
@@ -179,26 +187,17 @@ def _heartbeat_records(
 
 
 def _dirs_offline(
-    ctx: ControllerContext,
-    broker: BrokerRegistration,
-    offline: Sequence[uuid.UUID | None],
-    earlier: list[MetadataRecord],
+    ctx: ControllerContext, broker: BrokerRegistration, offline: Sequence[uuid.UUID | None]
 ) -> list[MetadataRecord]:
     """KIP-858 (Kafka's handleDirectoriesOffline): the heartbeat's v1+ OfflineLogDirs that
     the registration still lists as online go offline. The broker's replicas in them leave
     ISRs and leaderships (as a fenced broker's would) and its registration keeps only its
     healthy dirs; the broker itself stays unfenced and serves the rest. A dir already
-    offline changes nothing, so every later heartbeat naming it is a no-op. Partitions the
-    heartbeat's own records already moved (it also fenced the broker) are not moved twice."""
+    offline changes nothing, so every later heartbeat naming it is a no-op."""
     failed = frozenset(d for d in offline if d in broker.log_dirs)
     if not failed:
         return []
-    moved = {(r.topic_id, r.partition_id) for r in earlier if isinstance(r, PartitionChange)}
-    changes = [
-        change
-        for change in dirs_failing(ctx, broker.broker_id, failed)
-        if (change.topic_id, change.partition_id) not in moved
-    ]
+    changes = dirs_failing(ctx, broker.broker_id, failed)
     online = tuple(d for d in broker.log_dirs if d not in failed)
     logger.warning(
         "Directories %s in broker %d marked offline, remaining directories: %s",

@@ -73,10 +73,10 @@ def cluster(
     return build(*records)
 
 
-def heartbeat(broker_id: int, offline: tuple[uuid.UUID, ...]) -> Any:
+def heartbeat(broker_id: int, offline: tuple[uuid.UUID, ...], epoch: int | None = None) -> Any:
     return HB.BrokerHeartbeatRequest(
         broker_id=broker_id,
-        broker_epoch=100 + broker_id,
+        broker_epoch=100 + broker_id if epoch is None else epoch,
         current_metadata_offset=10_000,
         want_fence=False,
         want_shut_down=False,
@@ -126,6 +126,23 @@ def test_an_offline_dir_moves_its_leaders_and_leaves_the_broker_unfenced() -> No
     # The next heartbeat names the same dir: it is already offline, nothing more happens.
     again = broker_heartbeat(context(after), after, heartbeat(1, (DIR_A,)), 1)
     assert again.records == ()
+
+
+def test_a_broker_unfenced_with_a_failed_dir_gets_no_leadership_there() -> None:
+    """The heartbeat that unfences broker 1 also reports dir A failed (it failed while the
+    broker was starting): the unfence's elections already see A offline."""
+    img = cluster(
+        ((1, 2), (1,), NO_LEADER, (DIR_A, DIR_2)), ((1, 2), (1,), NO_LEADER, (DIR_B, DIR_2))
+    )
+    img = build(
+        RegisterBroker(1, uuid.UUID(int=77), 500, (), (), None, log_dirs=(DIR_A, DIR_B)), image=img
+    )
+    result = broker_heartbeat(context(img), img, heartbeat(1, (DIR_A,), epoch=500), 1)
+    assert not result.response.is_fenced
+    after = apply(img, result)
+    assert after.cluster.brokers[1].log_dirs == (DIR_B,) and not after.cluster.brokers[1].fenced
+    assert part(after, 0).leader == NO_LEADER  # its only ISR member's dir failed
+    assert part(after, 1).leader == 1  # the healthy dir's partition comes back with it
 
 
 def test_a_replica_in_a_failed_dir_is_never_elected() -> None:
