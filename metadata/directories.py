@@ -20,6 +20,8 @@ from metadata.image import BrokerRegistration, PartitionRegistration
 MIGRATING = uuid.UUID(int=0)
 UNASSIGNED = uuid.UUID(int=1)
 LOST = uuid.UUID(int=2)
+# Kafka's DirectoryId.reserved: the first 100 ids are never a real dir's.
+RESERVED_IDS = 100
 
 
 def directory_of(partition: PartitionRegistration, broker_id: int) -> uuid.UUID:

@@ -30,7 +30,7 @@ from metadata.controller.election import (
     leads_anything,
 )
 from metadata.delta import BrokerState, MetadataDelta
-from metadata.directories import MIGRATING, is_online
+from metadata.directories import MIGRATING, RESERVED_IDS, is_online
 from metadata.image import BrokerRegistration, MetadataImage
 from metadata.records import (
     METADATA_VERSION_FEATURE,
@@ -74,6 +74,11 @@ def broker_registration(
     )
     if not _supports_metadata_version(ctx.image, features):
         return ControllerResult((), answer(ErrorCode.unsupported_version))
+    log_dirs = tuple(d for d in getattr(request, "log_dirs", ()) if d is not None)
+    refusal = _log_dirs_refusal(ctx.image, request.broker_id, log_dirs)
+    if refusal is not None:
+        logger.warning("Refusing the registration of broker %d: %s", request.broker_id, refusal)
+        return ControllerResult((), answer(ErrorCode.invalid_registration))
     existing = ctx.image.cluster.brokers.get(request.broker_id)
     if existing is not None and existing.incarnation_id == request.incarnation_id:
         return ControllerResult((), answer(ErrorCode.none, existing.epoch))  # a retry
@@ -89,7 +94,7 @@ def broker_registration(
         rack=request.rack,
         fenced=True,
         # v2+ (KIP-858): its online log dirs; a heartbeat later names those that failed.
-        log_dirs=tuple(d for d in getattr(request, "log_dirs", ()) if d is not None),
+        log_dirs=log_dirs,
     )
     records: list[MetadataRecord] = [record]
     if existing is not None:
@@ -99,6 +104,25 @@ def broker_registration(
         unclean = getattr(request, "previous_broker_epoch", -1) != existing.epoch
         records.extend(broker_leaving(ctx, request.broker_id, unclean_shutdown=unclean))
     return ControllerResult(tuple(records), answer(ErrorCode.none, next_offset))
+
+
+def _log_dirs_refusal(
+    image: MetadataImage, broker_id: int, log_dirs: tuple[uuid.UUID, ...]
+) -> str | None:
+    """Why Kafka's registerBroker would refuse these dir ids (INVALID_REGISTRATION), or
+    None: a reserved id, one listed twice, or one another broker registered (a copied disk
+    would otherwise make the controller move the wrong broker's leaderships). No dirs at all
+    is accepted, unlike Kafka: a broker whose dirs have no ``directory.id`` (the simulator's)
+    registers none, and its dirs then count as online (metadata/directories.py)."""
+    if any(d.int < RESERVED_IDS for d in log_dirs):
+        return "Reserved directory ID in request"
+    if len(set(log_dirs)) != len(log_dirs):
+        return "Duplicate directory ID in request"
+    for other in image.cluster.brokers.values():
+        shared = set(other.log_dirs) & set(log_dirs)
+        if other.broker_id != broker_id and shared:
+            return f"Broker {other.broker_id} is already registered with directory {min(shared)}"
+    return None
 
 
 def _supports_metadata_version(image: MetadataImage, features: tuple[FeatureRange, ...]) -> bool:

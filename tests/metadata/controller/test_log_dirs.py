@@ -88,20 +88,41 @@ def part(image: MetadataImage, index: int) -> PartitionRegistration:
     return image.topics.by_id[TID].partitions[index]
 
 
-def test_registration_records_the_online_log_dirs() -> None:
-    request = BR.BrokerRegistrationRequest(
-        broker_id=4,
+def registration(broker_id: int, *log_dirs: uuid.UUID) -> Any:
+    return BR.BrokerRegistrationRequest(
+        broker_id=broker_id,
         cluster_id=CLUSTER_ID,
-        incarnation_id=uuid.UUID(int=4),
+        incarnation_id=uuid.UUID(int=1000 + broker_id),
         listeners=(),
         features=(),
         rack=None,
-        log_dirs=(DIR_A, DIR_B),
+        log_dirs=log_dirs,
     )
-    result = broker_registration(context(cluster()), request, 4, next_offset=70)
+
+
+def test_registration_records_the_online_log_dirs() -> None:
+    new_a, new_b = uuid.UUID(int=2**99), uuid.UUID(int=2**98)
+    result = broker_registration(context(cluster()), registration(4, new_a, new_b), 4, 70)
     (record,) = result.records
-    assert isinstance(record, RegisterBroker) and record.log_dirs == (DIR_A, DIR_B)
-    assert apply(cluster(), result).cluster.brokers[4].log_dirs == (DIR_A, DIR_B)
+    assert isinstance(record, RegisterBroker) and record.log_dirs == (new_a, new_b)
+    assert apply(cluster(), result).cluster.brokers[4].log_dirs == (new_a, new_b)
+    # A new incarnation of broker 1 may register the dirs it had.
+    again = broker_registration(context(cluster()), registration(1, DIR_A, DIR_B), 4, 70)
+    assert again.response.error_code == ErrorCode.none
+
+
+def test_registration_refuses_reserved_duplicate_or_taken_dir_ids() -> None:
+    """Kafka's INVALID_REGISTRATION: a copied disk (another broker's dir id) would otherwise
+    make a failure of one broker's dir move the other broker's leaderships."""
+    for dirs in (
+        (UNASSIGNED,),
+        (uuid.UUID(int=99),),
+        (DIR_3, DIR_3),
+        (uuid.UUID(int=2**99), DIR_2),
+    ):
+        result = broker_registration(context(cluster()), registration(4, *dirs), 4, 70)
+        assert roundtrip(result.response).error_code == ErrorCode.invalid_registration, dirs
+        assert result.records == ()
 
 
 def test_an_offline_dir_moves_its_leaders_and_leaves_the_broker_unfenced() -> None:
