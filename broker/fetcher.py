@@ -221,6 +221,7 @@ class ReplicaFetcher:
         backoff_s = self._config.backoff_ms / 1000
         while True:  # until cancelled by close()
             now_s = loop.time()
+            self._drop_offline()
             ready = {k: f for k, f in self._partitions.items() if f.delayed_until_s <= now_s}
             if not ready:
                 self._changed.clear()
@@ -243,6 +244,15 @@ class ReplicaFetcher:
                     await self._connection.close()
                     self._connection = None
                 await asyncio.sleep(backoff_s)
+
+    def _drop_offline(self) -> None:
+        """Stop fetching for replicas whose log dir failed (Kafka's handleLogDirFailure
+        removes their fetchers): a fetch naming the offsets such a log still reports would
+        let the leader count it caught up and put it back into the ISR, although it can no
+        longer write a record."""
+        for key in [k for k, f in self._partitions.items() if not f.partition.log.is_online]:
+            del self._partitions[key]
+            logger.warning("%s %s-%d: its log is offline; no longer fetching", self._prefix, *key)
 
     async def _connect(self) -> KafkaConnection:
         connection = self._connection

@@ -30,6 +30,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.controller_channel import ControllerSender
+from broker.log_dirs import LogDirReport
 from log.runtime import Runtime
 from metadata.records import (
     ELR_FEATURE,
@@ -44,7 +45,8 @@ from protocol.entities import make, request_module
 logger = logging.getLogger("broker.lifecycle")
 
 REGISTRATION_VERSION = 4  # Kafka 3.9/4.0's newest
-HEARTBEAT_VERSION = 1
+HEARTBEAT_VERSION = 1  # v1 carries OfflineLogDirs (KIP-858)
+ASSIGN_VERSION = 0
 # kraft-py's only metadata.version so far (kraft/bootstrap.py formats clusters at 1).
 SUPPORTED_FEATURES = (
     FeatureRange(METADATA_VERSION_FEATURE, 1, 1),
@@ -99,12 +101,15 @@ class BrokerLifecycleManager:
         request_timeout_ms: int = 4500,
         features: tuple[FeatureRange, ...] = SUPPORTED_FEATURES,
         previous_broker_epoch: int = -1,
+        log_dirs: LogDirReport | None = None,
     ) -> None:
         """``metadata_offset`` is the offset of the broker's published image (the next
         metadata offset to replay); heartbeats report the last replayed one, one less, as
         Kafka's do. ``request_timeout_ms`` bounds each registration or heartbeat request
         (Kafka: half of broker.session.timeout.ms). ``previous_broker_epoch`` is the epoch
-        the last clean shutdown recorded (-1: none), sent with the first registration."""
+        the last clean shutdown recorded (-1: none), sent with the first registration.
+        ``log_dirs`` says which dirs to register, report offline and assign replicas to
+        (KIP-858); None registers none."""
         self.runtime = runtime
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -114,6 +119,7 @@ class BrokerLifecycleManager:
         self.features = features
         self._channel = channel
         self._metadata_offset = metadata_offset
+        self._log_dirs = log_dirs
         self._heartbeat_interval_s = heartbeat_interval_ms / 1000
         self._request_timeout_s = request_timeout_ms / 1000
         self._prefix = f"[BrokerLifecycleManager id={node_id}]"
@@ -297,6 +303,7 @@ class BrokerLifecycleManager:
                 "features": features,
                 "rack": self.rack,
                 "previous_broker_epoch": self._previous_broker_epoch,
+                "log_dirs": () if self._log_dirs is None else self._log_dirs.online(),
             },
         )
         try:
@@ -335,6 +342,7 @@ class BrokerLifecycleManager:
                 "current_metadata_offset": last_replayed,
                 "want_fence": last_replayed < self._broker_epoch,
                 "want_shut_down": self._state is BrokerState.PENDING_CONTROLLED_SHUTDOWN,
+                "offline_log_dirs": () if self._log_dirs is None else self._log_dirs.offline(),
             },
         )
         try:
@@ -364,7 +372,76 @@ class BrokerLifecycleManager:
         self._failures = 0
         if not response.is_fenced and self.unfenced_by is None:
             self.unfenced_by = (bool(request.want_fence), last_replayed)
+        await self._assign_replicas_to_dirs()
         return self._on_heartbeat_answer(response)
+
+    def log_dir_failed(self) -> None:
+        """A log dir went offline: heartbeat now, so the controller moves its leaderships
+        at once rather than a heartbeat interval later (Kafka's
+        propagateDirectoryFailure)."""
+        self._wake.set()
+
+    async def _assign_replicas_to_dirs(self) -> None:
+        """Tell the controller where replicas it has not placed are (KIP-858); what fails
+        is sent again after the next heartbeat, since it is still missing from the image."""
+        pending = [] if self._log_dirs is None else self._log_dirs.pending()
+        if not pending:
+            return
+        module: Any = request_module(ApiKey.ASSIGN_REPLICAS_TO_DIRS, ASSIGN_VERSION)
+        by_dir: dict[uuid.UUID, dict[uuid.UUID, list[int]]] = {}
+        for item in pending:
+            by_dir.setdefault(item.directory, {}).setdefault(item.topic_id, []).append(
+                item.partition
+            )
+        request = make(
+            module.AssignReplicasToDirsRequest,
+            {
+                "broker_id": self.node_id,
+                "broker_epoch": self._broker_epoch,
+                "directories": tuple(
+                    make(
+                        module.DirectoryData,
+                        {
+                            "id_": dir_id,
+                            "topics": tuple(
+                                make(
+                                    module.TopicData,
+                                    {
+                                        "topic_id": topic_id,
+                                        "partitions": tuple(
+                                            make(module.PartitionData, {"partition_index": p})
+                                            for p in indexes
+                                        ),
+                                    },
+                                )
+                                for topic_id, indexes in topics.items()
+                            ),
+                        },
+                    )
+                    for dir_id, topics in by_dir.items()
+                ),
+            },
+        )
+        try:
+            response: Any = await self._channel.send(request, self._request_timeout_s)
+        except OSError as error:
+            logger.info("%s Unable to assign replicas to log dirs: %r", self._prefix, error)
+            return
+        refused = [
+            (p.partition_index, ErrorCode(p.error_code).name.upper())
+            for d in response.directories
+            for t in d.topics
+            for p in t.partitions
+            if p.error_code != ErrorCode.none
+        ]
+        if response.error_code != ErrorCode.none or refused:
+            logger.info(
+                "%s The controller refused %d log dir assignment(s): %s %s",
+                self._prefix,
+                len(refused),
+                ErrorCode(response.error_code).name.upper(),
+                refused[:10],
+            )
 
     def _on_heartbeat_answer(self, response: Any) -> float:
         """Kafka's state moves on a successful heartbeat; the delay before the next one."""

@@ -425,7 +425,9 @@ class ReplicaManager:
                 await self.fetchers.remove(key)
             transition = partition.apply(registration, now_ms)
             following = transition.after is ReplicaState.FOLLOWER
-            if refetch and following and partition.leader != NO_LEADER:
+            # A replica whose log dir failed never fetches again (broker/fetcher.py).
+            online = partition.log.is_online
+            if refetch and following and partition.leader != NO_LEADER and online:
                 if TRUNCATE_TO_HW in self.bugs and transition.new_epoch:
                     await partition.truncate_to(partition.high_watermark)
                 self.fetchers.add(partition)

@@ -37,6 +37,7 @@ from broker.group.coordinator import GroupCoordinator
 from broker.kafka_apis import KafkaApis, loop_time, with_features
 from broker.lifecycle import BrokerLifecycleManager, BrokerState
 from broker.log_admin import log_admin_apis
+from broker.log_dirs import LogDirReport
 from broker.metrics import BrokerMetricsPublisher
 from broker.producer_ids import ProducerIdManager
 from broker.quotas import (
@@ -427,7 +428,17 @@ class KraftNode:
             metadata_offset=lambda: loader.image.offset,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             previous_broker_epoch=self.logs.previous_broker_epoch,
+            log_dirs=LogDirReport(
+                config.node_id, self.logs, self._log_dir_ids(config), lambda: loader.image
+            ),
         )
+        lifecycle_manager, logs = self.lifecycle, self.logs
+
+        def dir_offline(_: str) -> None:
+            if logs.live_log_dirs:  # with none left the node stops instead (_watch_log_dirs)
+                lifecycle_manager.log_dir_failed()
+
+        self.logs.on_dir_offline = dir_offline
         await self.lifecycle.start()
         await self.lifecycle.wait_for_state(BrokerState.RUNNING)
         # Caught up with the metadata log: the partitions assigned here get their logs
@@ -581,6 +592,12 @@ class KraftNode:
             raise FatalStorageError(
                 f"the metadata log in {self.metadata_dir} failed: {error}"
             ) from error
+
+    def _log_dir_ids(self, config: ServerConfig) -> dict[str, uuid.UUID]:
+        """Each log dir's ``directory.id`` (written by ``kraft-server format``; a dir never
+        formatted, as the simulator's, has none and is not reported to the controller)."""
+        ids = {d: metadata_directory_id(self.runtime.fs, d) for d in config.log_dirs}
+        return {d: dir_id for d, dir_id in ids.items() if dir_id is not None}
 
     async def _watch_log_dirs(self, logs: LogManager) -> None:
         await logs.all_dirs_offline.wait()

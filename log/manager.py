@@ -149,6 +149,8 @@ class LogManager:
         # LogDirFailureChannel); set once every dir has failed: the broker cannot go on.
         self.offline_dirs: dict[str, OSError] = {}
         self.all_dirs_offline = asyncio.Event()
+        # Called with the dir each time one goes offline (the broker tells the controller).
+        self.on_dir_offline: Callable[[str], None] | None = None
         self.cleaner = LogCleaner(
             now_ms=runtime.clock.now_ms,
             dedupe_buffer_bytes=self.manager_config.cleaner_dedupe_buffer_size,
@@ -417,6 +419,8 @@ class LogManager:
             exc,
             len(partitions),
         )
+        if self.on_dir_offline is not None:
+            self.on_dir_offline(log_dir)
         if not self.live_log_dirs:
             self.all_dirs_offline.set()
 

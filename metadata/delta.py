@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from metadata.authorizer import AclBinding, binding_from_codes
+from metadata.directories import realigned
 from metadata.image import (
     BrokerRegistration,
     ClusterImage,
@@ -162,6 +163,7 @@ class MetadataDelta:
             rack=record.rack,
             fenced=record.fenced,
             in_controlled_shutdown=record.in_controlled_shutdown,
+            log_dirs=record.log_dirs,
         )
 
     def _replay_unregister_broker(self, record: UnregisterBroker) -> None:
@@ -178,8 +180,11 @@ class MetadataDelta:
 
     def _replay_broker_registration_change(self, record: BrokerRegistrationChange) -> None:
         broker = self._registered(record.broker_id, record.broker_epoch, record)
+        if record.log_dirs is not None:
+            broker = dataclasses.replace(broker, log_dirs=record.log_dirs)
+            self._own_brokers()[broker.broker_id] = broker
         if record.fenced is None and record.in_controlled_shutdown is None:
-            return  # changes nothing kraft-py tracks (Kafka uses it for log dirs too)
+            return
         fenced = broker.fenced if record.fenced is None else record.fenced
         shutdown = (
             broker.in_controlled_shutdown
@@ -234,6 +239,7 @@ class MetadataDelta:
             adding_replicas=record.adding_replicas,
             elr=record.eligible_leader_replicas,
             last_known_elr=record.last_known_elr,
+            directories=record.directories,
         )
         _check_registration(registration, record)
         self._own_partitions(record.topic_id)[record.partition_id] = registration
@@ -244,8 +250,16 @@ class MetadataDelta:
         assert current is not None
         leader = current.leader if record.leader is None else record.leader
         new_leader = leader != current.leader or record.bump_leader_epoch
+        replicas = _or(record.replicas, current.replicas)
+        # Kafka's builder always writes the dirs with new replicas; kraft-py's records leave
+        # them out and every remaining replica keeps its dir (a new one is UNASSIGNED).
+        directories = (
+            realigned(current.replicas, current.directories, replicas)
+            if record.directories is None
+            else record.directories
+        )
         registration = PartitionRegistration(
-            replicas=_or(record.replicas, current.replicas),
+            replicas=replicas,
             isr=_or(record.isr, current.isr),
             leader=leader,
             leader_epoch=current.leader_epoch + 1 if new_leader else current.leader_epoch,
@@ -254,6 +268,7 @@ class MetadataDelta:
             adding_replicas=_or(record.adding_replicas, current.adding_replicas),
             elr=_or(record.eligible_leader_replicas, current.elr),
             last_known_elr=_or(record.last_known_elr, current.last_known_elr),
+            directories=directories,
         )
         _check_registration(registration, record)
         self._own_partitions(record.topic_id)[record.partition_id] = registration
@@ -446,6 +461,8 @@ def _check_registration(partition: PartitionRegistration, record: object) -> Non
         or not set(partition.elr).isdisjoint(partition.isr)
     ):
         problem = "ELR with duplicates, non-replicas or ISR members"  # KIP-966
+    elif partition.directories and len(partition.directories) != len(partition.replicas):
+        problem = "directories not one per replica"  # KIP-858
     if problem is not None:
         raise MetadataStateError(f"{record!r}: {problem}")
 

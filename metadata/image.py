@@ -36,6 +36,8 @@ class BrokerRegistration:
     rack: str | None
     fenced: bool
     in_controlled_shutdown: bool
+    # KIP-858: the ids of its online log dirs (empty: it registered none).
+    log_dirs: tuple[uuid.UUID, ...] = ()
 
     def listener(self, name: str) -> Listener | None:
         return next((item for item in self.listeners if item.name == name), None)
@@ -55,6 +57,8 @@ class PartitionRegistration:
     # once the partition lost every ISR member (metadata/controller/elr.py).
     elr: tuple[int, ...] = ()
     last_known_elr: tuple[int, ...] = ()
+    # KIP-858: each replica's log dir id in replica order, or empty (metadata/directories.py).
+    directories: tuple[uuid.UUID, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -71,6 +71,8 @@ class RegisterBroker:
     rack: str | None
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    # KIP-858 (RegisterBrokerRecord v3 LogDirs): the directory ids of its online log dirs.
+    log_dirs: tuple[uuid.UUID, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,6 +107,9 @@ class BrokerRegistrationChange:
     broker_epoch: int
     fenced: bool | None = None
     in_controlled_shutdown: bool | None = None
+    # KIP-858 (BrokerRegistrationChangeRecord v2 LogDirs): its online log dirs are now these
+    # (some failed); None leaves them as they are.
+    log_dirs: tuple[uuid.UUID, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -131,6 +136,10 @@ class Partition:
     # KIP-966 (Kafka's PartitionRecord v2 EligibleLeaderReplicas / LastKnownElr).
     eligible_leader_replicas: tuple[int, ...] = ()
     last_known_elr: tuple[int, ...] = ()
+    # KIP-858 (PartitionRecord v1 Directories): the log dir id of each replica, in replica
+    # order; empty means every replica's dir is unknown (Kafka's MIGRATING, see
+    # metadata/directories.py).
+    directories: tuple[uuid.UUID, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -150,6 +159,9 @@ class PartitionChange:
     bump_leader_epoch: bool = False
     eligible_leader_replicas: tuple[int, ...] | None = None
     last_known_elr: tuple[int, ...] | None = None
+    # KIP-858 (PartitionChangeRecord v1 Directories), in (new) replica order; None keeps
+    # each remaining replica's dir (metadata/delta.py).
+    directories: tuple[uuid.UUID, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -308,9 +320,19 @@ RECORD_TYPES: dict[str, type[Any]] = {
 }
 
 
+# KIP-858's fields are left out while at their default (Kafka's records carry them only from the
+# metadata version that added them): a cluster whose brokers have one log dir each writes
+# the same bytes as before they existed, and decoding fills in the default.
+_OMITTED_WHEN_UNSET = frozenset({"log_dirs", "directories"})
+
+
 def encode_record(record: MetadataRecord) -> bytes:
     """The msgpack value of one metadata record."""
-    fields = {f.name: _encode_value(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    fields = {
+        f.name: _encode_value(getattr(record, f.name))
+        for f in dataclasses.fields(record)
+        if f.name not in _OMITTED_WHEN_UNSET or getattr(record, f.name) != f.default
+    }
     return msgpack.packb({"type": record.TYPE, "version": record.VERSION, **fields})
 
 

@@ -48,6 +48,7 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
                 rack=broker.rack,
                 fenced=broker.fenced,
                 in_controlled_shutdown=broker.in_controlled_shutdown,
+                log_dirs=broker.log_dirs,
             )
         )
     for name, topic_id in sorted(image.topics.by_name.items()):
@@ -67,6 +68,7 @@ def image_records(image: MetadataImage) -> list[MetadataRecord]:
                     adding_replicas=partition.adding_replicas,
                     eligible_leader_replicas=partition.elr,
                     last_known_elr=partition.last_known_elr,
+                    directories=partition.directories,
                 )
             )
     for (resource_type, resource_name), entries in sorted(image.configs.items()):

@@ -13,13 +13,24 @@ epoch is tied to exactly one registration: anything from an older incarnation is
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from metadata.controller.context import ControllerContext, ControllerResult
-from metadata.controller.election import broker_leaving, broker_returning, leads_anything
-from metadata.delta import BrokerState
+from metadata.controller.election import (
+    broker_leaving,
+    broker_returning,
+    dirs_failing,
+    elect,
+    leads_anything,
+)
+from metadata.delta import BrokerState, MetadataDelta
+from metadata.directories import MIGRATING, RESERVED_IDS, is_online
 from metadata.image import BrokerRegistration, MetadataImage
 from metadata.records import (
     METADATA_VERSION_FEATURE,
@@ -28,12 +39,15 @@ from metadata.records import (
     FenceBroker,
     Listener,
     MetadataRecord,
+    PartitionChange,
     RegisterBroker,
     UnfenceBroker,
     UnregisterBroker,
 )
 from protocol.api_keys import ApiKey
 from protocol.entities import make, response_module
+
+logger = logging.getLogger(__name__)
 
 UNFENCE_BEFORE_CAUGHT_UP = "unfence-before-caught-up"
 SHUTDOWN_KEEPS_LEADERS = "shutdown-keeps-leaders"
@@ -60,6 +74,11 @@ def broker_registration(
     )
     if not _supports_metadata_version(ctx.image, features):
         return ControllerResult((), answer(ErrorCode.unsupported_version))
+    log_dirs = tuple(d for d in getattr(request, "log_dirs", ()) if d is not None)
+    refusal = _log_dirs_refusal(ctx.image, request.broker_id, log_dirs)
+    if refusal is not None:
+        logger.warning("Refusing the registration of broker %d: %s", request.broker_id, refusal)
+        return ControllerResult((), answer(ErrorCode.invalid_registration))
     existing = ctx.image.cluster.brokers.get(request.broker_id)
     if existing is not None and existing.incarnation_id == request.incarnation_id:
         return ControllerResult((), answer(ErrorCode.none, existing.epoch))  # a retry
@@ -74,6 +93,8 @@ def broker_registration(
         features=features,
         rack=request.rack,
         fenced=True,
+        # v2+ (KIP-858): its online log dirs; a heartbeat later names those that failed.
+        log_dirs=log_dirs,
     )
     records: list[MetadataRecord] = [record]
     if existing is not None:
@@ -83,6 +104,25 @@ def broker_registration(
         unclean = getattr(request, "previous_broker_epoch", -1) != existing.epoch
         records.extend(broker_leaving(ctx, request.broker_id, unclean_shutdown=unclean))
     return ControllerResult(tuple(records), answer(ErrorCode.none, next_offset))
+
+
+def _log_dirs_refusal(
+    image: MetadataImage, broker_id: int, log_dirs: tuple[uuid.UUID, ...]
+) -> str | None:
+    """Why Kafka's registerBroker would refuse these dir ids (INVALID_REGISTRATION), or
+    None: a reserved id, one listed twice, or one another broker registered (a copied disk
+    would otherwise make the controller move the wrong broker's leaderships). No dirs at all
+    is accepted, unlike Kafka: a broker whose dirs have no ``directory.id`` (the simulator's)
+    registers none, and its dirs then count as online (metadata/directories.py)."""
+    if any(d.int < RESERVED_IDS for d in log_dirs):
+        return "Reserved directory ID in request"
+    if len(set(log_dirs)) != len(log_dirs):
+        return "Duplicate directory ID in request"
+    for other in image.cluster.brokers.values():
+        shared = set(other.log_dirs) & set(log_dirs)
+        if other.broker_id != broker_id and shared:
+            return f"Broker {other.broker_id} is already registered with directory {min(shared)}"
+    return None
 
 
 def _supports_metadata_version(image: MetadataImage, features: tuple[FeatureRange, ...]) -> bool:
@@ -110,7 +150,16 @@ def broker_heartbeat(
         )
         return ControllerResult((), response)
     caught_up = request.current_metadata_offset >= broker.epoch
-    records = _heartbeat_records(ctx, committed, broker, request, caught_up)
+    records = _dirs_offline(ctx, broker, getattr(request, "offline_log_dirs", ()))
+    if records:
+        # The state change below (an unfence's elections, a fence's) must already see those
+        # dirs offline: an unfenced broker must not be handed a leadership in a failed dir.
+        delta = MetadataDelta(ctx.image)
+        for record in records:
+            delta.replay(record)
+        ctx = ctx.with_image(delta.apply(ctx.image.offset + len(records), ctx.image.epoch))
+        broker = ctx.image.cluster.brokers[broker.broker_id]
+    records += _heartbeat_records(ctx, committed, broker, request, caught_up)
     fenced, shutting_down = _state_after(broker, records)
     response = make(
         module.BrokerHeartbeatResponse,
@@ -161,6 +210,28 @@ def _heartbeat_records(
     return []
 
 
+def _dirs_offline(
+    ctx: ControllerContext, broker: BrokerRegistration, offline: Sequence[uuid.UUID | None]
+) -> list[MetadataRecord]:
+    """KIP-858 (Kafka's handleDirectoriesOffline): the heartbeat's v1+ OfflineLogDirs that
+    the registration still lists as online go offline. The broker's replicas in them leave
+    ISRs and leaderships (as a fenced broker's would) and its registration keeps only its
+    healthy dirs; the broker itself stays unfenced and serves the rest. A dir already
+    offline changes nothing, so every later heartbeat naming it is a no-op."""
+    failed = frozenset(d for d in offline if d in broker.log_dirs)
+    if not failed:
+        return []
+    changes = dirs_failing(ctx, broker.broker_id, failed)
+    online = tuple(d for d in broker.log_dirs if d not in failed)
+    logger.warning(
+        "Directories %s in broker %d marked offline, remaining directories: %s",
+        sorted(map(str, failed)),
+        broker.broker_id,
+        [str(d) for d in online],
+    )
+    return [*changes, BrokerRegistrationChange(broker.broker_id, broker.epoch, log_dirs=online)]
+
+
 def _state_after(broker: BrokerRegistration, records: list[MetadataRecord]) -> tuple[bool, bool]:
     """(fenced, in controlled shutdown) once ``records`` are applied."""
     fenced, shutting_down = broker.fenced, broker.in_controlled_shutdown
@@ -174,6 +245,105 @@ def _state_after(broker: BrokerRegistration, records: list[MetadataRecord]) -> t
             if record.in_controlled_shutdown is not None:
                 shutting_down = record.in_controlled_shutdown
     return fenced, shutting_down
+
+
+# ---- AssignReplicasToDirs -----------------------------------------------------------------------
+
+
+def assign_replicas_to_dirs(
+    ctx: ControllerContext, request: Any, api_version: int
+) -> ControllerResult:
+    """KIP-858: a broker says which of its log dirs holds each of its replicas; each
+    assignment that changes a partition's ``directories`` is a PartitionChange. A replica
+    placed in a dir the registration no longer lists (it failed meanwhile) also leaves its
+    ISR and leadership, as Kafka's handleAssignReplicasToDirs does."""
+    module = response_module(ApiKey.ASSIGN_REPLICAS_TO_DIRS, api_version)
+    broker = ctx.image.cluster.brokers.get(request.broker_id)
+    if broker is None or broker.epoch != request.broker_epoch:
+        code = (
+            ErrorCode.broker_id_not_registered if broker is None else ErrorCode.stale_broker_epoch
+        )
+        response = make(
+            module.AssignReplicasToDirsResponse,
+            {"error_code": code, "directories": ()},
+        )
+        return ControllerResult((), response)
+    records: list[MetadataRecord] = []
+    directories = []
+    for directory in request.directories:
+        dir_id = directory.id_
+        topics = []
+        for topic_data in directory.topics:
+            results = [
+                make(
+                    module.PartitionData,
+                    {
+                        "partition_index": item.partition_index,
+                        "error_code": _assign(
+                            ctx, broker, dir_id, topic_data.topic_id, item, records
+                        ),
+                    },
+                )
+                for item in topic_data.partitions
+            ]
+            topics.append(
+                make(
+                    module.TopicData,
+                    {"topic_id": topic_data.topic_id, "partitions": tuple(results)},
+                )
+            )
+        directories.append(make(module.DirectoryData, {"id_": dir_id, "topics": tuple(topics)}))
+    response = make(
+        module.AssignReplicasToDirsResponse,
+        {"error_code": ErrorCode.none, "directories": tuple(directories)},
+    )
+    return ControllerResult(tuple(records), response)
+
+
+def _assign(
+    ctx: ControllerContext,
+    broker: BrokerRegistration,
+    dir_id: uuid.UUID | None,
+    topic_id: uuid.UUID | None,
+    item: Any,
+    records: list[MetadataRecord],
+) -> ErrorCode:
+    """One replica's assignment, its record (if any) appended to ``records``."""
+    topic = None if topic_id is None else ctx.image.topics.by_id.get(topic_id)
+    if topic is None:
+        return ErrorCode.unknown_topic_id
+    partition = topic.partitions.get(item.partition_index)
+    if partition is None:
+        return ErrorCode.unknown_topic_or_partition
+    broker_id = broker.broker_id
+    if broker_id not in partition.replicas or dir_id is None:
+        return ErrorCode.not_leader_or_follower
+    if any(  # an earlier assignment in this request moved it already: keep the first
+        isinstance(r, PartitionChange)
+        and (r.topic_id, r.partition_id) == (topic.topic_id, item.partition_index)
+        for r in records
+    ):
+        return ErrorCode.none
+    current = partition.directories or (MIGRATING,) * len(partition.replicas)
+    index = partition.replicas.index(broker_id)
+    if current[index] == dir_id:
+        return ErrorCode.none
+    placed = (*current[:index], dir_id, *current[index + 1 :])
+    change = PartitionChange(topic.topic_id, item.partition_index, directories=placed)
+    if not is_online(dir_id, broker) and broker_id in (*partition.isr, partition.leader):
+        elected = elect(
+            ctx,
+            topic,
+            item.partition_index,
+            dataclasses.replace(partition, directories=placed),
+            tuple(r for r in partition.isr if r != broker_id),
+            lambda replica: replica != broker_id and ctx.is_usable(replica),
+            unclean=ctx.unclean_enabled(topic.name),
+        )
+        if elected is not None:
+            change = dataclasses.replace(elected, directories=placed)
+    records.append(change)
+    return ErrorCode.none
 
 
 # ---- fencing and unregistration -----------------------------------------------------------------

@@ -12,7 +12,8 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from metadata.config_defs import dynamic_value
-from metadata.image import MetadataImage
+from metadata.directories import directory_of, is_online
+from metadata.image import MetadataImage, PartitionRegistration
 from metadata.records import MetadataRecord
 from protocol.turns import weighted_slices
 from raft.core import MAX_PROPOSAL_RECORDS
@@ -64,6 +65,16 @@ class ControllerContext:
         controlled shutdown (Kafka's ClusterControlManager.isActive)."""
         broker = self.image.cluster.brokers.get(broker_id)
         return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
+
+    def dir_online(self, partition: PartitionRegistration, broker_id: int) -> bool:
+        """Whether ``broker_id``'s replica of ``partition`` sits in a log dir its broker
+        still serves (Kafka's LeaderAcceptor: a replica in a failed dir may not lead)."""
+        broker = self.image.cluster.brokers.get(broker_id)
+        return broker is not None and is_online(directory_of(partition, broker_id), broker)
+
+    def may_lead(self, partition: PartitionRegistration, broker_id: int) -> bool:
+        """``is_usable`` and ``dir_online``: what any election asks of a new leader."""
+        return self.is_usable(broker_id) and self.dir_online(partition, broker_id)
 
     def unclean_enabled(self, topic: str) -> bool:
         """unclean.leader.election.enable for ``topic``: its own config, the cluster-wide

@@ -12,10 +12,12 @@ the ISR may empty, and replicas below min ISR are kept as eligible leaders).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 
 from metadata.controller import elr
 from metadata.controller.context import ControllerContext
+from metadata.directories import directory_of
 from metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from metadata.records import NO_LEADER, PartitionChange
 
@@ -94,11 +96,15 @@ def elect(
     rules when the cluster has ELR on, else by ``choose_leader`` (where an ISR never
     empties: the last member stays)."""
     ignore_isr = LEADER_OUTSIDE_ISR in ctx.bugs
+
+    def acceptable(replica: int) -> bool:  # KIP-858: never a replica whose dir has failed
+        return usable(replica) and ctx.dir_online(partition, replica)
+
     if elr.enabled(ctx.image) and not ignore_isr:
         target = elr.next_state(
             partition,
             isr,
-            usable,
+            acceptable,
             min_isr=elr.min_isr(ctx, topic, partition),
             unclean=unclean,
             unclean_shutdown=unclean_shutdown,
@@ -114,8 +120,10 @@ def elect(
         )
     isr = isr or partition.isr
     leader = partition.leader
-    if leader == NO_LEADER or not usable(leader):
-        leader, isr = choose_leader(partition, isr, usable, unclean=unclean, ignore_isr=ignore_isr)
+    if leader == NO_LEADER or not acceptable(leader):
+        leader, isr = choose_leader(
+            partition, isr, acceptable, unclean=unclean, ignore_isr=ignore_isr
+        )
     return partition_change(
         topic, partition_id, partition, leader, isr, eligible=(), last_known_elr=()
     )
@@ -138,12 +146,35 @@ def broker_leaving(
     and move its leaderships elsewhere; ``ctx.image`` may still show the broker as usable.
     After an ``unclean_shutdown`` it leaves every ELR too (Kafka's
     handleBrokerUncleanShutdown: its log may lack what it had acknowledged)."""
+    return _replicas_leaving(ctx, broker_id, None, unclean_shutdown=unclean_shutdown)
+
+
+def dirs_failing(
+    ctx: ControllerContext, broker_id: int, dirs: frozenset[uuid.UUID]
+) -> list[PartitionChange]:
+    """KIP-858 (Kafka's handleDirectoriesOffline): ``broker_id``'s replicas in the failed
+    log ``dirs`` leave their ISRs and leaderships exactly as a fenced broker's do, while its
+    replicas in other dirs stay where they are."""
+    return _replicas_leaving(ctx, broker_id, dirs, unclean_shutdown=False)
+
+
+def _replicas_leaving(
+    ctx: ControllerContext,
+    broker_id: int,
+    dirs: frozenset[uuid.UUID] | None,
+    *,
+    unclean_shutdown: bool,
+) -> list[PartitionChange]:
+    """broker_leaving for every replica of ``broker_id`` (``dirs`` None) or only for those
+    in ``dirs``."""
 
     def usable(replica: int) -> bool:
         return replica != broker_id and ctx.is_usable(replica)
 
     changes = []
     for topic, partition_id, partition in partitions(ctx.image):
+        if dirs is not None and directory_of(partition, broker_id) not in dirs:
+            continue
         in_elr = unclean_shutdown and broker_id in partition.elr
         if broker_id not in partition.isr and partition.leader != broker_id and not in_elr:
             continue
@@ -198,7 +229,7 @@ def preferred_leader_changes(ctx: ControllerContext, limit: int) -> list[Partiti
         if (
             partition.leader == preferred
             or preferred not in partition.isr
-            or not ctx.is_usable(preferred)
+            or not ctx.may_lead(partition, preferred)
         ):
             continue
         change = partition_change(topic, partition_id, partition, preferred, partition.isr)

@@ -158,7 +158,9 @@ def _elect(
         preferred = partition.replicas[0]
         if partition.leader == preferred:
             raise ApiError(ErrorCode.election_not_needed)
-        if not ctx.is_usable(preferred) or (preferred not in partition.isr and not ignore_isr):
+        if not ctx.may_lead(partition, preferred) or (
+            preferred not in partition.isr and not ignore_isr
+        ):
             raise ApiError(ErrorCode.preferred_leader_not_available)
         leader, isr = preferred, partition.isr if preferred in partition.isr else (preferred,)
     else:

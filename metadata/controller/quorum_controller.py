@@ -40,6 +40,7 @@ from metadata.controller.client_quotas import alter_client_quotas, client_quotas
 from metadata.controller.cluster import (
     SHUTDOWN_KEEPS_LEADERS,
     UNFENCE_BEFORE_CAUGHT_UP,
+    assign_replicas_to_dirs,
     broker_heartbeat,
     broker_registration,
     fence_broker,
@@ -236,6 +237,13 @@ class QuorumController:
             ),
             Api(
                 ApiKey.BROKER_HEARTBEAT, (0, 2), run(self._heartbeat), CONTROLLER, (CLUSTER_ACTION,)
+            ),
+            Api(
+                ApiKey.ASSIGN_REPLICAS_TO_DIRS,
+                (0, 0),
+                run(assign_replicas_to_dirs),
+                CONTROLLER,
+                (CLUSTER_ACTION,),
             ),
             Api(
                 ApiKey.UNREGISTER_BROKER,

@@ -23,6 +23,7 @@ unclean.leader.election.enable is.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -294,11 +295,11 @@ def build_change(
         if kept_isr and kept_replicas and set(kept_replicas) <= set(kept_isr):
             replicas, isr, adding, removing = kept_replicas, kept_isr, (), ()
     leader = current.leader
-    if leader not in isr or not ctx.is_usable(leader):
+    if leader not in isr or not ctx.may_lead(current, leader):
         leader, isr = choose_leader(
             dataclasses.replace(current, replicas=replicas),
             isr,
-            ctx.is_usable,
+            functools.partial(ctx.may_lead, current),
             unclean=unclean,
             ignore_isr=LEADER_OUTSIDE_ISR in ctx.bugs,
         )

@@ -139,6 +139,7 @@ _REFUSALS: dict[int, Refusal] = {
     ApiKey.BROKER_REGISTRATION: _top_level("BrokerRegistrationResponse"),
     ApiKey.BROKER_HEARTBEAT: _top_level("BrokerHeartbeatResponse"),
     ApiKey.UNREGISTER_BROKER: _top_level("UnregisterBrokerResponse"),
+    ApiKey.ASSIGN_REPLICAS_TO_DIRS: _top_level("AssignReplicasToDirsResponse"),
     ApiKey.UPDATE_FEATURES: _update_features,
     ApiKey.CREATE_ACLS: _acls(ApiKey.CREATE_ACLS),
     ApiKey.DELETE_ACLS: _acls(ApiKey.DELETE_ACLS),

@@ -155,3 +155,23 @@ def test_a_session_error_means_a_full_fetch_next_and_a_mismatched_answer_backs_o
     assert incremental == (9, 1, 0)  # nothing changed: no partition named
     assert after_error == (0, 0)  # the next fetch is full, asking for a new session
     assert mismatch == "the fetch answer does not match the fetch session"
+
+
+def test_a_replica_whose_log_went_offline_stops_fetching(tmp_path: Path) -> None:
+    """Its log dir failed (KIP-858): were it still fetching, the leader would count it
+    caught up on offsets it can no longer write and put it back into the ISR."""
+
+    async def main() -> tuple[bool, bool, int]:
+        fetcher, fetching, log = await follower(tmp_path)
+        try:
+            fetcher._partitions[fetching.partition.key] = fetching
+            fetcher._drop_offline()
+            kept_while_online = fetching.partition.key in fetcher._partitions
+            log.take_offline(OSError(5, "I/O error"))
+            fetcher._drop_offline()
+            return kept_while_online, fetching.partition.key in fetcher._partitions, len(fetcher)
+        finally:
+            await fetcher.close()
+            await log.close()
+
+    assert asyncio.run(main()) == (True, False, 0)

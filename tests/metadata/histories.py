@@ -59,15 +59,33 @@ any_record: st.SearchStrategy[MetadataRecord] = st.one_of(
         st.none() | st.text(max_size=8),
         st.booleans(),
         st.booleans(),
+        log_dirs=st.lists(uuids, max_size=3).map(tuple),
     ),
     st.builds(UnregisterBroker, INT32, INT64),
     st.builds(FenceBroker, INT32, INT64),
     st.builds(UnfenceBroker, INT32, INT64),
     st.builds(
-        BrokerRegistrationChange, INT32, INT64, st.none() | st.booleans(), st.none() | st.booleans()
+        BrokerRegistrationChange,
+        INT32,
+        INT64,
+        st.none() | st.booleans(),
+        st.none() | st.booleans(),
+        log_dirs=st.none() | st.lists(uuids, max_size=3).map(tuple),
     ),
     st.builds(Topic, st.text(max_size=20), uuids),
-    st.builds(Partition, uuids, INT32, ints, ints, INT32, INT32, INT32, ints, ints),
+    st.builds(
+        Partition,
+        uuids,
+        INT32,
+        ints,
+        ints,
+        INT32,
+        INT32,
+        INT32,
+        ints,
+        ints,
+        directories=st.lists(uuids, max_size=3).map(tuple),
+    ),
     st.builds(
         PartitionChange,
         uuids,
@@ -78,6 +96,7 @@ any_record: st.SearchStrategy[MetadataRecord] = st.one_of(
         st.none() | ints,
         st.none() | ints,
         st.booleans(),
+        directories=st.none() | st.lists(uuids, max_size=3).map(tuple),
     ),
     st.builds(RemoveTopic, uuids),
     st.builds(Config, INT32, st.text(max_size=8), st.text(max_size=8), st.none() | st.text()),
@@ -121,6 +140,18 @@ any_record: st.SearchStrategy[MetadataRecord] = st.one_of(
 )
 
 BROKER_IDS = range(4)
+# KIP-858 log dir ids: Kafka's reserved MIGRATING / UNASSIGNED / LOST and two real ones.
+DIR_IDS = st.sampled_from([uuid.UUID(int=i) for i in (0, 1, 2, 2**100, 2**101)])
+
+
+@st.composite
+def _directories(draw: st.DrawFn, replicas: tuple[int, ...]) -> tuple[uuid.UUID, ...]:
+    """A partition's dirs: none (all MIGRATING) or one per replica."""
+    if draw(st.booleans()):
+        return ()
+    return tuple(draw(DIR_IDS) for _ in replicas)
+
+
 TOPIC_NAMES = ("a", "b", "c")
 CONFIG_KEYS = ("retention.ms", "cleanup.policy")
 
@@ -166,6 +197,7 @@ def legal_record(draw: st.DrawFn, model: Model) -> MetadataRecord:
             draw(st.none() | st.sampled_from(("r1", "r2"))),
             fenced,
             shutdown,
+            draw(st.lists(DIR_IDS, unique=True, max_size=2).map(tuple)),
         )
     if kind == "unregister":
         broker_id = draw(st.sampled_from(sorted(model.brokers)))
@@ -235,12 +267,15 @@ def legal_record(draw: st.DrawFn, model: Model) -> MetadataRecord:
             *epochs,
             eligible_leader_replicas=elr,
             last_known_elr=last_known_elr,
+            directories=draw(_directories(replicas)),
         )
     partition_id = draw(st.sampled_from(sorted(partitions)))
     replicas, isr, leader = partitions[partition_id]
-    change = draw(st.sampled_from(("isr", "leader", "reassign", "bump")))
+    change = draw(st.sampled_from(("isr", "leader", "reassign", "bump", "dirs")))
     if change == "bump":
         return PartitionChange(topic_id, partition_id, bump_leader_epoch=True)
+    if change == "dirs":  # KIP-858: a broker placed its replica (AssignReplicasToDirs)
+        return PartitionChange(topic_id, partition_id, directories=draw(_directories(replicas)))
     if change == "reassign":
         replicas, isr, leader = draw(_assignment())
         partitions[partition_id] = (replicas, isr, leader)
