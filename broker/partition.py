@@ -340,18 +340,19 @@ class Partition:
     def append_records_to_leader(
         self,
         validated: ValidatedBatch,
-        producer_header: BatchHeader,
         leader_epoch: int,
         now_ms: int,
     ) -> LogAppendInfo:
         """Kafka's Partition.appendRecordsToLeader once the batch is validated and the producer
         state has let it in: stamp and append it at ``leader_epoch``, checkpoint the producer
-        state at a segment roll, and record the batch into the producer state. The caller
-        then moves the high watermark. RecordError or OSError from the log: nothing stored."""
+        state at a segment roll, and record the batch into the producer state (its header as
+        stored, so the producer's last timestamp is the LogAppendTime where the topic gives
+        one). The caller then moves the high watermark. RecordError or OSError from the log:
+        nothing stored."""
         log_end = self.log.log_end_offset
         info = self.log.append_validated(validated, leader_epoch)
         self.checkpoint_if_rolled(log_end)
-        self.record_append(producer_header, info.first_offset, now_ms)
+        self.record_append(validated.header, info.first_offset, now_ms)
         return info
 
     def record_append(

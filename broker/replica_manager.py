@@ -597,11 +597,18 @@ class ReplicaManager:
         return None if partition is None else partition.high_watermark
 
     def active_producers(self, topic: str, index: int) -> ErrorCode | list[SnapshotEntry]:
-        """DescribeProducers: the leader's producers, as a snapshot would keep them."""
-        partition = self._leader(topic, index)
-        if isinstance(partition, ErrorCode):
-            return partition
-        return partition.producers.snapshot_entries()
+        """DescribeProducers: a replica's producers, as a snapshot would keep them. Any
+        replica answers (a follower records its leader's batches too), as Kafka's: the
+        ``kafka-transactions find-hanging --broker-id`` asks one broker about every
+        partition it holds a replica of, led there or not."""
+        found = self._leader(topic, index)
+        if found == ErrorCode.not_leader_or_follower:
+            partition = self._partitions.get((topic, index))
+            if partition is not None:
+                return partition.producers.snapshot_entries()
+        if isinstance(found, ErrorCode):
+            return found
+        return found.producers.snapshot_entries()
 
     def last_stable_offset_of(self, key: tuple[str, int]) -> int | None:
         """The last stable offset of a partition hosted here (None if not hosted): the log
@@ -793,9 +800,7 @@ class ReplicaManager:
                 epoch = partition.leader_epoch
                 if NO_EPOCH_BUMP in self.bugs:
                     epoch = log.leader_epoch_cache.latest_epoch or 0
-                info = partition.append_records_to_leader(
-                    validated, header, epoch, self._clock.now_ms()
-                )
+                info = partition.append_records_to_leader(validated, epoch, self._clock.now_ms())
             except RecordError as error:
                 return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
             except OSError as error:  # ENOSPC, EIO: Kafka takes the whole log dir offline
