@@ -30,8 +30,10 @@ An abort marker yields the transaction's AbortedTxn entry for the log's ``.txnin
 The state is rebuilt from the log's batch headers (and markers) when the partition is opened
 and after every truncation of its log, so a restart or a follower's truncation keeps
 deduplicating and keeps the open transactions right; the rebuild also restores the
-``.txnindex`` entries a crash lost. Kafka reads producer snapshots for that, which this does
-without. A producer not heard from for ``producer.id.expiration.ms`` (a day) is forgotten,
+``.txnindex`` entries a crash lost. It starts from a producer snapshot where one is usable
+(broker/producer_snapshot.py: at a clean start the shutdown's, at an unclean one a segment
+roll's) or an in-memory checkpoint (a truncation), and reads only the batches after it.
+A producer not heard from for ``producer.id.expiration.ms`` (a day) is forgotten,
 as in Kafka, unless it has a transaction open: its next batch is taken as a new producer's.
 """
 

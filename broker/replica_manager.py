@@ -54,7 +54,8 @@ from broker.metrics import BrokerTopicMetrics
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
 from broker.producer_snapshot import (
     SnapshotEntry,
-    remove_snapshots,
+    latest_snapshot,
+    remove_snapshots_after,
     take_snapshot,
     write_snapshot,
 )
@@ -557,13 +558,17 @@ class ReplicaManager:
             await write_atomic(self.logs.fs, marker, _partition_metadata(topic.topic_id))
         checkpointed = self._checkpointed.pop((topic.name, index), 0)
         high_watermark = max(log.log_start_offset, min(checkpointed, log.log_end_offset))
-        # After a clean shutdown its producer snapshot spares reading the whole log.
+        # A producer snapshot spares reading the whole log: after a clean shutdown the one at
+        # the log end; after an unclean one the latest at or below the recovery point and
+        # the high watermark, a segment roll's (broker/producer_snapshot.py).
         log_dir = self.logs.log_dir_of(topic.name, index)
-        snapshot = None
+        fs = self.logs.fs
         if self.logs.had_clean_shutdown.get(log_dir or "", False):
-            snapshot = take_snapshot(self.logs.fs, log.dir_path)
+            snapshot = take_snapshot(fs, log.dir_path)
         else:
-            remove_snapshots(self.logs.fs, log.dir_path)
+            remove_snapshots_after(fs, log.dir_path, log.recovery_point)
+            bound = min(log.recovery_point, high_watermark)
+            snapshot = latest_snapshot(fs, log.dir_path, bound)
         producers = ProducerState.from_log(
             log, self._producer_id_expiration_ms, high_watermark, snapshot
         )

@@ -25,6 +25,7 @@ from broker.replica_manager import ReplicaManager
 from log.batch import encode_batch, parse_header
 from log.end_txn_marker import EndTransactionMarker, encode_marker_batch
 from log.log import Log
+from log.manager import CLEAN_SHUTDOWN_FILE
 from log.records import Record
 from tests.broker.test_replica_manager import SOLE, run
 from tests.log.test_log import DIR, config, make_runtime
@@ -126,3 +127,111 @@ def test_a_clean_restart_starts_from_the_snapshot_written_at_shutdown(tmp_path: 
         2,  # 8's transaction is still open
     )
     assert path.exists()  # the second clean shutdown wrote it again
+
+
+def crashed_after_two_rolls(root: Path) -> list[SnapshotEntry]:
+    """A first life that rolls the segment twice (snapshots at 3 and 4), left as an unclean
+    shutdown would leave it with everything flushed: no clean shutdown marker, no snapshot
+    at the log end. The producer state it ended with, as DescribeProducers gives it."""
+
+    async def first_life(replicas: ReplicaManager) -> list[SnapshotEntry]:
+        log = replicas.logs.get_log("a", 0)
+        assert log is not None
+        steps = (
+            [batch(7, 0, 2), batch(8, 0, txn=True)],  # 0-1; 2: 8 opens
+            [batch(9, 0)],  # 3, after a roll: the snapshot at 3 has 7 and 8
+            [batch(7, 2), batch(10, 0, txn=True)],  # 4, after a roll; 5: 10 opens
+        )
+        for step, batches in enumerate(steps):
+            if step:
+                log.roll()
+            for data in batches:
+                assert (await replicas.append("a", 0, data, acks=1, timeout_s=5)).error == (
+                    ErrorCode.none
+                )
+        found = replicas.active_producers("a", 0)
+        assert not isinstance(found, ErrorCode)
+        return found
+
+    ended_with = run(root, first_life, SOLE)
+    (root / CLEAN_SHUTDOWN_FILE).unlink()
+    (root / "a-0" / f"{6:020d}.snapshot").unlink()  # the clean shutdown's, at the log end
+    assert sorted(p.name for p in (root / "a-0").glob("*.snapshot")) == [
+        f"{3:020d}.snapshot",
+        f"{4:020d}.snapshot",
+    ]
+    return ended_with
+
+
+def plant(root: Path, offset: int, producer_id: int) -> None:
+    """A producer only the snapshot at ``offset`` knows (coordinator epoch 9): a start that
+    used that snapshot fences a marker of coordinator epoch 1 for it."""
+    path = root / "a-0" / f"{offset:020d}.snapshot"
+    phantom = SnapshotEntry(producer_id, 0, -1, -1, 0, int(time.time() * 1000), 9, -1)
+    path.write_bytes(encode_snapshot([*decode_snapshot(path.read_bytes()), phantom]))
+
+
+def corrupt(root: Path, offset: int) -> None:
+    path = root / "a-0" / f"{offset:020d}.snapshot"
+    data = bytearray(path.read_bytes())
+    data[10] ^= 0xFF  # the CRC no longer matches
+    path.write_bytes(bytes(data))
+
+
+async def second_life(replicas: ReplicaManager) -> tuple[object, ...]:
+    """What the unclean start rebuilt: the producers (as DescribeProducers answers), the
+    retries of 7's and 9's last batches, the last stable offset, and whether a marker of
+    coordinator epoch 1 for 98 and for 99 was fenced."""
+    producers = replicas.active_producers("a", 0)
+    retries = [
+        (await replicas.append("a", 0, data, acks=1, timeout_s=5)).base_offset
+        for data in (batch(7, 2), batch(9, 0))
+    ]
+    lso = replicas.last_stable_offset_of(("a", 0))
+    fenced = [
+        (
+            await replicas.write_txn_marker(
+                "a", 0, producer_id, 0, EndTransactionMarker(True, 1), timeout_s=5
+            )
+        ).error
+        == ErrorCode.transaction_coordinator_fenced
+        for producer_id in (98, 99)
+    ]
+    return producers, retries, lso, fenced
+
+
+def test_an_unclean_start_reads_only_the_log_after_the_latest_roll_snapshot(
+    tmp_path: Path,
+) -> None:
+    """Kafka's recovery: the latest snapshot at or below the recovery point (the roll at 4),
+    then the batch headers after it. The same producers, duplicates and open transactions
+    as the first life ended with, plus the one only that snapshot knew (so it was used)."""
+    ended_with = crashed_after_two_rolls(tmp_path)
+    plant(tmp_path, 3, 98)
+    plant(tmp_path, 4, 99)
+    producers, retries, lso, fenced = run(tmp_path, second_life, SOLE)
+    assert [p for p in producers if p.producer_id != 99] == ended_with  # type: ignore[attr-defined]
+    assert retries == [4, 3]  # each producer's last batch, answered with its offset
+    assert lso == 2  # 8's transaction, open since 2 (and 10's since 5)
+    assert fenced == [False, True]  # the snapshot at 4 was used, not the one at 3
+
+
+def test_an_unclean_start_skips_a_corrupt_snapshot_and_then_reads_the_log(
+    tmp_path: Path,
+) -> None:
+    """A CRC-corrupt snapshot is removed and the next older one used; with none left, the
+    whole log is read: the same state either way."""
+    ended_with = crashed_after_two_rolls(tmp_path)
+    plant(tmp_path, 3, 98)
+    corrupt(tmp_path, 4)
+    producers, retries, lso, fenced = run(tmp_path, second_life, SOLE)
+    assert [p for p in producers if p.producer_id != 98] == ended_with  # type: ignore[attr-defined]
+    assert (retries, lso, fenced) == ([4, 3], 2, [True, False])  # from the snapshot at 3
+
+    again = tmp_path / "again"
+    ended_with = crashed_after_two_rolls(again)
+    corrupt(again, 3)
+    corrupt(again, 4)
+    producers, retries, lso, fenced = run(again, second_life, SOLE)
+    assert producers == ended_with
+    assert (retries, lso, fenced) == ([4, 3], 2, [False, False])  # from the log
