@@ -24,8 +24,9 @@ written on the append path without an fsync (Kafka too writes it there and flush
 later): a crash that tears it or loses its contents leaves a file the CRC refuses.
 
 Read at start-up. After a clean shutdown the latest one (at the log end) is taken, and every
-snapshot removed. After an unclean one only a snapshot at or below both the recovery point
-(the log below it survived the crash, so the snapshot describes it) and the checkpointed high
+snapshot removed. After an unclean one only a snapshot at or below both the checkpointed
+recovery point (``Log.opened_recovery_point``, not the log end the recovery moves it to: the
+log below it survived the crash, so the snapshot describes it) and the checkpointed high
 watermark (a snapshot does not keep the transactions whose marker is not replicated yet: none
 may lie below it) is used, the latest such; those above the recovery point are removed (the
 crash may have changed the log they describe), a corrupt one is removed and the next older

@@ -566,8 +566,9 @@ class ReplicaManager:
         if self.logs.had_clean_shutdown.get(log_dir or "", False):
             snapshot = take_snapshot(fs, log.dir_path)
         else:
-            remove_snapshots_after(fs, log.dir_path, log.recovery_point)
-            bound = min(log.recovery_point, high_watermark)
+            recovered_from = log.opened_recovery_point
+            remove_snapshots_after(fs, log.dir_path, recovered_from)
+            bound = min(recovered_from, high_watermark)
             snapshot = latest_snapshot(fs, log.dir_path, bound)
         producers = ProducerState.from_log(
             log, self._producer_id_expiration_ms, high_watermark, snapshot

@@ -1,6 +1,7 @@
 """Producer-state snapshots: Kafka's file layout, the state they bring back (each
 producer's last batch, open transactions, coordinator epochs), corrupt files ignored, and
-a clean restart of a real replica manager that starts from one and consumes it."""
+a clean restart of a real replica manager that starts from one and consumes it, and unclean
+restarts that start from the latest roll snapshot they may trust."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from broker.producer_snapshot import (
 from broker.producer_state import ProducerState
 from broker.replica_manager import ReplicaManager
 from log.batch import encode_batch, parse_header
+from log.checkpoint import RECOVERY_POINT_CHECKPOINT
 from log.end_txn_marker import EndTransactionMarker, encode_marker_batch
 from log.log import Log
 from log.manager import CLEAN_SHUTDOWN_FILE
@@ -235,3 +237,17 @@ def test_an_unclean_start_skips_a_corrupt_snapshot_and_then_reads_the_log(
     producers, retries, lso, fenced = run(again, second_life, SOLE)
     assert producers == ended_with
     assert (retries, lso, fenced) == ([4, 3], 2, [False, False])  # from the log
+
+
+def test_an_unclean_start_trusts_no_snapshot_above_the_recovery_point(tmp_path: Path) -> None:
+    """The last life had made the log durable only up to 3 (its recovery point checkpoint):
+    the crash may have changed what lies above, so the snapshot at 4 is removed unread and
+    the one at 3 used."""
+    ended_with = crashed_after_two_rolls(tmp_path)
+    plant(tmp_path, 3, 98)
+    plant(tmp_path, 4, 99)
+    (tmp_path / RECOVERY_POINT_CHECKPOINT).write_text("0\n1\na 0 3\n")
+    producers, retries, lso, fenced = run(tmp_path, second_life, SOLE)
+    assert [p for p in producers if p.producer_id != 98] == ended_with  # type: ignore[attr-defined]
+    assert (retries, lso, fenced) == ([4, 3], 2, [True, False])
+    assert not (tmp_path / "a-0" / f"{4:020d}.snapshot").exists()
