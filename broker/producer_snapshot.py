@@ -23,14 +23,15 @@ before the batches that rolled it), the ``SNAPSHOTS_KEPT`` latest kept. A roll's
 written on the append path without an fsync (Kafka too writes it there and flushes it
 later): a crash that tears it or loses its contents leaves a file the CRC refuses.
 
-Read at start-up. After a clean shutdown the latest one (at the log end) is taken, and every
-snapshot removed. After an unclean one only a snapshot at or below both the checkpointed
-recovery point (``Log.opened_recovery_point``, not the log end the recovery moves it to: the
-log below it survived the crash, so the snapshot describes it) and the checkpointed high
-watermark (a snapshot does not keep the transactions whose marker is not replicated yet: none
-may lie below it) is used, the latest such; those above the recovery point are removed (the
-crash may have changed the log they describe), a corrupt one is removed and the next older
-tried; the batch headers after it are then read, which also repairs the ``.txnindex`` there.
+Read at start-up, and kept (a later unclean start may use it too). After a clean shutdown the
+latest one (at the log end) is read. After an unclean one only a snapshot at or below both
+the checkpointed recovery point (``Log.opened_recovery_point``, not the log end the recovery
+moves it to: the log below it survived the crash, so the snapshot describes it) and the
+checkpointed high watermark (a snapshot does not keep the transactions whose marker is not
+replicated yet: none may lie below it) is used, the latest such; those above the recovery
+point are removed (the crash may have changed the log they describe), a corrupt one is
+removed and the next older tried; the batch headers after it are then read, which also
+repairs the ``.txnindex`` there.
 A truncation removes the snapshots above its target before it cuts the log (the cut's
 directory fsync makes that durable), so none ever describes a log that changed after it was
 written. A snapshot whose CRC, version or size is wrong is never used (the log is read).
@@ -131,21 +132,6 @@ async def write_snapshot(
     await write_atomic(fs, snapshot_path(dir_path, offset), encode_snapshot(entries))
 
 
-def take_snapshot(fs: FileSystem, dir_path: str) -> tuple[int, list[SnapshotEntry]] | None:
-    """The latest readable snapshot (offset, entries), removing every snapshot file: each
-    is read at most once (module docstring). None when there is none to trust."""
-    found = None
-    for offset in reversed(_snapshot_offsets(fs, dir_path)):
-        path = snapshot_path(dir_path, offset)
-        if found is None:
-            try:
-                found = (offset, decode_snapshot(read_all(fs, path)))
-            except CorruptSnapshotError:
-                found = None
-        fs.remove(path)
-    return found
-
-
 def put_snapshot(
     fs: FileSystem, dir_path: str, offset: int, entries: list[SnapshotEntry], log_start: int
 ) -> None:
@@ -169,9 +155,9 @@ def put_snapshot(
 def latest_snapshot(
     fs: FileSystem, dir_path: str, bound: int
 ) -> tuple[int, list[SnapshotEntry]] | None:
-    """An unclean start: the latest readable snapshot (offset, entries) at or below
-    ``bound``, kept for the next start; corrupt ones are removed on the way. None when
-    there is none to trust."""
+    """The latest readable snapshot (offset, entries) at or below ``bound`` (a clean start:
+    the log end; an unclean one: module docstring), kept for the next start; corrupt ones
+    are removed on the way. None when there is none to trust."""
     for offset in reversed(_snapshot_offsets(fs, dir_path)):
         if offset > bound:
             continue

@@ -56,7 +56,6 @@ from broker.producer_snapshot import (
     SnapshotEntry,
     latest_snapshot,
     remove_snapshots_after,
-    take_snapshot,
     write_snapshot,
 )
 from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState, Verdict
@@ -564,12 +563,12 @@ class ReplicaManager:
         log_dir = self.logs.log_dir_of(topic.name, index)
         fs = self.logs.fs
         if self.logs.had_clean_shutdown.get(log_dir or "", False):
-            snapshot = take_snapshot(fs, log.dir_path)
+            bound = log.log_end_offset
         else:
             recovered_from = log.opened_recovery_point
             remove_snapshots_after(fs, log.dir_path, recovered_from)
             bound = min(recovered_from, high_watermark)
-            snapshot = latest_snapshot(fs, log.dir_path, bound)
+        snapshot = latest_snapshot(fs, log.dir_path, bound)
         producers = ProducerState.from_log(
             log, self._producer_id_expiration_ms, high_watermark, snapshot
         )

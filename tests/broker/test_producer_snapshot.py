@@ -1,6 +1,6 @@
 """Producer-state snapshots: Kafka's file layout, the state they bring back (each
 producer's last batch, open transactions, coordinator epochs), corrupt files ignored, and
-a clean restart of a real replica manager that starts from one and consumes it, and unclean
+a clean restart of a real replica manager that starts from one (and keeps it), and unclean
 restarts that start from the latest roll snapshot they may trust."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from broker.producer_snapshot import (
     SnapshotEntry,
     decode_snapshot,
     encode_snapshot,
+    latest_snapshot,
     snapshot_path,
-    take_snapshot,
     write_snapshot,
 )
 from broker.producer_state import ProducerState
@@ -64,9 +64,10 @@ def test_a_snapshot_brings_back_the_last_batches_and_transactions() -> None:
             log.append_as_leader(bytearray(data), 0)
         before = ProducerState.from_log(log)
         await write_snapshot(runtime.fs, DIR, log.log_end_offset, before.snapshot_entries())
-        taken = take_snapshot(runtime.fs, DIR)
+        assert latest_snapshot(runtime.fs, DIR, 6) is None  # none at or below 6
+        taken = latest_snapshot(runtime.fs, DIR, log.log_end_offset)
         assert taken is not None and taken[0] == 7
-        assert not runtime.fs.exists(snapshot_path(DIR, 7))  # read once, then gone
+        assert runtime.fs.exists(snapshot_path(DIR, 7))  # kept for the next start
         after = ProducerState.from_log(log, snapshot=taken)
         assert after.snapshot_entries() == before.snapshot_entries()
         assert after.open_transactions == {8: 5}
@@ -88,7 +89,7 @@ def test_a_corrupt_snapshot_is_ignored_and_removed() -> None:
         handle = fs.open(snapshot_path(DIR, 3), create=False)
         handle.pwrite(10, b"\xff")  # one flipped byte: the CRC no longer matches
         handle.close()
-        assert take_snapshot(fs, DIR) is None
+        assert latest_snapshot(fs, DIR, 3) is None
         assert [n for n in fs.list_dir(DIR) if n.endswith(".snapshot")] == []
 
     asyncio.run(run_it())
@@ -113,16 +114,16 @@ def test_a_clean_restart_starts_from_the_snapshot_written_at_shutdown(tmp_path: 
     path.write_bytes(encode_snapshot([*entries, known]))
 
     async def second_life(replicas: ReplicaManager) -> tuple[object, ...]:
-        consumed = not path.exists()
+        kept = path.exists()
         retry = await replicas.append("a", 0, batch(7, 0, 2), acks=1, timeout_s=5)
         stale = await replicas.write_txn_marker(
             "a", 0, 99, 0, EndTransactionMarker(True, 1), timeout_s=5
         )
         lso = replicas.last_stable_offset_of(("a", 0))
-        return consumed, retry.error, retry.base_offset, stale.error, lso
+        return kept, retry.error, retry.base_offset, stale.error, lso
 
     assert run(tmp_path, second_life, SOLE) == (
-        True,  # read at the start, then removed
+        True,  # read at the start, and kept
         ErrorCode.none,
         0,  # a retry of 7's last batch, answered with its offset
         ErrorCode.transaction_coordinator_fenced,
