@@ -126,10 +126,12 @@ def _snapshot_offsets(fs: FileSystem, dir_path: str) -> list[int]:
 async def write_snapshot(
     fs: FileSystem, dir_path: str, offset: int, entries: list[SnapshotEntry]
 ) -> None:
-    """The clean shutdown's snapshot at ``offset`` (the log end), durably. The rolls' stay
-    beside it: should the clean shutdown marker never be written, an unclean start may
-    still use one of them."""
+    """The clean shutdown's snapshot at ``offset`` (the log end), durably. The latest
+    rolls' stay beside it (should the clean shutdown marker never be written, an unclean
+    start may still use one of them), older ones beyond ``SNAPSHOTS_KEPT`` go: a partition
+    restarted often without a roll keeps no more."""
     await write_atomic(fs, snapshot_path(dir_path, offset), encode_snapshot(entries))
+    _prune(fs, dir_path, log_start=0)
 
 
 def put_snapshot(
@@ -147,6 +149,11 @@ def put_snapshot(
     finally:
         handle.close()
     fs.rename(tmp, snapshot_path(dir_path, offset))
+    _prune(fs, dir_path, log_start)
+
+
+def _prune(fs: FileSystem, dir_path: str, log_start: int) -> None:
+    """Keep the ``SNAPSHOTS_KEPT`` latest snapshots, none below ``log_start``."""
     offsets = _snapshot_offsets(fs, dir_path)
     for old in offsets[:-SNAPSHOTS_KEPT] + [o for o in offsets[-SNAPSHOTS_KEPT:] if o < log_start]:
         fs.remove(snapshot_path(dir_path, old))

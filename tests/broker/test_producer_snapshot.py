@@ -18,6 +18,7 @@ from broker.producer_snapshot import (
     decode_snapshot,
     encode_snapshot,
     latest_snapshot,
+    put_snapshot,
     snapshot_path,
     write_snapshot,
 )
@@ -252,3 +253,21 @@ def test_an_unclean_start_trusts_no_snapshot_above_the_recovery_point(tmp_path: 
     assert [p for p in producers if p.producer_id != 98] == ended_with  # type: ignore[attr-defined]
     assert (retries, lso, fenced) == ([4, 3], 2, [True, False])
     assert not (tmp_path / "a-0" / f"{4:020d}.snapshot").exists()
+
+
+def test_a_partition_keeps_its_three_latest_snapshots() -> None:
+    """Clean shutdowns without a roll in between, then rolls: never more than three."""
+
+    async def run_it() -> None:
+        _, runtime, _ = make_runtime()
+        fs = runtime.fs
+        fs.mkdir(DIR)
+        entry = [SnapshotEntry(7, 0, 0, 0, 0, 0, -1, -1)]
+        for offset in (1, 2, 3, 4):
+            await write_snapshot(fs, DIR, offset, entry)
+        put_snapshot(fs, DIR, 5, entry, log_start=0)
+        put_snapshot(fs, DIR, 6, entry, log_start=5)  # 4 is below the log start now
+        kept = sorted(n for n in fs.list_dir(DIR) if n.endswith(".snapshot"))
+        assert kept == [f"{5:020d}.snapshot", f"{6:020d}.snapshot"]
+
+    asyncio.run(run_it())
