@@ -1,4 +1,4 @@
-"""DescribeProducers (API 61, v0): a partition leader's active producers (KIP-664).
+"""DescribeProducers (API 61, v0): a partition replica's active producers (KIP-664).
 
 What ``kafka-transactions describe-producers`` prints, and what its ``abort`` and
 ``find-hanging`` commands start from: per producer, its epoch, last sequence, last
@@ -6,7 +6,8 @@ timestamp, the epoch of the coordinator that wrote its last marker, and the firs
 its open transaction (-1: none). An operator finds a hanging transaction (one the
 coordinator forgot, holding the LSO) by that offset and aborts it with a WriteTxnMarkers
 built from these fields. Errors per partition, as Kafka's: UNKNOWN_TOPIC_OR_PARTITION,
-NOT_LEADER_OR_FOLLOWER (only the leader answers).
+NOT_LEADER_OR_FOLLOWER (no replica here). Any replica answers, leader or follower, as
+Kafka's: ``find-hanging --broker-id`` asks one broker about all the partitions it holds.
 """
 
 from __future__ import annotations

@@ -32,18 +32,24 @@ Leader facts kept here (Kafka's Partition.scala, KIP-101/279/320/841/966):
 from __future__ import annotations
 
 import enum
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.bugs import IDEMPOTENT_STALE_DUPLICATE, NO_EPOCH_BUMP, TXN_LSO_IGNORES_OPEN
+from broker.producer_snapshot import put_snapshot, remove_snapshots_after
 from broker.producer_state import ProducerState
 from log.batch import BatchHeader, iter_batches
 from log.end_txn_marker import EndTransactionMarker, decode_marker
 from log.log import Log, LogAppendInfo
+from log.rate_limited_log import RateLimitedLog
 from log.validator import ValidatedBatch
 from metadata.image import PartitionRegistration
 from metadata.records import NO_LEADER
+
+logger = logging.getLogger(__name__)
+_limited = RateLimitedLog(logger)
 
 UNKNOWN_OFFSET = -1
 # Producer-state checkpoints kept in memory, at the latest segment boundaries: a truncation
@@ -340,18 +346,19 @@ class Partition:
     def append_records_to_leader(
         self,
         validated: ValidatedBatch,
-        producer_header: BatchHeader,
         leader_epoch: int,
         now_ms: int,
     ) -> LogAppendInfo:
         """Kafka's Partition.appendRecordsToLeader once the batch is validated and the producer
         state has let it in: stamp and append it at ``leader_epoch``, checkpoint the producer
-        state at a segment roll, and record the batch into the producer state. The caller
-        then moves the high watermark. RecordError or OSError from the log: nothing stored."""
+        state at a segment roll, and record the batch into the producer state (its header as
+        stored, so the producer's last timestamp is the LogAppendTime where the topic gives
+        one). The caller then moves the high watermark. RecordError or OSError from the log:
+        nothing stored."""
         log_end = self.log.log_end_offset
         info = self.log.append_validated(validated, leader_epoch)
         self.checkpoint_if_rolled(log_end)
-        self.record_append(producer_header, info.first_offset, now_ms)
+        self.record_append(validated.header, info.first_offset, now_ms)
         return info
 
     def record_append(
@@ -368,14 +375,32 @@ class Partition:
 
     def checkpoint_if_rolled(self, log_end_before: int) -> None:
         """After an append, before its batches are recorded: if it rolled a segment, the
-        producer state as it is now is the state at the new segment's base offset."""
-        base = self.log.active_segment.base_offset
+        producer state as it is now is the state at the new segment's base offset, kept in
+        memory (for truncations) and in a snapshot file (for an unclean start), as Kafka
+        snapshots at every roll."""
+        log = self.log
+        base = log.active_segment.base_offset
         if base == self.checkpointed_base:
             return
         self.checkpointed_base = base
         if base >= log_end_before:  # nothing was appended between the old log end and it
             self.checkpoints.append((base, self.producers.copy()))
             del self.checkpoints[:-CHECKPOINTS_KEPT]
+            if base <= log.log_start_offset:
+                return  # it would spare no read: a start reads from there anyway
+            try:
+                entries = self.producers.snapshot_entries()
+                put_snapshot(log.fs, log.dir_path, base, entries, log.log_start_offset)
+            except OSError as exc:  # only costs an unclean start a longer read of the log
+                _limited.log(
+                    "producer-snapshot-failed",
+                    logging.WARNING,
+                    "%s-%d: no producer snapshot at %d: %s",
+                    self.topic,
+                    self.index,
+                    base,
+                    exc,
+                )
 
     def follower_high_watermark(self, leader_high_watermark: int) -> None:
         """A follower's high watermark: the leader's, but never past its own log end."""
@@ -386,14 +411,19 @@ class Partition:
     async def truncate_to(self, offset: int) -> bool:
         """Cut the log at ``offset`` and rebuild the producer state from what is left, as
         Kafka's truncateTo does (the cut may have removed batches, transactions' first
-        batches or their markers). True if anything was removed."""
+        batches or their markers). True if anything was removed. The snapshots above
+        ``offset`` go first: the cut's directory fsync makes their removal durable."""
+        if offset < self.log.log_end_offset:
+            remove_snapshots_after(self.log.fs, self.log.dir_path, offset)
         removed = await self.log.truncate_to(offset)
         if removed:
             self._rebuild_producers()
         return removed
 
     async def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Empty the log, restarting at ``offset``; no producer is known any more."""
+        """Empty the log, restarting at ``offset``; no producer is known any more (nor
+        snapshotted)."""
+        remove_snapshots_after(self.log.fs, self.log.dir_path, -1)
         await self.log.truncate_fully_and_start_at(offset)
         self.checkpoints = []
         self._rebuild_producers()

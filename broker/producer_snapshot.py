@@ -17,11 +17,24 @@ written for a producer is not kept either, so the coordinator's retry of it afte
 writes a second marker, as Kafka's would.
 
 Written when the broker shuts down cleanly (``ReplicaManager.close``, before the logs are
-closed and the clean shutdown marker written), read only when the log dir had that marker:
-after an unclean shutdown the state is rebuilt from the log, which also repairs the
-``.txnindex``. Reading removes the snapshots, so one can never describe a log that changed
-after it was written. A snapshot whose CRC, version or size is wrong is ignored (the log is
-read instead).
+closed and the clean shutdown marker written), and, as Kafka's, at every segment roll of a
+partition (``Partition.checkpoint_if_rolled``: the state at the new segment's base offset,
+before the batches that rolled it), the ``SNAPSHOTS_KEPT`` latest kept. A roll's snapshot is
+written on the append path without an fsync (Kafka too writes it there and flushes it
+later): a crash that tears it or loses its contents leaves a file the CRC refuses.
+
+Read at start-up, and kept (a later unclean start may use it too). After a clean shutdown the
+latest one (at the log end) is read. After an unclean one only a snapshot at or below both
+the checkpointed recovery point (``Log.opened_recovery_point``, not the log end the recovery
+moves it to: the log below it survived the crash, so the snapshot describes it) and the
+checkpointed high watermark (a snapshot does not keep the transactions whose marker is not
+replicated yet: none may lie below it) is used, the latest such; those above the recovery
+point are removed (the crash may have changed the log they describe), a corrupt one is
+removed and the next older tried; the batch headers after it are then read, which also
+repairs the ``.txnindex`` there.
+A truncation removes the snapshots above its target before it cuts the log (the cut's
+directory fsync makes that durable), so none ever describes a log that changed after it was
+written. A snapshot whose CRC, version or size is wrong is never used (the log is read).
 """
 
 from __future__ import annotations
@@ -37,6 +50,10 @@ from log.segment import parse_base_offset
 
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
+# Roll snapshots kept per partition (the latest ones; Kafka keeps one per segment): a few
+# bound the disk they take, and the newest at or below the recovery point and the high
+# watermark is nearly always among them.
+SNAPSHOTS_KEPT = 3
 _HEAD = struct.Struct(">hIi")
 _ENTRY = struct.Struct(">qhiqiqiq")
 
@@ -109,30 +126,59 @@ def _snapshot_offsets(fs: FileSystem, dir_path: str) -> list[int]:
 async def write_snapshot(
     fs: FileSystem, dir_path: str, offset: int, entries: list[SnapshotEntry]
 ) -> None:
-    """Replace the partition's snapshots with one at ``offset``, durably (the directory
-    fsync of the atomic write makes the removals of older ones durable too)."""
-    for old in _snapshot_offsets(fs, dir_path):
-        if old != offset:
-            fs.remove(snapshot_path(dir_path, old))
+    """The clean shutdown's snapshot at ``offset`` (the log end), durably. The latest
+    rolls' stay beside it (should the clean shutdown marker never be written, an unclean
+    start may still use one of them), older ones beyond ``SNAPSHOTS_KEPT`` go: a partition
+    restarted often without a roll keeps no more."""
     await write_atomic(fs, snapshot_path(dir_path, offset), encode_snapshot(entries))
+    _prune(fs, dir_path, log_start=0)
 
 
-def take_snapshot(fs: FileSystem, dir_path: str) -> tuple[int, list[SnapshotEntry]] | None:
-    """The latest readable snapshot (offset, entries), removing every snapshot file: each
-    is read at most once (module docstring). None when there is none to trust."""
-    found = None
+def put_snapshot(
+    fs: FileSystem, dir_path: str, offset: int, entries: list[SnapshotEntry], log_start: int
+) -> None:
+    """A segment roll's snapshot at ``offset``, written without an fsync (temp file, then
+    rename, so a reader never sees half of one); the older ones below ``log_start`` or
+    beyond the ``SNAPSHOTS_KEPT`` latest removed. OSError (a full or failing disk): the
+    caller goes on without it, a start-up then reads more of the log."""
+    tmp = snapshot_path(dir_path, offset) + ".tmp"  # the log loader removes a leftover
+    handle = fs.open(tmp)
+    try:
+        handle.truncate(0)
+        handle.pwrite(0, encode_snapshot(entries))
+    finally:
+        handle.close()
+    fs.rename(tmp, snapshot_path(dir_path, offset))
+    _prune(fs, dir_path, log_start)
+
+
+def _prune(fs: FileSystem, dir_path: str, log_start: int) -> None:
+    """Keep the ``SNAPSHOTS_KEPT`` latest snapshots, none below ``log_start``."""
+    offsets = _snapshot_offsets(fs, dir_path)
+    for old in offsets[:-SNAPSHOTS_KEPT] + [o for o in offsets[-SNAPSHOTS_KEPT:] if o < log_start]:
+        fs.remove(snapshot_path(dir_path, old))
+
+
+def latest_snapshot(
+    fs: FileSystem, dir_path: str, bound: int
+) -> tuple[int, list[SnapshotEntry]] | None:
+    """The latest readable snapshot (offset, entries) at or below ``bound`` (a clean start:
+    the log end; an unclean one: module docstring), kept for the next start; corrupt ones
+    are removed on the way. None when there is none to trust."""
     for offset in reversed(_snapshot_offsets(fs, dir_path)):
+        if offset > bound:
+            continue
         path = snapshot_path(dir_path, offset)
-        if found is None:
-            try:
-                found = (offset, decode_snapshot(read_all(fs, path)))
-            except CorruptSnapshotError:
-                found = None
-        fs.remove(path)
-    return found
+        try:
+            return offset, decode_snapshot(read_all(fs, path))
+        except CorruptSnapshotError:
+            fs.remove(path)
+    return None
 
 
-def remove_snapshots(fs: FileSystem, dir_path: str) -> None:
-    """Forget every snapshot (an unclean start: the log is the truth)."""
-    for offset in _snapshot_offsets(fs, dir_path):
-        fs.remove(snapshot_path(dir_path, offset))
+def remove_snapshots_after(fs: FileSystem, dir_path: str, offset: int) -> None:
+    """Forget the snapshots above ``offset``: a truncation to it, or an unclean start whose
+    recovery point it is (the log they describe may have changed)."""
+    for found in _snapshot_offsets(fs, dir_path):
+        if found > offset:
+            fs.remove(snapshot_path(dir_path, found))

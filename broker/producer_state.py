@@ -30,8 +30,10 @@ An abort marker yields the transaction's AbortedTxn entry for the log's ``.txnin
 The state is rebuilt from the log's batch headers (and markers) when the partition is opened
 and after every truncation of its log, so a restart or a follower's truncation keeps
 deduplicating and keeps the open transactions right; the rebuild also restores the
-``.txnindex`` entries a crash lost. Kafka reads producer snapshots for that, which this does
-without. A producer not heard from for ``producer.id.expiration.ms`` (a day) is forgotten,
+``.txnindex`` entries a crash lost. It starts from a producer snapshot where one is usable
+(broker/producer_snapshot.py: at a clean start the shutdown's, at an unclean one a segment
+roll's) or an in-memory checkpoint (a truncation), and reads only the batches after it.
+A producer not heard from for ``producer.id.expiration.ms`` (a day) is forgotten,
 as in Kafka, unless it has a transaction open: its next batch is taken as a new producer's.
 """
 
@@ -86,7 +88,7 @@ class CompletedTxn:
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
-    last_ms: int  # when it last appended (a batch's max timestamp, for the log's history)
+    last_ms: int  # its last batch's max timestamp (Kafka's lastTimestamp)
     batches: deque[BatchRecord] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
     txn_first_offset: int | None = None  # its open transaction's first offset
     coordinator_epoch: int = -1
@@ -341,7 +343,12 @@ class ProducerState:
         """Remember a batch that is now in the log at ``first_offset``, appended at
         ``now_ms`` (``marker``: the one a control batch holds); now and then, forget
         producers silent for longer than the expiration. Returns the ``.txnindex`` entry
-        when the batch is an abort marker that closed a transaction."""
+        when the batch is an abort marker that closed a transaction.
+
+        The producer's last timestamp is the batch's max timestamp as stored (its
+        LogAppendTime on such a topic), not ``now_ms``, as Kafka's: it is what
+        DescribeProducers answers, and ``kafka-transactions find-hanging`` measures how long
+        a transaction has been open by it; a rebuild from the log then gives the same."""
         if now_ms - self._last_expiry_ms >= EXPIRY_CHECK_INTERVAL_MS:
             self._last_expiry_ms = now_ms
             horizon = now_ms - self._expiration_ms
@@ -356,13 +363,13 @@ class ProducerState:
             return None
         entry = self._producers.get(producer_id)
         if marker is not None:
-            return self._record_marker(header, first_offset, now_ms, marker, entry)
+            return self._record_marker(header, first_offset, marker, entry)
         if entry is None:
-            entry = self._producers[producer_id] = ProducerEntry(header.producer_epoch, now_ms)
+            entry = self._producers[producer_id] = ProducerEntry(header.producer_epoch, 0)
         elif header.producer_epoch > entry.epoch:
             entry.epoch = header.producer_epoch
             entry.batches.clear()
-        entry.last_ms = max(entry.last_ms, now_ms)
+        entry.last_ms = header.max_timestamp
         entry.batches.append(BatchRecord(header.base_sequence, last_sequence(header), first_offset))
         if header.is_transactional and entry.txn_first_offset is None:
             entry.txn_first_offset = first_offset
@@ -373,7 +380,6 @@ class ProducerState:
         self,
         header: BatchHeader,
         offset: int,
-        now_ms: int,
         marker: EndTransactionMarker,
         entry: ProducerEntry | None,
     ) -> AbortedTxn | None:
@@ -381,11 +387,11 @@ class ProducerState:
         epoch replaces the producer's, so batches of the older one are fenced."""
         producer_id = header.producer_id
         if entry is None:
-            entry = self._producers[producer_id] = ProducerEntry(header.producer_epoch, now_ms)
+            entry = self._producers[producer_id] = ProducerEntry(header.producer_epoch, 0)
         elif header.producer_epoch > entry.epoch:
             entry.epoch = header.producer_epoch
             entry.batches.clear()
-        entry.last_ms = max(entry.last_ms, now_ms)
+        entry.last_ms = header.max_timestamp
         entry.coordinator_epoch = marker.coordinator_epoch
         entry.last_marker = LastMarker(
             marker.commit, header.producer_epoch, marker.coordinator_epoch, offset

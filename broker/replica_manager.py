@@ -54,8 +54,8 @@ from broker.metrics import BrokerTopicMetrics
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
 from broker.producer_snapshot import (
     SnapshotEntry,
-    remove_snapshots,
-    take_snapshot,
+    latest_snapshot,
+    remove_snapshots_after,
     write_snapshot,
 )
 from broker.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerState, Verdict
@@ -559,13 +559,18 @@ class ReplicaManager:
             await write_atomic(self.logs.fs, marker, _partition_metadata(topic.topic_id))
         checkpointed = self._checkpointed.pop((topic.name, index), 0)
         high_watermark = max(log.log_start_offset, min(checkpointed, log.log_end_offset))
-        # After a clean shutdown its producer snapshot spares reading the whole log.
+        # A producer snapshot spares reading the whole log: after a clean shutdown the one at
+        # the log end; after an unclean one the latest at or below the recovery point and
+        # the high watermark, a segment roll's (broker/producer_snapshot.py).
         log_dir = self.logs.log_dir_of(topic.name, index)
-        snapshot = None
+        fs = self.logs.fs
         if self.logs.had_clean_shutdown.get(log_dir or "", False):
-            snapshot = take_snapshot(self.logs.fs, log.dir_path)
+            bound = log.log_end_offset
         else:
-            remove_snapshots(self.logs.fs, log.dir_path)
+            recovered_from = log.opened_recovery_point
+            remove_snapshots_after(fs, log.dir_path, recovered_from)
+            bound = min(recovered_from, high_watermark)
+        snapshot = latest_snapshot(fs, log.dir_path, bound)
         producers = ProducerState.from_log(
             log, self._producer_id_expiration_ms, high_watermark, snapshot
         )
@@ -599,11 +604,18 @@ class ReplicaManager:
         return None if partition is None else partition.high_watermark
 
     def active_producers(self, topic: str, index: int) -> ErrorCode | list[SnapshotEntry]:
-        """DescribeProducers: the leader's producers, as a snapshot would keep them."""
-        partition = self._leader(topic, index)
-        if isinstance(partition, ErrorCode):
-            return partition
-        return partition.producers.snapshot_entries()
+        """DescribeProducers: a replica's producers, as a snapshot would keep them. Any
+        replica answers (a follower records its leader's batches too), as Kafka's: the
+        ``kafka-transactions find-hanging --broker-id`` asks one broker about every
+        partition it holds a replica of, led there or not."""
+        found = self._leader(topic, index)
+        if found == ErrorCode.not_leader_or_follower:
+            partition = self._partitions.get((topic, index))
+            if partition is not None:
+                return partition.producers.snapshot_entries()
+        if isinstance(found, ErrorCode):
+            return found
+        return found.producers.snapshot_entries()
 
     def last_stable_offset_of(self, key: tuple[str, int]) -> int | None:
         """The last stable offset of a partition hosted here (None if not hosted): the log
@@ -795,9 +807,7 @@ class ReplicaManager:
                 epoch = partition.leader_epoch
                 if NO_EPOCH_BUMP in self.bugs:
                     epoch = log.leader_epoch_cache.latest_epoch or 0
-                info = partition.append_records_to_leader(
-                    validated, header, epoch, self._clock.now_ms()
-                )
+                info = partition.append_records_to_leader(validated, epoch, self._clock.now_ms())
             except RecordError as error:
                 return AppendResult(ErrorCode(error.kafka_error_code), message=str(error))
             except OSError as error:  # ENOSPC, EIO: Kafka takes the whole log dir offline

@@ -157,6 +157,10 @@ class Log:
         # Bumped by every truncation: a log cleaner pass that read segments before one
         # must not swap its (now stale) rewrite in, nor advance its checkpoint.
         self.truncations = 0
+        # The recovery point the log was opened with, before an unclean start's recovery
+        # moved it to the log end: what the last life had surely made durable. Files that
+        # describe the log up to an offset (producer snapshots) are trusted only up to it.
+        self.opened_recovery_point = self._recovery_point
         self._check_invariants()
 
     # ---- construction -------------------------------------------------------------------
@@ -198,6 +202,8 @@ class Log:
             recovery_point=loaded.recovery_point,
             checkpoint_hook=checkpoint_hook,
         )
+        if not had_clean_shutdown:
+            log.opened_recovery_point = min(recovery_point, log.log_end_offset)
         epoch_cache.truncate_from_end(log.log_end_offset)
         epoch_cache.truncate_from_start(log.log_start_offset)
         await epoch_cache.flush()

@@ -31,12 +31,17 @@ stable offset in the answer). The checks, named as in docs/transactions.md:
   committed output covered then (``CtpHistory``).
 
 A read passed a write's offset when it was invoked after the write was acknowledged and
-its answer reached past that offset: only such a read was served by a log that held the
-write. A read invoked earlier may have reached past the offset in a log a whole-ISR power
-cut then shortened, so that later writes reuse its offsets (kafka seed 3 with
---transactions: reads reached offset 276 of a partition before a power cut left it ending
-at 201; a committed write at 202 then stayed behind a transaction the cut left open, never
-readable, and no read invoked after it passed 200).
+read over that offset: from a position at or below it to an answer that reached past it.
+Only such a read was served by a log that held the write. A read invoked earlier may have
+reached past the offset in a log a whole-ISR power cut then shortened, so that later writes
+reuse its offsets (kafka seed 3 with --transactions: reads reached offset 276 of a
+partition before a power cut left it ending at 201; a committed write at 202 then stayed
+behind a transaction the cut left open, never readable, and no read invoked after it passed
+200). A read from a position above the offset did not read it, however far it reached: the
+worker, restarted at the committed offset 42 of an input partition a power cut had
+shortened to 22 and writes then regrew, polled from 42 and never over a committed write at
+24 (kafka seed 8 with --transactions, once its producer lanes started a new instance after
+a fence).
 
 Losses a whole-ISR power cut allows (sim/analysis/kafka.py ``PowerCuts``) are excused as the
 plain sends' are. An abort marker is such a record too: an aborted read is excused when,
@@ -131,8 +136,8 @@ class TxnChecker:
     _txn_of: dict[int, str] = field(default_factory=dict)  # value -> transaction
     _read_at: dict[int, tuple[str, int]] = field(default_factory=dict)  # value -> where read
     _reads: list[tuple[TxnOp, int, int]] = field(default_factory=list)  # poll, offset, value
-    # key -> (invocation, next position) of each poll: what it read below, from when
-    _reached: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    # key -> (invocation, position, next position) of each poll: what it read, from when
+    _reached: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
     _last_poll: dict[tuple[str, str], int] = field(default_factory=dict)
     _positions: list[TxnOp] = field(default_factory=list)  # the worker's ctp-position answers
 
@@ -199,7 +204,8 @@ class TxnChecker:
                 self._reads.append((op, offset, value))
         self._last_poll[(op.process, op.key)] = last
         invoked = op.time_us if op.invoke_us < 0 else op.invoke_us
-        self._reached.setdefault(op.key, []).append((invoked, op.reached))
+        position = op.value if op.value is not None else 0
+        self._reached.setdefault(op.key, []).append((invoked, position, op.reached))
 
     def _aborted_read(self, op: TxnOp, offset: int, value: int) -> None:
         txn = self._txns[self._txn_of[value]]
@@ -231,7 +237,7 @@ class TxnChecker:
                     f"of transaction {name}, before its commit was asked for",
                     op.time_us,
                 )
-        reached = {key: _ReachedSince.of(polls) for key, polls in self._reached.items()}
+        reached = {key: _ReadOver.of(polls) for key, polls in self._reached.items()}
         for name, txn in self._txns.items():
             if txn.outcome == "abort" or not txn.writes:
                 continue
@@ -242,7 +248,7 @@ class TxnChecker:
                 if w.value not in self._read_at
                 and w.offset is not None
                 and w.key in reached
-                and w.offset < reached[w.key].since(w.time_us)
+                and reached[w.key].read_over(w.offset, w.time_us)
             ]
             unexcused = [w for w in passed if not self._excused(w)]
             self.excused += len(passed) - len(unexcused)
@@ -311,7 +317,7 @@ class TxnChecker:
             for name, txn in self._txns.items()
             if any(w.source is not None for w in txn.writes)
         ]
-        reached = _ReachedSince.of(self._reached.get(keys.output, []))
+        reached = _ReadOver.of(self._reached.get(keys.output, []))
         commits = []
         for _name, txn in worker:
             if txn.commit_asked_us is None or txn.offsets_committed is None:
@@ -319,7 +325,7 @@ class TxnChecker:
             if any(w.value in self._read_at for w in txn.writes):
                 visible: bool | None = True
             elif all(
-                w.offset is not None and w.offset < reached.since(w.time_us) for w in txn.writes
+                w.offset is not None and reached.read_over(w.offset, w.time_us) for w in txn.writes
             ):
                 # Reads invoked after its output passed it and never found it: not committed,
                 # unless a whole-ISR power cut may have taken the output (or its marker) since
@@ -661,23 +667,21 @@ class CtpHistory:
 
 
 @dataclass(frozen=True, slots=True)
-class _ReachedSince:
-    """One partition's polls by invocation: how far those invoked at or after a time read."""
+class _ReadOver:
+    """One partition's polls by invocation: which offsets those invoked at or after a time
+    read over (a poll read [its position, its next position): every stable record there)."""
 
     starts: tuple[int, ...]  # invocation times, ascending
-    furthest: tuple[int, ...]  # furthest[i]: the furthest position polls starts[i:] reached
+    spans: tuple[tuple[int, int], ...]  # spans[i]: (position, next position) of poll i
 
     @classmethod
-    def of(cls, polls: list[tuple[int, int]]) -> _ReachedSince:
-        """From (invocation, next position) pairs in any order."""
+    def of(cls, polls: list[tuple[int, int, int]]) -> _ReadOver:
+        """From (invocation, position, next position) triples in any order."""
         ordered = sorted(polls)
-        furthest, best = [], 0
-        for _start, position in reversed(ordered):
-            best = max(best, position)
-            furthest.append(best)
-        return cls(tuple(start for start, _ in ordered), tuple(reversed(furthest)))
+        return cls(tuple(p[0] for p in ordered), tuple((p[1], p[2]) for p in ordered))
 
-    def since(self, time_us: int) -> int:
-        """The furthest position a poll invoked at or after ``time_us`` reached (0: none)."""
+    def read_over(self, offset: int, time_us: int) -> bool:
+        """Whether a poll invoked at or after ``time_us`` read over ``offset``. Asked only
+        for the writes no read found (few), so a scan of the later polls is enough."""
         index = bisect_left(self.starts, time_us)
-        return self.furthest[index] if index < len(self.furthest) else 0
+        return any(start <= offset < end for start, end in self.spans[index:])

@@ -9,16 +9,23 @@ the same partition count, replication factor and min ISR):
   committing 70% of the time and aborting otherwise; a send that fails aborts the
   transaction, and any error of the protocol makes the lane initialise again (which fences
   its previous epoch and aborts what it left open, as Kafka's producer does on an abortable
-  error). A lane crashes (a new process, the same transactional id) as the plain lanes do;
+  error). A fence (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH: another instance of the
+  transactional id, or the coordinator's epoch bump when it aborted the lane's timed-out
+  transaction, took over) is fatal to a Kafka producer, so the lane does what an
+  application does: it ends nothing more with that instance, closes it and starts a new one
+  (a new process, the same transactional id, whose InitProducerId without a producer id
+  aborts what the old one left open). A lane crashes (a new process, the same
+  transactional id) as the plain lanes do;
 - read_committed consumer lanes (``rc<lane>``) poll every partition in turn, dropping the
   records of aborted transactions as Kafka's consumer does (sim/kafka_txn_client.py);
 - a consume-transform-produce worker (``ctp<n>``, transactional id ``txn-ctp``, group
   ``jepsen-ctp-group``) reads partition 0 of ``jepsen-txn`` read_committed, writes one
   record to ``jepsen-ctp`` (one partition) for each input record it takes, and commits its
   input offset with AddOffsetsToTxn and TxnOffsetCommit in the same transaction. After an
-  abort, an error (a fence, its coordinator's or leader's broker gone) or a crash it
-  starts again as a new process: InitProducerId, then the group's committed offset
-  (OffsetFetch with require_stable, KIP-447), and reads on from there;
+  abort, an error (its coordinator's or leader's broker gone; after a fence without
+  ending the transaction) or a crash it starts again as a new process: InitProducerId,
+  then the group's committed offset (OffsetFetch with require_stable, KIP-447), and reads
+  on from there;
 - after the heal the worker's committed offset is read (process ``ctp-final``), then the
   final read_committed reads (process ``txn-final``) read every partition of both topics,
   the output first, up to its settled last stable offset (an open transaction of a crashed
@@ -75,6 +82,9 @@ COMMIT_CHANCE = 0.7
 MAX_TXN_PARTITIONS = 3
 ADD_PARTITIONS_ATTEMPTS = 50  # CONCURRENT_TRANSACTIONS retries, as Kafka's producer's
 ADD_PARTITIONS_BACKOFF_S = 0.02  # retry.backoff.ms for it (Kafka: 20 ms)
+# The errors a Kafka producer raises as ProducerFencedException (fatal): the application
+# must close the producer and start a new instance.
+FENCING_ERRORS = frozenset({"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"})
 # The brokers' transaction settings under --transactions: a small __transaction_state, and
 # timed-out transactions aborted within a second (Kafka checks every 10 s), so the final
 # reads are not held at the LSO by a crashed lane's transaction for long.
@@ -154,6 +164,15 @@ class Producer:
     producer: tuple[int, int] = (-1, -1)
     previous: tuple[int, int] = (-1, -1)  # what to bump at the next InitProducerId
     sequences: dict[int, int] = field(default_factory=dict)
+    fenced: str | None = None  # the answer that fenced it (another instance took over)
+
+    def note(self, error: str) -> str:
+        """``error`` (passed through), remembering whether it fenced this instance: no
+        epoch bump of its own gets it back (InitProducerId with its id and epoch answers
+        PRODUCER_FENCED again, for good), only a new producer."""
+        if error in FENCING_ERRORS and self.fenced is None:
+            self.fenced = error
+        return error
 
     def reset(self) -> None:
         """An error: initialise again, bumping the epoch (KIP-360), from a fresh lookup."""
@@ -181,6 +200,7 @@ class TxnLanes:
     ops: int = 0
     ctp_commits: int = 0  # the worker's acknowledged commits
     ctp_restarts: int = 0
+    fenced: int = 0  # producer instances (lanes' and the worker's) closed after a fence
 
     def lanes(self, runtime: Runtime) -> list[asyncio.Future[None]]:
         """The transactional producer, read_committed consumer and worker lanes, started."""
@@ -200,6 +220,7 @@ class TxnLanes:
             "rc_polls": checker.rc_polls_ok,
             "ctp_commits": self.ctp_commits,
             "ctp_restarts": self.ctp_restarts,
+            "txn_fenced": self.fenced,
             "txn_excused": checker.excused,
         }
 
@@ -293,15 +314,23 @@ class TxnLanes:
         while True:
             process = f"tp{lane}.{generation}"
             session = Producer(TxnRouting(self.cluster, process), f"txn-{lane}")
-            while rng.random() >= CRASH_CHANCE:
+            while session.fenced is None and rng.random() >= CRASH_CHANCE:
                 await asyncio.sleep(rng.uniform(0.005, 0.05))
                 if session.producer[0] < 0:
-                    if not await self._init(session, rng):
+                    if not await self._init(session, rng) and session.fenced is None:
                         await asyncio.sleep(0.1)
                     continue
                 await self.transaction(session, rng, process)
+            self.closed_fenced(session, process)
             await session.routing.close()
             generation += 1
+
+    def closed_fenced(self, session: Producer, process: str) -> None:
+        """A producer instance closed: if a fence was why, count and trace it (its lane
+        goes on as the next process, a new instance of the same transactional id)."""
+        if session.fenced is not None:
+            self.fenced += 1
+            self.cluster.world.trace.event("txn-fenced", process=process, error=session.fenced)
 
     async def _coordinator_call(self, session: Producer, call: Any) -> str:
         """One request to the transaction coordinator: its error, or the failure's name."""
@@ -313,7 +342,7 @@ class TxnLanes:
         except (OSError, TimeoutError, ConnectionError) as failure:
             await session.routing.drop(host)
             return type(failure).__name__
-        return result
+        return session.note(result)
 
     async def _init(self, session: Producer, rng: random.Random) -> bool:
         """Find the coordinator and take a producer id and epoch (fencing the last one)."""
@@ -370,6 +399,8 @@ class TxnLanes:
             if not await self.send(session, rng, process, name, partition):
                 sent_all = False
                 break
+        if session.fenced is not None:
+            return  # a fenced producer ends nothing: the new instance's init aborts it
         commit = sent_all and rng.random() < COMMIT_CHANCE
         await self.end(session, process, name, commit)
         if not sent_all:
@@ -440,6 +471,7 @@ class TxnLanes:
                     status, offset = "ok", at
                 else:
                     status = "info"
+                    session.note(error)
                     session.routing.leaders.pop(partition, None)
         isr = self.leader_isr(where[0], partition, topic) if status == "ok" and where else ()
         op = TxnOp(
@@ -515,6 +547,7 @@ class TxnLanes:
             finally:
                 await session.routing.close()
                 await group.routing.close()
+            self.closed_fenced(session, process)
             generation += 1
             self.ctp_restarts += 1
 
@@ -606,6 +639,8 @@ class TxnLanes:
                 break
         if ok:
             ok = await self.commit_offsets(session, group, rng, process, name, committed)
+        if session.fenced is not None:
+            return None  # ends nothing: the next process's init aborts it
         commit = ok and rng.random() < CTP_COMMIT_CHANCE
         if not await self.end(session, process, name, commit) or not commit:
             return None
@@ -642,7 +677,7 @@ class TxnLanes:
                 c, tid, producer, CTP_GROUP, TXN_TOPIC, {CTP_INPUT: offset}, REQUEST_TIMEOUT_S
             ),
         )
-        status = "ok" if error == "NONE" else "info"
+        status = "ok" if session.note(error) == "NONE" else "info"
         op = TxnOp(process, CTP_OFFSETS, key, status, offset, txn=name, time_us=self.now_us())
         self.complete(op, None if status == "ok" else error)
         return status == "ok"

@@ -160,6 +160,18 @@ def test_reads_of_a_log_before_a_power_cut_pass_no_later_write() -> None:
     assert checks_of([before, *lone, passed]) == ["lost-committed-write"]
 
 
+def test_a_read_from_above_a_write_does_not_pass_it() -> None:
+    """Kafka seed 8 with --transactions, in small: the worker restarts at the committed input
+    offset 5, which a power cut had taken from P0 and later writes regrew; its polls from 5
+    reach 7 but never read over t9's committed write at 4, which the LSO (held at 2 by a
+    transaction the cut left open) keeps from every reader. Not torn: a read from 4 or
+    below that reaches past it is."""
+    above = poll(P0, 5, (), 2, 60, process="ctp3", reached=7, invoked=55)
+    assert checks_of([*after_a_power_cut(), above]) == []
+    over = poll(P0, 4, (), 6, 60, process="ctp3", reached=7, invoked=55)
+    assert checks_of([*after_a_power_cut(), over]) == ["torn-transaction"]
+
+
 def test_duplicate_beyond_lso_and_nonmonotonic() -> None:
     base = two_partition_commit()
     assert checks_of([*base, poll(P0, 0, ((0, 1), (3, 1)), 5, 30)]) == ["duplicate"]

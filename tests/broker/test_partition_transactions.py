@@ -146,3 +146,29 @@ def test_the_lso_never_stays_below_the_log_start() -> None:
         assert partition.last_stable_offset == 5
 
     asyncio.run(run())
+
+
+def test_a_roll_snapshots_the_state_and_a_truncation_removes_the_snapshots_above_it() -> None:
+    """Each segment roll writes the producer state at the new segment's base (none at the
+    log start); a truncation removes those above its target (they describe a log that is
+    gone), keeps those at or below it; emptying the log removes them all."""
+
+    async def run() -> None:
+        partition = await follower()
+        log = partition.log
+
+        def snapshots() -> list[int]:
+            return sorted(int(n[:20]) for n in log.fs.list_dir(DIR) if n.endswith(".snapshot"))
+
+        partition.append_as_follower(at(produced(7, 0, transactional=True), 0), now_ms=1_000)
+        for offset in (1, 2):
+            log.roll()
+            partition.append_as_follower(at(produced(8, offset - 1), offset), now_ms=1_000)
+        assert snapshots() == [1, 2]
+        assert await partition.truncate_to(1)
+        assert snapshots() == [1]
+        assert partition.producers.open_transactions == {7: 0}
+        await partition.truncate_fully_and_start_at(5)
+        assert snapshots() == []
+
+    asyncio.run(run())

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from broker.partition import Partition
-from broker.producer_snapshot import take_snapshot, write_snapshot
+from broker.producer_snapshot import latest_snapshot, write_snapshot
 from broker.producer_state import ProducerState
 from log.batch import encode_batch
 from log.config import LogConfig
@@ -184,7 +184,7 @@ class TransactionsMachine(RuleBasedStateMachine):
                 if name.endswith(TXN_INDEX_SUFFIX):
                     fs.remove(f"{DIR}/{name}")
         log = self.run(Log.open(self.runtime, DIR, CONFIG, had_clean_shutdown=True))
-        taken = take_snapshot(fs, DIR) if snapshot else None
+        taken = latest_snapshot(fs, DIR, log.log_end_offset) if snapshot else None
         assert (taken is not None) == snapshot
         producers = ProducerState.from_log(log, high_watermark=self.high_watermark, snapshot=taken)
         self.partition = Partition("t", 0, uuid.UUID(int=1), log, producers, 1)

@@ -256,8 +256,9 @@ def test_offsets_partitions_markers_complete_the_group_coordinators_transaction(
     run(tmp_path, body, OFFSETS)
 
 
-def test_describe_producers_shows_the_open_transactions_a_leader_knows(tmp_path: Path) -> None:
-    """DescribeProducers (kafka-transactions describe-producers, abort, find-hanging)."""
+def test_describe_producers_shows_the_open_transactions_a_replica_knows(tmp_path: Path) -> None:
+    """DescribeProducers (kafka-transactions describe-producers, abort, find-hanging), on
+    the leader and on a follower."""
 
     async def body(replicas: ReplicaManager) -> None:
         handler = KafkaApis(
@@ -283,10 +284,19 @@ def test_describe_producers_shows_the_open_transactions_a_leader_knows(tmp_path:
              p.current_txn_start_offset)
             for p in zero.active_producers
         ] == [(7, 0, 0, -1, 0), (8, 0, -1, 3, -1), (9, 0, 0, -1, -1)]  # fmt: skip
-        assert all(p.last_timestamp > 0 for p in zero.active_producers)
-        assert (one.error_code, unknown.error_code) == (
-            ErrorCode.not_leader_or_follower,
-            ErrorCode.unknown_topic_or_partition,
-        )
+        # A batch's own timestamp (1_000), not when it was appended; a marker's is its write.
+        stamps = [p.last_timestamp for p in zero.active_producers]
+        assert stamps[0] == stamps[2] == 1_000 and stamps[1] > 1_000
+        # "a"-1 is led by broker 2: this follower answers from what it replicated, as Kafka's.
+        assert (one.error_code, one.active_producers) == (ErrorCode.none, ())
+        assert unknown.error_code == ErrorCode.unknown_topic_or_partition
+        leader_batch = bytearray(produced(11, 0, b"z", transactional=True))
+        replicas._partitions[("a", 1)].append_as_follower(bytes(leader_batch), now_ms=5_000)
+        response = await ask(handler, DESCRIBE_PRODUCERS, 0, {"topics": topics[:1]})
+        ((_, one),) = (t.partitions for t in response.topics)
+        assert [
+            (p.producer_id, p.last_timestamp, p.current_txn_start_offset)
+            for p in one.active_producers
+        ] == [(11, 1_000, 0)]
 
     run(tmp_path, body, SOLE)

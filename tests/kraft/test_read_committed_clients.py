@@ -35,6 +35,7 @@ from tests.kraft.wire_client import RETRIABLE, connect, wait_for_leader
 TOPIC = "txn"
 OTHERS = "txn-others"  # the other clients' topic
 HANGING = "txn-hanging"  # kafka-transactions' topic
+FIND_HANGING = "txn-find-hanging"  # kafka-transactions find-hanging's (two partitions)
 E2E = "txn-e2e"  # a real transactional producer's (two partitions)
 # One node: the internal topics must fit it.
 PROPS = {
@@ -55,11 +56,14 @@ async def produce(
     value: bytes,
     txn: bool,
     topic: str = TOPIC,
+    timestamp_ms: int | None = None,
 ) -> int:
-    """The offset of one record produced (transactionally if ``txn``) with acks=all."""
+    """The offset of one record produced (transactionally if ``txn``) with acks=all, stamped
+    ``timestamp_ms`` (default: now)."""
     module: Any = request_module(PRODUCE, 9)
+    stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
     records = encode_batch(
-        [Record(None, value, int(time.time() * 1000))],
+        [Record(None, value, stamp)],
         producer_id=producer_id,
         producer_epoch=0 if producer_id >= 0 else -1,
         base_sequence=sequence,
@@ -144,7 +148,9 @@ def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     procs, address = single_node(tmp_path_factory.mktemp("data"), PROPS)
     try:
         admin = AdminClient({"bootstrap.servers": address})
-        topics = [NewTopic(t, 1, 1) for t in (TOPIC, OTHERS, HANGING)] + [NewTopic(E2E, 2, 1)]
+        topics = [NewTopic(t, 1, 1) for t in (TOPIC, OTHERS, HANGING)] + [
+            NewTopic(t, 2, 1) for t in (E2E, FIND_HANGING)
+        ]
         for future in admin.create_topics(topics).values():
             future.result(DEADLINE_S)
         yield address
@@ -325,6 +331,68 @@ def test_kafka_transactions_describes_and_aborts_a_hanging_transaction(bootstrap
         assert poll_values(reader, 1, quiet_s=1.0) == [(1, b"after")]
     finally:
         reader.close()
+
+
+@pytest.mark.usefixtures("kafka_tools")
+def test_kafka_transactions_find_hanging_reports_only_the_transaction_no_coordinator_knows(
+    bootstrap: str,
+) -> None:
+    """find-hanging takes every open transaction whose last write is older than
+    --max-transaction-timeout (DescribeProducers) and reports those whose producer id no
+    coordinator lists (ListTransactions filtered by producer id) or whose coordinator does
+    not have the partition in the transaction (DescribeTransactions). Both transactions here
+    are open and stamped ten minutes ago, so both are candidates: only the raw producer id's
+    is hanging; a real producer's ongoing transaction is not, by topic or by broker."""
+    stamp_ms = int(time.time() * 1000) - 10 * 60_000
+
+    async def write_hanging() -> int:
+        host, port = bootstrap.rsplit(":", 1)
+        connection = await connect(host, int(port))
+        try:
+            await wait_for_leader(connection, FIND_HANGING)
+            return await produce(
+                connection, 4000, 0, b"hanging", True, FIND_HANGING, timestamp_ms=stamp_ms
+            )
+        finally:
+            await connection.close()
+
+    assert asyncio.run(write_hanging()) == 0
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx-find-hanging"})
+    producer.init_transactions(DEADLINE_S)
+    producer.begin_transaction()
+    for partition in (0, 1):
+        producer.produce(FIND_HANGING, b"ongoing", partition=partition, timestamp=stamp_ms)
+    producer.flush(DEADLINE_S)
+    try:
+        described = tools.run(
+            "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", bootstrap,
+            "describe-producers", "--topic", FIND_HANGING, "--partition", "0",
+        )  # fmt: skip
+        rows = [line.split() for line in described.stdout.splitlines()]
+        start_column = rows[0].index("CurrentTransactionStartOffset")
+        time_column = rows[0].index("LastTimestamp")
+        # Both open since offsets 0 and 1, both last written ten minutes ago: candidates.
+        assert sorted((row[start_column], row[time_column]) for row in rows[1:]) == [
+            ("0", str(stamp_ms)),
+            ("1", str(stamp_ms)),
+        ], described.stdout
+        hanging = ["0", "4000", "0", "-1", "0", str(stamp_ms)]  # Partition .. LastTimestamp
+        for scope in (["--topic", FIND_HANGING], ["--broker-id", "1"]):
+            found = tools.run(
+                "org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", bootstrap,
+                "find-hanging", *scope, "--max-transaction-timeout", "1",
+            )  # fmt: skip
+            lines = [line.split() for line in found.stdout.splitlines()]
+            assert lines[0] == [
+                "Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
+                "StartOffset", "LastTimestamp", "Duration(min)",
+            ], found.stdout  # fmt: skip
+            # By broker every topic is searched: other tests' transactions are not this one's.
+            ours = [line for line in lines[1:] if line[0] == FIND_HANGING]
+            assert [line[1:7] for line in ours] == [hanging], found.stdout
+            assert int(ours[0][7]) >= 10, found.stdout
+    finally:
+        producer.abort_transaction(DEADLINE_S)
 
 
 def test_a_transactional_producer_is_read_exactly_by_read_committed_consumers(
