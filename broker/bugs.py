@@ -20,6 +20,7 @@ TXN_LSO_IGNORES_OPEN = "txn-lso-ignores-open"
 TXN_NO_ABORTED_LIST = "txn-no-aborted-list"
 TXN_COMPLETE_BEFORE_MARKERS = "txn-complete-before-markers"
 TXN_OFFSETS_KEPT_ON_ABORT = "txn-offsets-kept-on-abort"
+TXN_TIMEOUT_NEVER_ABORTS = "txn-timeout-never-aborts"
 
 BROKER_BUGS = {
     TRUNCATE_TO_HW: "a new follower truncates its log to its high watermark (before KIP-101)",
@@ -49,4 +50,7 @@ BROKER_BUGS = {
     TXN_OFFSETS_KEPT_ON_ABORT: "the group coordinator applies a transaction's pending "
     "TxnOffsetCommit offsets at its abort marker as at a commit marker, so a consume-"
     "transform-produce job restarts past input whose output was aborted",
+    TXN_TIMEOUT_NEVER_ABORTS: "the transaction coordinator never aborts a transaction open "
+    "past its transaction.timeout.ms, so one whose producer stopped inside it (and never "
+    "came back to fence it) stays open: its partitions' last stable offsets hang there",
 }

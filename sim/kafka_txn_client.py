@@ -5,13 +5,18 @@ and transactional Produce, and a read_committed consumer's Fetch, one call each.
 Like sim/kafka_client.py (whose helpers it reuses) it speaks the Kafka wire protocol through
 broker/client.py and kio's schemas; the transaction policy (which partitions, commit or
 abort, what to do on an error) is the workload's (sim/scenarios/kafka_txn.py). The versions
-are the ones the Java client sends a TV1 coordinator: AddPartitionsToTxn v3 (v4 batches are
-for brokers), EndTxn v3, Produce v9 and Fetch v12 with ``isolation_level`` 1.
+are the ones Kafka's Java client sends: to a TV1 coordinator AddPartitionsToTxn v3 (v4 batches
+are for brokers), AddOffsetsToTxn v3, TxnOffsetCommit v3, EndTxn v3 and Produce v9; under
+transaction version 2 (KIP-890 part 2, ``tv2``) no AddPartitionsToTxn or AddOffsetsToTxn, but
+Produce v12 and TxnOffsetCommit v5, whose partitions join the transaction on the server, and
+EndTxn v5, whose answer is the producer id and epoch the next transaction uses. Fetch is v12
+with ``isolation_level`` 1.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
 from kio.schema.add_partitions_to_txn.v3.request import (
@@ -19,16 +24,15 @@ from kio.schema.add_partitions_to_txn.v3.request import (
     AddPartitionsToTxnTopic,
 )
 from kio.schema.end_txn.v3.request import EndTxnRequest
+from kio.schema.end_txn.v5.request import EndTxnRequest as EndTxnRequestV5
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.schema.txn_offset_commit.v3.request import (
-    TxnOffsetCommitRequest,
-    TxnOffsetCommitRequestPartition,
-    TxnOffsetCommitRequestTopic,
-)
+from kio.schema.produce.v9 import request as produce_v9
+from kio.schema.produce.v12 import request as produce_v12
+from kio.schema.txn_offset_commit.v3 import request as txn_offset_commit_v3
+from kio.schema.txn_offset_commit.v5 import request as txn_offset_commit_v5
 from kio.schema.types import GroupId, ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i8, i16, i32, i64
 
@@ -127,25 +131,31 @@ async def txn_offset_commit(
     topic: str,
     offsets: dict[int, int],
     timeout_s: float,
+    *,
+    tv2: bool = False,
 ) -> str:
     """The first error (NONE if none) of committing ``offsets`` (partition -> offset) in the
-    transaction, as a producer outside the group's membership (generation -1) does."""
-    request = TxnOffsetCommitRequest(
+    transaction, as a producer outside the group's membership (generation -1) does; under
+    TV2 (v5) the offsets partition joins the transaction on the way."""
+    schema: Any = txn_offset_commit_v5 if tv2 else txn_offset_commit_v3
+    extra = {"generation_id": i32(-1), "member_id": "", "group_instance_id": None} if tv2 else {}
+    request = schema.TxnOffsetCommitRequest(
         transactional_id=TransactionalId(transactional_id),
         group_id=GroupId(group),
         producer_id=ProducerId(producer[0]),
         producer_epoch=i16(producer[1]),
         topics=(
-            TxnOffsetCommitRequestTopic(
+            schema.TxnOffsetCommitRequestTopic(
                 name=TopicName(topic),
                 partitions=tuple(
-                    TxnOffsetCommitRequestPartition(
+                    schema.TxnOffsetCommitRequestPartition(
                         partition_index=i32(p), committed_offset=i64(o), committed_metadata=""
                     )
                     for p, o in sorted(offsets.items())
                 ),
             ),
         ),
+        **extra,
     )
     response: object = await conn.request(request, timeout_s)
     for found in response.topics:  # type: ignore[attr-defined]
@@ -161,16 +171,22 @@ async def end_txn(
     producer: tuple[int, int],
     commit: bool,
     timeout_s: float,
-) -> str:
-    """The error of ending the open transaction (commit or abort)."""
-    request = EndTxnRequest(
+    *,
+    tv2: bool = False,
+) -> tuple[str, tuple[int, int]]:
+    """The error of ending the open transaction (commit or abort), and the producer id and
+    epoch to go on with: the same under TV1, EndTxn v5's (the bumped epoch) under TV2."""
+    end = EndTxnRequestV5 if tv2 else EndTxnRequest
+    request = end(
         transactional_id=TransactionalId(transactional_id),
         producer_id=ProducerId(producer[0]),
         producer_epoch=i16(producer[1]),
         committed=commit,
     )
-    response: object = await conn.request(request, timeout_s)
-    return _name(response.error_code)  # type: ignore[attr-defined]
+    response: Any = await conn.request(request, timeout_s)
+    if tv2 and response.error_code == ErrorCode.none:
+        return "NONE", (int(response.producer_id), int(response.producer_epoch))
+    return _name(response.error_code), producer
 
 
 async def produce_txn(
@@ -182,9 +198,11 @@ async def produce_txn(
     producer: tuple[int, int],
     sequence: int,
     timeout_s: float,
+    *,
+    tv2: bool = False,
 ) -> tuple[str, int]:
     """(error, base offset) of one transactional batch of one record (key, value, timestamp),
-    acks=all."""
+    acks=all; under TV2 (v12) its partition joins the transaction at the leader's request."""
     key, value, timestamp_ms = record
     batch = encode_batch(
         [Record(key.encode(), str(value).encode(), timestamp_ms)],
@@ -193,14 +211,15 @@ async def produce_txn(
         base_sequence=sequence,
         is_transactional=True,
     )
-    request = ProduceRequest(
+    schema: Any = produce_v12 if tv2 else produce_v9
+    request = schema.ProduceRequest(
         transactional_id=TransactionalId(transactional_id),
         acks=i16(-1),
         timeout=_ms(timeout_s),
         topic_data=(
-            TopicProduceData(
+            schema.TopicProduceData(
                 name=TopicName(topic),
-                partition_data=(PartitionProduceData(index=i32(partition), records=batch),),
+                partition_data=(schema.PartitionProduceData(index=i32(partition), records=batch),),
             ),
         ),
     )

@@ -68,14 +68,17 @@ KAFKA_BUG_SEEDS = {
     # The transactional bugs, with the transactional lanes (sim/scenarios/kafka_txn.py).
     "txn-lso-ignores-open": 1,
     "txn-no-aborted-list": 1,
-    # Jepsen's Bufstream anomaly, with the delay-txn fault: 2 since the consume-transform-
-    # produce lane moved the schedule (torn-transaction: a late commit marker of the same
-    # epoch reached a partition after the next transaction had written there); 12 before,
-    # 3 on its own branch.
-    "txn-complete-before-markers": 2,
+    # Jepsen's Bufstream anomaly, with the delay-txn fault: 23 since lane 0 and the worker
+    # speak TV2 (lost-committed-write: a late marker of the same epoch ended a TV1 lane's
+    # next transaction; the TV2 lanes' bumped epochs make partitions refuse late markers, so
+    # only lane 1 is exposed); 2 with every lane on TV1, 12 before the worker lane.
+    "txn-complete-before-markers": 23,
     # The worker's offsets of an aborted transaction applied: it restarts past input whose
-    # output was aborted (ctp-offsets).
-    "txn-offsets-kept-on-abort": 1,
+    # output was aborted (ctp-offsets). 2 since the TV2 lanes (1 before).
+    "txn-offsets-kept-on-abort": 2,
+    # A transaction left open by a lane stopped inside it at the end of the run is never
+    # aborted: the final reads find its partition's LSO stuck (hanging-transaction).
+    "txn-timeout-never-aborts": 2,
 }
 KAFKA_BUG_ARGS: dict[str, tuple[str, ...]] = {
     "skip-sequence-check": ("--idempotent",),
@@ -83,6 +86,7 @@ KAFKA_BUG_ARGS: dict[str, tuple[str, ...]] = {
     "txn-no-aborted-list": ("--transactions",),
     "txn-complete-before-markers": ("--transactions", "--faults", "all,delay-txn"),
     "txn-offsets-kept-on-abort": ("--transactions",),
+    "txn-timeout-never-aborts": ("--transactions",),
 }
 
 # Issue 28's data-plane classes: each planted bug, the first seed (20 s runs) at which the

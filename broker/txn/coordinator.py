@@ -31,7 +31,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.bugs import TXN_COMPLETE_BEFORE_MARKERS
+from broker.bugs import TXN_COMPLETE_BEFORE_MARKERS, TXN_TIMEOUT_NEVER_ABORTS
 from broker.group.records import partition_for
 from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
@@ -566,6 +566,8 @@ class TransactionCoordinator:
 
     async def abort_timed_out(self) -> None:
         """Fence and abort every Ongoing transaction past its transaction.timeout.ms."""
+        if TXN_TIMEOUT_NEVER_ABORTS in self._replicas.bugs:  # planted
+            return
         now_ms = self._clock.now_ms()
         for shard in list(self._shards.values()):
             if not shard.loaded:

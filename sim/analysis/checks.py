@@ -36,6 +36,7 @@ from sim.analysis.kafka import (
     COMMIT_EPOCH_UNKNOWN,
     KAFKA_OPS,
     OFFSETS_TOPIC,
+    TXN_STATE_TOPIC,
     BatchIdentity,
     KafkaChecker,
     KafkaOp,
@@ -944,6 +945,7 @@ def check_kafka(run: RunData) -> list[Violation]:
             if detail.get("topic") in (
                 config.get("topic"),
                 OFFSETS_TOPIC,
+                TXN_STATE_TOPIC,
                 *config.get("txn_topics", ()),
             ):
                 key = f"{detail['topic']}-{detail['partition']}"
@@ -981,6 +983,7 @@ def check_kafka(run: RunData) -> list[Violation]:
                 int(detail["found_base"]),
                 None if held is None else BatchIdentity(*(int(v) for v in held)),
                 at,
+                coordinator_state_lost=cuts.topic_may_have_lost(TXN_STATE_TOPIC, at),
             )
         elif item.kind == "partition-hw":
             result = states.on_hw(

@@ -80,6 +80,8 @@ KAFKA_OPS = ("send", "poll", COMMIT, OFFSET_FETCH)
 COMMIT_EPOCH_UNKNOWN = 2**31 - 1
 # broker.group.coordinator.OFFSETS_TOPIC; not imported: Spark workers load no broker code.
 OFFSETS_TOPIC = "__consumer_offsets"
+# broker.txn.config.TXN_TOPIC (not imported, as above): the transaction coordinators' log.
+TXN_STATE_TOPIC = "__transaction_state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +144,15 @@ class PowerCuts:
             if until > time_us and self._all_cut_between(members, time_us, min(until, before_us)):
                 return True
         return False
+
+    def topic_may_have_lost(self, topic: str, before_us: int) -> bool:
+        """Whether some partition of ``topic`` may have lost records to power cuts alone
+        before ``before_us`` (every member of one of its ISRs lost power while it stood)."""
+        return any(
+            self.may_have_lost_between(key, 0, before_us)
+            for key in self.isrs
+            if key.rsplit("-", 1)[0] == topic
+        )
 
     def may_have_lost_between(self, key: str, after_us: int, before_us: int) -> bool:
         """Whether every member of one ISR ``key`` had lost power between ``after_us`` and
@@ -507,6 +518,8 @@ def check_duplicate_answer(
     found_base: int,
     found: BatchIdentity | None,
     time_us: int,
+    *,
+    coordinator_state_lost: bool = False,
 ) -> KafkaViolation | None:
     """Judge one produce a leader acknowledged as a duplicate of a batch it already holds
     (``duplicate-answer`` events): Kafka answers a retried sequence with the original
@@ -515,8 +528,23 @@ def check_duplicate_answer(
     that holds ``offset`` there, based at ``found_base`` (None, -1: no batch holds it).
     A producer state that outlived a truncation names an offset that now holds another
     producer's batch, or nothing yet: the producer takes its write as done, and it is not
-    in the log."""
+    in the log.
+
+    One excuse, ``coordinator_state_lost``: a power cut on every replica of a
+    ``__transaction_state`` partition (Kafka does not fsync it either) can take back the
+    coordinator's record of the epochs it handed out, so it hands a producer id and epoch
+    out again, and the new producer's first batch then repeats an old one's identity (same
+    producer, epoch and sequence, other content) in a log that kept the old one. The
+    promise allows that loss, as it allows losing acknowledged records to such cuts."""
     if found is not None and found_base == offset and found == batch:
+        return None
+    if (
+        coordinator_state_lost
+        and found is not None
+        and found_base == offset
+        and (found.producer_id, found.producer_epoch, found.base_sequence)
+        == (batch.producer_id, batch.producer_epoch, batch.base_sequence)
+    ):
         return None
     if found is None:
         there = "no batch holds that offset"

@@ -25,6 +25,11 @@ stable offset in the answer). The checks, named as in docs/transactions.md:
 - ``G0`` and ``G1c``: a cycle of write-write dependencies, or of write-write and
   write-read ones with at least one write-read, between transactions, inferred from offsets
   as Jepsen's Kafka workload does (``dependency_cycles``);
+- ``hanging-transaction``: after the heal, with every lane stopped, a partition's last
+  stable offset stayed below its high watermark, unchanged through ``HANG_BOUND_S`` of
+  answered final reads (``lso-stuck``): a transaction no coordinator will end (its
+  producer's timeout would have aborted one it knew) holds read_committed consumers there
+  for good, KAFKA-14402's hanging transaction;
 - ``ctp-exactly-once`` and ``ctp-offsets``: the consume-transform-produce worker's committed
   output is not its committed input below its committed offset, each record once and in
   order; or an offset it found committed at a restart is not the end of the input its
@@ -60,14 +65,17 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sim.analysis.kafka import KafkaViolation, PowerCuts
+from sim.analysis.kafka import TXN_STATE_TOPIC, KafkaViolation, PowerCuts
 
 TXN_SEND = "txn-send"
 TXN_END = "txn-end"
 RC_POLL = "rc-poll"
 CTP_OFFSETS = "ctp-offsets"  # the worker's TxnOffsetCommit, in its transaction
 CTP_POSITION = "ctp-position"  # the committed offset the worker (re)starts from
-TXN_OPS = (TXN_SEND, TXN_END, RC_POLL, CTP_OFFSETS, CTP_POSITION)
+# The final reads found a partition's last stable offset stuck below its high watermark
+# (value: the high watermark; offset: the last stable offset).
+LSO_STUCK = "lso-stuck"
+TXN_OPS = (TXN_SEND, TXN_END, RC_POLL, CTP_OFFSETS, CTP_POSITION, LSO_STUCK)
 CHECKS = (
     "aborted-read",
     "intermediate-read",
@@ -80,6 +88,7 @@ CHECKS = (
     "G1c",
     "ctp-exactly-once",
     "ctp-offsets",
+    "hanging-transaction",
 )
 
 
@@ -168,6 +177,26 @@ class TxnChecker:
                 self.aborts_ok += op.value == 0
         elif op.f == RC_POLL and op.status == "ok":
             self._poll(op)
+        elif op.f == LSO_STUCK and op.status == "ok":
+            self._stuck(op)
+
+    def _stuck(self, op: TxnOp) -> None:
+        """A last stable offset the final reads found stuck. Excused when a whole ISR of the
+        partition lost power (the marker that would have closed the transaction may be gone
+        while the coordinator completed it) or of a ``__transaction_state`` partition (the
+        coordinator may have forgotten the transaction while the partition kept it)."""
+        if self.cuts.may_have_lost_between(op.key, 0, op.time_us) or (
+            self.cuts.topic_may_have_lost(TXN_STATE_TOPIC, op.time_us)
+        ):
+            self.excused += 1
+            return
+        self._fail(
+            "hanging-transaction",
+            f"the last stable offset of {op.key} stayed at {op.offset}, below its high "
+            f"watermark {op.value}, through the final reads: a transaction no coordinator "
+            "will end holds read_committed consumers there",
+            op.time_us,
+        )
 
     def _poll(self, op: TxnOp) -> None:
         self.rc_polls_ok += 1

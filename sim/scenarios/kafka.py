@@ -56,6 +56,7 @@ from sim.analysis.kafka import (
     COMMIT,
     COMMIT_EPOCH_UNKNOWN,
     OFFSET_FETCH,
+    TXN_STATE_TOPIC,
     BatchIdentity,
     KafkaChecker,
     KafkaOp,
@@ -858,6 +859,7 @@ class KafkaCluster(Cluster):
         elif event["kind"] == "partition-state" and event["topic"] in (
             TOPIC,
             OFFSETS_TOPIC,
+            TXN_STATE_TOPIC,
             *self.extra_topics,
         ):
             key = f"{event['topic']}-{event['partition']}"
@@ -924,8 +926,17 @@ class KafkaCluster(Cluster):
             found_base=found_base,
             found=None if found is None else list(astuple(found)),
         )
+        now = trace.now_us()
         violation = check_duplicate_answer(
-            process.name, key, leader.leader_epoch, offset, batch, found_base, found, trace.now_us()
+            process.name,
+            key,
+            leader.leader_epoch,
+            offset,
+            batch,
+            found_base,
+            found,
+            now,
+            coordinator_state_lost=self.cuts.topic_may_have_lost(TXN_STATE_TOPIC, now),
         )
         if violation is not None:
             self.checker.fail(violation.message)

@@ -53,6 +53,7 @@ from sim.analysis.txn import (
     CTP_OFFSETS,
     CTP_POSITION,
     FINAL_POSITION,
+    LSO_STUCK,
     RC_POLL,
     TXN_END,
     TXN_SEND,
@@ -81,10 +82,20 @@ TXN_TIMEOUT_S = 5.0  # the producers' transaction.timeout.ms: a crashed lane's o
 COMMIT_CHANCE = 0.7
 MAX_TXN_PARTITIONS = 3
 ADD_PARTITIONS_ATTEMPTS = 50  # CONCURRENT_TRANSACTIONS retries, as Kafka's producer's
+# Which lanes speak transaction version 2 (KIP-890 part 2: no AddPartitionsToTxn or
+# AddOffsetsToTxn, Produce v12 and TxnOffsetCommit v5 add on the server, an epoch bump per
+# EndTxn v5), as Kafka's 4.x Java producer does on a TV2 cluster; the others speak TV1, as
+# librdkafka, aiokafka and kafka-python do on the same cluster. The worker speaks TV2.
+TV2_LANES = frozenset({0})
 ADD_PARTITIONS_BACKOFF_S = 0.02  # retry.backoff.ms for it (Kafka: 20 ms)
 # The errors a Kafka producer raises as ProducerFencedException (fatal): the application
 # must close the producer and start a new instance.
 FENCING_ERRORS = frozenset({"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"})
+# How long answered final reads may find a partition's last stable offset unchanged below
+# its high watermark before it is judged stuck (lso-stuck): the lanes have stopped, so the
+# coordinator aborts any transaction it knows within the producers' timeout and one abort
+# interval (BROKER_PROPS); twice that is the bound.
+HANG_BOUND_S = 2 * (TXN_TIMEOUT_S + 1.0)
 # The brokers' transaction settings under --transactions: a small __transaction_state, and
 # timed-out transactions aborted within a second (Kafka checks every 10 s), so the final
 # reads are not held at the LSO by a crashed lane's transaction for long.
@@ -165,6 +176,7 @@ class Producer:
     previous: tuple[int, int] = (-1, -1)  # what to bump at the next InitProducerId
     sequences: dict[int, int] = field(default_factory=dict)
     fenced: str | None = None  # the answer that fenced it (another instance took over)
+    tv2: bool = False  # transaction version 2 (TV2_LANES)
 
     def note(self, error: str) -> str:
         """``error`` (passed through), remembering whether it fenced this instance: no
@@ -313,7 +325,9 @@ class TxnLanes:
         generation = 0
         while True:
             process = f"tp{lane}.{generation}"
-            session = Producer(TxnRouting(self.cluster, process), f"txn-{lane}")
+            session = Producer(
+                TxnRouting(self.cluster, process), f"txn-{lane}", tv2=lane in TV2_LANES
+            )
             while session.fenced is None and rng.random() >= CRASH_CHANCE:
                 await asyncio.sleep(rng.uniform(0.005, 0.05))
                 if session.producer[0] < 0:
@@ -380,7 +394,8 @@ class TxnLanes:
         return True
 
     async def transaction(self, session: Producer, rng: random.Random, process: str) -> None:
-        """One transaction: add 1-3 partitions, send one value to each, commit or abort."""
+        """One transaction: add 1-3 partitions (TV2: by sending), send one value to each,
+        commit or abort."""
         cluster = self.cluster
         name = f"{process}/{self.txns}"
         self.txns += 1
@@ -390,8 +405,7 @@ class TxnLanes:
                 rng.randint(1, min(MAX_TXN_PARTITIONS, cluster.partitions)),
             )
         )
-        error = await self._add_partitions(session, TXN_TOPIC, partitions)
-        if error != "NONE":
+        if not session.tv2 and await self._add_partitions(session, TXN_TOPIC, partitions) != "NONE":
             session.reset()  # what was added, if anything, the next InitProducerId aborts
             return
         sent_all = True
@@ -452,16 +466,26 @@ class TxnLanes:
             stamp = EPOCH_MS + int(cluster.world.loop.time() * 1000)
             try:
                 conn = await session.routing.conn(host)
-                error, at = await kafka_txn_client.produce_txn(
-                    conn,
-                    session.transactional_id,
-                    topic,
-                    partition,
-                    (key, value, stamp),
-                    session.producer,
-                    sequence,
-                    REQUEST_TIMEOUT_S,
-                )
+                for _attempt in range(ADD_PARTITIONS_ATTEMPTS if session.tv2 else 1):
+                    error, at = await kafka_txn_client.produce_txn(
+                        conn,
+                        session.transactional_id,
+                        topic,
+                        partition,
+                        (key, value, stamp),
+                        session.producer,
+                        sequence,
+                        REQUEST_TIMEOUT_S,
+                        tv2=session.tv2,
+                    )
+                    if error != "NOT_ENOUGH_REPLICAS":
+                        break
+                    # TV2: the leader's add was refused as retriable (the last transaction's
+                    # markers are still being written, CONCURRENT_TRANSACTIONS at the
+                    # coordinator, which Produce answers NOT_ENOUGH_REPLICAS, unwritten):
+                    # the Java producer retries the batch, same sequence.
+                    self.ops += 1
+                    await asyncio.sleep(ADD_PARTITIONS_BACKOFF_S)
             except (OSError, TimeoutError, ConnectionError) as failure:
                 error, status = type(failure).__name__, "info"
                 await session.routing.drop(host)
@@ -498,11 +522,22 @@ class TxnLanes:
         self._trace(process, "invoke", TXN_END, name, int(commit))
         self.feed(TxnOp(process, TXN_END, name, "invoke", int(commit), time_us=self.now_us()))
         tid, producer = session.transactional_id, session.producer
-        error = await self._coordinator_call(
-            session,
-            lambda c: kafka_txn_client.end_txn(c, tid, producer, commit, REQUEST_TIMEOUT_S),
-        )
+        after: list[tuple[int, int]] = []
+
+        async def end(conn: KafkaConnection) -> str:
+            error, next_producer = await kafka_txn_client.end_txn(
+                conn, tid, producer, commit, REQUEST_TIMEOUT_S, tv2=session.tv2
+            )
+            after.append(next_producer)
+            return error
+
+        error = await self._coordinator_call(session, end)
         status = "ok" if error == "NONE" else "info"
+        if status == "ok" and after[0] != producer:
+            # TV2: EndTxn bumped the epoch (or, at the last one, moved to a new producer id);
+            # the next transaction's batches start again at sequence 0.
+            session.producer = session.previous = after[0]
+            session.sequences = {}
         self.complete(
             TxnOp(process, TXN_END, name, status, int(commit), time_us=self.now_us()),
             None if status == "ok" else error,
@@ -523,7 +558,7 @@ class TxnLanes:
         generation = 0
         while True:
             process = f"ctp{generation}"
-            session = Producer(OutputRouting(self.cluster, process), CTP_TXN_ID)
+            session = Producer(OutputRouting(self.cluster, process), CTP_TXN_ID, tv2=True)
             group = GroupSession(TxnRouting(self.cluster, process))
             position: int | None = None  # where the next fetch reads from
             buffered: list[tuple[int, int]] = []  # fetched, not yet in a transaction
@@ -628,7 +663,7 @@ class TxnLanes:
         taken = buffered[: rng.randint(1, CTP_MAX_RECORDS)]
         name = f"{process}/{self.txns}"
         self.txns += 1
-        if await self._add_partitions(session, CTP_TOPIC, [0]) != "NONE":
+        if not session.tv2 and await self._add_partitions(session, CTP_TOPIC, [0]) != "NONE":
             session.reset()
             return None
         committed = taken[-1][0] + 1
@@ -657,16 +692,19 @@ class TxnLanes:
         name: str,
         offset: int,
     ) -> bool:
-        """AddOffsetsToTxn, then TxnOffsetCommit of ``offset`` (traced): whether both were
-        acknowledged."""
+        """AddOffsetsToTxn (not under TV2, where TxnOffsetCommit v5 adds), then
+        TxnOffsetCommit of ``offset`` (traced): whether both were acknowledged."""
         tid, producer = session.transactional_id, session.producer
-        self.ops += 1
-        error = await self._coordinator_call(
-            session,
-            lambda c: kafka_txn_client.add_offsets(c, tid, producer, CTP_GROUP, REQUEST_TIMEOUT_S),
-        )
-        if error != "NONE":
-            return False
+        if not session.tv2:
+            self.ops += 1
+            error = await self._coordinator_call(
+                session,
+                lambda c: kafka_txn_client.add_offsets(
+                    c, tid, producer, CTP_GROUP, REQUEST_TIMEOUT_S
+                ),
+            )
+            if error != "NONE":
+                return False
         key = CTP_KEYS.offsets
         self._trace(process, "invoke", CTP_OFFSETS, key, offset, txn=name)
         self.ops += 1
@@ -674,7 +712,14 @@ class TxnLanes:
             group,
             rng,
             lambda c: kafka_txn_client.txn_offset_commit(
-                c, tid, producer, CTP_GROUP, TXN_TOPIC, {CTP_INPUT: offset}, REQUEST_TIMEOUT_S
+                c,
+                tid,
+                producer,
+                CTP_GROUP,
+                TXN_TOPIC,
+                {CTP_INPUT: offset},
+                REQUEST_TIMEOUT_S,
+                tv2=session.tv2,
             ),
         )
         status = "ok" if session.note(error) == "NONE" else "info"
@@ -791,15 +836,20 @@ class TxnLanes:
     async def _read_to_lso(
         self, routing: TxnRouting, rng: random.Random, partition: int, deadline: float
     ) -> None:
-        """One partition read from 0 to its settled last stable offset."""
+        """One partition read from 0 to its settled last stable offset. A last stable offset
+        that answered reads find unchanged below the high watermark for ``HANG_BOUND_S`` is
+        traced (``lso-stuck``, judged by the checker) and the reads go on to the next
+        partition."""
         loop = self.cluster.world.loop
         position, settled = 0, None
+        stuck: tuple[int, float] | None = None  # (lso, since) while it holds below the hw
         while loop.time() < deadline:
             result = await self.poll(routing, rng, "txn-final", partition, position, wait_s=0)
             if result.error == "OFFSET_OUT_OF_RANGE" and result.log_start_offset > position:
                 position = result.log_start_offset
                 continue
             if result.error != "NONE":
+                stuck = None  # only answered reads count towards the bound
                 await asyncio.sleep(0.2)
                 continue
             moved = result.next_offset > position
@@ -812,8 +862,18 @@ class TxnLanes:
                 continue
             if lso < result.high_watermark:  # an open transaction holds the LSO
                 settled = None
+                if stuck is None or stuck[0] != lso:
+                    stuck = (lso, loop.time())
+                elif loop.time() - stuck[1] >= HANG_BOUND_S:
+                    key = f"{routing.topic}-{partition}"
+                    hw = result.high_watermark
+                    self._trace("txn-final", "invoke", LSO_STUCK, key, hw)
+                    now = self.now_us()
+                    self.complete(TxnOp("txn-final", LSO_STUCK, key, "ok", hw, lso, time_us=now))
+                    return
                 await asyncio.sleep(0.25)
                 continue
+            stuck = None
             if settled is not None and settled[0] == lso:
                 if loop.time() - settled[1] >= SETTLE_S:
                     break

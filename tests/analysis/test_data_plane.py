@@ -155,3 +155,48 @@ def test_kraft_analyze_flags_the_pinned_data_plane_bug_runs(bug: str, tmp_path: 
     assert verdict.startswith(f"{DATA_PLANE_BUG_CHECKS[bug]}: "), verdict
     messages = set(analyze_local(trace).violations["message"])
     assert verdict in messages, (verdict, sorted(messages)[:5])
+
+
+def state_isr(t_us: int, isr: list[int]) -> dict[str, Any]:
+    """The controller's committed ISR of __transaction_state-0."""
+    return {
+        "t_us": t_us,
+        "kind": "partition-state",
+        "node": "n1",
+        "topic": "__transaction_state",
+        "partition": 0,
+        "topic_id": "8a48c819-5ef8-47d9-8e93-a113b4dee7ea",
+        "leader_id": str(isr[0]),
+        "isr": isr,
+        "replicas": isr,
+        "epoch": 0,
+        "elr": [],
+        "last_known_elr": [],
+        "offset_end": 36,
+    }
+
+
+def crash(t_us: int, node: str) -> dict[str, Any]:
+    return {"t_us": t_us, "kind": "crash", "node": node}
+
+
+def test_a_reissued_producer_epoch_is_excused_only_after_the_coordinators_log_lost_power(
+    tmp_path: Path,
+) -> None:
+    """A power cut on every replica of a __transaction_state partition can take back the
+    epochs its coordinator handed out (Kafka does not fsync it either): the next producer
+    gets an old epoch again, and its first batch repeats an old batch's producer, epoch and
+    sequence with other content (kafka --transactions seed 1 under TV2 lanes). Excused then,
+    and only in that form."""
+    same_identity = duplicate_answer(21, 21, [*RETRIED[:4], 1234568])
+    cut = [state_isr(5, [4, 5]), crash(10, "n4"), crash(11, "n5")]
+    excused = [CONFIG, *cut, same_identity]
+    assert data_plane(run_checks(write_run(tmp_path, excused, scenario="kafka"))) == []
+    # One replica kept its log: nothing was taken back, so the reissue is the broker's.
+    half = [CONFIG, state_isr(5, [4, 5]), crash(10, "n4"), same_identity]
+    [flagged] = data_plane(run_checks(write_run(tmp_path, half, scenario="kafka")))
+    assert flagged.check == "duplicate-offset"
+    # Another producer's batch at the offset is never excused by lost coordinator state.
+    other = duplicate_answer(21, 21, [4001, 2, 17, 0, 7654321])
+    [wrong] = data_plane(run_checks(write_run(tmp_path, [CONFIG, *cut, other], scenario="kafka")))
+    assert wrong.check == "duplicate-offset"

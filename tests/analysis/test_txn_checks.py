@@ -5,7 +5,7 @@ fails here."""
 from __future__ import annotations
 
 from sim.analysis.kafka import PowerCuts
-from sim.analysis.txn import RC_POLL, TXN_END, TXN_SEND, TxnChecker, TxnOp
+from sim.analysis.txn import LSO_STUCK, RC_POLL, TXN_END, TXN_SEND, TxnChecker, TxnOp
 
 P0, P1 = "jepsen-txn-0", "jepsen-txn-1"
 
@@ -180,3 +180,23 @@ def test_duplicate_beyond_lso_and_nonmonotonic() -> None:
     assert checks_of([*base, *again]) == ["nonmonotonic-rc-poll"]
     other = [poll(P0, 0, ((0, 1),), 2, 30), poll(P0, 0, ((0, 1),), 2, 31, process="rc1.0")]
     assert checks_of([*base, *other]) == []
+
+
+def test_a_last_stable_offset_stuck_after_the_heal_is_a_hanging_transaction() -> None:
+    """The final reads found P0's last stable offset held at 7 below its high watermark 9
+    (``lso-stuck``): a transaction no coordinator will end. Excused when a whole ISR of P0
+    lost power (the closing marker may be gone) or of a __transaction_state partition (the
+    coordinator may have forgotten the transaction); a cut of only part of an ISR excuses
+    nothing."""
+    stuck = TxnOp("txn-final", LSO_STUCK, P0, "ok", 9, 7, time_us=100)
+    assert checks_of([stuck]) == ["hanging-transaction"]
+    for key in (P0, "__transaction_state-2"):
+        cuts = PowerCuts()
+        cuts.isr_changed(key, (4, 5), 0)
+        for broker in (4, 5):
+            cuts.cut(broker, 50)
+        assert checks_of([stuck], cuts) == [], key
+        part = PowerCuts()
+        part.isr_changed(key, (4, 5), 0)
+        part.cut(4, 50)
+        assert checks_of([stuck], part) == ["hanging-transaction"], key
