@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import contextvars
 import functools
 import io
@@ -326,6 +327,11 @@ class _IdleTimer:
         self._handle.cancel()
 
 
+# How long a connection closed after its last answer (CloseAfter) waits for that answer to
+# leave before it is aborted (docs/operations.md).
+CLOSE_FLUSH_S = 1.0
+
+
 class _Close(Exception):
     """The request cannot be served: close the connection."""
 
@@ -405,7 +411,20 @@ async def _answer(
         finally:
             channel.network_busy_s += sending.busy_s
     if close:
+        await _flush_and_close(writer)
         raise _Close
+
+
+async def _flush_and_close(writer: asyncio.StreamWriter) -> None:
+    """End a connection after its last answer with that answer delivered: the caller's
+    final abort() discards whatever the transport still buffers, and a TLS transport
+    usually still holds a just-written answer, so a refused SASL login saw a bare
+    disconnect instead of SASL_AUTHENTICATION_FAILED (kafka-python under load). close()
+    flushes first (for TLS, then sends close_notify); a peer that does not read gets the
+    abort after CLOSE_FLUSH_S."""
+    writer.close()
+    with contextlib.suppress(TimeoutError, OSError, ConnectionError):
+        await asyncio.wait_for(writer.wait_closed(), CLOSE_FLUSH_S)
 
 
 async def _encode_and_send(

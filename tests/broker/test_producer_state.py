@@ -113,6 +113,14 @@ def test_markers_are_fenced_by_producer_and_coordinator_epochs() -> None:
     state.record(parse_header(data), 1, 0, commit)
     # A retry of that marker: answered with its offset, not written twice.
     assert state.check_marker(7, 4, commit, epoch_bumped=True).duplicate_of == 1
+    # So is a newer coordinator's after a failover (it resends the prepared transaction's
+    # markers); an older coordinator's is not.
+    newer = EndTransactionMarker(True, 3)
+    assert state.check_marker(7, 4, newer, epoch_bumped=True).duplicate_of == 1
+    older = EndTransactionMarker(True, 1)
+    assert state.check_marker(7, 4, older, epoch_bumped=True).error == (
+        ErrorCode.invalid_producer_epoch
+    )
     # A different marker at that epoch is no retry: TV1 writes it (Kafka does too).
     assert state.check_marker(7, 4, EndTransactionMarker(False, 2)).append
     # A coordinator of an older epoch is fenced.

@@ -152,8 +152,10 @@ def test_the_broker_table_serves_the_apis_it_did_before_the_table() -> None:
     assert served_by_controller[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] == (0, 0)
     assert served_by_controller[ApiKey.CREATE_ACLS] == served_by_controller[ApiKey.DELETE_ACLS]
     assert served_by_controller[ApiKey.ALTER_CLIENT_QUOTAS] == (0, 1)
-    # AlterUserScramCredentials, Create/DeleteAcls, AlterClientQuotas
-    assert len(served_by_controller) == 14 + 4
+    # AlterUserScramCredentials, Create/DeleteAcls, AlterClientQuotas; and since issue 26's
+    # failed log dirs (KIP-858), the brokers' AssignReplicasToDirs.
+    assert served_by_controller[ApiKey.ASSIGN_REPLICAS_TO_DIRS] == (0, 0)
+    assert len(served_by_controller) == 14 + 4 + 1
     assert set(RAFT_VERSIONS) == {
         ApiKey.FETCH,
         ApiKey.API_VERSIONS,

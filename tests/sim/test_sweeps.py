@@ -423,6 +423,19 @@ def test_kafka_transaction_seeds_that_once_failed_on_correct_code_pass(seed: int
     assert result.stdout.startswith(f"seed={seed} ok "), result.stdout
 
 
+def test_a_new_coordinators_marker_retry_ends_the_transaction() -> None:
+    """kafka --transactions --brokers 5 seed 48 found a hanging transaction: a TV2 abort's
+    coordinator lost power right after writing one partition's marker; its successor loaded
+    the prepared transaction and resent the markers, and that partition refused the resend
+    (its epoch no longer newer than the producer's), so the other partition never got its
+    marker and its last stable offset hung. A resend of the last marker is now answered as
+    the duplicate it is (broker/producer_state.py ``check_marker``)."""
+    args = ["--scenario", "kafka", "--transactions", "--brokers", "5", "--seed", "48"]
+    result = subprocess.run([KRAFT_SIM, "run", *args], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("seed=48 ok "), result.stdout
+
+
 def test_every_broker_bug_has_a_catching_seed() -> None:
     from broker.bugs import BROKER_BUGS
 
