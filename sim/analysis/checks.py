@@ -983,7 +983,7 @@ def check_kafka(run: RunData) -> list[Violation]:
                 int(detail["found_base"]),
                 None if held is None else BatchIdentity(*(int(v) for v in held)),
                 at,
-                coordinator_state_lost=cuts.topic_may_have_lost(TXN_STATE_TOPIC, at),
+                cuts,
             )
         elif item.kind == "partition-hw":
             result = states.on_hw(

@@ -936,7 +936,7 @@ class KafkaCluster(Cluster):
             found_base,
             found,
             now,
-            coordinator_state_lost=self.cuts.topic_may_have_lost(TXN_STATE_TOPIC, now),
+            self.cuts,
         )
         if violation is not None:
             self.checker.fail(violation.message)

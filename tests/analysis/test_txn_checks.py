@@ -4,7 +4,7 @@ fails here."""
 
 from __future__ import annotations
 
-from sim.analysis.kafka import PowerCuts
+from sim.analysis.kafka import TXN_STATE_TOPIC, BatchIdentity, PowerCuts, check_duplicate_answer
 from sim.analysis.txn import LSO_STUCK, RC_POLL, TXN_END, TXN_SEND, TxnChecker, TxnOp
 
 P0, P1 = "jepsen-txn-0", "jepsen-txn-1"
@@ -116,6 +116,29 @@ def test_lost_committed_write_and_its_power_cut_excuse() -> None:
     for broker in (4, 5):  # the whole ISR lost power after the writes
         cuts.cut(broker, 25)
     assert checks_of([*ops, *reads], cuts) == []
+
+
+def test_a_write_answered_as_the_duplicate_of_a_reissued_epochs_batch_is_excused() -> None:
+    """After a power cut on every replica of a __transaction_state partition, the
+    coordinator may hand a producer id and epoch out again; the new producer's first batch
+    then repeats an old batch's identity, the leader answers it as that duplicate, and its
+    records never enter the log (kafka --transactions --brokers 5 seed 86). The excused
+    duplicate answer excuses that write's loss too, and only after such a cut."""
+    old = BatchIdentity(2000, 1, 0, 0, 1553660678)
+    new = BatchIdentity(2000, 1, 0, 0, 2580043477)
+    ops = [send(5, P0, 2, "t3", 30), *committed("t3", 40)]
+    reads = [poll(P0, 2, ((2, 7),), 4, 50)]  # the old batch's value where 5 was acknowledged
+    intact = PowerCuts()
+    intact.isr_changed(f"{TXN_STATE_TOPIC}-0", (4, 5), 1)
+    intact.cut(4, 10)  # one replica of the coordinator's log kept it: nothing taken back
+    assert check_duplicate_answer("n5", P0, 3, 2, new, 2, old, 29, intact) is not None
+    assert checks_of([*ops, *reads], intact) == ["lost-committed-write"]
+    lost = PowerCuts()
+    lost.isr_changed(f"{TXN_STATE_TOPIC}-0", (4, 5), 1)
+    lost.cut(4, 10)
+    lost.cut(5, 11)
+    assert check_duplicate_answer("n5", P0, 3, 2, new, 2, old, 29, lost) is None
+    assert checks_of([*ops, *reads], lost) == []
 
 
 def test_torn_transaction() -> None:
