@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import select
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,8 @@ JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "JepsenClient.java"
 KAFKA_TOOLS = Path(__file__).resolve().parent.parent / "scripts" / "kafka-tools.sh"
 # A JVM compiles the source and connects before its first answer: seconds on a busy machine.
 START_S = 60.0
+# One step of a lane (a send, a poll, a transaction): whether the lane may go on.
+Turn = Callable[[], bool]
 
 
 class JavaGone(RuntimeError):
@@ -107,6 +110,36 @@ def java_lane(
     ``jc<lane>.<gen>/<partition>`` (polls). ``started[lane]`` is the lane's JVM; a new one
     is appended to ``started`` (the run kills them all at its end, whatever happens)."""
     rng = random.Random(seed)
+
+    def turns(client: JavaClient, generation: int, positions: dict[int, int]) -> Turn:
+        def turn() -> bool:
+            if rng.random() < 0.5:
+                return _send(workload, client, f"j{lane}.{generation}", lane)
+            return _poll(workload, client, f"jc{lane}.{generation}", positions)
+
+        return turn
+
+    _run_lane(workload, started, lane, rng, lambda: _start(workload, log), turns)
+
+
+def _start(workload: Workload, log: Path, transactional_id: str | None = None) -> JavaClient:
+    return JavaClient.start(workload.bootstrap, workload.partitions, log, transactional_id)
+
+
+def _run_lane(
+    workload: Workload,
+    started: list[JavaClient],
+    lane: int,
+    rng: random.Random,
+    start: Callable[[], JavaClient],
+    turns: Callable[[JavaClient, int, dict[int, int]], Turn],
+) -> None:
+    """The life of every Java lane: a generation's turns (``turns`` of its client, its
+    number and its consumer positions, from 0) run a random 5-50 ms apart until one says
+    stop, the lane crashes (``CRASH_CHANCE`` a turn) or the workload stops; then the lane
+    starts over as a new generation, with new clients in the same JVM (``new``), or a new
+    JVM when the old one is gone. ``started[lane]`` is the first JVM; new ones are appended
+    (the run kills them all at its end, whatever happens)."""
     generation = 0
     current: JavaClient | None = started[lane]
     try:
@@ -114,16 +147,13 @@ def java_lane(
             positions = dict.fromkeys(range(workload.partitions), 0)
             try:
                 if current is None:
-                    current = JavaClient.start(workload.bootstrap, workload.partitions, log)
+                    current = start()
                     started.append(current)
                 elif generation:
                     current.call("new", START_S)
+                turn = turns(current, generation, positions)
                 while not workload.stop.wait(rng.uniform(0.005, 0.05)):
-                    if rng.random() < 0.5:
-                        go_on = _send(workload, current, f"j{lane}.{generation}", lane)
-                    else:
-                        go_on = _poll(workload, current, f"jc{lane}.{generation}", positions)
-                    if not go_on or rng.random() < CRASH_CHANCE:
+                    if not turn() or rng.random() < CRASH_CHANCE:
                         break
             except JavaGone:
                 if current is not None:
@@ -203,38 +233,24 @@ def java_txn_lane(
     with the same transactional id, which fences the old one)."""
     workload = txn.workload
     rng = random.Random(seed)
-    generation = 0
-    current: JavaClient | None = started[lane]
-    try:
-        while not workload.stop.is_set():
-            positions = dict.fromkeys(range(workload.partitions), 0)
-            try:
-                if current is None:
-                    current = JavaClient.start(
-                        workload.bootstrap, workload.partitions, log, java_transactional_id(lane)
-                    )
-                    started.append(current)
-                elif generation:
-                    current.call("new", START_S)
-                count = 0
-                while not workload.stop.wait(rng.uniform(0.005, 0.05)):
-                    if rng.random() < 0.5:
-                        process = f"jt{lane}.{generation}"
-                        go_on = _transaction(txn, current, rng, process, f"{process}-{count}")
-                        count += 1
-                    else:
-                        go_on = _rc_poll(txn, current, f"jrc{lane}.{generation}", positions)
-                    if not go_on or rng.random() < CRASH_CHANCE:
-                        break
-            except JavaGone:
-                if current is not None:
-                    current.close()
-                current = None
-                workload.stop.wait(1.0)  # a JVM that cannot start: try again, not in a spin
-            generation += 1
-    finally:
-        if current is not None:
-            current.close()
+
+    def turns(client: JavaClient, generation: int, positions: dict[int, int]) -> Turn:
+        count = 0
+
+        def turn() -> bool:
+            nonlocal count
+            if rng.random() < 0.5:
+                process = f"jt{lane}.{generation}"
+                count += 1
+                return _transaction(txn, client, rng, process, f"{process}-{count - 1}")
+            return _rc_poll(txn, client, f"jrc{lane}.{generation}", positions)
+
+        return turn
+
+    def start() -> JavaClient:
+        return _start(workload, log, java_transactional_id(lane))
+
+    _run_lane(workload, started, lane, rng, start, turns)
 
 
 def _transaction(

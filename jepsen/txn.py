@@ -34,14 +34,19 @@ import random
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from jepsen.workload import LOG_LEVEL, POLL_MAX_RECORDS, REPORT_MARGIN_S, Workload, per_partition
+from jepsen.workload import (
+    POLL_MAX_RECORDS,
+    Workload,
+    deliver,
+    failure_name,
+    per_partition,
+)
 from sim.analysis.txn import RC_POLL, TXN_END, TXN_SEND
 from sim.scenarios.kafka import (
     CRASH_CHANCE,
     HEAL_BOUND_S,
-    NOT_APPENDED,
     POLL_WAIT_S,
     REQUEST_TIMEOUT_S,
     SEND_TIMEOUT_S,
@@ -66,11 +71,6 @@ def transactional_id(lane: int) -> str:
     return f"jepsen-txn-{lane}"
 
 
-def _name(failure: KafkaException) -> str:
-    error = failure.args[0] if failure.args else None
-    return str(error.name()) if isinstance(error, KafkaError) else type(failure).__name__
-
-
 @dataclass(slots=True)
 class TxnWorkload:
     """The transactional lanes of one run; values come from the plain workload's counter,
@@ -82,34 +82,15 @@ class TxnWorkload:
     def producer(self, lane: int, process: str) -> Producer:
         return Producer(
             {
-                "bootstrap.servers": self.workload.bootstrap,
-                "client.id": process,
-                "log_level": LOG_LEVEL,
+                **self.workload.producer_config(process),
                 "transactional.id": transactional_id(lane),
                 "transaction.timeout.ms": int(TXN_TIMEOUT_S * 1000),
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 0,
-                "request.timeout.ms": int(REQUEST_TIMEOUT_S * 1000),
-                "message.timeout.ms": int(SEND_TIMEOUT_S * 1000),
-                "topic.metadata.refresh.interval.ms": 1000,
             }
         )
 
     def consumer(self, process: str) -> Consumer:
         return Consumer(
-            {
-                "bootstrap.servers": self.workload.bootstrap,
-                "client.id": process,
-                "log_level": LOG_LEVEL,
-                "group.id": f"jepsen-{process}",  # assign() only: never joins or commits
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "error",
-                "enable.partition.eof": False,
-                "fetch.wait.max.ms": int(POLL_WAIT_S * 1000),
-                "topic.metadata.refresh.interval.ms": 1000,
-            }
+            {**self.workload.consumer_config(process), "isolation.level": "read_committed"}
         )
 
     # ---- the transactional producer -----------------------------------------------------------
@@ -156,7 +137,7 @@ class TxnWorkload:
         except KafkaException as failure:
             # A timeout or a retriable error leaves the outcome unknown; the next producer's
             # init_transactions settles it (commits a commit in progress, aborts the rest).
-            recorder.op(process, "info", TXN_END, name, int(commit), error=_name(failure))
+            recorder.op(process, "info", TXN_END, name, int(commit), error=failure_name(failure))
             return False
         recorder.op(process, "ok", TXN_END, name, int(commit), error=None)
         return True
@@ -166,32 +147,9 @@ class TxnWorkload:
         recorder = self.workload.recorder
         key, value = txn_key(partition), self.workload.next_value()
         recorder.op(process, "invoke", TXN_SEND, key, value, txn=name)
-        reports: list[tuple[KafkaError | None, Message]] = []
-        try:
-            producer.produce(
-                TXN_TOPIC,
-                str(value).encode(),
-                partition=partition,
-                on_delivery=lambda error, message: reports.append((error, message)),
-            )
-        except (BufferError, KafkaException) as failure:
-            recorder.op(process, "fail", TXN_SEND, key, value, txn=name, error=_name(failure))
-            return False
-        deadline = time.monotonic() + SEND_TIMEOUT_S + REPORT_MARGIN_S
-        while not reports and time.monotonic() < deadline:
-            producer.poll(0.05)
-        if not reports:
-            recorder.op(process, "info", TXN_SEND, key, value, txn=name, error="no-delivery-report")
-            return False
-        error, message = reports[0]
-        if error is None:
-            recorder.op(
-                process, "ok", TXN_SEND, key, value, txn=name, offset=message.offset(), error=None
-            )
-            return True
-        status = "fail" if error.name() in NOT_APPENDED else "info"
-        recorder.op(process, status, TXN_SEND, key, value, txn=name, error=str(error.name()))
-        return False
+        done = deliver(producer, TXN_TOPIC, partition, value)
+        recorder.op(process, done.status, TXN_SEND, key, value, txn=name, **done.fields())
+        return done.status == "ok"
 
     # ---- the read_committed consumer ----------------------------------------------------------
     def consumer_lane(self, lane: int, seed: int) -> None:

@@ -53,8 +53,51 @@ REPORT_MARGIN_S = 5.0
 LOG_LEVEL = 2
 
 
-def _error_name(error: KafkaError) -> str:
-    return str(error.name())
+def failure_name(failure: KafkaException | BufferError) -> str:
+    """The Kafka error a librdkafka call raised, else the exception's type."""
+    error = failure.args[0] if failure.args else None
+    return str(error.name()) if isinstance(error, KafkaError) else type(failure).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What became of one produced value: ``status`` as the history records it (ok, fail:
+    surely not appended, info: unknown), the error's name, the offset when ok, and whether
+    the error left the producer unusable (a fenced producer id, a sequence gap)."""
+
+    status: str
+    error: str | None = None
+    offset: int | None = None
+    fatal: bool = False
+
+    def fields(self) -> dict[str, object]:
+        """The completion's history fields: the offset only when there is one."""
+        return {"error": self.error} | ({} if self.offset is None else {"offset": self.offset})
+
+
+def deliver(producer: Producer, topic: str, partition: int, value: int) -> Delivery:
+    """Produce ``value`` to ``partition`` and wait for its delivery report, up to the send
+    timeout and the report margin (``info``, ``no-delivery-report``, when none came)."""
+    reports: list[tuple[KafkaError | None, Message]] = []
+    try:
+        producer.produce(
+            topic,
+            str(value).encode(),
+            partition=partition,
+            on_delivery=lambda error, message: reports.append((error, message)),
+        )
+    except (BufferError, KafkaException) as failure:
+        return Delivery("fail", failure_name(failure))
+    deadline = time.monotonic() + SEND_TIMEOUT_S + REPORT_MARGIN_S
+    while not reports and time.monotonic() < deadline:
+        producer.poll(0.05)
+    if not reports:
+        return Delivery("info", "no-delivery-report")
+    error, message = reports[0]
+    if error is None:
+        return Delivery("ok", offset=message.offset())
+    name = str(error.name())
+    return Delivery("fail" if name in NOT_APPENDED else "info", name, fatal=error.fatal())
 
 
 def per_partition(process: str, positions: dict[int, int]) -> dict[int, str]:
@@ -78,73 +121,54 @@ class Workload:
             value, self._values = self._values, self._values + 1
             return value
 
+    def producer_config(self, process: str) -> dict[str, object]:
+        """librdkafka settings of every lane's producer, plain or transactional."""
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "client.id": process,
+            "log_level": LOG_LEVEL,
+            "acks": "all",
+            # With retries=0 a value still showed up twice once (its leader paused
+            # mid-request, then replaced): only an idempotent producer's resend is
+            # deduplicated by the broker, so only then is a copy surely the broker's.
+            "enable.idempotence": True,
+            "linger.ms": 0,
+            "request.timeout.ms": int(REQUEST_TIMEOUT_S * 1000),
+            "message.timeout.ms": int(SEND_TIMEOUT_S * 1000),
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+
+    def consumer_config(self, process: str) -> dict[str, object]:
+        """librdkafka settings of every lane's assign()ing consumer."""
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "client.id": process,
+            "log_level": LOG_LEVEL,
+            "group.id": f"jepsen-{process}",  # assign() only: never joins or commits
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",  # a position past the log end is an error
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": int(POLL_WAIT_S * 1000),
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+
     def producer(self, process: str) -> Producer:
         return Producer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "client.id": process,
-                "log_level": LOG_LEVEL,
-                "acks": "all",
-                # With retries=0 a value still showed up twice once (its leader paused
-                # mid-request, then replaced): only an idempotent producer's resend is
-                # deduplicated by the broker, so only then is a copy surely the broker's.
-                "enable.idempotence": True,
-                "max.in.flight.requests.per.connection": 1,
-                "linger.ms": 0,
-                "request.timeout.ms": int(REQUEST_TIMEOUT_S * 1000),
-                "message.timeout.ms": int(SEND_TIMEOUT_S * 1000),
-                "topic.metadata.refresh.interval.ms": 1000,
-            }
+            {**self.producer_config(process), "max.in.flight.requests.per.connection": 1}
         )
 
     def consumer(self, process: str) -> Consumer:
-        return Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "client.id": process,
-                "log_level": LOG_LEVEL,
-                "group.id": f"jepsen-{process}",  # assign() only: never joins or commits
-                "enable.auto.commit": False,
-                "auto.offset.reset": "error",  # a position past the log end is an error
-                "enable.partition.eof": False,
-                "fetch.wait.max.ms": int(POLL_WAIT_S * 1000),
-                "topic.metadata.refresh.interval.ms": 1000,
-            }
-        )
+        return Consumer(self.consumer_config(process))
 
     # ---- operations -------------------------------------------------------------------------
     def send(self, producer: Producer, process: str, partition: int) -> str | None:
-        """One send: its status, None when librdkafka never reported on it (the client is
-        suspect: the lane starts over)."""
+        """One send: its status, None when librdkafka never reported on it or the error left
+        the producer unusable (a fenced producer id, a sequence gap): the lane starts over."""
         key, value = key_of(partition), self.next_value()
         self.recorder.op(process, "invoke", "send", key, value)
-        reports: list[tuple[KafkaError | None, Message]] = []
-        try:
-            producer.produce(
-                TOPIC,
-                str(value).encode(),
-                partition=partition,
-                on_delivery=lambda error, message: reports.append((error, message)),
-            )
-        except (BufferError, KafkaException) as error:
-            self.recorder.op(process, "fail", "send", key, value, error=type(error).__name__)
-            return "fail"
-        deadline = time.monotonic() + SEND_TIMEOUT_S + REPORT_MARGIN_S
-        while not reports and time.monotonic() < deadline:
-            producer.poll(0.05)
-        if not reports:
-            self.recorder.op(process, "info", "send", key, value, error="no-delivery-report")
-            return None
-        error, message = reports[0]
-        if error is None:
-            self.recorder.op(process, "ok", "send", key, value, offset=message.offset(), error=None)
-            return "ok"
-        name = _error_name(error)
-        status = "fail" if name in NOT_APPENDED else "info"
-        self.recorder.op(process, status, "send", key, value, error=name)
-        # A fatal error (the producer id fenced, a sequence gap) leaves the producer
-        # unusable: the lane starts over with a new one.
-        return None if error.fatal() else status
+        done = deliver(producer, TOPIC, partition, value)
+        self.recorder.op(process, done.status, "send", key, value, **done.fields())
+        return None if done.error == "no-delivery-report" or done.fatal else done.status
 
     def poll(
         self, consumer: Consumer, processes: dict[int, str], positions: dict[int, int]
@@ -160,7 +184,7 @@ class Workload:
             if error is not None:
                 # Client-level errors (a broker down) carry no partition: librdkafka retries.
                 if partition in positions:
-                    errors[partition] = _error_name(error)
+                    errors[partition] = str(error.name())
                 continue
             read[partition] += [message.offset(), int(message.value())]
 
