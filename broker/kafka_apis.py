@@ -6,9 +6,11 @@ transactional id, to the transaction APIs (broker/txn/apis.py). Reads (ApiVersio
 DescribeCluster, DescribeConfigs, DescribeTopicPartitions) are answered from the latest
 published MetadataImage, taken once per request so one answer never mixes two images.
 Writes to cluster metadata (topics, partitions, configs, leader elections) are the controller's:
-they are forwarded unchanged through the controller channel and its answer is passed back,
-NOT_CONTROLLER included (clients retry it); only when no controller answers in time does the
-broker answer for it, with REQUEST_TIMED_OUT.
+they are forwarded in an Envelope with the client's principal and address (broker/envelope.py)
+through the controller channel, and the controller authorizes them, charges the client's
+controller mutation quota and answers; its answer is passed back, NOT_CONTROLLER included
+(clients retry it); only when no controller answers in time does the broker answer for it,
+with REQUEST_TIMED_OUT.
 """
 
 from __future__ import annotations

@@ -15,8 +15,10 @@ its connection closed after a delay of at most one window (``admit_connection``)
 What is counted, as in Kafka: Produce by the bytes of its request, a consumer's Fetch by the
 records bytes of its response (a follower's fetch is replication, never throttled), every
 request but a cluster action by the loop thread's time its handler took
-(``request_percentage``), and the partitions a forwarded CreateTopics, CreatePartitions or
-DeleteTopics creates or deletes (``controller_mutation_rate``, broker/mutation_quota.py). Kafka
+(``request_percentage``), and, on the controller, the partitions a CreateTopics,
+CreatePartitions or DeleteTopics creates or deletes (``controller_mutation_rate``,
+broker/mutation_quota.py: a broker forwards those in an Envelope and mutes its client for
+the throttle time the controller's answer carries). Kafka
 answers a fetch that violates its quota with an empty response; here the response is sent
 whole and the channel muted for the throttle time, which brings the rate back to the quota
 just the same one response later (the fetch session has already recorded what was sent, so
@@ -383,11 +385,12 @@ class QuotaManager:
         default_partitions: int,
     ) -> list[Api]:
         """A controller's ``entries`` with CreateTopics, CreatePartitions and DeleteTopics
-        charged to the client's ``controller_mutation_rate`` as a broker charges them
-        (broker/mutation_quota.py: a topic over the quota refused THROTTLING_QUOTA_EXCEEDED
-        from the strict versions on, the throttle time in the response), for a client that
-        talks to the controller directly; what ``exempt`` names (a broker's forwarding,
-        which the broker charged) is not charged again."""
+        charged to the client's ``controller_mutation_rate`` (broker/mutation_quota.py: a
+        topic over the quota refused THROTTLING_QUOTA_EXCEEDED from the strict versions on,
+        the throttle time in the response): a client that talks to the controller
+        directly, or a broker's client whose request came in an Envelope (handled as that
+        client, broker/envelope.py). What ``exempt`` names (a broker's own requests on its
+        forwarding connection: auto-created topics) is not charged."""
         loop = asyncio.get_running_loop()
 
         def charged(handler: ApiHandler) -> ApiHandler:
