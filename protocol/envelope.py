@@ -88,13 +88,15 @@ def principal_name(data: DefaultPrincipalData) -> str:
 
 def encode_client_host(host: str) -> bytes:
     """The client's address as Kafka's InetAddress.getAddress(): 4 or 16 bytes. A host that
-    is not an address (the simulator names its hosts) is sent as its UTF-8 name, which a
-    Kafka controller would refuse; only kraft-py's controllers read it."""
+    is not an address (the simulator names its hosts) is sent as its UTF-8 name, a NUL
+    after it when it is 4 or 16 bytes long so it never reads as an address; a Kafka
+    controller would refuse it, only kraft-py's controllers read it."""
     host = host.removeprefix("/")
     try:
         return ipaddress.ip_address(host).packed
     except ValueError:
-        return host.encode()
+        name = host.encode()
+        return name + b"\0" if len(name) in (4, 16) else name
 
 
 def decode_client_host(data: bytes) -> str:
@@ -102,7 +104,7 @@ def decode_client_host(data: bytes) -> str:
     if len(data) in (4, 16):
         return str(ipaddress.ip_address(bytes(data)))
     try:
-        return bytes(data).decode()
+        return bytes(data).decode().removesuffix("\0")
     except UnicodeDecodeError as error:
         raise EnvelopeError(
             f"forwarded client address of {len(data)} bytes", ErrorCode.invalid_request

@@ -88,7 +88,13 @@ def test_an_unreadable_principal_is_a_principal_deserialization_failure(data: by
 
 @pytest.mark.parametrize(
     ("host", "size", "back"),
-    [("/10.0.0.1", 4, "10.0.0.1"), ("::1", 16, "::1"), ("/n7", 2, "n7"), ("/", 0, "")],
+    [
+        ("/10.0.0.1", 4, "10.0.0.1"),
+        ("::1", 16, "::1"),
+        ("/n7", 2, "n7"),
+        ("/n104", 5, "n104"),  # a name as long as an address is kept apart from one
+        ("/", 0, ""),
+    ],
 )
 def test_the_client_address_travels_as_its_raw_bytes(host: str, size: int, back: str) -> None:
     encoded = encode_client_host(host)
