@@ -145,10 +145,11 @@ def envelope_api(table: Callable[[], ServedApis]) -> Api:
             # Every forwarded API answers in its own shape; nothing to wrap is a bug here.
             logger.error("[ControllerApis] No answer to forwarded api %d", forwarded.header.api_key)
             return envelope_response(None, ErrorCode.unknown_server_error)
-        chunks = []
+        chunks: list[bytes] = []
         for chunk in response_data_parts(forwarded.header, response, ENCODE_SLICE_ENTITIES):
+            if chunks:
+                await asyncio.sleep(0)  # a turn between slices; a small answer takes none
             chunks.append(chunk)
-            await asyncio.sleep(0)
         # A controller that is not the active one answers every item NOT_CONTROLLER; said on
         # the envelope too, the broker's channel moves on to the next voter, as it does for
         # a request forwarded bare.
