@@ -16,6 +16,7 @@ from kio.schema.envelope.v0.response import EnvelopeResponse
 from kio.schema.errors import ErrorCode
 
 from broker.authorization import RequestAuthorizer, guarded
+from broker.controller_channel import is_not_controller
 from broker.envelope import envelope_api
 from broker.kafka_apis import KafkaApis
 from broker.mutation_quota import THROTTLED_MESSAGE
@@ -273,3 +274,33 @@ def test_an_envelope_not_controller_is_not_controller_for_the_client() -> None:
 
     response = asyncio.run(run())
     assert codes(response) == {"a": ErrorCode.not_controller, "b": ErrorCode.not_controller}
+
+
+def test_an_inactive_controller_says_not_controller_on_the_envelope() -> None:
+    """A controller that is not the active one answers every topic NOT_CONTROLLER; the
+    envelope says so too, so the broker's channel moves on to the next voter."""
+
+    class Inactive(ControllerTable):
+        async def _create(self, request: ApiRequest) -> object:
+            module: Any = response_module(ApiKey.CREATE_TOPICS, request.api_version)
+            results = tuple(
+                make(
+                    module.CreatableTopicResult,
+                    {"name": t.name, "error_code": ErrorCode.not_controller},
+                )
+                for t in request.body.topics
+            )
+            return make(module.CreateTopicsResponse, {"topics": results})
+
+    header = wire.RequestHeader(ApiKey.CREATE_TOPICS, 7, 1, "app")
+    envelope = envelope_request(header, create_topics(("a", 1)), ALICE, "10.0.0.1")
+
+    async def run() -> EnvelopeResponse:
+        return await Inactive(image()).send_as(BROKER_PRINCIPAL, envelope)
+
+    answer = asyncio.run(run())
+    assert int(answer.error_code) == ErrorCode.not_controller
+    assert is_not_controller(answer)
+    assert answer.response_data is not None
+    _, inner = wire.decode_response(ApiKey.CREATE_TOPICS, 7, answer.response_data)
+    assert codes(inner) == {"a": ErrorCode.not_controller}
