@@ -50,9 +50,14 @@ DescribeTopicPartitions' authorized operations are not filled in) is in docs/acl
 Metadata, DescribeCluster, DescribeGroups and ConsumerGroupDescribe fill in the authorized
 operations a request asks for (``authorized_operations``).
 
-Forwarded requests are authorized here, on the broker that received them, for the client's
-principal; the controller then sees the broker's own principal (it has no Envelope), which
-must be a super user or hold the cluster's ACLs.
+The admin requests a broker forwards (broker/forwarding.py's FORWARDED_APIS) are authorized
+in one place, the active controller, as Kafka's KRaft brokers leave them to ControllerApis:
+the broker forwards them unchecked in an Envelope (broker/envelope.py), the controller
+checks the Envelope as a CLUSTER_ACTION of the broker's principal and then the inner request,
+with its entry's checks (the same as the broker entry declares), for the client's principal
+and address. A client of the controller listener (``--bootstrap-controller``) gets the same
+checks. The broker checks what it answers itself, auto-creation's CREATE included (its
+CreateTopics then goes to the controller as the broker's own request).
 """
 
 from __future__ import annotations
@@ -65,11 +70,19 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.forwarding import FORWARDED_APIS
 from metadata.authorizer import CLUSTER_NAME, AclBinding, Authorizer, AuthorizerConfig
 from metadata.controller.refusals import refusal, refuses
 from metadata.image import MetadataImage
 from protocol.api_keys import ApiKey
-from protocol.api_table import AclOperation, Api, ApiHandler, ApiRequest, ResourceType
+from protocol.api_table import (
+    CONTROLLER,
+    AclOperation,
+    Api,
+    ApiHandler,
+    ApiRequest,
+    ResourceType,
+)
 from protocol.entities import has_field, make, response_module
 from protocol.server import NO_RESPONSE
 
@@ -150,17 +163,24 @@ def authorized_operations(
 
 def guarded(entries: Iterable[Api], authorizer: RequestAuthorizer | None) -> list[Api]:
     """``entries`` with their handlers behind authorization (unchanged without an
-    authorizer, and for entries that declare no checks: ApiVersions)."""
+    authorizer, for entries that declare no checks: ApiVersions, and for the admin APIs a
+    broker forwards: the controller checks those, see the module's docstring)."""
     if authorizer is None:
         return list(entries)
     result = []
     for api in entries:
-        check = _check_for(api)
+        check = None if _forwarded_by_broker(api) else _check_for(api)
         if check is None:
             result.append(api)
         else:
             result.append(dataclasses.replace(api, handler=_wrap(check, authorizer, api.handler)))
     return result
+
+
+def _forwarded_by_broker(api: Api) -> bool:
+    """A broker listener's entry of an API it forwards to the controller in an Envelope;
+    its declared checks are the controller entry's, made there."""
+    return api.key in FORWARDED_APIS and CONTROLLER not in api.listeners
 
 
 def _wrap(check: Check, authorizer: RequestAuthorizer, handler: ApiHandler) -> ApiHandler:

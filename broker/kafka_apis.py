@@ -6,9 +6,11 @@ transactional id, to the transaction APIs (broker/txn/apis.py). Reads (ApiVersio
 DescribeCluster, DescribeConfigs, DescribeTopicPartitions) are answered from the latest
 published MetadataImage, taken once per request so one answer never mixes two images.
 Writes to cluster metadata (topics, partitions, configs, leader elections) are the controller's:
-they are forwarded unchanged through the controller channel and its answer is passed back,
-NOT_CONTROLLER included (clients retry it); only when no controller answers in time does the
-broker answer for it, with REQUEST_TIMED_OUT.
+they are forwarded in an Envelope with the client's principal and address (broker/envelope.py)
+through the controller channel, and the controller authorizes them, charges the client's
+controller mutation quota and answers; its answer is passed back, NOT_CONTROLLER included
+(clients retry it); only when no controller answers in time does the broker answer for it,
+with REQUEST_TIMED_OUT.
 """
 
 from __future__ import annotations
@@ -23,16 +25,16 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker import data_plane, describe_producers, forwarding, mutation_quota, txn_markers
+from broker import data_plane, describe_producers, forwarding, txn_markers
 from broker.auto_topic_creation import AutoTopicCreationManager
 from broker.cluster_metadata import describe_cluster_response, metadata_response, random_live_broker
 from broker.controller_channel import ControllerSender
 from broker.describe_configs import describe_configs_response
 from broker.describe_topic_partitions import describe_topic_partitions_response
+from broker.envelope import forward_in_envelope
 from broker.fetch_session import CACHE_SLOTS_DEFAULT, FetchSessionCache
 from broker.lifecycle import SUPPORTED_FEATURES
 from broker.producer_ids import ProducerIdManager, init_producer_id
-from broker.quotas import QuotaManager, user_of
 from broker.replica_manager import ReplicaManager
 from broker.txn.apis import TxnApis
 from metadata.controller.acls import describe_acls_response, security_disabled
@@ -107,15 +109,8 @@ class KafkaApis:
         descriptors_free: Callable[[], bool] = lambda: True,
         acls_enabled: bool = False,
         kraft_version: Callable[[], int] | None = None,
-        quotas: QuotaManager | None = None,
-        default_partitions: int = 1,
     ) -> None:
         self.node_id = node_id
-        # The controller mutation quota of forwarded CreateTopics, CreatePartitions and
-        # DeleteTopics is charged here (broker/mutation_quota.py); num.partitions is what
-        # a CreateTopics without a count creates.
-        self._quotas = quotas
-        self._default_partitions = default_partitions
         # kraft.version as this node's metadata log has it (KIP-853): a quorum feature,
         # kept in the log's control records, not in the image. None: no quorum to ask.
         self._kraft_version = kraft_version
@@ -255,20 +250,14 @@ class KafkaApis:
 
     # ---- handlers ----------------------------------------------------------------------
     async def _forward_api(self, request: ApiRequest) -> object:
-        key = request.header.api_key
-        if self._quotas is not None and key in mutation_quota.MUTATION_APIS:
-            quota = self._quotas.mutation_quota(
-                user_of(request.principal),
-                request.header.client_id or "",
-                key,
-                request.api_version,
-                loop_time(),
-            )
-            if quota is not None:
-                return await mutation_quota.forward_charged(
-                    request, quota, self._image(), self._default_partitions, self._forward
-                )
-        return await self._forward(request.body)
+        """A client's admin request, forwarded to the active controller in an Envelope
+        (broker/envelope.py): the controller authorizes it and charges the client's
+        ``controller_mutation_rate`` as the client, and its answer (throttle time included)
+        is passed back."""
+        try:
+            return await forward_in_envelope(self._channel, request, self._forward_timeout_s)
+        except OSError as error:
+            return self._unanswered(request.body, error)
 
     def _replicas(self) -> ReplicaManager:
         assert self.replicas is not None  # the data-plane entries exist only with one
@@ -360,7 +349,7 @@ class KafkaApis:
         without an authorizer."""
         if not self.acls_enabled:
             return security_disabled(request.header.api_key, request.api_version, request.body)
-        return await self._forward(request.body)
+        return await self._forward_api(request)
 
     async def _describe_user_scram_credentials(self, request: ApiRequest) -> object:
         return await describe_user_scram_credentials(
@@ -398,20 +387,24 @@ class KafkaApis:
             await self._auto_creation.close()
 
     async def _forward(self, request: object) -> object:
+        """The broker's own request (auto-creation's CreateTopics), forwarded bare: the
+        broker asks for itself, so the controller sees its principal."""
         try:
             return await self._channel.send(request, self._forward_timeout_s)
         except OSError as error:
-            body: Any = request
-            logger.warning(
-                "[KafkaApis id=%d] No controller answered api %d: %r",
-                self.node_id,
-                body.__api_key__,
-                error,
-            )
-            message = f"No controller answered within {self._forward_timeout_s}s"
-            return forwarding.forwarded_error_response(
-                request, ErrorCode.request_timed_out, message
-            )
+            return self._unanswered(request, error)
+
+    def _unanswered(self, request: object, error: OSError) -> object:
+        """The broker's answer for the controller when none answered in time."""
+        body: Any = request
+        logger.warning(
+            "[KafkaApis id=%d] No controller answered api %d: %r",
+            self.node_id,
+            body.__api_key__,
+            error,
+        )
+        message = f"No controller answered within {self._forward_timeout_s}s"
+        return forwarding.forwarded_error_response(request, ErrorCode.request_timed_out, message)
 
 
 def with_features(response: Any, image: MetadataImage, kraft_version: int | None) -> Any:

@@ -1,5 +1,8 @@
-"""The controller mutation quota (KIP-599, ``controller_mutation_rate``) of the admin requests
-a broker forwards: CreateTopics, CreatePartitions and DeleteTopics.
+"""The controller mutation quota (KIP-599, ``controller_mutation_rate``) of CreateTopics,
+CreatePartitions and DeleteTopics, charged by the controller (Kafka's
+ControllerMutationQuotaManager): to a client of the controller listener, and to a broker's
+client whose request the broker forwarded in an Envelope (broker/envelope.py), as that
+client, so a client's requests share one budget whichever broker they reach.
 
 Kafka charges a client one permit per partition created or deleted, against a token bucket
 (Kafka's TokenBucket stat) that refills at the quota's rate and holds at most
@@ -10,21 +13,19 @@ through while the bucket is not below zero, even if it takes the bucket below ze
 - Requests of the versions KIP-599 added the error to (CreateTopics v6+, CreatePartitions
   v3+, DeleteTopics v5+) are strict: a topic that finds the bucket below zero is answered
   THROTTLING_QUOTA_EXCEEDED (89) ``The throttling quota has been exceeded.`` and is not
-  forwarded; the response's ``throttle_time_ms`` is the time until the bucket is back at
-  zero, and the client's channel is muted that long (broker/quotas.py). A Java client
-  retries the throttled topics by itself after the throttle time.
-- Older versions are permissive, as Kafka's: every topic is forwarded and charged, and if
+  handled; the response's ``throttle_time_ms`` is the time until the bucket is back at
+  zero, and the client's channel is muted that long (broker/quotas.py: by the broker that
+  received a forwarded request, which reads the throttle time in the controller's answer).
+  A Java client retries the throttled topics by itself after the throttle time.
+- Older versions are permissive, as Kafka's: every topic is handled and charged, and if
   the bucket ends below zero the response carries the throttle time and the channel is
   muted.
 
-Kafka enforces this on the active controller, with the client's principal and client id
-from the forwarded request's Envelope. Here a broker forwards the request itself, so the
-broker that received it charges it, before forwarding, with the partition counts its
-metadata image gives (the topic a CreatePartitions grows, the topic a DeleteTopics
-deletes); a topic the controller then refuses (it exists already, a bad partition count)
-is given its permits back, as Kafka charges only the topics it goes on to create or
-delete. A client spreading its requests over several brokers is held to the quota on
-each of them.
+The permits are the partition counts the controller's metadata image gives (the topic a
+CreatePartitions grows, the topic a DeleteTopics deletes), looked at before the topics are
+handed to the controller's handler; a topic the handler then refuses (it exists already, a
+bad partition count) is given its permits back, as Kafka charges only the topics it goes on
+to create or delete.
 """
 
 from __future__ import annotations
@@ -121,8 +122,8 @@ def _name(item: Any) -> str | None:
 
 
 def _permits(api_key: int, item: Any, image: MetadataImage, default_partitions: int) -> int:
-    """The partitions ``item`` would create or delete, as this broker's image sees it; 0
-    where the controller will refuse it anyway (nothing is charged for it)."""
+    """The partitions ``item`` would create or delete, as the controller's image sees it;
+    0 where the controller will refuse it anyway (nothing is charged for it)."""
     topics = image.topics
     if api_key == ApiKey.CREATE_TOPICS:
         if topics.get(item.name) is not None:
@@ -160,9 +161,9 @@ async def forward_charged(
     default_partitions: int,
     forward: Callable[[object], Awaitable[object]],
 ) -> object:
-    """``forward`` the request with the topics the quota lets through; the refused ones
-    answered THROTTLING_QUOTA_EXCEEDED beside the controller's answers, and the throttle
-    time in the response."""
+    """``forward`` the request (to the controller's handler) with the topics the quota lets
+    through; the refused ones answered THROTTLING_QUOTA_EXCEEDED beside the handler's
+    answers, and the throttle time in the response."""
     api_key, version = request.header.api_key, request.api_version
     body: Any = request.body
     field = _items_field(body)

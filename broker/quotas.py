@@ -15,8 +15,10 @@ its connection closed after a delay of at most one window (``admit_connection``)
 What is counted, as in Kafka: Produce by the bytes of its request, a consumer's Fetch by the
 records bytes of its response (a follower's fetch is replication, never throttled), every
 request but a cluster action by the loop thread's time its handler took
-(``request_percentage``), and the partitions a forwarded CreateTopics, CreatePartitions or
-DeleteTopics creates or deletes (``controller_mutation_rate``, broker/mutation_quota.py). Kafka
+(``request_percentage``), and, on the controller, the partitions a CreateTopics,
+CreatePartitions or DeleteTopics creates or deletes (``controller_mutation_rate``,
+broker/mutation_quota.py: a broker forwards those in an Envelope and mutes its client for
+the throttle time the controller's answer carries). Kafka
 answers a fetch that violates its quota with an empty response; here the response is sent
 whole and the channel muted for the throttle time, which brings the rate back to the quota
 just the same one response later (the fetch session has already recorded what was sent, so
@@ -60,7 +62,7 @@ from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import AclOperation, Api, ApiHandler, ApiRequest, ResourceType
 from protocol.busy import Timed
-from protocol.principal import CLIENT_HOST
+from protocol.principal import CLIENT_HOST, FORWARDED
 from protocol.server import CHANNEL, NO_RESPONSE, Handler
 from protocol.turns import Turns
 
@@ -88,7 +90,7 @@ _CONTROLLER_EXEMPT_APIS = frozenset(
 
 def forwarding_client_id(node_id: int) -> str:
     """The client id of a broker's connection that forwards clients' admin requests to
-    the controllers (the broker already charged the clients for them)."""
+    the controllers (in Envelopes, each inner request charged to its own client there)."""
     return f"broker-{node_id}-forwarding"
 
 
@@ -99,17 +101,19 @@ def controller_quota_exempt(
     authorizer: RequestAuthorizer | None,
 ) -> Callable[[wire.RequestHeader], bool]:
     """Which requests on the controller listener no quota charges: the quorum's RPCs and
-    AlterPartition, as Kafka's ControllerApis, and the requests a broker forwards. Kafka's
-    controller throttles nothing forwarded (it comes in an Envelope, and the broker
-    charged the client); here a broker forwards the request itself over its forwarding
-    connection, known by its client id, which is trusted only from a principal allowed
-    CLUSTER_ACTION (as Kafka's Envelope is) when an authorizer is set, so a client cannot
-    escape its quota by naming itself so."""
+    AlterPartition, as Kafka's ControllerApis, and what a broker sends over its forwarding
+    connection: the Envelopes themselves (Kafka throttles no forwarded request on the
+    broker's connection; the client is charged for the inner request, broker/envelope.py)
+    and the topics the broker creates on its own (auto-creation, not charged, as in
+    Kafka). That connection is known by its client id, trusted only from a principal
+    allowed CLUSTER_ACTION (as Kafka's Envelope is) when an authorizer is set, so a client
+    cannot escape its quota by naming itself so; and never inside an Envelope, where the
+    client id is the forwarded client's own."""
 
     def exempt(header: wire.RequestHeader) -> bool:
         if header.api_key in _CONTROLLER_EXEMPT_APIS:
             return True
-        if not _FORWARDING_CLIENT_ID.fullmatch(header.client_id or ""):
+        if FORWARDED.get() or not _FORWARDING_CLIENT_ID.fullmatch(header.client_id or ""):
             return False
         return authorizer is None or authorizer.current().authorize(
             PRINCIPAL.get(),
@@ -381,11 +385,12 @@ class QuotaManager:
         default_partitions: int,
     ) -> list[Api]:
         """A controller's ``entries`` with CreateTopics, CreatePartitions and DeleteTopics
-        charged to the client's ``controller_mutation_rate`` as a broker charges them
-        (broker/mutation_quota.py: a topic over the quota refused THROTTLING_QUOTA_EXCEEDED
-        from the strict versions on, the throttle time in the response), for a client that
-        talks to the controller directly; what ``exempt`` names (a broker's forwarding,
-        which the broker charged) is not charged again."""
+        charged to the client's ``controller_mutation_rate`` (broker/mutation_quota.py: a
+        topic over the quota refused THROTTLING_QUOTA_EXCEEDED from the strict versions on,
+        the throttle time in the response): a client that talks to the controller
+        directly, or a broker's client whose request came in an Envelope (handled as that
+        client, broker/envelope.py). What ``exempt`` names (a broker's own requests on its
+        forwarding connection: auto-created topics) is not charged."""
         loop = asyncio.get_running_loop()
 
         def charged(handler: ApiHandler) -> ApiHandler:

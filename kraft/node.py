@@ -30,6 +30,7 @@ from broker.authorization import RequestAuthorizer, guarded
 from broker.bugs import BROKER_BUGS
 from broker.cluster_metadata import describe_controllers_response
 from broker.controller_channel import ControllerChannel
+from broker.envelope import envelope_api
 from broker.fetch_session import FetchSessionCache
 from broker.group.apis import GroupApis
 from broker.group.config import GroupCoordinatorConfig
@@ -317,8 +318,9 @@ class KraftNode:
             # (ControllerApis throttles every response but the quorum's RPCs and
             # AlterPartition, and charges CreateTopics, CreatePartitions and DeleteTopics to
             # controller_mutation_rate): a client that talks to a controller directly
-            # (--bootstrap-controller) is held as on a broker. What a broker forwards it
-            # has charged already: exempt.
+            # (--bootstrap-controller) is held as on a broker, and so is a broker's client
+            # whose request comes in an Envelope (broker/envelope.py), charged here as the
+            # client, whichever broker it reached. The Envelopes themselves are exempt.
             loader = self.loader
             controller_quotas = QuotaManager(
                 lambda: loader.image,
@@ -541,8 +543,6 @@ class KraftNode:
                 ),
                 acls_enabled=authorizer is not None,
                 kraft_version=self.raft.kraft_version if self.raft is not None else None,
-                quotas=quotas,
-                default_partitions=config.num_partitions,
             )
             self.apis[endpoint.name] = apis
             entries = [
@@ -685,7 +685,15 @@ class KraftNode:
             *self.raft.apis(),
             *self.controller.apis(),
             Api(ApiKey.DESCRIBE_CLUSTER, (1, 1), describe, CONTROLLER, (CLUSTER_DESCRIBE,)),
+            envelope_api(self._forwarded_table),
         ]
+
+    def _forwarded_table(self) -> ServedApis:
+        """The controller listener's table, which handles the requests brokers forward in
+        Envelopes as their clients (broker/envelope.py)."""
+        served = self._controller_served
+        assert served is not None  # built before the listener opens
+        return served
 
     def _controller_table(self, entries: list[Api]) -> ServedApis:
         """The controller listener's table: ``entries`` behind the authorizer."""

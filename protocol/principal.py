@@ -16,3 +16,7 @@ ANONYMOUS = "User:ANONYMOUS"
 PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("principal", default=ANONYMOUS)
 # The client's address as Kafka shows it ("/127.0.0.1").
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="/")
+# True while a controller handles the request inside an Envelope (broker/envelope.py): its
+# PRINCIPAL and CLIENT_HOST are then the forwarded client's, and nothing the forwarding
+# broker's connection is trusted with (its client id's quota exemption) applies to it.
+FORWARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("forwarded", default=False)

@@ -8,6 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.forwarding import FORWARDED_APIS
 from broker.group.apis import GroupApis
 from broker.kafka_apis import KafkaApis
 from broker.txn.apis import TxnApis
@@ -24,6 +25,7 @@ from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import BROKER, ApiRequest, ServedApis
 from protocol.entities import make, response_module
+from protocol.envelope import Forwarded, envelope_response, open_envelope, response_data_parts
 
 LISTENER = "PLAINTEXT"
 ORDERS_ID = uuid.UUID(int=0x0A)
@@ -91,10 +93,19 @@ class FakeController:
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
         self.requests: list[Any] = []
+        self.envelopes: list[Forwarded] = []  # the client requests forwarded in envelopes
         self.canned: object | None = None
         self.failure: Exception | None = None
 
     async def send(self, request: Any, timeout_s: float) -> object:
+        if int(request.__api_key__) == ApiKey.ENVELOPE:
+            # A client's request as a broker forwards it: answered inside the envelope, as
+            # the controller's listener does (broker/envelope.py); recorded as the request.
+            forwarded = open_envelope(request, FORWARDED_APIS, None)
+            self.envelopes.append(forwarded)
+            inner = await self.send(forwarded.body, timeout_s)
+            data = b"".join(response_data_parts(forwarded.header, inner, 10_000))
+            return envelope_response(data)
         self.requests.append(request)
         if self.failure is not None:
             raise self.failure

@@ -15,6 +15,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.authorization import RequestAuthorizer, guarded
+from broker.forwarding import FORWARDED_APIS
 from broker.group.apis import GroupApis
 from broker.kafka_apis import KafkaApis
 from broker.log_admin import log_admin_apis
@@ -28,6 +29,7 @@ from protocol.api_keys import ApiKey
 from protocol.api_table import (
     BROKER,
     CLUSTER_ACTION,
+    CONTROLLER,
     GROUP_READ,
     TOPIC_READ,
     TOPIC_WRITE,
@@ -113,6 +115,17 @@ def kafka_apis(image: MetadataImage, auto_create: bool = False) -> tuple[list[Ap
     return apis.apis(), controller
 
 
+def as_controller(entries: list[Api]) -> list[Api]:
+    """The forwarded APIs' entries as the controller's listener serves them: the same
+    declared checks (test_forwarded_apis_declare_the_controllers_checks), made there on the
+    request a broker forwards in an Envelope."""
+    return [
+        dataclasses.replace(api, listeners=CONTROLLER)
+        for api in entries
+        if api.key in FORWARDED_APIS
+    ]
+
+
 # ---- Metadata --------------------------------------------------------------------------------
 def metadata(names: list[str] | None, version: int = 12) -> dict[str, object]:
     module: Any = request_module(ApiKey.METADATA, version)
@@ -178,21 +191,48 @@ def create_topics(*names: str) -> dict[str, object]:
     return {"topics": topics, "timeout_ms": 1000}
 
 
-def test_create_topics_forwards_only_what_the_principal_may_create() -> None:
+def test_the_broker_forwards_create_topics_unchecked_as_the_client() -> None:
+    """Kafka's KRaft brokers leave a forwarded request's authorization to the controller:
+    the broker forwards all of it, with the client's principal and address in the
+    Envelope, and passes the controller's answer back."""
     image = image_with(acl("a", Op.CREATE))
     entries, controller = kafka_apis(image)
+    ask(entries, image, ApiKey.CREATE_TOPICS, 7, create_topics("a", "b"), principal=BOB)
+    assert [t.name for r in controller.requests for t in r.topics] == ["a", "b"]
+    [forwarded] = controller.envelopes
+    assert (forwarded.principal, forwarded.client_host) == (BOB, "10.0.0.1")
+    assert forwarded.header.client_id == "client"
+
+
+def test_create_topics_creates_only_what_the_principal_may_create() -> None:
+    image = image_with(acl("a", Op.CREATE))
+    entries, controller = kafka_apis(image)
+    entries = as_controller(entries)
     response = ask(entries, image, ApiKey.CREATE_TOPICS, 7, create_topics("a", "b"))
     codes = {t.name: int(t.error_code) for t in response.topics}
     assert codes == {"a": 0, "b": ErrorCode.topic_authorization_failed}
     assert [t.name for r in controller.requests for t in r.topics] == ["a"]
     cluster = image_with(acl("kafka-cluster", Op.CREATE, resource_type=ResourceType.CLUSTER))
     entries, controller = kafka_apis(cluster)
-    response = ask(entries, cluster, ApiKey.CREATE_TOPICS, 7, create_topics("c"))
+    response = ask(as_controller(entries), cluster, ApiKey.CREATE_TOPICS, 7, create_topics("c"))
     assert [int(t.error_code) for t in response.topics] == [0]
     entries, controller = kafka_apis(image)
-    response = ask(entries, image, ApiKey.CREATE_TOPICS, 7, create_topics("b"), principal=BOB)
+    response = ask(
+        as_controller(entries), image, ApiKey.CREATE_TOPICS, 7, create_topics("b"), principal=BOB
+    )
     assert [int(t.error_code) for t in response.topics] == [ErrorCode.topic_authorization_failed]
     assert controller.requests == []
+
+
+def test_forwarded_apis_declare_the_controllers_checks() -> None:
+    """What a broker entry of a forwarded API declares is what the controller checks."""
+    stub: Any = types.SimpleNamespace(add_listener=lambda _: None, add_publisher=lambda _: None)
+    controller = QuorumController(stub, stub, stub, ControllerConfig(1, "c")).apis()
+    checks = {api.key: api.authorization for api in controller if api.key in FORWARDED_APIS}
+    entries, _ = kafka_apis(image_with())
+    declared = {api.key: api.authorization for api in entries if api.key in FORWARDED_APIS}
+    assert declared == checks
+    assert set(checks) == FORWARDED_APIS
 
 
 def test_alter_configs_needs_alter_configs_on_the_topic_or_cluster() -> None:
@@ -207,7 +247,9 @@ def test_alter_configs_needs_alter_configs_on_the_topic_or_cluster() -> None:
         response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1).IncrementalAlterConfigsResponse,
         {"responses": ()},
     )
-    response = ask(entries, image, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": resources})
+    response = ask(
+        as_controller(entries), image, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": resources}
+    )
     codes = sorted((r.resource_name, int(r.error_code)) for r in response.responses)
     assert codes == [
         ("", ErrorCode.cluster_authorization_failed),
@@ -243,7 +285,7 @@ def test_cluster_apis_need_their_cluster_operation() -> None:
     assert int(refused.error_code) == ErrorCode.cluster_authorization_failed
     module: Any = request_module(ApiKey.CREATE_ACLS, 3)
     creation = make(module.AclCreation, {"resource_type": 2, "resource_name": "t"})
-    created = ask(entries, image, ApiKey.CREATE_ACLS, 3, {"creations": (creation,)})
+    created = ask(as_controller(entries), image, ApiKey.CREATE_ACLS, 3, {"creations": (creation,)})
     assert [int(r.error_code) for r in created.results] == [ErrorCode.cluster_authorization_failed]
 
 
@@ -417,7 +459,10 @@ def test_every_entry_with_declared_checks_is_checked(table: str) -> None:
     authorizer = RequestAuthorizer(AuthorizerConfig(), MetadataImage)
     wrapped = guarded(entries, authorizer)  # raises for an entry with no check
     for before, after in zip(entries, wrapped, strict=True):
-        assert (after.handler is before.handler) == (not before.authorization), before.key.name
+        unchecked = not before.authorization or (
+            before.key in FORWARDED_APIS and before.listeners == BROKER  # the controller checks
+        )
+        assert (after.handler is before.handler) == unchecked, before.key.name
 
 
 @pytest.mark.parametrize("api_key", [ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS])

@@ -1,7 +1,8 @@
-"""broker/mutation_quota.py: KIP-599's controller mutation quota on the admin requests a
-broker forwards: Kafka's token bucket, strict versions refusing a topic with
-THROTTLING_QUOTA_EXCEEDED once the bucket is below zero, older versions only throttled, and
-the permits of a topic the controller refuses given back."""
+"""broker/mutation_quota.py: KIP-599's controller mutation quota, as the controller charges
+it (the admin requests brokers forward in Envelopes, and its own clients'): Kafka's token
+bucket, strict versions refusing a topic with THROTTLING_QUOTA_EXCEEDED once the bucket is
+below zero, older versions only throttled, and the permits of a topic the controller's
+handler refuses given back."""
 
 from __future__ import annotations
 

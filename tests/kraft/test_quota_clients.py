@@ -608,7 +608,8 @@ def test_the_controller_charges_its_own_clients_topic_creation(
 ) -> None:
     """CreateTopics sent to the controller directly is charged to controller_mutation_rate
     as Kafka's controller charges it: the broker test's sequence, on the controller
-    listener, with the same answers; what a broker forwards is charged by the broker alone
+    listener, with the same answers. What a broker forwards comes in an Envelope and is
+    charged there too, as the client
     (test_a_controller_mutation_rate_refuses_then_throttles_topic_creation)."""
     bootstrap, controller = controller_node
     response = alter(bootstrap, [("client-id", "c-mutator")], "controller_mutation_rate", 2.0)
