@@ -50,6 +50,7 @@ from broker.bugs import (
 from broker.controller_channel import ControllerSender
 from broker.delayed_produce import AppendResult, wait_for_commit
 from broker.fetcher import FetcherConfig, ReplicaFetcherManager
+from broker.log_dir_mover import ReplicaAlterLogDirsManager
 from broker.metrics import BrokerTopicMetrics
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
 from broker.producer_snapshot import (
@@ -242,6 +243,13 @@ class ReplicaManager:
             node_id, lambda: self._latest, self._endpoint, connector=self.config.fetcher.connector
         )
         self.topic_metrics: BrokerTopicMetrics | None = None  # data_plane counts into it
+        # AlterReplicaLogDirs: replicas' logs copied into other log dirs and swapped in.
+        self.log_dir_mover = ReplicaAlterLogDirsManager(
+            node_id,
+            logs,
+            self._partitions.get,
+            lambda: uuid.UUID(int=self._rng.getrandbits(128), version=4).hex,
+        )
 
     # ---- metadata --------------------------------------------------------------------------
     def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
@@ -261,6 +269,7 @@ class ReplicaManager:
         except (OSError, CheckpointError):
             logger.exception("[ReplicaManager id=%d] reading high watermarks", self.node_id)
         self._task = loop.create_task(self._reconcile_forever())
+        self.log_dir_mover.start()
         self._checkpoint_task = loop.create_task(self._checkpoint_high_watermarks_forever())
         if self._alter_partition is not None:
             self._shrink_task = loop.create_task(self._shrink_isr_forever(self._alter_partition))
@@ -288,6 +297,7 @@ class ReplicaManager:
                     await task
         if self._alter_partition is not None:
             await self._alter_partition.close()
+        await self.log_dir_mover.close()
         await self.fetchers.close()
         await self.txn_verifier.close()
         self.delayed.notify_all()
@@ -957,6 +967,43 @@ class ReplicaManager:
             timeout_s,
             result,
         )
+
+    async def alter_replica_log_dir(self, topic: str, index: int, path: str) -> ErrorCode:
+        """AlterReplicaLogDirs for one partition (Kafka's ReplicaManager.alterReplicaLogDirs;
+        the answers are listed in broker/log_dir_mover.py)."""
+        logs = self.logs
+        log_dir = logs.resolve_log_dir(path)
+        if log_dir is None:
+            return ErrorCode.log_dir_not_found
+        if log_dir in logs.offline_dirs:
+            return ErrorCode.kafka_storage_error
+        key = (topic, index)
+        partition = self._partitions.get(key)
+        if key in self._offline or (partition is not None and not partition.log.is_online):
+            return ErrorCode.kafka_storage_error
+        future = logs.future_log_of(topic, index)
+        if future is not None and future.log_dir != log_dir:
+            await logs.abandon_future_log(topic, index)  # a move elsewhere is dropped
+        if partition is None:
+            image = self._latest
+            found = image.topics.get(topic) if image is not None else None
+            if found is None or index not in found.partitions:
+                return ErrorCode.unknown_topic_or_partition
+            # Where its log goes if it comes here (bounded: partitions of the image).
+            logs.preferred_dirs[key] = log_dir
+            return ErrorCode.replica_not_available
+        if logs.log_dir_of(topic, index) == log_dir:
+            return ErrorCode.none
+        if logs.offline_dirs:
+            return ErrorCode.kafka_storage_error
+        try:
+            await self.log_dir_mover.begin(topic, index, log_dir)
+        except OSError:
+            logger.exception(
+                "[ReplicaManager id=%d] copying %s-%d into %s", self.node_id, topic, index, log_dir
+            )
+            return ErrorCode.kafka_storage_error
+        return ErrorCode.none
 
     async def delete_records(self, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
         """DeleteRecords as leader (Kafka's Partition.deleteRecordsOnLeader): raise the log

@@ -529,6 +529,17 @@ class LogManager:
         return stray
 
     # ---- moving a replica between log dirs (KIP-113) --------------------------------------
+    def resolve_log_dir(self, path: str) -> str | None:
+        """The configured log dir ``path`` names (as written in ``log.dirs``, or the same
+        dir as an absolute path, which is what Kafka's tools send), None if none."""
+        if path in self.log_dirs:
+            return path
+        wanted = os.path.normpath(os.path.abspath(path))
+        for log_dir in self.log_dirs:
+            if os.path.normpath(os.path.abspath(log_dir)) == wanted:
+                return log_dir
+        return None
+
     def future_log_of(self, topic: str, partition: int) -> FutureLog | None:
         """The copy of the partition's log being made in another dir, if any."""
         return self._futures.get((topic, partition))
@@ -563,7 +574,7 @@ class LogManager:
         log = await Log.open(self._log_runtime, path, source.config, had_clean_shutdown=True)
         # A disk error in the copy is one of its dir, as any other log's there.
         log.on_offline = functools.partial(self.fail_log_dir, log_dir)
-        future = FutureLog(source, log, log_dir, source_truncations=-1)  # -1: start afresh
+        future = FutureLog(source, log, log_dir, source.truncations)
         self._futures[tp] = future
         return future
 

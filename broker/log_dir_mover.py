@@ -1,0 +1,143 @@
+"""AlterReplicaLogDirs on this broker (KIP-113; Kafka's ReplicaManager.alterReplicaLogDirs
+and ReplicaAlterLogDirsManager): move a replica's log to another of its ``log.dirs``
+while the replica keeps serving.
+
+A request names, per partition, the dir wanted. The answer, as Kafka's:
+- LOG_DIR_NOT_FOUND: the path is not one of this broker's ``log.dirs``;
+- KAFKA_STORAGE_ERROR: that dir is offline, the replica's log is, or any log dir of the
+  broker is (as Kafka, no copy is begun then, so no replica is ever copied into two
+  dirs);
+- REPLICA_NOT_AVAILABLE: the partition exists but has no replica here (yet); the dir is
+  remembered and the replica's log is created there if it comes here (Kafka's preferred
+  log dir); UNKNOWN_TOPIC_OR_PARTITION if the metadata has no such partition;
+- NONE: the replica is in that dir already, or a copy of it into that dir is begun (a
+  copy into another dir is dropped first).
+
+The copy (log/future_log.py) runs in one task, a replica at a time, in slices of
+COPY_SLICE_BYTES with a yield to the event loop after each, so produce and fetch are served
+in between. When the copy has caught up, LogManager.promote_future_log swaps it in, in
+one synchronous step, and the replica's Partition is handed the new log in that same step.
+The broker then tells the controller the replica's new dir (AssignReplicasToDirs, through
+broker/log_dirs.py, which sends what the image does not record yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from broker.partition import Partition
+from log.future_log import FutureLog
+from log.log import Log
+from log.manager import LogManager
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+class ReplicaAlterLogDirsManager:
+    """Copies replicas' logs into the dirs asked for, one at a time, and swaps them in."""
+
+    def __init__(
+        self,
+        node_id: int,
+        logs: LogManager,
+        partition_of: Callable[[TopicPartition], Partition | None],
+        unique_id: Callable[[], str],
+    ) -> None:
+        """``partition_of`` finds the replica a log belongs to; ``unique_id`` names the
+        ``-future`` and ``-delete`` dirs (from the node's seeded Random)."""
+        self._prefix = f"[ReplicaAlterLogDirsManager id={node_id}]"
+        self.logs = logs
+        self._partition_of = partition_of
+        self._unique_id = unique_id
+        self._queue: dict[TopicPartition, None] = {}  # insertion-ordered: first asked first
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        # Called after each replica that moved (the broker reports its dir at once).
+        self.on_moved: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        """Begin copying (on the running loop)."""
+        assert self._task is None, "started twice"
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name="replica-alter-log-dirs"
+        )
+
+    async def close(self) -> None:
+        """Stop copying; the copies made so far are left to the LogManager's shutdown."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def begin(self, topic: str, index: int, log_dir: str) -> None:
+        """Begin (or keep) copying the hosted replica's log into ``log_dir``; the caller
+        checked the request (``ReplicaManager.alter_replica_log_dir``). OSError if the
+        copy cannot be created."""
+        existing = self.logs.future_log_of(topic, index)
+        if existing is None or existing.log_dir != log_dir:
+            await self.logs.create_future_log(topic, index, log_dir, self._unique_id())
+            logger.info("%s Copying %s-%d into %s", self._prefix, topic, index, log_dir)
+        self._queue[(topic, index)] = None
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:  # ends when close cancels it
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:  # bounded: each pass takes one replica off
+                key = next(iter(self._queue))
+                try:
+                    await self._move(key)
+                except (OSError, ValueError) as error:
+                    # A disk error has taken its dir offline (one line from the LogManager);
+                    # the replica keeps serving from where it was.
+                    logger.warning(
+                        "%s Moving %s-%d failed, it stays where it is: %r",
+                        self._prefix,
+                        *key,
+                        error,
+                    )
+                    with contextlib.suppress(OSError):
+                        await self.logs.abandon_future_log(*key)
+                finally:
+                    self._queue.pop(key, None)
+
+    async def _move(self, key: TopicPartition) -> None:
+        """Copy slice after slice until caught up, then swap; returns early when the copy
+        was dropped, or the replica deleted or taken offline meanwhile."""
+        while True:  # bounded by the log's growth: each pass copies a slice or swaps
+            future = self.logs.future_log_of(*key)
+            if future is None:
+                return  # dropped: another request, or the partition deleted
+            partition = self._partition_of(key)
+            if (
+                partition is None
+                or partition.log is not future.source
+                or not future.source.is_online
+                or not future.log.is_online
+            ):
+                await self.logs.abandon_future_log(*key)
+                return
+            if future.caught_up and await self._swap(key, future, partition):
+                return
+            await future.copy_slice()
+            await asyncio.sleep(0)  # a slice at a time: produce and fetch go in between
+
+    async def _swap(self, key: TopicPartition, future: FutureLog, partition: Partition) -> bool:
+        def swap(log: Log) -> None:
+            partition.log = log
+            partition.checkpointed_base = log.active_segment.base_offset
+
+        new_dir = await self.logs.promote_future_log(*key, self._unique_id(), swap)
+        if new_dir is None:
+            return False
+        logger.info("%s Moved %s-%d to %s", self._prefix, *key, new_dir)
+        if self.on_moved is not None:
+            self.on_moved()
+        return True
