@@ -14,7 +14,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.client import KafkaConnection
@@ -27,6 +26,8 @@ from log.runtime import Runtime
 from metadata.directories import directory_of
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
+from tests import kafka_tools as tools
+from tests.kafka_tools import kafka_tools  # noqa: F401  (pytest fixture: installs once)
 from tests.kraft import inprocess
 from tests.kraft.wire_client import TIMEOUT_S, connect, create_topic, produce, read_all
 
@@ -160,10 +161,10 @@ def test_a_partition_moves_to_the_other_log_dir_while_it_takes_produces(tmp_path
     asyncio.run(scenario())
 
 
-@pytest.mark.usefixtures("kafka_tools")
-def test_kafka_reassign_partitions_moves_a_replica_between_log_dirs(tmp_path: Path) -> None:
-    from tests import kafka_tools as tools
-
+def test_kafka_reassign_partitions_moves_a_replica_between_log_dirs(
+    tmp_path: Path,
+    kafka_tools: Path,  # noqa: F811
+) -> None:
     first, second = tmp_path / "d1", tmp_path / "d2"
     path, port = inprocess.format_node(tmp_path, log_dirs=f"{first},{second}")
     config = load_config(str(path))
@@ -220,6 +221,19 @@ def test_kafka_reassign_partitions_moves_a_replica_between_log_dirs(tmp_path: Pa
             return dirs.get(target) == [(f"{TOPIC}-0", False)] and dirs.get(source) == []
 
         await until(described, "kafka-log-dirs shows the replica in its new dir")
+        verified = await loop.run_in_executor(
+            None,
+            lambda: tools.run(
+                "reassign-partitions",
+                "--bootstrap-server",
+                servers,
+                "--reassignment-json-file",
+                str(plan),
+                "--verify",
+            ),
+        )
+        assert "in progress" not in verified.stdout, verified.stdout
+        assert f"Reassignment of replica {TOPIC}-0-1 completed" in verified.stdout, verified.stdout
         assert len(await read_all(connection, TOPIC)) == 50
         await connection.close()
         await node.shutdown()
