@@ -464,6 +464,9 @@ class LogManager:
         partitions = self._partitions_in(log_dir)
         for tp in partitions:
             self._logs[tp].take_offline(exc)
+        for future in self._futures.values():
+            if future.log_dir == log_dir:
+                future.log.take_offline(exc)  # never swapped in (its mover drops it)
         logger.error(
             "Log dir %s is offline after a disk error (%s): its %d partition(s) answer "
             "KAFKA_STORAGE_ERROR until the disk is repaired and the broker restarted",
@@ -612,11 +615,13 @@ class LogManager:
         future = self._futures[tp]
         source = self._logs.get(tp)
         assert future.source is source, (tp, future, source)
+        if not source.is_online or not future.log.is_online:
+            return None
         await future.copy_files()
         await future.log.flush()
         if self._futures.get(tp) is not future or self._logs.get(tp) is not source:
             return None  # abandoned or deleted while flushing
-        if not source.is_online or not future.finish():
+        if not source.is_online or not future.log.is_online or not future.finish():
             return None
         # ---- synchronous from here to the fsync: nothing appends in between ----
         new_dir, old_dir = future.log_dir, self._dir_of[tp]

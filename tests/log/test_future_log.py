@@ -4,6 +4,7 @@ swap, and what a crash at each step leaves."""
 from __future__ import annotations
 
 import asyncio
+import errno
 
 from log.checkpoint import LEADER_EPOCH_CHECKPOINT
 from log.future_log import FUTURE_DIR_SUFFIX
@@ -189,5 +190,22 @@ def test_abandoning_a_copy_removes_it_and_leaves_the_log_serving() -> None:
         assert manager.get_log("t", 0) is source and source.log_end_offset == 5
         await source.flush()
         assert LEADER_EPOCH_CHECKPOINT in node.disk.fs().list_dir("/d1/t-0")
+
+    asyncio.run(run())
+
+
+def test_a_copy_into_a_dir_that_fails_is_never_swapped_in() -> None:
+    async def run() -> None:
+        node = Node(dirs=["/d1", "/d2"])
+        manager = node.manager()
+        source = await _filled(manager, 4)
+        future = await manager.create_future_log("t", 0, "/d2", "u1")
+        while not future.caught_up:
+            await future.copy_slice()
+        manager.fail_log_dir("/d2", OSError(errno.EIO, "I/O error"))
+        assert not future.log.is_online
+        assert await manager.promote_future_log("t", 0, "u2", lambda _log: None) is None
+        assert manager.get_log("t", 0) is source and manager.log_dir_of("t", 0) == "/d1"
+        source.append_as_leader(batch(), 2)  # still serving where it was
 
     asyncio.run(run())
