@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from broker.partition import Partition
 from log.future_log import FutureLog
@@ -47,13 +47,18 @@ class ReplicaAlterLogDirsManager:
         logs: LogManager,
         partition_of: Callable[[TopicPartition], Partition | None],
         unique_id: Callable[[], str],
+        checkpoint_high_watermarks: Callable[[], Awaitable[None]],
     ) -> None:
         """``partition_of`` finds the replica a log belongs to; ``unique_id`` names the
-        ``-future`` and ``-delete`` dirs (from the node's seeded Random)."""
+        ``-future`` and ``-delete`` dirs (from the node's seeded Random);
+        ``checkpoint_high_watermarks`` writes every dir's replication-offset-checkpoint
+        (a moved replica's high watermark must be in its new dir's before a crash can need
+        it, or the replica would restart from its log start)."""
         self._prefix = f"[ReplicaAlterLogDirsManager id={node_id}]"
         self.logs = logs
         self._partition_of = partition_of
         self._unique_id = unique_id
+        self._checkpoint_high_watermarks = checkpoint_high_watermarks
         self._queue: dict[TopicPartition, None] = {}  # insertion-ordered: first asked first
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -138,6 +143,7 @@ class ReplicaAlterLogDirsManager:
         if new_dir is None:
             return False
         logger.info("%s Moved %s-%d to %s", self._prefix, *key, new_dir)
+        await self._checkpoint_high_watermarks()
         if self.on_moved is not None:
             self.on_moved()
         return True

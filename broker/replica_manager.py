@@ -249,6 +249,7 @@ class ReplicaManager:
             logs,
             self._partitions.get,
             lambda: uuid.UUID(int=self._rng.getrandbits(128), version=4).hex,
+            self._checkpoint_high_watermarks,
         )
 
     # ---- metadata --------------------------------------------------------------------------

@@ -628,6 +628,7 @@ class LogManager:
         future.log.rename_dir(os.path.join(new_dir, partition_dir_name(topic, partition)))
         del self._futures[tp]
         future.log.checkpoint_hook = self._on_log_offsets_changed
+        future.log.update_config(source.config)  # any topic config change during the copy
         self._logs[tp] = future.log
         self._adopt(tp, future.log, new_dir)
         swap(future.log)

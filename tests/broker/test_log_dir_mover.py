@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.log_admin import describe_log_dirs
 from broker.replica_manager import ReplicaManager
+from log.checkpoint import OffsetCheckpointFile
 from log.config import LogConfig
 from log.manager import LogManager
 from log.runtime import real_runtime
@@ -94,6 +95,11 @@ def test_alter_replica_log_dirs_moves_a_replica_and_answers_as_kafka(tmp_path: P
             await asyncio.wait_for(moved.wait(), 20)
             assert listed(replicas) == {first: [], second: [("a", 0, False)]}
             assert logs.log_dir_of("a", 0) == second
+            # Its high watermark is checkpointed in its new dir at once, not in the old one.
+            fs = runtime.fs
+            hw_file = "replication-offset-checkpoint"
+            assert OffsetCheckpointFile(fs, f"{second}/{hw_file}").read() == {("a", 0): len(sent)}
+            assert ("a", 0) not in OffsetCheckpointFile(fs, f"{first}/{hw_file}").read()
             read = replicas.read("a", 0, 0, 1 << 24, -1, min_one_message=True)
             values = []
             offset = 0
