@@ -129,10 +129,16 @@ class ReplicaAlterLogDirsManager:
             ):
                 await self.logs.abandon_future_log(*key)
                 return
-            if future.caught_up and await self._swap(key, future, partition):
-                return
+            if future.caught_up:
+                if await self._swap(key, future, partition):
+                    return
+                await asyncio.sleep(0)  # appended to meanwhile: copy more first
+                continue
             await future.copy_slice()
-            await asyncio.sleep(0)  # a slice at a time: produce and fetch go in between
+            if not future.caught_up:
+                # A slice at a time: produce and fetch go in between. A slice that reached
+                # the log end goes straight to the swap instead, before more is appended.
+                await asyncio.sleep(0)
 
     async def _swap(self, key: TopicPartition, future: FutureLog, partition: Partition) -> bool:
         def swap(log: Log) -> None:

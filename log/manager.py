@@ -238,9 +238,9 @@ class LogManager:
         """Two dirs hold ``tp``: a move between dirs was cut short after the copy took the
         partition's name and before the original was renamed away (``promote_future_log``).
         Both are the same log up to the moment of the swap, so the longer one is kept (the
-        copy, which got every append after it, unless a crash lost those unsynced) and the
-        other is removed as a deleted log is. Returns ``found`` if it is kept (the other is
-        forgotten here), else None."""
+        copy, which got every append after it, unless a crash lost those unsynced; on a tie
+        the one in the dir listed first) and the other is removed as a deleted log is.
+        Returns ``found`` if it is kept (the other is forgotten here), else None."""
         previous, previous_dir = self._logs[tp], self._dir_of[tp]
         keep_found = found.log_end_offset > previous.log_end_offset
         doomed_log, kept = (previous, found) if keep_found else (found, previous)
