@@ -133,3 +133,54 @@ def test_alter_replica_log_dirs_moves_a_replica_and_answers_as_kafka(tmp_path: P
             await logs.shutdown()
 
     asyncio.run(main())
+
+
+def test_a_replica_taking_produces_all_along_its_move_loses_none_of_them(tmp_path: Path) -> None:
+    """A producer appends between every two slices of the copy, and after the swap too: the
+    move still completes, and the moved log holds every acknowledged record in order."""
+    first, second = str(tmp_path / "d1"), str(tmp_path / "d2")
+    start = image(5, {"a": (TOPIC_A, {0: partition(ME, (ME,))})})
+    config = LogConfig(segment_bytes=256 * 1024)
+
+    async def main() -> None:
+        runtime = real_runtime(seed=5)
+        logs = LogManager(runtime, [first, second], config)
+        await logs.startup()
+        replicas = ReplicaManager(ME, logs, config, runtime.rng, runtime.clock)
+        moved = asyncio.Event()
+        replicas.log_dir_mover.on_moved = moved.set
+        replicas.start(start)
+        await replicas.wait_reconciled(start.offset)
+        sent: list[bytes] = []
+
+        async def produce(value: bytes) -> None:
+            result = await replicas.append("a", 0, batch(value), acks=1, timeout_s=5)
+            assert (result.error, result.base_offset) == (ErrorCode.none, len(sent))
+            sent.append(value)
+
+        try:
+            for i in range(300):  # about 3 MB: a dozen segments, several slices
+                await produce(f"before-{i}-".encode() + b"x" * 10_000)
+            assert await replicas.alter_replica_log_dir("a", 0, second) == ErrorCode.none
+            during = 0
+            while not moved.is_set():  # bounded: the swap happens between two of these
+                await produce(f"during-{during}".encode())
+                during += 1
+                assert during < 100_000, "the move never completed"
+                await asyncio.sleep(0)
+            for i in range(10):
+                await produce(f"after-{i}".encode())
+            assert logs.log_dir_of("a", 0) == second
+            values: list[bytes] = []
+            while len(values) < len(sent):  # bounded: each read returns a batch at least
+                read = replicas.read("a", 0, len(values), 1 << 20, -1, min_one_message=True)
+                assert read.error == ErrorCode.none
+                values += values_of(read.records)
+            assert values == sent
+            # A slice per segment, a produce after each: they did land while it was copied.
+            assert during >= 10
+        finally:
+            await replicas.close()
+            await logs.shutdown()
+
+    asyncio.run(main())
