@@ -13,7 +13,9 @@ A request names, per partition, the dir wanted. The answer, as Kafka's:
 - NONE: the replica is in that dir already, or a copy of it into that dir is begun (a
   copy into another dir is dropped first).
 
-The copy (log/future_log.py) runs in one task, a replica at a time, in slices of
+A copy found at start-up (a move cut short by a crash or a restart) is resumed when the
+replica's partition is opened, as Kafka resumes it. The copy (log/future_log.py) runs in
+one task, a replica at a time, in slices of
 COPY_SLICE_BYTES with a yield to the event loop after each, so produce and fetch are served
 in between. When the copy has caught up, LogManager.promote_future_log swaps it in, in
 one synchronous step, and the replica's Partition is handed the new log in that same step.
@@ -90,6 +92,14 @@ class ReplicaAlterLogDirsManager:
             logger.info("%s Copying %s-%d into %s", self._prefix, topic, index, log_dir)
         self._queue[(topic, index)] = None
         self._wake.set()
+
+    def resume(self, topic: str, index: int) -> None:
+        """Go on copying the replica if the LogManager found a copy of it at start-up (a
+        move the last life did not finish)."""
+        if self.logs.future_log_of(topic, index) is not None:
+            logger.info("%s Resuming the copy of %s-%d", self._prefix, topic, index)
+            self._queue[(topic, index)] = None
+            self._wake.set()
 
     async def _run(self) -> None:
         while True:  # ends when close cancels it

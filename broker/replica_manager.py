@@ -589,6 +589,7 @@ class ReplicaManager:
             topic.name, index, topic.topic_id, log, producers, self.node_id, bugs=self.bugs
         )
         partition.high_watermark = high_watermark
+        self.log_dir_mover.resume(topic.name, index)
         return partition
 
     def _endpoint(self, broker_id: int) -> tuple[str, int] | None:

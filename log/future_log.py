@@ -19,9 +19,11 @@ The end (``finish``) is synchronous, so no append can interleave: it copies what
 missing, gives the future log the current one's epoch cache and log start, and reports
 whether the two now hold the same log. The caller renames and swaps in the same step.
 
-The future dir is ``<topic>-<partition>.<uniqueId>-future``; nothing loads it at start-up
-(the LogManager removes it: a move interrupted by a crash starts again when asked again),
-so a crash at any moment of the copy leaves the current log as it was.
+The future dir is ``<topic>-<partition>.<uniqueId>-future``. A crash at any moment of the
+copy leaves the current log as it was; at start-up the LogManager loads the copy again (as
+Kafka does) and keeps it only if it is still a prefix of the current log by their leader
+epochs (``follows_source``): a truncation of the current log before the crash leaves no
+other trace, and the same epoch at the same offset means the same batches.
 """
 
 from __future__ import annotations
@@ -82,6 +84,20 @@ class FutureLog:
             self.source_truncations == self.source.truncations
             and self.log.log_end_offset == self.source.log_end_offset
         )
+
+    def follows_source(self) -> bool:
+        """Whether the copy is still a prefix of the source, judged by leader epochs as a
+        follower judges its log against its leader's (OffsetForLeaderEpoch): the source
+        ends the copy's latest epoch at or after the copy's log end. An empty copy always
+        is; one holding batches but no epoch cannot be judged and is not."""
+        log, source = self.log, self.source
+        if log.log_end_offset > source.log_end_offset:
+            return False
+        latest = log.latest_epoch
+        if latest is None:
+            return log.log_end_offset == log.log_start_offset
+        epoch, end = source.end_offset_for_epoch(latest)
+        return epoch == latest and end >= log.log_end_offset
 
     async def copy_slice(self, max_bytes: int = COPY_SLICE_BYTES) -> int:
         """Copy at most ``max_bytes`` of batches (one batch at least); the bytes copied.

@@ -174,20 +174,14 @@ class LogManager:
         assert not self._loaded, "load_logs twice"
         fs = self.fs
         epochs: set[int] = set()
+        futures: list[tuple[str, str]] = []  # (log dir, name) of copies found
         for log_dir in self.log_dirs:
             fs.mkdir(log_dir)
             for name in fs.list_dir(log_dir):
                 if name.endswith(DELETE_DIR_SUFFIX) and fs.is_dir(os.path.join(log_dir, name)):
                     self._remove_deleted_dir(os.path.join(log_dir, name))  # deleted before
                 elif name.endswith(FUTURE_DIR_SUFFIX) and fs.is_dir(os.path.join(log_dir, name)):
-                    # A move between log dirs the last life did not finish: the current log
-                    # is intact where it was; the copy starts again when asked again.
-                    logger.warning(
-                        "%s: discarding the unfinished copy %s of a replica moving dirs",
-                        log_dir,
-                        name,
-                    )
-                    self._remove_deleted_dir(os.path.join(log_dir, name))
+                    futures.append((log_dir, name))  # once every current log is loaded
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             marker_present = clean = fs.exists(marker)
             epochs.add(self._marker_epoch(marker) if marker_present else -1)
@@ -231,8 +225,47 @@ class LogManager:
                 fs.remove(marker)
             # Also makes the marker's removal durable before any new write can follow it.
             await self._write_dir_checkpoints(log_dir)
+        for log_dir, name in futures:
+            await self._load_future_log(log_dir, name)
         self.previous_broker_epoch = epochs.pop() if len(epochs) == 1 else -1
         self._loaded = True
+
+    async def _load_future_log(self, log_dir: str, name: str) -> None:
+        """A move between log dirs the last life did not finish (Kafka resumes it, and so
+        do we): the copy is recovered like any log after a crash and kept as the
+        partition's future log if it is still a prefix of the current log by their leader
+        epochs, else started again empty; the replica manager resumes copying when it
+        opens the partition. A copy of no current log elsewhere is removed."""
+        path = os.path.join(log_dir, name)
+        partition_dir = name.removesuffix(FUTURE_DIR_SUFFIX).rpartition(".")[0]
+        tp = parse_topic_partition(partition_dir)
+        source = None if tp is None else self._logs.get(tp)
+        if tp is None or source is None or self._dir_of[tp] == log_dir or tp in self._futures:
+            logger.warning("%s: removing %s, a copy of no log in another dir", log_dir, name)
+            self._remove_deleted_dir(path)
+            return
+        log = await Log.open(self._log_runtime, path, source.config)
+        log.on_offline = functools.partial(self.fail_log_dir, log_dir)
+        if log_dir in self.offline_dirs:
+            log.take_offline(self.offline_dirs[log_dir])
+        future = FutureLog(source, log, log_dir, source.truncations)
+        if not future.follows_source():
+            logger.warning(
+                "%s: the copy %s no longer matches %s (its log was truncated since): "
+                "copying again from the start",
+                log_dir,
+                name,
+                source.dir_path,
+            )
+            await log.truncate_fully_and_start_at(source.log_start_offset)
+        logger.info(
+            "%s: resuming the copy of %s-%d at offset %d (log end %d)",
+            log_dir,
+            *tp,
+            log.log_end_offset,
+            source.log_end_offset,
+        )
+        self._futures[tp] = future
 
     async def _keep_one_of(self, tp: TopicPartition, found: Log, log_dir: str) -> Log | None:
         """Two dirs hold ``tp``: a move between dirs was cut short after the copy took the

@@ -184,3 +184,56 @@ def test_a_replica_taking_produces_all_along_its_move_loses_none_of_them(tmp_pat
             await logs.shutdown()
 
     asyncio.run(main())
+
+
+def test_a_move_cut_short_by_a_restart_is_resumed_when_the_partition_opens(
+    tmp_path: Path,
+) -> None:
+    first, second = str(tmp_path / "d1"), str(tmp_path / "d2")
+    start = image(5, {"a": (TOPIC_A, {0: partition(ME, (ME,))})})
+    config = LogConfig(segment_bytes=2048)
+
+    async def life(body: Any) -> None:
+        runtime = real_runtime(seed=5)
+        logs = LogManager(runtime, [first, second], config)
+        await logs.startup()
+        replicas = ReplicaManager(ME, logs, config, runtime.rng, runtime.clock)
+        try:
+            await body(logs, replicas)
+        finally:
+            await replicas.close()
+            await logs.shutdown()
+
+    sent = [f"v{i}".encode() * 50 for i in range(60)]
+
+    async def first_life(logs: LogManager, replicas: ReplicaManager) -> None:
+        replicas.start(start)
+        await replicas.wait_reconciled(start.offset)
+        for value in sent:
+            result = await replicas.append("a", 0, batch(value), acks=-1, timeout_s=5)
+            assert result.error == ErrorCode.none
+        await replicas.log_dir_mover.close()  # the copy is begun, but never gets a slice
+        assert await replicas.alter_replica_log_dir("a", 0, second) == ErrorCode.none
+        future = logs.future_log_of("a", 0)
+        assert future is not None
+        await future.copy_slice(1000)  # part of it, then the broker stops
+
+    async def second_life(logs: LogManager, replicas: ReplicaManager) -> None:
+        resumed = logs.future_log_of("a", 0)
+        assert resumed is not None and 0 < resumed.log.log_end_offset < len(sent)
+        assert logs.log_dir_of("a", 0) == first
+        moved = asyncio.Event()
+        replicas.log_dir_mover.on_moved = moved.set
+        replicas.start(start)
+        await replicas.wait_reconciled(start.offset)
+        await asyncio.wait_for(moved.wait(), 20)
+        assert logs.log_dir_of("a", 0) == second
+        read = replicas.read("a", 0, 0, 1 << 20, -1, min_one_message=True)
+        values = values_of(read.records)
+        while len(values) < len(sent):  # bounded: each read returns a batch at least
+            more = replicas.read("a", 0, len(values), 1 << 20, -1, min_one_message=True)
+            values += values_of(more.records)
+        assert values == sent
+
+    asyncio.run(life(first_life))
+    asyncio.run(life(second_life))

@@ -100,7 +100,7 @@ def test_a_moved_log_is_the_same_log_with_the_appends_made_while_it_was_copied()
     asyncio.run(run())
 
 
-def test_a_crash_in_the_middle_of_the_copy_leaves_the_original_and_drops_the_copy() -> None:
+def test_a_crash_in_the_middle_of_the_copy_leaves_the_original_and_the_copy_resumes() -> None:
     async def run() -> None:
         node = Node(dirs=["/d1", "/d2"], segment_bytes=400)
         manager = node.manager()
@@ -112,15 +112,56 @@ def test_a_crash_in_the_middle_of_the_copy_leaves_the_original_and_drops_the_cop
         for _ in range(3):
             await future.copy_slice(150)
         await future.log.flush()
-        assert 0 < future.log.log_end_offset < source.log_end_offset
+        copied = future.log.log_end_offset
+        assert 0 < copied < source.log_end_offset
+        future.log.append_as_follower(bytes(source.read(copied, 150).records))  # unsynced
         node.disk.crash()
 
         restarted = node.manager()
         await restarted.load_logs()
         log = restarted.get_log("t", 0)
         assert log is not None and restarted.log_dir_of("t", 0) == "/d1"
-        assert all_batches(log) == expected
-        assert not any("t-0" in n for n in node.disk.fs().list_dir("/d2"))
+        assert all_batches(log) == expected  # the original, whole and where it was
+        resumed = restarted.future_log_of("t", 0)
+        assert resumed is not None and resumed.log_dir == "/d2" and resumed.source is log
+        assert copied <= resumed.log.log_end_offset < log.log_end_offset
+        while not resumed.caught_up:
+            await resumed.copy_slice(150)
+        assert await restarted.promote_future_log("t", 0, "u2", lambda _log: None) == "/d2"
+        moved = restarted.get_log("t", 0)
+        assert moved is not None and all_batches(moved) == expected
+
+    asyncio.run(run())
+
+
+def test_a_copy_found_at_start_up_that_no_longer_matches_starts_again() -> None:
+    async def run() -> None:
+        node = Node(dirs=["/d1", "/d2"], segment_bytes=400)
+        manager = node.manager()
+        source = await _filled(manager, 12)
+        future = await manager.create_future_log("t", 0, "/d2", "u1")
+        for _ in range(4):
+            await future.copy_slice(150)
+        await future.log.flush()
+        copied = future.log.log_end_offset
+        # The original is cut below the copy's end and takes other batches, in a new epoch.
+        await source.truncate_to(copied - 2)
+        for _ in range(4):
+            source.append_as_leader(batch(ts=1), 9)
+        await source.flush()
+        await manager.checkpoint_log_recovery_offsets()
+        expected = all_batches(source)
+        node.disk.crash()
+
+        restarted = node.manager()
+        await restarted.load_logs()
+        resumed = restarted.future_log_of("t", 0)
+        assert resumed is not None and resumed.log.log_end_offset == 0  # started again
+        while not resumed.caught_up:
+            await resumed.copy_slice(150)
+        assert await restarted.promote_future_log("t", 0, "u2", lambda _log: None) == "/d2"
+        moved = restarted.get_log("t", 0)
+        assert moved is not None and all_batches(moved) == expected
 
     asyncio.run(run())
 
