@@ -111,9 +111,9 @@ class ReplicaAlterLogDirsManager:
                     await self._move(key)
                 except (OSError, ValueError) as error:
                     # A disk error has taken its dir offline (one line from the LogManager);
-                    # the replica keeps serving from where it was.
+                    # the replica serves from where it is now, unless that dir is the one.
                     logger.warning(
-                        "%s Moving %s-%d failed, it stays where it is: %r",
+                        "%s Moving %s-%d failed: %r",
                         self._prefix,
                         *key,
                         error,

@@ -641,7 +641,7 @@ class LogManager:
         (``FutureLog.finish``), the copy's dir takes the partition's name in its log dir and
         the copy is this partition's log. Only after that rename is durable is the old dir
         renamed ``<topic>-<partition>.<unique_id>-delete`` and removed as a deleted log's
-        is: a crash before leaves either the old log alone (the copy is discarded at load)
+        is: a crash before leaves either the old log alone (and the copy, resumed at load)
         or both, which the load resolves (``_keep_one_of``). Returns the new log dir, None
         if the copy is not caught up yet (copy more and try again)."""
         tp = (topic, partition)
