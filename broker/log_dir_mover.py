@@ -3,6 +3,8 @@ and ReplicaAlterLogDirsManager): move a replica's log to another of its ``log.di
 while the replica keeps serving.
 
 A request names, per partition, the dir wanted. The answer, as Kafka's:
+- INVALID_TOPIC_EXCEPTION: the topic name is too long for the copy's dir name
+  (``<topic>-<partition>.<32 hex>-future`` over 255 characters);
 - LOG_DIR_NOT_FOUND: the path is not one of this broker's ``log.dirs``;
 - KAFKA_STORAGE_ERROR: that dir is offline, the replica's log is, or any log dir of the
   broker is (as Kafka, no copy is begun then, so no replica is ever copied into two

@@ -71,6 +71,7 @@ from log.end_txn_marker import EndTransactionMarker, encode_marker_batch
 from log.epoch_cache import UNDEFINED_EPOCH
 from log.errors import RecordError
 from log.fs import FileRegion, read_all, write_atomic
+from log.future_log import future_dir_name
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.manager import LogManager
 from log.rate_limited_log import RateLimitedLog
@@ -99,6 +100,7 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 HIGH_WATERMARK_OFFSET = -1  # DeleteRecords: up to the high watermark
 NO_EPOCH = -1
+FILE_NAME_MAX = 255  # bytes in one path component on the filesystems Kafka runs on
 # (the leader's partition, its high watermark before the move): see ReplicaManager.
 HighWatermarkListener = Callable[[Partition, int], None]
 # (the leader's partition, the producer's retried batch, the offset answered for it).
@@ -974,6 +976,10 @@ class ReplicaManager:
         """AlterReplicaLogDirs for one partition (Kafka's ReplicaManager.alterReplicaLogDirs;
         the answers are listed in broker/log_dir_mover.py)."""
         logs = self.logs
+        # Kafka's check (KAFKA-4893): the copy's dir name, with its 32-character unique id,
+        # must fit a file name.
+        if len(future_dir_name(f"{topic}-{index}", "0" * 32)) > FILE_NAME_MAX:
+            return ErrorCode.invalid_topic_exception
         log_dir = logs.resolve_log_dir(path)
         if log_dir is None:
             return ErrorCode.log_dir_not_found

@@ -80,6 +80,7 @@ def test_alter_replica_log_dirs_moves_a_replica_and_answers_as_kafka(tmp_path: P
             alter = replicas.alter_replica_log_dir
             assert await alter("a", 0, str(tmp_path / "d3")) == ErrorCode.log_dir_not_found
             assert await alter("nope", 0, second) == ErrorCode.unknown_topic_or_partition
+            assert await alter("x" * 249, 0, second) == ErrorCode.invalid_topic_exception
             assert await alter("a", 0, first) == ErrorCode.none  # there already: nothing to do
             assert logs.future_log_of("a", 0) is None
 
