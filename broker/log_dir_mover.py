@@ -33,8 +33,9 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from broker.partition import Partition
+from log.errors import RecordError
 from log.future_log import FutureLog
-from log.log import Log
+from log.log import Log, UnexpectedAppendOffsetError
 from log.manager import LogManager
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ class ReplicaAlterLogDirsManager:
         self._task: asyncio.Task[None] | None = None
         # Called after each replica that moved (the broker reports its dir at once).
         self.on_moved: Callable[[], None] | None = None
+        # Called if the task stops on a bug, so the broker fails loudly (``failed``).
+        self.on_failure: Callable[[], None] | None = None
 
     def start(self) -> None:
         """Begin copying (on the running loop)."""
@@ -75,6 +78,13 @@ class ReplicaAlterLogDirsManager:
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name="replica-alter-log-dirs"
         )
+
+    def failed(self) -> BaseException | None:
+        """What stopped the copying task unexpectedly (a bug), if anything did."""
+        task = self._task
+        if task is not None and task.done() and not task.cancelled():
+            return task.exception()
+        return None
 
     async def close(self) -> None:
         """Stop copying; the copies made so far are left to the LogManager's shutdown."""
@@ -104,6 +114,13 @@ class ReplicaAlterLogDirsManager:
             self._wake.set()
 
     async def _run(self) -> None:
+        try:
+            await self._copy_forever()
+        finally:
+            if self.on_failure is not None:
+                self.on_failure()  # cancelled too: the broker then finds nothing failed
+
+    async def _copy_forever(self) -> None:
         while True:  # ends when close cancels it
             await self._wake.wait()
             self._wake.clear()
@@ -111,9 +128,10 @@ class ReplicaAlterLogDirsManager:
                 key = next(iter(self._queue))
                 try:
                     await self._move(key)
-                except (OSError, ValueError) as error:
+                except (OSError, ValueError, RecordError, UnexpectedAppendOffsetError) as error:
                     # A disk error has taken its dir offline (one line from the LogManager);
                     # the replica serves from where it is now, unless that dir is the one.
+                    # A batch the copy refused (corrupt on disk) leaves the replica as well.
                     logger.warning(
                         "%s Moving %s-%d failed: %r",
                         self._prefix,

@@ -253,6 +253,7 @@ class ReplicaManager:
             lambda: uuid.UUID(int=self._rng.getrandbits(128), version=4).hex,
             self._checkpoint_high_watermarks,
         )
+        self.log_dir_mover.on_failure = self._wake.set
 
     # ---- metadata --------------------------------------------------------------------------
     def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
@@ -357,9 +358,9 @@ class ReplicaManager:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            failure = self.fetchers.failed()
+            failure = self.fetchers.failed() or self.log_dir_mover.failed()
             if failure is not None:
-                raise failure  # a fetcher bug fails the node, loudly, like a reconciler bug
+                raise failure  # a fetcher (or mover) bug fails the node, loudly
             image = self._latest
             assert image is not None
             try:
