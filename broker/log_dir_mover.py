@@ -67,6 +67,8 @@ class ReplicaAlterLogDirsManager:
         self._queue: dict[TopicPartition, None] = {}  # insertion-ordered: first asked first
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # The swap under way, if any: never cut short by close (it finishes first).
+        self._promotion: asyncio.Future[str | None] | None = None
         # Called after each replica that moved (the broker reports its dir at once).
         self.on_moved: Callable[[], None] | None = None
         # Called if the task stops on a bug, so the broker fails loudly (``failed``).
@@ -87,12 +89,20 @@ class ReplicaAlterLogDirsManager:
         return None
 
     async def close(self) -> None:
-        """Stop copying; the copies made so far are left to the LogManager's shutdown."""
+        """Stop copying; the copies made so far are left to the LogManager's shutdown
+        (and resumed at the next start). A swap under way is finished first: cut between
+        its renames it would leave the partition in two dirs for the next start to sort."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        promotion, self._promotion = self._promotion, None
+        if promotion is not None:
+            try:
+                await promotion
+            except OSError as error:  # its dir went offline, one line said so
+                logger.warning("%s A swap at shutdown failed: %r", self._prefix, error)
 
     async def begin(self, topic: str, index: int, log_dir: str) -> None:
         """Begin (or keep) copying the hosted replica's log into ``log_dir``; the caller
@@ -175,7 +185,14 @@ class ReplicaAlterLogDirsManager:
             partition.log = log
             partition.checkpointed_base = log.active_segment.base_offset
 
-        new_dir = await self.logs.promote_future_log(*key, self._unique_id(), swap)
+        self._promotion = asyncio.ensure_future(
+            self.logs.promote_future_log(*key, self._unique_id(), swap)
+        )
+        try:
+            new_dir = await asyncio.shield(self._promotion)
+        finally:
+            if self._promotion is not None and self._promotion.done():
+                self._promotion = None  # else cancelled meanwhile: close waits for it
         if new_dir is None:
             return False
         logger.info("%s Moved %s-%d to %s", self._prefix, *key, new_dir)
