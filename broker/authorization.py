@@ -41,7 +41,8 @@ declared on its entry (protocol/api_table.py):
   (Authorizer.authorize_any), else CLUSTER_AUTHORIZATION_FAILED. DescribeTransactions needs
   DESCRIBE on each transactional id; ListTransactions lists only those.
 - DeleteRecords needs DELETE and DescribeProducers READ on each topic
-  (TOPIC_AUTHORIZATION_FAILED for its partitions); DescribeLogDirs DESCRIBE on the cluster.
+  (TOPIC_AUTHORIZATION_FAILED for its partitions); DescribeLogDirs DESCRIBE on the cluster;
+  AlterReplicaLogDirs ALTER on the cluster (every partition CLUSTER_AUTHORIZATION_FAILED).
 
 Every entry that declares checks gets one (an entry without raises when the table is
 built, so a new API cannot be served unchecked by mistake). What is not done (the topics
@@ -66,6 +67,7 @@ import dataclasses
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -856,6 +858,37 @@ async def _describe_log_dirs(
     return make(module.DescribeLogDirsResponse, values)
 
 
+async def _alter_replica_log_dirs(
+    authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
+) -> Any:
+    """ALTER on the cluster; refused, every partition is answered
+    CLUSTER_AUTHORIZATION_FAILED, as Kafka's handleAlterReplicaLogDirsRequest does."""
+    if authz.cluster(request, Op.ALTER):
+        return await handler(request)
+    module: Any = response_module(ApiKey.ALTER_REPLICA_LOG_DIRS, request.api_version)
+    code = ErrorCode.cluster_authorization_failed
+    by_topic: dict[str, list[Any]] = {}
+    for wanted in request.body.dirs:
+        for topic in wanted.topics:
+            by_topic.setdefault(topic.name, []).extend(
+                make(
+                    module.AlterReplicaLogDirPartitionResult,
+                    {"partition_index": index, "error_code": code},
+                )
+                for index in topic.partitions
+            )
+    results = tuple(
+        make(
+            module.AlterReplicaLogDirTopicResult,
+            {"topic_name": name, "partitions": tuple(partitions)},
+        )
+        for name, partitions in by_topic.items()
+    )
+    return make(
+        module.AlterReplicaLogDirsResponse, {"throttle_time": timedelta(0), "results": results}
+    )
+
+
 async def _write_txn_markers(
     authz: RequestAuthorizer, handler: ApiHandler, request: ApiRequest
 ) -> Any:
@@ -1194,5 +1227,6 @@ _CHECKS: dict[int, Check] = {
 _CLUSTER_REFUSALS: dict[int, Check] = {
     ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
     ApiKey.DESCRIBE_LOG_DIRS: _describe_log_dirs,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: _alter_replica_log_dirs,
     ApiKey.WRITE_TXN_MARKERS: _write_txn_markers,
 }

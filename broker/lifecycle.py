@@ -381,6 +381,12 @@ class BrokerLifecycleManager:
         propagateDirectoryFailure)."""
         self._wake.set()
 
+    def replica_moved(self) -> None:
+        """A replica moved to another of this broker's log dirs (AlterReplicaLogDirs):
+        heartbeat now, so the AssignReplicasToDirs that follows the heartbeat tells the
+        controller its new dir at once rather than a heartbeat interval later."""
+        self._wake.set()
+
     async def _assign_replicas_to_dirs(self) -> None:
         """Tell the controller where replicas it has not placed are (KIP-858); what fails
         is sent again after the next heartbeat, since it is still missing from the image."""

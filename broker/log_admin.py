@@ -1,10 +1,16 @@
-"""The log-dir admin APIs: DescribeLogDirs (``kafka-log-dirs --describe``) and DeleteRecords
+"""The log-dir admin APIs: DescribeLogDirs (``kafka-log-dirs --describe``),
+AlterReplicaLogDirs (``kafka-reassign-partitions`` with ``log_dirs``) and DeleteRecords
 (``kafka-delete-records``), in and out of the ReplicaManager and LogManager.
 
 DescribeLogDirs lists every log dir of this broker with the partitions it holds (size, and
 how far the replica's log end is behind the high watermark it knows); a failed dir answers
 KAFKA_STORAGE_ERROR with no partitions, as Kafka's. Volume sizes are not known through the
-filesystem seam, so total and usable bytes are -1, Kafka's "unknown".
+filesystem seam, so total and usable bytes are -1, Kafka's "unknown". A replica being
+moved to another dir is listed twice, as Kafka lists it: in its dir, and in the dir it is
+copied into with ``isFuture`` set and, as offset lag, how far the copy is behind it.
+
+AlterReplicaLogDirs (ALTER on the cluster; refused, every partition is answered
+CLUSTER_AUTHORIZATION_FAILED) begins those moves; broker/log_dir_mover.py says how.
 
 DeleteRecords raises a partition's log start offset on its leader (a record below it is
 never served again, its whole segments are deleted); the followers raise theirs when their
@@ -22,7 +28,14 @@ from kio.schema.errors import ErrorCode
 
 from broker.replica_manager import ReplicaManager
 from protocol.api_keys import ApiKey
-from protocol.api_table import BROKER, CLUSTER_DESCRIBE, TOPIC_DELETE, Api, ApiRequest
+from protocol.api_table import (
+    BROKER,
+    CLUSTER_ALTER,
+    CLUSTER_DESCRIBE,
+    TOPIC_DELETE,
+    Api,
+    ApiRequest,
+)
 from protocol.entities import make, response_module
 from protocol.turns import Turns
 
@@ -38,10 +51,46 @@ def log_admin_apis(replicas: ReplicaManager) -> list[Api]:
     async def describe(request: ApiRequest) -> object:
         return describe_log_dirs(replicas, request.body, request.api_version)
 
+    async def alter(request: ApiRequest) -> object:
+        return await alter_replica_log_dirs(replicas, request.body, request.api_version)
+
     return [
         Api(ApiKey.DELETE_RECORDS, (0, 2), delete, BROKER, (TOPIC_DELETE,)),
         Api(ApiKey.DESCRIBE_LOG_DIRS, (1, 4), describe, BROKER, (CLUSTER_DESCRIBE,)),
+        Api(ApiKey.ALTER_REPLICA_LOG_DIRS, (1, 2), alter, BROKER, (CLUSTER_ALTER,)),
     ]
+
+
+async def alter_replica_log_dirs(
+    replicas: ReplicaManager, request: Any, api_version: int
+) -> object:
+    module: Any = response_module(ApiKey.ALTER_REPLICA_LOG_DIRS, api_version)
+    by_topic: dict[str, list[object]] = {}
+    turns = Turns()  # a request may name every partition of the broker
+    for wanted in request.dirs:
+        for topic in wanted.topics:
+            for index in topic.partitions:
+                await turns.tick()
+                error = await replicas.alter_replica_log_dir(topic.name, index, wanted.path)
+                by_topic.setdefault(topic.name, []).append(
+                    make(
+                        module.AlterReplicaLogDirPartitionResult,
+                        {"partition_index": index, "error_code": error},
+                    )
+                )
+    return make(
+        module.AlterReplicaLogDirsResponse,
+        {
+            "throttle_time": timedelta(0),
+            "results": tuple(
+                make(
+                    module.AlterReplicaLogDirTopicResult,
+                    {"topic_name": name, "partitions": tuple(partitions)},
+                )
+                for name, partitions in by_topic.items()
+            ),
+        },
+    )
 
 
 async def delete_records(replicas: ReplicaManager, request: Any, api_version: int) -> object:
@@ -101,6 +150,24 @@ def describe_log_dirs(replicas: ReplicaManager, request: Any, api_version: int) 
                     "partition_size": log.size,
                     "offset_lag": lag,
                     "is_future_key": False,
+                },
+            )
+        )
+    for (topic, index), future in logs.future_logs():
+        if wanted is not None and (topic, index) not in wanted:
+            continue
+        if future.log_dir not in by_dir or future.log_dir in logs.offline_dirs:
+            continue
+        # Kafka's lag of a future replica: how far it is behind the replica it copies.
+        lag = max(0, future.source.log_end_offset - future.log.log_end_offset)
+        by_dir[future.log_dir].setdefault(topic, []).append(
+            make(
+                module.DescribeLogDirsPartition,
+                {
+                    "partition_index": index,
+                    "partition_size": future.log.size,
+                    "offset_lag": lag,
+                    "is_future_key": True,
                 },
             )
         )

@@ -50,6 +50,7 @@ from broker.bugs import (
 from broker.controller_channel import ControllerSender
 from broker.delayed_produce import AppendResult, wait_for_commit
 from broker.fetcher import FetcherConfig, ReplicaFetcherManager
+from broker.log_dir_mover import ReplicaAlterLogDirsManager
 from broker.metrics import BrokerTopicMetrics
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
 from broker.producer_snapshot import (
@@ -70,6 +71,7 @@ from log.end_txn_marker import EndTransactionMarker, encode_marker_batch
 from log.epoch_cache import UNDEFINED_EPOCH
 from log.errors import RecordError
 from log.fs import FileRegion, read_all, write_atomic
+from log.future_log import future_dir_name
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.manager import LogManager
 from log.rate_limited_log import RateLimitedLog
@@ -98,6 +100,7 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 HIGH_WATERMARK_OFFSET = -1  # DeleteRecords: up to the high watermark
 NO_EPOCH = -1
+FILE_NAME_MAX = 255  # bytes in one path component on the filesystems Kafka runs on
 # (the leader's partition, its high watermark before the move): see ReplicaManager.
 HighWatermarkListener = Callable[[Partition, int], None]
 # (the leader's partition, the producer's retried batch, the offset answered for it).
@@ -242,6 +245,15 @@ class ReplicaManager:
             node_id, lambda: self._latest, self._endpoint, connector=self.config.fetcher.connector
         )
         self.topic_metrics: BrokerTopicMetrics | None = None  # data_plane counts into it
+        # AlterReplicaLogDirs: replicas' logs copied into other log dirs and swapped in.
+        self.log_dir_mover = ReplicaAlterLogDirsManager(
+            node_id,
+            logs,
+            self._partitions.get,
+            lambda: uuid.UUID(int=self._rng.getrandbits(128), version=4).hex,
+            self._checkpoint_high_watermarks,
+        )
+        self.log_dir_mover.on_failure = self._wake.set
 
     # ---- metadata --------------------------------------------------------------------------
     def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
@@ -261,6 +273,7 @@ class ReplicaManager:
         except (OSError, CheckpointError):
             logger.exception("[ReplicaManager id=%d] reading high watermarks", self.node_id)
         self._task = loop.create_task(self._reconcile_forever())
+        self.log_dir_mover.start()
         self._checkpoint_task = loop.create_task(self._checkpoint_high_watermarks_forever())
         if self._alter_partition is not None:
             self._shrink_task = loop.create_task(self._shrink_isr_forever(self._alter_partition))
@@ -288,6 +301,7 @@ class ReplicaManager:
                     await task
         if self._alter_partition is not None:
             await self._alter_partition.close()
+        await self.log_dir_mover.close()
         await self.fetchers.close()
         await self.txn_verifier.close()
         self.delayed.notify_all()
@@ -344,9 +358,9 @@ class ReplicaManager:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            failure = self.fetchers.failed()
+            failure = self.fetchers.failed() or self.log_dir_mover.failed()
             if failure is not None:
-                raise failure  # a fetcher bug fails the node, loudly, like a reconciler bug
+                raise failure  # a fetcher (or mover) bug fails the node, loudly
             image = self._latest
             assert image is not None
             try:
@@ -578,6 +592,7 @@ class ReplicaManager:
             topic.name, index, topic.topic_id, log, producers, self.node_id, bugs=self.bugs
         )
         partition.high_watermark = high_watermark
+        self.log_dir_mover.resume(topic.name, index)
         return partition
 
     def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
@@ -957,6 +972,47 @@ class ReplicaManager:
             timeout_s,
             result,
         )
+
+    async def alter_replica_log_dir(self, topic: str, index: int, path: str) -> ErrorCode:
+        """AlterReplicaLogDirs for one partition (Kafka's ReplicaManager.alterReplicaLogDirs;
+        the answers are listed in broker/log_dir_mover.py)."""
+        logs = self.logs
+        # Kafka's check (KAFKA-4893): the copy's dir name, with its 32-character unique id,
+        # must fit a file name.
+        if len(future_dir_name(f"{topic}-{index}", "0" * 32)) > FILE_NAME_MAX:
+            return ErrorCode.invalid_topic_exception
+        log_dir = logs.resolve_log_dir(path)
+        if log_dir is None:
+            return ErrorCode.log_dir_not_found
+        if log_dir in logs.offline_dirs:
+            return ErrorCode.kafka_storage_error
+        key = (topic, index)
+        partition = self._partitions.get(key)
+        if key in self._offline or (partition is not None and not partition.log.is_online):
+            return ErrorCode.kafka_storage_error
+        future = logs.future_log_of(topic, index)
+        if future is not None and future.log_dir != log_dir:
+            await logs.abandon_future_log(topic, index)  # a move elsewhere is dropped
+        if partition is None:
+            image = self._latest
+            found = image.topics.get(topic) if image is not None else None
+            if found is None or index not in found.partitions:
+                return ErrorCode.unknown_topic_or_partition
+            # Where its log goes if it comes here (bounded: partitions of the image).
+            logs.preferred_dirs[key] = log_dir
+            return ErrorCode.replica_not_available
+        if logs.log_dir_of(topic, index) == log_dir:
+            return ErrorCode.none
+        if logs.offline_dirs:
+            return ErrorCode.kafka_storage_error
+        try:
+            await self.log_dir_mover.begin(topic, index, log_dir)
+        except OSError:
+            logger.exception(
+                "[ReplicaManager id=%d] copying %s-%d into %s", self.node_id, topic, index, log_dir
+            )
+            return ErrorCode.kafka_storage_error
+        return ErrorCode.none
 
     async def delete_records(self, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
         """DeleteRecords as leader (Kafka's Partition.deleteRecordsOnLeader): raise the log

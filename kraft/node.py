@@ -441,6 +441,7 @@ class KraftNode:
                 lifecycle_manager.log_dir_failed()
 
         self.logs.on_dir_offline = dir_offline
+        replicas.log_dir_mover.on_moved = lifecycle_manager.replica_moved
         await self.lifecycle.start()
         await self.lifecycle.wait_for_state(BrokerState.RUNNING)
         # Caught up with the metadata log: the partitions assigned here get their logs

@@ -159,6 +159,16 @@ class LeaderEpochFileCache:
             self._entries.clear()
             self._dirty = True
 
+    def moved_to(self, path: str) -> None:
+        """Its log's dir was renamed: the checkpoint is now at ``path``."""
+        self._checkpoint.path = path
+
+    def replace_entries(self, entries: list[EpochEntry]) -> None:
+        """Hold exactly ``entries`` (a copy of another replica's cache of the same log)."""
+        self._entries = list(entries)
+        self._dirty = True
+        self._check_invariants()
+
     async def flush(self) -> None:
         """Write the checkpoint if memory changed; OSError if the disk fails (stays dirty)."""
         async with self._lock:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import os
 from collections.abc import Callable
 
 from log.fs import FileHandle, FileSystem
@@ -190,6 +191,18 @@ class PooledFileSystem:
             lazy.path = dst
         if moved:
             self._by_path[dst] = moved
+
+    def moved_dir(self, src: str, dst: str) -> None:
+        """The dir ``src`` was renamed ``dst`` (``rename``): its files, evicted or not,
+        reopen from there. Scans every tracked path, so only for a rare rename of a whole
+        partition dir (a replica moved between log dirs), never per segment."""
+        prefix = src.rstrip("/") + "/"
+        for path in [p for p in self._by_path if p.startswith(prefix)]:
+            moved = self._by_path.pop(path)
+            new_path = os.path.join(dst, path[len(prefix) :])
+            for lazy in moved:
+                lazy.path = new_path
+            self._by_path.setdefault(new_path, []).extend(moved)
 
     def remove(self, path: str) -> None:
         self.inner.remove(path)

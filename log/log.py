@@ -48,6 +48,7 @@ from log.epoch_cache import LeaderEpochFileCache
 from log.errors import InvalidRecordError, RecordError, RecordTooLargeError
 from log.fs import FileRegion
 from log.index import REL_OFFSET_MAX
+from log.lazy_files import PooledFileSystem
 from log.loader import load_segments
 from log.rate_limited_log import RateLimitedLog
 from log.runtime import Runtime
@@ -978,6 +979,35 @@ class Log:
                 raise
             self._check_invariants()
         return True
+
+    # ---- moving between log dirs (KIP-113) -----------------------------------------------
+    def rename_dir(self, new_dir_path: str) -> None:
+        """Rename the log's directory (Kafka's renameDir), synchronously, so no append or
+        read interleaves with it: the open files stay open and every later file operation
+        (a roll, a deletion, a checkpoint) uses the new path. The caller makes the rename
+        durable (fsync of the new parent dir) before it relies on it."""
+        self._check_online()
+        old = self.dir_path
+        self.fs.rename(old, new_dir_path)
+        if isinstance(self.fs, PooledFileSystem):
+            self.fs.moved_dir(old, new_dir_path)
+        self.dir_path = new_dir_path
+        pending = [segment for _, doomed in self._pending_deletes for segment in doomed]
+        for segment in [*self._segments, *pending]:
+            segment.moved_to(new_dir_path)
+        self.leader_epoch_cache.moved_to(os.path.join(new_dir_path, LEADER_EPOCH_CHECKPOINT))
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """Raise the log start offset to ``offset`` (at most the LEO) at once, synchronously:
+        reads below it are refused from now on; the segments wholly below it are deleted by
+        the next retention pass (``delete_old_segments``). A copy of another replica takes
+        that replica's log start this way at the moment it replaces it."""
+        self._check_online()
+        if offset > self._log_end_offset:
+            raise OffsetOutOfRangeError(f"{self.name}: log start {offset} beyond the log end")
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+            self.leader_epoch_cache.truncate_from_start(offset)
 
     # ---- lifecycle ----------------------------------------------------------------------
     async def close(self) -> None:

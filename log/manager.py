@@ -55,6 +55,7 @@ from log.descriptors import (
 )
 from log.errors import RecordError
 from log.fs import read_all, write_atomic
+from log.future_log import FUTURE_DIR_SUFFIX, FutureLog, future_dir_name
 from log.lazy_files import PooledFileSystem
 from log.log import KafkaStorageError, Log
 from log.rate_limited_log import RateLimitedLog
@@ -141,6 +142,11 @@ class LogManager:
         # Renamed ``-delete`` dirs of deleted logs, removed when their timer fires.
         self._pending_deletes: dict[str, asyncio.TimerHandle] = {}
         self._create_lock = asyncio.Lock()
+        # Copies of logs being made in another dir (AlterReplicaLogDirs; log/future_log.py).
+        self._futures: dict[TopicPartition, FutureLog] = {}
+        # The dir asked for a replica not hosted yet (Kafka's preferredLogDirs): where its
+        # log is created, if that dir is live then.
+        self.preferred_dirs: dict[TopicPartition, str] = {}
         self._loaded = False
         self.had_clean_shutdown: dict[str, bool] = {}
         # The broker epoch every dir's clean shutdown marker names; -1 if any lacks one.
@@ -168,11 +174,14 @@ class LogManager:
         assert not self._loaded, "load_logs twice"
         fs = self.fs
         epochs: set[int] = set()
+        futures: list[tuple[str, str]] = []  # (log dir, name) of copies found
         for log_dir in self.log_dirs:
             fs.mkdir(log_dir)
             for name in fs.list_dir(log_dir):
                 if name.endswith(DELETE_DIR_SUFFIX) and fs.is_dir(os.path.join(log_dir, name)):
                     self._remove_deleted_dir(os.path.join(log_dir, name))  # deleted before
+                elif name.endswith(FUTURE_DIR_SUFFIX) and fs.is_dir(os.path.join(log_dir, name)):
+                    futures.append((log_dir, name))  # once every current log is loaded
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             marker_present = clean = fs.exists(marker)
             epochs.add(self._marker_epoch(marker) if marker_present else -1)
@@ -199,11 +208,7 @@ class LogManager:
             except CheckpointError as exc:
                 logger.warning("%s; its compacted logs are cleaned from the start", exc)
             for tp, path in partition_dirs:
-                if tp in self._logs:
-                    raise RuntimeError(
-                        f"duplicate log directories for {tp}: {self._logs[tp].dir_path}, {path}"
-                    )
-                self._logs[tp] = await Log.open(
+                log = await Log.open(
                     self._log_runtime,
                     path,
                     self.topic_configs.get(tp[0], self.default_config),
@@ -212,13 +217,86 @@ class LogManager:
                     had_clean_shutdown=clean,
                     checkpoint_hook=self._on_log_offsets_changed,
                 )
-                self._adopt(tp, self._logs[tp], log_dir)
+                if tp in self._logs and await self._keep_one_of(tp, log, log_dir) is None:
+                    continue
+                self._logs[tp] = log
+                self._adopt(tp, log, log_dir)
             if marker_present:
                 fs.remove(marker)
             # Also makes the marker's removal durable before any new write can follow it.
             await self._write_dir_checkpoints(log_dir)
+        for log_dir, name in futures:
+            await self._load_future_log(log_dir, name)
         self.previous_broker_epoch = epochs.pop() if len(epochs) == 1 else -1
         self._loaded = True
+
+    async def _load_future_log(self, log_dir: str, name: str) -> None:
+        """A move between log dirs the last life did not finish (Kafka resumes it, and so
+        do we): the copy is recovered like any log after a crash and kept as the
+        partition's future log if it is still a prefix of the current log by their leader
+        epochs, else started again empty; the replica manager resumes copying when it
+        opens the partition. A copy of no current log elsewhere is removed."""
+        path = os.path.join(log_dir, name)
+        partition_dir = name.removesuffix(FUTURE_DIR_SUFFIX).rpartition(".")[0]
+        tp = parse_topic_partition(partition_dir)
+        source = None if tp is None else self._logs.get(tp)
+        if tp is None or source is None or self._dir_of[tp] == log_dir or tp in self._futures:
+            logger.warning("%s: removing %s, a copy of no log in another dir", log_dir, name)
+            self._remove_deleted_dir(path)
+            return
+        log = await Log.open(self._log_runtime, path, source.config)
+        log.on_offline = functools.partial(self.fail_log_dir, log_dir)
+        if log_dir in self.offline_dirs:
+            log.take_offline(self.offline_dirs[log_dir])
+        future = FutureLog(source, log, log_dir, source.truncations)
+        if not future.follows_source():
+            logger.warning(
+                "%s: the copy %s no longer matches %s (its log was truncated since): "
+                "copying again from the start",
+                log_dir,
+                name,
+                source.dir_path,
+            )
+            await log.truncate_fully_and_start_at(source.log_start_offset)
+        logger.info(
+            "%s: resuming the copy of %s-%d at offset %d (log end %d)",
+            log_dir,
+            *tp,
+            log.log_end_offset,
+            source.log_end_offset,
+        )
+        self._futures[tp] = future
+
+    async def _keep_one_of(self, tp: TopicPartition, found: Log, log_dir: str) -> Log | None:
+        """Two dirs hold ``tp``: a move between dirs was cut short after the copy took the
+        partition's name and before the original was renamed away (``promote_future_log``).
+        Both are the same log up to the moment of the swap, so the longer one is kept (the
+        copy, which got every append after it, unless a crash lost those unsynced; on a tie
+        the one in the dir listed first) and the other is removed as a deleted log is.
+        Returns ``found`` if it is kept (the other is forgotten here), else None."""
+        previous, previous_dir = self._logs[tp], self._dir_of[tp]
+        keep_found = found.log_end_offset > previous.log_end_offset
+        doomed_log, kept = (previous, found) if keep_found else (found, previous)
+        logger.warning(
+            "%s is in two log dirs after an interrupted move (log ends %d and %d): keeping "
+            "%s, removing %s",
+            tp,
+            previous.log_end_offset,
+            found.log_end_offset,
+            kept.dir_path,
+            doomed_log.dir_path,
+        )
+        if keep_found:
+            del self._logs[tp]
+            del self._dir_of[tp]
+        await doomed_log.close()
+        doomed = f"{doomed_log.dir_path.rstrip('/')}.duplicate{DELETE_DIR_SUFFIX}"
+        self.fs.rename(doomed_log.dir_path, doomed)
+        await self.fs.fsync_dir(previous_dir if keep_found else log_dir)
+        self._remove_deleted_dir(doomed)
+        if keep_found:
+            await self._write_dir_checkpoints(previous_dir)
+        return found if keep_found else None
 
     def _marker_epoch(self, path: str) -> int:
         """The broker epoch a clean shutdown marker names; -1 for an empty (older),
@@ -305,6 +383,10 @@ class LogManager:
         for handle in self._pending_deletes.values():
             handle.cancel()  # the next load removes what is left
         self._pending_deletes = {}
+        for future in self._futures.values():
+            with contextlib.suppress(OSError):  # the next load removes the dir anyway
+                await future.log.close()
+        self._futures = {}
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -367,6 +449,9 @@ class LogManager:
                 if log_dir in counts:
                     counts[log_dir] += 1
             log_dir = min(live, key=lambda d: counts[d])  # ties: first listed
+            preferred = self.preferred_dirs.pop(tp, None)
+            if preferred in counts:
+                log_dir = preferred
             log = await Log.open(
                 self._log_runtime,
                 os.path.join(log_dir, partition_dir_name(topic, partition)),
@@ -412,6 +497,9 @@ class LogManager:
         partitions = self._partitions_in(log_dir)
         for tp in partitions:
             self._logs[tp].take_offline(exc)
+        for future in self._futures.values():
+            if future.log_dir == log_dir:
+                future.log.take_offline(exc)  # never swapped in (its mover drops it)
         logger.error(
             "Log dir %s is offline after a disk error (%s): its %d partition(s) answer "
             "KAFKA_STORAGE_ERROR until the disk is repaired and the broker restarted",
@@ -437,15 +525,19 @@ class LogManager:
         doomed = f"{log.dir_path.rstrip('/')}.{unique_id}{DELETE_DIR_SUFFIX}"
         self.fs.rename(log.dir_path, doomed)
         await self._dir_changed(log_dir)
-        delay_s = log.config.file_delete_delay_ms / 1000
-        if delay_s <= 0:
-            self._remove_deleted_dir(doomed)
-        else:
-            loop = asyncio.get_running_loop()
-            self._pending_deletes[doomed] = loop.call_later(
-                delay_s, self._remove_deleted_dir, doomed
-            )
+        self._remove_later(doomed, log.config.file_delete_delay_ms)
         return doomed
+
+    def _remove_later(self, doomed: str, delay_ms: int) -> None:
+        """Remove the ``-delete`` dir ``doomed`` ``delay_ms`` from now (Kafka's
+        file.delete.delay.ms), at once for 0."""
+        if delay_ms <= 0:
+            self._remove_deleted_dir(doomed)
+            return
+        loop = asyncio.get_running_loop()
+        self._pending_deletes[doomed] = loop.call_later(
+            delay_ms / 1000, self._remove_deleted_dir, doomed
+        )
 
     def _remove_deleted_dir(self, path: str) -> None:
         """Remove a ``-delete`` directory and its files; on a disk error what is left is
@@ -472,8 +564,132 @@ class LogManager:
         await self._dir_changed(log_dir)
         return stray
 
+    # ---- moving a replica between log dirs (KIP-113) --------------------------------------
+    def resolve_log_dir(self, path: str) -> str | None:
+        """The configured log dir ``path`` names (as written in ``log.dirs``, or the same
+        dir as an absolute path, which is what Kafka's tools send), None if none."""
+        if path in self.log_dirs:
+            return path
+        wanted = os.path.normpath(os.path.abspath(path))
+        for log_dir in self.log_dirs:
+            if os.path.normpath(os.path.abspath(log_dir)) == wanted:
+                return log_dir
+        return None
+
+    def future_log_of(self, topic: str, partition: int) -> FutureLog | None:
+        """The copy of the partition's log being made in another dir, if any."""
+        return self._futures.get((topic, partition))
+
+    def future_logs(self) -> list[tuple[TopicPartition, FutureLog]]:
+        """Every copy being made, sorted by (topic, partition)."""
+        return sorted(self._futures.items(), key=lambda item: item[0])
+
+    async def create_future_log(
+        self, topic: str, partition: int, log_dir: str, unique_id: str
+    ) -> FutureLog:
+        """Begin a copy of the partition's log in ``log_dir`` (another live dir), in
+        ``<topic>-<partition>.<unique_id>-future``; the existing copy if one is being made
+        there already. KafkaStorageError if the dir is offline, ValueError for an unknown
+        dir, the log's own dir, or a partition without a log here."""
+        tp = (topic, partition)
+        source = self._logs.get(tp)
+        if log_dir not in self.log_dirs:
+            raise ValueError(f"{log_dir} is not one of the log dirs {self.log_dirs}")
+        if source is None or self._dir_of[tp] == log_dir:
+            raise ValueError(f"{topic}-{partition} has no log here to copy into {log_dir}")
+        if log_dir in self.offline_dirs:
+            raise KafkaStorageError(errno.EIO, f"log dir {log_dir} is offline")
+        existing = self._futures.get(tp)
+        if existing is not None:
+            if existing.log_dir == log_dir:
+                return existing
+            await self.abandon_future_log(topic, partition)
+        path = os.path.join(
+            log_dir, future_dir_name(partition_dir_name(topic, partition), unique_id)
+        )
+        log = await Log.open(self._log_runtime, path, source.config, had_clean_shutdown=True)
+        # A disk error in the copy is one of its dir, as any other log's there.
+        log.on_offline = functools.partial(self.fail_log_dir, log_dir)
+        future = FutureLog(source, log, log_dir, source.truncations)
+        self._futures[tp] = future
+        return future
+
+    async def abandon_future_log(self, topic: str, partition: int) -> None:
+        """Stop the copy of the partition's log, if one is being made, and remove it."""
+        future = self._futures.pop((topic, partition), None)
+        if future is None:
+            return
+        try:
+            await future.log.close()
+        except OSError:
+            logger.exception("closing the copy of %s-%d failed", topic, partition)
+        doomed = f"{future.log.dir_path.rstrip('/')}{DELETE_DIR_SUFFIX}"
+        try:
+            self.fs.rename(future.log.dir_path, doomed)
+        except OSError:  # the next load removes the -future dir
+            logger.exception("could not remove the copy %s", future.log.dir_path)
+            return
+        self._remove_deleted_dir(doomed)
+
+    async def promote_future_log(
+        self, topic: str, partition: int, unique_id: str, swap: Callable[[Log], None]
+    ) -> str | None:
+        """Replace the partition's log with its caught-up copy (Kafka's
+        replaceCurrentWithFutureLog), calling ``swap(new_log)`` in the same synchronous
+        step, so no append lands in the old log after the copy's last batch. The copy is
+        flushed first; then, with no await in between, the rest is copied
+        (``FutureLog.finish``), the copy's dir takes the partition's name in its log dir and
+        the copy is this partition's log. Only after that rename is durable is the old dir
+        renamed ``<topic>-<partition>.<unique_id>-delete`` and removed as a deleted log's
+        is: a crash before leaves either the old log alone (and the copy, resumed at load)
+        or both, which the load resolves (``_keep_one_of``). Returns the new log dir, None
+        if the copy is not caught up yet (copy more and try again)."""
+        tp = (topic, partition)
+        future = self._futures[tp]
+        source = self._logs.get(tp)
+        assert future.source is source, (tp, future, source)
+        if not source.is_online or not future.log.is_online:
+            return None
+        await future.copy_files()
+        await future.log.flush()
+        if self._futures.get(tp) is not future or self._logs.get(tp) is not source:
+            return None  # abandoned or deleted while flushing
+        if not source.is_online or not future.log.is_online or not future.finish():
+            return None
+        # ---- synchronous from here to the fsync: nothing appends in between ----
+        new_dir, old_dir = future.log_dir, self._dir_of[tp]
+        future.log.rename_dir(os.path.join(new_dir, partition_dir_name(topic, partition)))
+        del self._futures[tp]
+        future.log.checkpoint_hook = self._on_log_offsets_changed
+        future.log.update_config(source.config)  # any topic config change during the copy
+        self._logs[tp] = future.log
+        self._adopt(tp, future.log, new_dir)
+        swap(future.log)
+        # ---- end of the synchronous step ----
+        try:
+            await self.fs.fsync_dir(new_dir)
+            await self._write_dir_checkpoints(new_dir)
+        except OSError as exc:
+            self.fail_log_dir(new_dir, exc)
+            raise
+        try:
+            await source.close()
+        except OSError:
+            logger.exception("closing the moved log of %s-%d failed", topic, partition)
+        doomed = f"{source.dir_path.rstrip('/')}.{unique_id}{DELETE_DIR_SUFFIX}"
+        try:
+            self.fs.rename(source.dir_path, doomed)
+            await self._dir_changed(old_dir)
+        except OSError as exc:
+            self.fail_log_dir(old_dir, exc)
+            raise
+        self._remove_later(doomed, source.config.file_delete_delay_ms)
+        return new_dir
+
     async def _detach(self, tp: TopicPartition, why: str) -> tuple[Log, str] | None:
-        """Forget a partition's log and close it; (the log, its log dir), None if unknown."""
+        """Forget a partition's log (and any copy of it being made) and close it; (the log,
+        its log dir), None if unknown."""
+        await self.abandon_future_log(*tp)
         log = self._logs.pop(tp, None)
         if log is None:
             return None

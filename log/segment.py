@@ -624,6 +624,16 @@ class LogSegment:
         self.txn_index.renamed(self.txn_index.path + DELETED_SUFFIX)
         self.deleted = True
 
+    def moved_to(self, dir_path: str) -> None:
+        """Its partition dir was renamed ``dir_path`` (the handles stay open): later
+        renames, deletions and a transaction index opened later find the files there."""
+        self.dir_path = dir_path
+        suffix = DELETED_SUFFIX if self.deleted else ""
+        base = self.base_offset
+        self.offset_index.path = segment_path(dir_path, base, INDEX_SUFFIX) + suffix
+        self.time_index.path = segment_path(dir_path, base, TIME_INDEX_SUFFIX) + suffix
+        self.txn_index.path = segment_path(dir_path, base, TXN_INDEX_SUFFIX) + suffix
+
     def delete_files(self) -> None:
         """Close the handles and remove the (renamed) files."""
         self.close()

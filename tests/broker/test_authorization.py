@@ -1072,3 +1072,37 @@ def test_authorized_operations_are_filled_in_where_asked_for() -> None:
         {"groups": ("g",), "include_authorized_operations": True},
     )
     assert [g.authorized_operations for g in described.groups] == [(1 << 3) | (1 << 8)]
+
+
+def test_alter_replica_log_dirs_needs_alter_on_the_cluster() -> None:
+    """Refused, every partition is answered CLUSTER_AUTHORIZATION_FAILED and nothing reaches
+    the handler; allowed (ALTER on the cluster), the request does."""
+    image = image_with(acl("kafka-cluster", Op.ALTER, resource_type=ResourceType.CLUSTER))
+    seen: list[Any] = []
+    entries = [
+        dataclasses.replace(
+            api,
+            handler=stub(ApiKey.ALTER_REPLICA_LOG_DIRS, 2, {"results": ()}, seen),
+        )
+        for api in log_admin_apis(None)  # type: ignore[arg-type]
+        if api.key == ApiKey.ALTER_REPLICA_LOG_DIRS
+    ]
+    module: Any = request_module(ApiKey.ALTER_REPLICA_LOG_DIRS, 2)
+    topics = (
+        make(module.AlterReplicaLogDirTopic, {"name": "orders", "partitions": (0, 1)}),
+        make(module.AlterReplicaLogDirTopic, {"name": "other", "partitions": (3,)}),
+    )
+    values = {"dirs": (make(module.AlterReplicaLogDir, {"path": "/d2", "topics": topics}),)}
+    refused = ask(entries, image, ApiKey.ALTER_REPLICA_LOG_DIRS, 2, values, principal=BOB)
+    assert [
+        (t.topic_name, p.partition_index, int(p.error_code))
+        for t in refused.results
+        for p in t.partitions
+    ] == [
+        ("orders", 0, ErrorCode.cluster_authorization_failed),
+        ("orders", 1, ErrorCode.cluster_authorization_failed),
+        ("other", 3, ErrorCode.cluster_authorization_failed),
+    ]
+    assert seen == []
+    assert ask(entries, image, ApiKey.ALTER_REPLICA_LOG_DIRS, 2, values).results == ()
+    assert len(seen) == 1
