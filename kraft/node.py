@@ -224,6 +224,7 @@ class KraftNode:
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.quotas: QuotaManager | None = None  # the broker's client quotas
+        self._controller_quotas: QuotaManager | None = None  # the controller listener's
         self.groups: GroupCoordinator | None = None
         self._group_apis: GroupApis | None = None
         self._controller_served: ServedApis | None = None  # the controller listener's table
@@ -336,6 +337,7 @@ class KraftNode:
             self._controller_handle = controller_quotas.enforcing(
                 self._measured(self._controller_served.handle), exempt
             )
+            self._controller_quotas = controller_quotas
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._run_quorum(raft)))
         if self.is_controller:
@@ -661,6 +663,12 @@ class KraftNode:
         with self._tracked(writer, listener):
             served, handle = self._controller_served, self._controller_handle
             assert served is not None and handle is not None
+            # Kafka's controller feeds IP quotas to its own socket server's connection
+            # quotas (ControllerServer's ClientQuotaMetadataManager), so a connection flood
+            # at the controller port is held like one at a broker's.
+            if await self._over_connection_rate(writer, listener, self._controller_quotas):
+                writer.transport.abort()
+                return
             authenticated, versions = self._secured(listener, served, handle, writer)
             if authenticated is None:
                 writer.transport.abort()
@@ -755,7 +763,7 @@ class KraftNode:
             writer.transport.abort()
             return
         with self._tracked(writer, limits.listener):
-            if await self._over_connection_rate(writer, limits.listener):
+            if await self._over_connection_rate(writer, limits.listener, self.quotas):
                 writer.transport.abort()
                 return
             authenticated, versions = self._secured(limits.listener, served, handle, writer)
@@ -772,13 +780,16 @@ class KraftNode:
                 frame_limit=authenticated.frame_limit,
             )
 
-    async def _over_connection_rate(self, writer: asyncio.StreamWriter, listener: str) -> bool:
-        """Whether the client's IP is over its ``connection_creation_rate`` quota; if so the
-        connection is held for the throttle time first (broker/quotas.py), then refused."""
+    async def _over_connection_rate(
+        self, writer: asyncio.StreamWriter, listener: str, quotas: QuotaManager | None
+    ) -> bool:
+        """Whether the client's IP is over its ``connection_creation_rate`` quota (as
+        ``quotas``, the listener's node role's, count it); if so the connection is held for
+        the throttle time first (broker/quotas.py), then refused."""
         peer = writer.get_extra_info("peername")
-        if self.quotas is None or not isinstance(peer, tuple) or not peer:
+        if quotas is None or not isinstance(peer, tuple) or not peer:
             return False
-        delay_s = self.quotas.admit_connection(str(peer[0]), asyncio.get_running_loop().time())
+        delay_s = quotas.admit_connection(str(peer[0]), asyncio.get_running_loop().time())
         if delay_s <= 0:
             return False
         _limited.log(

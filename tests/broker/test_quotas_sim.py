@@ -20,6 +20,7 @@ from sim import admin
 from sim.world import World
 from tests.broker.test_replication_sim import (
     BROKERS,
+    CONTROLLER,
     PORT,
     TIMEOUT_S,
     TOPIC,
@@ -28,6 +29,7 @@ from tests.broker.test_replication_sim import (
     run_scenario,
 )
 
+CONTROLLER_PORT = 9093  # the controller listener of test_replication_sim's cluster
 QUOTA = 20_000.0  # bytes/s
 VALUE = b"v" * 2000
 WARM_UP_S = 12.0
@@ -104,10 +106,14 @@ def test_a_producer_that_ignores_its_throttle_times_is_held_to_its_quota(seed: i
     assert run(seed)[1] == throttles  # the same seed, the same throttles
 
 
-def test_an_ip_over_its_connection_creation_rate_gets_its_connections_closed() -> None:
+@pytest.mark.parametrize(("node", "port"), [(BROKERS[1], PORT), (CONTROLLER, CONTROLLER_PORT)])
+def test_an_ip_over_its_connection_creation_rate_gets_its_connections_closed(
+    node: str, port: int
+) -> None:
     """KIP-612: with a default IP quota of one connection a second, a client opening
     connections in a loop is admitted at that rate (after the first ten seconds' worth) and
-    the rest are closed after a delay of at most a second."""
+    the rest are closed after a delay of at most a second; at a broker's port, and at the
+    controller's, as Kafka's controller holds its own listener to IP quotas."""
     world = World(seed=5)
     cluster = Cluster(world)
     outcome: list[Any] = []
@@ -127,8 +133,8 @@ def test_an_ip_over_its_connection_creation_rate_gets_its_connections_closed() -
         assert [e.error_code for e in response.entries] == [ErrorCode.none]
         await connection.close()
         await cluster.until(
-            lambda: cluster.nodes[BROKERS[1]].loader.image.client_quotas,  # type: ignore[union-attr]
-            "the broker's image has the quota",
+            lambda: cluster.nodes[node].loader.image.client_quotas,  # type: ignore[union-attr]
+            "the node's image has the quota",
         )
         versions = make(
             request_module(ApiKey.API_VERSIONS, 3).ApiVersionsRequest,
@@ -141,7 +147,7 @@ def test_an_ip_over_its_connection_creation_rate_gets_its_connections_closed() -
             began = loop.time()
             client = KafkaConnection("looping")
             try:
-                await client.connect(BROKERS[1], PORT, 1.0)
+                await client.connect(node, port, 1.0)
                 await client.request(versions, 5.0)
                 admitted += 1
             except (OSError, ConnectionError, TimeoutError, asyncio.IncompleteReadError):
