@@ -10,6 +10,14 @@ UNKNOWN_TOPIC_OR_PARTITION (retriable: the client asks again, and the topic is c
 the budget refills), and each forwarded CreateTopics carries at most AUTO_CREATE_BURST_TOPICS
 topics, far below the controller's per-request record limit. Failures and deferrals are
 logged as one summary line, deferrals at most once per LOG_INTERVAL_S.
+
+Each CreateTopics goes to the controller as the client's, as Kafka's AutoTopicCreationManager
+sends it: in an Envelope with the client's principal, address, client id and correlation id
+(broker/envelope.py), so the controller authorizes the creation as the client and charges it
+to the client's ``controller_mutation_rate``. The version is Kafka's latest, so that quota is
+strict: a client over it has the creation refused (THROTTLING_QUOTA_EXCEEDED, counted with
+the deferrals: the client asks again) rather than creating topics past its quota through
+Metadata.
 """
 
 from __future__ import annotations
@@ -24,12 +32,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from protocol.api_keys import ApiKey
+from protocol.api_table import ApiRequest
 from protocol.entities import make, request_module
 
 logger = logging.getLogger("broker.auto_topic_creation")
 
-AUTO_CREATE_VERSION = 4  # v4+ takes -1 for the controller's defaults (KIP-464); v5+ would
-# answer every topic's configs, which nobody reads here
+AUTO_CREATE_VERSION = 7  # Kafka's latest: -1 takes the controller's defaults (v4+, KIP-464),
+# and the mutation quota is strict (v6+, KIP-599)
 AUTO_CREATE_TOPICS_PER_S = 100.0
 AUTO_CREATE_BURST_TOPICS = 1000
 LOG_INTERVAL_S = 60.0
@@ -37,12 +46,13 @@ CREATE_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms default
 
 
 class AutoTopicCreationManager:
-    """Creates missing topics through ``forward`` (the controller channel), within budget."""
+    """Creates missing topics through ``forward`` (a CreateTopics body and the client request
+    it is made for, to the controller), within budget."""
 
     def __init__(
         self,
         node_id: int,
-        forward: Callable[[object], Awaitable[object]],
+        forward: Callable[[object, ApiRequest], Awaitable[object]],
         descriptors_free: Callable[[], bool] = lambda: True,
     ) -> None:
         """``descriptors_free``: False while this broker is at its descriptor reserve
@@ -57,9 +67,10 @@ class AutoTopicCreationManager:
         self._deferred = 0  # names refused for budget since the last deferral line
         self._deferred_logged_s: float | None = None
 
-    def create(self, missing: Iterable[str]) -> frozenset[str]:
-        """Start creating the ``missing`` (valid, absent) names the budget allows; the names
-        of ``missing`` now being created, by this call or an earlier one."""
+    def create(self, missing: Iterable[str], client: ApiRequest) -> frozenset[str]:
+        """Start creating the ``missing`` (valid, absent) names the budget allows, as
+        ``client``'s request (its Metadata); the names of ``missing`` now being created, by
+        this call or an earlier one."""
         loop = asyncio.get_running_loop()
         now = loop.time()
         self._refill(now)
@@ -78,7 +89,7 @@ class AutoTopicCreationManager:
             else:
                 deferred += 1
         if new:
-            task = loop.create_task(self._create_topics(new))
+            task = loop.create_task(self._create_topics(new, client))
             self._background[task] = None
             task.add_done_callback(self._background.pop)
         if deferred:
@@ -91,17 +102,24 @@ class AutoTopicCreationManager:
             self._tokens = min(float(AUTO_CREATE_BURST_TOPICS), self._tokens + earned)
         self._refilled_s = now
 
-    def _log_deferred(self, now: float, count: int, descriptors_free: bool) -> None:
+    def _log_deferred(
+        self, now: float, count: int, descriptors_free: bool, over: str | None = None
+    ) -> None:
+        """Count deferred names; one line per LOG_INTERVAL_S, naming the latest cause:
+        ``over`` a quota, the broker's budget, or its descriptor reserve."""
         self._deferred += count
         last = self._deferred_logged_s
         if last is not None and now - last < LOG_INTERVAL_S:
             return
-        why = (
-            f"over the budget of {AUTO_CREATE_BURST_TOPICS} topics (refilled at "
-            f"{AUTO_CREATE_TOPICS_PER_S:g}/s)"
-            if descriptors_free
-            else "this broker is at its file descriptor reserve (open.files.reserve)"
-        )
+        if over is not None:
+            why = f"over {over} (controller_mutation_rate, THROTTLING_QUOTA_EXCEEDED)"
+        elif descriptors_free:
+            why = (
+                f"over the budget of {AUTO_CREATE_BURST_TOPICS} topics (refilled at "
+                f"{AUTO_CREATE_TOPICS_PER_S:g}/s)"
+            )
+        else:
+            why = "this broker is at its file descriptor reserve (open.files.reserve)"
         logger.warning(
             "[AutoTopicCreationManager id=%d] Deferred auto-creating %d topic(s) since the "
             "last report: %s; clients see UNKNOWN_TOPIC_OR_PARTITION and retry",
@@ -112,7 +130,7 @@ class AutoTopicCreationManager:
         self._deferred = 0
         self._deferred_logged_s = now
 
-    async def _create_topics(self, names: list[str]) -> None:
+    async def _create_topics(self, names: list[str], client: ApiRequest) -> None:
         module: Any = request_module(ApiKey.CREATE_TOPICS, AUTO_CREATE_VERSION)
         topics = tuple(
             make(
@@ -126,11 +144,23 @@ class AutoTopicCreationManager:
             {"topics": topics, "timeout": timedelta(milliseconds=CREATE_TIMEOUT_MS)},
         )
         try:
-            response: Any = await self._forward(request)
+            response: Any = await self._forward(request, client)
+            throttled = sum(
+                topic.error_code == ErrorCode.throttling_quota_exceeded for topic in response.topics
+            )
+            if throttled:
+                self._log_deferred(
+                    asyncio.get_running_loop().time(), throttled, True, "the client's quota"
+                )
             failed = [
                 topic
                 for topic in response.topics
-                if topic.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists)
+                if topic.error_code
+                not in (
+                    ErrorCode.none,
+                    ErrorCode.topic_already_exists,
+                    ErrorCode.throttling_quota_exceeded,
+                )
             ]
             if failed:
                 codes = Counter(topic.error_code.name for topic in failed)

@@ -26,7 +26,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker import data_plane, describe_producers, forwarding, txn_markers
-from broker.auto_topic_creation import AutoTopicCreationManager
+from broker.auto_topic_creation import AUTO_CREATE_VERSION, AutoTopicCreationManager
 from broker.cluster_metadata import describe_cluster_response, metadata_response, random_live_broker
 from broker.controller_channel import ControllerSender
 from broker.describe_configs import describe_configs_response
@@ -42,6 +42,7 @@ from metadata.controller.client_quotas import describe_client_quotas
 from metadata.controller.scram import describe_user_scram_credentials
 from metadata.image import MetadataImage
 from metadata.topic_names import RESERVED_TOPICS, topic_name_error
+from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.api_table import (
     ALTER_CONFIGS_AUTHORIZATION,
@@ -120,7 +121,7 @@ class KafkaApis:
             fetch_sessions = FetchSessionCache(CACHE_SLOTS_DEFAULT, rng, loop_time)
         self.fetch_sessions = fetch_sessions
         self._auto_creation = (
-            AutoTopicCreationManager(node_id, self._forward, descriptors_free)
+            AutoTopicCreationManager(node_id, self._forward_auto_create, descriptors_free)
             if auto_create_topics
             else None
         )
@@ -322,7 +323,7 @@ class KafkaApis:
             return None
         image = self._image()
         controller_id = random_live_broker(image, self.listener_name, self._rng)
-        created = self._auto_create(image, body)
+        created = self._auto_create(image, request)
         return await metadata_response(
             image, body, self.listener_name, self.cluster_id, controller_id, created
         )
@@ -362,11 +363,12 @@ class KafkaApis:
     async def _describe_topic_partitions(self, request: ApiRequest) -> object:
         return describe_topic_partitions_response(self._image(), request.body, self.listener_name)
 
-    def _auto_create(self, image: MetadataImage, request: Any) -> frozenset[str]:
+    def _auto_create(self, image: MetadataImage, metadata: ApiRequest) -> frozenset[str]:
         """Kafka's auto.create.topics.enable: missing topics a Metadata request names (and
         lets it create: v4+ asks, older versions always may) are created with the
-        controller's defaults, within the AutoTopicCreationManager's budget. Returns the
-        names being created."""
+        controller's defaults, within the AutoTopicCreationManager's budget, as the client's
+        request. Returns the names being created."""
+        request: Any = metadata.body
         if self._auto_creation is None or not request.topics:
             return frozenset()
         if not getattr(request, "allow_auto_topic_creation", True):
@@ -379,20 +381,24 @@ class KafkaApis:
             and topic_name_error(item.name) is None
             and item.name not in RESERVED_TOPICS  # never a client's to create
         )
-        return self._auto_creation.create(missing)
+        return self._auto_creation.create(missing, metadata)
 
     async def close(self) -> None:
         """Stop auto-creations still waiting for the controller."""
         if self._auto_creation is not None:
             await self._auto_creation.close()
 
-    async def _forward(self, request: object) -> object:
-        """The broker's own request (auto-creation's CreateTopics), forwarded bare: the
-        broker asks for itself, so the controller sees its principal."""
-        try:
-            return await self._channel.send(request, self._forward_timeout_s)
-        except OSError as error:
-            return self._unanswered(request, error)
+    async def _forward_auto_create(self, body: object, metadata: ApiRequest) -> object:
+        """Auto-creation's CreateTopics, forwarded in an Envelope as the client whose
+        Metadata asked for it, with its client id and correlation id, as Kafka's
+        AutoTopicCreationManager does: the controller authorizes and charges the client."""
+        header = wire.RequestHeader(
+            ApiKey.CREATE_TOPICS,
+            AUTO_CREATE_VERSION,
+            metadata.header.correlation_id,
+            metadata.header.client_id,
+        )
+        return await self._forward_api(dataclasses.replace(metadata, header=header, body=body))
 
     def _unanswered(self, request: object, error: OSError) -> object:
         """The broker's answer for the controller when none answered in time."""

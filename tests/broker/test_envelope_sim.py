@@ -5,9 +5,11 @@ broker's request finds (issue 29: it used to be charged per broker, a budget on 
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.client import KafkaConnection
@@ -104,3 +106,57 @@ def test_a_clients_mutation_quota_is_shared_by_the_brokers_it_reaches() -> None:
     assert [(t.name, t.error_code) for t in retried.topics] == [("b", ErrorCode.none)]
     assert seen["waited_s"] >= throttle_s * 0.99
     assert seen["created"] == {"a": 25, "b": 1, "c": 1}
+
+
+def metadata_request(name: str) -> Any:
+    module: Any = request_module(ApiKey.METADATA, 12)
+    topic = make(module.MetadataRequestTopic, {"name": name, "topic_id": None})
+    return make(module.MetadataRequest, {"topics": (topic,), "allow_auto_topic_creation": True})
+
+
+def test_a_topic_auto_created_for_a_client_is_charged_to_its_mutation_quota(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Kafka's AutoTopicCreationManager sends the CreateTopics a client's Metadata causes in
+    an Envelope as that client, at Kafka's latest version (a strict quota): a client in
+    debt to its controller_mutation_rate gets no topic auto-created (it asks again later),
+    while another client's Metadata through the same broker does; the broker logs the
+    deferral. Before, the broker asked as itself and the topic was created past the
+    client's quota."""
+    world = World(seed=29)
+    cluster = Cluster(world)
+    seen: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        await cluster.serving()
+        admin = await connected("admin", BROKERS[0])
+        answer: Any = await admin.request(quota_request("creator"), TIMEOUT_S)
+        assert [e.error_code for e in answer.entries] == [ErrorCode.none]
+        controller = cluster.nodes[CONTROLLER]
+
+        def image() -> Any:
+            return controller.loader.image  # type: ignore[union-attr]
+
+        await cluster.until(lambda: image().client_quotas, "the controller has the quota")
+        creator = await connected("creator", BROKERS[1])
+        other = await connected("other", BROKERS[1])
+        seen["debt"] = await creator.request(create_request("a", 25), TIMEOUT_S)
+        seen["in debt"] = await creator.request(metadata_request("auto-x"), TIMEOUT_S)
+        seen["free"] = await other.request(metadata_request("auto-y"), TIMEOUT_S)
+        # The broker forwards both creations on its one forwarding connection, in order:
+        # once auto-y exists, the controller has answered auto-x's too.
+        await cluster.until(lambda: image().topics.get("auto-y") is not None, "auto-y exists")
+        seen["auto-x"] = image().topics.get("auto-x")
+        for connection in (admin, creator, other):
+            await connection.close()
+
+    with caplog.at_level(logging.WARNING, logger="broker.auto_topic_creation"):
+        run_scenario(world, scenario)
+    deferred = [r.getMessage() for r in caplog.records if "Deferred" in r.getMessage()]
+    assert len(deferred) == 1 and "over the client's quota" in deferred[0], deferred
+    assert [(t.name, t.error_code) for t in seen["debt"].topics] == [("a", ErrorCode.none)]
+    for key, name in (("in debt", "auto-x"), ("free", "auto-y")):
+        assert [(t.name, t.error_code) for t in seen[key].topics] == [
+            (name, ErrorCode.leader_not_available)
+        ]
+    assert seen["auto-x"] is None

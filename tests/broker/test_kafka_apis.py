@@ -21,7 +21,11 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from broker import forwarding
-from broker.auto_topic_creation import AUTO_CREATE_BURST_TOPICS, AUTO_CREATE_TOPICS_PER_S
+from broker.auto_topic_creation import (
+    AUTO_CREATE_BURST_TOPICS,
+    AUTO_CREATE_TOPICS_PER_S,
+    AUTO_CREATE_VERSION,
+)
 from broker.fetch_session import FetchSessionCache
 from broker.kafka_apis import KafkaApis
 from metadata.config_defs import TOPIC_CONFIGS, ConfigSource, ConfigType
@@ -254,6 +258,12 @@ def test_auto_create_forwards_missing_valid_names_and_answers_leader_not_availab
     assert [(t.name, t.num_partitions, t.replication_factor) for t in create.topics] == [
         ("fresh", -1, -1)
     ]
+    # In an Envelope as the client, with its client id and correlation id (Kafka's
+    # AutoTopicCreationManager): the controller authorizes and charges the client.
+    (envelope,) = controller.envelopes
+    assert (envelope.header.client_id, envelope.header.correlation_id) == ("client", 5)
+    assert envelope.header.api_version == AUTO_CREATE_VERSION == 7
+    assert envelope.principal == "User:ANONYMOUS"
     assert [t.error_code for t in second.topics[:1]] == [ErrorCode.none]
 
 
