@@ -317,6 +317,12 @@ class RaftNode:
         assert core is not None
         if core.role is not Role.LEADER:
             raise NotLeaderError(core.leader_id, core.epoch)
+        if self._failure is not None:
+            # The log failed an append (a disk error) and the node is stopping: the records
+            # accepted before that are gone, so offsets counted from the log's end would be
+            # theirs again. A failed node leads nothing (the controller answers
+            # NOT_CONTROLLER instead of tripping over the reused offsets).
+            raise NotLeaderError(-1, core.epoch)
         assert 0 < len(records) <= MAX_PROPOSAL_RECORDS
         accumulator = self._accumulator
         if not accumulator.empty() and accumulator.epoch != core.epoch:

@@ -164,3 +164,32 @@ def test_proposals_accepted_before_leadership_is_lost_fail_with_leadership_lost(
             await log.close()
 
     asyncio.run(run())
+
+
+def test_after_a_failed_append_no_proposal_is_given_the_lost_records_offsets(
+    tmp_path: Path,
+) -> None:
+    """A disk error fails the turn's append and the node stops; a proposal made before it
+    has stopped used to be given the offsets of the records the failed append lost (counted
+    again from the log's end), and the controller, which had counted them, failed an
+    assertion ("records proposed at 9 ended at 8"). It is refused NotLeaderError."""
+
+    async def run() -> None:
+        node, log = await single_voter(tmp_path)
+        try:
+            end = log.end_offset()
+
+            def failing_append(*args: object, **kwargs: object) -> int:
+                raise OSError(5, "simulated append failure")
+
+            log.append_as_leader = failing_append  # type: ignore[method-assign]
+            assert node.propose([record(b"lost")]) == end
+            await asyncio.sleep(0)  # the turn ends: the append fails, the node is failing
+            assert node._failure is not None and node.role is Role.LEADER
+            with pytest.raises(NotLeaderError):
+                node.propose([record(b"next")])
+        finally:
+            await node.close()
+            await log.close()
+
+    asyncio.run(run())
