@@ -2,7 +2,9 @@
 and three brokers that talk SASL_SSL with SCRAM-SHA-512 to each other, certificates from
 scripts/make-certs.sh, the admin from ``format --add-scram``, every request authorized
 (StandardAuthorizer, User:admin the super user). A replicated topic (RF 3,
-min.insync.replicas 2) survives its leader's crash with every acknowledged record; a client
+min.insync.replicas 2) survives its leader's crash with every acknowledged record; a stalled
+follower leaves the ISR while acks=all goes on, and with two brokers down acks=all is
+refused NOT_ENOUGH_REPLICAS (test_replication.py's faults, over SASL_SSL); a client
 without SASL gets nothing from a broker or a controller; a user who logs in gets only what
 ACLs grant."""
 
@@ -16,6 +18,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -113,9 +116,9 @@ def _conf(info: dict, brokers: tuple[int, ...] = BROKERS) -> dict:
     }
 
 
-def _state(conf: dict) -> tuple[int, tuple[int, ...]] | None:
+def _state(conf: dict, name: str = TOPIC) -> tuple[int, tuple[int, ...]] | None:
     try:
-        topic = AdminClient(conf).list_topics(TOPIC, timeout=5).topics.get(TOPIC)
+        topic = AdminClient(conf).list_topics(name, timeout=5).topics.get(name)
     except KafkaException:
         return None
     if topic is None or topic.error is not None or 0 not in topic.partitions:
@@ -283,3 +286,80 @@ def test_a_logged_in_user_gets_only_what_acls_grant(cluster: tuple[Processes, di
     for future in admin.create_acls([allow], request_timeout=30).values():
         assert future.result() is None
     wait_until(lambda: produce_once() is None, "alice may write once the ACL is everywhere")
+
+
+def test_a_secured_cluster_drops_a_stalled_follower_and_refuses_below_min_isr(
+    cluster: tuple[Processes, dict],
+) -> None:
+    """test_replication.py's follower stall and min-ISR refusal on the secured cluster,
+    whose brokers fetch from each other and report ISR changes to the controllers over
+    SASL_SSL: a SIGSTOPped follower leaves the ISR (the leader shrinks it) while acks=all
+    writes go on; with two of three brokers killed, acks=all is refused NOT_ENOUGH_REPLICAS
+    and nothing is acknowledged; restarted, both rejoin the ISR."""
+    procs, info = cluster
+    conf = _conf(info)
+    topic = "secured-isr"
+    admin = AdminClient(conf)  # kept: a collected client abandons its futures
+    admin.create_topics(
+        [NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})], operation_timeout=30
+    )[topic].result(DEADLINE_S)
+
+    def isr_is(brokers: tuple[int, ...], what: str) -> int:
+        state: Any = wait_until(
+            lambda: (
+                (s := _state(_conf(info, brokers), topic)) is not None
+                and s[1] == tuple(sorted(brokers))
+                and s
+            ),
+            what,
+            DEADLINE_S,
+        )
+        return int(state[0])
+
+    leader = isr_is(BROKERS, "all three replicas in sync")
+    follower = next(b for b in BROKERS if b != leader)
+    acked: dict[bytes, int] = {}
+    errors: list[KafkaError] = []
+
+    def on_delivery(error: KafkaError | None, message: object) -> None:
+        if error is None:
+            acked[message.value()] = message.offset()  # type: ignore[attr-defined]
+        else:
+            errors.append(error)
+
+    producer = Producer({**conf, "acks": "all", "message.timeout.ms": 60000})
+    procs.signal(follower, signal.SIGSTOP)
+    try:
+        for i in range(50):
+            producer.produce(topic, f"stalled-{i}".encode(), partition=0, on_delivery=on_delivery)
+        producer.poll(0)
+        rest = tuple(b for b in BROKERS if b != follower)
+        isr_is(rest, "the stalled follower leaves the ISR")
+        assert "Shrinking ISR" in procs.log(leader)
+        assert producer.flush(DEADLINE_S) == 0
+        assert errors == [] and len(acked) == 50
+    finally:
+        procs.signal(follower, signal.SIGCONT)
+    leader = isr_is(BROKERS, "the resumed follower rejoins")
+
+    others = tuple(b for b in BROKERS if b != leader)
+    for broker in others:
+        procs.kill(broker)
+    try:
+        isr_is((leader,), "the ISR is the leader alone")
+        strict = Producer(
+            {**_conf(info, (leader,)), "acks": "all", "retries": 0, "message.timeout.ms": 10000}
+        )
+        refused: list[KafkaError] = []
+        strict.produce(
+            topic,
+            b"refused",
+            partition=0,
+            on_delivery=lambda error, _m: refused.append(error) if error else None,
+        )
+        strict.flush(DEADLINE_S)
+        assert [e.code() for e in refused] == [KafkaError.NOT_ENOUGH_REPLICAS]
+    finally:
+        for broker in others:
+            procs.start(broker)
+    isr_is(BROKERS, "both rejoin the ISR")
