@@ -11,6 +11,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from protocol.connect import Connector
 
 logger = logging.getLogger("kraft.cli")
 
@@ -54,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     quorum = sub.add_parser("describe-quorum", help="show the metadata quorum's state")
     quorum.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,HOST:PORT...]")
     quorum.add_argument("--replication", action="store_true", help="per-replica offsets")
+    quorum.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client properties for a secured controller listener (security.protocol, ssl.*, "
+        "sasl.*), as Kafka's tools take them",
+    )
     add = sub.add_parser(
         "add-controller", help="add this node (its config) to a dynamic quorum (KIP-853)"
     )
@@ -63,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     remove.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,HOST:PORT...]")
     remove.add_argument("--controller-id", type=int, required=True)
     remove.add_argument("--controller-directory-id", required=True)
+    remove.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client properties for a secured controller listener (security.protocol, ssl.*, "
+        "sasl.*), as Kafka's tools take them",
+    )
     state = sub.add_parser(
         "quorum-state", help="show a stopped node's election state, or reset its epoch"
     )
@@ -109,16 +125,45 @@ def _parser() -> argparse.ArgumentParser:
         help="with --bootstrap-controller: at most this much per Fetch answer (default 1 MiB)",
     )
     shell.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="with --bootstrap-controller: client properties for a secured controller "
+        "listener (security.protocol, ssl.*, sasl.*), as Kafka's tools take them",
+    )
+    shell.add_argument(
         "shell_command", nargs=argparse.REMAINDER, metavar="COMMAND", help="one command, e.g. ls /"
     )
     return parser
 
 
-def _describe_quorum(address: str, replication: bool) -> int:
+def _connector(command: str, path: str | None) -> Connector | None:
+    """The connector an operator tool reaches a controller listener with: from the Kafka
+    client properties of ``--command-config``, or plain TCP without one. None after
+    printing the one-line reason the file cannot be used."""
+    from kraft.properties import PropertiesError, parse_properties
+    from kraft.security import SecurityConfigError, client_security
+    from protocol.connect import Connector
+
+    if path is None:
+        return Connector()
+    try:
+        with open(path, encoding="utf-8") as file:
+            props = parse_properties(file.read(), path)
+        return Connector(client_security(props, path))
+    except (OSError, UnicodeDecodeError, PropertiesError, SecurityConfigError) as error:
+        print(f"kraft-server {command}: --command-config {error}", file=sys.stderr)
+        return None
+
+
+def _describe_quorum(address: str, replication: bool, command_config: str | None) -> int:
     import asyncio
 
     from kraft.quorum_tool import describe_quorum, format_replication, format_status
     from protocol import wire
+
+    connector = _connector("describe-quorum", command_config)
+    if connector is None:
+        return 2
 
     controllers = []
     for item in address.split(","):
@@ -130,7 +175,7 @@ def _describe_quorum(address: str, replication: bool) -> int:
     problems = []
     for host, port in controllers:  # the leader answers; the others say they are not it
         try:
-            status = asyncio.run(describe_quorum(host, port))
+            status = asyncio.run(describe_quorum(host, port, connector=connector))
         except (OSError, TimeoutError) as error:
             problems.append(f"{host}:{port} unreachable ({error})")
             continue
@@ -156,11 +201,16 @@ def _change_controller(args: argparse.Namespace) -> int:
     from kraft.quorum_tool import change_voter
     from kraft.storage import metadata_directory_id, parse_uuid
     from log.fs import RealFileSystem
+    from protocol.connect import Connector
 
     name = args.command
     try:
         if name == "add-controller":
             config = load_config(args.config)
+            # The new controller logs in to the quorum as it will as a voter: its own
+            # controller-listener client settings (Kafka's add-controller takes the
+            # controller's properties as the admin client's --command-config too).
+            connector: Connector | None = Connector(config.security().controller_client)
             directory = metadata_directory_id(RealFileSystem(), config.metadata_dir)
             if directory is None:
                 raise ConfigError(f"{config.metadata_dir} is not formatted")
@@ -173,6 +223,9 @@ def _change_controller(args: argparse.Namespace) -> int:
         else:
             change, voter_id, endpoints = "remove", args.controller_id, ()
             directory = parse_uuid(args.controller_directory_id)
+            connector = _connector(name, args.command_config)
+            if connector is None:
+                return 2
     except (ConfigError, ValueError) as error:
         print(f"kraft-server {name}: {error}", file=sys.stderr)
         return 1
@@ -184,7 +237,15 @@ def _change_controller(args: argparse.Namespace) -> int:
             return 2
         try:
             code = asyncio.run(
-                change_voter(host, int(port_text), change, voter_id, directory, endpoints)
+                change_voter(
+                    host,
+                    int(port_text),
+                    change,
+                    voter_id,
+                    directory,
+                    endpoints,
+                    connector=connector,
+                )
             )
         except (OSError, TimeoutError) as error:
             problems.append(f"{item} unreachable ({error})")
@@ -226,7 +287,7 @@ def _run(args: argparse.Namespace) -> int:
         print(random_uuid())
         return 0
     if args.command == "describe-quorum":
-        return _describe_quorum(args.bootstrap_controller, args.replication)
+        return _describe_quorum(args.bootstrap_controller, args.replication, args.command_config)
     if args.command in ("add-controller", "remove-controller"):
         return _change_controller(args)
     if args.command == "metadata-shell":
@@ -234,6 +295,9 @@ def _run(args: argparse.Namespace) -> int:
         from kraft.metadata_shell import main as shell_main
 
         source: str | list[tuple[str, int]] = args.source
+        connector = _connector("metadata-shell", args.command_config)
+        if connector is None:
+            return 2
         if args.bootstrap_controller is not None:
             try:
                 source = parse_addresses(args.bootstrap_controller)
@@ -254,6 +318,7 @@ def _run(args: argparse.Namespace) -> int:
             sys.stderr,
             timeout_s=args.timeout,
             max_bytes=args.fetch_max_bytes,
+            connector=connector,
         )
     if args.command == "dump-log":
         from log.dump import dump_files

@@ -28,6 +28,8 @@ from log.batch import iter_batches
 from log.errors import RecordError
 from protocol import wire
 from protocol.api_keys import ApiKey
+from protocol.connect import Connector
+from protocol.sasl import SaslError
 from raft import codec
 from raft.core import SNAPSHOT_NOT_FOUND
 from raft.messages import (
@@ -84,11 +86,13 @@ def read_quorum_log(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+    connector: Connector | None = None,
 ) -> LiveLog:
-    """The committed metadata log of the quorum some of ``bootstrap`` belong to."""
+    """The committed metadata log of the quorum some of ``bootstrap`` belong to, read over
+    connections ``connector`` opens (TLS, SASL: ``--command-config``; plain TCP without)."""
     if not bootstrap:
         raise LiveReadError("no controller address given")
-    reader = _QuorumReader(bootstrap, max_bytes)
+    reader = _QuorumReader(bootstrap, max_bytes, connector or Connector())
     try:
         return asyncio.run(asyncio.wait_for(reader.run(), timeout_s))
     except TimeoutError:
@@ -110,8 +114,9 @@ class _Connection:
 
 
 class _QuorumReader:
-    def __init__(self, bootstrap: list[Address], max_bytes: int) -> None:
+    def __init__(self, bootstrap: list[Address], max_bytes: int, connector: Connector) -> None:
         self.bootstrap = bootstrap
+        self.connector = connector
         self.max_bytes = max_bytes
         self.problems: dict[Address, str] = {}
         self.epoch = 0  # the leader epoch to fetch at; learnt from the first answer
@@ -149,10 +154,13 @@ class _QuorumReader:
                 address = self.bootstrap[turn % len(self.bootstrap)]
                 turn += 1
             try:
-                reader, writer = await asyncio.open_connection(*address)
-            except OSError as error:
-                reason = os.strerror(error.errno) if error.errno else str(error)
-                self.problems[address] = f"unreachable ({reason})"
+                reader, writer = await self.connector.open(*address, CLIENT_ID)
+            except OSError as error:  # a refused SASL login (SaslError) counts as unreachable
+                if isinstance(error, SaslError):
+                    self.problems[address] = f"refused the login ({error})"
+                else:
+                    reason = os.strerror(error.errno) if error.errno else str(error)
+                    self.problems[address] = f"unreachable ({reason})"
                 refused_in_a_row += 1
                 failed_in_a_row += 1
                 if refused_in_a_row >= len(self.bootstrap) or (

@@ -49,6 +49,7 @@ from log.segment import LOG_SUFFIX, parse_base_offset
 from metadata.delta import MetadataDelta, MetadataStateError
 from metadata.image import EMPTY, MetadataImage
 from metadata.records import MetadataRecordError, decode_record
+from protocol.connect import Connector
 from raft.snapshot import (
     SnapshotError,
     SnapshotId,
@@ -128,11 +129,15 @@ def load_live(
     bootstrap: list[Address],
     timeout_s: float = DEFAULT_TIMEOUT_S,
     max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+    connector: Connector | None = None,
 ) -> Loaded:
     """The image a running quorum has committed, read from its leader over the controller
-    listener (kraft/metadata_live.py) and replayed as a directory's snapshot and log are."""
+    listener (kraft/metadata_live.py, connecting as ``connector`` says) and replayed as a
+    directory's snapshot and log are."""
     try:
-        live = read_quorum_log(bootstrap, timeout_s=timeout_s, max_bytes=max_bytes)
+        live = read_quorum_log(
+            bootstrap, timeout_s=timeout_s, max_bytes=max_bytes, connector=connector
+        )
     except LiveReadError as error:
         raise ShellError(str(error)) from None
     host, port = live.leader
@@ -344,14 +349,15 @@ def main(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+    connector: Connector | None = None,
 ) -> int:
     """Run ``kraft-server metadata-shell`` on a path or on a live quorum (its controllers'
-    addresses): 0, or 1 if loading or any command failed."""
+    addresses, reached as ``connector`` says): 0, or 1 if loading or any command failed."""
     try:
         if isinstance(source, str):
             loaded = load_image(source)
         else:
-            loaded = load_live(source, timeout_s, max_bytes)
+            loaded = load_live(source, timeout_s, max_bytes, connector)
             print(f"note: read from {loaded.sources[0]}", file=err)
     except (ShellError, OSError) as error:
         print(f"kraft-server metadata-shell: {error}", file=err)

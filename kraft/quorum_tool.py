@@ -22,9 +22,11 @@ from kio.static.primitive import i32, i32Timedelta, u16
 
 from protocol import wire
 from protocol.api_keys import ApiKey
+from protocol.connect import Connector
 from raft import codec
 
 DESCRIBE_QUORUM_VERSION = 2
+CLIENT_ID = "kraft-server"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +47,15 @@ class QuorumStatus:
     observers: tuple[ReplicaStatus, ...]
 
 
-async def describe_quorum(host: str, port: int, timeout_s: float = 5.0) -> QuorumStatus:
-    """Ask one controller for DescribeQuorum; OSError/TimeoutError if it cannot be reached."""
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+async def describe_quorum(
+    host: str, port: int, timeout_s: float = 5.0, connector: Connector | None = None
+) -> QuorumStatus:
+    """Ask one controller for DescribeQuorum, connecting as ``connector`` says (TLS, SASL:
+    ``--command-config``; plain TCP without one); OSError/TimeoutError if it cannot be
+    reached or refuses the login."""
+    reader, writer = await asyncio.wait_for(
+        (connector or Connector()).open(host, port, CLIENT_ID), timeout_s
+    )
     try:
         request = DescribeQuorumRequest(
             topics=(
@@ -57,9 +65,7 @@ async def describe_quorum(host: str, port: int, timeout_s: float = 5.0) -> Quoru
                 ),
             )
         )
-        header = wire.RequestHeader(
-            ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, 1, "kraft-server"
-        )
+        header = wire.RequestHeader(ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, 1, CLIENT_ID)
         writer.write(wire.encode_request(header, request))
         frame = await asyncio.wait_for(wire.read_frame(reader), timeout_s)
     finally:
@@ -99,11 +105,15 @@ async def change_voter(
     directory_id: uuid.UUID,
     endpoints: tuple[tuple[str, str, int], ...] = (),
     timeout_s: float = 30.0,
+    connector: Connector | None = None,
 ) -> int:
     """AddRaftVoter (``change`` "add", with the new voter's (listener, host, port)s) or
-    RemoveRaftVoter ("remove") against one controller; its error code (0 once the change is
-    committed). OSError/TimeoutError if it cannot be reached."""
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    RemoveRaftVoter ("remove") against one controller, connecting as ``connector`` says;
+    its error code (0 once the change is committed). OSError/TimeoutError if it cannot be
+    reached or refuses the login."""
+    reader, writer = await asyncio.wait_for(
+        (connector or Connector()).open(host, port, CLIENT_ID), timeout_s
+    )
     try:
         request: object
         if change == "add":
@@ -122,7 +132,7 @@ async def change_voter(
             request = RemoveRaftVoterRequest(
                 cluster_id=None, voter_id=i32(voter_id), voter_directory_id=directory_id
             )
-        writer.write(wire.encode_request(wire.RequestHeader(key, 0, 1, "kraft-server"), request))
+        writer.write(wire.encode_request(wire.RequestHeader(key, 0, 1, CLIENT_ID), request))
         frame = await asyncio.wait_for(wire.read_frame(reader), timeout_s + 5)
     finally:
         writer.close()

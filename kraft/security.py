@@ -445,3 +445,92 @@ def _client(
         listener.tls,
         SaslCredentials(mechanism, jaas["username"], jaas["password"]),
     )
+
+
+def client_security(props: Mapping[str, str], source: str) -> ClientSecurity:
+    """How an operator tool connects, from a Kafka client properties file (what Kafka's
+    tools take as ``--command-config``): ``security.protocol``, for TLS the
+    ``ssl.truststore.*``, ``ssl.keystore.*`` (mutual TLS), ``ssl.key.password`` and
+    ``ssl.endpoint.identification.algorithm``, for SASL ``sasl.mechanism`` with the
+    username and password of ``sasl.jaas.config`` (PlainLoginModule or ScramLoginModule).
+    Other keys are client settings the tools do not need and are ignored. SecurityConfigError
+    names ``source`` and the first key that is wrong or asks for something not built."""
+
+    def get(key: str, default: str | None = None) -> str | None:
+        value = props.get(key, default)
+        return value.strip() if value is not None else None
+
+    name = (get("security.protocol", "PLAINTEXT") or "").upper()
+    try:
+        protocol = SecurityProtocol[name]
+    except KeyError:
+        raise SecurityConfigError(
+            f"{source}: security.protocol {name!r} is not PLAINTEXT, SSL, SASL_PLAINTEXT or "
+            "SASL_SSL"
+        ) from None
+    tls = None
+    if protocol.uses_tls:
+        types = {}
+        for key in ("ssl.keystore.type", "ssl.truststore.type"):
+            store_type = (get(key, KAFKA_DEFAULT_STORE_TYPE) or "").upper()
+            location = get(key.replace(".type", ".location"))
+            if not location:
+                store_type = "PEM"  # no store of this kind: its type does not matter
+            if store_type not in ("PEM", "PKCS12"):
+                default = " (Kafka's default)" if store_type == KAFKA_DEFAULT_STORE_TYPE else ""
+                raise SecurityConfigError(
+                    f"{source}: {key} {store_type}{default} is not supported; use PKCS12 or PEM"
+                )
+            types[key] = store_type
+        algorithm = (get("ssl.endpoint.identification.algorithm", "https") or "").lower()
+        if algorithm not in ("https", ""):
+            raise SecurityConfigError(
+                f"{source}: ssl.endpoint.identification.algorithm {algorithm!r} is not https "
+                "or empty"
+            )
+        tls = TlsSettings(
+            keystore_location=get("ssl.keystore.location") or None,
+            keystore_type=types["ssl.keystore.type"],  # type: ignore[arg-type]
+            keystore_password=get("ssl.keystore.password"),
+            key_password=get("ssl.key.password"),
+            truststore_location=get("ssl.truststore.location") or None,
+            truststore_type=types["ssl.truststore.type"],  # type: ignore[arg-type]
+            truststore_password=get("ssl.truststore.password"),
+            endpoint_identification=algorithm == "https",
+        )
+        try:
+            client_context(tls)
+        except TlsConfigError as error:
+            raise SecurityConfigError(f"{source}: {error}") from None
+    sasl = None
+    if protocol.uses_sasl:
+        mechanism = (get("sasl.mechanism", KAFKA_DEFAULT_MECHANISM) or "").upper()
+        if mechanism not in IMPLEMENTED_MECHANISMS:
+            default = " (Kafka's default)" if mechanism == KAFKA_DEFAULT_MECHANISM else ""
+            raise SecurityConfigError(
+                f"{source}: sasl.mechanism {mechanism}{default} is not implemented; kraft-py "
+                f"has {', '.join(sorted(IMPLEMENTED_MECHANISMS))}"
+            )
+        module = PLAIN_LOGIN_MODULE if mechanism == PLAIN else SCRAM_LOGIN_MODULE
+        text = props.get("sasl.jaas.config")
+        if text is None:
+            raise SecurityConfigError(
+                f"{source}: sasl.jaas.config is needed for {mechanism} ({module} required "
+                'username="..." password="...";)'
+            )
+        try:
+            jaas = parse_jaas(text)
+        except JaasError as error:
+            raise SecurityConfigError(f"{source}: sasl.jaas.config: {error}") from None
+        options = dict(jaas.options)
+        if jaas.login_module != module:
+            raise SecurityConfigError(
+                f"{source}: sasl.jaas.config: login module {jaas.login_module} is not "
+                f"supported for {mechanism} (use {module})"
+            )
+        if "username" not in options or "password" not in options:
+            raise SecurityConfigError(
+                f'{source}: sasl.jaas.config needs username="..." password="..."'
+            )
+        sasl = SaslCredentials(mechanism, options["username"], options["password"])
+    return ClientSecurity(protocol, tls, sasl)

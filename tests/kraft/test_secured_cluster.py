@@ -37,7 +37,7 @@ from confluent_kafka.admin import (
 
 from kraft.config import config_from_properties, unknown_key_warnings
 from kraft.properties import parse_properties
-from tests.kraft.procs import Processes, free_port, port_open, wait_until
+from tests.kraft.procs import KRAFT_SERVER, Processes, free_port, port_open, wait_until
 from tests.kraft.secured import ScramFormat
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -363,3 +363,38 @@ def test_a_secured_cluster_drops_a_stalled_follower_and_refuses_below_min_isr(
         for broker in others:
             procs.start(broker)
     isr_is(BROKERS, "both rejoin the ISR")
+
+
+def test_the_quorum_tools_read_a_secured_controller_with_a_command_config(
+    cluster: tuple[Processes, dict], tmp_path: Path
+) -> None:
+    """Kafka's tools take a client properties file (--command-config) for a secured cluster;
+    so do kraft-server describe-quorum and metadata-shell: over SASL_SSL with PLAIN they read
+    the quorum, and without the file they get no answer from it (the listener speaks TLS)."""
+    _procs, info = cluster
+    controllers = ",".join(f"{h}:{p}" for h, p in (info["ports"][c] for c in CONTROLLERS))
+    config = tmp_path / "admin.properties"
+    config.write_text(
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="admin-secret";\n'
+        "ssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={info['ca']}\n"
+    )
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(KRAFT_SERVER), *argv], capture_output=True, text=True, check=False, timeout=120
+        )
+
+    described = run("describe-quorum", "--bootstrap-controller", controllers,
+                    "--command-config", str(config))  # fmt: skip
+    assert described.returncode == 0, described.stderr
+    assert "CurrentVoters:   [1, 2, 3]" in described.stdout, described.stdout
+    plain = run("describe-quorum", "--bootstrap-controller", controllers)
+    assert plain.returncode == 1 and "no leader found" in plain.stderr, plain.stderr
+    shell = run("metadata-shell", "--bootstrap-controller", controllers,
+                "--command-config", str(config), "ls", "/image/cluster")  # fmt: skip
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.split() == [str(b) for b in BROKERS], shell.stdout

@@ -261,3 +261,101 @@ def test_scram_cannot_be_the_controllers_mechanism() -> None:
                 ),
             }
         )
+
+
+# ---- the operator tools' --command-config (Kafka client properties) -----------------------
+def test_a_command_config_gives_the_tools_tls_and_a_sasl_login(tmp_path: Path) -> None:
+    from kraft.security import client_security
+    from protocol.security import SaslCredentials
+    from tests.kraft.secured import make_ca
+
+    certs = make_ca(tmp_path / "certs")
+    props = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+        'required username="admin" password="admin-secret";',
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(certs.ca),
+        "client.id": "ignored: a client key the tools do not need",
+    }
+    security = client_security(props, "admin.properties")
+    assert security.protocol is SecurityProtocol.SASL_SSL
+    assert security.sasl == SaslCredentials("SCRAM-SHA-512", "admin", "admin-secret")
+    assert security.tls is not None and security.tls.truststore_location == str(certs.ca)
+    assert security.tls.endpoint_identification
+    assert client_security({}, "empty").protocol is SecurityProtocol.PLAINTEXT
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"security.protocol": "SASL_SSH"}, "security.protocol 'SASL_SSH' is not PLAINTEXT"),
+        ({"security.protocol": "SASL_PLAINTEXT"}, "sasl.mechanism GSSAPI (Kafka's default)"),
+        (
+            {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"},
+            "sasl.jaas.config is needed for PLAIN",
+        ),
+        (
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+                'required username="a" password="b";',
+            },
+            "login module org.apache.kafka.common.security.scram.ScramLoginModule is not",
+        ),
+        (
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule "
+                'required username="a";',
+            },
+            'needs username="..." password="..."',
+        ),
+        (
+            {"security.protocol": "SSL", "ssl.truststore.location": "/no/such/ca.jks"},
+            "ssl.truststore.type JKS (Kafka's default) is not supported",
+        ),
+        (
+            {
+                "security.protocol": "SSL",
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": "/no/such/ca.pem",
+            },
+            "/no/such/ca.pem",
+        ),
+    ],
+)
+def test_a_command_config_the_tools_cannot_use_is_one_line(
+    props: dict[str, str], message: str
+) -> None:
+    from kraft.security import SecurityConfigError, client_security
+
+    with pytest.raises(SecurityConfigError) as refused:
+        client_security(props, "admin.properties")
+    text = str(refused.value)
+    assert text.startswith("admin.properties: ") and "\n" not in text
+    assert message in text, text
+
+
+def test_the_tools_refuse_an_unusable_command_config_with_one_line(tmp_path: Path) -> None:
+    config = str(tmp_path / "admin.properties")
+    Path(config).write_text("security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n")
+    bootstrap = ["--bootstrap-controller", "127.0.0.1:1", "--command-config", config]
+    from kraft.storage import random_uuid
+
+    remove = ["--controller-id", "2", "--controller-directory-id", random_uuid()]
+    for argv in (
+        ["describe-quorum", *bootstrap],
+        ["remove-controller", *bootstrap, *remove],
+        ["metadata-shell", *bootstrap, "ls"],
+    ):
+        done = subprocess.run(
+            [str(BIN / "kraft-server"), *argv], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 2, (argv, done.stderr)
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith(f"kraft-server {argv[0]}: --command-config "), done.stderr
+        assert "sasl.mechanism OAUTHBEARER is not implemented" in done.stderr, done.stderr
