@@ -104,11 +104,12 @@ def controller_quota_exempt(
     AlterPartition, as Kafka's ControllerApis, and what a broker sends over its forwarding
     connection: the Envelopes themselves (Kafka throttles no forwarded request on the
     broker's connection; the client is charged for the inner request, broker/envelope.py)
-    and the topics the broker creates on its own (auto-creation, not charged, as in
-    Kafka). That connection is known by its client id, trusted only from a principal
-    allowed CLUSTER_ACTION (as Kafka's Envelope is) when an authorizer is set, so a client
-    cannot escape its quota by naming itself so; and never inside an Envelope, where the
-    client id is the forwarded client's own."""
+    and the internal topics the broker creates on its own for FindCoordinator (not charged,
+    as in Kafka; a client's auto-created topics come in Envelopes). That connection is
+    known by its client id, trusted only from a principal allowed CLUSTER_ACTION (as
+    Kafka's Envelope is) when an authorizer is set, so a client cannot escape its quota by
+    naming itself so; and never inside an Envelope, where the client id is the forwarded
+    client's own."""
 
     def exempt(header: wire.RequestHeader) -> bool:
         if header.api_key in _CONTROLLER_EXEMPT_APIS:
@@ -390,7 +391,7 @@ class QuotaManager:
         the throttle time in the response): a client that talks to the controller
         directly, or a broker's client whose request came in an Envelope (handled as that
         client, broker/envelope.py). What ``exempt`` names (a broker's own requests on its
-        forwarding connection: auto-created topics) is not charged."""
+        forwarding connection: the internal topics it creates) is not charged."""
         loop = asyncio.get_running_loop()
 
         def charged(handler: ApiHandler) -> ApiHandler:
