@@ -151,7 +151,7 @@ class KafkaConnection:
         """
         body: Any = entity
         api_key, api_version = int(body.__api_key__), int(body.__version__)
-        encoded = await _encoded_in_slices(entity)
+        encoded = await encoded_in_slices(entity)
         try:
             async with asyncio.timeout(timeout_s):
                 await self._slots.acquire()
@@ -269,7 +269,7 @@ class KafkaConnection:
                     await task
 
 
-async def _encoded_in_slices(entity: object) -> bytes | None:
+async def encoded_in_slices(entity: object) -> bytes | None:
     """A big request body's bytes, encoded a slice at a time; None for a small one (it is
     encoded with its header in one piece)."""
     parts = wire.request_body_parts(entity, ENCODE_SLICE_ENTITIES)

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from kio.schema.envelope.v0.response import EnvelopeResponse
 from kio.schema.errors import ErrorCode
 
+from broker.client import encoded_in_slices
 from broker.controller_channel import ControllerSender, is_not_controller
 from broker.forwarding import FORWARDED_APIS, forwarded_error_response
 from protocol import wire
@@ -62,18 +63,6 @@ async def _stepped(steps: Generator[int, None, _T]) -> _T:
         await asyncio.sleep(0)
 
 
-async def _encoded_body(body: object) -> bytes | None:
-    """A big request body's bytes, a slice at a time; None for a small one."""
-    parts = wire.request_body_parts(body, ENCODE_SLICE_ENTITIES)
-    if parts is None:
-        return None
-    chunks = []
-    for chunk in parts:
-        chunks.append(chunk)
-        await asyncio.sleep(0)
-    return b"".join(chunks)
-
-
 # ---- the broker's end ------------------------------------------------------------------
 async def forward_in_envelope(
     channel: ControllerSender, request: ApiRequest, timeout_s: float
@@ -85,7 +74,7 @@ async def forward_in_envelope(
     header = request.header
     assert header.api_key in FORWARDED_APIS, f"api {header.api_key} is not forwarded"
     envelope = envelope_request(
-        header, body, request.principal, request.client_host, await _encoded_body(body)
+        header, body, request.principal, request.client_host, await encoded_in_slices(body)
     )
     answer: Any = await channel.send(envelope, timeout_s)
     assert isinstance(answer, EnvelopeResponse)
