@@ -10,7 +10,7 @@ plaintext to anyone: every such key stops start-up with one line naming it (Conf
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from protocol.security import (
@@ -329,6 +329,39 @@ def _jaas(
     return dict(jaas.options)
 
 
+def _store_types(
+    get: Callable[[str, str], str | None], label: Callable[[str], str]
+) -> dict[str, str]:
+    """``ssl.keystore.type`` and ``ssl.truststore.type``, each PKCS12 or PEM (a store that is
+    not given is PEM: its type is not used), for a listener and for a tool's client
+    properties alike. SecurityConfigError names ``label(key)`` for a type Kafka reads and
+    kraft-py does not (JKS, Kafka's default, or BCFKS)."""
+    types = {}
+    for key in ("ssl.keystore.type", "ssl.truststore.type"):
+        store_type = (get(key, KAFKA_DEFAULT_STORE_TYPE) or "").upper()
+        if not get(key.replace(".type", ".location"), ""):
+            store_type = "PEM"
+        if store_type not in ("PEM", "PKCS12"):
+            default = " (Kafka's default)" if store_type == KAFKA_DEFAULT_STORE_TYPE else ""
+            raise SecurityConfigError(
+                f"{label(key)}: {store_type}{default} is not supported; use PKCS12 or PEM"
+            )
+        types[key] = store_type
+    return types
+
+
+def _endpoint_identification(
+    get: Callable[[str, str], str | None], label: Callable[[str], str]
+) -> bool:
+    """Whether ``ssl.endpoint.identification.algorithm`` asks for the peer's host name to
+    be checked (``https``, Kafka's default) or not (empty)."""
+    key = "ssl.endpoint.identification.algorithm"
+    algorithm = (get(key, "https") or "").lower()
+    if algorithm not in ("https", ""):
+        raise SecurityConfigError(f"{label(key)}: {algorithm!r} is not https or empty")
+    return algorithm == "https"
+
+
 def _tls(props: Mapping[str, str], name: str) -> TlsSettings:
     def get(key: str, default: str | None = None) -> str | None:
         value = _get(props, name, key, default)
@@ -340,18 +373,11 @@ def _tls(props: Mapping[str, str], name: str) -> TlsSettings:
             f"{_key_name(props, name, 'ssl.keystore.location')}: listener {name} uses TLS and "
             "needs a keystore (its key and certificate chain)"
         )
-    store_types = {}
-    for key in ("ssl.keystore.type", "ssl.truststore.type"):
-        store_type = (get(key, KAFKA_DEFAULT_STORE_TYPE) or "").upper()
-        if key == "ssl.truststore.type" and not get("ssl.truststore.location"):
-            store_type = "PEM"  # no truststore: the type does not matter
-        if store_type not in ("PEM", "PKCS12"):
-            default = " (Kafka's default)" if store_type == KAFKA_DEFAULT_STORE_TYPE else ""
-            raise SecurityConfigError(
-                f"{_key_name(props, name, key)}: {store_type}{default} is not supported; "
-                "use PKCS12 or PEM"
-            )
-        store_types[key] = store_type
+
+    def label(key: str) -> str:
+        return _key_name(props, name, key)
+
+    store_types = _store_types(get, label)
     client_auth = (get("ssl.client.auth", "none") or "none").lower()
     if client_auth not in ("none", "requested", "required"):
         raise SecurityConfigError(
@@ -383,12 +409,7 @@ def _tls(props: Mapping[str, str], name: str) -> TlsSettings:
         raise SecurityConfigError(
             f"{_key_name(props, name, 'ssl.principal.mapping.rules')}: {error}"
         ) from None
-    algorithm = (get("ssl.endpoint.identification.algorithm", "https") or "").lower()
-    if algorithm not in ("https", ""):
-        raise SecurityConfigError(
-            f"{_key_name(props, name, 'ssl.endpoint.identification.algorithm')}: "
-            f"{algorithm!r} is not https or empty"
-        )
+    identification = _endpoint_identification(get, label)
     return TlsSettings(
         keystore_location=location,
         keystore_type=store_types["ssl.keystore.type"],  # type: ignore[arg-type]
@@ -400,7 +421,7 @@ def _tls(props: Mapping[str, str], name: str) -> TlsSettings:
         client_auth=client_auth,  # type: ignore[arg-type]
         enabled_protocols=protocols,
         cipher_suites=suites,
-        endpoint_identification=algorithm == "https",
+        endpoint_identification=identification,
         principal_rules=rules,
     )
 
@@ -470,24 +491,12 @@ def client_security(props: Mapping[str, str], source: str) -> ClientSecurity:
         ) from None
     tls = None
     if protocol.uses_tls:
-        types = {}
-        for key in ("ssl.keystore.type", "ssl.truststore.type"):
-            store_type = (get(key, KAFKA_DEFAULT_STORE_TYPE) or "").upper()
-            location = get(key.replace(".type", ".location"))
-            if not location:
-                store_type = "PEM"  # no store of this kind: its type does not matter
-            if store_type not in ("PEM", "PKCS12"):
-                default = " (Kafka's default)" if store_type == KAFKA_DEFAULT_STORE_TYPE else ""
-                raise SecurityConfigError(
-                    f"{source}: {key} {store_type}{default} is not supported; use PKCS12 or PEM"
-                )
-            types[key] = store_type
-        algorithm = (get("ssl.endpoint.identification.algorithm", "https") or "").lower()
-        if algorithm not in ("https", ""):
-            raise SecurityConfigError(
-                f"{source}: ssl.endpoint.identification.algorithm {algorithm!r} is not https "
-                "or empty"
-            )
+
+        def label(key: str) -> str:
+            return f"{source}: {key}"
+
+        types = _store_types(get, label)
+        identification = _endpoint_identification(get, label)
         tls = TlsSettings(
             keystore_location=get("ssl.keystore.location") or None,
             keystore_type=types["ssl.keystore.type"],  # type: ignore[arg-type]
@@ -496,7 +505,7 @@ def client_security(props: Mapping[str, str], source: str) -> ClientSecurity:
             truststore_location=get("ssl.truststore.location") or None,
             truststore_type=types["ssl.truststore.type"],  # type: ignore[arg-type]
             truststore_password=get("ssl.truststore.password"),
-            endpoint_identification=algorithm == "https",
+            endpoint_identification=identification,
         )
         try:
             client_context(tls)

@@ -316,7 +316,7 @@ def test_a_command_config_gives_the_tools_tls_and_a_sasl_login(tmp_path: Path) -
         ),
         (
             {"security.protocol": "SSL", "ssl.truststore.location": "/no/such/ca.jks"},
-            "ssl.truststore.type JKS (Kafka's default) is not supported",
+            "ssl.truststore.type: JKS (Kafka's default) is not supported",
         ),
         (
             {
