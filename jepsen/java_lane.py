@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import select
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +25,12 @@ from jepsen.workload import REPORT_MARGIN_S, Workload, per_partition
 from sim.analysis.txn import RC_POLL, TXN_END, TXN_SEND
 from sim.scenarios.kafka import (
     CRASH_CHANCE,
+    HEAL_BOUND_S,
     NOT_APPENDED,
     POLL_WAIT_S,
     REQUEST_TIMEOUT_S,
     SEND_TIMEOUT_S,
+    SETTLE_S,
     TOPIC,
     key_of,
 )
@@ -243,7 +246,8 @@ def java_txn_lane(
                 process = f"jt{lane}.{generation}"
                 count += 1
                 return _transaction(txn, client, rng, process, f"{process}-{count - 1}")
-            return _rc_poll(txn, client, f"jrc{lane}.{generation}", positions)
+            processes = per_partition(f"jrc{lane}.{generation}", positions)
+            return _rc_poll(txn, client, processes, positions, {})
 
         return turn
 
@@ -293,8 +297,16 @@ def _transaction(
     return True
 
 
-def _rc_poll(txn: TxnWorkload, client: JavaClient, process: str, positions: dict[int, int]) -> bool:
-    processes = per_partition(process, positions)
+def _rc_poll(
+    txn: TxnWorkload,
+    client: JavaClient,
+    processes: dict[int, str],
+    positions: dict[int, int],
+    ends: dict[int, int],
+) -> bool:
+    """One read_committed poll of every partition, each recorded as ``rc-poll`` by its
+    process; ``ends`` gets each partition's last stable offset where the consumer knows it
+    (its lag is measured from there). False when the poll failed."""
     txn.invoke_polls(processes, positions)
     read: dict[int, list[int]] = {p: [] for p in positions}
     errors: dict[int, str] = {}
@@ -314,13 +326,55 @@ def _rc_poll(txn: TxnWorkload, client: JavaClient, process: str, positions: dict
         raise
     word, _, rest = answer.partition(" ")
     if word == "ok":
-        records, _marks, ends = rest.split(";")
+        records, marks, positions_after = rest.split(";")
         for record in records.split():
             partition, offset, value = (int(n) for n in record.split(","))
             read[partition] += [offset, value]
-        for end in ends.split():
-            partition, position = (int(n) for n in end.split(","))
+        for mark in marks.split():
+            partition, end = (int(n) for n in mark.split(","))
+            ends[partition] = end
+        for after in positions_after.split():
+            partition, position = (int(n) for n in after.split(","))
             reached[partition] = position
     else:
         errors = dict.fromkeys(positions, rest)
     return txn.complete_polls(processes, positions, read, errors, reached)
+
+
+JAVA_FINAL = "jtxn-final"
+
+
+def java_final_reads(txn: TxnWorkload, log: Path) -> None:
+    """Processes ``jtxn-final/<partition>``: after the heal, a new JVM's read_committed
+    consumer reads every partition from 0 until its positions reach last stable offsets that
+    stay the same for ``SETTLE_S`` (bounded by ``HEAL_BOUND_S``), as ``txn-final`` does with
+    librdkafka.
+    So every run judges one whole read by the Java client, however little time the
+    schedule left its lane for polls (a send that times out and the abort after it can take
+    15 s of a 30 s run). A JVM that does not start or answer ends it with ``info`` polls
+    (``no-answer``) in the history."""
+    workload = txn.workload
+    positions = dict.fromkeys(range(workload.partitions), 0)
+    processes = per_partition(JAVA_FINAL, positions)
+    try:
+        client = _start(workload, log, "jepsen-jtxn-final")  # never begins: fences no one
+    except JavaGone:
+        txn.invoke_polls(processes, positions)
+        for partition, process in processes.items():
+            workload.recorder.op(process, "info", RC_POLL, txn_key(partition), 0, error="no-answer")
+        return
+    try:
+        deadline, settled = time.monotonic() + HEAL_BOUND_S, None
+        while time.monotonic() < deadline:
+            ends: dict[int, int] = {}
+            _rc_poll(txn, client, processes, positions, ends)
+            if len(ends) < len(positions) or any(positions[p] < end for p, end in ends.items()):
+                continue
+            if settled == ends:
+                return
+            settled = ends
+            time.sleep(SETTLE_S)
+    except JavaGone:
+        return  # its polls are in the history as info (no-answer)
+    finally:
+        client.close()

@@ -31,6 +31,7 @@ from jepsen.history import Recorder
 from jepsen.java_lane import (
     JavaClient,
     JavaGone,
+    java_final_reads,
     java_lane,
     java_transactional_id,
     java_txn_lane,
@@ -286,6 +287,8 @@ def run(options: RunOptions) -> RunReport:
             workload.final_reads()
             if options.transactional:
                 txn.final_reads()
+            if options.java_txn_lanes:
+                java_final_reads(txn, work / "java-txn-final.log")
             if options.admin_lanes:
                 admin.final_reads(cluster.broker_endpoints())
             watch.stop.set()
