@@ -17,11 +17,17 @@ A request names, per partition, the dir wanted. The answer, as Kafka's:
 
 A copy found at start-up (a move cut short by a crash or a restart) is resumed when the
 replica's partition is opened, as Kafka resumes it. The copy (log/future_log.py) runs in
-one task, a replica at a time, in slices of
-COPY_SLICE_BYTES with a yield to the event loop after each, so produce and fetch are served
-in between. When the copy has caught up, LogManager.promote_future_log swaps it in, in
-one synchronous step, and the replica's Partition is handed the new log in that same step.
-The broker then tells the controller the replica's new dir (AssignReplicasToDirs, through
+one task, a replica at a time, in slices of COPY_SLICE_BYTES with a yield to the event
+loop after each, so produce and fetch are served in between. The dynamic broker config
+``replica.alter.log.dirs.io.max.bytes.per.second`` (what ``kafka-reassign-partitions
+--replica-alter-log-dirs-throttle`` sets) paces it: a slice of at most that many bytes,
+then a wait of its bytes over the rate, the rate read again at least every
+THROTTLE_STEP_S, so a throttle changed or removed takes effect within a second. The log
+cleaner leaves a log alone while it is copied (log/cleaner.py).
+
+When the copy has caught up, LogManager.promote_future_log swaps it in, in one synchronous
+step, and the replica's Partition is handed the new log in that same step. The broker then
+tells the controller the replica's new dir (AssignReplicasToDirs, through
 broker/log_dirs.py, which sends what the image does not record yet).
 """
 
@@ -34,13 +40,18 @@ from collections.abc import Awaitable, Callable
 
 from broker.partition import Partition
 from log.errors import RecordError
-from log.future_log import FutureLog
+from log.future_log import COPY_SLICE_BYTES, FutureLog
 from log.log import Log, UnexpectedAppendOffsetError
 from log.manager import LogManager
 
 logger = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+
+# The default of replica.alter.log.dirs.io.max.bytes.per.second: none (Long.MAX_VALUE).
+UNTHROTTLED = 2**63 - 1
+# The longest one wait for the throttle lasts before the rate is read again.
+THROTTLE_STEP_S = 1.0
 
 
 class ReplicaAlterLogDirsManager:
@@ -53,17 +64,23 @@ class ReplicaAlterLogDirsManager:
         partition_of: Callable[[TopicPartition], Partition | None],
         unique_id: Callable[[], str],
         checkpoint_high_watermarks: Callable[[], Awaitable[None]],
+        throttle: Callable[[], int] = lambda: UNTHROTTLED,
     ) -> None:
         """``partition_of`` finds the replica a log belongs to; ``unique_id`` names the
         ``-future`` and ``-delete`` dirs (from the node's seeded Random);
         ``checkpoint_high_watermarks`` writes every dir's replication-offset-checkpoint
         (a moved replica's high watermark must be in its new dir's before a crash can need
-        it, or the replica would restart from its log start)."""
+        it, or the replica would restart from its log start); ``throttle`` is the
+        replica.alter.log.dirs.io.max.bytes.per.second in force now."""
         self._prefix = f"[ReplicaAlterLogDirsManager id={node_id}]"
         self.logs = logs
         self._partition_of = partition_of
         self._unique_id = unique_id
         self._checkpoint_high_watermarks = checkpoint_high_watermarks
+        self._throttle = throttle
+        # Replicas whose move failed (Kafka's FailedPartitionsCount) until asked again, or
+        # no longer hosted here (pruned at each failure, so bounded by the hosted replicas).
+        self.failed_partitions: set[TopicPartition] = set()
         self._queue: dict[TopicPartition, None] = {}  # insertion-ordered: first asked first
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -112,8 +129,20 @@ class ReplicaAlterLogDirsManager:
         if existing is None or existing.log_dir != log_dir:
             await self.logs.create_future_log(topic, index, log_dir, self._unique_id())
             logger.info("%s Copying %s-%d into %s", self._prefix, topic, index, log_dir)
+        self.failed_partitions.discard((topic, index))
         self._queue[(topic, index)] = None
         self._wake.set()
+
+    def max_lag(self) -> int:
+        """Kafka's ReplicaAlterLogDirsManager MaxLag: the most offsets a copy is behind the
+        log it copies."""
+        return max(
+            (
+                max(0, future.source.log_end_offset - future.log.log_end_offset)
+                for _, future in self.logs.future_logs()
+            ),
+            default=0,
+        )
 
     def resume(self, topic: str, index: int) -> None:
         """Go on copying the replica if the LogManager found a copy of it at start-up (a
@@ -148,6 +177,7 @@ class ReplicaAlterLogDirsManager:
                         *key,
                         error,
                     )
+                    self._failed(key)
                     with contextlib.suppress(OSError):
                         await self.logs.abandon_future_log(*key)
                 finally:
@@ -161,12 +191,11 @@ class ReplicaAlterLogDirsManager:
             if future is None:
                 return  # dropped: another request, or the partition deleted
             partition = self._partition_of(key)
-            if (
-                partition is None
-                or partition.log is not future.source
-                or not future.source.is_online
-                or not future.log.is_online
-            ):
+            if partition is None or partition.log is not future.source:
+                await self.logs.abandon_future_log(*key)  # deleted, or made again
+                return
+            if not future.source.is_online or not future.log.is_online:
+                self._failed(key)  # one of its dirs failed (one line said so)
                 await self.logs.abandon_future_log(*key)
                 return
             if future.caught_up:
@@ -174,11 +203,36 @@ class ReplicaAlterLogDirsManager:
                     return
                 await asyncio.sleep(0)  # appended to meanwhile: copy more first
                 continue
-            await future.copy_slice()
-            if not future.caught_up:
+            rate = self._throttle()
+            if rate == 0:  # held until the throttle is raised or removed
+                await asyncio.sleep(THROTTLE_STEP_S)
+                continue
+            copied = await future.copy_slice(min(COPY_SLICE_BYTES, rate))
+            if rate < UNTHROTTLED:
+                await self._wait_for_throttle(copied)
+            elif not future.caught_up:
                 # A slice at a time: produce and fetch go in between. A slice that reached
                 # the log end goes straight to the swap instead, before more is appended.
                 await asyncio.sleep(0)
+
+    async def _wait_for_throttle(self, copied: int) -> None:
+        """Wait until ``copied`` bytes are paid for at the throttle's rate, reading the rate
+        again every THROTTLE_STEP_S at the most (a rate lowered to 0 meanwhile holds the
+        copy until it is raised or removed; close cancels the wait)."""
+        owed = float(copied)
+        while owed > 0:  # ends once paid for, the throttle removed, or close cancels it
+            rate = self._throttle()
+            if rate >= UNTHROTTLED:
+                return
+            step = THROTTLE_STEP_S if rate == 0 else min(THROTTLE_STEP_S, owed / rate)
+            await asyncio.sleep(step)
+            owed -= step * rate
+
+    def _failed(self, key: TopicPartition) -> None:
+        """Count the replica's move as failed, forgetting the failures of replicas no
+        longer hosted here (so the set stays within the hosted replicas)."""
+        hosted = {tp for tp in self.failed_partitions if self._partition_of(tp) is not None}
+        self.failed_partitions = hosted | {key}
 
     async def _swap(self, key: TopicPartition, future: FutureLog, partition: Partition) -> bool:
         def swap(log: Log) -> None:

@@ -50,7 +50,7 @@ from broker.bugs import (
 from broker.controller_channel import ControllerSender
 from broker.delayed_produce import AppendResult, wait_for_commit
 from broker.fetcher import FetcherConfig, ReplicaFetcherManager
-from broker.log_dir_mover import ReplicaAlterLogDirsManager
+from broker.log_dir_mover import UNTHROTTLED, ReplicaAlterLogDirsManager
 from broker.metrics import BrokerTopicMetrics
 from broker.partition import IllegalReplicaTransition, Partition, ReplicaState
 from broker.producer_snapshot import (
@@ -83,7 +83,12 @@ from log.validator import (
     validate_records,
     validate_records_in_slices,
 )
-from metadata.config_defs import config_layers, dynamic_overrides, dynamic_value
+from metadata.config_defs import (
+    ALTER_LOG_DIRS_THROTTLE,
+    config_layers,
+    dynamic_overrides,
+    dynamic_value,
+)
 from metadata.delta import TopicPartition, local_changes
 from metadata.image import EMPTY, MetadataImage, PartitionRegistration, TopicImage
 from metadata.records import ELR_FEATURE, NO_LEADER, TOPIC_RESOURCE
@@ -252,8 +257,20 @@ class ReplicaManager:
             self._partitions.get,
             lambda: uuid.UUID(int=self._rng.getrandbits(128), version=4).hex,
             self._checkpoint_high_watermarks,
+            self._alter_log_dirs_throttle,
         )
         self.log_dir_mover.on_failure = self._wake.set
+
+    def _alter_log_dirs_throttle(self) -> int:
+        """The bytes/s a move between log dirs may copy: this broker's dynamic
+        replica.alter.log.dirs.io.max.bytes.per.second, else the cluster default's."""
+        image = self._image
+        value = (
+            None
+            if image is None
+            else dynamic_value(image.configs, ALTER_LOG_DIRS_THROTTLE, broker=self.node_id)
+        )
+        return UNTHROTTLED if value is None else int(value)
 
     # ---- metadata --------------------------------------------------------------------------
     def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:

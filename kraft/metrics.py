@@ -349,6 +349,21 @@ class _NodeCollector:
         )
         max_lag.add_metric(["Replica"], max(lags.values(), default=0))
         yield max_lag
+        mover = replicas.log_dir_mover
+        moves_lag = GaugeMetricFamily(
+            "kafka_server_replicaalterlogdirsmanager_maxlag",
+            "The most offsets a replica's copy into another log dir is behind the replica.",
+            labels=["clientId"],
+        )
+        moves_lag.add_metric(["ReplicaAlterLogDirs"], mover.max_lag())
+        yield moves_lag
+        moves_failed = GaugeMetricFamily(
+            "kafka_server_replicaalterlogdirsmanager_failedpartitionscount",
+            "Replicas whose move to another log dir failed and was not asked for again.",
+            labels=["clientId"],
+        )
+        moves_failed.add_metric(["ReplicaAlterLogDirs"], len(mover.failed_partitions))
+        yield moves_failed
         if publisher is not None:
             yield CounterMetricFamily(
                 prefix + "isrshrinks", "ISR shrinks of led partitions.", value=publisher.isr_shrinks

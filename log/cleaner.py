@@ -26,6 +26,12 @@ One cleaning pass over a log (Kafka's Cleaner.doClean):
 The work runs on the event loop and yields to it every ``_YIELD_EVERY_BYTES`` of batches, so
 one large log never holds up heartbeats or fetches.
 
+A log being copied into another log dir (AlterReplicaLogDirs, log/future_log.py) is not
+cleaned, and a pass under way when its copy begins swaps nothing more in (Kafka's
+abortAndPauseCleaning until the copy is swapped in or dropped): the copy then follows a
+log whose segments do not change under it, and a pass never rewrites a log that is being
+renamed away.
+
 Transactions (as Kafka's cleaner): the records of aborted transactions (the log's
 ``.txnindex`` names them: producer id, first offset, marker offset) never enter the offset
 map, so an aborted write cannot make a committed one with its key go, and they are removed
@@ -195,10 +201,13 @@ async def clean_log(
     now_ms: int,
     high_watermark: int | None = None,
     dedupe_buffer_bytes: int = 128 * 1024 * 1024,
+    paused: Callable[[], bool] = lambda: False,
 ) -> CleanResult | None:
-    """One cleaning pass over ``log``; None when nothing is cleanable. OSError if the disk
-    fails (the swap then takes the log offline) or a segment vanished under it (retention
-    or truncation ran meanwhile: the pass is simply over, the next one starts afresh)."""
+    """One cleaning pass over ``log``; None when nothing is cleanable, or when ``paused()``
+    turned true (checked before each group is written and again before it is swapped in).
+    OSError if the disk fails (the swap then takes the log offline) or a segment vanished
+    under it (retention or truncation ran meanwhile: the pass is simply over, the next one
+    starts afresh)."""
     truncations = log.truncations
     uncleanable = first_uncleanable_offset(log, now_ms, high_watermark)
     start = max(first_dirty_offset, log.log_start_offset)
@@ -223,6 +232,8 @@ async def clean_log(
     totals = [0, 0, 0, 0]
     earliest_horizon: int | None = None
     for group in _group_segments(log, to_clean, log.config.segment_bytes):
+        if paused():
+            return None
         path = _cleaned_path(group[0])
         handle = log.fs.open(path, create=True)
         changed = len(group) > 1  # merging small cleaned segments is worth a swap too
@@ -265,6 +276,9 @@ async def clean_log(
         handle.close()
         if not changed:
             log.fs.remove(path)  # one segment whose batches all stay: nothing to swap
+        elif paused():
+            log.fs.remove(path)  # its copy into another log dir began meanwhile
+            return None
         elif not await log.replace_segments(group, path, truncations=truncations):
             return None  # the log changed under us: the next pass starts afresh
     if log.truncations != truncations:
@@ -478,8 +492,12 @@ class LogCleaner:
         now_ms: Callable[[], int],
         dedupe_buffer_bytes: int,
         high_watermark: Callable[[TopicPartition], int | None] | None = None,
+        paused: Callable[[TopicPartition], bool] = lambda tp: False,
     ) -> None:
+        """``paused(tp)``: the log must not be cleaned now (its copy into another log dir is
+        being made); read at every pick and by a pass under way."""
         self._now_ms = now_ms
+        self._paused = paused
         self._dedupe_buffer_bytes = dedupe_buffer_bytes
         self._high_watermark = high_watermark
         self.first_dirty: dict[TopicPartition, int] = {}
@@ -503,7 +521,7 @@ class LogCleaner:
         expired: tuple[TopicPartition, Log] | None = None
         now_ms = self._now_ms()
         for tp, log in logs:  # bounded by the log count
-            if not log.config.compact or not log.is_online:
+            if not log.config.compact or not log.is_online or self._paused(tp):
                 continue
             first_dirty = self.first_dirty_offset(tp, log)
             uncleanable = first_uncleanable_offset(log, now_ms, self._hw(tp))
@@ -528,6 +546,7 @@ class LogCleaner:
                 now_ms=self._now_ms(),
                 high_watermark=self._hw(tp),
                 dedupe_buffer_bytes=self._dedupe_buffer_bytes,
+                paused=lambda: self._paused(tp),
             )
         except RecordError:
             logger.exception("%s: a corrupt batch stopped its cleaning", log.name)

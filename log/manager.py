@@ -161,6 +161,7 @@ class LogManager:
             now_ms=runtime.clock.now_ms,
             dedupe_buffer_bytes=self.manager_config.cleaner_dedupe_buffer_size,
             high_watermark=self._cleanable_bound_of,
+            paused=lambda tp: tp in self._futures,  # a log being copied is not cleaned
         )
 
     # ---- loading ------------------------------------------------------------------------

@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 CLUSTER_DEFAULT = ""  # the broker resource name of the cluster-wide dynamic defaults
+# The bytes/s cap on copying replicas between a broker's log dirs (KIP-113).
+ALTER_LOG_DIRS_THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
 
 
 class ConfigSource(enum.IntEnum):
@@ -132,17 +134,16 @@ BROKER_DYNAMIC_CONFIGS: Mapping[str, ConfigDef] = {
             at_least(1),
         ),
         _topic_default("unclean.leader.election.enable"),
-        # Reassignment throttles: kafka-reassign-partitions sets them with --throttle and
-        # clears them on --verify. Accepted and shown, not enforced (docs/replication.md).
+        # Reassignment throttles: kafka-reassign-partitions sets them with --throttle (and
+        # --replica-alter-log-dirs-throttle) and clears them on --verify. The replication
+        # ones are accepted and shown, not enforced (docs/replication.md); the log dir one
+        # paces AlterReplicaLogDirs copies (broker/log_dir_mover.py).
         *(
             _broker(name, ConfigType.LONG, str(2**63 - 1), doc, at_least(0))
             for name, doc in (
                 ("leader.replication.throttled.rate", "Leader replication bytes/s cap."),
                 ("follower.replication.throttled.rate", "Follower replication bytes/s cap."),
-                (
-                    "replica.alter.log.dirs.io.max.bytes.per.second",
-                    "Bytes/s cap on moving replicas between log dirs.",
-                ),
+                (ALTER_LOG_DIRS_THROTTLE, "Bytes/s cap on moving replicas between log dirs."),
             )
         ),
     )

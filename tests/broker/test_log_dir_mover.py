@@ -5,7 +5,9 @@ kept, and a replica not hosted yet created in the dir asked for."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
+import random
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,9 +19,13 @@ from broker.replica_manager import ReplicaManager
 from log.checkpoint import OffsetCheckpointFile
 from log.config import LogConfig
 from log.manager import LogManager
-from log.runtime import real_runtime
+from log.runtime import Runtime, real_runtime
+from metadata.config_defs import ALTER_LOG_DIRS_THROTTLE as THROTTLE
+from metadata.image import MetadataImage
+from metadata.records import BROKER_RESOURCE
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
+from sim.disk import SimDisk
 from tests.broker.test_replica_manager import (
     ME,
     TOPIC_A,
@@ -29,6 +35,7 @@ from tests.broker.test_replica_manager import (
     reconcile,
     values_of,
 )
+from tests.log.test_manager import FakeClock, run_virtual
 
 TOPIC_B = uuid.UUID(int=0xB)
 
@@ -238,3 +245,76 @@ def test_a_move_cut_short_by_a_restart_is_resumed_when_the_partition_opens(
 
     asyncio.run(life(first_life))
     asyncio.run(life(second_life))
+
+
+def test_the_alter_log_dirs_throttle_paces_the_copy_and_its_lag_is_a_metric() -> None:
+    """replica.alter.log.dirs.io.max.bytes.per.second, as kafka-reassign-partitions
+    --replica-alter-log-dirs-throttle sets it on the broker: about 1 MB moved at 100 KB/s
+    takes about 10 s of (virtual) time, at 0 the copy waits, and without it the same move
+    takes no time. Kafka's ReplicaAlterLogDirsManager MaxLag shows the copy behind and
+    FailedPartitionsCount a move given up."""
+    first, second = "/d1", "/d2"
+    topics = {"a": (TOPIC_A, {0: partition(ME, (ME,))})}
+
+    def throttled(offset: int, rate: int | None) -> MetadataImage:
+        configs = {} if rate is None else {(BROKER_RESOURCE, str(ME)): {THROTTLE: str(rate)}}
+        return dataclasses.replace(image(offset, topics), configs=configs)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        clock = FakeClock()
+        runtime = Runtime(SimDisk(random.Random(7)).fs(), clock, random.Random(7))
+        config = LogConfig(segment_bytes=256 * 1024)
+        logs = LogManager(runtime, [first, second], config)
+        await logs.startup()
+        replicas = ReplicaManager(ME, logs, config, runtime.rng, runtime.clock)
+        mover = replicas.log_dir_mover
+        moved = asyncio.Event()
+        mover.on_moved = moved.set
+        start = throttled(5, 0)
+        replicas.start(start)
+        await replicas.wait_reconciled(start.offset)
+        try:
+            for i in range(100):  # 100 batches of 10 KB
+                result = await replicas.append(
+                    "a", 0, batch(b"%05d" % i + b"x" * 10_000), acks=1, timeout_s=5
+                )
+                assert result.error == ErrorCode.none
+            size = logs.get_log("a", 0).size  # type: ignore[union-attr]
+
+            assert await replicas.alter_replica_log_dir("a", 0, second) == ErrorCode.none
+            await asyncio.sleep(5)
+            future = logs.future_log_of("a", 0)
+            assert future is not None and future.log.log_end_offset == 0  # held at 0
+            assert mover.max_lag() == 100
+
+            began = loop.time()
+            await reconcile(replicas, throttled(6, 100_000))
+            await asyncio.sleep(2)
+            assert 0 < future.log.log_end_offset < 100  # a few slices so far
+            assert mover.max_lag() == 100 - future.log.log_end_offset
+            await asyncio.wait_for(moved.wait(), 60)
+            took = loop.time() - began  # from the throttle's change, read within a second
+            assert size / 100_000 <= took <= size / 100_000 + 1.5, (size, took)
+            assert logs.log_dir_of("a", 0) == second and mover.max_lag() == 0
+
+            moved.clear()
+            await reconcile(replicas, throttled(7, None))
+            began = loop.time()
+            assert await replicas.alter_replica_log_dir("a", 0, first) == ErrorCode.none
+            await asyncio.wait_for(moved.wait(), 60)
+            assert loop.time() - began < 0.1 and logs.log_dir_of("a", 0) == first
+
+            # A move whose target dir fails is given up and counted (FailedPartitionsCount)
+            # until the replica is asked to move again.
+            await reconcile(replicas, throttled(8, 0))
+            assert await replicas.alter_replica_log_dir("a", 0, second) == ErrorCode.none
+            logs.fail_log_dir(second, OSError(errno.EIO, "I/O error"))
+            await asyncio.sleep(2)
+            assert mover.failed_partitions == {("a", 0)} and logs.future_log_of("a", 0) is None
+            assert logs.log_dir_of("a", 0) == first
+        finally:
+            await replicas.close()
+            await logs.shutdown()
+
+    run_virtual(main())

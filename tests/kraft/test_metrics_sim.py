@@ -101,7 +101,11 @@ def test_scraped_metrics_follow_produces_a_stopped_follower_and_the_controller(
         assert cluster.sample("kafka_server_brokertopicmetrics_replicationbytesout_total", leader)
         lag = "kafka_server_fetcherlagmetrics_consumerlag"
         max_lag = "kafka_server_replicafetchermanager_maxlag"
+        moves = "kafka_server_replicaalterlogdirsmanager_"
+        mover = {"clientId": "ReplicaAlterLogDirs"}
         for broker in BROKERS:
+            assert cluster.sample(moves + "maxlag", broker, **mover) == 0  # no move under way
+            assert cluster.sample(moves + "failedpartitionscount", broker, **mover) == 0
             if broker != leader:
                 assert cluster.sample(messages, broker) == 0  # followers count no produce
                 assert cluster.sample(lag, broker, topic=TOPIC, partition="0") == 0

@@ -440,6 +440,42 @@ def test_log_cleaner_enable_false_runs_no_cleaner() -> None:
     run_virtual(run())
 
 
+def test_a_log_being_copied_to_another_dir_is_not_cleaned_until_its_copy_is_done() -> None:
+    """Kafka's abortAndPauseCleaning for AlterReplicaLogDirs: no pass picks a log whose copy
+    into another dir is being made, and a pass under way when the copy begins swaps
+    nothing in; once the copy is swapped in (or dropped) the log is cleaned again."""
+
+    async def run() -> None:
+        disk, clock = SimDisk(random.Random(6)), FakeClock()
+        runtime = Runtime(disk.fs(), clock, random.Random(6))
+        manager = LogManager(runtime, ["/d1", "/d2"], CONFIG)
+        await manager.load_logs()
+        log = await manager.get_or_create_log("compact", 0)
+        await _fill_with_updates(log, clock, 60)
+        before = served(log)
+        future = await manager.create_future_log("compact", 0, "/d2", "u1")
+        assert await manager.clean_dirtiest_log() is None
+        assert served(log) == before
+
+        # A pass that had begun: the copy's start is seen before the first swap.
+        checks = iter([False])
+        result = await clean_log(log, 0, now_ms=clock.now, paused=lambda: next(checks, True))
+        assert result is None and served(log) == before
+        assert not [n for n in disk.fs().list_dir(log.dir_path) if n.endswith(".cleaned")]
+
+        while not future.caught_up:  # bounded: each slice copies a batch at least
+            await future.copy_slice(1024)
+        assert await manager.promote_future_log("compact", 0, "u2", lambda _log: None) == "/d2"
+        moved = manager.get_log("compact", 0)
+        assert moved is not None and served(moved) == before
+        assert await manager.clean_dirtiest_log() is not None
+        after = served(moved)
+        assert len(after) < len(before) and after[-5:] == before[-5:]  # the latest stay
+        await manager.shutdown()
+
+    run_virtual(run())
+
+
 def test_max_compaction_lag_rolls_and_cleans_a_log_below_its_dirty_ratio() -> None:
     lagging = LogConfig(cleanup_policy=("compact",), max_compaction_lag_ms=1000)
     assert lagging.max_segment_ms == 1000  # the active segment rolls by it too
