@@ -7,7 +7,7 @@ import asyncio
 import errno
 
 from log.checkpoint import LEADER_EPOCH_CHECKPOINT
-from log.future_log import FUTURE_DIR_SUFFIX
+from log.future_log import FUTURE_DIR_SUFFIX, FutureLog
 from log.log import Log
 from log.manager import LogManager
 from log.txn_index import AbortedTxn
@@ -47,11 +47,26 @@ async def _filled(manager: LogManager, batches: int) -> Log:
     return log
 
 
+async def _two_dirs(batches: int, **config: int) -> tuple[Node, LogManager, Log]:
+    """A node on /d1 and /d2 whose log t-0, in /d1, holds ``batches`` batches."""
+    node = Node(dirs=["/d1", "/d2"], **config)
+    manager = node.manager()
+    return node, manager, await _filled(manager, batches)
+
+
+async def _move_is(manager: LogManager, future: FutureLog, expected: bytes) -> None:
+    """Copy the rest of ``future`` (150 bytes a slice), swap it in, and check that the
+    moved log, now in /d2, holds ``expected``."""
+    while not future.caught_up:  # bounded: each slice copies one batch at least
+        await future.copy_slice(150)
+    assert await manager.promote_future_log("t", 0, "u2", lambda _log: None) == "/d2"
+    moved = manager.get_log("t", 0)
+    assert moved is not None and all_batches(moved) == expected
+
+
 def test_a_moved_log_is_the_same_log_with_the_appends_made_while_it_was_copied() -> None:
     async def run() -> None:
-        node = Node(dirs=["/d1", "/d2"], segment_bytes=400)
-        manager = node.manager()
-        source = await _filled(manager, 20)
+        node, manager, source = await _two_dirs(20, segment_bytes=400)
         assert manager.log_dir_of("t", 0) == "/d1"
         source.append_aborted_txn(AbortedTxn(7, 2, 5, 2))
         node.disk.fs().open("/d1/t-0/partition.metadata").append(b"version: 0\n")
@@ -102,9 +117,7 @@ def test_a_moved_log_is_the_same_log_with_the_appends_made_while_it_was_copied()
 
 def test_a_crash_in_the_middle_of_the_copy_leaves_the_original_and_the_copy_resumes() -> None:
     async def run() -> None:
-        node = Node(dirs=["/d1", "/d2"], segment_bytes=400)
-        manager = node.manager()
-        source = await _filled(manager, 20)
+        node, manager, source = await _two_dirs(20, segment_bytes=400)
         await source.flush()
         await manager.checkpoint_log_recovery_offsets()
         expected = all_batches(source)
@@ -125,20 +138,14 @@ def test_a_crash_in_the_middle_of_the_copy_leaves_the_original_and_the_copy_resu
         resumed = restarted.future_log_of("t", 0)
         assert resumed is not None and resumed.log_dir == "/d2" and resumed.source is log
         assert copied <= resumed.log.log_end_offset < log.log_end_offset
-        while not resumed.caught_up:
-            await resumed.copy_slice(150)
-        assert await restarted.promote_future_log("t", 0, "u2", lambda _log: None) == "/d2"
-        moved = restarted.get_log("t", 0)
-        assert moved is not None and all_batches(moved) == expected
+        await _move_is(restarted, resumed, expected)
 
     asyncio.run(run())
 
 
 def test_a_copy_found_at_start_up_that_no_longer_matches_starts_again() -> None:
     async def run() -> None:
-        node = Node(dirs=["/d1", "/d2"], segment_bytes=400)
-        manager = node.manager()
-        source = await _filled(manager, 12)
+        node, manager, source = await _two_dirs(12, segment_bytes=400)
         future = await manager.create_future_log("t", 0, "/d2", "u1")
         for _ in range(4):
             await future.copy_slice(150)
@@ -157,20 +164,14 @@ def test_a_copy_found_at_start_up_that_no_longer_matches_starts_again() -> None:
         await restarted.load_logs()
         resumed = restarted.future_log_of("t", 0)
         assert resumed is not None and resumed.log.log_end_offset == 0  # started again
-        while not resumed.caught_up:
-            await resumed.copy_slice(150)
-        assert await restarted.promote_future_log("t", 0, "u2", lambda _log: None) == "/d2"
-        moved = restarted.get_log("t", 0)
-        assert moved is not None and all_batches(moved) == expected
+        await _move_is(restarted, resumed, expected)
 
     asyncio.run(run())
 
 
 def test_a_crash_between_the_two_renames_keeps_one_whole_log() -> None:
     async def run() -> None:
-        node = Node(dirs=["/d1", "/d2"], segment_bytes=400)
-        manager = node.manager()
-        source = await _filled(manager, 12)
+        node, manager, source = await _two_dirs(12, segment_bytes=400)
         await source.flush()
         await manager.checkpoint_log_recovery_offsets()
         expected = all_batches(source)
@@ -196,9 +197,7 @@ def test_a_crash_between_the_two_renames_keeps_one_whole_log() -> None:
 
 def test_a_truncation_of_the_original_restarts_the_copy() -> None:
     async def run() -> None:
-        node = Node(dirs=["/d1", "/d2"], segment_bytes=400)
-        manager = node.manager()
-        source = await _filled(manager, 12)
+        _, manager, source = await _two_dirs(12, segment_bytes=400)
         future = await manager.create_future_log("t", 0, "/d2", "u1")
         for _ in range(4):
             await future.copy_slice(150)
@@ -207,21 +206,14 @@ def test_a_truncation_of_the_original_restarts_the_copy() -> None:
         for _ in range(3):
             source.append_as_leader(batch(ts=1), 9)  # different batches at those offsets
         assert not future.finish()  # diverged: never swapped as it is
-        while not future.caught_up:
-            await future.copy_slice(150)
-        expected = all_batches(source)
-        assert await manager.promote_future_log("t", 0, "u2", lambda _log: None) == "/d2"
-        moved = manager.get_log("t", 0)
-        assert moved is not None and all_batches(moved) == expected
+        await _move_is(manager, future, all_batches(source))
 
     asyncio.run(run())
 
 
 def test_abandoning_a_copy_removes_it_and_leaves_the_log_serving() -> None:
     async def run() -> None:
-        node = Node(dirs=["/d1", "/d2"])
-        manager = node.manager()
-        source = await _filled(manager, 4)
+        node, manager, source = await _two_dirs(4)
         future = await manager.create_future_log("t", 0, "/d2", "u1")
         await future.copy_slice()
         await manager.abandon_future_log("t", 0)
@@ -237,9 +229,7 @@ def test_abandoning_a_copy_removes_it_and_leaves_the_log_serving() -> None:
 
 def test_a_copy_into_a_dir_that_fails_is_never_swapped_in() -> None:
     async def run() -> None:
-        node = Node(dirs=["/d1", "/d2"])
-        manager = node.manager()
-        source = await _filled(manager, 4)
+        _, manager, source = await _two_dirs(4)
         future = await manager.create_future_log("t", 0, "/d2", "u1")
         while not future.caught_up:
             await future.copy_slice()
