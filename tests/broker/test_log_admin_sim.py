@@ -15,7 +15,6 @@ from kio.schema.errors import ErrorCode
 from broker.client import KafkaConnection
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
-from sim import admin
 from sim.world import World
 from tests.broker.test_replication_sim import (
     BROKERS,
@@ -78,15 +77,9 @@ def test_delete_records_moves_every_replicas_log_start_and_log_dirs_list_them(se
     cluster = Cluster(world)
 
     async def scenario() -> None:
-        await cluster.serving()
-        connection = KafkaConnection("admin")
-        await connection.connect(BROKERS[0], PORT, 1.0)
-        assert await admin.create_topic(connection, TOPIC, 1, 3, TIMEOUT_S) == "NONE"
-        await connection.close()
-        registration = await cluster.until(cluster.partition, "the topic exists")
+        registration = await cluster.topic_hosted()
         leader = f"n{registration.leader}"
         follower = next(b for b in BROKERS if b != leader)
-        await cluster.hosted()
         for i in range(20):
             error, _ = await produce(leader, f"v{i}".encode())
             assert error == ErrorCode.none

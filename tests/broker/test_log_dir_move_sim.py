@@ -10,13 +10,11 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.client import KafkaConnection
 from kraft.config import config_from_properties
 from kraft.node import KraftNode
 from log.runtime import Runtime
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
-from sim import admin
 from sim.process import SimProcess
 from sim.world import World
 from tests.broker.test_log_admin_sim import ask
@@ -25,7 +23,6 @@ from tests.broker.test_replication_sim import (
     CLUSTER_ID,
     CONTROLLER,
     PORT,
-    TIMEOUT_S,
     TOPIC,
     Cluster,
     committed,
@@ -83,14 +80,8 @@ def test_a_replica_moving_dirs_survives_a_power_cut_of_its_broker(seed: int, cra
     cluster = TwoDirCluster(world)
 
     async def scenario() -> None:
-        await cluster.serving()
-        connection = KafkaConnection("admin")
-        await connection.connect(BROKERS[0], PORT, 1.0)
-        assert await admin.create_topic(connection, TOPIC, 1, 3, TIMEOUT_S) == "NONE"
-        await connection.close()
-        registration = await cluster.until(cluster.partition, "the topic exists")
+        registration = await cluster.topic_hosted()
         leader = f"n{registration.leader}"
-        await cluster.hosted()
         for i in range(40):  # about 400 KB: several segments and slices
             error, _ = await produce(leader, f"v{i}-".encode() + b"x" * 10_000)
             assert error == ErrorCode.none

@@ -112,6 +112,18 @@ class Cluster:
             "every broker hosts its replica",
         )
 
+    async def topic_hosted(self) -> Any:
+        """Once brokers serve: the topic made (one partition, three replicas) through
+        BROKERS[0], and hosted by every broker; its partition as the controller has it."""
+        await self.serving()
+        connection = KafkaConnection("admin")
+        await connection.connect(BROKERS[0], PORT, 1.0)
+        assert await admin.create_topic(connection, TOPIC, 1, 3, TIMEOUT_S) == "NONE"
+        await connection.close()
+        registration = await self.until(self.partition, "the topic exists")
+        await self.hosted()
+        return registration
+
     def log_of(self, broker: str) -> Any:
         node = self.nodes[broker]
         assert node.logs is not None
@@ -278,15 +290,9 @@ def test_a_broker_that_led_an_epoch_without_appending_keeps_following() -> None:
         return check
 
     async def scenario() -> None:
-        await cluster.serving()
-        connection = KafkaConnection("admin")
-        await connection.connect(BROKERS[0], PORT, 1.0)
-        assert await admin.create_topic(connection, TOPIC, 1, 3, TIMEOUT_S) == "NONE"
-        await connection.close()
-        first = await cluster.until(cluster.partition, "the topic exists")
+        first = await cluster.topic_hosted()
         a = f"n{first.leader}"
         assert first.leader == first.replicas[0]
-        await cluster.hosted()
         for i in range(5):
             assert (await produce(a, f"v{i}".encode()))[0] == ErrorCode.none
         await cluster.until(

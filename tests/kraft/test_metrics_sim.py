@@ -10,19 +10,15 @@ import pytest
 from kio.schema.errors import ErrorCode
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.client import KafkaConnection
 from kraft.metrics import NodeMetrics
 from kraft.node import KraftNode
 from log.runtime import Runtime
-from sim import admin
 from sim.process import SimProcess
 from sim.world import World
 from tests.broker.test_replication_sim import (
     BROKERS,
     CLUSTER_ID,
     CONTROLLER,
-    PORT,
-    TIMEOUT_S,
     TOPIC,
     Cluster,
     config,
@@ -67,14 +63,8 @@ def test_scraped_metrics_follow_produces_a_stopped_follower_and_the_controller(
     )
 
     async def scenario() -> None:
-        await cluster.serving()
-        connection = KafkaConnection("admin")
-        await connection.connect(BROKERS[0], PORT, 1.0)
-        assert await admin.create_topic(connection, TOPIC, 1, 3, TIMEOUT_S) == "NONE"
-        await connection.close()
-        registration = await cluster.until(cluster.partition, "the topic exists")
+        registration = await cluster.topic_hosted()
         leader = f"n{registration.leader}"
-        await cluster.hosted()
         await cluster.until(
             lambda: (
                 cluster.sample("kafka_server_replicamanager_underreplicatedpartitions", leader) == 0
