@@ -52,21 +52,30 @@ async def connected(client_id: str, broker: str) -> KafkaConnection:
     return connection
 
 
+async def quota_set(cluster: Cluster) -> KafkaConnection:
+    """Once brokers serve: client id "creator" given its mutation quota (``quota_request``)
+    through an admin connection to BROKERS[0] (returned, open), and the controller's image
+    holding it."""
+    await cluster.serving()
+    admin = await connected("admin", BROKERS[0])
+    answer: Any = await admin.request(quota_request("creator"), TIMEOUT_S)
+    assert [e.error_code for e in answer.entries] == [ErrorCode.none]
+    controller = cluster.nodes[CONTROLLER]
+    await cluster.until(
+        lambda: controller.loader.image.client_quotas,  # type: ignore[union-attr]
+        "the controller's image has the quota",
+    )
+    return admin
+
+
 def test_a_clients_mutation_quota_is_shared_by_the_brokers_it_reaches() -> None:
     world = World(seed=29)
     cluster = Cluster(world)
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
-        await cluster.serving()
-        admin = await connected("admin", BROKERS[0])
-        answer: Any = await admin.request(quota_request("creator"), TIMEOUT_S)
-        assert [e.error_code for e in answer.entries] == [ErrorCode.none]
+        admin = await quota_set(cluster)
         controller = cluster.nodes[CONTROLLER]
-        await cluster.until(
-            lambda: controller.loader.image.client_quotas,  # type: ignore[union-attr]
-            "the controller's image has the quota",
-        )
         through_a = await connected("creator", BROKERS[0])
         through_b = await connected("creator", BROKERS[1])
         other = await connected("other", BROKERS[1])
@@ -128,16 +137,12 @@ def test_a_topic_auto_created_for_a_client_is_charged_to_its_mutation_quota(
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
-        await cluster.serving()
-        admin = await connected("admin", BROKERS[0])
-        answer: Any = await admin.request(quota_request("creator"), TIMEOUT_S)
-        assert [e.error_code for e in answer.entries] == [ErrorCode.none]
+        admin = await quota_set(cluster)
         controller = cluster.nodes[CONTROLLER]
 
         def image() -> Any:
             return controller.loader.image  # type: ignore[union-attr]
 
-        await cluster.until(lambda: image().client_quotas, "the controller has the quota")
         creator = await connected("creator", BROKERS[1])
         other = await connected("other", BROKERS[1])
         seen["debt"] = await creator.request(create_request("a", 25), TIMEOUT_S)
