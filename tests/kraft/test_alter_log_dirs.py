@@ -24,6 +24,7 @@ from log.clock import SystemClock
 from log.fs import RealFileSystem
 from log.runtime import Runtime
 from metadata.directories import directory_of
+from metadata.records import BROKER_RESOURCE
 from protocol.api_keys import ApiKey
 from protocol.entities import make, request_module
 from tests import kafka_tools as tools
@@ -202,9 +203,24 @@ def test_kafka_reassign_partitions_moves_a_replica_between_log_dirs(
                 "--reassignment-json-file",
                 str(plan),
                 "--execute",
+                "--replica-alter-log-dirs-throttle",
+                "1000000",
             ),
         )
         assert "Successfully started" in out.stdout, out.stdout
+        # The tool throttles the move on the broker (the mover reads it: tests/broker/
+        # test_log_dir_mover.py), and its --verify removes the throttle once it is done.
+        key = ("replica.alter.log.dirs.io.max.bytes.per.second", BROKER_RESOURCE, "1")
+
+        def throttle() -> str | None:
+            name, resource, broker = key
+            image = node.loader.image  # type: ignore[union-attr]
+            return image.configs.get((resource, broker), {}).get(name)
+
+        async def throttled() -> bool:
+            return throttle() == "1000000"
+
+        await until(throttled, "the broker has the tool's throttle")
 
         async def described() -> bool:
             result = await loop.run_in_executor(
@@ -234,6 +250,11 @@ def test_kafka_reassign_partitions_moves_a_replica_between_log_dirs(
         )
         assert "in progress" not in verified.stdout, verified.stdout
         assert f"Reassignment of replica {TOPIC}-0-1 completed" in verified.stdout, verified.stdout
+
+        async def unthrottled() -> bool:
+            return throttle() is None
+
+        await until(unthrottled, f"--verify removed the throttle: {verified.stdout}")
         assert len(await read_all(connection, TOPIC)) == 50
         await connection.close()
         await node.shutdown()
