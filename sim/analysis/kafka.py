@@ -150,11 +150,12 @@ class PowerCuts:
                 return True
         return False
 
-    def topic_may_have_lost(self, topic: str, before_us: int) -> bool:
+    def topic_may_have_lost(self, topic: str, before_us: int, after_us: int = 0) -> bool:
         """Whether some partition of ``topic`` may have lost records to power cuts alone
-        before ``before_us`` (every member of one of its ISRs lost power while it stood)."""
+        between ``after_us`` and ``before_us`` (every member of one of its ISRs lost power
+        while it stood)."""
         return any(
-            self.may_have_lost_between(key, 0, before_us)
+            self.may_have_lost_between(key, after_us, before_us)
             for key in self.isrs
             if key.rsplit("-", 1)[0] == topic
         )

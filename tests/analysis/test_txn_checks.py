@@ -108,6 +108,34 @@ def test_intermediate_read() -> None:
     assert checks_of(late) == []
 
 
+def test_an_intermediate_read_after_the_coordinators_whole_isr_lost_power_is_excused() -> None:
+    """Kafka seed 269 at 5 brokers: t1's abort went unanswered when every member of its
+    coordinator's __transaction_state ISR lost power; back with an older state (an earlier
+    transaction still to complete) the coordinator wrote that one's commit markers again,
+    which under TV1 ended t1 as a commit, so its write was read before any commit was
+    asked for. Excused only when the cut falls between the write and the read, and the
+    whole ISR lost power."""
+    ops = [
+        send(1, P0, 0, "t1", 10),
+        end("t1", False, "invoke", 12),
+        end("t1", False, "info", 40),
+        poll(P0, 0, ((0, 1),), 2, 60, invoked=55),
+    ]
+    assert checks_of(ops) == ["intermediate-read"]
+
+    def coordinator_cut(*brokers: int, at: int) -> PowerCuts:
+        cuts = PowerCuts()
+        cuts.isr_changed(f"{TXN_STATE_TOPIC}-2", (4, 5), 0)
+        for broker in brokers:
+            cuts.cut(broker, at)
+        return cuts
+
+    assert checks_of(ops, coordinator_cut(4, 5, at=30)) == []
+    assert checks_of(ops, coordinator_cut(4, at=30)) == ["intermediate-read"]  # 5 kept it
+    assert checks_of(ops, coordinator_cut(4, 5, at=5)) == ["intermediate-read"]  # before
+    assert checks_of(ops, coordinator_cut(4, 5, at=58)) == ["intermediate-read"]  # after
+
+
 def test_lost_committed_write_and_its_power_cut_excuse() -> None:
     ops = [*two_partition_commit(), send(5, P0, 2, "t3", 30), *committed("t3", 40)]
     reads = [poll(P0, 0, ((2, 5),), 4, 50), poll(P1, 0, (), 2, 51)]
