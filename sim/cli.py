@@ -107,6 +107,12 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="kafka: transactional producers and read_committed consumers (kafka_txn.py)",
         )
+        p.add_argument(
+            "--aiokafka",
+            action="store_true",
+            help="kafka: an unmodified aiokafka producer and group consumers as lanes, on "
+            "virtual time (kafka_aiokafka.py; needs the test extra)",
+        )
         p.add_argument("--duration", type=float, default=30.0, help="virtual seconds of faults")
         p.add_argument("--faults", default="all", help="all, none, or a comma list")
         p.add_argument("--bug", default=None, help="a planted bug (see `kraft-sim bugs`)")
@@ -169,6 +175,11 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
             raise ValueError(f"--trace takes a directory; {args.trace} is a file")
         if importlib.util.find_spec("pyarrow") is None:
             raise ValueError("--trace needs pyarrow: pip install 'kraft-py[spark]'")
+    if args.aiokafka:
+        if args.scenario != "kafka" or args.acks != "all":
+            raise ValueError("--aiokafka needs --scenario kafka and --acks all (idempotent)")
+        if importlib.util.find_spec("aiokafka") is None:
+            raise ValueError("--aiokafka needs aiokafka: pip install 'kraft-py[test]'")
     return RunConfig(
         scenario=args.scenario,
         seed=seed,
@@ -189,6 +200,7 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         reassign=args.reassign,
         authorizer=args.authorizer,
         transactions=args.transactions,
+        aiokafka=args.aiokafka,
         trace_dir=args.trace,
     )
 
@@ -198,6 +210,9 @@ def _quiet_logging() -> None:
     matters, so only errors reach the terminal. ``run`` and every sweep worker set up logging
     the same way, so a seed's run differs between the two in nothing but its process."""
     logging.basicConfig(level=logging.ERROR, force=True)
+    # aiokafka (--aiokafka) logs the errors it retries at ERROR; its lanes' operations,
+    # errors included, are in the trace.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 
 def run_config(config: RunConfig) -> RunResult:
@@ -268,6 +283,7 @@ def run_argv(args: argparse.Namespace, seed: int) -> list[str]:
         "reassign",
         "authorizer",
         "transactions",
+        "aiokafka",
         "allow_unknown",
     ):
         if getattr(args, flag):

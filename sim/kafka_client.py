@@ -9,8 +9,8 @@ name ("NONE" on success) and what the response said; the retry and routing polic
 broker, when to refresh metadata, whether to resend) is the workload's
 (sim/scenarios/kafka.py), as it is a producer's or consumer's in Kafka.
 
-aiokafka is not used: it stamps record timestamps with ``time.time()`` (so bytes, and the
-trace digest, would vary run to run) and is not a dependency of the project.
+A real client runs beside this one with ``--aiokafka`` (sim/scenarios/kafka_aiokafka.py, on
+virtual time through sim/foreign.py).
 """
 
 from __future__ import annotations

@@ -48,6 +48,11 @@ class Parked:
     context: contextvars.Context
 
 
+# Timers closer than this are treated as due together; virtual time is exact, so this only
+# absorbs float rounding in ``when - now``.
+CLOCK_RESOLUTION_S = 1e-9
+
+
 class SimulationStalled(RuntimeError):
     """Nothing is runnable and no timer is pending: the run can never make progress."""
 
@@ -92,9 +97,7 @@ class SimLoop(asyncio.SelectorEventLoop):
         super().__init__(selector)
         selector.loop = self
         self._virtual_time = 0.0
-        # Timers closer than this are treated as due together; virtual time is exact, so this
-        # only absorbs float rounding in ``when - now``.
-        self._clock_resolution = 1e-9
+        self._clock_resolution = CLOCK_RESOLUTION_S
         self.network: SimNetwork | None = None
         self.callbacks_run = 0
 

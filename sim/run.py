@@ -55,6 +55,9 @@ class RunConfig:
     # Transactional lanes and read_committed consumers beside the plain workload
     # (sim/scenarios/kafka_txn.py).
     transactions: bool = False
+    # An unmodified aiokafka producer and group consumers beside the workload
+    # (sim/scenarios/kafka_aiokafka.py, on virtual time through sim/foreign.py).
+    aiokafka: bool = False
     trace_path: str | None = None
     trace_dir: str | None = None
 

@@ -35,6 +35,7 @@ partition up to its high watermark, and the group's committed offsets are fetche
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections import deque
 from collections.abc import Callable
@@ -68,6 +69,7 @@ from sim.analysis.kafka import (
     check_liveness,
     check_replica_caught_up,
 )
+from sim.foreign import foreign
 from sim.harness import ScenarioRun
 from sim.nemesis import Nemesis
 from sim.process import EPOCH_MS, SimProcess
@@ -1332,7 +1334,7 @@ def _replication_faults(cluster: KafkaCluster) -> dict[str, Callable[[Nemesis, f
 
 def run_kafka(config: RunConfig) -> RunResult:
     """Run the kafka scenario once and judge it."""
-    from sim.scenarios import kafka_txn  # it builds on this module
+    from sim.scenarios import kafka_aiokafka, kafka_txn  # they build on this module
 
     run = ScenarioRun(config, BUGS)
     world = run.world
@@ -1369,6 +1371,7 @@ def run_kafka(config: RunConfig) -> RunResult:
     )
     cluster.states = PartitionStateChecker(cuts=cluster.cuts)
     txn = kafka_txn.attach(cluster) if config.transactions else None
+    aio = kafka_aiokafka.AiokafkaLanes(cluster) if config.aiokafka else None
     world.trace.watchers.append(cluster.watch)
     world.trace.event(
         "kafka-config",
@@ -1380,6 +1383,7 @@ def run_kafka(config: RunConfig) -> RunResult:
         group=GROUP,
         offsets_log=OFFSETS_LOG,
         **({"compact": True} if config.compact else {}),
+        **({"aiokafka": kafka_aiokafka.GROUP} if aio is not None else {}),
         **(
             {
                 "txn_topics": [kafka_txn.TXN_TOPIC, kafka_txn.CTP_TOPIC],
@@ -1415,6 +1419,7 @@ def run_kafka(config: RunConfig) -> RunResult:
             return
         lanes = [
             *(txn.lanes(runtime) if txn is not None else ()),
+            *(aio.lanes(runtime) if aio is not None else ()),
             *(asyncio.ensure_future(cluster.producer(runtime, i)) for i in range(PRODUCERS)),
             *(asyncio.ensure_future(cluster.consumer(runtime, i)) for i in range(CONSUMERS)),
             *(
@@ -1473,24 +1478,32 @@ def run_kafka(config: RunConfig) -> RunResult:
         for message in check_liveness(cluster.ops, cluster.partitions, TOPIC):
             checker.fail(message)
 
-    return run.finish(
-        drive(),
-        lambda: checker.violation,
-        checker.fail,
-        lambda: {
-            "ops": cluster.sends + cluster.polls + cluster.group_ops + (txn.ops if txn else 0),
-            "sends": cluster.kafka.sends_ok,
-            "polls": cluster.kafka.polls_ok,
-            "commits": cluster.kafka.commits_ok,
-            "excused": cluster.kafka.excused,
-            "lost": cluster.kafka.lost,
-            "faults": nemesis.injected,
-            **(_cleaned(cluster) if config.compact else {}),
-            **(txn.figures() if txn is not None else {}),
-            **({"resends": cluster.resends} if config.idempotent else {}),
-            **(_files_closed(cluster) if config.descriptor_limit is not None else {}),
-        },
+    # aiokafka's modules read virtual time and the seed while the run lasts (sim/foreign.py).
+    clock = (
+        foreign("aiokafka", world.loop, world.random("aiokafka"))
+        if aio is not None
+        else contextlib.nullcontext()
     )
+    with clock:
+        return run.finish(
+            drive(),
+            lambda: checker.violation,
+            checker.fail,
+            lambda: {
+                "ops": cluster.sends + cluster.polls + cluster.group_ops + (txn.ops if txn else 0),
+                "sends": cluster.kafka.sends_ok,
+                "polls": cluster.kafka.polls_ok,
+                "commits": cluster.kafka.commits_ok,
+                "excused": cluster.kafka.excused,
+                "lost": cluster.kafka.lost,
+                "faults": nemesis.injected,
+                **(_cleaned(cluster) if config.compact else {}),
+                **(txn.figures() if txn is not None else {}),
+                **(aio.figures if aio is not None else {}),
+                **({"resends": cluster.resends} if config.idempotent else {}),
+                **(_files_closed(cluster) if config.descriptor_limit is not None else {}),
+            },
+        )
 
 
 def batch_crcs(log: Log, start: int, end: int) -> dict[int, tuple[int, int]]:
