@@ -10,7 +10,9 @@ Prints, from one run:
    replicating, consuming and committing cost;
 3. a tight ping-pong between 6 nodes (each node sends to the next as fast as replies come),
    as messages per wall second, in the simulator and on real asyncio over loopback TCP in
-   this same process: the baseline, so the ratio is the simulator's cost per message.
+   this same process: the baseline, so the ratio is the simulator's cost per message;
+4. the kafka scenario with every fault and aiokafka's lanes (``--aiokafka``) beside the same
+   run without them (the baseline).
 
 Run: .venv/bin/python bench/bench_sim.py
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 from log.runtime import Runtime
 from sim.nemesis import FAULTS
@@ -107,6 +110,18 @@ def main() -> None:
             f"metadata scenario (baseline) {baseline.speed:5.1f}; "
             f"ratio kafka / metadata {kafka.speed / baseline.speed:5.2f}x"
         )
+    # The same all-faults run with aiokafka's lanes beside the workload's (--aiokafka): what a
+    # real client's own logic, on virtual time, costs the simulator.
+    config = RunConfig("kafka", 1, duration_s=20, faults=FAULTS + KAFKA_FAULTS)
+    plain = run_kafka(config)
+    aio = run_kafka(replace(config, aiokafka=True))
+    assert plain.ok and aio.ok, (plain.summary(), aio.summary())
+    print(
+        f"kafka scenario + aiokafka lanes, all faults: {aio.speed:5.1f} virtual s per wall s "
+        f"({aio.stats['aiokafka_sends']} aiokafka sends, {aio.stats['aiokafka_polls']} polls, "
+        f"{aio.stats['aiokafka_commits']} commits); without them (baseline) {plain.speed:5.1f}; "
+        f"ratio {aio.speed / plain.speed:5.2f}x"
+    )
     sim_msgs, sim_wall = pingpong_sim()
     real_msgs, real_wall = pingpong_real()
     sim_rate, real_rate = sim_msgs / sim_wall, real_msgs / real_wall

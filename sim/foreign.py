@@ -16,7 +16,10 @@ module arrives later with the real ones.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import logging
+import os
 import pkgutil
 import random
 import sys
@@ -28,6 +31,8 @@ from typing import Any
 
 from sim.loop import CLOCK_RESOLUTION_S, SimLoop
 from sim.process import EPOCH_MS
+
+_log = logging.getLogger(__name__)
 
 # Names whose direct binding (``from time import monotonic``) would escape the rebinding.
 _BY_NAME = (
@@ -90,12 +95,42 @@ def _modules(package: str) -> list[types.ModuleType]:
     ]
 
 
+def _owned_by(package: str, root: str, context: dict[str, Any]) -> bool:
+    """Whether a loop error is the foreign package's own: its exception, an object of its
+    (aiokafka's ``Unclosed AIOKafkaConnection`` names the connection), or a task running
+    one of its coroutines (an internal task whose exception nobody retrieved)."""
+    for value in context.values():
+        if type(value).__module__.split(".")[0] == package:
+            return True
+        coro = value.get_coro() if isinstance(value, asyncio.Task) else None
+        code = getattr(coro, "cr_code", None)
+        if code is not None and code.co_filename.startswith(root):
+            return True
+    return False
+
+
 @contextmanager
 def foreign(package: str, loop: SimLoop, rng: random.Random) -> Iterator[None]:
-    """While the block runs, ``package`` reads virtual time and ``rng``."""
+    """While the block runs, ``package`` reads virtual time and ``rng``, and the loop
+    errors it causes are its own business, as on a real host, where it logs them: its
+    unretrieved internal tasks and unclosed connections are reported from finalizers, whose
+    timing follows the garbage collector, so they stay out of the verdict and the trace.
+    Every other loop error still reaches the handler the loop had (a node's is a crash)."""
     clock = VirtualTime(loop)
+    modules = _modules(package)
+    root = os.path.dirname(modules[0].__file__ or "") + os.sep
+    handler = loop.get_exception_handler()
+
+    def handle(current: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if _owned_by(package, root, context):
+            _log.debug("%s: %s", package, context.get("message"))
+        elif handler is not None:
+            handler(current, context)
+        else:
+            current.default_exception_handler(context)
+
     rebound: list[tuple[types.ModuleType, str, object]] = []
-    for module in _modules(package):
+    for module in modules:
         for name, value in list(vars(module).items()):
             if value is time:
                 rebound.append((module, name, value))
@@ -109,8 +144,10 @@ def foreign(package: str, loop: SimLoop, rng: random.Random) -> Iterator[None]:
                 raise RuntimeError(
                     f"{module.__name__}.{name} binds {value!r} by name: it cannot be simulated"
                 )
+    loop.set_exception_handler(handle)
     try:
         yield
     finally:
+        loop.set_exception_handler(handler)
         for module, name, original in reversed(rebound):
             setattr(module, name, original)

@@ -107,3 +107,33 @@ def test_a_package_binding_the_clock_by_name_is_refused_and_left_untouched(
     finally:
         for name in ("byname", "byname.clock"):
             sys.modules.pop(name, None)
+
+
+def test_the_packages_own_loop_errors_are_not_failures_and_others_still_are(
+    world: World,
+) -> None:
+    """aiokafka reports an internal task's unretrieved exception and an unclosed connection
+    through the loop's exception handler, from finalizers: its business, as on a real
+    host. Any other loop error is still a failure of the run."""
+    from aiokafka.errors import NotCoordinatorForGroupError
+    from aiokafka.structs import TopicPartition
+
+    handler = world.loop.get_exception_handler()
+
+    async def errors() -> None:
+        with foreign("aiokafka", world.loop, random.Random(1)):
+            world.loop.call_exception_handler(
+                {
+                    "message": "Task exception was never retrieved",
+                    "exception": NotCoordinatorForGroupError(),
+                }
+            )
+            world.loop.call_exception_handler(
+                {"message": "Unclosed AIOKafkaConnection", "conn": TopicPartition("t", 0)}
+            )
+            assert world.failures == []
+            world.loop.call_exception_handler({"message": "boom", "exception": ValueError("x")})
+
+    world.run(errors())
+    assert [type(error) for _, error in world.failures] == [ValueError]
+    assert world.loop.get_exception_handler() == handler
