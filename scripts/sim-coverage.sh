@@ -7,7 +7,8 @@
 #   scripts/sim-coverage.sh [RAFT_SEEDS] [METADATA_SEEDS] [DURATION_S] [KAFKA_SEEDS]
 #                                                          (default 1-3 1-2 30 1-1)
 #
-# The kafka slices (KAFKA_SEEDS each, 20 s runs): idempotent producers; a compacted topic
+# The kafka slices (KAFKA_SEEDS each, 20 s runs): idempotent producers with aiokafka's
+# lanes beside them (its ApiVersions, ListOffsets, LeaveGroup, ...); a compacted topic
 # under a descriptor limit; reassignments over five brokers with the lifecycle faults;
 # transactions under the authorizer with delayed markers; acks=1 with the data-plane
 # faults. The classic group lanes run in every one of them.
@@ -43,7 +44,8 @@ sweep() {  # LABEL SCENARIO SEEDS DURATION ARGS...
 }
 sweep raft raft "$RAFT_SEEDS" "$DURATION" --faults all
 sweep metadata metadata "$METADATA_SEEDS" "$DURATION" --faults all
-sweep kafka-idempotent kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --faults all --idempotent
+sweep kafka-idempotent kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --faults all --idempotent \
+    --aiokafka
 sweep kafka-compact kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --faults all --compact \
     --descriptor-limit 200
 sweep kafka-reassign kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --reassign --brokers 5 \

@@ -9,6 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from sim.nemesis import FAULTS
 from sim.run import RunConfig
 from sim.scenarios.kafka import FAULTS as KAFKA_FAULTS
@@ -78,3 +80,17 @@ def test_aiokafka_lanes_need_acks_all() -> None:
     assert result.stderr.strip() == (
         "kraft-sim: --aiokafka needs --scenario kafka and --acks all (idempotent)"
     )
+
+
+@pytest.mark.slow
+def test_aiokafka_sweep_is_clean() -> None:
+    """Issue 28's sweep: seeds 1-100 with every fault (12 minutes with two jobs)."""
+    args = ["--scenario", "kafka", "--aiokafka", "--faults", "all", "--seeds", "1-100"]
+    result = subprocess.run(
+        [KRAFT_SIM, "sweep", "--jobs", "2", "--quiet", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().splitlines()[-1].startswith("seeds=100 ok=100 "), result.stdout
