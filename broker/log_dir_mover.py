@@ -43,13 +43,15 @@ from log.errors import RecordError
 from log.future_log import COPY_SLICE_BYTES, FutureLog
 from log.log import Log, UnexpectedAppendOffsetError
 from log.manager import LogManager
+from metadata.config_defs import ALTER_LOG_DIRS_THROTTLE, BROKER_DYNAMIC_CONFIGS
 
 logger = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
-# The default of replica.alter.log.dirs.io.max.bytes.per.second: none (Long.MAX_VALUE).
-UNTHROTTLED = 2**63 - 1
+# The default of replica.alter.log.dirs.io.max.bytes.per.second, from the config table: none
+# (Long.MAX_VALUE).
+UNTHROTTLED = int(str(BROKER_DYNAMIC_CONFIGS[ALTER_LOG_DIRS_THROTTLE].default))
 # The longest one wait for the throttle lasts before the rate is read again.
 THROTTLE_STEP_S = 1.0
 

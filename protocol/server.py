@@ -329,8 +329,9 @@ class _IdleTimer:
         self._handle.cancel()
 
 
-# How long a connection closed after its last answer (CloseAfter) waits for that answer to
-# leave before it is aborted (docs/operations.md).
+# How long a connection closed after its last answer (CloseAfter) waits at each of two
+# steps: for the peer to close, then for that answer to leave before the connection is
+# aborted (docs/operations.md).
 CLOSE_FLUSH_S = 1.0
 # What one read takes of the bytes a peer sends after its connection's last answer: they
 # are dropped unread, so a peer that keeps sending costs no memory, only CLOSE_FLUSH_S.
