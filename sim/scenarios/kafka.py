@@ -714,14 +714,48 @@ class KafkaCluster(Cluster):
             return -1, ()
         return state.leader_epoch, tuple(state.maximal_isr)
 
-    async def commit(self, member: GroupMember, partition: int, offset: int) -> None:
-        """One commit operation: a refused commit is ``fail``, any other error ``info``."""
-        key, process = group_key_of(partition), member.process
+    def commit_begun(self, process: str, key: str, offset: int) -> int:
+        """A commit operation's invocation (its time): it stays pending, judged at the end
+        as one that may land any time, unless ``commit_ended`` follows (a lane cancelled
+        mid-commit never gets there)."""
         invoked = self.world.trace.now_us()
         self.invoke(process, COMMIT, key, offset)
         self.open_commits[process] = KafkaOp(
             process, COMMIT, key, "pending", offset, invoke_us=invoked
         )
+        return invoked
+
+    def commit_ended(
+        self,
+        process: str,
+        key: str,
+        offset: int,
+        invoked: int,
+        status: str,
+        epoch: int,
+        isr: tuple[int, ...],
+        error: str | None,
+    ) -> None:
+        """A commit operation's completion, under the coordinator's leader epoch (-1 if
+        unknown) and ISR when it answered."""
+        del self.open_commits[process]
+        op = KafkaOp(
+            process,
+            COMMIT,
+            key,
+            status,
+            offset,
+            complete_us=self.world.trace.now_us(),
+            isr=isr,
+            invoke_us=invoked,
+            epoch=epoch if epoch >= 0 else COMMIT_EPOCH_UNKNOWN,
+        )
+        self.complete(op, None if status == "ok" else error)
+
+    async def commit(self, member: GroupMember, partition: int, offset: int) -> None:
+        """One commit operation: a refused commit is ``fail``, any other error ``info``."""
+        key, process = group_key_of(partition), member.process
+        invoked = self.commit_begun(process, key, offset)
         host = member.coordinator
         error = await self._group_call(
             member,
@@ -736,25 +770,13 @@ class KafkaCluster(Cluster):
                 member.commit_timeout_s,
             ),
         )
-        del self.open_commits[process]
         if error == "NONE" and host is not None:
             epoch, isr = self.coordinator_state(host, leading=False)
             status = "ok"
         else:
             epoch, isr = -1, ()
             status = "fail" if error in COMMIT_REFUSED else "info"
-        op = KafkaOp(
-            process,
-            COMMIT,
-            key,
-            status,
-            offset,
-            complete_us=self.world.trace.now_us(),
-            isr=isr,
-            invoke_us=invoked,
-            epoch=epoch if epoch >= 0 else COMMIT_EPOCH_UNKNOWN,
-        )
-        self.complete(op, None if status == "ok" else error)
+        self.commit_ended(process, key, offset, invoked, status, epoch, isr, error)
         if error in REJOIN:
             member.rejoin(error)
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.group.records import partition_for
 from log.runtime import Runtime
-from sim.analysis.kafka import COMMIT, COMMIT_EPOCH_UNKNOWN, OFFSET_FETCH, KafkaOp
+from sim.analysis.kafka import OFFSET_FETCH, KafkaOp
 from sim.process import EPOCH_MS
 from sim.scenarios.kafka import (
     BROKER_PORT,
@@ -334,11 +334,7 @@ class AiokafkaLanes:
         cluster = self.cluster
         key, process = group_key_of(tp.partition), member.process
         offset = member.expected[tp.partition]
-        invoked = cluster.world.trace.now_us()
-        cluster.invoke(process, COMMIT, key, offset)
-        cluster.open_commits[process] = KafkaOp(
-            process, COMMIT, key, "pending", offset, invoke_us=invoked
-        )
+        invoked = cluster.commit_begun(process, key, offset)
         cluster.group_ops += 1
         error: str | None = None
         status = "ok"
@@ -350,23 +346,9 @@ class AiokafkaLanes:
             if not _is_kafka_error(failure):
                 raise
             status, error = "info", type(failure).__name__
-        del cluster.open_commits[process]  # cancelled mid-commit: it stays pending
         epoch, isr = self._coordinator(consumer, leading=False) if status == "ok" else (-1, ())
         self.figures["aiokafka_commits"] += status == "ok"
-        cluster.complete(
-            KafkaOp(
-                process,
-                COMMIT,
-                key,
-                status,
-                offset,
-                complete_us=cluster.world.trace.now_us(),
-                isr=isr,
-                invoke_us=invoked,
-                epoch=epoch if epoch >= 0 else COMMIT_EPOCH_UNKNOWN,
-            ),
-            error,
-        )
+        cluster.commit_ended(process, key, offset, invoked, status, epoch, isr, error)
 
 
 def _listener(member: _Member) -> Any:
