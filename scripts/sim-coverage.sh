@@ -8,10 +8,10 @@
 #                                                          (default 1-3 1-2 30 1-1)
 #
 # The kafka slices (KAFKA_SEEDS each, 20 s runs): idempotent producers with aiokafka's
-# lanes beside them (its ApiVersions, ListOffsets, LeaveGroup, ...); a compacted topic
-# under a descriptor limit; reassignments over five brokers with the lifecycle faults;
-# transactions under the authorizer with delayed markers; acks=1 with the data-plane
-# faults. The classic group lanes run in every one of them.
+# lanes beside them (its ApiVersions, ListOffsets, LeaveGroup, ...) and KIP-848 members;
+# a compacted topic of compressed batches under a descriptor limit; reassignments over
+# five brokers with the lifecycle faults; transactions under the authorizer with delayed
+# markers; acks=1 with the data-plane faults. The classic group lanes run in every one of them.
 # Needs the test extra (coverage). Two jobs per slice: `1-2 1-1 30 1-1` took 4.5 and 7.7
 # minutes on a shared two-core machine (load 5-6). COVERAGE_JSON=FILE keeps coverage.py's JSON report
 # (every file's missed lines) there.
@@ -45,9 +45,9 @@ sweep() {  # LABEL SCENARIO SEEDS DURATION ARGS...
 sweep raft raft "$RAFT_SEEDS" "$DURATION" --faults all
 sweep metadata metadata "$METADATA_SEEDS" "$DURATION" --faults all
 sweep kafka-idempotent kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --faults all --idempotent \
-    --aiokafka
+    --aiokafka --consumer-protocol
 sweep kafka-compact kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --faults all --compact \
-    --descriptor-limit 200
+    --compression --descriptor-limit 200
 sweep kafka-reassign kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --reassign --brokers 5 \
     --faults all,shutdown-broker,shutdown-controller,stall-crash
 sweep kafka-transactions kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --transactions --authorizer \

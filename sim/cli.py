@@ -92,6 +92,12 @@ def _parser() -> argparse.ArgumentParser:
             "and reopened under it; log/lazy_files.py)",
         )
         p.add_argument(
+            "--compression",
+            action="store_true",
+            help="kafka: compress each produced batch with a codec drawn per batch (gzip, "
+            "snappy, lz4, zstd)",
+        )
+        p.add_argument(
             "--reassign",
             action="store_true",
             help="kafka: now and then reassign a random partition to random brokers (KIP-455)",
@@ -112,6 +118,12 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="kafka: an unmodified aiokafka producer and group consumers as lanes, on "
             "virtual time (kafka_aiokafka.py; needs the test extra)",
+        )
+        p.add_argument(
+            "--consumer-protocol",
+            action="store_true",
+            help="kafka: KIP-848 group members (ConsumerGroupHeartbeat) as lanes "
+            "(kafka_consumer.py)",
         )
         p.add_argument("--duration", type=float, default=30.0, help="virtual seconds of faults")
         p.add_argument("--faults", default="all", help="all, none, or a comma list")
@@ -180,6 +192,8 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
             raise ValueError("--aiokafka needs --scenario kafka and --acks all (idempotent)")
         if importlib.util.find_spec("aiokafka") is None:
             raise ValueError("--aiokafka needs aiokafka: pip install 'kraft-py[test]'")
+    if args.consumer_protocol and args.scenario != "kafka":
+        raise ValueError("--consumer-protocol needs --scenario kafka")
     return RunConfig(
         scenario=args.scenario,
         seed=seed,
@@ -196,11 +210,13 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         acks=args.acks,
         idempotent=args.idempotent,
         compact=args.compact,
+        compression=args.compression,
         descriptor_limit=args.descriptor_limit,
         reassign=args.reassign,
         authorizer=args.authorizer,
         transactions=args.transactions,
         aiokafka=args.aiokafka,
+        consumer_protocol=args.consumer_protocol,
         trace_dir=args.trace,
     )
 
@@ -280,10 +296,12 @@ def run_argv(args: argparse.Namespace, seed: int) -> list[str]:
     for flag in (
         "idempotent",
         "compact",
+        "compression",
         "reassign",
         "authorizer",
         "transactions",
         "aiokafka",
+        "consumer_protocol",
         "allow_unknown",
     ):
         if getattr(args, flag):

@@ -1,6 +1,6 @@
-"""The kafka scenario's client: Metadata, InitProducerId, Produce and Fetch, and a classic
+"""The kafka scenario's client: Metadata, InitProducerId, Produce and Fetch, a classic
 group member's FindCoordinator, JoinGroup, SyncGroup, Heartbeat, OffsetCommit and
-OffsetFetch, one call each.
+OffsetFetch, and a KIP-848 member's ConsumerGroupHeartbeat, one call each.
 
 The workload speaks the Kafka wire protocol to brokers over the simulated network, through
 the same pipelined connection the brokers use (broker/client.py) and kio's schemas, so the
@@ -18,8 +18,14 @@ from __future__ import annotations
 import datetime
 import io
 import struct
+import uuid
 from dataclasses import dataclass
+from typing import Any
 
+from kio.schema.consumer_group_heartbeat.v1.request import (
+    ConsumerGroupHeartbeatRequest,
+    TopicPartitions,
+)
 from kio.schema.consumer_protocol_assignment.v0.data import (
     ConsumerProtocolAssignment,
 )
@@ -34,11 +40,8 @@ from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.join_group.v7.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.offset_commit.v8.request import (
-    OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitRequestTopic,
-)
+from kio.schema.offset_commit import v8 as offset_commit_v8
+from kio.schema.offset_commit import v9 as offset_commit_v9
 from kio.schema.offset_fetch.v8.request import (
     OffsetFetchRequest,
     OffsetFetchRequestGroup,
@@ -52,6 +55,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from broker.client import KafkaConnection
 from log.batch import decode_batch, encode_batch, iter_batches
+from log.compression import Compression
 from log.records import Record
 
 FETCH_MAX_BYTES = 64 * 1024
@@ -115,11 +119,13 @@ def record_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     sequence: int = -1,
+    compression: Compression = Compression.NONE,
 ) -> bytes:
     """One batch of one record whose value is ``value`` in decimal."""
     record = Record(key.encode(), str(value).encode(), timestamp_ms)
     return encode_batch(
         [record],
+        compression=compression,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=sequence,
@@ -330,17 +336,21 @@ async def offset_commit(
     partition: int,
     offset: int,
     timeout_s: float,
+    *,
+    version: int = 8,
 ) -> str:
-    """The error of committing ``offset`` for one partition, as a group member."""
-    request = OffsetCommitRequest(
+    """The error of committing ``offset`` for one partition, as a group member: v8 with a
+    classic member's generation, v9 with a KIP-848 member's epoch."""
+    schema: Any = offset_commit_v9.request if version == 9 else offset_commit_v8.request
+    request = schema.OffsetCommitRequest(
         group_id=GroupId(group),
         generation_id_or_member_epoch=i32(generation),
         member_id=member_id,
         topics=(
-            OffsetCommitRequestTopic(
+            schema.OffsetCommitRequestTopic(
                 name=TopicName(topic),
                 partitions=(
-                    OffsetCommitRequestPartition(
+                    schema.OffsetCommitRequestPartition(
                         partition_index=i32(partition),
                         committed_offset=i64(offset),
                         committed_metadata="",
@@ -351,6 +361,73 @@ async def offset_commit(
     )
     response: object = await conn.request(request, timeout_s)
     return _name(response.topics[0].partitions[0].error_code)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeat:
+    """A ConsumerGroupHeartbeat's answer: the member's epoch, when to beat next, and the
+    partitions of ``topic_id`` it is to own now (None: unchanged since the last answer)."""
+
+    error: str
+    member_epoch: int = -1
+    interval_s: float = 0.0
+    assigned: tuple[int, ...] | None = None
+    topic_id: uuid.UUID | None = None
+
+
+async def consumer_heartbeat(
+    conn: KafkaConnection,
+    group: str,
+    member_id: str,
+    member_epoch: int,
+    timeout_s: float,
+    *,
+    topic: str,
+    rebalance_s: float,
+    assignor: str | None,
+    owned: tuple[uuid.UUID | None, tuple[int, ...]] | None,
+    full: bool = False,
+) -> ConsumerHeartbeat:
+    """ConsumerGroupHeartbeat v1 (KIP-848): epoch 0 joins, subscribed to ``topic`` with
+    ``assignor``; -1 leaves; otherwise only what changed is sent, as Kafka's consumer does:
+    ``owned`` (topic id, partitions) once the member holds a new assignment, else None.
+    ``full`` sends every field (with ``owned``), as Kafka's consumer does after a heartbeat
+    failed: the coordinator then answers the member's whole assignment."""
+    joining = member_epoch == 0
+    full = full or joining
+    partitions: tuple[TopicPartitions, ...] | None = None
+    if joining:
+        partitions = ()
+    elif owned is not None:
+        topic_id, indexes = owned
+        partitions = (
+            (TopicPartitions(topic_id=topic_id, partitions=tuple(i32(p) for p in indexes)),)
+            if topic_id is not None and indexes
+            else ()
+        )
+    request = ConsumerGroupHeartbeatRequest(
+        group_id=GroupId(group),
+        member_id=member_id,
+        member_epoch=i32(member_epoch),
+        rebalance_timeout=_ms(rebalance_s if full else -0.001),
+        subscribed_topic_names=(TopicName(topic),) if full else None,
+        server_assignor=assignor if full else None,
+        topic_partitions=partitions,
+    )
+    response: Any = await conn.request(request, timeout_s)
+    assignment = response.assignment
+    assigned: tuple[int, ...] | None = None
+    topic_id = None
+    if assignment is not None:
+        assigned = tuple(sorted(int(p) for t in assignment.topic_partitions for p in t.partitions))
+        topic_id = next((t.topic_id for t in assignment.topic_partitions), None)
+    return ConsumerHeartbeat(
+        _name(response.error_code),
+        int(response.member_epoch),
+        response.heartbeat_interval.total_seconds(),
+        assigned,
+        topic_id,
+    )
 
 
 async def offset_fetch(

@@ -45,6 +45,9 @@ class RunConfig:
     # The topic is compacted (unique record keys, so nothing may go) with 1 s segments,
     # and every broker's log cleaner merges and swaps them under the faults.
     compact: bool = False
+    # Each produced batch is compressed with a codec drawn per batch (gzip, snappy, lz4,
+    # zstd), as producers with compression.type set send them.
+    compression: bool = False
     # Each broker's open-files limit (None: the simulated disk's default, 2^20).
     descriptor_limit: int | None = None
     # Now and then a random partition is reassigned (KIP-455) to random brokers.
@@ -58,6 +61,9 @@ class RunConfig:
     # An unmodified aiokafka producer and group consumers beside the workload
     # (sim/scenarios/kafka_aiokafka.py, on virtual time through sim/foreign.py).
     aiokafka: bool = False
+    # KIP-848 consumer-protocol group members beside the workload
+    # (sim/scenarios/kafka_consumer.py).
+    consumer_protocol: bool = False
     trace_path: str | None = None
     trace_dir: str | None = None
 

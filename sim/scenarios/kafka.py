@@ -48,6 +48,7 @@ from broker.group.coordinator import OFFSETS_TOPIC
 from broker.group.records import partition_for
 from broker.replica_manager import Partition
 from log.batch import BatchHeader, iter_batches
+from log.compression import Compression
 from log.errors import CorruptRecordError
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.runtime import Runtime
@@ -91,6 +92,8 @@ SEND_TIMEOUT_S = 10.0  # an idempotent producer's delivery.timeout.ms
 RESENT_BATCHES = 5
 RESEND_ATTEMPTS = 3
 POLL_WAIT_S = 0.5
+# --compression: each batch's codec, drawn per batch (Kafka's four).
+CODECS = (Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD)
 CRASH_CHANCE = 0.01  # per operation, a client lane crashes and restarts as a new process
 SETUP_BOUND_S = 60.0
 REASSIGN_INTERVAL_S = (1.0, 3.0)  # --reassign: the pause between two reassignments
@@ -131,6 +134,8 @@ COMMIT_REFUSED = {
     "FENCED_INSTANCE_ID",
     "COORDINATOR_LOAD_IN_PROGRESS",
     "UNKNOWN_TOPIC_OR_PARTITION",
+    "STALE_MEMBER_EPOCH",  # KIP-848 members' commits (OffsetCommit v9)
+    "FENCED_MEMBER_EPOCH",
 }
 REJOIN = {"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS"}
 # Kafka's own replication faults, on top of the nemesis's (``--faults all`` includes them).
@@ -186,8 +191,8 @@ def key_of(partition: int) -> str:
     return f"{TOPIC}-{partition}"
 
 
-def group_key_of(partition: int) -> str:
-    return f"{GROUP}/{TOPIC}-{partition}"
+def group_key_of(partition: int, group: str = GROUP) -> str:
+    return f"{group}/{TOPIC}-{partition}"
 
 
 OFFSETS_PARTITION = partition_for(GROUP, OFFSETS_PARTITIONS)
@@ -247,11 +252,15 @@ class Routing:
 
 @dataclass(slots=True)
 class GroupMember:
-    """One group consumer's session: its coordinator, membership and positions."""
+    """One group consumer's session: its coordinator, membership and positions. A KIP-848
+    member (sim/scenarios/kafka_consumer.py) keeps its member epoch in ``generation`` and
+    commits with OffsetCommit v9."""
 
     routing: Routing
     lane: str
     commit_timeout_s: float = REQUEST_TIMEOUT_S
+    group: str = GROUP
+    commit_version: int = 8
     coordinator: str | None = None
     member_id: str = ""
     generation: int = -1
@@ -285,6 +294,7 @@ class KafkaCluster(Cluster):
     acks: int = -1
     idempotent: bool = False
     compact: bool = False
+    compression: bool = False
     extra_topics: tuple[str, ...] = ()  # --transactions: whose ISRs PowerCuts follows too
     cuts: PowerCuts = field(default_factory=PowerCuts)
     kafka: KafkaChecker = field(default_factory=KafkaChecker)
@@ -402,6 +412,7 @@ class KafkaCluster(Cluster):
             producer_id=producer_id[0],
             producer_epoch=producer_id[1],
             sequence=sequence if idempotent else -1,
+            compression=rng.choice(CODECS) if self.compression else Compression.NONE,
         )
         deadline = loop.time() + SEND_TIMEOUT_S
         error = "NONE"
@@ -583,25 +594,17 @@ class KafkaCluster(Cluster):
         commit the new position."""
         loop = self.world.loop
         if member.coordinator is None:
-            member.coordinator = await self._find_coordinator(member.routing, rng)
+            member.coordinator = await self.find_coordinator(member.routing, rng)
             member.positions = None
             return
         if member.generation < 0:
             await self._join(member)
             return
-        if member.positions is None:
-            member.loads += 1
-            positions = {}
-            for partition in member.assigned:
-                committed = await self.fetch_offset(member, member.process, partition)
-                if committed is None:
-                    return
-                positions[partition] = max(committed, 0)
-            member.positions = positions
+        if await self.load_positions(member):
             return
         if loop.time() >= member.next_heartbeat:
             member.next_heartbeat = loop.time() + HEARTBEAT_S
-            error = await self._group_call(
+            error = await self.group_call(
                 member,
                 lambda c: kafka_client.heartbeat(
                     c, GROUP, member.generation, member.member_id, REQUEST_TIMEOUT_S
@@ -610,7 +613,27 @@ class KafkaCluster(Cluster):
             if error in REJOIN:
                 member.rejoin(error)
             return
-        if not member.assigned:
+        await self.poll_assigned(member, rng)
+
+    async def load_positions(self, member: GroupMember) -> bool:
+        """Whether the member had no positions: then it fetched its partitions' committed
+        offsets (as a new process), and starts from them if it got every one."""
+        if member.positions is not None:
+            return False
+        member.loads += 1
+        positions = {}
+        for partition in member.assigned:
+            committed = await self.fetch_offset(member, member.process, partition)
+            if committed is None:
+                return True
+            positions[partition] = max(committed, 0)
+        member.positions = positions
+        return True
+
+    async def poll_assigned(self, member: GroupMember, rng: random.Random) -> None:
+        """Poll the member's next assigned partition, and commit the position after what
+        it read."""
+        if not member.assigned or member.positions is None:
             return
         partition = member.assigned[member.turn % len(member.assigned)]
         member.turn += 1
@@ -624,12 +647,14 @@ class KafkaCluster(Cluster):
             member.positions[partition] = result.records[-1][0] + 1
             await self.commit(member, partition, member.positions[partition])
 
-    async def _find_coordinator(self, routing: Routing, rng: random.Random) -> str | None:
+    async def find_coordinator(
+        self, routing: Routing, rng: random.Random, group: str = GROUP
+    ) -> str | None:
         host = rng.choice(self.brokers)
         self.group_ops += 1
         try:
             conn = await routing.conn(host)
-            error, node = await kafka_client.find_coordinator(conn, GROUP, REQUEST_TIMEOUT_S)
+            error, node = await kafka_client.find_coordinator(conn, group, REQUEST_TIMEOUT_S)
         except (OSError, TimeoutError, ConnectionError):
             await routing.drop(host)
             return None
@@ -638,7 +663,7 @@ class KafkaCluster(Cluster):
             return None
         return f"n{node}"
 
-    async def _group_call(self, member: GroupMember, call: Callable[[KafkaConnection], Any]) -> str:
+    async def group_call(self, member: GroupMember, call: Callable[[KafkaConnection], Any]) -> str:
         """One request to the member's coordinator: its error (a connection failure's type
         name). Errors that mean the coordinator moved make the member find it again."""
         host = member.coordinator
@@ -666,7 +691,7 @@ class KafkaCluster(Cluster):
             joined.append(result)
             return result.error
 
-        error = await self._group_call(member, join)
+        error = await self.group_call(member, join)
         if joined and joined[0].member_id:
             member.member_id = joined[0].member_id
         if error != "NONE":
@@ -694,7 +719,7 @@ class KafkaCluster(Cluster):
             synced.append(data)
             return error
 
-        error = await self._group_call(member, sync)
+        error = await self.group_call(member, sync)
         if error == "NONE":
             member.generation = result.generation
             member.assigned = kafka_client.assigned_partitions(synced[0], TOPIC)
@@ -754,20 +779,21 @@ class KafkaCluster(Cluster):
 
     async def commit(self, member: GroupMember, partition: int, offset: int) -> None:
         """One commit operation: a refused commit is ``fail``, any other error ``info``."""
-        key, process = group_key_of(partition), member.process
+        key, process = group_key_of(partition, member.group), member.process
         invoked = self.commit_begun(process, key, offset)
         host = member.coordinator
-        error = await self._group_call(
+        error = await self.group_call(
             member,
             lambda c: kafka_client.offset_commit(
                 c,
-                GROUP,
+                member.group,
                 member.generation,
                 member.member_id,
                 TOPIC,
                 partition,
                 offset,
                 member.commit_timeout_s,
+                version=member.commit_version,
             ),
         )
         if error == "NONE" and host is not None:
@@ -782,7 +808,7 @@ class KafkaCluster(Cluster):
 
     async def fetch_offset(self, member: GroupMember, process: str, partition: int) -> int | None:
         """One offset-fetch operation: the committed offset (-1 for none), None on an error."""
-        key = group_key_of(partition)
+        key = group_key_of(partition, member.group)
         invoked = self.world.trace.now_us()
         self.invoke(process, OFFSET_FETCH, key, None)
         host = member.coordinator
@@ -790,12 +816,12 @@ class KafkaCluster(Cluster):
 
         async def fetch(conn: KafkaConnection) -> str:
             error, committed = await kafka_client.offset_fetch(
-                conn, GROUP, TOPIC, partition, REQUEST_TIMEOUT_S
+                conn, member.group, TOPIC, partition, REQUEST_TIMEOUT_S
             )
             answer.append(committed)
             return error
 
-        error = await self._group_call(member, fetch)
+        error = await self.group_call(member, fetch)
         if error != "NONE" or host is None:
             self.world.trace.event(
                 "op", process=process, type="fail", f=OFFSET_FETCH, key=key, error=error
@@ -817,17 +843,17 @@ class KafkaCluster(Cluster):
         self.complete(op)
         return answer[0]
 
-    async def final_offsets(self, rng: random.Random) -> None:
+    async def final_offsets(self, rng: random.Random, group: str = GROUP) -> None:
         """Fetch the group's committed offset of every partition from the healed cluster's
         coordinator (process ``final``): the last word on lost commits."""
         loop = self.world.loop
         deadline = loop.time() + HEAL_BOUND_S
-        member = GroupMember(Routing(self, "final"), "final")
+        member = GroupMember(Routing(self, "final"), "final", group=group)
         try:
             for partition in range(self.partitions):
                 while loop.time() < deadline:
                     if member.coordinator is None:
-                        member.coordinator = await self._find_coordinator(member.routing, rng)
+                        member.coordinator = await self.find_coordinator(member.routing, rng, group)
                     elif await self.fetch_offset(member, "final", partition) is not None:
                         break
                     await asyncio.sleep(0.2)
@@ -1356,7 +1382,11 @@ def _replication_faults(cluster: KafkaCluster) -> dict[str, Callable[[Nemesis, f
 
 def run_kafka(config: RunConfig) -> RunResult:
     """Run the kafka scenario once and judge it."""
-    from sim.scenarios import kafka_aiokafka, kafka_txn  # they build on this module
+    from sim.scenarios import (  # they build on this module
+        kafka_aiokafka,
+        kafka_consumer,
+        kafka_txn,
+    )
 
     run = ScenarioRun(config, BUGS)
     world = run.world
@@ -1382,11 +1412,13 @@ def run_kafka(config: RunConfig) -> RunResult:
             **(COMPACT_BROKER_PROPS if config.compact else {}),
             **(AUTHORIZER_PROPS if config.authorizer else {}),
             **(kafka_txn.broker_props(rf) if config.transactions else {}),
+            **(kafka_consumer.broker_props() if config.consumer_protocol else {}),
         },
         partitions=config.partitions,
         acks=-1 if config.acks == "all" else 1,
         idempotent=config.idempotent,
         compact=config.compact,
+        compression=config.compression,
     )
     cluster.kafka = KafkaChecker(
         acks_all=config.acks == "all", cuts=cluster.cuts, offsets_log=OFFSETS_LOG
@@ -1394,6 +1426,7 @@ def run_kafka(config: RunConfig) -> RunResult:
     cluster.states = PartitionStateChecker(cuts=cluster.cuts)
     txn = kafka_txn.attach(cluster) if config.transactions else None
     aio = kafka_aiokafka.AiokafkaLanes(cluster) if config.aiokafka else None
+    kip848 = kafka_consumer.ConsumerLanes(cluster) if config.consumer_protocol else None
     world.trace.watchers.append(cluster.watch)
     world.trace.event(
         "kafka-config",
@@ -1405,7 +1438,9 @@ def run_kafka(config: RunConfig) -> RunResult:
         group=GROUP,
         offsets_log=OFFSETS_LOG,
         **({"compact": True} if config.compact else {}),
+        **({"compression": True} if config.compression else {}),
         **({"aiokafka": kafka_aiokafka.GROUP} if aio is not None else {}),
+        **({"consumer_group": kafka_consumer.GROUP} if kip848 is not None else {}),
         **(
             {
                 "txn_topics": [kafka_txn.TXN_TOPIC, kafka_txn.CTP_TOPIC],
@@ -1442,6 +1477,7 @@ def run_kafka(config: RunConfig) -> RunResult:
         lanes = [
             *(txn.lanes(runtime) if txn is not None else ()),
             *(aio.lanes(runtime) if aio is not None else ()),
+            *(kip848.lanes(runtime) if kip848 is not None else ()),
             *(asyncio.ensure_future(cluster.producer(runtime, i)) for i in range(PRODUCERS)),
             *(asyncio.ensure_future(cluster.consumer(runtime, i)) for i in range(CONSUMERS)),
             *(
@@ -1461,6 +1497,8 @@ def run_kafka(config: RunConfig) -> RunResult:
         await cluster.heal_check(runtime.rng)
         await cluster.final_reads(runtime.rng)
         await cluster.final_offsets(runtime.rng)
+        if kip848 is not None:
+            await cluster.final_offsets(runtime.rng, kafka_consumer.GROUP)
         await cluster.replicas_caught_up()
         if txn is not None:
             await txn.final_reads(runtime.rng)
@@ -1522,6 +1560,7 @@ def run_kafka(config: RunConfig) -> RunResult:
                 **(_cleaned(cluster) if config.compact else {}),
                 **(txn.figures() if txn is not None else {}),
                 **(aio.figures if aio is not None else {}),
+                **(kip848.figures if kip848 is not None else {}),
                 **({"resends": cluster.resends} if config.idempotent else {}),
                 **(_files_closed(cluster) if config.descriptor_limit is not None else {}),
             },
