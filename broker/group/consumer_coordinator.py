@@ -357,6 +357,11 @@ class ConsumerGroupCoordinator:
                 return
             if member_id not in group.members:
                 return
+            if member_id in group.session_deadlines:
+                # A heartbeat of the member was stored while this fence waited for the lock,
+                # and restarted its deadlines (``due`` took them off): as Kafka drops a
+                # timer's write when the timer was overridden meanwhile, it is not fenced.
+                return
             logger.info(
                 "[GroupCoordinator id=%d] Member %s of consumer group %s fenced: no heartbeat "
                 "within its session timeout, or no revocation within its rebalance timeout",

@@ -43,12 +43,15 @@ class Clock:
 class Partitions:
     """What the coordinator needs of the ReplicaManager (and its LogManager): one log per
     offsets partition.
-    ``committing`` False holds the high watermark, so acks=all appends time out."""
+    ``committing`` False holds the high watermark, so acks=all appends time out; a ``gate``
+    holds every append's answer until it is set."""
 
     def __init__(self) -> None:
         self.data: dict[int, bytearray] = {p: bytearray() for p in range(PARTITIONS)}
         self.next_offset = dict.fromkeys(range(PARTITIONS), 0)
         self.committing = True
+        self.gate: asyncio.Event | None = None
+        self.parked = asyncio.Event()  # an append waits on the gate
 
     async def wait_reconciled(self, offset: int) -> None:
         return None
@@ -69,6 +72,9 @@ class Partitions:
         assign_offsets(batch, 0, base, 0)
         self.data[index] += batch
         self.next_offset[index] = parse_header(batch).next_offset
+        if self.gate is not None:
+            self.parked.set()
+            await self.gate.wait()
         if not self.committing:
             return AppendResult(ErrorCode.request_timed_out, base)
         return AppendResult(ErrorCode.none, base, 0)
