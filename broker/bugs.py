@@ -21,6 +21,8 @@ TXN_NO_ABORTED_LIST = "txn-no-aborted-list"
 TXN_COMPLETE_BEFORE_MARKERS = "txn-complete-before-markers"
 TXN_OFFSETS_KEPT_ON_ABORT = "txn-offsets-kept-on-abort"
 TXN_TIMEOUT_NEVER_ABORTS = "txn-timeout-never-aborts"
+# KIP-848 consumer groups (the kafka scenario's --consumer-protocol lanes catch it).
+ASSIGN_BEFORE_REVOKE = "assign-before-revoke"
 
 BROKER_BUGS = {
     TRUNCATE_TO_HW: "a new follower truncates its log to its high watermark (before KIP-101)",
@@ -53,4 +55,7 @@ BROKER_BUGS = {
     TXN_TIMEOUT_NEVER_ABORTS: "the transaction coordinator never aborts a transaction open "
     "past its transaction.timeout.ms, so one whose producer stopped inside it (and never "
     "came back to fence it) stays open: its partitions' last stable offsets hang there",
+    ASSIGN_BEFORE_REVOKE: "a consumer-group coordinator (KIP-848) does not count the "
+    "partitions a member is still revoking as held, so it gives them to their next owner "
+    "before the previous one has given them up: two members consume one partition",
 }

@@ -117,3 +117,8 @@ KAFKA_BUG_ARGS["follower-truncate-to-leader-end"] = (
 DATA_PLANE_BUG_CHECKS["idempotent-stale-duplicate"] = "duplicate-offset"
 KAFKA_BUG_SEEDS["idempotent-stale-duplicate"] = 7
 KAFKA_BUG_ARGS["idempotent-stale-duplicate"] = ("--idempotent",)
+# KIP-848: a coordinator that does not count partitions being revoked as held gives them to
+# their next owner while the previous one still consumes them (exclusive-assignment, from the
+# --consumer-protocol lanes' member-assignment events).
+KAFKA_BUG_SEEDS["assign-before-revoke"] = 1
+KAFKA_BUG_ARGS["assign-before-revoke"] = ("--consumer-protocol",)

@@ -32,6 +32,7 @@ from typing import Protocol, runtime_checkable
 import re2
 from kio.schema.errors import ErrorCode
 
+from broker.bugs import ASSIGN_BEFORE_REVOKE
 from broker.group.assignors import ASSIGNORS, MemberSpec, assignor_name
 from broker.group.consumer_records import (
     CURRENT_MEMBER_ASSIGNMENT,
@@ -103,6 +104,7 @@ class ConsumerGroupLimits:
     heartbeat_interval_ms: int = 5000
     max_size: int = 1000
     assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    bugs: frozenset[str] = frozenset()  # planted (broker/bugs.py); simulator only
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +280,10 @@ class ConsumerGroup:
                     pending_revocation=value.pending_revocation,
                 )
             self.members[member_id] = member
-            self._set_owned(member, member.assigned | member.pending_revocation)
+            owned = member.assigned | member.pending_revocation
+            if ASSIGN_BEFORE_REVOKE in self.limits.bugs:
+                owned = member.assigned  # the planted assign-before-revoke
+            self._set_owned(member, owned)
 
     def _count(self, metadata: MemberMetadataValue, delta: int) -> None:
         for name in metadata.subscribed_topic_names:

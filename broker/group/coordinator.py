@@ -194,7 +194,7 @@ class GroupCoordinator:
                         leading[index],
                         self._limits,
                         self._member_id,
-                        self.config.consumer_limits(),
+                        replace(self.config.consumer_limits(), bugs=self.bugs),
                     )
                     await self._load(shard)
             gone = frozenset(

@@ -35,8 +35,10 @@ from sim.analysis.kafka import (
     COMMIT,
     COMMIT_EPOCH_UNKNOWN,
     KAFKA_OPS,
+    MEMBER_ASSIGNMENT,
     OFFSETS_TOPIC,
     TXN_STATE_TOPIC,
+    AssignmentChecker,
     BatchIdentity,
     KafkaChecker,
     KafkaOp,
@@ -852,6 +854,7 @@ KAFKA_EVENT_KINDS = (
     "hw-advance",
     "replica-caught-up",
     "duplicate-answer",
+    MEMBER_ASSIGNMENT,
 )
 
 
@@ -920,6 +923,9 @@ def check_kafka(run: RunData) -> list[Violation]:
     )
     states = PartitionStateChecker(cuts=cuts)
     txn = TxnChecker(cuts=cuts, ctp=CtpKeys(**config["ctp"]) if "ctp" in config else None)
+    assignments = AssignmentChecker(
+        int(config.get("fence_after_us", 0)), cuts, str(config.get("offsets_log", ""))
+    )
     found: list[Violation] = []
     end_us = 0
     for _seq, what, item in items:
@@ -984,6 +990,16 @@ def check_kafka(run: RunData) -> list[Violation]:
                 None if held is None else BatchIdentity(*(int(v) for v in held)),
                 at,
                 cuts,
+            )
+        elif item.kind == MEMBER_ASSIGNMENT:
+            result = assignments.assigned(
+                str(detail["group"]),
+                str(detail["process"]),
+                (int(p) for p in detail["partitions"]),
+                authoritative=bool(detail["authoritative"]),
+                sent_us=int(detail["sent_us"]),
+                isr=tuple(int(r) for r in detail["isr"]),
+                time_us=at,
             )
         elif item.kind == "partition-hw":
             result = states.on_hw(

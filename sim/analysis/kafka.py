@@ -628,6 +628,108 @@ def check_replica_caught_up(
     )
 
 
+MEMBER_ASSIGNMENT = "member-assignment"
+EXCLUSIVE_ASSIGNMENT = "exclusive-assignment"
+
+
+@dataclass(slots=True)
+class _Held:
+    """One partition a KIP-848 member holds: since when, whether an authoritative
+    coordinator gave it, and the offsets partition's ISR that stored that."""
+
+    since_us: int
+    authoritative: bool
+    isr: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class _Holder:
+    confirmed_us: int = -1  # its last heartbeat an authoritative coordinator answered
+    held: dict[int, _Held] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class AssignmentChecker:
+    """``exclusive-assignment``: KIP-848's promise that a partition is never held by two
+    members of a consumer group at once (the coordinator gives a member a partition only
+    once its previous owner has said it gave it up, or has been fenced).
+
+    Fed ``member-assignment`` events: after each heartbeat answer, the partitions a member
+    holds (empty once fenced, left or stopped), whether the coordinator that answered led
+    the offsets partition in the controller's current epoch then (``authoritative``: a
+    deposed coordinator can still answer a heartbeat that writes nothing, from state its
+    successor may have moved past), the time that heartbeat was sent, and the ISR the
+    offsets partition had.
+
+    When a member takes a partition from an authoritative answer, any other member that
+    still holds it (from an authoritative answer) is a violation, unless the coordinator
+    may have fenced that member first: a coordinator fences a member no sooner than
+    ``fence_after_us`` (the lesser of the session and the rebalance timeout) after a
+    heartbeat of it that it answered without taking the partition away, so the holder's last
+    authoritative heartbeat must be recent; or unless power cuts may have lost the record
+    that gave the holder the partition (``PowerCuts.may_have_lost`` over the offsets log).
+    """
+
+    fence_after_us: int
+    cuts: PowerCuts
+    offsets_log: str
+    violations: list[KafkaViolation] = field(default_factory=list)
+    _members: dict[tuple[str, str], _Holder] = field(default_factory=dict)
+
+    def assigned(
+        self,
+        group: str,
+        member: str,
+        partitions: Iterable[int],
+        *,
+        authoritative: bool,
+        sent_us: int,
+        isr: tuple[int, ...],
+        time_us: int,
+    ) -> KafkaViolation | None:
+        holder = self._members.setdefault((group, member), _Holder())
+        now = frozenset(partitions)
+        if not now:
+            del self._members[(group, member)]
+            return None
+        if authoritative:
+            holder.confirmed_us = max(holder.confirmed_us, sent_us)
+        found = None
+        for partition in sorted(now - holder.held.keys()):
+            if authoritative and found is None:
+                found = self._taken_from_another(group, member, partition, time_us)
+            holder.held[partition] = _Held(time_us, authoritative, isr)
+        for partition in holder.held.keys() - now:
+            del holder.held[partition]
+        if found is not None:
+            self.violations.append(found)
+        return found
+
+    def _taken_from_another(
+        self, group: str, member: str, partition: int, time_us: int
+    ) -> KafkaViolation | None:
+        for (other_group, other), holder in sorted(self._members.items()):
+            held = holder.held.get(partition)
+            if (
+                other_group != group
+                or other == member
+                or held is None
+                or not held.authoritative
+                or time_us >= holder.confirmed_us + self.fence_after_us
+                or self.cuts.may_have_lost(self.offsets_log, held.isr, held.since_us)
+            ):
+                continue
+            return KafkaViolation(
+                EXCLUSIVE_ASSIGNMENT,
+                f"{EXCLUSIVE_ASSIGNMENT}: {member} of group {group} was given partition "
+                f"{partition} while {other} held it (since {held.since_us} us; its last "
+                f"heartbeat the coordinator answered was sent at {holder.confirmed_us} us, "
+                f"too recent for it to have been fenced)",
+                time_us,
+            )
+        return None
+
+
 def check_liveness(ops: Iterable[KafkaOp], partitions: int, topic: str) -> list[str]:
     """After the heal, every partition took an acks=all produce (process ``heal``) and the
     final reads (process ``final``) reached its high watermark from offset 0 (nothing in the

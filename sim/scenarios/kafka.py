@@ -1440,7 +1440,14 @@ def run_kafka(config: RunConfig) -> RunResult:
         **({"compact": True} if config.compact else {}),
         **({"compression": True} if config.compression else {}),
         **({"aiokafka": kafka_aiokafka.GROUP} if aio is not None else {}),
-        **({"consumer_group": kafka_consumer.GROUP} if kip848 is not None else {}),
+        **(
+            {
+                "consumer_group": kafka_consumer.GROUP,
+                "fence_after_us": kafka_consumer.fence_after_us(),
+            }
+            if kip848 is not None
+            else {}
+        ),
         **(
             {
                 "txn_topics": [kafka_txn.TXN_TOPIC, kafka_txn.CTP_TOPIC],

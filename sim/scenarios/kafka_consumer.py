@@ -12,9 +12,12 @@ their session timeout or leaving), across coordinator failovers under every faul
 Each lane ``k<lane>.<generation>`` is one consumer process, as Kafka's is:
 
 - It makes its own member id (v1), joins at epoch 0 and beats every heartbeat interval the
-  coordinator answers. When an answer carries a new assignment it adopts it at once (it has
-  nothing uncommitted to give up: it commits after every poll) and says so in its next
-  heartbeat, sent straight away, as Kafka's consumer acknowledges a reconciliation. After a
+  coordinator answers. When an answer carries a new assignment that only adds partitions it
+  adopts it at once and says so in its next heartbeat, sent straight away, as Kafka's
+  consumer acknowledges a reconciliation. One that takes partitions away is adopted after a
+  revocation of 0-2 s (a rebalance listener's ``onPartitionsRevoked``: Kafka's consumer
+  finishes with and commits the partitions it loses before it says it gave them up), during
+  which it still polls and commits them and its heartbeats still name them. After a
   heartbeat that failed (its answer may be lost) the next one sends every field, so the
   coordinator answers the whole assignment again.
 - UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH (its session expired, or the coordinator moved
@@ -29,6 +32,12 @@ Each lane ``k<lane>.<generation>`` is one consumer process, as Kafka's is:
 - Now and then the process ends: half the time it leaves (epoch -1), half the time it just
   stops, and the coordinator fences it when its session times out.
 
+After each heartbeat answer a lane records the partitions its member holds (a
+``member-assignment`` event; empty once it is fenced, leaves or stops), and
+``AssignmentChecker`` (sim/analysis/kafka.py, which kraft-analyze replays from the same
+events) judges KIP-848's promise: a partition is never held by two members at once
+(``exclusive-assignment``).
+
 The group hashes to the same ``__consumer_offsets`` partition as the scenario's own group,
 so the checker's power-cut excuses for commits (``offsets_log``) hold for both.
 """
@@ -38,15 +47,19 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from broker.client import KafkaConnection
+from broker.group.coordinator import OFFSETS_TOPIC
 from broker.group.records import partition_for
 from log.runtime import Runtime
 from sim import kafka_client
+from sim.analysis.kafka import MEMBER_ASSIGNMENT, AssignmentChecker
 from sim.scenarios.kafka import (
     GROUP_CRASH_CHANCE,
     HEARTBEAT_S,
+    OFFSETS_LOG,
     OFFSETS_PARTITION,
     OFFSETS_PARTITIONS,
     REBALANCE_TIMEOUT_S,
@@ -64,6 +77,7 @@ assert partition_for(GROUP, OFFSETS_PARTITIONS) == OFFSETS_PARTITION
 LANES = 2
 ASSIGNORS = ("uniform", "range")  # group.consumer.assignors' two, Kafka's defaults
 RETRY_S = 0.1  # after a heartbeat that failed, the next one (Kafka's retry.backoff.ms)
+REVOKE_S = 2.0  # at most this long to give partitions up (within the rebalance timeout)
 # The members' answers that mean the coordinator no longer knows them at their epoch.
 FENCED = {"UNKNOWN_MEMBER_ID", "FENCED_MEMBER_EPOCH"}
 # Answers a correct member never gets: the lane or the coordinator is wrong.
@@ -87,6 +101,8 @@ class ConsumerMember(GroupMember):
     topic_id: uuid.UUID | None = None
     ack_due: bool = False  # its next heartbeat names the partitions it owns now
     full_due: bool = False  # its next heartbeat sends every field (the last one failed)
+    pending: list[int] | None = None  # an assignment that takes partitions away, from
+    revoke_at: float = 0.0  # this time on, once the revocation is done
 
     def rejoin(self, error: str) -> None:
         """Fenced: give up every partition and join again, with the same member id."""
@@ -96,14 +112,16 @@ class ConsumerMember(GroupMember):
         self.positions = None
         self.ack_due = False
         self.full_due = False
+        self.pending = None
         self.next_heartbeat = 0.0
 
 
 @dataclass(slots=True)
 class ConsumerLanes:
-    """The KIP-848 lanes of one run, and what they did."""
+    """The KIP-848 lanes of one run, what they did, and the ``exclusive-assignment`` check."""
 
     cluster: KafkaCluster
+    checker: AssignmentChecker = field(init=False)
     figures: dict[str, int] = field(
         default_factory=lambda: {
             "kip848_heartbeats": 0,
@@ -111,6 +129,11 @@ class ConsumerLanes:
             "kip848_fenced": 0,
         }
     )
+
+    def __post_init__(self) -> None:
+        self.checker = AssignmentChecker(
+            fence_after_us(), self.cluster.cuts, offsets_log=OFFSETS_LOG
+        )
 
     def lanes(self, runtime: Runtime) -> list[asyncio.Future[None]]:
         return [asyncio.ensure_future(self.lane(runtime, i)) for i in range(LANES)]
@@ -133,9 +156,11 @@ class ConsumerLanes:
                 while rng.random() >= GROUP_CRASH_CHANCE:
                     await asyncio.sleep(rng.uniform(0.005, 0.05))
                     await self.step(member, rng)
+                self.holds(member, ())  # it stops consuming before it leaves
                 if member.coordinator is not None and rng.random() < 0.5:
                     await self.heartbeat(member, leaving=True)
             finally:
+                self.holds(member, ())
                 await member.routing.close()
             generation += 1
 
@@ -143,11 +168,15 @@ class ConsumerLanes:
         """One step: find the coordinator, heartbeat when due (joining, acknowledging an
         assignment, or on the interval), else load positions or poll and commit."""
         cluster = self.cluster
+        now = cluster.world.loop.time()
+        if member.pending is not None and now >= member.revoke_at:
+            self.adopt(member, member.pending)
+            self.holds(member, member.assigned)  # gave the revoked partitions up
         if member.coordinator is None:
             member.coordinator = await cluster.find_coordinator(member.routing, rng, GROUP)
             return
-        if cluster.world.loop.time() >= member.next_heartbeat:
-            await self.heartbeat(member)
+        if now >= member.next_heartbeat:
+            await self.heartbeat(member, rng)
             return
         if member.generation <= 0:
             return
@@ -155,7 +184,9 @@ class ConsumerLanes:
             return
         await cluster.poll_assigned(member, rng)
 
-    async def heartbeat(self, member: ConsumerMember, *, leaving: bool = False) -> None:
+    async def heartbeat(
+        self, member: ConsumerMember, rng: random.Random | None = None, *, leaving: bool = False
+    ) -> None:
         """One ConsumerGroupHeartbeat, and what its answer means for the member."""
         loop = self.cluster.world.loop
         answers: list[kafka_client.ConsumerHeartbeat] = []
@@ -179,6 +210,8 @@ class ConsumerLanes:
             return answer.error
 
         self.figures["kip848_heartbeats"] += 1
+        sent_us = self.cluster.world.trace.now_us()
+        host = member.coordinator
         error = await self.cluster.group_call(member, beat)
         if leaving:
             return
@@ -190,6 +223,7 @@ class ConsumerLanes:
             if error in FENCED:
                 self.figures["kip848_fenced"] += 1
                 member.rejoin(error)
+                self.holds(member, ())
             return
         answer = answers[0]
         member.generation = answer.member_epoch
@@ -199,9 +233,80 @@ class ConsumerLanes:
             member.ack_due = False
         if answer.assigned is not None:
             self.figures["kip848_assignments"] += 1
-            if list(answer.assigned) != member.assigned:
-                member.assigned = list(answer.assigned)
-                member.positions = None  # a new process, from the committed offsets
             member.topic_id = answer.topic_id or member.topic_id
-            member.ack_due = True
-            member.next_heartbeat = loop.time()
+            target = list(answer.assigned)
+            if set(member.assigned) - set(target):
+                if member.pending is None:
+                    assert rng is not None
+                    member.revoke_at = loop.time() + rng.uniform(0, REVOKE_S)
+                member.pending = target
+            else:
+                self.adopt(member, target)
+        assert host is not None
+        self.holds(member, member.assigned, self.authoritative(host), sent_us, host)
+
+    def adopt(self, member: ConsumerMember, target: list[int]) -> None:
+        """The member holds ``target`` now, and says so in a heartbeat straight away."""
+        if target != member.assigned:
+            member.assigned = target
+            member.positions = None  # a new process, from the committed offsets
+        member.pending = None
+        member.ack_due = True
+        member.next_heartbeat = self.cluster.world.loop.time()
+
+    def authoritative(self, host: str) -> bool:
+        """Whether ``host`` leads the offsets partition in the epoch the active controller
+        last committed for it (a deposed coordinator may answer a heartbeat that writes
+        nothing from state its successor has moved past)."""
+        cluster = self.cluster
+        epoch, _isr = cluster.coordinator_state(host, leading=True)
+        active = cluster.active_controller()
+        node = cluster.nodes.get(active) if active is not None else None
+        topic = node.loader.image.topics.get(OFFSETS_TOPIC) if node and node.loader else None
+        state = topic.partitions.get(OFFSETS_PARTITION) if topic is not None else None
+        return (
+            state is not None
+            and epoch >= 0
+            and f"n{state.leader}" == host
+            and state.leader_epoch == epoch
+        )
+
+    def holds(
+        self,
+        member: ConsumerMember,
+        partitions: Iterable[int],
+        authoritative: bool = False,
+        sent_us: int = -1,
+        host: str | None = None,
+    ) -> None:
+        """The partitions ``member`` holds from now on: a ``member-assignment`` event, judged
+        at once by the ``exclusive-assignment`` check."""
+        held = sorted(partitions)
+        isr = self.cluster.coordinator_state(host, leading=False)[1] if host else ()
+        trace = self.cluster.world.trace
+        trace.event(
+            MEMBER_ASSIGNMENT,
+            process=member.lane,
+            group=GROUP,
+            partitions=held,
+            authoritative=authoritative,
+            sent_us=sent_us,
+            isr=list(isr),
+        )
+        violation = self.checker.assigned(
+            GROUP,
+            member.lane,
+            held,
+            authoritative=authoritative,
+            sent_us=sent_us,
+            isr=isr,
+            time_us=trace.now_us(),
+        )
+        if violation is not None:
+            self.cluster.checker.fail(violation.message)
+
+
+def fence_after_us() -> int:
+    """The least time a coordinator waits before fencing a member it has just heard from:
+    its session timeout, or the rebalance timeout the member joined with (for revoking)."""
+    return int(min(SESSION_TIMEOUT_S, REBALANCE_TIMEOUT_S) * 1_000_000)
