@@ -10,8 +10,8 @@
 # The kafka slices (KAFKA_SEEDS each, 20 s runs): idempotent producers with aiokafka's
 # lanes beside them (its ApiVersions, ListOffsets, LeaveGroup, ...) and KIP-848 members;
 # a compacted topic of compressed batches under a descriptor limit; reassignments over
-# five brokers with the lifecycle faults; transactions under the authorizer with delayed
-# markers; acks=1 with the data-plane faults. The classic group lanes run in every one of them.
+# five brokers with the lifecycle faults; transactions under the authorizer, with ACLs
+# that refuse, and delayed markers; acks=1 with the data-plane faults. The classic group lanes run in every one of them.
 # Needs the test extra (coverage). Two jobs per slice: `1-2 1-1 30 1-1` took 4.5 and 7.7
 # minutes on a shared two-core machine (load 5-6). COVERAGE_JSON=FILE keeps coverage.py's JSON report
 # (every file's missed lines) there.
@@ -51,7 +51,7 @@ sweep kafka-compact kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --faults all --compac
 sweep kafka-reassign kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --reassign --brokers 5 \
     --faults all,shutdown-broker,shutdown-controller,stall-crash
 sweep kafka-transactions kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --transactions --authorizer \
-    --faults all,delay-txn
+    --acls --faults all,delay-txn
 sweep kafka-acks1 kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --acks 1 --faults \
     all,leader-change-during-catch-up,kill-leader-during-catch-up,successive-minority-leaders,cut-leader-after-isr-change
 "$PY" -m coverage combine --rcfile="$data/rc" -q

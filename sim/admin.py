@@ -15,6 +15,7 @@ from kio.schema.alter_partition_reassignments.v0.request import (
     ReassignablePartition,
     ReassignableTopic,
 )
+from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
 from kio.schema.create_partitions.v3.request import (
     CreatePartitionsRequest,
     CreatePartitionsTopic,
@@ -33,7 +34,9 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 from broker.client import KafkaConnection
 
 TOPIC_RESOURCE = 2
+GROUP_RESOURCE = 3
 BROKER_RESOURCE = 4
+LITERAL = 3
 SET = 0
 _TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=5))
 
@@ -121,3 +124,29 @@ async def reassign_partition(
     if response.error_code != ErrorCode.none:  # type: ignore[attr-defined]
         return error_name(response.error_code)  # type: ignore[attr-defined]
     return error_name(response.responses[0].partitions[0].error_code)  # type: ignore[attr-defined]
+
+
+async def create_acls(
+    conn: KafkaConnection,
+    bindings: tuple[tuple[int, str, str, int, int], ...],
+    timeout_s: float,
+) -> str:
+    """CreateAcls of literal bindings (resource type, resource name, principal, operation,
+    permission), any host: the first error of any of them, else NONE."""
+    request = CreateAclsRequest(
+        creations=tuple(
+            AclCreation(
+                resource_type=i8(resource_type),
+                resource_name=name,
+                resource_pattern_type=i8(LITERAL),
+                principal=principal,
+                host="*",
+                operation=i8(operation),
+                permission_type=i8(permission),
+            )
+            for resource_type, name, principal, operation, permission in bindings
+        )
+    )
+    response = await conn.request(request, timeout_s)
+    errors = [error_name(r.error_code) for r in response.results]  # type: ignore[attr-defined]
+    return next((e for e in errors if e != "NONE"), "NONE")

@@ -120,6 +120,12 @@ def _parser() -> argparse.ArgumentParser:
             "virtual time (kafka_aiokafka.py; needs the test extra)",
         )
         p.add_argument(
+            "--acls",
+            action="store_true",
+            help="kafka, with --authorizer: ACLs that deny a topic and a group, and a lane "
+            "that keeps asking for what they deny (kafka_acls.py)",
+        )
+        p.add_argument(
             "--consumer-protocol",
             action="store_true",
             help="kafka: KIP-848 group members (ConsumerGroupHeartbeat) as lanes "
@@ -194,6 +200,8 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
             raise ValueError("--aiokafka needs aiokafka: pip install 'kraft-py[test]'")
     if args.consumer_protocol and args.scenario != "kafka":
         raise ValueError("--consumer-protocol needs --scenario kafka")
+    if args.acls and (args.scenario != "kafka" or not args.authorizer):
+        raise ValueError("--acls needs --scenario kafka and --authorizer")
     return RunConfig(
         scenario=args.scenario,
         seed=seed,
@@ -217,6 +225,7 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         transactions=args.transactions,
         aiokafka=args.aiokafka,
         consumer_protocol=args.consumer_protocol,
+        acls=args.acls,
         trace_dir=args.trace,
     )
 
@@ -302,6 +311,7 @@ def run_argv(args: argparse.Namespace, seed: int) -> list[str]:
         "transactions",
         "aiokafka",
         "consumer_protocol",
+        "acls",
         "allow_unknown",
     ):
         if getattr(args, flag):

@@ -64,6 +64,9 @@ class RunConfig:
     # KIP-848 consumer-protocol group members beside the workload
     # (sim/scenarios/kafka_consumer.py).
     consumer_protocol: bool = False
+    # With authorizer: ACLs that deny, and a lane that keeps asking for what they deny
+    # (sim/scenarios/kafka_acls.py).
+    acls: bool = False
     trace_path: str | None = None
     trace_dir: str | None = None
 

@@ -32,6 +32,7 @@ from sim.analysis.catch_up import CHECK as CATCH_UP_CHECK
 from sim.analysis.catch_up import CatchUp
 from sim.analysis.history import INDETERMINATE, latest_us, op_value, pair_operations, records
 from sim.analysis.kafka import (
+    ACL_ANSWER,
     COMMIT,
     COMMIT_EPOCH_UNKNOWN,
     KAFKA_OPS,
@@ -45,6 +46,7 @@ from sim.analysis.kafka import (
     PartitionStateChecker,
     PowerCuts,
     broker_id,
+    check_acl_answer,
     check_committed_on_isr,
     check_duplicate_answer,
     check_liveness,
@@ -855,6 +857,7 @@ KAFKA_EVENT_KINDS = (
     "replica-caught-up",
     "duplicate-answer",
     MEMBER_ASSIGNMENT,
+    ACL_ANSWER,
 )
 
 
@@ -990,6 +993,14 @@ def check_kafka(run: RunData) -> list[Violation]:
                 None if held is None else BatchIdentity(*(int(v) for v in held)),
                 at,
                 cuts,
+            )
+        elif item.kind == ACL_ANSWER:
+            result = check_acl_answer(
+                str(item.node),
+                str(detail["api"]),
+                str(detail["resource"]),
+                str(detail["error"]),
+                at,
             )
         elif item.kind == MEMBER_ASSIGNMENT:
             result = assignments.assigned(

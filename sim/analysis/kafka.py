@@ -730,6 +730,26 @@ class AssignmentChecker:
         return None
 
 
+ACL_ANSWER = "acl-answer"
+ACL_BYPASSED = "acl-bypassed"
+
+
+def check_acl_answer(
+    node: str, api: str, resource: str, error: str, time_us: int
+) -> KafkaViolation | None:
+    """``acl-bypassed``: a request the ACLs deny (created, and applied by every broker, before
+    the first fault: ``--acls``) is never answered as a success, by any broker, under any
+    fault; every broker that serves has them in its image, or read them from its log."""
+    if error != "NONE":
+        return None
+    return KafkaViolation(
+        ACL_BYPASSED,
+        f"{ACL_BYPASSED}: {node} answered {api} on {resource} with NONE, though an ACL "
+        "every broker had applied denies it",
+        time_us,
+    )
+
+
 def check_liveness(ops: Iterable[KafkaOp], partitions: int, topic: str) -> list[str]:
     """After the heal, every partition took an acks=all produce (process ``heal``) and the
     final reads (process ``final``) reached its high watermark from offset 0 (nothing in the

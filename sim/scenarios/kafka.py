@@ -1383,6 +1383,7 @@ def _replication_faults(cluster: KafkaCluster) -> dict[str, Callable[[Nemesis, f
 def run_kafka(config: RunConfig) -> RunResult:
     """Run the kafka scenario once and judge it."""
     from sim.scenarios import (  # they build on this module
+        kafka_acls,
         kafka_aiokafka,
         kafka_consumer,
         kafka_txn,
@@ -1427,6 +1428,7 @@ def run_kafka(config: RunConfig) -> RunResult:
     txn = kafka_txn.attach(cluster) if config.transactions else None
     aio = kafka_aiokafka.AiokafkaLanes(cluster) if config.aiokafka else None
     kip848 = kafka_consumer.ConsumerLanes(cluster) if config.consumer_protocol else None
+    acls = kafka_acls.AclLanes(cluster) if config.acls else None
     world.trace.watchers.append(cluster.watch)
     world.trace.event(
         "kafka-config",
@@ -1478,6 +1480,8 @@ def run_kafka(config: RunConfig) -> RunResult:
         setup_ok.append(await cluster.setup(runtime.rng))
         if setup_ok[0] and txn is not None:
             setup_ok[0] = await txn.setup(runtime.rng)
+        if setup_ok[0] and acls is not None:
+            setup_ok[0] = await acls.setup(runtime.rng)
         ready.set()
         if not setup_ok[0]:
             return
@@ -1485,6 +1489,7 @@ def run_kafka(config: RunConfig) -> RunResult:
             *(txn.lanes(runtime) if txn is not None else ()),
             *(aio.lanes(runtime) if aio is not None else ()),
             *(kip848.lanes(runtime) if kip848 is not None else ()),
+            *(acls.lanes(runtime) if acls is not None else ()),
             *(asyncio.ensure_future(cluster.producer(runtime, i)) for i in range(PRODUCERS)),
             *(asyncio.ensure_future(cluster.consumer(runtime, i)) for i in range(CONSUMERS)),
             *(
@@ -1568,6 +1573,7 @@ def run_kafka(config: RunConfig) -> RunResult:
                 **(txn.figures() if txn is not None else {}),
                 **(aio.figures if aio is not None else {}),
                 **(kip848.figures if kip848 is not None else {}),
+                **(acls.figures if acls is not None else {}),
                 **({"resends": cluster.resends} if config.idempotent else {}),
                 **(_files_closed(cluster) if config.descriptor_limit is not None else {}),
             },
