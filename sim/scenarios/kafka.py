@@ -1119,16 +1119,7 @@ class KafkaCluster(Cluster):
             ]
         routing = Routing(self, "setup")
         try:
-            while steps and loop.time() < deadline:
-                await asyncio.sleep(0.2)
-                host = rng.choice(self.brokers)
-                try:
-                    error = await steps[0](await routing.conn(host))  # type: ignore[misc]
-                except (OSError, TimeoutError, ConnectionError):
-                    await routing.drop(host)
-                    continue
-                if error in ("NONE", "TOPIC_ALREADY_EXISTS"):
-                    steps.pop(0)
+            await self.admin_steps(routing, rng, steps, deadline)
             while loop.time() < deadline:
                 await routing.refresh(rng)
                 if len(routing.leaders) == self.partitions and all(
@@ -1139,6 +1130,30 @@ class KafkaCluster(Cluster):
             return False
         finally:
             await routing.close()
+
+    async def admin_steps(
+        self,
+        routing: Routing,
+        rng: random.Random,
+        steps: list[Callable[[KafkaConnection], Any]],
+        deadline: float,
+    ) -> bool:
+        """Each admin request in turn, each through a random broker and again until it
+        succeeds (or finds its topic created already) or the deadline passes: whether all
+        succeeded."""
+        loop = self.world.loop
+        pending = list(steps)
+        while pending and loop.time() < deadline:
+            await asyncio.sleep(0.2)
+            host = rng.choice(self.brokers)
+            try:
+                error = await pending[0](await routing.conn(host))
+            except (OSError, TimeoutError, ConnectionError):
+                await routing.drop(host)
+                continue
+            if error in ("NONE", "TOPIC_ALREADY_EXISTS"):
+                pending.pop(0)
+        return not pending
 
     async def reassigner(self, rng: random.Random) -> None:
         """--reassign: every few seconds, move a random partition to a random set of rf

@@ -73,21 +73,12 @@ class AclLanes:
         ]
         routing = Routing(cluster, "acl-setup")
         try:
-            while steps and loop.time() < deadline:
-                await asyncio.sleep(0.2)
-                host = rng.choice(cluster.brokers)
-                try:
-                    error = await steps[0](await routing.conn(host))
-                except (OSError, TimeoutError, ConnectionError):
-                    await routing.drop(host)
-                    continue
-                if error in ("NONE", "TOPIC_ALREADY_EXISTS"):
-                    steps.pop(0)
+            done = await cluster.admin_steps(routing, rng, steps, deadline)
         finally:
             await routing.close()
-        while loop.time() < deadline:
+        while done and loop.time() < deadline:
             if all(self.applied(name) for name in cluster.brokers):
-                return not steps
+                return True
             await asyncio.sleep(0.2)
         return False
 

@@ -293,16 +293,7 @@ class TxnLanes:
         ]
         output = OutputRouting(cluster, "txn-setup")
         try:
-            while steps and loop.time() < deadline:
-                await asyncio.sleep(0.2)
-                host = rng.choice(cluster.brokers)
-                try:
-                    error = await steps[0](await routing.conn(host))
-                except (OSError, TimeoutError, ConnectionError):
-                    await routing.drop(host)
-                    continue
-                if error in ("NONE", "TOPIC_ALREADY_EXISTS"):
-                    steps.pop(0)
+            await cluster.admin_steps(routing, rng, steps, deadline)
             while loop.time() < deadline:
                 await routing.refresh(rng)
                 await output.refresh(rng)

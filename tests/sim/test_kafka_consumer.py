@@ -9,6 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from sim.nemesis import FAULTS
 from sim.run import RunConfig
 from sim.scenarios.kafka import FAULTS as KAFKA_FAULTS
@@ -74,3 +76,16 @@ def test_seed_6_a_member_is_not_fenced_by_a_deadline_its_own_heartbeat_restarted
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("seed=6 ok "), result.stdout
+
+
+@pytest.mark.slow
+def test_consumer_protocol_sweep_is_clean() -> None:
+    """The KIP-848 lanes' sweep: seeds 1-100 with every fault (11 minutes with two jobs)."""
+    args = ["--scenario", "kafka", "--consumer-protocol", "--faults", "all", "--seeds", "1-100"]
+    result = subprocess.run(
+        [KRAFT_SIM, "sweep", "--jobs", "2", "--quiet", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
