@@ -101,8 +101,9 @@ class ConsumerMember(GroupMember):
     topic_id: uuid.UUID | None = None
     ack_due: bool = False  # its next heartbeat names the partitions it owns now
     full_due: bool = False  # its next heartbeat sends every field (the last one failed)
-    pending: list[int] | None = None  # an assignment that takes partitions away, from
-    revoke_at: float = 0.0  # this time on, once the revocation is done
+    # An assignment that takes partitions away, adopted at ``revoke_at`` (once revoked).
+    pending: list[int] | None = None
+    revoke_at: float = 0.0
 
     def rejoin(self, error: str) -> None:
         """Fenced: give up every partition and join again, with the same member id."""
