@@ -96,7 +96,12 @@ def test_transactional_lanes_against_apache_kafka_are_judged_by_the_same_checks(
     ok = trace.history[trace.history["type"] == "ok"]
     ends = ok[ok["f"] == "txn-end"]
     committers = {p.split(".")[0] for p in ends[ends["value"] == 1]["process"]}
-    assert {"tp0", "tp1", "jt0"} <= committers  # Kafka's coordinator served both clients
+    assert {"tp0", "tp1"} <= committers
+    # Kafka's coordinator served both clients: the Java lane's EndTxn was answered too. Its
+    # commit is not asserted: in a loaded clean-clone run its JVM took 20 s to send, a fault
+    # timed its first send out, and it aborted both transactions it had time for (the lane
+    # draws commit or abort), with every check clean.
+    assert "jt0" in {p.split(".")[0] for p in ends["process"]}
     assert 0 in set(ends["value"])
     polls = ok[ok["f"] == "rc-poll"]
     read = polls[polls["values"].map(lambda values: values is not None and len(values) > 0)]
