@@ -27,7 +27,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from metadata.image import MetadataImage
+from metadata.image import MetadataImage, changed_topic_ids
 from protocol import wire
 from protocol.api_keys import ApiKey
 from protocol.server import NO_RESPONSE, Handler
@@ -400,10 +400,11 @@ class BrokerMetricsPublisher:
     def on_image(self, before: MetadataImage, after: MetadataImage, from_snapshot: bool) -> None:
         if before.topics.by_name is not after.topics.by_name:
             self.topics.retain(after.topics.by_name.__contains__)
-        old_topics = before.topics.by_id
-        for topic_id, topic in after.topics.by_id.items():
-            old = old_topics.get(topic_id)
-            if old is None or old is topic:
+        old_topics, new_topics = before.topics.by_id, after.topics.by_id
+        touched = changed_topic_ids(before.topics, after.topics)
+        for topic_id in new_topics if touched is None else touched:
+            old, topic = old_topics.get(topic_id), new_topics.get(topic_id)
+            if old is None or topic is None or old is topic:
                 continue
             for index, partition in topic.partitions.items():
                 previous = old.partitions.get(index)

@@ -8,7 +8,8 @@ must report rather than a state to paper over. A rejected record leaves the delt
 The delta copies an image's dicts only when it first changes them (copy on write), so
 ``apply`` returns an image that shares every unchanged part (features, brokers, configs,
 untouched topics) with its predecessor by identity. ``local_changes`` relies on that sharing to
-skip untouched topics when it tells a broker what it now leads, follows or must delete.
+skip untouched topics, and each new image's topics name the topics the delta touched
+(``TopicsChange``) so that ``local_changes`` visits only those.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from metadata.image import (
     PartitionRegistration,
     QuotaEntity,
     TopicImage,
+    TopicsChange,
     TopicsImage,
+    changed_topic_ids,
+    collision_key,
 )
 from metadata.records import (
     BROKER_RESOURCE,
@@ -136,6 +140,10 @@ class MetadataDelta:
         self._brokers: Mapping[int, BrokerRegistration] = image.cluster.brokers
         self._topics: Mapping[uuid.UUID, TopicImage] = image.topics.by_id
         self._topic_ids: Mapping[str, uuid.UUID] = image.topics.by_name
+        assert image.topics.collision_keys is not None
+        self._collision_keys: Mapping[str, tuple[str, ...]] = image.topics.collision_keys
+        # Topics created, changed or removed since the last apply, in first-touch order.
+        self._touched: dict[uuid.UUID, None] = {}
         # Partition maps of topics changed since the last apply, owned (mutable) by the delta.
         self._partitions: dict[uuid.UUID, dict[int, PartitionRegistration]] = {}
         self._configs: Mapping[tuple[int, str], Mapping[str, str]] = image.configs
@@ -223,7 +231,12 @@ class MetadataDelta:
             raise MetadataStateError(f"{record!r}: empty topic name")
         self._own("_topics")[record.topic_id] = TopicImage(record.name, record.topic_id, {})
         self._own("_topic_ids")[record.name] = record.topic_id
+        # A colliding name is refused by the controller, except an internal topic beside a
+        # client's topic made before internal names were reserved: a key may name two topics.
+        key = collision_key(record.name)
+        self._own("_collision_keys")[key] = (*self._collision_keys.get(key, ()), record.name)
         self._partitions[record.topic_id] = {}
+        self._touched[record.topic_id] = None
 
     def _replay_partition(self, record: Partition) -> None:
         self._check_transition(record, self._partition(record))
@@ -291,7 +304,14 @@ class MetadataDelta:
             raise MetadataStateError(f"{record!r}: unknown topic id")
         del self._own("_topics")[record.topic_id]
         del self._own("_topic_ids")[topic.name]
+        key = collision_key(topic.name)
+        others = tuple(name for name in self._collision_keys[key] if name != topic.name)
+        if others:
+            self._own("_collision_keys")[key] = others
+        else:
+            del self._own("_collision_keys")[key]
         self._partitions.pop(record.topic_id, None)
+        self._touched[record.topic_id] = None
         if (TOPIC_RESOURCE, topic.name) in self._configs:
             del self._own("_configs")[(TOPIC_RESOURCE, topic.name)]
 
@@ -400,6 +420,7 @@ class MetadataDelta:
     def _own_partitions(self, topic_id: uuid.UUID) -> dict[int, PartitionRegistration]:
         if topic_id not in self._partitions:
             self._partitions[topic_id] = dict(self._topics[topic_id].partitions)
+            self._touched[topic_id] = None
         return self._partitions[topic_id]
 
     # ---- apply -------------------------------------------------------------------------------
@@ -416,14 +437,20 @@ class MetadataDelta:
         image = self.image
         changed = self._owned
         self._owned = set()  # what the new image holds is frozen from here on
+        touched, self._touched = self._touched, {}
         self.image = MetadataImage(
             offset=offset,
             epoch=epoch,
             features=self._features,
             cluster=ClusterImage(self._brokers) if "_brokers" in changed else image.cluster,
             topics=(
-                TopicsImage(self._topics, self._topic_ids)
-                if changed & {"_topics", "_topic_ids"}
+                TopicsImage(
+                    self._topics,
+                    self._topic_ids,
+                    self._collision_keys,
+                    change=TopicsChange(image.topics.token, tuple(touched)),
+                )
+                if changed & {"_topics", "_topic_ids", "_collision_keys"}
                 else image.topics
             ),
             configs=self._configs,
@@ -493,13 +520,24 @@ def local_changes(
     before: MetadataImage, after: MetadataImage, broker_id: int
 ) -> LocalReplicaChanges:
     """What ``broker_id`` must start leading, following or deleting going from ``before`` to
-    ``after``: a replica appears when it is new to the broker or its epochs moved."""
+    ``after``: a replica appears when it is new to the broker or its epochs moved. When
+    ``after`` was built from ``before`` by a delta, only the topics it touched are visited."""
     changes = LocalReplicaChanges({}, {}, set())
     old_topics, new_topics = before.topics.by_id, after.topics.by_id
-    for topic_id, topic in new_topics.items():
-        old = old_topics.get(topic_id)
+    touched = changed_topic_ids(before.topics, after.topics)
+    if touched is None:  # unrelated images: every topic, the new ones in the image's order
+        gone = (topic_id for topic_id in old_topics if topic_id not in new_topics)
+        touched = (*new_topics, *gone)
+    for topic_id in touched:
+        old, topic = old_topics.get(topic_id), new_topics.get(topic_id)
         if old is topic:
             continue  # shared by identity: untouched by the delta
+        if topic is None:
+            assert old is not None
+            for partition_id, partition in old.partitions.items():
+                if broker_id in partition.replicas:
+                    changes.deleted.add(TopicPartition(old.name, partition_id))
+            continue
         old_partitions = old.partitions if old is not None else {}
         for partition_id, partition in topic.partitions.items():
             previous = old_partitions.get(partition_id)
@@ -516,10 +554,4 @@ def local_changes(
                 continue
             target = changes.leaders if partition.leader == broker_id else changes.followers
             target[TopicPartition(topic.name, partition_id)] = partition
-    for topic_id, old in old_topics.items():
-        if topic_id in new_topics:
-            continue
-        for partition_id, partition in old.partitions.items():
-            if broker_id in partition.replicas:
-                changes.deleted.add(TopicPartition(old.name, partition_id))
     return changes

@@ -4,6 +4,10 @@ An image is immutable: replaying records goes through a MetadataDelta (metadata/
 produces the next image, so a published image can be read by request handlers while the next
 one is being built. Dicts inside an image are never mutated after construction (a delta copies
 what it changes), which keeps unchanged parts shared between successive images.
+
+An image's topics also say which topics changed since the image they were built from
+(``TopicsChange``), so what follows each committed batch (a broker's replica changes, its ISR
+metrics) costs what the batch touched rather than the number of topics in the cluster.
 """
 
 from __future__ import annotations
@@ -68,10 +72,44 @@ class TopicImage:
     partitions: Mapping[int, PartitionRegistration]
 
 
+def collision_key(name: str) -> str:
+    """Kafka's metric names turn '.' into '_': two topics equal after that would collide."""
+    return name.replace(".", "_")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicsChange:
+    """The topics a delta created, changed or removed going from the image whose topics
+    carry ``base`` (their ``token``) to the image that holds this change."""
+
+    base: object
+    topic_ids: tuple[uuid.UUID, ...]  # in the order the delta first touched them
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class TopicsImage:
     by_id: Mapping[uuid.UUID, TopicImage] = dataclasses.field(default_factory=dict)
     by_name: Mapping[str, uuid.UUID] = dataclasses.field(default_factory=dict)
+    # collision_key(name) -> the names of the topics with that key (two only for an internal
+    # topic beside an older client topic), kept by the delta beside ``by_name`` so that
+    # CreateTopics need not rebuild it from every name; derived here when not given.
+    collision_keys: Mapping[str, tuple[str, ...]] | None = None
+    # Identity of these topics for a later image's ``change`` (compared with ``is``).
+    token: object = dataclasses.field(default_factory=object, compare=False, repr=False)
+    change: TopicsChange | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.collision_keys is None:
+            keys: dict[str, tuple[str, ...]] = {}
+            for name in self.by_name:
+                keys[collision_key(name)] = (*keys.get(collision_key(name), ()), name)
+            object.__setattr__(self, "collision_keys", keys)
+
+    def colliding(self, name: str) -> str | None:
+        """The existing topic whose name collides with ``name`` (maybe ``name`` itself)."""
+        assert self.collision_keys is not None
+        names = self.collision_keys.get(collision_key(name))
+        return None if names is None else names[0]
 
     def get(self, name: str) -> TopicImage | None:
         topic_id = self.by_name.get(name)
@@ -88,6 +126,19 @@ class TopicsImage:
             for index, registration in topic.partitions.items()
             if registration.leader == broker_id
         }
+
+
+def changed_topic_ids(before: TopicsImage, after: TopicsImage) -> tuple[uuid.UUID, ...] | None:
+    """The ids of the topics that differ between ``before`` and ``after`` when ``after`` was
+    built from ``before`` by one delta (in the order the delta touched them); None when the
+    two are not related that way (a snapshot loaded, an image made by hand), and the caller
+    must compare every topic."""
+    if before is after:
+        return ()
+    change = after.change
+    if change is not None and change.base is before.token:
+        return change.topic_ids
+    return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from metadata.controller.context import (
 )
 from metadata.controller.internal_topics import check_internal_configs, refuse_internal_change
 from metadata.controller.placement import PlacementError, place_replicas
-from metadata.image import TopicImage
+from metadata.image import TopicImage, collision_key
 from metadata.records import TOPIC_RESOURCE, Config, MetadataRecord, Partition, RemoveTopic, Topic
 from metadata.topic_names import CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, topic_name_error
 from protocol.api_keys import ApiKey
@@ -62,14 +62,9 @@ def _refuse_reserved(name: str, internal: bool) -> None:
         raise ApiError(ErrorCode.topic_authorization_failed, "Authorization failed.")
 
 
-def _collision_key(name: str) -> str:
-    """Kafka's metric names turn '.' into '_': two topics equal after that would collide."""
-    return name.replace(".", "_")
-
-
 # An internal topic's name is taken before the topic exists: a client's "__consumer.offsets"
 # created first would collide with it, and the broker could never create its own.
-_INTERNAL_COLLISIONS = {_collision_key(name): name for name in INTERNAL_TOPICS}
+_INTERNAL_COLLISIONS = {collision_key(name): name for name in INTERNAL_TOPICS}
 
 
 # ---- CreateTopics ------------------------------------------------------------------------------
@@ -86,7 +81,8 @@ TOPICS_PER_SLICE = 250
 class CreateTopicsRun:
     """One CreateTopics worked on TOPICS_PER_SLICE topics at a time, each slice against the
     controller's working image of then (``step``): what spans the request (duplicate names,
-    names that collide, the MAX_RECORDS_PER_USER_OP budget) is kept here, so the answer is
+    names that collide with an earlier name of the request, the MAX_RECORDS_PER_USER_OP budget)
+    is kept here (the image keeps the collision keys of existing topics), so the answer is
     the one a single pass would give, and the records of each slice may be proposed before
     the next is worked on (Kafka's non-atomic create: a reader may see some of a request's
     topics first)."""
@@ -95,7 +91,7 @@ class CreateTopicsRun:
     module: Any
     internal: bool
     counts: Counter[str]
-    collisions: dict[str, str]
+    collisions: dict[str, str]  # collision_key -> name, of this request's created topics
     records_total: int = 0
     results: list[object] = field(default_factory=list)
 
@@ -108,7 +104,7 @@ class CreateTopicsRun:
             response_module(ApiKey.CREATE_TOPICS, api_version),
             internal,
             Counter(map(attrgetter("name"), request.topics)),  # C code: no step per name
-            {_collision_key(name): name for name in ctx.image.topics.by_name},
+            {},
         )
 
     def slices(self) -> Iterator[Sequence[Any]]:
@@ -140,7 +136,7 @@ class CreateTopicsRun:
             else:
                 records.extend(created)
                 self.records_total += len(created)
-                self.collisions[_collision_key(topic.name)] = topic.name
+                self.collisions[collision_key(topic.name)] = topic.name
             self.results.append(make(self.module.CreatableTopicResult, values))
         return [] if self.request.validate_only else records
 
@@ -168,7 +164,7 @@ def _create_topic(
         raise ApiError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
     configs = _topic_configs(topic.configs)
     check_internal_configs(topic.name, configs)
-    colliding = collisions.get(_collision_key(topic.name))
+    colliding = collisions.get(collision_key(topic.name)) or ctx.image.topics.colliding(topic.name)
     if colliding is not None and topic.name not in INTERNAL_TOPICS:
         # (An internal topic is created even beside a client's colliding topic made before
         # internal names were reserved: its coordinator could not work otherwise.)
@@ -176,7 +172,7 @@ def _create_topic(
             ErrorCode.invalid_topic_exception,
             f"Topic '{topic.name}' collides with existing topic: {colliding}",
         )
-    internal = _INTERNAL_COLLISIONS.get(_collision_key(topic.name), topic.name)
+    internal = _INTERNAL_COLLISIONS.get(collision_key(topic.name), topic.name)
     if internal != topic.name:
         raise ApiError(
             ErrorCode.invalid_topic_exception,

@@ -4,6 +4,7 @@ once published, and a broker learns exactly which replicas it must lead, follow 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import uuid
 
 import pytest
@@ -17,7 +18,13 @@ from metadata.delta import (
     TopicPartition,
     local_changes,
 )
-from metadata.image import EMPTY, MetadataImage, PartitionRegistration
+from metadata.image import (
+    EMPTY,
+    MetadataImage,
+    PartitionRegistration,
+    TopicsImage,
+    changed_topic_ids,
+)
 from metadata.records import (
     BROKER_RESOURCE,
     NO_LEADER,
@@ -38,7 +45,7 @@ from metadata.records import (
     UnfenceBroker,
     UnregisterBroker,
 )
-from tests.metadata.histories import illegal_for, legal_history
+from tests.metadata.histories import BROKER_IDS, illegal_for, legal_history
 
 T1 = uuid.UUID(int=1)
 T2 = uuid.UUID(int=2)
@@ -326,3 +333,60 @@ def test_reassigned_away_and_removed_topics_are_deleted() -> None:
     changes = local_changes(BASE, recreated, 3)
     assert changes.deleted == {TopicPartition("t", 0), TopicPartition("t", 1)}
     assert changes.leaders == {TopicPartition("t", 0): partition(recreated)}
+
+
+@settings(max_examples=150, deadline=None)
+@given(legal_history(), st.sampled_from(BROKER_IDS))
+def test_local_changes_from_the_touched_topics_equal_a_comparison_of_every_topic(
+    history: list[list[MetadataRecord]], broker_id: int
+) -> None:
+    """A broker visits only the topics a batch touched (issue 22: comparing all 100,000
+    topics of a cluster took 79 ms per batch); what it finds must be what comparing every
+    topic finds, and the delta's touched set must hold every topic that differs."""
+    image, offset = EMPTY, 0
+    for batch in history:
+        delta = MetadataDelta(image)
+        for record in batch:
+            delta.replay(record)
+        offset += len(batch)
+        after = delta.apply(offset, 1)
+        touched = changed_topic_ids(image.topics, after.topics)
+        assert touched is not None
+        old, new = image.topics.by_id, after.topics.by_id
+        differing = {tid for tid in old.keys() | new.keys() if old.get(tid) is not new.get(tid)}
+        assert differing <= set(touched)
+        # The same images, unrelated by a delta as far as the topics can tell: every topic.
+        stranger = dataclasses.replace(image.topics, token=object())
+        assert changed_topic_ids(stranger, after.topics) is None
+        full = local_changes(dataclasses.replace(image, topics=stranger), after, broker_id)
+        assert local_changes(image, after, broker_id) == full
+        image = after
+
+
+@settings(max_examples=100, deadline=None)
+@given(legal_history())
+def test_the_collision_keys_kept_by_the_delta_are_those_of_the_names(
+    history: list[list[MetadataRecord]],
+) -> None:
+    image, offset = EMPTY, 0
+    for batch in history:
+        delta = MetadataDelta(image)
+        for record in batch:
+            delta.replay(record)
+        offset += len(batch)
+        image = delta.apply(offset, 1)
+        derived = TopicsImage(image.topics.by_id, image.topics.by_name)
+        assert image.topics.collision_keys == derived.collision_keys
+
+
+def test_an_internal_topic_beside_a_colliding_client_topic_keeps_both_names() -> None:
+    """A client's "__consumer.offsets" made before internal names were reserved, then the
+    broker's own "__consumer_offsets": removing either leaves the other colliding."""
+    client, internal = uuid.UUID(int=3), uuid.UUID(int=4)
+    both = build(Topic("__consumer.offsets", client), Topic("__consumer_offsets", internal))
+    assert both.topics.colliding("__consumer-offsets") is None
+    assert both.topics.colliding("__consumer_offsets") == "__consumer.offsets"
+    without_client = build(RemoveTopic(client), image=both)
+    assert without_client.topics.colliding("__consumer.offsets") == "__consumer_offsets"
+    neither = build(RemoveTopic(internal), image=without_client)
+    assert neither.topics.collision_keys == {}
