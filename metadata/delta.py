@@ -142,6 +142,8 @@ class MetadataDelta:
         self._topic_ids: Mapping[str, uuid.UUID] = image.topics.by_name
         assert image.topics.collision_keys is not None
         self._collision_keys: Mapping[str, tuple[str, ...]] = image.topics.collision_keys
+        assert image.topics.leader_counts is not None
+        self._leader_counts: Mapping[int, int] = image.topics.leader_counts
         # Topics created, changed or removed since the last apply, in first-touch order.
         self._touched: dict[uuid.UUID, None] = {}
         # Partition maps of topics changed since the last apply, owned (mutable) by the delta.
@@ -256,6 +258,7 @@ class MetadataDelta:
         )
         _check_registration(registration, record)
         self._own_partitions(record.topic_id)[record.partition_id] = registration
+        self._move_leadership(NO_LEADER, registration.leader)
 
     def _replay_partition_change(self, record: PartitionChange) -> None:
         current = self._partition(record)
@@ -285,6 +288,20 @@ class MetadataDelta:
         )
         _check_registration(registration, record)
         self._own_partitions(record.topic_id)[record.partition_id] = registration
+        self._move_leadership(current.leader, registration.leader)
+
+    def _move_leadership(self, old: int, new: int) -> None:
+        """Keep the leader counts as one partition's leader goes from ``old`` to ``new``."""
+        if old == new:
+            return
+        counts = self._own("_leader_counts")
+        if old != NO_LEADER:
+            if counts[old] == 1:
+                del counts[old]
+            else:
+                counts[old] -= 1
+        if new != NO_LEADER:
+            counts[new] = counts.get(new, 0) + 1
 
     def _partition(self, record: Partition | PartitionChange) -> PartitionRegistration | None:
         if record.topic_id not in self._topics:
@@ -302,6 +319,8 @@ class MetadataDelta:
         topic = self._topics.get(record.topic_id)
         if topic is None:
             raise MetadataStateError(f"{record!r}: unknown topic id")
+        for partition in self._partitions_of(record.topic_id).values():
+            self._move_leadership(partition.leader, NO_LEADER)
         del self._own("_topics")[record.topic_id]
         del self._own("_topic_ids")[topic.name]
         key = collision_key(topic.name)
@@ -448,9 +467,10 @@ class MetadataDelta:
                     self._topics,
                     self._topic_ids,
                     self._collision_keys,
+                    self._leader_counts,
                     change=TopicsChange(image.topics.token, tuple(touched)),
                 )
-                if changed & {"_topics", "_topic_ids", "_collision_keys"}
+                if changed & {"_topics", "_topic_ids", "_collision_keys", "_leader_counts"}
                 else image.topics
             ),
             configs=self._configs,

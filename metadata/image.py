@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping
 
 from metadata.authorizer import AclBinding
-from metadata.records import FeatureRange, Listener
+from metadata.records import NO_LEADER, FeatureRange, Listener
 from protocol.sasl import ScramCredential
 
 # A client-quota entity: its (entity type, name) pairs sorted by type ("client-id", "ip",
@@ -94,6 +94,10 @@ class TopicsImage:
     # topic beside an older client topic), kept by the delta beside ``by_name`` so that
     # CreateTopics need not rebuild it from every name; derived here when not given.
     collision_keys: Mapping[str, tuple[str, ...]] | None = None
+    # broker id -> how many partitions it leads, kept by the delta so that a heartbeat asks
+    # "does this broker lead anything?" without visiting every partition; derived when not
+    # given.
+    leader_counts: Mapping[int, int] | None = None
     # Identity of these topics for a later image's ``change`` (compared with ``is``).
     token: object = dataclasses.field(default_factory=object, compare=False, repr=False)
     change: TopicsChange | None = dataclasses.field(default=None, compare=False, repr=False)
@@ -104,6 +108,17 @@ class TopicsImage:
             for name in self.by_name:
                 keys[collision_key(name)] = (*keys.get(collision_key(name), ()), name)
             object.__setattr__(self, "collision_keys", keys)
+        if self.leader_counts is None:
+            counts: dict[int, int] = {}
+            for topic in self.by_id.values():
+                for partition in topic.partitions.values():
+                    if partition.leader != NO_LEADER:
+                        counts[partition.leader] = counts.get(partition.leader, 0) + 1
+            object.__setattr__(self, "leader_counts", counts)
+
+    def leads_any(self, broker_id: int) -> bool:
+        assert self.leader_counts is not None
+        return broker_id in self.leader_counts
 
     def colliding(self, name: str) -> str | None:
         """The existing topic whose name collides with ``name`` (maybe ``name`` itself)."""

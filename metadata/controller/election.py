@@ -241,4 +241,4 @@ def preferred_leader_changes(ctx: ControllerContext, limit: int) -> list[Partiti
 
 
 def leads_anything(image: MetadataImage, broker_id: int) -> bool:
-    return any(p.leader == broker_id for _, _, p in partitions(image))
+    return image.topics.leads_any(broker_id)
