@@ -11,8 +11,8 @@ was logged, and a full metadata log killed the process with a traceback.
 from __future__ import annotations
 
 import asyncio
-import gc
 import errno
+import gc
 import logging
 import os
 import random
