@@ -25,6 +25,7 @@ from metadata.directories import realigned
 from metadata.image import (
     BrokerRegistration,
     ClusterImage,
+    CountsBuilder,
     MetadataImage,
     PartitionRegistration,
     QuotaEntity,
@@ -142,8 +143,8 @@ class MetadataDelta:
         self._topic_ids: Mapping[str, uuid.UUID] = image.topics.by_name
         assert image.topics.collision_keys is not None
         self._collision_keys: Mapping[str, tuple[str, ...]] = image.topics.collision_keys
-        assert image.topics.leader_counts is not None
-        self._leader_counts: Mapping[int, int] = image.topics.leader_counts
+        self._counts = image.topics.partition_counts()
+        self._counting: CountsBuilder | None = None  # changes since the last apply
         # Topics created, changed or removed since the last apply, in first-touch order.
         self._touched: dict[uuid.UUID, None] = {}
         # Partition maps of topics changed since the last apply, owned (mutable) by the delta.
@@ -258,7 +259,7 @@ class MetadataDelta:
         )
         _check_registration(registration, record)
         self._own_partitions(record.topic_id)[record.partition_id] = registration
-        self._move_leadership(NO_LEADER, registration.leader)
+        self._count(None, registration)
 
     def _replay_partition_change(self, record: PartitionChange) -> None:
         current = self._partition(record)
@@ -288,20 +289,12 @@ class MetadataDelta:
         )
         _check_registration(registration, record)
         self._own_partitions(record.topic_id)[record.partition_id] = registration
-        self._move_leadership(current.leader, registration.leader)
+        self._count(current, registration)
 
-    def _move_leadership(self, old: int, new: int) -> None:
-        """Keep the leader counts as one partition's leader goes from ``old`` to ``new``."""
-        if old == new:
-            return
-        counts = self._own("_leader_counts")
-        if old != NO_LEADER:
-            if counts[old] == 1:
-                del counts[old]
-            else:
-                counts[old] -= 1
-        if new != NO_LEADER:
-            counts[new] = counts.get(new, 0) + 1
+    def _count(self, old: PartitionRegistration | None, new: PartitionRegistration | None) -> None:
+        if self._counting is None:
+            self._counting = CountsBuilder(self._counts)
+        self._counting.move(old, new)
 
     def _partition(self, record: Partition | PartitionChange) -> PartitionRegistration | None:
         if record.topic_id not in self._topics:
@@ -320,7 +313,7 @@ class MetadataDelta:
         if topic is None:
             raise MetadataStateError(f"{record!r}: unknown topic id")
         for partition in self._partitions_of(record.topic_id).values():
-            self._move_leadership(partition.leader, NO_LEADER)
+            self._count(partition, None)
         del self._own("_topics")[record.topic_id]
         del self._own("_topic_ids")[topic.name]
         key = collision_key(topic.name)
@@ -457,6 +450,8 @@ class MetadataDelta:
         changed = self._owned
         self._owned = set()  # what the new image holds is frozen from here on
         touched, self._touched = self._touched, {}
+        if self._counting is not None:
+            self._counts, self._counting = self._counting.finish(), None
         self.image = MetadataImage(
             offset=offset,
             epoch=epoch,
@@ -467,10 +462,10 @@ class MetadataDelta:
                     self._topics,
                     self._topic_ids,
                     self._collision_keys,
-                    self._leader_counts,
+                    self._counts,
                     change=TopicsChange(image.topics.token, tuple(touched)),
                 )
-                if changed & {"_topics", "_topic_ids", "_collision_keys", "_leader_counts"}
+                if changed & {"_topics", "_topic_ids", "_collision_keys"}
                 else image.topics
             ),
             configs=self._configs,

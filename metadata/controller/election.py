@@ -171,6 +171,8 @@ def _replicas_leaving(
     def usable(replica: int) -> bool:
         return replica != broker_id and ctx.is_usable(replica)
 
+    if broker_id not in ctx.image.topics.partition_counts().members:
+        return []  # in no ISR or ELR, leading nothing: no walk of every partition
     changes = []
     for topic, partition_id, partition in partitions(ctx.image):
         if dirs is not None and directory_of(partition, broker_id) not in dirs:
@@ -200,6 +202,8 @@ def broker_returning(ctx: ControllerContext, broker_id: int) -> list[PartitionCh
     def usable(replica: int) -> bool:
         return replica == broker_id or ctx.is_usable(replica)
 
+    if not ctx.image.topics.partition_counts().leaderless:
+        return []
     changes = []
     for topic, partition_id, partition in partitions(ctx.image):
         if partition.leader != NO_LEADER or broker_id not in partition.replicas:
@@ -223,6 +227,8 @@ def preferred_leader_changes(ctx: ControllerContext, limit: int) -> list[Partiti
     replica) where it is usable and in the ISR, and leads elsewhere (Kafka's
     auto.leader.rebalance.enable, as KRaft's maybeBalancePartitionLeaders does it: every
     imbalanced partition, no per-broker percentage)."""
+    if not ctx.image.topics.partition_counts().imbalanced:
+        return []
     changes = []
     for topic, partition_id, partition in partitions(ctx.image):
         preferred = partition.replicas[0]
@@ -241,4 +247,4 @@ def preferred_leader_changes(ctx: ControllerContext, limit: int) -> list[Partiti
 
 
 def leads_anything(image: MetadataImage, broker_id: int) -> bool:
-    return image.topics.leads_any(broker_id)
+    return broker_id in image.topics.partition_counts().leaders

@@ -21,6 +21,7 @@ from metadata.delta import (
 from metadata.image import (
     EMPTY,
     MetadataImage,
+    PartitionCounts,
     PartitionRegistration,
     TopicsImage,
     changed_topic_ids,
@@ -377,7 +378,7 @@ def test_the_indexes_kept_by_the_delta_are_those_of_the_topics(
         image = delta.apply(offset, 1)
         derived = TopicsImage(image.topics.by_id, image.topics.by_name)
         assert image.topics.collision_keys == derived.collision_keys
-        assert image.topics.leader_counts == derived.leader_counts
+        assert image.topics.counts == derived.counts
 
 
 def test_an_internal_topic_beside_a_colliding_client_topic_keeps_both_names() -> None:
@@ -393,13 +394,21 @@ def test_an_internal_topic_beside_a_colliding_client_topic_keeps_both_names() ->
     assert neither.topics.collision_keys == {}
 
 
-def test_leader_counts_follow_elections_and_removals() -> None:
-    """What a heartbeat asks ("does this broker lead anything?") without visiting every
-    partition (issue 22: 234 ms per heartbeat at 100,000 partitions)."""
-    assert BASE.topics.leader_counts == {1: 1, 2: 1}
+def test_partition_counts_follow_elections_isr_changes_and_removals() -> None:
+    """What the controller's recurring questions look up instead of walking every partition
+    (issue 22: 234 ms per heartbeat of a broker leading nothing at 100,000 partitions)."""
+
+    def counts(image: MetadataImage) -> PartitionCounts:
+        found = image.topics.counts
+        assert found == TopicsImage(image.topics.by_id, image.topics.by_name).counts
+        assert found is not None
+        return found
+
+    assert counts(BASE) == PartitionCounts({1: 1, 2: 1}, {1: 1, 2: 2, 3: 1}, 0, 0)
     moved = build(PartitionChange(T1, 1, leader=3, isr=(2, 3)), image=BASE)
-    assert moved.topics.leader_counts == {1: 1, 3: 1}
-    offline = build(PartitionChange(T1, 0, leader=NO_LEADER), image=moved)
-    assert offline.topics.leader_counts == {3: 1} and not offline.topics.leads_any(1)
+    assert counts(moved) == PartitionCounts({1: 1, 3: 1}, {1: 1, 2: 2, 3: 1}, 0, 1)
+    offline = build(PartitionChange(T1, 0, leader=NO_LEADER, isr=(2,)), image=moved)
+    assert counts(offline) == PartitionCounts({3: 1}, {2: 2, 3: 1}, 1, 2)
     removed = build(RemoveTopic(T1), image=offline)
-    assert removed.topics.leader_counts == {} and not removed.topics.leads_any(3)
+    assert counts(removed) == PartitionCounts({}, {}, 0, 0)
+    assert counts(moved) == PartitionCounts({1: 1, 3: 1}, {1: 1, 2: 2, 3: 1}, 0, 1)
