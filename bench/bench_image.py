@@ -10,14 +10,17 @@ the same run:
    snapshot takes);
 2. the controller answering a heartbeat from a broker that leads nothing (every heartbeat of
    such a broker asks whether it leads anything), beside that question answered by walking
-   every partition, as it was;
+   every partition, as it was; and the same for a broker in no ISR leaving, a broker
+   returning while every partition has a leader, and the preferred-leader check of a
+   balanced cluster, each of which walked every partition to find nothing to do;
 3. a CreateTopics of one new topic, beside rebuilding the topic-name collision map from every
    existing name, which it did first;
 4. a full garbage collection with the image alive, beside the same collection after
    ``gc.freeze()``, which ``kraft-server start`` calls once the node has started;
 5. for the record, what still grows with the cluster: one batch's replay and apply (the
    image's topic map is copied when a partition changes), and one walk of every partition
-   in name order (a broker fenced or unfenced, the preferred-leader check).
+   in name order (a broker leaving while in some ISR, a broker returning while some
+   partition is offline, the preferred-leader check of an imbalanced cluster).
 
 Run: PYTHONPATH=. .venv/bin/python bench/bench_image.py   (about a minute)
 """
@@ -32,7 +35,12 @@ from collections.abc import Callable
 
 from broker.metrics import BrokerMetricsPublisher, BrokerTopicMetrics
 from metadata.controller.cluster import broker_heartbeat
-from metadata.controller.election import partitions
+from metadata.controller.election import (
+    broker_leaving,
+    broker_returning,
+    partitions,
+    preferred_leader_changes,
+)
 from metadata.controller.topics import create_topics
 from metadata.delta import MetadataDelta, local_changes
 from metadata.image import MetadataImage, collision_key
@@ -66,7 +74,7 @@ def cluster(topics: int) -> MetadataImage:
 
 def line(label: str, now: float, before: float) -> None:
     ratio = before / now if now > 0 else float("inf")
-    print(f"  {label:<44} {now:9.3f} ms   before {before:9.3f} ms   {ratio:9.0f}x less")
+    print(f"  {label:<46} {now:9.3f} ms   before {before:9.3f} ms   {ratio:9.0f}x less")
 
 
 def bench(topics: int) -> None:
@@ -108,6 +116,15 @@ def bench(topics: int) -> None:
         best_ms(lambda: [any(p.leader == 4 for _, _, p in partitions(image)) for _ in (1, 2)]),
     )
 
+    walk = best_ms(lambda: any(p.leader == 4 and 4 in p.isr for _, _, p in partitions(image)))
+    for label, operation in (
+        ("controller: broker in no ISR leaving", lambda: broker_leaving(ctx, 4)),
+        ("controller: broker returning, none offline", lambda: broker_returning(ctx, 4)),
+        ("controller: preferred-leader check, balanced", lambda: preferred_leader_changes(ctx, 9)),
+    ):
+        assert not operation()
+        line(label, best_ms(operation), walk)
+
     create_module = request_module(19, 7)
     create = create_module.CreateTopicsRequest(
         topics=(
@@ -131,9 +148,8 @@ def bench(topics: int) -> None:
         delta.replay(PartitionChange(uuid.UUID(int=1000), 0, isr=(1, 2)))
         delta.apply(image.offset + 1, 1)
 
-    print(f"  {'still growing: one batch replayed and applied':<44} {best_ms(one_batch):9.3f} ms")
-    walk = best_ms(lambda: sum(1 for _ in partitions(image)))
-    print(f"  {'still growing: a walk of every partition':<44} {walk:9.3f} ms")
+    print(f"  {'still growing: one batch replayed and applied':<46} {best_ms(one_batch):9.3f} ms")
+    print(f"  {'still growing: a walk of every partition':<46} {walk:9.3f} ms")
 
 
 def main() -> None:
