@@ -153,15 +153,18 @@ class ConsumerLanes:
                 generation=0,
                 assignor=rng.choice(ASSIGNORS),
             )
+            released = False
             try:
                 while rng.random() >= GROUP_CRASH_CHANCE:
                     await asyncio.sleep(rng.uniform(0.005, 0.05))
                     await self.step(member, rng)
                 self.holds(member, ())  # it stops consuming before it leaves
+                released = True
                 if member.coordinator is not None and rng.random() < 0.5:
                     await self.heartbeat(member, leaving=True)
             finally:
-                self.holds(member, ())
+                if not released:  # the run ended it mid-step
+                    self.holds(member, ())
                 await member.routing.close()
             generation += 1
 
