@@ -99,7 +99,7 @@ class RequestAuthorizer:
     """The authorizer over the latest image's ACLs (rebuilt when they change), with the
     node's ``super.users`` and ``allow.everyone.if.no.acl.found``."""
 
-    __slots__ = ("_acls", "_authorizer", "_config", "_image", "auto_create_topics")
+    __slots__ = ("_acls", "_authorizer", "_bugs", "_config", "_image", "auto_create_topics")
 
     def __init__(
         self,
@@ -107,11 +107,13 @@ class RequestAuthorizer:
         image: Callable[[], MetadataImage],
         *,
         auto_create_topics: bool = False,
+        bugs: frozenset[str] = frozenset(),
     ) -> None:
         self._config = config
         self._image = image
+        self._bugs = bugs
         self._acls: Mapping[uuid.UUID, AclBinding] | None = None
-        self._authorizer = Authorizer((), config)
+        self._authorizer = Authorizer((), config, bugs)
         self.auto_create_topics = auto_create_topics
 
     def image(self) -> MetadataImage:
@@ -120,7 +122,7 @@ class RequestAuthorizer:
     def current(self) -> Authorizer:
         acls = self._image().acls
         if acls is not self._acls:  # an image shares its ACL map until one changes
-            self._authorizer = Authorizer(acls.values(), self._config)
+            self._authorizer = Authorizer(acls.values(), self._config, self._bugs)
             self._acls = acls
         return self._authorizer
 

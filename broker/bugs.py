@@ -5,6 +5,8 @@ catches each."""
 
 from __future__ import annotations
 
+from metadata.authorizer import ALLOW_BEFORE_DENY
+
 TRUNCATE_TO_HW = "truncate-to-hw"
 HW_BEFORE_ISR = "hw-before-isr"
 ISR_SHRINK_LOCAL = "isr-shrink-local"
@@ -58,4 +60,7 @@ BROKER_BUGS = {
     ASSIGN_BEFORE_REVOKE: "a consumer-group coordinator (KIP-848) does not count the "
     "partitions a member is still revoking as held, so it gives them to their next owner "
     "before the previous one has given them up: two members consume one partition",
+    # ACLs (metadata/authorizer.py; the kafka scenario's --acls lane catches it).
+    ALLOW_BEFORE_DENY: "the authorizer lets the first matching ALLOW decide, so a DENY "
+    "listed after it is never consulted (Kafka: a matching DENY always wins)",
 }

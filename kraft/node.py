@@ -730,6 +730,7 @@ class KraftNode:
             settings,
             lambda: loader.image,
             auto_create_topics=self.config.auto_create_topics_enable,
+            bugs=self.bugs,
         )
 
     async def _describe_controllers(self, request: ApiRequest) -> object:

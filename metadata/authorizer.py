@@ -187,6 +187,11 @@ class AuthorizerConfig:
     allow_everyone_if_no_acl_found: bool = False
 
 
+# A planted bug (broker/bugs.py lists it; never set outside a simulation): the first
+# matching ALLOW decides, so a DENY after it is never consulted.
+ALLOW_BEFORE_DENY = "allow-before-deny"
+
+
 class Authorizer:
     """Decisions over one set of ACLs (an image's); build a new one when the ACLs change.
 
@@ -195,10 +200,16 @@ class Authorizer:
     length some prefixed ACL of the type has (few distinct lengths in practice), so its cost
     does not grow with the number of ACLs."""
 
-    __slots__ = ("_config", "_literal", "_prefix_lengths", "_prefixed")
+    __slots__ = ("_allow_first", "_config", "_literal", "_prefix_lengths", "_prefixed")
 
-    def __init__(self, acls: Iterable[AclBinding], config: AuthorizerConfig) -> None:
+    def __init__(
+        self,
+        acls: Iterable[AclBinding],
+        config: AuthorizerConfig,
+        bugs: frozenset[str] = frozenset(),
+    ) -> None:
         self._config = config
+        self._allow_first = ALLOW_BEFORE_DENY in bugs
         self._literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
         self._prefixed: dict[tuple[ResourceType, str], list[AclBinding]] = {}
         lengths: dict[ResourceType, set[int]] = {}
@@ -240,6 +251,8 @@ class Authorizer:
                 if acl.operation in (operation, AclOperation.ALL):
                     return False
             elif acl.operation in (operation, AclOperation.ALL) or acl.operation in implied:
+                if self._allow_first:
+                    return True
                 allowed = True
         if allowed:
             return True

@@ -122,3 +122,7 @@ KAFKA_BUG_ARGS["idempotent-stale-duplicate"] = ("--idempotent",)
 # --consumer-protocol lanes' member-assignment events).
 KAFKA_BUG_SEEDS["assign-before-revoke"] = 1
 KAFKA_BUG_ARGS["assign-before-revoke"] = ("--consumer-protocol",)
+# ACLs: an authorizer that lets the first matching ALLOW decide answers the --acls lane's
+# denied requests (acl-bypassed, from its acl-answer events).
+KAFKA_BUG_SEEDS["allow-before-deny"] = 1
+KAFKA_BUG_ARGS["allow-before-deny"] = ("--authorizer", "--acls")
