@@ -17,7 +17,11 @@ the same run:
    existing name, which it did first;
 4. a full garbage collection with the image alive, beside the same collection after
    ``gc.freeze()``, which ``kraft-server start`` calls once the node has started;
-5. for the record, what still grows with the cluster: one batch's replay and apply (the
+5. the records of one CreateTopics of a 7,000-partition topic encoded (the controller, in
+   the turn that proposes them) and decoded (every node that replays them), beside the codec
+   as it was: every value walked in Python before msgpack packed it, and every value decoded
+   by the checked path, which builds each value's error location in case it is wrong;
+6. for the record, what still grows with the cluster: one batch's replay and apply (the
    image's topic map is copied when a partition changes), and one walk of every partition
    in name order (a broker leaving while in some ISR, a broker returning while some
    partition is offline, the preferred-leader check of an imbalanced cluster).
@@ -33,7 +37,10 @@ import time
 import uuid
 from collections.abc import Callable
 
+import msgpack
+
 from broker.metrics import BrokerMetricsPublisher, BrokerTopicMetrics
+from metadata import records
 from metadata.controller.cluster import broker_heartbeat
 from metadata.controller.election import (
     broker_leaving,
@@ -44,8 +51,9 @@ from metadata.controller.election import (
 from metadata.controller.topics import create_topics
 from metadata.delta import MetadataDelta, local_changes
 from metadata.image import MetadataImage, collision_key
-from metadata.records import Partition, PartitionChange, Topic
+from metadata.records import Partition, PartitionChange, Topic, decode_record, encode_record
 from tests.metadata.controller.support import brokers, build, context, request_module
+from tests.metadata.test_records import _reference_value
 
 SIZES = (1_000, 10_000, 100_000)
 ROUNDS = 5  # each figure is the best of this many
@@ -152,9 +160,41 @@ def bench(topics: int) -> None:
     print(f"  {'still growing: a walk of every partition':<46} {walk:9.3f} ms")
 
 
+def bench_codec() -> None:
+    module = request_module(19, 7)
+    big = module.CreatableTopic(
+        name="big", num_partitions=7000, replication_factor=3, assignments=(), configs=()
+    )
+    request = module.CreateTopicsRequest(topics=(big,))
+    made = create_topics(context(brokers(1, 2, 3)), request, 7).records
+    values = [encode_record(record) for record in made]
+
+    def encode_as_before() -> None:
+        for record in made:
+            fields = {
+                f.name: _reference_value(getattr(record, f.name))
+                for f in dataclasses.fields(record)  # type: ignore[arg-type]
+                if f.name not in ("log_dirs", "directories") or getattr(record, f.name) != f.default
+            }
+            msgpack.packb({"type": record.TYPE, "version": record.VERSION, **fields})
+
+    print(f"the {len(made):,} records of a 7,000-partition CreateTopics")
+    line(
+        "encoded (the controller's turn)",
+        best_ms(lambda: [encode_record(record) for record in made]),
+        best_ms(encode_as_before),
+    )
+    line(
+        "decoded (every node's replay)",
+        best_ms(lambda: [decode_record(value, 0) for value in values]),
+        best_ms(lambda: [records._decode_record(msgpack.unpackb(value)) for value in values]),
+    )
+
+
 def main() -> None:
     for topics in SIZES:
         bench(topics)
+    bench_codec()
 
 
 if __name__ == "__main__":
