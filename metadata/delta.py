@@ -141,9 +141,8 @@ class MetadataDelta:
         self._brokers: Mapping[int, BrokerRegistration] = image.cluster.brokers
         self._topics: Mapping[uuid.UUID, TopicImage] = image.topics.by_id
         self._topic_ids: Mapping[str, uuid.UUID] = image.topics.by_name
-        assert image.topics.collision_keys is not None
         self._collision_keys: Mapping[str, tuple[str, ...]] = image.topics.collision_keys
-        self._counts = image.topics.partition_counts()
+        self._counts = image.topics.counts
         self._counting: CountsBuilder | None = None  # changes since the last apply
         # Topics created, changed or removed since the last apply, in first-touch order.
         self._touched: dict[uuid.UUID, None] = {}
@@ -458,12 +457,12 @@ class MetadataDelta:
             features=self._features,
             cluster=ClusterImage(self._brokers) if "_brokers" in changed else image.cluster,
             topics=(
-                TopicsImage(
+                TopicsImage.kept(
                     self._topics,
                     self._topic_ids,
                     self._collision_keys,
                     self._counts,
-                    change=TopicsChange(image.topics.token, tuple(touched)),
+                    TopicsChange(image.topics.token, tuple(touched)),
                 )
                 if changed & {"_topics", "_topic_ids", "_collision_keys"}
                 else image.topics

@@ -148,36 +148,56 @@ class TopicsImage:
     by_id: Mapping[uuid.UUID, TopicImage] = dataclasses.field(default_factory=dict)
     by_name: Mapping[str, uuid.UUID] = dataclasses.field(default_factory=dict)
     # collision_key(name) -> the names of the topics with that key (two only for an internal
-    # topic beside an older client topic), kept by the delta beside ``by_name`` so that
-    # CreateTopics need not rebuild it from every name; derived here when not given.
-    collision_keys: Mapping[str, tuple[str, ...]] | None = None
-    # How many partitions each of the controller's recurring questions is about, kept by the
-    # delta; derived here when not given.
-    counts: PartitionCounts | None = None
-    # Identity of these topics for a later image's ``change`` (compared with ``is``).
-    token: object = dataclasses.field(default_factory=object, compare=False, repr=False)
-    change: TopicsChange | None = dataclasses.field(default=None, compare=False, repr=False)
+    # topic beside an older client topic), so that CreateTopics need not rebuild it from
+    # every name; and how many partitions each of the controller's recurring questions is
+    # about. A delta keeps both as it replays (``kept``); built any other way (by hand,
+    # dataclasses.replace) they are derived from the topics, so they always match them.
+    collision_keys: Mapping[str, tuple[str, ...]] = dataclasses.field(init=False)
+    counts: PartitionCounts = dataclasses.field(init=False)
+    # Identity of these topics for a later image's ``change`` (compared with ``is``), and
+    # what changed from the topics this was built from (None: not built by a delta).
+    token: object = dataclasses.field(init=False, compare=False, repr=False)
+    change: TopicsChange | None = dataclasses.field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.collision_keys is None:
-            keys: dict[str, tuple[str, ...]] = {}
-            for name in self.by_name:
-                keys[collision_key(name)] = (*keys.get(collision_key(name), ()), name)
-            object.__setattr__(self, "collision_keys", keys)
-        if self.counts is None:
-            builder = CountsBuilder(PartitionCounts())
-            for topic in self.by_id.values():
-                for partition in topic.partitions.values():
-                    builder.move(None, partition)
-            object.__setattr__(self, "counts", builder.finish())
+        keys: dict[str, tuple[str, ...]] = {}
+        for name in self.by_name:
+            keys[collision_key(name)] = (*keys.get(collision_key(name), ()), name)
+        builder = CountsBuilder(PartitionCounts())
+        for topic in self.by_id.values():
+            for partition in topic.partitions.values():
+                builder.move(None, partition)
+        self._set(keys, builder.finish(), None)
 
-    def partition_counts(self) -> PartitionCounts:
-        assert self.counts is not None
-        return self.counts
+    @classmethod
+    def kept(
+        cls,
+        by_id: Mapping[uuid.UUID, TopicImage],
+        by_name: Mapping[str, uuid.UUID],
+        collision_keys: Mapping[str, tuple[str, ...]],
+        counts: PartitionCounts,
+        change: TopicsChange,
+    ) -> TopicsImage:
+        """The topics a delta built, with the indexes it kept (nothing derived)."""
+        topics = object.__new__(cls)
+        object.__setattr__(topics, "by_id", by_id)
+        object.__setattr__(topics, "by_name", by_name)
+        topics._set(collision_keys, counts, change)
+        return topics
+
+    def _set(
+        self,
+        collision_keys: Mapping[str, tuple[str, ...]],
+        counts: PartitionCounts,
+        change: TopicsChange | None,
+    ) -> None:
+        object.__setattr__(self, "collision_keys", collision_keys)
+        object.__setattr__(self, "counts", counts)
+        object.__setattr__(self, "token", object())
+        object.__setattr__(self, "change", change)
 
     def colliding(self, name: str) -> str | None:
         """The existing topic whose name collides with ``name`` (maybe ``name`` itself)."""
-        assert self.collision_keys is not None
         names = self.collision_keys.get(collision_key(name))
         return None if names is None else names[0]
 

@@ -171,7 +171,7 @@ def _replicas_leaving(
     def usable(replica: int) -> bool:
         return replica != broker_id and ctx.is_usable(replica)
 
-    if broker_id not in ctx.image.topics.partition_counts().members:
+    if broker_id not in ctx.image.topics.counts.members:
         return []  # in no ISR or ELR, leading nothing: no walk of every partition
     changes = []
     for topic, partition_id, partition in partitions(ctx.image):
@@ -202,7 +202,7 @@ def broker_returning(ctx: ControllerContext, broker_id: int) -> list[PartitionCh
     def usable(replica: int) -> bool:
         return replica == broker_id or ctx.is_usable(replica)
 
-    if not ctx.image.topics.partition_counts().leaderless:
+    if not ctx.image.topics.counts.leaderless:
         return []
     changes = []
     for topic, partition_id, partition in partitions(ctx.image):
@@ -227,7 +227,7 @@ def preferred_leader_changes(ctx: ControllerContext, limit: int) -> list[Partiti
     replica) where it is usable and in the ISR, and leads elsewhere (Kafka's
     auto.leader.rebalance.enable, as KRaft's maybeBalancePartitionLeaders does it: every
     imbalanced partition, no per-broker percentage)."""
-    if not ctx.image.topics.partition_counts().imbalanced:
+    if not ctx.image.topics.counts.imbalanced:
         return []
     changes = []
     for topic, partition_id, partition in partitions(ctx.image):
@@ -247,4 +247,4 @@ def preferred_leader_changes(ctx: ControllerContext, limit: int) -> list[Partiti
 
 
 def leads_anything(image: MetadataImage, broker_id: int) -> bool:
-    return broker_id in image.topics.partition_counts().leaders
+    return broker_id in image.topics.counts.leaders
