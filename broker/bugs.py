@@ -25,6 +25,8 @@ TXN_OFFSETS_KEPT_ON_ABORT = "txn-offsets-kept-on-abort"
 TXN_TIMEOUT_NEVER_ABORTS = "txn-timeout-never-aborts"
 # KIP-848 consumer groups (the kafka scenario's --consumer-protocol lanes catch it).
 ASSIGN_BEFORE_REVOKE = "assign-before-revoke"
+# Client quotas (the kafka scenario's --quotas lane catches it).
+THROTTLE_WITHOUT_MUTE = "throttle-without-mute"
 
 BROKER_BUGS = {
     TRUNCATE_TO_HW: "a new follower truncates its log to its high watermark (before KIP-101)",
@@ -63,4 +65,7 @@ BROKER_BUGS = {
     # ACLs (metadata/authorizer.py; the kafka scenario's --acls lane catches it).
     ALLOW_BEFORE_DENY: "the authorizer lets the first matching ALLOW decide, so a DENY "
     "listed after it is never consulted (Kafka: a matching DENY always wins)",
+    THROTTLE_WITHOUT_MUTE: "a broker over a client's byte-rate quota answers with a throttle "
+    "time but does not mute the connection (before KIP-219 Kafka delayed the response "
+    "instead), so a client that ignores the throttle time is never held back",
 }

@@ -38,6 +38,7 @@ from datetime import timedelta
 from typing import Any
 
 from broker.authorization import RequestAuthorizer
+from broker.bugs import THROTTLE_WITHOUT_MUTE
 from broker.mutation_quota import (
     MUTATION_APIS,
     STRICT_SINCE,
@@ -264,9 +265,11 @@ class QuotaManager:
         image: Callable[[], MetadataImage],
         config: QuotaConfig,
         busy_clock: Callable[[], float] | None = None,
+        bugs: frozenset[str] = frozenset(),
     ) -> None:
         self._image = image
         self.config = config
+        self._mute = THROTTLE_WITHOUT_MUTE not in bugs
         # The loop thread's working time (Runtime.busy_clock), for request_percentage.
         self._busy_clock = busy_clock or _no_time
         self._rates: dict[tuple[str, str, str], Rate] = {}
@@ -480,7 +483,8 @@ class QuotaManager:
                 throttle_s = max(throttle_s, self.record(byte_key, user, client_id, value, now_s))
             if throttle_s <= 0:
                 return response
-            channel.mute_until(now_s + throttle_s)
+            if self._mute:
+                channel.mute_until(now_s + throttle_s)
             return _with_throttle_time(response, throttle_s)
 
         return throttled

@@ -508,6 +508,7 @@ class KraftNode:
             lambda: loader.image,
             QuotaConfig(config.quota_window_num, config.quota_window_size_seconds),
             runtime.busy_clock,
+            self.bugs,
         )
         fetch_sessions = FetchSessionCache(
             config.max_incremental_fetch_session_cache_slots, runtime.rng, loop_time

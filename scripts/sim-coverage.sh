@@ -54,7 +54,7 @@ sweep kafka-reassign kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --reassign --brokers
     --faults all,shutdown-broker,shutdown-controller,stall-crash
 sweep kafka-transactions kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --transactions --authorizer \
     --acls --faults all,delay-txn
-sweep kafka-acks1 kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --acks 1 --faults \
+sweep kafka-acks1 kafka "$KAFKA_SEEDS" "$KAFKA_DURATION" --acks 1 --quotas --faults \
     all,leader-change-during-catch-up,kill-leader-during-catch-up,successive-minority-leaders,cut-leader-after-isr-change
 "$PY" -m coverage combine --rcfile="$data/rc" -q
 "$PY" -m coverage json --rcfile="$data/rc" -q -o "$data/coverage.json"

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import datetime
 
+from kio.schema.alter_client_quotas.v1.request import (
+    AlterClientQuotasRequest,
+    EntityData,
+    EntryData,
+    OpData,
+)
 from kio.schema.alter_partition_reassignments.v0.request import (
     AlterPartitionReassignmentsRequest,
     ReassignablePartition,
@@ -29,7 +35,7 @@ from kio.schema.incremental_alter_configs.v1.request import (
     IncrementalAlterConfigsRequest,
 )
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i16, i32, i32Timedelta
+from kio.static.primitive import f64, i8, i16, i32, i32Timedelta
 
 from broker.client import KafkaConnection
 
@@ -150,3 +156,20 @@ async def create_acls(
     response = await conn.request(request, timeout_s)
     errors = [error_name(r.error_code) for r in response.results]  # type: ignore[attr-defined]
     return next((e for e in errors if e != "NONE"), "NONE")
+
+
+async def set_client_quota(
+    conn: KafkaConnection, client_id: str, key: str, value: float, timeout_s: float
+) -> str:
+    """AlterClientQuotas setting quota ``key`` of the client id ``client_id``: its error."""
+    request = AlterClientQuotasRequest(
+        entries=(
+            EntryData(
+                entity=(EntityData(entity_type="client-id", entity_name=client_id),),
+                ops=(OpData(key=key, value=f64(value), remove=False),),
+            ),
+        ),
+        validate_only=False,
+    )
+    response = await conn.request(request, timeout_s)
+    return error_name(response.entries[0].error_code)  # type: ignore[attr-defined]

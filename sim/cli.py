@@ -126,6 +126,12 @@ def _parser() -> argparse.ArgumentParser:
             "that keeps asking for what they deny (kafka_acls.py)",
         )
         p.add_argument(
+            "--quotas",
+            action="store_true",
+            help="kafka: a client held to a producer_byte_rate quota, and a lane that "
+            "ignores its throttle times (kafka_quotas.py)",
+        )
+        p.add_argument(
             "--consumer-protocol",
             action="store_true",
             help="kafka: KIP-848 group members (ConsumerGroupHeartbeat) as lanes "
@@ -202,6 +208,8 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         raise ValueError("--consumer-protocol needs --scenario kafka")
     if args.acls and (args.scenario != "kafka" or not args.authorizer):
         raise ValueError("--acls needs --scenario kafka and --authorizer")
+    if args.quotas and args.scenario != "kafka":
+        raise ValueError("--quotas needs --scenario kafka")
     return RunConfig(
         scenario=args.scenario,
         seed=seed,
@@ -226,6 +234,7 @@ def _config(args: argparse.Namespace, seed: int) -> RunConfig:
         aiokafka=args.aiokafka,
         consumer_protocol=args.consumer_protocol,
         acls=args.acls,
+        quotas=args.quotas,
         trace_dir=args.trace,
     )
 
@@ -312,6 +321,7 @@ def run_argv(args: argparse.Namespace, seed: int) -> list[str]:
         "aiokafka",
         "consumer_protocol",
         "acls",
+        "quotas",
         "allow_unknown",
     ):
         if getattr(args, flag):

@@ -141,6 +141,21 @@ async def produce(
     timeout_s: float,
 ) -> tuple[str, int]:
     """(error, base offset) of producing ``batch`` to ``topic``-``partition``."""
+    error, base_offset, _throttle_ms = await produce_answer(
+        conn, topic, partition, batch, acks, timeout_s
+    )
+    return error, base_offset
+
+
+async def produce_answer(
+    conn: KafkaConnection,
+    topic: str,
+    partition: int,
+    batch: bytes,
+    acks: int,
+    timeout_s: float,
+) -> tuple[str, int, int]:
+    """(error, base offset, throttle time in ms) of producing ``batch``."""
     request = ProduceRequest(
         acks=i16(acks),
         timeout=_ms(timeout_s),
@@ -151,9 +166,11 @@ async def produce(
             ),
         ),
     )
-    response: object = await conn.request(request, timeout_s + 1.0)
-    answer = response.responses[0].partition_responses[0]  # type: ignore[attr-defined]
-    return _name(answer.error_code), int(answer.base_offset)
+    response: Any = await conn.request(request, timeout_s + 1.0)
+    answer = response.responses[0].partition_responses[0]
+    throttle = response.throttle_time
+    throttle_ms = int(throttle.total_seconds() * 1000) if throttle is not None else 0
+    return _name(answer.error_code), int(answer.base_offset), throttle_ms
 
 
 @dataclass(frozen=True, slots=True)

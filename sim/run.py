@@ -67,6 +67,9 @@ class RunConfig:
     # With authorizer: ACLs that deny, and a lane that keeps asking for what they deny
     # (sim/scenarios/kafka_acls.py).
     acls: bool = False
+    # A client held to a byte-rate quota, and a lane that ignores its throttles
+    # (sim/scenarios/kafka_quotas.py).
+    quotas: bool = False
     trace_path: str | None = None
     trace_dir: str | None = None
 

@@ -126,3 +126,7 @@ KAFKA_BUG_ARGS["assign-before-revoke"] = ("--consumer-protocol",)
 # denied requests (acl-bypassed, from its acl-answer events).
 KAFKA_BUG_SEEDS["allow-before-deny"] = 1
 KAFKA_BUG_ARGS["allow-before-deny"] = ("--authorizer", "--acls")
+# Client quotas: a broker that answers a throttle time without muting the connection lets
+# the --quotas lane, which ignores throttle times, run past its quota (quota-exceeded).
+KAFKA_BUG_SEEDS["throttle-without-mute"] = 1
+KAFKA_BUG_ARGS["throttle-without-mute"] = ("--quotas",)

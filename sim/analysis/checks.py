@@ -38,6 +38,7 @@ from sim.analysis.kafka import (
     KAFKA_OPS,
     MEMBER_ASSIGNMENT,
     OFFSETS_TOPIC,
+    QUOTA_ANSWER,
     TXN_STATE_TOPIC,
     AssignmentChecker,
     BatchIdentity,
@@ -45,6 +46,7 @@ from sim.analysis.kafka import (
     KafkaOp,
     PartitionStateChecker,
     PowerCuts,
+    QuotaChecker,
     broker_id,
     check_acl_answer,
     check_committed_on_isr,
@@ -858,6 +860,7 @@ KAFKA_EVENT_KINDS = (
     "duplicate-answer",
     MEMBER_ASSIGNMENT,
     ACL_ANSWER,
+    QUOTA_ANSWER,
 )
 
 
@@ -929,6 +932,9 @@ def check_kafka(run: RunData) -> list[Violation]:
     assignments = AssignmentChecker(
         int(config.get("fence_after_us", 0)), cuts, str(config.get("offsets_log", ""))
     )
+    quotas = QuotaChecker(
+        float(config.get("quota_rate", 0)), float(config.get("quota_window_s", 0))
+    )
     found: list[Violation] = []
     end_us = 0
     for _seq, what, item in items:
@@ -999,6 +1005,15 @@ def check_kafka(run: RunData) -> list[Violation]:
                 str(item.node),
                 str(detail["api"]),
                 str(detail["resource"]),
+                str(detail["error"]),
+                at,
+            )
+        elif item.kind == QUOTA_ANSWER:
+            result = quotas.answered(
+                str(item.node),
+                str(detail["connection"]),
+                int(detail["sent_us"]),
+                int(detail["bytes"]),
                 str(detail["error"]),
                 at,
             )

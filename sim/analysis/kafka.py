@@ -750,6 +750,61 @@ def check_acl_answer(
     )
 
 
+QUOTA_ANSWER = "quota-answer"
+QUOTA_EXCEEDED = "quota-exceeded"
+# The bound's slack over the quota: a rate is measured over whole samples and a throttle
+# follows the request that crossed it, so a connection may run a little ahead of the quota
+# for a window; a broker that does not hold it back at all runs ahead without bound.
+QUOTA_SLACK = 2.0
+
+
+@dataclass(slots=True)
+class _QuotaConnection:
+    since_us: int  # when its first request was sent
+    accepted: int = 0  # bytes of the batches answered NONE
+    largest: int = 0
+    flagged: bool = False  # one violation a connection
+
+
+class QuotaChecker:
+    """``quota-exceeded``: a client held to a byte-rate quota (``--quotas``) that ignores
+    the throttle times it is answered is still held to the quota by each broker (KIP-219:
+    the connection is muted for the throttle time after the answer). Judged per connection,
+    from its first request: the bytes accepted on it stay within ``QUOTA_SLACK`` times what
+    the quota lets through since then plus one window, and two requests. A connection is the
+    unit because a broker restarted, a new leader or a new connection starts its own count;
+    the quota is per client, so one connection can only have less."""
+
+    def __init__(self, rate: float, window_s: float) -> None:
+        self.rate = rate
+        self.window_s = window_s
+        self._connections: dict[tuple[str, str], _QuotaConnection] = {}
+        self.violations: list[KafkaViolation] = []
+
+    def answered(
+        self, node: str, connection: str, sent_us: int, size: int, error: str, time_us: int
+    ) -> KafkaViolation | None:
+        state = self._connections.setdefault((node, connection), _QuotaConnection(sent_us))
+        if error != "NONE":
+            return None
+        state.largest = max(state.largest, size)
+        state.accepted += size
+        elapsed_s = (time_us - state.since_us) / 1_000_000
+        bound = QUOTA_SLACK * self.rate * (elapsed_s + self.window_s) + 2 * state.largest
+        if state.accepted <= bound or state.flagged:
+            return None
+        state.flagged = True
+        found = KafkaViolation(
+            QUOTA_EXCEEDED,
+            f"{QUOTA_EXCEEDED}: {node} accepted {state.accepted} bytes on connection "
+            f"{connection} in {elapsed_s:.2f} s, over the {bound:.0f} a quota of "
+            f"{self.rate:.0f} bytes/s lets through",
+            time_us,
+        )
+        self.violations.append(found)
+        return found
+
+
 def check_liveness(ops: Iterable[KafkaOp], partitions: int, topic: str) -> list[str]:
     """After the heal, every partition took an acks=all produce (process ``heal``) and the
     final reads (process ``final``) reached its high watermark from offset 0 (nothing in the

@@ -1401,6 +1401,7 @@ def run_kafka(config: RunConfig) -> RunResult:
         kafka_acls,
         kafka_aiokafka,
         kafka_consumer,
+        kafka_quotas,
         kafka_txn,
     )
 
@@ -1429,6 +1430,7 @@ def run_kafka(config: RunConfig) -> RunResult:
             **(AUTHORIZER_PROPS if config.authorizer else {}),
             **(kafka_txn.broker_props(rf) if config.transactions else {}),
             **(kafka_consumer.broker_props() if config.consumer_protocol else {}),
+            **(kafka_quotas.broker_props() if config.quotas else {}),
         },
         partitions=config.partitions,
         acks=-1 if config.acks == "all" else 1,
@@ -1444,6 +1446,7 @@ def run_kafka(config: RunConfig) -> RunResult:
     aio = kafka_aiokafka.AiokafkaLanes(cluster) if config.aiokafka else None
     kip848 = kafka_consumer.ConsumerLanes(cluster) if config.consumer_protocol else None
     acls = kafka_acls.AclLanes(cluster) if config.acls else None
+    quotas = kafka_quotas.QuotaLanes(cluster) if config.quotas else None
     world.trace.watchers.append(cluster.watch)
     world.trace.event(
         "kafka-config",
@@ -1463,6 +1466,11 @@ def run_kafka(config: RunConfig) -> RunResult:
                 "fence_after_us": kafka_consumer.fence_after_us(),
             }
             if kip848 is not None
+            else {}
+        ),
+        **(
+            {"quota_rate": quotas.check.rate, "quota_window_s": quotas.check.window_s}
+            if quotas is not None
             else {}
         ),
         **(
@@ -1497,6 +1505,8 @@ def run_kafka(config: RunConfig) -> RunResult:
             setup_ok[0] = await txn.setup(runtime.rng)
         if setup_ok[0] and acls is not None:
             setup_ok[0] = await acls.setup(runtime.rng)
+        if setup_ok[0] and quotas is not None:
+            setup_ok[0] = await quotas.setup(runtime.rng)
         ready.set()
         if not setup_ok[0]:
             return
@@ -1505,6 +1515,7 @@ def run_kafka(config: RunConfig) -> RunResult:
             *(aio.lanes(runtime) if aio is not None else ()),
             *(kip848.lanes(runtime) if kip848 is not None else ()),
             *(acls.lanes(runtime) if acls is not None else ()),
+            *(quotas.lanes(runtime) if quotas is not None else ()),
             *(asyncio.ensure_future(cluster.producer(runtime, i)) for i in range(PRODUCERS)),
             *(asyncio.ensure_future(cluster.consumer(runtime, i)) for i in range(CONSUMERS)),
             *(
@@ -1589,6 +1600,7 @@ def run_kafka(config: RunConfig) -> RunResult:
                 **(aio.figures if aio is not None else {}),
                 **(kip848.figures if kip848 is not None else {}),
                 **(acls.figures if acls is not None else {}),
+                **(quotas.figures if quotas is not None else {}),
                 **({"resends": cluster.resends} if config.idempotent else {}),
                 **(_files_closed(cluster) if config.descriptor_limit is not None else {}),
             },
