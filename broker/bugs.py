@@ -1,5 +1,6 @@
-"""Planted bugs of the broker's replication and group coordinator, each a protocol change
-drawn from Kafka's history, for the simulator's kafka scenario to catch (``kraft-sim run
+"""Planted bugs of the broker (replication, the group and transaction coordinators, the
+authorizer, client quotas), each a protocol change drawn from Kafka's history or a mistake an
+implementation easily makes, for the simulator's kafka scenario to catch (``kraft-sim run
 --bug NAME``; never set outside a simulation). tests/planted.py pins the first seed that
 catches each."""
 
