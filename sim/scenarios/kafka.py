@@ -52,6 +52,7 @@ from log.compression import Compression
 from log.errors import CorruptRecordError
 from log.log import KafkaStorageError, Log, OffsetOutOfRangeError
 from log.runtime import Runtime
+from metadata.image import MetadataImage
 from metadata.records import NO_LEADER
 from sim import admin, kafka_client
 from sim.analysis.kafka import (
@@ -1130,6 +1131,34 @@ class KafkaCluster(Cluster):
             return False
         finally:
             await routing.close()
+
+    async def set_up(
+        self,
+        label: str,
+        rng: random.Random,
+        steps: list[Callable[[KafkaConnection], Any]],
+        applied: Callable[[MetadataImage], bool],
+    ) -> bool:
+        """A lane's setup: ``steps`` (``admin_steps``, through a routing of its own), then
+        wait until every broker's image shows them ``applied``, all within SETUP_BOUND_S:
+        whether it all happened."""
+        loop = self.world.loop
+        deadline = loop.time() + SETUP_BOUND_S
+        routing = Routing(self, label)
+        try:
+            done = await self.admin_steps(routing, rng, steps, deadline)
+        finally:
+            await routing.close()
+        while done and loop.time() < deadline:
+            if all(self._image_shows(broker, applied) for broker in self.brokers):
+                return True
+            await asyncio.sleep(0.2)
+        return False
+
+    def _image_shows(self, broker: str, applied: Callable[[MetadataImage], bool]) -> bool:
+        node = self.nodes.get(broker)
+        image = node.loader.image if node is not None and node.loader is not None else None
+        return image is not None and applied(image)
 
     async def admin_steps(
         self,

@@ -33,7 +33,6 @@ from sim.analysis.kafka import ACL_ANSWER, check_acl_answer
 from sim.process import EPOCH_MS
 from sim.scenarios.kafka import (
     REQUEST_TIMEOUT_S,
-    SETUP_BOUND_S,
     KafkaCluster,
     Routing,
 )
@@ -63,29 +62,14 @@ class AclLanes:
 
     async def setup(self, rng: random.Random) -> bool:
         """Create the topic and the ACLs, then wait until every broker applied them."""
-        cluster = self.cluster
-        loop = cluster.world.loop
-        deadline = loop.time() + SETUP_BOUND_S
-        rf = int(cluster.extra_props["default.replication.factor"])
+        rf = int(self.cluster.extra_props["default.replication.factor"])
         steps = [
             lambda c: admin.create_topic(c, ACL_TOPIC, 1, rf, REQUEST_TIMEOUT_S),
             lambda c: admin.create_acls(c, BINDINGS, REQUEST_TIMEOUT_S),
         ]
-        routing = Routing(cluster, "acl-setup")
-        try:
-            done = await cluster.admin_steps(routing, rng, steps, deadline)
-        finally:
-            await routing.close()
-        while done and loop.time() < deadline:
-            if all(self.applied(name) for name in cluster.brokers):
-                return True
-            await asyncio.sleep(0.2)
-        return False
-
-    def applied(self, broker: str) -> bool:
-        node = self.cluster.nodes.get(broker)
-        image = node.loader.image if node is not None and node.loader is not None else None
-        return image is not None and len(image.acls) >= len(BINDINGS)
+        return await self.cluster.set_up(
+            "acl-setup", rng, steps, lambda image: len(image.acls) >= len(BINDINGS)
+        )
 
     def lanes(self, runtime: Runtime) -> list[asyncio.Future[None]]:
         return [asyncio.ensure_future(self.lane(runtime))]

@@ -31,7 +31,6 @@ from sim.analysis.kafka import QUOTA_ANSWER, QuotaChecker
 from sim.process import EPOCH_MS
 from sim.scenarios.kafka import (
     REQUEST_TIMEOUT_S,
-    SETUP_BOUND_S,
     KafkaCluster,
     Routing,
 )
@@ -62,31 +61,16 @@ class QuotaLanes:
 
     async def setup(self, rng: random.Random) -> bool:
         """Create the topic and the quota, then wait until every broker applied it."""
-        cluster = self.cluster
-        loop = cluster.world.loop
-        deadline = loop.time() + SETUP_BOUND_S
-        rf = int(cluster.extra_props["default.replication.factor"])
+        rf = int(self.cluster.extra_props["default.replication.factor"])
         steps = [
             lambda c: admin.create_topic(c, QUOTA_TOPIC, 1, rf, REQUEST_TIMEOUT_S),
             lambda c: admin.set_client_quota(
                 c, CLIENT_ID, "producer_byte_rate", RATE, REQUEST_TIMEOUT_S
             ),
         ]
-        routing = Routing(cluster, "quota-setup")
-        try:
-            done = await cluster.admin_steps(routing, rng, steps, deadline)
-        finally:
-            await routing.close()
-        while done and loop.time() < deadline:
-            if all(self.applied(name) for name in cluster.brokers):
-                return True
-            await asyncio.sleep(0.2)
-        return False
-
-    def applied(self, broker: str) -> bool:
-        node = self.cluster.nodes.get(broker)
-        image = node.loader.image if node is not None and node.loader is not None else None
-        return image is not None and bool(image.client_quotas)
+        return await self.cluster.set_up(
+            "quota-setup", rng, steps, lambda image: bool(image.client_quotas)
+        )
 
     def lanes(self, runtime: Runtime) -> list[asyncio.Future[None]]:
         return [asyncio.ensure_future(self.lane(runtime.rng))]
