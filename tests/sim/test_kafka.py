@@ -232,6 +232,20 @@ def test_a_commit_whose_whole_isr_lost_power_may_be_lost() -> None:
     assert group_checks(*ops) == ["lost-commit"]
 
 
+def test_a_power_cut_in_the_microsecond_of_the_acknowledgement_may_lose_the_commit() -> None:
+    """kafka --reassign --brokers 5 seed 12: the whole ISR lost power in the very
+    microsecond the commit was answered, after the answer, and its unsynced record with it."""
+    ops = [commit("g0", 3, 1, 2, isr=(4, 5)), fetched("g1", -1, 5, 6)]
+    same = PowerCuts()
+    same.cut(4, 2)
+    same.cut(5, 2)
+    assert group_checks(*ops, cuts=same) == []
+    before = PowerCuts()
+    before.cut(4, 1)  # a microsecond before: restarted, the member had the record again
+    before.cut(5, 2)
+    assert group_checks(*ops, cuts=before) == ["lost-commit"]
+
+
 def test_a_committed_offset_going_backwards_between_fetches_is_flagged() -> None:
     # A commit of 5 that timed out (info) was read, then the offset went back to 3.
     ops = [commit("g0", 3, 1, 2), commit("g0", 5, 3, 4, "info"), fetched("g1", 5, 5, 6)]
