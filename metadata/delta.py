@@ -143,6 +143,7 @@ class MetadataDelta:
         self._topic_ids: Mapping[str, uuid.UUID] = image.topics.by_name
         self._collision_keys: Mapping[str, tuple[str, ...]] = image.topics.collision_keys
         self._counts = image.topics.counts
+        self._next_order = image.topics.next_order
         self._counting: CountsBuilder | None = None  # changes since the last apply
         # Topics created, changed or removed since the last apply, in first-touch order.
         self._touched: dict[uuid.UUID, None] = {}
@@ -231,7 +232,9 @@ class MetadataDelta:
             raise MetadataStateError(f"{record!r}: topic name or id already exists")
         if not record.name:
             raise MetadataStateError(f"{record!r}: empty topic name")
-        self._own("_topics")[record.topic_id] = TopicImage(record.name, record.topic_id, {})
+        topic = TopicImage(record.name, record.topic_id, {}, self._next_order)
+        self._own("_topics")[record.topic_id] = topic
+        self._next_order += 1
         self._own("_topic_ids")[record.name] = record.topic_id
         # A colliding name is refused by the controller, except an internal topic beside a
         # client's topic made before internal names were reserved: a key may name two topics.
@@ -462,6 +465,7 @@ class MetadataDelta:
                     self._topic_ids,
                     self._collision_keys,
                     self._counts,
+                    self._next_order,
                     TopicsChange(image.topics.token, tuple(touched)),
                 )
                 if changed & {"_topics", "_topic_ids", "_collision_keys"}
@@ -542,6 +546,14 @@ def local_changes(
     if touched is None:  # unrelated images: every topic, the new ones in the image's order
         gone = (topic_id for topic_id in old_topics if topic_id not in new_topics)
         touched = (*new_topics, *gone)
+    elif len(touched) > 1:
+        # The same order as the walk above (the new image's, then what went), so that the
+        # broker acts on its changes in the order it did before it visited only these.
+        def position(topic_id: uuid.UUID) -> tuple[bool, int]:
+            topic = new_topics.get(topic_id)
+            return topic is None, 0 if topic is None else topic.order
+
+        touched = tuple(sorted(touched, key=position))
     for topic_id in touched:
         old, topic = old_topics.get(topic_id), new_topics.get(topic_id)
         if old is topic:

@@ -370,7 +370,11 @@ def test_local_changes_from_the_touched_topics_equal_a_comparison_of_every_topic
         stranger = dataclasses.replace(image.topics)  # the same topics, made anew
         assert changed_topic_ids(stranger, after.topics) is None
         full = local_changes(dataclasses.replace(image, topics=stranger), after, broker_id)
-        assert local_changes(image, after, broker_id) == full
+        fast = local_changes(image, after, broker_id)
+        assert fast == full
+        # ... in the same order: the broker acts on its changes as it did before.
+        assert list(fast.leaders) == list(full.leaders)
+        assert list(fast.followers) == list(full.followers)
 
 
 @settings(max_examples=100, deadline=None)
@@ -414,3 +418,24 @@ def test_partition_counts_follow_elections_isr_changes_and_removals() -> None:
     removed = build(RemoveTopic(T1), image=offline)
     assert counts(removed) == PartitionCounts({}, {}, 0, 0)
     assert counts(moved) == PartitionCounts({1: 1, 3: 1}, {1: 1, 2: 2, 3: 1}, 0, 1)
+
+
+def test_touched_topics_are_visited_in_the_images_order_not_the_batchs() -> None:
+    """A batch touching topics out of their creation order (a controller walks partitions by
+    name; a fence moves many at once) gives the broker its changes in the image's order, as
+    the walk of every topic did: the order it acts on them in is unchanged."""
+    a, b = uuid.UUID(int=20), uuid.UUID(int=10)
+    image = build(
+        Topic("zz", a),
+        Partition(a, 0, (1, 2), (1, 2), 1),
+        Topic("aa", b),
+        Partition(b, 0, (1, 2), (1, 2), 1),
+    )
+    after = build(
+        PartitionChange(b, 0, leader=2, isr=(2,)),
+        PartitionChange(a, 0, leader=2, isr=(2,)),
+        image=image,
+    )
+    assert changed_topic_ids(image.topics, after.topics) == (b, a)
+    changes = local_changes(image, after, 2)
+    assert list(changes.leaders) == [TopicPartition("zz", 0), TopicPartition("aa", 0)]
